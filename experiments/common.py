@@ -1,0 +1,51 @@
+"""Shared plumbing for the absl experiment scripts: multi-host start-up and clean errors."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from absl import app, flags
+
+_COORD = None
+_NPROC = None
+_PID = None
+_DIST = None
+
+
+def define_distributed_flags():
+  global _COORD, _NPROC, _PID, _DIST
+  _DIST = flags.DEFINE_enum(
+      "distributed", "auto", ["auto", "on", "off"],
+      "jax.distributed.initialize: 'auto' = on a TPU VM slice or when a coordinator is given")
+  _COORD = flags.DEFINE_string("coordinator_address", None, "host:port of process 0")
+  _NPROC = flags.DEFINE_integer("num_processes", None, "number of processes")
+  _PID = flags.DEFINE_integer("process_id", None, "this process's index")
+
+
+def maybe_initialize_distributed():
+  """Call jax.distributed.initialize before any other JAX call, from flags or the TPU env."""
+  if _DIST is None or _DIST.value == "off":
+    return
+  import jax  # noqa: PLC0415 - must be the first JAX use
+
+  if _COORD.value:
+    jax.distributed.initialize(coordinator_address=_COORD.value, num_processes=_NPROC.value,
+                               process_id=_PID.value)
+  elif _DIST.value == "on" or os.environ.get("TPU_WORKER_HOSTNAMES", "").count(",") > 0:
+    jax.distributed.initialize()  # TPU VM / SLURM / GKE: discovered from the environment
+
+
+def run(main):
+  """app.run with one clear error line for user mistakes (SBJAX_DEBUG=1 shows tracebacks)."""
+
+  def wrapped(argv):
+    try:
+      return main(argv)
+    except (ValueError, FileNotFoundError, OSError, RuntimeError) as e:
+      if os.environ.get("SBJAX_DEBUG"):
+        raise
+      sys.stderr.write(f"\nerror: {e}\n")
+      sys.exit(2)
+
+  app.run(wrapped)

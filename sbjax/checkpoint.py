@@ -1,0 +1,196 @@
+"""Orbax checkpoints of a run: schedule, save, restore (sharded), recovery.
+
+Layout of a workdir::
+
+    WORKDIR/config.json          the run's Config (JSON)
+    WORKDIR/checkpoints/<step>/  orbax items: params, opt (training state), meta (JSON)
+    WORKDIR/checkpoints_bad/     steps that failed to restore, moved aside (never deleted)
+
+``meta`` holds the step, the data position (the index of the next batch; batches
+are a pure function of (data_seed, index), so resume needs no replay), the data
+seed and the RNG seed.
+
+The default schedule is Pythia-like: 0, 1, 2, 4, …, 512, then every
+``ckpt_every`` steps, plus the final step. All are kept (``PreserveAll``); with
+``keep_every_n > 1`` only the log-spaced steps, every n-th regular step and the
+latest are kept.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import time
+from pathlib import Path
+
+import jax
+import orbax.checkpoint as ocp
+from orbax.checkpoint.checkpoint_managers import preservation_policy as pp
+from orbax.checkpoint.checkpoint_managers import save_decision_policy as sdp
+
+from sbjax.config import Config, TrainConfig
+from sbjax.model import Model
+
+log = logging.getLogger("sbjax")
+
+
+def checkpoint_steps(tc: TrainConfig) -> list[int]:
+  steps = {0, tc.steps}
+  if tc.ckpt_log_spaced:
+    s = 1
+    while s <= min(512, tc.steps):
+      steps.add(s)
+      s *= 2
+  steps.update(range(tc.ckpt_every, tc.steps + 1, tc.ckpt_every))
+  return sorted(x for x in steps if x <= tc.steps)
+
+
+def log_spaced_steps(tc: TrainConfig) -> list[int]:
+  return [s for s in checkpoint_steps(tc) if s <= 512 and (s == 0 or s & (s - 1) == 0)]
+
+
+def ckpt_dir(workdir) -> Path:
+  return Path(workdir) / "checkpoints"
+
+
+def _preservation(tc: TrainConfig | None):
+  if tc is None or tc.keep_every_n <= 1:
+    return pp.PreserveAll()
+  return pp.AnyPreservationPolicy([
+      pp.CustomSteps(log_spaced_steps(tc) + [tc.steps]),
+      pp.EveryNSteps(tc.ckpt_every * tc.keep_every_n),
+      pp.LatestN(1),
+  ])
+
+
+def make_manager(workdir, tc: TrainConfig | None = None, *, read_only=False,
+                 async_save: bool = False) -> ocp.CheckpointManager:
+  steps = set(checkpoint_steps(tc)) if tc is not None else None
+  options = ocp.CheckpointManagerOptions(
+      save_decision_policy=sdp.SpecificStepsPolicy(steps) if steps is not None else None,
+      preservation_policy=_preservation(tc),
+      enable_async_checkpointing=async_save,
+      read_only=read_only,
+      create=not read_only,
+  )
+  path = ckpt_dir(workdir).absolute()
+  if read_only and not path.exists():
+    raise FileNotFoundError(f"no checkpoints in {workdir}: {path} does not exist; "
+                            "is this a training workdir?")
+  return ocp.CheckpointManager(path, item_names=("params", "opt", "meta"), options=options)
+
+
+def list_steps(workdir) -> list[int]:
+  """Checkpointed steps of a workdir, ascending."""
+  d = ckpt_dir(workdir)
+  if not d.exists():
+    return []
+  return sorted(int(p.name) for p in d.iterdir() if p.is_dir() and p.name.isdigit())
+
+
+def abstract_with_shardings(tree, shardings=None):
+  """ShapeDtypeStructs of a tree, carrying the target shardings (default: one device)."""
+  if shardings is None:
+    dev = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=dev), tree)
+  return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+                      tree, shardings)
+
+
+def save(mngr: ocp.CheckpointManager, step: int, params, opt_state, meta: dict,
+         force: bool = False) -> bool:
+  args = {"params": ocp.args.StandardSave(params), "meta": ocp.args.JsonSave(meta)}
+  if opt_state is not None:
+    args["opt"] = ocp.args.StandardSave(opt_state)
+  return mngr.save(step, args=ocp.args.Composite(**args), force=force)
+
+
+def move_aside(workdir, step: int, reason: str) -> Path:
+  """Move a bad step directory to WORKDIR/checkpoints_bad (never delete)."""
+  src = ckpt_dir(workdir) / str(step)
+  dst_root = Path(workdir) / "checkpoints_bad"
+  dst_root.mkdir(parents=True, exist_ok=True)
+  dst = dst_root / f"{step}_{int(time.time())}"
+  shutil.move(str(src), str(dst))
+  log.warning("checkpoint step %d in %s cannot be restored (%s); moved it aside to %s",
+              step, workdir, reason, dst)
+  return dst
+
+
+def restore(workdir, step: int, abstract_params, abstract_opt=None):
+  """Restore (params, opt_state or None, meta) at ``step`` into the abstract targets' shardings."""
+  mngr = make_manager(workdir, read_only=True)
+  args = {"params": ocp.args.StandardRestore(abstract_params), "meta": ocp.args.JsonRestore()}
+  if abstract_opt is not None:
+    args["opt"] = ocp.args.StandardRestore(abstract_opt)
+  out = mngr.restore(step, args=ocp.args.Composite(**args))
+  mngr.close()
+  return out["params"], (out["opt"] if abstract_opt is not None else None), out["meta"]
+
+
+def restore_latest_good(workdir, abstract_params, abstract_opt=None):
+  """Newest restorable step, moving aside steps that fail (truncated files, missing
+  shards, half-written directories). Returns (step, params, opt, meta) or None."""
+  for step in reversed(list_steps(workdir)):
+    try:
+      params, opt, meta = restore(workdir, step, abstract_params, abstract_opt)
+      bad = [jax.tree_util.keystr(k) for k, x in jax.tree_util.tree_leaves_with_path(params)
+             if x is None]
+      if bad:
+        raise ValueError(f"missing arrays {bad[:5]}")
+      return step, params, opt, meta
+    except Exception as e:  # noqa: BLE001 - any failure means this step is unusable
+      if jax.process_index() == 0:
+        move_aside(workdir, step, f"{type(e).__name__}: {str(e)[:300]}")
+  return None
+
+
+def write_params(workdir, config: Config, params, step: int) -> None:
+  """Write WORKDIR/config.json (if absent) and a params-only checkpoint at ``step``
+  (used by imports from Hugging Face)."""
+  workdir = Path(workdir)
+  workdir.mkdir(parents=True, exist_ok=True)
+  cfg_path = workdir / "config.json"
+  if not cfg_path.exists():
+    cfg_path.write_text(json.dumps(config.to_dict(), indent=2))
+  mngr = make_manager(workdir)
+  save(mngr, step, params, None, {"step": step, "data_position": step}, force=True)
+  mngr.wait_until_finished()
+  mngr.close()
+
+
+def load_config(workdir) -> Config:
+  path = Path(workdir) / "config.json"
+  if not path.exists():
+    raise FileNotFoundError(f"{workdir} has no config.json; is it an sbjax workdir?")
+  return Config.from_dict(json.loads(path.read_text()))
+
+
+def load_params(workdir, step: int | None = None, shardings=None):
+  """(Config, params, step) restored onto one device (or ``shardings``), latest if step is None."""
+  cfg = load_config(workdir)
+  steps = list_steps(workdir)
+  if not steps:
+    raise FileNotFoundError(f"no checkpoints under {ckpt_dir(workdir)}")
+  if step is None:
+    step = steps[-1]
+  elif step not in steps:
+    raise ValueError(f"step {step} is not checkpointed in {workdir}; available: {steps}")
+  abstract = abstract_with_shardings(Model(cfg.model).abstract_params(), shardings)
+  params, _, _ = restore(workdir, step, abstract)
+  return cfg, params, step
+
+
+def cleanup_tmp(workdir) -> list[str]:
+  """Orbax temporary directories left by a killed save (names contain 'orbax-checkpoint-tmp')."""
+  d = ckpt_dir(workdir)
+  found = []
+  if d.exists():
+    for p in d.iterdir():
+      if "tmp" in p.name and not p.name.isdigit():
+        found.append(p.name)
+        dst = Path(workdir) / "checkpoints_bad"
+        dst.mkdir(exist_ok=True)
+        shutil.move(str(p), str(dst / f"{p.name}_{int(time.time())}"))
+  return found

@@ -1,0 +1,284 @@
+"""Typed, validated configuration: model, head, data and training.
+
+Configs are data, not code. The command line works on an ``ml_collections``
+ConfigDict (built from a preset name or a JSON file, see ``sbjax.presets``); it is
+turned into the frozen dataclasses below with ``Config.from_dict``, which
+validates every field and raises ``ValueError`` naming the field and the allowed
+range. ``Config.to_dict`` gives the JSON that is written to ``WORKDIR/config.json``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+HEAD_KINDS = ("dense", "tied", "lowrank", "mos")
+POS_KINDS = ("rotary", "learned")
+GELU_KINDS = ("exact", "tanh")
+REMAT_KINDS = ("none", "full", "dots")
+ATTN_KINDS = ("global", "local")
+DTYPES = ("float32", "bfloat16", "float16", "float64")
+DATA_SOURCES = ("planted", "planted_mix", "text", "tfds")
+
+
+def _err(field: str, value: Any, allowed: str) -> ValueError:
+  return ValueError(f"invalid config: {field}={value!r}; allowed: {allowed}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  """A decoder-only transformer (GPT-NeoX/Pythia or GPT-Neo style)."""
+
+  vocab_size: int = 256  # 0 = take it from the data (tokenizer or planted language)
+  d_model: int = 64
+  n_layers: int = 2
+  n_heads: int = 4
+  d_ff: int = 0  # 0 means 4 * d_model
+  max_len: int = 256
+  # positions
+  pos: str = "rotary"  # "rotary" (Pythia) or "learned" (GPT-Neo)
+  rotary_pct: float = 0.25
+  rotary_base: float = 10000.0
+  # block
+  parallel_residual: bool = True  # GPT-NeoX/Pythia: x + attn(ln1 x) + mlp(ln2 x)
+  ln_eps: float = 1e-5
+  gelu: str = "exact"  # "exact" (erf, Pythia) or "tanh" (gelu_new, GPT-Neo)
+  qkv_bias: bool = True  # GPT-Neo has no q/k/v bias
+  attn_scale: bool = True  # GPT-Neo does not scale scores by 1/sqrt(head_dim)
+  attention_layers: tuple = ()  # per layer "global"/"local"; () = all global
+  window_size: int = 256  # local attention window (GPT-Neo)
+  # head
+  head: str = "dense"  # dense | tied | lowrank | mos
+  head_rank: int = 0  # lowrank only; 0 means d_model
+  head_init: str = "scaled"  # lowrank: "scaled" (trains from scratch) or "godey" (N(0,1))
+  n_mix: int = 1  # mos only
+  # numerics / memory
+  init_std: float = 0.02
+  param_dtype: str = "float32"
+  dtype: str = "float32"  # compute dtype; softmax and loss are always float32
+  remat: str = "none"  # none | full | dots
+  scan_layers: bool = False
+  loss_chunk: int = 0  # >0: token-chunked cross-entropy with this many tokens per chunk
+
+  def __post_init__(self):
+    if isinstance(self.attention_layers, list):
+      object.__setattr__(self, "attention_layers", tuple(self.attention_layers))
+    if not isinstance(self.vocab_size, int) or self.vocab_size < 0:
+      raise _err("model.vocab_size", self.vocab_size, "an integer >= 1, or 0 to take it from the data")
+    for f in ("d_model", "n_layers", "n_heads", "max_len"):
+      v = getattr(self, f)
+      if not isinstance(v, int) or v < 1:
+        raise _err(f"model.{f}", v, "an integer >= 1")
+    if self.d_model % self.n_heads:
+      raise _err("model.n_heads", self.n_heads,
+                 f"a divisor of model.d_model={self.d_model}")
+    if self.d_ff < 0:
+      raise _err("model.d_ff", self.d_ff, "0 (meaning 4*d_model) or a positive integer")
+    if self.pos not in POS_KINDS:
+      raise _err("model.pos", self.pos, " | ".join(POS_KINDS))
+    if not 0.0 <= self.rotary_pct <= 1.0:
+      raise _err("model.rotary_pct", self.rotary_pct, "0.0 .. 1.0")
+    if self.pos == "rotary" and int(self.head_dim * self.rotary_pct) % 2:
+      raise _err("model.rotary_pct", self.rotary_pct,
+                 f"a fraction giving an even number of rotary dims of head_dim={self.head_dim}")
+    if self.gelu not in GELU_KINDS:
+      raise _err("model.gelu", self.gelu, " | ".join(GELU_KINDS))
+    if self.head not in HEAD_KINDS:
+      raise _err("model.head", self.head, " | ".join(HEAD_KINDS))
+    if self.head == "lowrank":
+      if not isinstance(self.head_rank, int) or self.head_rank < 0 or self.head_rank > self.d_model:
+        raise _err("model.head_rank", self.head_rank,
+                   f"1 .. d_model={self.d_model} (0 means d_model)")
+    if self.head_init not in ("scaled", "godey"):
+      raise _err("model.head_init", self.head_init, "scaled | godey")
+    if not isinstance(self.n_mix, int) or self.n_mix < 1:
+      raise _err("model.n_mix", self.n_mix, "an integer >= 1")
+    for f in ("param_dtype", "dtype"):
+      if getattr(self, f) not in DTYPES:
+        raise _err(f"model.{f}", getattr(self, f), " | ".join(DTYPES))
+    if self.remat not in REMAT_KINDS:
+      raise _err("model.remat", self.remat, " | ".join(REMAT_KINDS))
+    if self.attention_layers:
+      if len(self.attention_layers) != self.n_layers:
+        raise _err("model.attention_layers", self.attention_layers,
+                   f"empty or one entry per layer (n_layers={self.n_layers})")
+      bad = [a for a in self.attention_layers if a not in ATTN_KINDS]
+      if bad:
+        raise _err("model.attention_layers", bad, " | ".join(ATTN_KINDS))
+      if self.scan_layers and len(set(self.attention_layers)) > 1:
+        raise _err("model.scan_layers", True, "False when attention_layers mixes global and local")
+    if self.window_size < 1:
+      raise _err("model.window_size", self.window_size, "an integer >= 1")
+    if self.loss_chunk < 0:
+      raise _err("model.loss_chunk", self.loss_chunk, "0 (off) or a positive number of tokens")
+
+  @property
+  def head_dim(self) -> int:
+    return self.d_model // self.n_heads
+
+  @property
+  def ff_dim(self) -> int:
+    return self.d_ff or 4 * self.d_model
+
+  @property
+  def rank(self) -> int:
+    """The rank of the head: head_rank for lowrank heads, else d_model."""
+    if self.head == "lowrank" and self.head_rank:
+      return self.head_rank
+    return self.d_model
+
+  @property
+  def rotary_dim(self) -> int:
+    return int(self.head_dim * self.rotary_pct) if self.pos == "rotary" else 0
+
+  def layer_kinds(self) -> tuple:
+    return self.attention_layers or ("global",) * self.n_layers
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+  """Where tokens come from. ``source`` picks one of the builders in sbjax.data."""
+
+  source: str = "planted"  # planted | planted_mix | text | tfds
+  # text / tfds
+  path: str = ""  # directory of .txt files (source=text)
+  tfds_name: str = ""  # e.g. "lm1b", "tiny_shakespeare" (source=tfds)
+  tfds_data_dir: str = ""  # TFDS data_dir; "" = WORKDIR/tfds for builders sbjax prepares
+  text_key: str = "text"
+  tokenizer: str = ""  # path of an existing sentencepiece model; "" = train one
+  tokenizer_type: str = "unigram"  # unigram | bpe
+  vocab_size: int = 1024  # tokenizer vocab (text/tfds)
+  val_fraction: float = 0.1  # fraction of documents in the validation split
+  # planted-rank language
+  planted_vocab: int = 256
+  planted_rank: int = 8
+  planted_alpha: float = 4.0
+  planted_zipf: float = 1.0
+  planted_context: int = 1  # context = the last n tokens
+  planted_mix: int = 4  # number of components for source=planted_mix
+  planted_seed: int = 0
+  planted_train_tokens: int = 2_000_000
+  planted_val_tokens: int = 65_536
+
+  def __post_init__(self):
+    if self.source not in DATA_SOURCES:
+      raise _err("data.source", self.source, " | ".join(DATA_SOURCES))
+    if self.tokenizer_type not in ("unigram", "bpe"):
+      raise _err("data.tokenizer_type", self.tokenizer_type, "unigram | bpe")
+    if self.vocab_size < 8:
+      raise _err("data.vocab_size", self.vocab_size, "an integer >= 8")
+    if not 0.0 < self.val_fraction < 1.0:
+      raise _err("data.val_fraction", self.val_fraction, "strictly between 0 and 1")
+    if self.planted_vocab < 2:
+      raise _err("data.planted_vocab", self.planted_vocab, "an integer >= 2")
+    if not 1 <= self.planted_rank <= self.planted_vocab:
+      raise _err("data.planted_rank", self.planted_rank,
+                 f"1 .. planted_vocab={self.planted_vocab}")
+    if self.planted_context < 1:
+      raise _err("data.planted_context", self.planted_context, "an integer >= 1")
+    if self.planted_mix < 1:
+      raise _err("data.planted_mix", self.planted_mix, "an integer >= 1")
+    if self.source == "text" and not self.path:
+      raise _err("data.path", self.path, "a directory of .txt files when data.source=text")
+    if self.source == "tfds" and not self.tfds_name:
+      raise _err("data.tfds_name", self.tfds_name, "a TFDS dataset name when data.source=tfds")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+  """Optimisation, evaluation, logging and checkpointing."""
+
+  steps: int = 1000
+  batch_size: int = 32  # global batch, in sequences
+  seq_len: int = 128
+  grad_accum: int = 1  # microbatches per step (batch_size must divide)
+  lr: float = 1e-3
+  warmup_steps: int = 100
+  min_lr_ratio: float = 0.1  # cosine decays to this fraction of lr (Pythia: 10%)
+  b1: float = 0.9
+  b2: float = 0.95
+  eps: float = 1e-8
+  weight_decay: float = 0.1  # applied to matrices only
+  clip: float = 1.0
+  seed: int = 0  # parameter init
+  data_seed: int = 0  # data order
+  eval_every: int = 100
+  eval_batches: int = 4
+  log_every: int = 10
+  ckpt_every: int = 1000  # after the log-spaced steps 0,1,2,4,..,512
+  ckpt_log_spaced: bool = True
+  keep_every_n: int = 1  # keep all checkpoints by default (analysis needs them)
+  async_checkpoint: bool = False
+  freeze_trunk: bool = False  # train only the head (Godey E5)
+  init_from: str = ""  # a workdir whose latest (or init_step) params initialise the trunk
+  init_step: int = -1
+  skip_nonfinite_steps: int = 0
+  nan_at_step: int = -1  # test hook: inject an infinite learning rate at this step
+
+  def __post_init__(self):
+    for f in ("steps", "batch_size", "seq_len", "grad_accum", "eval_every", "log_every",
+              "ckpt_every", "eval_batches", "keep_every_n"):
+      v = getattr(self, f)
+      if not isinstance(v, int) or v < 1:
+        raise _err(f"train.{f}", v, "an integer >= 1")
+    if self.batch_size % self.grad_accum:
+      raise _err("train.grad_accum", self.grad_accum,
+                 f"a divisor of train.batch_size={self.batch_size}")
+    if self.lr <= 0:
+      raise _err("train.lr", self.lr, "> 0")
+    if self.warmup_steps < 0:
+      raise _err("train.warmup_steps", self.warmup_steps, ">= 0")
+    if not 0.0 <= self.min_lr_ratio <= 1.0:
+      raise _err("train.min_lr_ratio", self.min_lr_ratio, "0.0 .. 1.0")
+    if self.freeze_trunk and not self.init_from:
+      raise _err("train.init_from", self.init_from,
+                 "a trained workdir when train.freeze_trunk=True")
+    if self.skip_nonfinite_steps < 0:
+      raise _err("train.skip_nonfinite_steps", self.skip_nonfinite_steps, ">= 0")
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshConfig:
+  """Device mesh sizes for the named axes; -1 fills from the device count."""
+
+  data: int = -1
+  fsdp: int = 1
+  tensor: int = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+  model: ModelConfig = ModelConfig()
+  data: DataConfig = DataConfig()
+  train: TrainConfig = TrainConfig()
+  mesh: MeshConfig = MeshConfig()
+  name: str = "run"
+
+  def __post_init__(self):
+    if self.train.seq_len > self.model.max_len:
+      raise _err("train.seq_len", self.train.seq_len,
+                 f"<= model.max_len={self.model.max_len}")
+
+  @classmethod
+  def from_dict(cls, d: dict) -> "Config":
+    d = dict(d)
+    parts = {}
+    for name, sub in (("model", ModelConfig), ("data", DataConfig), ("train", TrainConfig),
+                      ("mesh", MeshConfig)):
+      vals = dict(d.pop(name, {}) or {})
+      known = {f.name for f in dataclasses.fields(sub)}
+      unknown = sorted(set(vals) - known)
+      if unknown:
+        raise ValueError(f"unknown config keys in '{name}': {unknown}; known: {sorted(known)}")
+      parts[name] = sub(**vals)
+    unknown = sorted(set(d) - {"name"})
+    if unknown:
+      raise ValueError(f"unknown top-level config keys: {unknown}")
+    return cls(**parts, **d)
+
+  def to_dict(self) -> dict:
+    return json.loads(json.dumps(dataclasses.asdict(self)))
+
+  def replace(self, **sections) -> "Config":
+    return dataclasses.replace(self, **sections)

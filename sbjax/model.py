@@ -1,0 +1,318 @@
+"""A functional decoder-only transformer (GPT-NeoX/Pythia and GPT-Neo styles).
+
+Parameters are a plain pytree (nested dicts of arrays) and the forward is a pure
+function, so it composes with ``jax.vmap`` over stacked checkpoints::
+
+    model = Model(cfg)
+    params = model.init(jax.random.key(0))
+    logits_BxLxV = model.apply(params, tokens_BxL)
+    jax.vmap(model.apply, in_axes=(0, None))(stacked_params, tokens_BxL)
+
+Parameter layout (``scan_layers=False``; with scan the blocks are stacked under
+``blocks`` with a leading layer axis, see ``stack_blocks``/``unstack_blocks``)::
+
+    embed                          V×D
+    pos_embed                      max_len×D        (pos="learned")
+    block_i/ln1/{scale,bias}       D
+    block_i/attn/{q,k,v}_kernel    D×H×Dh; {q,k,v}_bias H×Dh (only if qkv_bias)
+    block_i/attn/o_kernel          H×Dh×D; o_bias D
+    block_i/ln2/{scale,bias}       D
+    block_i/mlp/fc_in_kernel D×F, fc_in_bias F, fc_out_kernel F×D, fc_out_bias D
+    ln_f/{scale,bias}              D
+    head/...                   see sbjax.heads
+
+Intermediates (``collect=``) for analysis, each stacked over layers as L×B×T×D:
+``resid`` (residual stream after each block), ``attn`` (each block's attention
+output), ``mlp`` (each block's MLP output), ``ov`` (the OV circuit
+Σ_h (x W_V,h + b_V,h) W_O,h of the block's normalised input, no attention
+weighting; Diehl Martinez et al. 2024), and ``h`` (final-norm features, B×T×D).
+With nothing requested ``apply`` returns only the scores and does no extra work.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from sbjax import heads as heads_lib
+from sbjax.config import ModelConfig
+
+COLLECTABLE = ("resid", "attn", "mlp", "ov", "h")
+
+
+def _dt(name):
+  return jnp.dtype(name)
+
+
+class LayerNorm(nn.Module):
+  """LayerNorm with bias, computed in float32, output in the compute dtype."""
+
+  cfg: ModelConfig
+
+  @nn.compact
+  def __call__(self, x):
+    c = self.cfg
+    scale = self.param("scale", nn.initializers.ones, (c.d_model,), _dt(c.param_dtype))
+    bias = self.param("bias", nn.initializers.zeros, (c.d_model,), _dt(c.param_dtype))
+    x32 = x.astype(jnp.float32)
+    mean = x32.mean(-1, keepdims=True)
+    var = jnp.square(x32 - mean).mean(-1, keepdims=True)
+    y = (x32 - mean) * jax.lax.rsqrt(var + c.ln_eps)
+    y = y * scale.astype(jnp.float32) + bias.astype(jnp.float32)
+    return y.astype(_dt(c.dtype))
+
+
+def rotary(x_BxTxHxK, positions_T, rotary_dim: int, base: float):
+  """GPT-NeoX rotary embedding on the first ``rotary_dim`` dims of each head (rotate_half)."""
+  if rotary_dim == 0:
+    return x_BxTxHxK
+  inv_freq = 1.0 / (base ** (jnp.arange(0, rotary_dim, 2, dtype=jnp.float32) / rotary_dim))
+  freqs = positions_T.astype(jnp.float32)[:, None] * inv_freq[None, :]
+  emb = jnp.concatenate([freqs, freqs], axis=-1)  # T×rot
+  cos, sin = jnp.cos(emb)[None, :, None, :], jnp.sin(emb)[None, :, None, :]
+  x_rot = x_BxTxHxK[..., :rotary_dim].astype(jnp.float32)
+  x_pass = x_BxTxHxK[..., rotary_dim:]
+  half = rotary_dim // 2
+  rotated = jnp.concatenate([-x_rot[..., half:], x_rot[..., :half]], axis=-1)
+  out = (x_rot * cos + rotated * sin).astype(x_BxTxHxK.dtype)
+  return jnp.concatenate([out, x_pass], axis=-1)
+
+
+def attention_reference(q, k, v, *, scale: float, window: int | None):
+  """Plain einsum causal attention (float32 softmax), the reference for tests."""
+  t = q.shape[1]
+  s = jnp.einsum("bqhk,bshk->bhqs", q.astype(jnp.float32), k.astype(jnp.float32)) * scale
+  i = jnp.arange(t)[:, None]
+  j = jnp.arange(t)[None, :]
+  mask = j <= i
+  if window is not None:
+    mask = mask & (i - j < window)
+  s = jnp.where(mask[None, None], s, jnp.finfo(jnp.float32).min)
+  p = jax.nn.softmax(s, axis=-1)
+  return jnp.einsum("bhqs,bshk->bqhk", p, v.astype(jnp.float32)).astype(q.dtype)
+
+
+class Attention(nn.Module):
+  cfg: ModelConfig
+  local: bool = False
+
+  @nn.compact
+  def __call__(self, x_BxTxD, positions_T, want_ov: bool = False):
+    c = self.cfg
+    pd, dt = _dt(c.param_dtype), _dt(c.dtype)
+    h, k = c.n_heads, c.head_dim
+    init = nn.initializers.normal(c.init_std)
+    out_init = nn.initializers.normal(c.init_std / math.sqrt(2 * c.n_layers))
+
+    def proj(name):
+      w = self.param(f"{name}_kernel", init, (c.d_model, h, k), pd)
+      y = jnp.einsum("btd,dhk->bthk", x_BxTxD, w.astype(dt))
+      if c.qkv_bias:
+        y = y + self.param(f"{name}_bias", nn.initializers.zeros, (h, k), pd).astype(dt)
+      return y
+
+    q, kk, v = proj("q"), proj("k"), proj("v")
+    q = rotary(q, positions_T, c.rotary_dim, c.rotary_base)
+    kk = rotary(kk, positions_T, c.rotary_dim, c.rotary_base)
+    scale = 1.0 / math.sqrt(k) if c.attn_scale else 1.0
+    window = (c.window_size - 1, 0) if self.local else None
+    if c.param_dtype == "float64" or c.dtype == "float64":
+      ctx = attention_reference(q, kk, v, scale=scale, window=c.window_size if self.local else None)
+    else:
+      ctx = jax.nn.dot_product_attention(q, kk, v, scale=scale, is_causal=True,
+                                         local_window_size=window)
+    wo = self.param("o_kernel", out_init, (h, k, c.d_model), pd).astype(dt)
+    bo = self.param("o_bias", nn.initializers.zeros, (c.d_model,), pd).astype(dt)
+    out = jnp.einsum("bthk,hkd->btd", ctx, wo) + bo
+    ov = jnp.einsum("bthk,hkd->btd", v, wo) if want_ov else None
+    return out, ov
+
+
+class MLP(nn.Module):
+  cfg: ModelConfig
+
+  @nn.compact
+  def __call__(self, x):
+    c = self.cfg
+    pd, dt = _dt(c.param_dtype), _dt(c.dtype)
+    init = nn.initializers.normal(c.init_std)
+    out_init = nn.initializers.normal(c.init_std / math.sqrt(2 * c.n_layers))
+    w1 = self.param("fc_in_kernel", init, (c.d_model, c.ff_dim), pd).astype(dt)
+    b1 = self.param("fc_in_bias", nn.initializers.zeros, (c.ff_dim,), pd).astype(dt)
+    w2 = self.param("fc_out_kernel", out_init, (c.ff_dim, c.d_model), pd).astype(dt)
+    b2 = self.param("fc_out_bias", nn.initializers.zeros, (c.d_model,), pd).astype(dt)
+    y = jax.nn.gelu(x @ w1 + b1, approximate=(c.gelu == "tanh"))
+    return y @ w2 + b2
+
+
+class Block(nn.Module):
+  cfg: ModelConfig
+  local: bool = False
+  collect: tuple = ()
+
+  @nn.compact
+  def __call__(self, x, positions_T):
+    c = self.cfg
+    want_ov = "ov" in self.collect
+    a_in = LayerNorm(c, name="ln1")(x)
+    attn_out, ov = Attention(c, self.local, name="attn")(a_in, positions_T, want_ov)
+    if c.parallel_residual:
+      mlp_out = MLP(c, name="mlp")(LayerNorm(c, name="ln2")(x))
+      x = x + attn_out + mlp_out
+    else:
+      x = x + attn_out
+      mlp_out = MLP(c, name="mlp")(LayerNorm(c, name="ln2")(x))
+      x = x + mlp_out
+    extras = {}
+    if "resid" in self.collect:
+      extras["resid"] = x
+    if "attn" in self.collect:
+      extras["attn"] = attn_out
+    if "mlp" in self.collect:
+      extras["mlp"] = mlp_out
+    if want_ov:
+      extras["ov"] = ov
+    return x, extras
+
+
+def _remat(cls, cfg: ModelConfig):
+  if cfg.remat == "none":
+    return cls
+  policy = jax.checkpoint_policies.dots_saveable if cfg.remat == "dots" else None
+  return nn.remat(cls, policy=policy, prevent_cse=not cfg.scan_layers)
+
+
+class Transformer(nn.Module):
+  """The linen module behind ``Model``; use ``Model`` for the functional API."""
+
+  cfg: ModelConfig
+  collect: tuple = ()
+
+  @nn.compact
+  def __call__(self, tokens_BxT, embeds_BxTxD=None):
+    c = self.cfg
+    t = tokens_BxT.shape[1]
+    if t > c.max_len:
+      raise ValueError(f"sequence length {t} exceeds model.max_len={c.max_len}; "
+                       "use shorter sequences or a larger model.max_len")
+    pd, dt = _dt(c.param_dtype), _dt(c.dtype)
+    emb = self.param("embed", nn.initializers.normal(c.init_std), (c.vocab_size, c.d_model), pd)
+    if embeds_BxTxD is None:
+      x = jnp.take(emb, tokens_BxT, axis=0).astype(dt)
+    else:  # given input embeddings (as HF's inputs_embeds), e.g. for gradients w.r.t. inputs
+      x = embeds_BxTxD.astype(dt)
+    positions = jnp.arange(t)
+    if c.pos == "learned":
+      pe = self.param("pos_embed", nn.initializers.normal(c.init_std), (c.max_len, c.d_model), pd)
+      x = x + pe[:t].astype(dt)[None]
+    block_collect = tuple(k for k in self.collect if k != "h")
+    kinds = c.layer_kinds()
+    extras_list = []
+    if c.scan_layers:
+      body = _remat(Block, c)
+      scanned = nn.scan(body, variable_axes={"params": 0}, split_rngs={"params": True},
+                        in_axes=nn.broadcast, length=c.n_layers)
+      x, extras = scanned(c, kinds[0] == "local", block_collect, name="blocks")(x, positions)
+    else:
+      body = _remat(Block, c)
+      for i in range(c.n_layers):
+        x, e = body(c, kinds[i] == "local", block_collect, name=f"block_{i}")(x, positions)
+        extras_list.append(e)
+      extras = {k: jnp.stack([e[k] for e in extras_list]) for k in block_collect}
+    h = LayerNorm(c, name="ln_f")(x)
+    head = heads_lib.make_head(c)
+    if head is None:
+      scores = jnp.einsum("btd,vd->btv", h, emb.astype(dt))
+    else:
+      scores = head(h)
+    if "h" in self.collect:
+      extras["h"] = h
+    return scores.astype(jnp.float32), extras
+
+
+class Model:
+  """Functional wrapper: plain-pytree params, pure ``apply``; vmappable over params."""
+
+  def __init__(self, cfg: ModelConfig):
+    self.cfg = cfg
+
+  def init(self, rng, batch_size: int = 1, seq_len: int | None = None):
+    if self.cfg.vocab_size < 1:
+      raise ValueError("model.vocab_size=0 must be resolved from the data before init "
+                       "(sbjax.train.resolve_vocab), or set explicitly")
+    t = min(seq_len or self.cfg.max_len, self.cfg.max_len)
+    tokens = jnp.zeros((batch_size, t), jnp.int32)
+    variables = Transformer(self.cfg).init(rng, tokens)
+    return jax.tree.map(lambda x: x, dict(variables["params"]))
+
+  def abstract_params(self, seq_len: int = 8):
+    return jax.eval_shape(lambda k: self.init(k, 1, seq_len), jax.random.key(0))
+
+  def apply(self, params, tokens_BxT, collect: Sequence[str] = (), embeds_BxTxD=None):
+    """Scores (float32 logits, or log-probs for a mos head); with ``collect``, also a dict.
+
+    ``embeds_BxTxD`` replaces the token-embedding lookup (positions are still added)."""
+    collect = tuple(collect)
+    bad = [k for k in collect if k not in COLLECTABLE]
+    if bad:
+      raise ValueError(f"unknown intermediates {bad}; allowed: {COLLECTABLE}")
+    scores, extras = Transformer(self.cfg, collect).apply({"params": params}, tokens_BxT,
+                                                          embeds_BxTxD)
+    return (scores, extras) if collect else scores
+
+  def log_probs(self, params, tokens_BxT):
+    return jax.nn.log_softmax(self.apply(params, tokens_BxT), axis=-1)
+
+  def loss(self, params, batch_BxT1):
+    """Mean next-token cross-entropy (float32) and accuracy on a packed batch of T+1 tokens."""
+    inputs, targets = batch_BxT1[:, :-1], batch_BxT1[:, 1:]
+    logp = jax.nn.log_softmax(self.apply(params, inputs), axis=-1)
+    nll = -jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
+    acc = (jnp.argmax(logp, -1) == targets).astype(jnp.float32)
+    return nll.mean(), {"loss": nll.mean(), "acc": acc.mean()}
+
+  def head_matrix(self, params):
+    return heads_lib.head_matrix(params, self.cfg)
+
+  def param_count(self, params=None) -> int:
+    params = params if params is not None else self.abstract_params()
+    return int(sum(math.prod(x.shape) for x in jax.tree.leaves(params)))
+
+
+def stack_blocks(params, n_layers: int):
+  """Unrolled layout (block_0..block_{L-1}) -> scan layout (blocks with a leading L axis)."""
+  out = {k: v for k, v in params.items() if not k.startswith("block_")}
+  out["blocks"] = jax.tree.map(lambda *xs: jnp.stack(xs),
+                               *[params[f"block_{i}"] for i in range(n_layers)])
+  return out
+
+
+def unstack_blocks(params, n_layers: int):
+  """Scan layout -> unrolled layout."""
+  out = {k: v for k, v in params.items() if k != "blocks"}
+  for i in range(n_layers):
+    out[f"block_{i}"] = jax.tree.map(lambda x: x[i], params["blocks"])
+  return out
+
+
+def non_embedding_params(cfg: ModelConfig) -> int:
+  """Parameters excluding embeddings and head (the N of Kaplan-style scaling fits)."""
+  d, f, l = cfg.d_model, cfg.ff_dim, cfg.n_layers
+  qkv_bias = 3 * d if cfg.qkv_bias else 0
+  per_layer = 4 * d + 3 * d * d + qkv_bias + d * d + d + d * f + f + f * d + d
+  return l * per_layer + 2 * d
+
+
+def flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
+  """Training FLOPs per token: 6·N (matmul params incl. head) + 12·L·T·D attention (fwd+bwd)."""
+  v, d = cfg.vocab_size, cfg.d_model
+  n_mat = cfg.n_layers * (4 * d * d + 2 * d * cfg.ff_dim) + heads_lib.head_param_count(cfg)
+  if cfg.head == "tied":
+    n_mat += v * d
+  attn = 12 * cfg.n_layers * seq_len * d / 2  # causal: half the score matrix
+  return 6.0 * n_mat + attn

@@ -1,0 +1,161 @@
+"""Named configurations, and the absl ``--config`` flag that selects them.
+
+``--config`` takes one of:
+- a preset name (``tiny``, ``planted``, ``pythia-14m`` … ``pythia-410m``,
+  GPT-Neo TinyStories-like grids ``neo-L<layers>-d<width>``), see ``PRESETS``;
+- a JSON file (e.g. a run's ``config.json``): data, never executed;
+- an ml_collections ``.py`` config file (``get_config()``) that the user chose to run.
+
+Any field can then be overridden with ``--config.section.key=value``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from pathlib import Path
+
+import ml_collections
+from absl import flags
+from ml_collections.config_flags import config_flags
+
+from sbjax.config import Config, DataConfig, MeshConfig, ModelConfig, TrainConfig
+
+
+def _base() -> dict:
+  return {
+      "model": dataclasses.asdict(ModelConfig()),
+      "data": dataclasses.asdict(DataConfig()),
+      "train": dataclasses.asdict(TrainConfig()),
+      "mesh": dataclasses.asdict(MeshConfig()),
+      "name": "run",
+  }
+
+
+def _merge(d: dict, **sections) -> dict:
+  for k, v in sections.items():
+    if isinstance(v, dict):
+      d[k].update(v)
+    else:
+      d[k] = v
+  return d
+
+
+def tiny() -> dict:
+  """For tests: a 2-layer d=32 model on a small planted language; 50 steps in seconds."""
+  return _merge(
+      _base(), name="tiny",
+      model=dict(vocab_size=0, d_model=32, n_layers=2, n_heads=2, max_len=64),
+      data=dict(source="planted", planted_vocab=64, planted_rank=4, planted_train_tokens=200_000,
+                planted_val_tokens=8192),
+      train=dict(steps=50, batch_size=8, seq_len=32, lr=3e-3, warmup_steps=5, eval_every=25,
+                 eval_batches=2, log_every=5, ckpt_every=25))
+
+
+def planted() -> dict:
+  """The planted-rank language (V=256, k=8) with a d=64 model: the main experiment's base."""
+  return _merge(
+      _base(), name="planted",
+      model=dict(vocab_size=0, d_model=64, n_layers=2, n_heads=4, max_len=128),
+      data=dict(source="planted", planted_vocab=256, planted_rank=8, planted_alpha=4.0,
+                planted_train_tokens=2_000_000, planted_val_tokens=65_536),
+      train=dict(steps=600, batch_size=32, seq_len=64, lr=3e-3, warmup_steps=50, eval_every=200,
+                 eval_batches=8, log_every=50, ckpt_every=200))
+
+
+PYTHIA = {  # name: (d_model, n_layers, n_heads)
+    "pythia-14m": (128, 6, 4),
+    "pythia-31m": (256, 6, 8),
+    "pythia-70m": (512, 6, 8),
+    "pythia-160m": (768, 12, 12),
+    "pythia-410m": (1024, 24, 16),
+}
+
+
+def pythia(name: str) -> dict:
+  """Pythia (GPT-NeoX) shapes: parallel residual, rotary 25%, untied head, V=50304."""
+  d, n_layers, n_heads = PYTHIA[name]
+  return _merge(
+      _base(), name=name,
+      model=dict(vocab_size=50304, d_model=d, n_layers=n_layers, n_heads=n_heads, max_len=2048,
+                 pos="rotary", rotary_pct=0.25, parallel_residual=True, gelu="exact",
+                 head="dense"),
+      data=dict(source="planted", planted_vocab=4096, planted_rank=64),
+      train=dict(steps=143_000, batch_size=1024, seq_len=2048, lr=1e-3, warmup_steps=1430,
+                 eval_every=1000, ckpt_every=1000, log_every=10))
+
+
+def neo(n_layers: int, d: int) -> dict:
+  """GPT-Neo TinyStories-like (Eldan & Li): learned positions, sequential residual,
+  alternating global/local attention (window 256), tied head, gelu_new."""
+  n_heads = max(1, d // 64) if d >= 64 else 1
+  return _merge(
+      _base(), name=f"neo-L{n_layers}-d{d}",
+      model=dict(vocab_size=50257, d_model=d, n_layers=n_layers, n_heads=n_heads, max_len=2048,
+                 pos="learned", parallel_residual=False, gelu="tanh", qkv_bias=False,
+                 attn_scale=False, head="tied", window_size=256,
+                 attention_layers=tuple("global" if i % 2 == 0 else "local"
+                                        for i in range(n_layers))),
+      data=dict(source="planted", planted_vocab=4096, planted_rank=64),
+      train=dict(steps=10_000, batch_size=64, seq_len=512, lr=1e-3, warmup_steps=500))
+
+
+PRESETS = {"tiny": tiny, "planted": planted, **{k: (lambda k=k: pythia(k)) for k in PYTHIA}}
+NEO_RE = re.compile(r"^neo-L(\d+)-d(\d+)$")
+
+
+def get_preset(name: str) -> dict:
+  if name in PRESETS:
+    return PRESETS[name]()
+  m = NEO_RE.match(name)
+  if m:
+    return neo(int(m.group(1)), int(m.group(2)))
+  raise ValueError(f"unknown preset {name!r}; known: {sorted(PRESETS)} and neo-L<layers>-d<width>"
+                   " (e.g. neo-L2-d128), or a path to a .json / .py config file")
+
+
+def to_configdict(d: dict) -> ml_collections.ConfigDict:
+  d = json.loads(json.dumps(d))  # tuples -> lists, a plain JSON-able copy
+  return ml_collections.ConfigDict(d)
+
+
+def load(spec: str) -> ml_collections.ConfigDict:
+  """A ConfigDict from a preset name or a JSON file (with all defaults filled in)."""
+  if spec.endswith(".json"):
+    path = Path(spec)
+    if not path.exists():
+      raise ValueError(f"config file {spec} does not exist")
+    d = _base()
+    for k, v in json.loads(path.read_text()).items():
+      if isinstance(v, dict) and k in d:
+        d[k].update(v)
+      else:
+        d[k] = v
+    return to_configdict(d)
+  return to_configdict(get_preset(spec))
+
+
+def build(cd) -> Config:
+  """A validated Config from a ConfigDict (or dict)."""
+  d = cd.to_dict() if hasattr(cd, "to_dict") else dict(cd)
+  return Config.from_dict(d)
+
+
+class _PresetParser(config_flags.ConfigFileFlagParser):
+  def parse(self, path):
+    if isinstance(path, ml_collections.ConfigDict):
+      return path
+    if path.endswith(".py") or ".py:" in path:
+      return super().parse(path)
+    return load(path)
+
+
+def DEFINE_config(name: str = "config", default: str = "tiny",  # noqa: N802 - absl style
+                  help_string: str = "a preset name, a .json config, or an ml_collections .py "
+                                     "file; override fields with --config.section.key=value"):
+  flag = config_flags._ConfigFlag(  # pylint: disable=protected-access
+      parser=_PresetParser(name=name, lock_config=True),
+      serializer=flags.ArgumentSerializer(), name=name, default=default,
+      help_string=help_string, flag_values=flags.FLAGS)
+  return flags.DEFINE_flag(flag, flags.FLAGS)
