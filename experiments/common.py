@@ -30,6 +30,15 @@ def maybe_initialize_distributed():
   import jax  # noqa: PLC0415 - must be the first JAX use
 
   if _COORD.value:
+    if _NPROC.value is None or _PID.value is None:
+      raise ValueError("--coordinator_address needs --num_processes and --process_id "
+                       f"(got num_processes={_NPROC.value}, process_id={_PID.value})")
+    if not 0 <= _PID.value < _NPROC.value:
+      raise ValueError(f"--process_id={_PID.value} must be in [0, --num_processes={_NPROC.value})")
+    # CPU processes (tests, local multi-process runs) need cross-process CPU collectives;
+    # gloo is the default in recent JAX, set it explicitly where the option is still "none".
+    if jax.config.values.get("jax_cpu_collectives_implementation") in (None, "none"):
+      jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(coordinator_address=_COORD.value, num_processes=_NPROC.value,
                                process_id=_PID.value)
   elif _DIST.value == "on" or os.environ.get("TPU_WORKER_HOSTNAMES", "").count(",") > 0:
@@ -40,6 +49,9 @@ def run(main):
   """app.run with one clear error line for user mistakes (SBJAX_DEBUG=1 shows tracebacks)."""
 
   def wrapped(argv):
+    from absl import logging as absl_logging  # orbax logs every save at INFO through absl
+
+    absl_logging.set_verbosity(absl_logging.WARNING)
     try:
       return main(argv)
     except (ValueError, FileNotFoundError, OSError, RuntimeError) as e:

@@ -7,6 +7,11 @@ ml_collections .py file; ``--config.section.key=value`` overrides any field.
 Rerunning the same command on an existing workdir continues from its latest
 checkpoint. WORKDIR receives config.json, metrics.jsonl, checkpoints/ and the
 tokenizer where one was trained.
+
+``--population=N`` (optionally ``--population_lrs=a,b,..`` / ``--population_seeds=..``)
+trains N members in one vmapped step into WORKDIR/member_<i> (sbjax/population.py).
+Multi-process: ``--coordinator_address=host:port --num_processes=N --process_id=i``
+(on TPU VMs jax.distributed is initialised from the environment).
 """
 
 from __future__ import annotations
@@ -23,6 +28,11 @@ from sbjax import presets
 CONFIG = presets.DEFINE_config("config", default="tiny")
 WORKDIR = flags.DEFINE_string("workdir", None, "run directory (created if missing)", required=True)
 STOP_AFTER = flags.DEFINE_integer("stop_after", None, "stop at this step (the run can be resumed)")
+POPULATION = flags.DEFINE_integer(
+    "population", 0, "train N models differing in seed (train.seed + i) in one vmapped jit step; "
+    "each member is a normal workdir WORKDIR/member_<i> (see sbjax/population.py)")
+POP_LRS = flags.DEFINE_list("population_lrs", None, "per-member peak learning rates (N values)")
+POP_SEEDS = flags.DEFINE_list("population_seeds", None, "per-member init seeds (N values)")
 common.define_distributed_flags()
 
 
@@ -32,6 +42,19 @@ def main(argv):
   from sbjax import train as train_lib  # after jax.distributed.initialize
 
   cfg = presets.build(CONFIG.value)
+  if POPULATION.value or POP_LRS.value or POP_SEEDS.value:
+    from sbjax import population  # noqa: PLC0415
+
+    try:
+      lrs = [float(x) for x in POP_LRS.value] if POP_LRS.value else None
+      seeds = [int(x) for x in POP_SEEDS.value] if POP_SEEDS.value else None
+    except ValueError as e:
+      raise ValueError(f"--population_lrs / --population_seeds: {e}") from None
+    summaries = population.train_population(cfg, WORKDIR.value, n=POPULATION.value or None,
+                                            seeds=seeds, lrs=lrs, stop_after=STOP_AFTER.value)
+    for summary in summaries:
+      print(json.dumps(summary))
+    return
   summary = train_lib.train(cfg, WORKDIR.value, stop_after=STOP_AFTER.value)
   print(json.dumps(summary))
 

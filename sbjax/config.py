@@ -150,6 +150,7 @@ class DataConfig:
   tokenizer_type: str = "unigram"  # unigram | bpe
   vocab_size: int = 1024  # tokenizer vocab (text/tfds)
   val_fraction: float = 0.1  # fraction of documents in the validation split
+  max_docs: int = 0  # source=tfds: read at most this many documents per split (0 = all)
   # planted-rank language
   planted_vocab: int = 256
   planted_rank: int = 8
@@ -214,7 +215,7 @@ class TrainConfig:
   init_from: str = ""  # a workdir whose latest (or init_step) params initialise the trunk
   init_step: int = -1
   skip_nonfinite_steps: int = 0
-  nan_at_step: int = -1  # test hook: inject an infinite learning rate at this step
+  nan_at_step: int = -1  # test hook: make the gradients infinite at this step (a bad batch)
 
   def __post_init__(self):
     for f in ("steps", "batch_size", "seq_len", "grad_accum", "eval_every", "log_every",

@@ -40,6 +40,7 @@ import jax
 import jax.numpy as jnp
 
 from sbjax import heads as heads_lib
+from sbjax import sharding
 from sbjax.config import ModelConfig
 
 COLLECTABLE = ("resid", "attn", "mlp", "ov", "h")
@@ -203,7 +204,7 @@ class Transformer(nn.Module):
     pd, dt = _dt(c.param_dtype), _dt(c.dtype)
     emb = self.param("embed", nn.initializers.normal(c.init_std), (c.vocab_size, c.d_model), pd)
     if embeds_BxTxD is None:
-      x = jnp.take(emb, tokens_BxT, axis=0).astype(dt)
+      x = sharding.embed_lookup(emb, tokens_BxT).astype(dt)  # = jnp.take, mesh-aware
     else:  # given input embeddings (as HF's inputs_embeds), e.g. for gradients w.r.t. inputs
       x = embeds_BxTxD.astype(dt)
     positions = jnp.arange(t)

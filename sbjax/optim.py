@@ -11,7 +11,6 @@ for a tied head) are trained; every other update is exactly zero.
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 import optax
 
 from sbjax.config import ModelConfig, TrainConfig
@@ -19,16 +18,9 @@ from sbjax.config import ModelConfig, TrainConfig
 
 def lr_schedule(tc: TrainConfig):
   warm = min(tc.warmup_steps, max(tc.steps - 1, 0))
-  base = optax.warmup_cosine_decay_schedule(
+  return optax.warmup_cosine_decay_schedule(
       init_value=0.0, peak_value=tc.lr, warmup_steps=warm,
       decay_steps=max(tc.steps, warm + 1), end_value=tc.lr * tc.min_lr_ratio)
-  if tc.nan_at_step < 0:
-    return base
-
-  def with_fault(step):  # test hook: an infinite learning rate at one step
-    return jnp.where(step == tc.nan_at_step, jnp.inf, base(step))
-
-  return with_fault
 
 
 def decay_mask(params):

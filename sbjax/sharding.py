@@ -1,21 +1,34 @@
 """The device mesh and every PartitionSpec, in one place.
 
 Mesh axes: ``data`` (pure data parallel), ``fsdp`` (data parallel + parameter
-sharding) and ``tensor`` (vocabulary / heads / MLP hidden). Rules:
+sharding) and ``tensor`` (vocabulary / heads / MLP hidden). Sizes come from
+``MeshConfig``; one of them may be -1 (fill with the remaining devices). Rules:
 
-- embedding and head matrices (V×D): vocab on ``tensor``, D on ``fsdp``;
-  low-rank A (V×r): vocab on ``tensor``; B (r×D): D on ``fsdp``;
-  mos: the shared V×D matrix as the dense head, projections D on ``fsdp``;
+- embedding and dense/mos head matrices (V×D): vocab on ``tensor``, D on ``fsdp``;
+- low-rank head A (V×r): vocab on ``tensor``, r on ``fsdp``; B (r×D): D on ``fsdp``
+  (the B×T×r bottleneck activation is tiny; the V-sized logits stay vocab-sharded);
+- mos: the shared V×D matrix as the dense head; prior P (D×M) and projections
+  U (D×M×D) have their input D on ``fsdp``;
+- learned positions (max_len×D): D on ``fsdp``;
 - attention q/k/v (D×H×Dh): D on ``fsdp``, heads on ``tensor``; o (H×Dh×D): heads
   on ``tensor``, D on ``fsdp``;
 - MLP fc_in (D×F): D on ``fsdp``, F on ``tensor``; fc_out (F×D): the transpose;
-- vectors (biases, norms) are replicated;
-- the batch shards over ``data`` × ``fsdp``;
-- the optimizer state follows the parameters (same tree paths inside optax states).
+- vectors (biases, norms) and scalars are replicated;
+- scanned layers (``blocks``) get a leading unsharded layer axis; a population
+  (``sbjax.population``) gets a leading unsharded member axis (``leading=1``);
+- the batch (B×T) shards over ``data`` × ``fsdp``; eval/train metrics are replicated;
+- the optimizer state follows the parameters (same trailing tree paths inside optax
+  states, e.g. ``.../mu/block_0/attn/q_kernel``).
 
-A dimension that does not divide its axis size is left unsharded on that axis,
-except the vocabulary: ``check_divisible`` refuses a vocab that the ``tensor``
-axis does not divide, with the padded size to use.
+Activations: one constraint is needed, at the embedding lookup (``embed_lookup``,
+used by ``sbjax.model``): the table is gathered over ``fsdp`` and the residual stream
+constrained batch-sharded; from there XLA's sharding propagation gives batch-sharded
+activations and vocab-sharded logits (``activation_spec`` names these layouts).
+
+A parameter dimension that does not divide its axis size is left unsharded on
+that axis (it is replicated instead), except the vocabulary: ``check_divisible``
+refuses a vocab that the ``tensor`` axis does not divide, with the padded size to
+use, and a global batch that ``data × fsdp`` (× grad_accum) does not divide.
 """
 
 from __future__ import annotations
@@ -32,9 +45,13 @@ AXES = ("data", "fsdp", "tensor")
 BATCH_AXES = ("data", "fsdp")
 
 
+# ----------------------------------------------------------------------------- mesh
+
+
 def mesh_shape(mc: MeshConfig, n_devices: int) -> tuple[int, int, int]:
+  """(data, fsdp, tensor) sizes for ``n_devices``; one -1 fills. Clear errors otherwise."""
   sizes = [mc.data, mc.fsdp, mc.tensor]
-  if any(s == 0 or s < -1 for s in sizes):
+  if any(not isinstance(s, int) or s == 0 or s < -1 for s in sizes):
     raise ValueError(f"invalid mesh (data, fsdp, tensor)={tuple(sizes)}: sizes are >= 1 or -1")
   if sizes.count(-1) > 1:
     raise ValueError(f"invalid mesh (data, fsdp, tensor)={tuple(sizes)}: at most one -1")
@@ -42,7 +59,8 @@ def mesh_shape(mc: MeshConfig, n_devices: int) -> tuple[int, int, int]:
   if -1 in sizes:
     if n_devices % known:
       raise ValueError(f"mesh (data, fsdp, tensor)={tuple(sizes)} does not divide the "
-                       f"{n_devices} devices; choose sizes whose product divides {n_devices}")
+                       f"{n_devices} devices: {known} does not divide {n_devices}; choose sizes "
+                       f"whose product divides {n_devices}")
     sizes[sizes.index(-1)] = n_devices // known
   if math.prod(sizes) != n_devices:
     raise ValueError(f"mesh (data, fsdp, tensor)={tuple(sizes)} needs {math.prod(sizes)} devices "
@@ -52,6 +70,7 @@ def mesh_shape(mc: MeshConfig, n_devices: int) -> tuple[int, int, int]:
 
 
 def make_mesh(mc: MeshConfig = MeshConfig(), devices=None) -> jax.sharding.Mesh:
+  """A (data, fsdp, tensor) mesh over ``devices`` (default: all devices of all processes)."""
   devices = list(devices) if devices is not None else jax.devices()
   shape = mesh_shape(mc, len(devices))
   return jax.make_mesh(shape, AXES, axis_types=(AxisType.Auto,) * 3, devices=devices)
@@ -61,34 +80,45 @@ def data_parallel_size(mesh) -> int:
   return mesh.shape["data"] * mesh.shape["fsdp"]
 
 
-def check_divisible(cfg: ModelConfig, mesh, global_batch: int, grad_accum: int = 1):
+def check_divisible(cfg: ModelConfig, mesh, global_batch: int, grad_accum: int = 1,
+                    process_count: int | None = None):
+  """Refuse shapes the mesh cannot shard: batch vs data×fsdp, vocab vs tensor, and (with
+  several processes) a data-parallel size that the process count does not divide."""
   dp = data_parallel_size(mesh)
   if global_batch % (dp * grad_accum):
     raise ValueError(f"global batch {global_batch} is not divisible by the data-parallel size "
                      f"data*fsdp={dp} (times grad_accum={grad_accum}); use a batch that is a "
-                     f"multiple of {dp * grad_accum}")
+                     f"multiple of {dp * grad_accum} (--config.train.batch_size)")
   t = mesh.shape["tensor"]
   if cfg.vocab_size % t:
     padded = -(-cfg.vocab_size // t) * t
     raise ValueError(f"model.vocab_size={cfg.vocab_size} is not divisible by the tensor axis "
                      f"size {t}; pad the vocabulary to {padded} (--config.model.vocab_size={padded})"
                      " or use a tensor axis that divides it")
+  n_proc = jax.process_count() if process_count is None else process_count
+  if n_proc > 1 and dp % n_proc:
+    raise ValueError(f"the data-parallel size data*fsdp={dp} is not a multiple of the "
+                     f"{n_proc} processes; each process feeds its own slice of the batch, so "
+                     f"make data*fsdp a multiple of {n_proc} (e.g. --config.mesh.data=-1)")
+
+
+# ----------------------------------------------------------------------------- parameters
 
 
 def _spec_for(path: tuple[str, ...], ndim: int) -> tuple:
   name = path[-1]
   parent = path[-2] if len(path) > 1 else ""
-  if name in ("embed", "w") or (parent == "head" and name == "a"):
-    if name == "a":
-      return ("tensor", None)
+  if name == "embed" or (parent == "head" and name == "w"):
     return ("tensor", "fsdp")
-  if parent == "head" and name == "b":
+  if parent == "head" and name == "a":  # lowrank V×r
+    return ("tensor", "fsdp")
+  if parent == "head" and name == "b":  # lowrank r×D
     return (None, "fsdp")
   if name == "pos_embed":
     return (None, "fsdp")
   if name == "proj_w":  # mos D×M×D
     return ("fsdp", None, None)
-  if name == "prior_w":
+  if name == "prior_w":  # mos D×M
     return ("fsdp", None)
   if name in ("q_kernel", "k_kernel", "v_kernel"):
     return ("fsdp", "tensor", None)
@@ -111,15 +141,18 @@ def _path_names(path) -> tuple[str, ...]:
   return tuple(out)
 
 
-def param_spec(path, leaf, mesh) -> P:
-  """PartitionSpec of one parameter leaf (tree path from jax.tree_util)."""
+def param_spec(path, leaf, mesh, leading: int = 0) -> P:
+  """PartitionSpec of one parameter leaf (tree path from jax.tree_util).
+
+  ``leading``: number of extra unsharded leading axes (1 for a population's member axis)."""
   names = _path_names(path)
-  shape = getattr(leaf, "shape", ())
-  if not shape:
+  shape = tuple(getattr(leaf, "shape", ()))
+  if len(shape) <= leading:
     return P()
   scanned = "blocks" in names
-  base = _spec_for(names, len(shape) - int(scanned))
-  spec = ((None,) if scanned else ()) + tuple(base)
+  n_lead = leading + int(scanned)
+  base = _spec_for(names, max(len(shape) - n_lead, 0))
+  spec = (None,) * n_lead + tuple(base)
   spec = spec[: len(shape)] + (None,) * (len(shape) - len(spec))
   fixed = []
   for dim, ax in zip(shape, spec):
@@ -127,25 +160,94 @@ def param_spec(path, leaf, mesh) -> P:
   return P(*fixed)
 
 
-def tree_specs(tree, mesh):
+def tree_specs(tree, mesh, leading: int = 0):
   """PartitionSpecs for a params pytree, or any pytree containing params subtrees
   (optimizer states): leaves are matched by their trailing path names."""
-  return jax.tree_util.tree_map_with_path(lambda p, x: param_spec(p, x, mesh), tree)
+  return jax.tree_util.tree_map_with_path(lambda p, x: param_spec(p, x, mesh, leading), tree)
 
 
-def tree_shardings(tree, mesh):
-  return jax.tree.map(lambda s: NamedSharding(mesh, s), tree_specs(tree, mesh),
+def tree_shardings(tree, mesh, leading: int = 0):
+  return jax.tree.map(lambda s: NamedSharding(mesh, s), tree_specs(tree, mesh, leading),
                       is_leaf=lambda x: isinstance(x, P))
 
 
+def param_shardings(cfg: ModelConfig, mesh, seq_len: int = 8):
+  """NamedShardings of a model's parameters on ``mesh`` (e.g. the target of a restore:
+  ``checkpoint.load_params(workdir, shardings=param_shardings(cfg.model, mesh))``)."""
+  from sbjax.model import Model  # noqa: PLC0415 - keep this module import-light
+
+  return tree_shardings(Model(cfg).abstract_params(seq_len), mesh)
+
+
+# ----------------------------------------------------------------------------- batches
+
+
+def batch_spec() -> P:
+  return P(BATCH_AXES, None)
+
+
 def batch_sharding(mesh) -> NamedSharding:
-  return NamedSharding(mesh, P(BATCH_AXES, None))
+  return NamedSharding(mesh, batch_spec())
 
 
 def replicated(mesh) -> NamedSharding:
   return NamedSharding(mesh, P())
 
 
+def activation_spec(kind: str) -> P:
+  """Intended layouts of key activations: ``resid`` B×T×D, ``logits`` B×T×V."""
+  if kind == "resid":
+    return P(BATCH_AXES, None, None)
+  if kind == "logits":
+    return P(BATCH_AXES, None, "tensor")
+  raise ValueError(f"unknown activation kind {kind!r}; allowed: resid | logits")
+
+
+def constrain(x, kind: str):
+  """``with_sharding_constraint`` to ``activation_spec(kind)`` under the current mesh
+  (a no-op without one)."""
+  mesh = jax.sharding.get_abstract_mesh()
+  if mesh.empty or set(AXES) - set(mesh.axis_names):
+    return x
+  return jax.lax.with_sharding_constraint(x, _fit(activation_spec(kind), x.shape, mesh))
+
+
+def _fit(spec: P, shape, mesh) -> P:
+  """``spec`` with the axes of dimensions they do not divide dropped (e.g. init's batch of 1)."""
+  out = []
+  for dim, ax in zip(shape, tuple(spec) + (None,) * (len(shape) - len(spec))):
+    names = () if ax is None else (ax if isinstance(ax, tuple) else (ax,))
+    size = math.prod(mesh.shape[n] for n in names)
+    out.append(ax if dim % size == 0 else None)
+  return P(*out)
+
+
+def embed_lookup(table_VxD, tokens_BxT):
+  """``jnp.take(table, tokens, axis=0)`` for a (tensor, fsdp)-sharded table: under a mesh
+  the table is all-gathered over ``fsdp`` first (FSDP semantics) and the B×T×D result
+  constrained batch-sharded. Without these two constraints XLA's partitioner gathers a
+  D-sharded result and then has to replicate and re-partition the whole residual
+  stream ("Involuntary full rematerialization"). A no-op without a mesh."""
+  import jax.numpy as jnp  # noqa: PLC0415
+
+  mesh = jax.sharding.get_abstract_mesh()
+  if mesh.empty or set(AXES) - set(mesh.axis_names):
+    return jnp.take(table_VxD, tokens_BxT, axis=0)
+  table_VxD = jax.lax.with_sharding_constraint(table_VxD,
+                                               _fit(P("tensor", None), table_VxD.shape, mesh))
+  return constrain(jnp.take(table_VxD, tokens_BxT, axis=0), "resid")
+
+
 def global_batch(local_batch: np.ndarray, mesh) -> jax.Array:
-  """Assemble the global batch from this process's slice (multi-host safe)."""
-  return jax.make_array_from_process_local_data(batch_sharding(mesh), local_batch)
+  """Assemble the global batch from this process's slice (multi-host safe).
+
+  Each process passes the rows ``[p·B/P, (p+1)·B/P)`` of global batch B (what
+  ``Dataset.train_batch`` returns); the devices of process p must hold exactly those
+  rows, which ``make_mesh`` ensures when data×fsdp is a multiple of the process count
+  (``check_divisible``)."""
+  local_batch = np.asarray(local_batch)
+  n_proc = jax.process_count()
+  if n_proc == 1:
+    return jax.device_put(local_batch, batch_sharding(mesh))
+  global_shape = (local_batch.shape[0] * n_proc,) + local_batch.shape[1:]
+  return jax.make_array_from_process_local_data(batch_sharding(mesh), local_batch, global_shape)

@@ -91,14 +91,26 @@ def _all_finite(tree) -> jax.Array:
   return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]))
 
 
-def make_train_step(model: Model, tx, grad_accum: int, skip_nonfinite: bool):
-  """(params, opt_state, batch) -> (params, opt_state, metrics); batch is B×(T+1)."""
+_all_finite_jit = jax.jit(_all_finite)
+
+
+_all_finite_jit = jax.jit(_all_finite)
+
+
+def make_train_step(model: Model, tx, grad_accum: int, skip_nonfinite: bool,
+                    nan_at_step: int = -1):
+  """(params, opt_state, batch, step) -> (params, opt_state, metrics); batch is B×(T+1).
+
+  ``nan_at_step`` is a test hook: at that step the gradients are made infinite, as a bad
+  batch would. With ``skip_nonfinite`` a step whose loss, gradient or update is not finite
+  leaves params and optimizer state unchanged (``metrics["ok"]`` is False).
+  """
 
   def loss_and_grad(params, batch):
     (loss, aux), grads = jax.value_and_grad(model.loss, has_aux=True)(params, batch)
     return loss, aux, grads
 
-  def step(params, opt_state, batch):
+  def step(params, opt_state, batch, step_idx=0):
     if grad_accum == 1:
       loss, aux, grads = loss_and_grad(params, batch)
     else:
@@ -114,9 +126,12 @@ def make_train_step(model: Model, tx, grad_accum: int, skip_nonfinite: bool):
       (g_sum, l_sum, a_sum), _ = jax.lax.scan(body, (zeros, 0.0, 0.0), micro)
       grads = jax.tree.map(lambda g, p: (g / grad_accum).astype(p.dtype), g_sum, params)
       loss, aux = l_sum / grad_accum, {"acc": a_sum / grad_accum}
+    if nan_at_step >= 0:
+      bad = jnp.asarray(step_idx) == nan_at_step
+      grads = jax.tree.map(lambda g: jnp.where(bad, jnp.inf, 1.0).astype(g.dtype) * g, grads)
     updates, new_opt = tx.update(grads, opt_state, params)
     new_params = optax.apply_updates(params, updates)
-    gnorm = optax.global_norm(grads)
+    gnorm = optax.tree.norm(grads)
     ok = jnp.isfinite(loss) & jnp.isfinite(gnorm)
     if skip_nonfinite:
       ok = ok & _all_finite(new_params)
@@ -232,11 +247,12 @@ def train(cfg: Config, workdir, *, dataset=None, stop_after: int | None = None,
   with jax.set_mesh(mesh):
     init_fn = jax.jit(lambda k: model.init(k, 1, tc.seq_len), out_shardings=param_sh)
     opt_init = jax.jit(tx.init, out_shardings=opt_sh)
-    step_fn = jax.jit(make_train_step(model, tx, tc.grad_accum, tc.skip_nonfinite_steps > 0),
-                      in_shardings=(param_sh, opt_sh, batch_sh),
+    step_fn = jax.jit(make_train_step(model, tx, tc.grad_accum, tc.skip_nonfinite_steps > 0,
+                                      tc.nan_at_step),
+                      in_shardings=(param_sh, opt_sh, batch_sh, repl),
                       out_shardings=(param_sh, opt_sh, repl), donate_argnums=(0, 1))
     eval_fn = jax.jit(make_eval_step(model), in_shardings=(param_sh, batch_sh), out_shardings=repl)
-    schedule = lr_schedule(tc)
+    schedule = jax.jit(lr_schedule(tc))
 
     mngr = ckpt.make_manager(workdir, tc, async_save=tc.async_checkpoint)
     if is_main:
@@ -277,7 +293,7 @@ def train(cfg: Config, workdir, *, dataset=None, stop_after: int | None = None,
       nonlocal last_saved
       if step not in ckpt_steps:
         return
-      if not bool(_all_finite(params)):
+      if not bool(_all_finite_jit(params)):  # one compiled check, not one per leaf
         raise NonFiniteLossError(f"parameters became non-finite before step {step}; not saving. "
                                  f"The last good checkpoint is step {last_saved}.")
       m = {"step": step, "data_position": step, "data_seed": tc.data_seed, "seed": tc.seed,
@@ -288,8 +304,8 @@ def train(cfg: Config, workdir, *, dataset=None, stop_after: int | None = None,
     ckpt_steps = set(ckpt.checkpoint_steps(tc))
     if restored is None:
       save_at(0, params, opt_state)
+      rec = {"step": 0, **evaluate(eval_fn, params, eval_batches)}  # collective: all processes
       if is_main:
-        rec = {"step": 0, **evaluate(eval_fn, params, eval_batches)}
         _append_jsonl(metrics_path, rec)
 
     t_last, tok_last = time.perf_counter(), 0
@@ -308,7 +324,8 @@ def train(cfg: Config, workdir, *, dataset=None, stop_after: int | None = None,
                       tc.skip_nonfinite_steps)
           return
         raise NonFiniteLossError(
-            f"non-finite loss ({loss}) at step {i}; training stopped. The last good checkpoint "
+            f"non-finite loss or gradient (loss={loss}, grad_norm={float(m['grad_norm'])}) at "
+            f"step {i}; training stopped. The last good checkpoint "
             f"is step {last_saved} in {workdir}. Lower train.lr, or pass "
             "--config.train.skip_nonfinite_steps=N to skip up to N bad batches.")
       tok_last += tokens_per_step
@@ -328,7 +345,7 @@ def train(cfg: Config, workdir, *, dataset=None, stop_after: int | None = None,
 
     for i in range(start, end):
       batch = shd.global_batch(dataset.train_batch(i), mesh)
-      params, opt_state, m = step_fn(params, opt_state, batch)
+      params, opt_state, m = step_fn(params, opt_state, batch, np.int32(i))
       if pending is not None:
         drain(pending)
       pending = (i, m)
@@ -337,9 +354,10 @@ def train(cfg: Config, workdir, *, dataset=None, stop_after: int | None = None,
         drain(pending)
         pending = None
         save_at(s, params, opt_state)
-        if is_main and (s % tc.eval_every == 0 or s == tc.steps):
-          rec = {"step": s, **evaluate(eval_fn, params, eval_batches)}
-          _append_jsonl(metrics_path, rec)
+        if s % tc.eval_every == 0 or s == tc.steps:
+          rec = {"step": s, **evaluate(eval_fn, params, eval_batches)}  # collective: all processes
+          if is_main:
+            _append_jsonl(metrics_path, rec)
           summary.update(rec)
     if pending is not None:
       drain(pending)

@@ -11,3 +11,12 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
   sys.path.insert(0, str(ROOT))
 SHAKESPEARE = ROOT.parent / "shared" / "data" / "shakespeare"
+
+# A persistent XLA compilation cache shared by the tests of one session and their
+# subprocesses: many tests compile the same tiny train step.
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+  import tempfile
+
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="sbjax_jax_cache_")
+  os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+  os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"

@@ -1,0 +1,131 @@
+"""Analysis settings: which metric groups, sample sizes and metric variants.
+
+Fields that change a number go into the cache key (``Settings.cache_fields``);
+fields that only change how the work is scheduled (group size, chunking, which
+steps, output place, progress, figures) do not.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+ALL_GROUPS = ("loss", "anisotropy", "spectrum", "collapse", "cka", "per")
+DEFAULT_W_ERROR_DIMS = (1, 2, 4, 8, 16, 32, 64)
+# scheduling-only fields, excluded from the cache key
+EXEC_FIELDS = ("batch_sequences", "group_size", "max_group_bytes", "steps", "out_dir", "use_cache",
+               "progress", "figures")
+
+
+def _err(field, value, allowed) -> ValueError:
+  return ValueError(f"invalid analysis setting: {field}={value!r}; allowed: {allowed}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+  """Settings of ``analyze_run`` (the CLI flags of ``experiments/analyze.py`` map 1:1)."""
+
+  groups: tuple = ALL_GROUPS
+  # evaluation sample: the first max(eval_sequences, cka_sequences) validation windows
+  eval_sequences: int = 128  # windows for eval_loss/acc, anisotropy and NC4
+  anisotropy_tokens: int = 4096  # token positions (of eval_sequences*T) for anisotropy; 0 = all
+  # neural collapse
+  collapse_sequences: int = 64  # train-split windows for class means / variances
+  min_count: int = 1
+  cdnv_exponent: float = 2.0
+  weighted_mean: bool = False
+  nc4_search: str = "analyzed"
+  # CKA to the final checkpoint
+  cka_sequences: int = 128
+  cka_tokens: str = "last"  # "last" (authors) or "all" positions of the CKA sequences
+  cka_debiased: bool = False
+  # spectra / PER
+  w_error_dims: tuple = DEFAULT_W_ERROR_DIMS
+  per_mlp_r: int = 0  # 0 = full spectrum (pico-analyze); >0 = top-r (authors' notebook)
+  spectrum_top: int = 100
+  seed: int = 0  # anisotropy position subsample
+  # scheduling only
+  batch_sequences: int = 32  # sequences per forward chunk
+  group_size: int = 0  # checkpoints per vmapped group; 0 = from max_group_bytes
+  max_group_bytes: int = 1 << 30
+  steps: tuple = ()  # analyse only these steps; () = all
+  out_dir: str = ""  # "" = WORKDIR/analysis
+  use_cache: bool = True
+  progress: bool = True
+  figures: bool = True
+
+  def __post_init__(self):
+    for f in ("groups", "w_error_dims", "steps"):
+      v = getattr(self, f)
+      if isinstance(v, str):
+        v = tuple(x.strip() for x in v.split(",") if x.strip())
+      object.__setattr__(self, f, tuple(v))
+    object.__setattr__(self, "w_error_dims", tuple(int(d) for d in self.w_error_dims))
+    object.__setattr__(self, "steps", tuple(int(s) for s in self.steps))
+    bad = [g for g in self.groups if g not in ALL_GROUPS]
+    if bad or not self.groups:
+      raise _err("groups", self.groups, "a non-empty subset of " + ",".join(ALL_GROUPS))
+    # canonical order, no duplicates (so the cache key does not depend on the spelling)
+    object.__setattr__(self, "groups", tuple(g for g in ALL_GROUPS if g in self.groups))
+    for f in ("eval_sequences", "collapse_sequences", "cka_sequences", "batch_sequences",
+              "spectrum_top", "min_count"):
+      v = getattr(self, f)
+      if not isinstance(v, int) or v < 1:
+        raise _err(f, v, "an integer >= 1")
+    for f in ("anisotropy_tokens", "per_mlp_r", "group_size", "max_group_bytes"):
+      v = getattr(self, f)
+      if not isinstance(v, int) or v < 0:
+        raise _err(f, v, "an integer >= 0")
+    if self.anisotropy_tokens == 1:
+      raise _err("anisotropy_tokens", 1, "0 (all) or >= 2 token positions")
+    if any(d < 1 for d in self.w_error_dims):
+      raise _err("w_error_dims", self.w_error_dims, "positive integers")
+    if self.cka_tokens not in ("last", "all"):
+      raise _err("cka_tokens", self.cka_tokens, "last | all")
+    if self.nc4_search not in ("analyzed", "all"):
+      raise _err("nc4_search", self.nc4_search, "analyzed | all")
+    if "cka" in self.groups and self.cka_tokens == "last":
+      need = 4 if self.cka_debiased else 2
+      if self.cka_sequences < need:
+        raise _err("cka_sequences", self.cka_sequences,
+                   f">= {need} with cka_tokens=last{' and cka_debiased' if self.cka_debiased else ''}")
+
+  def has(self, group: str) -> bool:
+    return group in self.groups
+
+  @property
+  def needs_data(self) -> bool:
+    return any(g in self.groups for g in ("loss", "anisotropy", "collapse", "cka"))
+
+  @property
+  def sample_sequences(self) -> int:
+    """Windows fetched for the evaluation sample (depends on these two sizes only)."""
+    return max(self.eval_sequences, self.cka_sequences)
+
+  def to_dict(self) -> dict:
+    d = dataclasses.asdict(self)
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in d.items()}
+
+  def cache_fields(self) -> dict:
+    """The settings that change results (the cache key); unused groups' knobs are dropped."""
+    d = {k: v for k, v in self.to_dict().items() if k not in EXEC_FIELDS}
+    if not self.needs_data:
+      for k in ("eval_sequences", "cka_sequences"):
+        d.pop(k)
+    if not self.has("anisotropy"):
+      d.pop("anisotropy_tokens", None)
+      d.pop("seed", None)
+    if not self.has("collapse"):
+      for k in ("collapse_sequences", "min_count", "cdnv_exponent", "weighted_mean", "nc4_search"):
+        d.pop(k)
+    if not self.has("cka"):
+      d.pop("cka_tokens")
+      d.pop("cka_debiased")
+    if not self.has("spectrum"):
+      d.pop("w_error_dims")
+      d.pop("spectrum_top")
+    if not self.has("per"):
+      d.pop("per_mlp_r")
+    return d
+
+  def replace(self, **kw) -> "Settings":
+    return dataclasses.replace(self, **kw)

@@ -1,0 +1,126 @@
+"""Plain-CSV tables of per-checkpoint rows, and atomic file writes (no pandas).
+
+``write_csv(path, rows)`` writes the union of the rows' keys as columns (in
+first-seen order; ``step`` first), empty cells for missing values, floats with
+``repr`` (round-trips exactly; ``nan``/``inf`` as Python spells them).
+``read_csv(path)`` gives back a list of dicts: ``step`` as int, every other
+numeric cell as float, empty cells as NaN, and non-numeric text unchanged.
+
+Every writer here goes through :func:`atomic_write_bytes` (a temporary file in
+the same directory, then ``os.replace``), so a killed process leaves either the
+old file or the new one, never half of one.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Iterable, Sequence
+
+
+def atomic_write_bytes(path, data: bytes) -> None:
+  path = Path(path)
+  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+  try:
+    with os.fdopen(fd, "wb") as f:
+      f.write(data)
+    os.replace(tmp, path)
+  except BaseException:
+    try:
+      os.unlink(tmp)
+    except OSError:
+      pass
+    raise
+
+
+def atomic_write_text(path, text: str) -> None:
+  atomic_write_bytes(path, text.encode())
+
+
+def atomic_write_json(path, obj) -> None:
+  atomic_write_text(path, json.dumps(obj, indent=1, sort_keys=False, default=_json_default) + "\n")
+
+
+def _json_default(x):
+  try:
+    import numpy as np  # noqa: PLC0415
+    if isinstance(x, np.generic):
+      return x.item()
+    if isinstance(x, np.ndarray):
+      return x.tolist()
+  except ImportError:  # pragma: no cover
+    pass
+  if isinstance(x, (set, frozenset, tuple)):
+    return list(x)
+  if isinstance(x, Path):
+    return str(x)
+  raise TypeError(f"not JSON-serialisable: {type(x).__name__}")
+
+
+def columns_of(rows: Iterable[dict], first: Sequence[str] = ("step",)) -> list[str]:
+  cols: list[str] = [c for c in first if any(c in r for r in rows)]
+  seen = set(cols)
+  for r in rows:
+    for k in r:
+      if k not in seen:
+        seen.add(k)
+        cols.append(k)
+  return cols
+
+
+def _fmt(v) -> str:
+  if v is None:
+    return ""
+  if isinstance(v, bool):
+    return str(int(v))
+  if isinstance(v, float):
+    return repr(v)
+  try:
+    import numpy as np  # noqa: PLC0415
+    if isinstance(v, np.generic):
+      return _fmt(v.item())
+  except ImportError:  # pragma: no cover
+    pass
+  return str(v)
+
+
+def write_csv(path, rows: Sequence[dict], columns: Sequence[str] | None = None) -> list[str]:
+  """Write rows atomically; returns the columns written."""
+  rows = list(rows)
+  cols = list(columns) if columns is not None else columns_of(rows)
+  buf = io.StringIO()
+  w = csv.writer(buf, lineterminator="\n")
+  w.writerow(cols)
+  for r in rows:
+    w.writerow([_fmt(r.get(c)) for c in cols])
+  atomic_write_text(path, buf.getvalue())
+  return cols
+
+
+def _parse(key: str, s: str):
+  if s == "":
+    return math.nan
+  if key == "step":
+    try:
+      return int(s)
+    except ValueError:
+      return int(float(s))
+  try:
+    return float(s)
+  except ValueError:
+    return s
+
+
+def read_csv(path) -> list[dict]:
+  """Rows of a CSV written by :func:`write_csv` (``step`` int, numbers float, empty = NaN)."""
+  path = Path(path)
+  if not path.exists():
+    raise FileNotFoundError(f"no such CSV: {path}")
+  with open(path, newline="") as f:
+    reader = csv.DictReader(f)
+    return [{k: _parse(k, v) for k, v in r.items()} for r in reader]

@@ -1,0 +1,206 @@
+"""Export an sbjax model as a Hugging Face directory (config.json + model.safetensors).
+
+``export_hf(cfg, params, DIR)`` picks the architecture that expresses the config
+exactly and writes a directory that ``transformers.AutoModelForCausalLM`` loads:
+
+- ``pos="rotary"`` -> ``GPTNeoXForCausalLM`` (parallel or sequential residual via
+  ``use_parallel_residual``; tied heads via ``tie_word_embeddings``). Needs
+  ``attn_scale=True`` and all-global attention. ``qkv_bias=False`` is written as
+  zero q/k/v biases (sbjax always has an output bias; GPT-NeoX ties the two to one
+  ``attention_bias`` flag), or as ``attention_bias=False`` when o_bias is zero too.
+- ``pos="learned"`` -> ``GPTNeoForCausalLM``: needs a sequential residual,
+  ``attn_scale=False`` and ``qkv_bias=False``; any head tying (dense heads are
+  written as ``lm_head`` with ``tie_word_embeddings=False``).
+
+Low-rank heads are written as the dense product A·B (the function is identical;
+the factorisation is lost). MoS heads cannot be expressed and are refused.
+``export_problems(cfg)`` lists every reason a config cannot be exported.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+from sbjax import model as model_lib
+from sbjax.config import ModelConfig
+from sbjax.convert import st_io
+from sbjax.convert.hf_import import _np_dtype
+
+_GELU_NAMES = {"exact": "gelu", "tanh": "gelu_new"}
+
+
+def architecture(cfg: ModelConfig) -> str:
+  return "gpt_neox" if cfg.pos == "rotary" else "gpt_neo"
+
+
+def export_problems(cfg: ModelConfig) -> list[str]:
+  """Reasons this config has no exact GPT-NeoX/GPT-Neo equivalent ([] if exportable)."""
+  out = []
+  if cfg.head == "mos":
+    out.append("model.head='mos': a mixture-of-softmaxes head has no Hugging Face "
+               "GPT-NeoX/GPT-Neo equivalent (only dense, tied and lowrank heads export)")
+  if cfg.pos == "rotary":
+    if not cfg.attn_scale:
+      out.append("model.attn_scale=False with pos='rotary': GPT-NeoX always scales "
+                 "attention scores by 1/sqrt(head_dim)")
+    if "local" in cfg.layer_kinds():
+      out.append("model.attention_layers has local layers with pos='rotary': GPT-NeoX "
+                 "has no local (windowed) attention; GPT-Neo has no rotary embeddings")
+  else:
+    if cfg.parallel_residual:
+      out.append("model.parallel_residual=True with pos='learned': GPT-Neo is sequential "
+                 "and GPT-NeoX has no learned positions")
+    if cfg.attn_scale:
+      out.append("model.attn_scale=True with pos='learned': GPT-Neo does not scale "
+                 "attention scores")
+    if cfg.qkv_bias:
+      out.append("model.qkv_bias=True with pos='learned': GPT-Neo q/k/v projections "
+                 "have no bias")
+  return out
+
+
+def _attention_types(kinds: tuple) -> list:
+  """GPT-Neo ``attention_types`` that expands to ``kinds`` (pattern × repeats)."""
+  n = len(kinds)
+  for p in range(1, n + 1):
+    if n % p == 0 and kinds == kinds[:p] * (n // p):
+      return [[list(kinds[:p]), n // p]]
+  return [[list(kinds), 1]]
+
+
+def hf_config(cfg: ModelConfig, dtype: str = "float32", o_bias_zero: bool = False) -> dict:
+  """The ``config.json`` dict for this (exportable) config."""
+  common = {"vocab_size": cfg.vocab_size, "hidden_size": cfg.d_model,
+            "intermediate_size": cfg.ff_dim, "max_position_embeddings": cfg.max_len,
+            "initializer_range": cfg.init_std, "bos_token_id": None, "eos_token_id": None,
+            "pad_token_id": None, "use_cache": True, "dtype": dtype, "torch_dtype": dtype}
+  if architecture(cfg) == "gpt_neox":
+    return {"architectures": ["GPTNeoXForCausalLM"], "model_type": "gpt_neox", **common,
+            "num_hidden_layers": cfg.n_layers, "num_attention_heads": cfg.n_heads,
+            "hidden_act": _GELU_NAMES[cfg.gelu], "layer_norm_eps": cfg.ln_eps,
+            "use_parallel_residual": cfg.parallel_residual,
+            # both the transformers-5 rope dict and the original Pythia keys
+            "rope_parameters": {"rope_type": "default", "rope_theta": cfg.rotary_base,
+                                "partial_rotary_factor": cfg.rotary_pct},
+            "rotary_pct": cfg.rotary_pct, "rotary_emb_base": cfg.rotary_base,
+            "attention_bias": cfg.qkv_bias or not o_bias_zero,
+            "tie_word_embeddings": cfg.head == "tied",
+            "attention_dropout": 0.0, "hidden_dropout": 0.0}
+  kinds = list(cfg.layer_kinds())
+  return {"architectures": ["GPTNeoForCausalLM"], "model_type": "gpt_neo", **common,
+          "num_layers": cfg.n_layers, "num_heads": cfg.n_heads,
+          "attention_types": _attention_types(tuple(kinds)), "attention_layers": kinds,
+          "window_size": cfg.window_size, "activation_function": _GELU_NAMES[cfg.gelu],
+          "layer_norm_epsilon": cfg.ln_eps, "tie_word_embeddings": cfg.head == "tied",
+          "embed_dropout": 0.0, "attention_dropout": 0.0, "resid_dropout": 0.0}
+
+
+def _check_params(cfg: ModelConfig, params) -> dict:
+  """Unrolled numpy params; raises ValueError listing missing/unknown/mis-shaped leaves."""
+  import jax
+
+  if "blocks" in params:
+    params = model_lib.unstack_blocks(params, cfg.n_layers)
+  unrolled = cfg if not cfg.scan_layers else _replace(cfg, scan_layers=False)
+  want = model_lib.Model(unrolled).abstract_params(seq_len=1)
+  flat_w = {jax.tree_util.keystr(k): v.shape for k, v in
+            jax.tree_util.tree_flatten_with_path(want)[0]}
+  flat_p = {jax.tree_util.keystr(k): np.shape(v) for k, v in
+            jax.tree_util.tree_flatten_with_path(params)[0]}
+  missing = sorted(set(flat_w) - set(flat_p))
+  unknown = sorted(set(flat_p) - set(flat_w))
+  shapes = sorted(f"{k}: got {flat_p[k]}, expected {flat_w[k]}"
+                  for k in set(flat_w) & set(flat_p) if tuple(flat_p[k]) != tuple(flat_w[k]))
+  if missing or unknown or shapes:
+    raise ValueError(f"params do not match the model config: missing {missing}; "
+                     f"unknown {unknown}; shape mismatches {shapes}")
+  return jax.tree.map(lambda x: np.asarray(x, dtype=np.float32), params)
+
+
+def _replace(cfg, **kw):
+  import dataclasses
+  return dataclasses.replace(cfg, **kw)
+
+
+def hf_tensors(cfg: ModelConfig, params) -> tuple[dict, dict]:
+  """(HF tensor dict in float32, config.json dict) for an exportable config."""
+  problems = export_problems(cfg)
+  if problems:
+    raise ValueError("cannot export this sbjax model to Hugging Face: " + "; ".join(problems))
+  p = _check_params(cfg, params)
+  d, h, k = cfg.d_model, cfg.n_heads, cfg.head_dim
+  head_w = None
+  if cfg.head == "dense":
+    head_w = p["head"]["w"]
+  elif cfg.head == "lowrank":
+    head_w = p["head"]["a"] @ p["head"]["b"]
+  t: dict = {}
+
+  def lin_in(kernel_DxHxK):  # D×H×Dh -> HF out×in
+    return kernel_DxHxK.reshape(d, h * k).T
+
+  def ln(name, tree):
+    t[name + ".weight"], t[name + ".bias"] = tree["scale"], tree["bias"]
+
+  if architecture(cfg) == "gpt_neox":
+    o_bias_zero = not cfg.qkv_bias and all(
+        not np.any(p[f"block_{i}"]["attn"]["o_bias"]) for i in range(cfg.n_layers))
+    t["gpt_neox.embed_in.weight"] = p["embed"]
+    for i in range(cfg.n_layers):
+      b, pre = p[f"block_{i}"], f"gpt_neox.layers.{i}."
+      a = b["attn"]
+      w = np.stack([a[f"{n}_kernel"].transpose(1, 2, 0) for n in "qkv"], axis=1)  # H×3×Dh×D
+      t[pre + "attention.query_key_value.weight"] = w.reshape(3 * d, d)
+      if not o_bias_zero:
+        qkv_b = (np.stack([a[f"{n}_bias"] for n in "qkv"], axis=1) if cfg.qkv_bias
+                 else np.zeros((h, 3, k), np.float32))
+        t[pre + "attention.query_key_value.bias"] = qkv_b.reshape(3 * d)
+        t[pre + "attention.dense.bias"] = a["o_bias"]
+      t[pre + "attention.dense.weight"] = a["o_kernel"].reshape(d, d).T
+      ln(pre + "input_layernorm", b["ln1"])
+      ln(pre + "post_attention_layernorm", b["ln2"])
+      m = b["mlp"]
+      t[pre + "mlp.dense_h_to_4h.weight"] = m["fc_in_kernel"].T
+      t[pre + "mlp.dense_h_to_4h.bias"] = m["fc_in_bias"]
+      t[pre + "mlp.dense_4h_to_h.weight"] = m["fc_out_kernel"].T
+      t[pre + "mlp.dense_4h_to_h.bias"] = m["fc_out_bias"]
+    ln("gpt_neox.final_layer_norm", p["ln_f"])
+    if head_w is not None:
+      t["embed_out.weight"] = head_w
+    return t, {"o_bias_zero": o_bias_zero}
+  t["transformer.wte.weight"] = p["embed"]
+  t["transformer.wpe.weight"] = p["pos_embed"]
+  for i in range(cfg.n_layers):
+    b, pre = p[f"block_{i}"], f"transformer.h.{i}."
+    a, ap = b["attn"], pre + "attn.attention."
+    for n in "qkv":
+      t[ap + f"{n}_proj.weight"] = lin_in(a[f"{n}_kernel"])
+    t[ap + "out_proj.weight"] = a["o_kernel"].reshape(d, d).T
+    t[ap + "out_proj.bias"] = a["o_bias"]
+    ln(pre + "ln_1", b["ln1"])
+    ln(pre + "ln_2", b["ln2"])
+    m = b["mlp"]
+    t[pre + "mlp.c_fc.weight"] = m["fc_in_kernel"].T
+    t[pre + "mlp.c_fc.bias"] = m["fc_in_bias"]
+    t[pre + "mlp.c_proj.weight"] = m["fc_out_kernel"].T
+    t[pre + "mlp.c_proj.bias"] = m["fc_out_bias"]
+  ln("transformer.ln_f", p["ln_f"])
+  if head_w is not None:
+    t["lm_head.weight"] = head_w
+  return t, {"o_bias_zero": False}
+
+
+def export_hf(cfg: ModelConfig, params, out_dir: str, *, dtype: str = "float32") -> str:
+  """Write ``out_dir/config.json`` and ``out_dir/model.safetensors``; returns out_dir."""
+  tensors, info = hf_tensors(cfg, params)
+  conf = hf_config(cfg, dtype, o_bias_zero=info["o_bias_zero"])
+  npd = _np_dtype(dtype)
+  os.makedirs(out_dir, exist_ok=True)
+  st_io.write_file({k: np.ascontiguousarray(v).astype(npd) for k, v in tensors.items()},
+                   os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+  with open(os.path.join(out_dir, "config.json"), "w") as fh:
+    json.dump(conf, fh, indent=2, sort_keys=True)
+  return out_dir

@@ -1,0 +1,396 @@
+"""Import Hugging Face GPT-NeoX (Pythia) and GPT-Neo checkpoints into sbjax.
+
+``import_hf(DIR)`` reads ``DIR/config.json`` and the weights next to it and
+returns ``(ModelConfig, params)``: the sbjax parameter pytree (see
+``sbjax.model``) of numpy arrays, float32 unless ``dtype`` says otherwise::
+
+    cfg, params = import_hf("pythia-70m/step143000")
+    logits = Model(cfg).apply(params, tokens_BxT)
+
+Weights: ``model.safetensors``, or shards listed in ``model.safetensors.index.json``.
+PyTorch pickles (``pytorch_model.bin``, sharded or not) are refused unless
+``allow_pickle=True``, and then loaded with ``torch.load(weights_only=True)``.
+
+Mapping (HF ``nn.Linear`` weights are out×in; sbjax kernels are in×out):
+
+- GPT-NeoX: ``query_key_value`` is head-major: its 3·D output rows are
+  (head, {q,k,v}, head_dim), so the weight is reshaped to H×3×Dh×D and split per
+  head. ``attention.dense`` -> ``o_kernel`` (H×Dh×D), ``embed_out`` (or ``lm_head``)
+  -> dense head, unless ``tie_word_embeddings``. ``attention_bias=False`` drops
+  the q/k/v biases and sets the (always present) sbjax o_bias to zero.
+- GPT-Neo: separate bias-free q/k/v, ``out_proj`` with bias, learned positions
+  ``wpe``, no 1/sqrt(head_dim) score scaling (``attn_scale=False``), per-layer
+  global/local attention with ``window_size``, head tied to ``wte`` (unless
+  ``tie_word_embeddings=False``, then ``lm_head``).
+
+Every problem (missing or unknown tensors, wrong shapes, unsupported model types,
+activations or rope variants) raises ``ValueError`` naming the offending items.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+
+import numpy as np
+
+from sbjax.config import Config, ModelConfig, TrainConfig
+from sbjax.convert import st_io
+
+SUPPORTED_MODEL_TYPES = ("gpt_neox", "gpt_neo")
+SUPPORTED_ARCHITECTURES = ("GPTNeoXForCausalLM", "GPTNeoForCausalLM")
+
+# HF activation name -> sbjax ModelConfig.gelu
+ACTIVATIONS = {
+    "gelu": "exact", "gelu_python": "exact",
+    "gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "gelu_fast": "tanh",
+}
+
+# Non-parameter buffers that old checkpoints carry (causal-mask and rotary caches):
+# recomputed by both transformers and sbjax, so they are skipped, not "unknown".
+_BUFFER_SUFFIXES = (".attention.bias", ".attention.masked_bias", ".rotary_emb.inv_freq",
+                    ".attn.attention.bias", ".attn.attention.masked_bias")
+
+SAFE_SINGLE = "model.safetensors"
+SAFE_INDEX = "model.safetensors.index.json"
+PICKLE_SINGLE = "pytorch_model.bin"
+PICKLE_INDEX = "pytorch_model.bin.index.json"
+
+
+def _list(names, limit: int = 40) -> str:
+  names = sorted(names)
+  more = f" ... (+{len(names) - limit} more)" if len(names) > limit else ""
+  return ", ".join(names[:limit]) + more
+
+
+# ----------------------------------------------------------------------------- config
+
+
+def read_hf_config(path: str) -> dict:
+  f = os.path.join(path, "config.json")
+  if not os.path.isfile(f):
+    raise ValueError(f"{path}: no config.json; expected a Hugging Face model directory")
+  with open(f) as fh:
+    return json.load(fh)
+
+
+def _check_type(hf: dict, where: str = "") -> str:
+  mt = hf.get("model_type")
+  archs = hf.get("architectures") or []
+  bad_arch = [a for a in archs if a not in SUPPORTED_ARCHITECTURES]
+  if mt not in SUPPORTED_MODEL_TYPES:
+    raise ValueError(f"{where}unsupported model_type {mt!r} (architectures {archs}); "
+                     f"supported model_type: {list(SUPPORTED_MODEL_TYPES)}")
+  if bad_arch:
+    raise ValueError(f"{where}unsupported architectures {bad_arch}; supported: "
+                     f"{list(SUPPORTED_ARCHITECTURES)} (sbjax imports causal-LM checkpoints)")
+  return mt
+
+
+def _activation(name, key: str, where: str) -> str:
+  if name not in ACTIVATIONS:
+    raise ValueError(f"{where}unsupported activation {key}={name!r}; supported: "
+                     f"{sorted(ACTIVATIONS)}")
+  return ACTIVATIONS[name]
+
+
+def _neox_rope(hf: dict, where: str) -> tuple[float, float]:
+  rp = dict(hf.get("rope_parameters") or {})
+  scaling = hf.get("rope_scaling")
+  if scaling:
+    rp = {**dict(scaling), **rp}
+  rope_type = rp.get("rope_type", rp.get("type", "default"))
+  if rope_type != "default":
+    raise ValueError(f"{where}unsupported rope_type {rope_type!r} (rope scaling); sbjax "
+                     "supports plain rotary embeddings (rope_type 'default') only")
+  pct = rp.get("partial_rotary_factor", hf.get("rotary_pct", 0.25))
+  base = rp.get("rope_theta", hf.get("rotary_emb_base", 10000.0))
+  return float(pct), float(base)
+
+
+def model_config_from_hf(hf: dict, *, param_dtype: str = "float32", where: str = "") -> ModelConfig:
+  """The sbjax ModelConfig for a HF ``config.json`` dict (gpt_neox or gpt_neo)."""
+  mt = _check_type(hf, where)
+  if mt == "gpt_neox":
+    d = hf["hidden_size"]
+    pct, base = _neox_rope(hf, where)
+    ff = hf.get("intermediate_size") or 4 * d
+    return ModelConfig(
+        vocab_size=hf["vocab_size"], d_model=d, n_layers=hf["num_hidden_layers"],
+        n_heads=hf["num_attention_heads"], d_ff=0 if ff == 4 * d else ff,
+        max_len=hf.get("max_position_embeddings", 2048), pos="rotary", rotary_pct=pct,
+        rotary_base=base, parallel_residual=bool(hf.get("use_parallel_residual", True)),
+        ln_eps=float(hf.get("layer_norm_eps", 1e-5)),
+        gelu=_activation(hf.get("hidden_act", "gelu"), "hidden_act", where),
+        qkv_bias=bool(hf.get("attention_bias", True)), attn_scale=True,
+        head="tied" if hf.get("tie_word_embeddings", False) else "dense",
+        init_std=float(hf.get("initializer_range", 0.02)), param_dtype=param_dtype)
+  # gpt_neo
+  d = hf["hidden_size"]
+  n_layers = hf.get("num_layers", hf.get("num_hidden_layers"))
+  layers = hf.get("attention_layers")
+  if not layers:
+    types = hf.get("attention_types") or [[["global", "local"], n_layers // 2]]
+    layers = [a for pattern, n in types for _ in range(n) for a in pattern]
+  layers = tuple(layers)
+  bad = sorted(set(layers) - {"global", "local"})
+  if bad:
+    raise ValueError(f"{where}unsupported GPT-Neo attention types {bad}; supported: global, local")
+  if len(layers) != n_layers:
+    raise ValueError(f"{where}GPT-Neo attention_types give {len(layers)} layers, "
+                     f"num_layers={n_layers}")
+  ff = hf.get("intermediate_size") or 4 * d
+  return ModelConfig(
+      vocab_size=hf["vocab_size"], d_model=d, n_layers=n_layers,
+      n_heads=hf.get("num_heads", hf.get("num_attention_heads")), d_ff=0 if ff == 4 * d else ff,
+      max_len=hf.get("max_position_embeddings", 2048), pos="learned",
+      parallel_residual=False, ln_eps=float(hf.get("layer_norm_epsilon", 1e-5)),
+      gelu=_activation(hf.get("activation_function", "gelu_new"), "activation_function", where),
+      qkv_bias=False, attn_scale=False,
+      attention_layers=() if all(a == "global" for a in layers) else layers,
+      window_size=int(hf.get("window_size", 256)),
+      head="dense" if hf.get("tie_word_embeddings", True) is False else "tied",
+      init_std=float(hf.get("initializer_range", 0.02)), param_dtype=param_dtype)
+
+
+def full_config(model: ModelConfig, name: str = "hf_import") -> Config:
+  """A complete sbjax Config around an imported ModelConfig (default data/train)."""
+  return Config(model=model, train=TrainConfig(seq_len=min(128, model.max_len)), name=name)
+
+
+# ----------------------------------------------------------------------------- key layout
+
+
+def expected_shapes(cfg: ModelConfig, model_type: str) -> dict[str, tuple]:
+  """HF tensor name -> shape for a model of this config (the names import needs)."""
+  d, f, v, h = cfg.d_model, cfg.ff_dim, cfg.vocab_size, cfg.n_heads
+  s: dict[str, tuple] = {}
+  if model_type == "gpt_neox":
+    s["gpt_neox.embed_in.weight"] = (v, d)
+    for i in range(cfg.n_layers):
+      p = f"gpt_neox.layers.{i}."
+      for ln in ("input_layernorm", "post_attention_layernorm"):
+        s[p + ln + ".weight"] = (d,)
+        s[p + ln + ".bias"] = (d,)
+      s[p + "attention.query_key_value.weight"] = (3 * d, d)
+      s[p + "attention.dense.weight"] = (d, d)
+      if cfg.qkv_bias:
+        s[p + "attention.query_key_value.bias"] = (3 * d,)
+        s[p + "attention.dense.bias"] = (d,)
+      s[p + "mlp.dense_h_to_4h.weight"] = (f, d)
+      s[p + "mlp.dense_h_to_4h.bias"] = (f,)
+      s[p + "mlp.dense_4h_to_h.weight"] = (d, f)
+      s[p + "mlp.dense_4h_to_h.bias"] = (d,)
+    s["gpt_neox.final_layer_norm.weight"] = (d,)
+    s["gpt_neox.final_layer_norm.bias"] = (d,)
+    if cfg.head == "dense":
+      s["embed_out.weight"] = (v, d)
+    return s
+  s["transformer.wte.weight"] = (v, d)
+  s["transformer.wpe.weight"] = (cfg.max_len, d)
+  for i in range(cfg.n_layers):
+    p = f"transformer.h.{i}."
+    for ln in ("ln_1", "ln_2"):
+      s[p + ln + ".weight"] = (d,)
+      s[p + ln + ".bias"] = (d,)
+    for n in ("q_proj", "k_proj", "v_proj", "out_proj"):
+      s[p + f"attn.attention.{n}.weight"] = (d, d)
+    s[p + "attn.attention.out_proj.bias"] = (d,)
+    s[p + "mlp.c_fc.weight"] = (f, d)
+    s[p + "mlp.c_fc.bias"] = (f,)
+    s[p + "mlp.c_proj.weight"] = (d, f)
+    s[p + "mlp.c_proj.bias"] = (d,)
+  s["transformer.ln_f.weight"] = (d,)
+  s["transformer.ln_f.bias"] = (d,)
+  if cfg.head == "dense":
+    s["lm_head.weight"] = (v, d)
+  return s
+
+
+def _normalise_names(tensors: dict, cfg: ModelConfig, model_type: str) -> dict:
+  """Accept transformers-5 ``lm_head`` for GPT-NeoX; drop buffers and tied head copies."""
+  t = dict(tensors)
+  if model_type == "gpt_neox" and "lm_head.weight" in t and "embed_out.weight" not in t:
+    t["embed_out.weight"] = t.pop("lm_head.weight")
+  for k in [k for k in t if k.endswith(_BUFFER_SUFFIXES)]:
+    del t[k]
+  if cfg.head == "tied":
+    emb = "gpt_neox.embed_in.weight" if model_type == "gpt_neox" else "transformer.wte.weight"
+    for k in ("embed_out.weight", "lm_head.weight"):
+      if k in t and emb in t:
+        if t[k].shape != t[emb].shape or not np.array_equal(np.asarray(t[k]), np.asarray(t[emb])):
+          raise ValueError(f"config ties the head to {emb} (tie_word_embeddings=True) but the "
+                           f"checkpoint's {k} differs from it; unknown keys: ['{k}']")
+        del t[k]
+  return t
+
+
+def check_tensors(tensors: dict, cfg: ModelConfig, model_type: str, where: str = ""):
+  """Raise ValueError listing missing/unknown names and shape mismatches."""
+  want = expected_shapes(cfg, model_type)
+  missing = sorted(set(want) - set(tensors))
+  unknown = sorted(set(tensors) - set(want))
+  bad_shape = sorted(f"{k}: got {tuple(tensors[k].shape)}, expected {want[k]}"
+                     for k in set(want) & set(tensors) if tuple(tensors[k].shape) != want[k])
+  problems = []
+  if missing:
+    problems.append(f"missing keys ({len(missing)}): {_list(missing)}")
+  if unknown:
+    problems.append(f"unknown keys ({len(unknown)}): {_list(unknown)}")
+  if bad_shape:
+    problems.append(f"shape mismatches ({len(bad_shape)}): {_list(bad_shape)}")
+  if problems:
+    raise ValueError(f"{where}checkpoint does not match its {model_type} config: "
+                     + "; ".join(problems))
+
+
+# ----------------------------------------------------------------------------- weights
+
+
+def _load_pickle(path: str) -> dict:
+  import torch  # only for explicitly allowed pickles
+
+  sd = torch.load(path, map_location="cpu", weights_only=True)
+  out = {}
+  for k, t in sd.items():
+    t = t.detach()
+    if t.dtype == torch.bfloat16:
+      t = t.float()
+    out[k] = t.numpy()
+  return out
+
+
+def _shards(path: str, index_name: str) -> list[str]:
+  with open(os.path.join(path, index_name)) as fh:
+    index = json.load(fh)
+  files = sorted(set(index.get("weight_map", {}).values()))
+  if not files:
+    raise ValueError(f"{path}/{index_name}: empty weight_map")
+  missing = [f for f in files if not os.path.isfile(os.path.join(path, f))]
+  if missing:
+    raise ValueError(f"{path}: shard files listed in {index_name} are missing: {missing}")
+  return files
+
+
+def load_hf_tensors(path: str, *, allow_pickle: bool = False) -> dict[str, np.ndarray]:
+  """Name -> array for the weights in a HF model directory (safetensors preferred)."""
+  if os.path.isfile(os.path.join(path, SAFE_INDEX)):
+    files = _shards(path, SAFE_INDEX)
+  elif os.path.isfile(os.path.join(path, SAFE_SINGLE)):
+    files = [SAFE_SINGLE]
+  else:
+    files = sorted(f for f in os.listdir(path) if f.endswith(".safetensors"))
+  if files:
+    out = {}
+    for f in files:
+      part = st_io.read_file(os.path.join(path, f))
+      dup = set(part) & set(out)
+      if dup:
+        raise ValueError(f"{path}: tensors appear in more than one shard: {_list(dup)}")
+      out.update(part)
+    return out
+  pickles = ([PICKLE_INDEX] if os.path.isfile(os.path.join(path, PICKLE_INDEX)) else
+             [PICKLE_SINGLE] if os.path.isfile(os.path.join(path, PICKLE_SINGLE)) else
+             sorted(f for f in os.listdir(path) if f.endswith(".bin")))
+  if not pickles:
+    raise ValueError(f"{path}: no weights found (expected {SAFE_SINGLE}, {SAFE_INDEX} "
+                     f"or, with allow_pickle, {PICKLE_SINGLE})")
+  if not allow_pickle:
+    raise ValueError(
+        f"{path}: has only PyTorch pickle weights ({', '.join(pickles)}), no .safetensors. "
+        "Unpickling can run arbitrary code, so sbjax refuses it by default; if you trust "
+        "this checkpoint pass allow_pickle=True (CLI: --allow_pickle) to load it with "
+        "torch.load(weights_only=True), or convert it to safetensors first.")
+  warnings.warn(f"{path}: loading PyTorch pickle weights ({', '.join(pickles)}) with "
+                "torch.load(weights_only=True) because allow_pickle=True", stacklevel=3)
+  files = _shards(path, PICKLE_INDEX) if pickles == [PICKLE_INDEX] else pickles
+  out = {}
+  for f in files:
+    out.update(_load_pickle(os.path.join(path, f)))
+  return out
+
+
+# ----------------------------------------------------------------------------- params
+
+
+def params_from_hf(cfg: ModelConfig, tensors: dict, model_type: str, dtype="float32") -> dict:
+  """Build the sbjax param pytree from (checked, normalised) HF tensors."""
+  dt = np.dtype(dtype) if not isinstance(dtype, str) else _np_dtype(dtype)
+  d, h, k = cfg.d_model, cfg.n_heads, cfg.head_dim
+
+  def g(name):
+    return np.asarray(tensors[name], dtype=np.float32)
+
+  def cast(tree):
+    if isinstance(tree, dict):
+      return {kk: cast(vv) for kk, vv in tree.items()}
+    return np.ascontiguousarray(tree).astype(dt)
+
+  def ln(prefix):
+    return {"scale": g(prefix + ".weight"), "bias": g(prefix + ".bias")}
+
+  def mlp(w_in, b_in, w_out, b_out):
+    return {"fc_in_kernel": g(w_in).T, "fc_in_bias": g(b_in),
+            "fc_out_kernel": g(w_out).T, "fc_out_bias": g(b_out)}
+
+  p: dict = {}
+  if model_type == "gpt_neox":
+    p["embed"] = g("gpt_neox.embed_in.weight")
+    for i in range(cfg.n_layers):
+      pre = f"gpt_neox.layers.{i}."
+      w = g(pre + "attention.query_key_value.weight").reshape(h, 3, k, d)
+      attn = {}
+      for j, n in enumerate("qkv"):
+        attn[f"{n}_kernel"] = w[:, j].transpose(2, 0, 1)  # H×Dh×D -> D×H×Dh
+      if cfg.qkv_bias:
+        b = g(pre + "attention.query_key_value.bias").reshape(h, 3, k)
+        for j, n in enumerate("qkv"):
+          attn[f"{n}_bias"] = b[:, j]
+      attn["o_kernel"] = g(pre + "attention.dense.weight").T.reshape(h, k, d)
+      attn["o_bias"] = (g(pre + "attention.dense.bias") if cfg.qkv_bias
+                        else np.zeros((d,), np.float32))
+      p[f"block_{i}"] = {
+          "ln1": ln(pre + "input_layernorm"), "attn": attn,
+          "ln2": ln(pre + "post_attention_layernorm"),
+          "mlp": mlp(pre + "mlp.dense_h_to_4h.weight", pre + "mlp.dense_h_to_4h.bias",
+                     pre + "mlp.dense_4h_to_h.weight", pre + "mlp.dense_4h_to_h.bias")}
+    p["ln_f"] = ln("gpt_neox.final_layer_norm")
+    if cfg.head == "dense":
+      p["head"] = {"w": g("embed_out.weight")}
+    return cast(p)
+  p["embed"] = g("transformer.wte.weight")
+  p["pos_embed"] = g("transformer.wpe.weight")
+  for i in range(cfg.n_layers):
+    pre = f"transformer.h.{i}."
+    a = pre + "attn.attention."
+    attn = {f"{n}_kernel": g(a + f"{n}_proj.weight").T.reshape(d, h, k) for n in "qkv"}
+    attn["o_kernel"] = g(a + "out_proj.weight").T.reshape(h, k, d)
+    attn["o_bias"] = g(a + "out_proj.bias")
+    p[f"block_{i}"] = {
+        "ln1": ln(pre + "ln_1"), "attn": attn, "ln2": ln(pre + "ln_2"),
+        "mlp": mlp(pre + "mlp.c_fc.weight", pre + "mlp.c_fc.bias",
+                   pre + "mlp.c_proj.weight", pre + "mlp.c_proj.bias")}
+  p["ln_f"] = ln("transformer.ln_f")
+  if cfg.head == "dense":
+    p["head"] = {"w": g("lm_head.weight")}
+  return cast(p)
+
+
+def _np_dtype(name: str) -> np.dtype:
+  if name == "bfloat16":
+    import ml_dtypes
+    return np.dtype(ml_dtypes.bfloat16)
+  return np.dtype(name)
+
+
+def import_hf(path: str, *, dtype: str = "float32", allow_pickle: bool = False
+              ) -> tuple[ModelConfig, dict]:
+  """(ModelConfig, params) from a local HF GPT-NeoX/GPT-Neo directory."""
+  where = f"{path}: "
+  hf = read_hf_config(path)
+  cfg = model_config_from_hf(hf, param_dtype=dtype, where=where)
+  mt = hf["model_type"]
+  tensors = _normalise_names(load_hf_tensors(path, allow_pickle=allow_pickle), cfg, mt)
+  check_tensors(tensors, cfg, mt, where)
+  return cfg, params_from_hf(cfg, tensors, mt, dtype)

@@ -1,0 +1,223 @@
+"""Packing and deterministic, stateless batching; ``make_dataset`` (the trainer's entry point).
+
+Packing: each split is one token stream (documents joined by the separator id; planted
+streams are continuous). Windows of ``seq_len + 1`` tokens start every ``seq_len`` tokens
+(consecutive windows share one token, so every token after the first is a target exactly
+once): ``n_windows = (n_tokens - 1) // seq_len``.
+
+Order: global example ``j = i * B + b`` of train batch ``i`` is window
+``perm_e[j % n_windows]`` with epoch ``e = j // n_windows`` and
+``perm_e = np.random.default_rng([seed, e]).permutation(n_windows)``. Process ``p`` of ``P``
+takes rows ``[p * B/P, (p + 1) * B/P)`` of the global batch. So ``train_batch(i)`` is a pure
+function of ``(seed, i, process_index)``: resuming at step ``i`` needs no replay.
+
+Evaluation: ``eval_batches(n)`` takes ``n * B`` validation windows evenly spaced over the
+validation stream (independent of the data seed, identical on every call); if the split has
+fewer windows than that, it cycles through them (with a warning).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sbjax.data import builders
+from sbjax.data import planted as planted_lib
+from sbjax.data import tokenizer as tokenizer_lib
+from sbjax.data.text import DataError, cached_array, encode_documents, slug
+
+log = logging.getLogger(__name__)
+
+
+def _too_small(corpus: str, split: str, n_tokens: int, seq_len: int, batch: int) -> DataError:
+  need = batch * seq_len + 1
+  return DataError(
+      f"corpus {corpus!r}, split {split!r}: {n_tokens} tokens make "
+      f"{max(0, (n_tokens - 1) // seq_len)} windows of seq_len+1={seq_len + 1}, fewer than one "
+      f"global batch of {batch}; it needs at least {need} tokens (batch_size*seq_len+1). Use a "
+      "smaller train.batch_size or train.seq_len, or more text (for planted sources: more "
+      "data.planted_train_tokens/planted_val_tokens)")
+
+
+class Dataset:
+  """Packed train/validation token streams with stateless, sharded batching."""
+
+  def __init__(self, train_tokens: np.ndarray, val_tokens: np.ndarray, *, seq_len: int,
+               global_batch_size: int, seed: int = 0, process_index: int = 0,
+               process_count: int = 1, vocab_size: int, name: str = "tokens",
+               source: str = "tokens", tokenizer_path: str | None = None, planted=None,
+               extra_info: dict | None = None):
+    if seq_len < 1 or global_batch_size < 1:
+      raise ValueError(f"seq_len={seq_len} and global_batch_size={global_batch_size} must be >= 1")
+    if process_count < 1 or not 0 <= process_index < process_count:
+      raise ValueError(
+          f"process_index={process_index} must be in [0, process_count={process_count})")
+    if global_batch_size % process_count:
+      raise ValueError(f"global batch size {global_batch_size} is not divisible by the "
+                       f"process count {process_count}")
+    if seed < 0:
+      raise ValueError(f"data seed must be >= 0, got {seed}")
+    self.train_tokens = np.asarray(train_tokens)
+    self.val_tokens = np.asarray(val_tokens)
+    self.seq_len, self.global_batch_size = int(seq_len), int(global_batch_size)
+    self.seed = int(seed)
+    self.process_index, self.process_count = int(process_index), int(process_count)
+    self.batch_size = self.global_batch_size // self.process_count
+    self.vocab_size, self.name, self.source = int(vocab_size), name, source
+    self.tokenizer_path, self.planted = tokenizer_path, planted
+    self._extra = dict(extra_info or {})
+    for split, toks in (("train", self.train_tokens), ("validation", self.val_tokens)):
+      if (len(toks) - 1) // self.seq_len < self.global_batch_size:
+        raise _too_small(name, split, len(toks), self.seq_len, self.global_batch_size)
+    for split, toks in (("train", self.train_tokens), ("validation", self.val_tokens)):
+      if toks.size and (int(toks.max()) >= self.vocab_size or int(toks.min()) < 0):
+        raise DataError(f"corpus {name!r}, split {split!r}: token ids outside [0, {vocab_size})")
+    self.n_train_windows = (len(self.train_tokens) - 1) // self.seq_len
+    self.n_val_windows = (len(self.val_tokens) - 1) // self.seq_len
+    self._offsets = np.arange(self.seq_len + 1, dtype=np.int64)
+    self._train_starts = np.arange(self.n_train_windows, dtype=np.int64) * self.seq_len
+    self._val_starts = np.arange(self.n_val_windows, dtype=np.int64) * self.seq_len
+    self._perm = functools.lru_cache(maxsize=4)(self._permutation)
+
+  def _permutation(self, epoch: int) -> np.ndarray:
+    return np.random.default_rng([self.seed, int(epoch)]).permutation(self.n_train_windows)
+
+  def _gather(self, tokens: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    return tokens[starts[:, None] + self._offsets].astype(np.int32)
+
+  def train_windows(self, i: int) -> np.ndarray:
+    """Indices of the train windows of this process's slice of global batch ``i``."""
+    if i < 0:
+      raise ValueError(f"batch index must be >= 0, got {i}")
+    j = (int(i) * self.global_batch_size + self.process_index * self.batch_size
+         + np.arange(self.batch_size, dtype=np.int64))
+    epoch, pos = np.divmod(j, self.n_train_windows)
+    idx = np.empty_like(j)
+    for e in np.unique(epoch):
+      m = epoch == e
+      idx[m] = self._perm(int(e))[pos[m]]
+    return idx
+
+  def train_batch(self, i: int) -> np.ndarray:
+    """int32 [global_batch / process_count, seq_len + 1]; pure in (seed, i, process_index)."""
+    return self._gather(self.train_tokens, self._train_starts[self.train_windows(i)])
+
+  def eval_windows(self, n: int) -> np.ndarray:
+    """Global validation window indices, [n, global_batch]."""
+    total = int(n) * self.global_batch_size
+    if total <= self.n_val_windows:
+      idx = (np.arange(total, dtype=np.int64) * self.n_val_windows) // max(total, 1)
+    else:
+      warnings.warn(f"{n} eval batches need {total} validation windows but {self.name!r} has "
+                    f"{self.n_val_windows}: windows repeat", stacklevel=3)
+      idx = np.arange(total, dtype=np.int64) % self.n_val_windows
+    return idx.reshape(int(n), self.global_batch_size)
+
+  def eval_batches(self, n: int) -> list[np.ndarray]:
+    """n fixed validation batches, int32 [global_batch / process_count, seq_len + 1] each."""
+    lo = self.process_index * self.batch_size
+    return [self._gather(self.val_tokens, self._val_starts[w[lo:lo + self.batch_size]])
+            for w in self.eval_windows(n)]
+
+  @property
+  def steps_per_epoch(self) -> float:
+    return self.n_train_windows / self.global_batch_size
+
+  def info(self) -> dict[str, Any]:
+    d = {"source": self.source, "name": self.name, "vocab_size": self.vocab_size,
+         "n_train_tokens": int(len(self.train_tokens)), "n_val_tokens": int(len(self.val_tokens)),
+         "n_train_windows": int(self.n_train_windows), "n_val_windows": int(self.n_val_windows),
+         "seq_len": self.seq_len, "global_batch_size": self.global_batch_size,
+         "process_batch_size": self.batch_size, "process_index": self.process_index,
+         "process_count": self.process_count, "data_seed": self.seed,
+         "steps_per_epoch": float(self.steps_per_epoch), "tokenizer_path": self.tokenizer_path}
+    d.update(self._extra)
+    return d
+
+
+def _process(process_index, process_count) -> tuple[int, int]:
+  if process_index is None or process_count is None:
+    import jax  # pylint: disable=g-import-not-at-top
+    process_index = jax.process_index() if process_index is None else process_index
+    process_count = jax.process_count() if process_count is None else process_count
+  return int(process_index), int(process_count)
+
+
+def _hash(*parts) -> str:
+  h = hashlib.blake2b(digest_size=8)
+  for p in parts:
+    h.update(p if isinstance(p, bytes) else repr(p).encode())
+    h.update(b"\0")
+  return h.hexdigest()
+
+
+def _tokenize_splits(docs: dict, workdir: Path, cfg, corpus_key: str, name: str):
+  tok = tokenizer_lib.load_or_train(
+      workdir, lambda: docs["train"], vocab_size=cfg.vocab_size,
+      model_type=cfg.tokenizer_type, existing=cfg.tokenizer)
+  key = _hash(corpus_key, tok.serialized())
+  streams = {}
+  for split in builders.SPLITS:
+    path = workdir / "tokens" / f"{slug(name, 40)}-{key}-{split}.npy"
+    streams[split] = cached_array(path, lambda s=split: encode_documents(tok, docs[s]))
+  return tok, streams
+
+
+def make_dataset(cfg, *, seq_len: int, global_batch_size: int, seed: int = 0,
+                 workdir: str | None = None, process_index: int | None = None,
+                 process_count: int | None = None) -> Dataset:
+  """The dataset of a ``DataConfig`` (see the module docstrings of sbjax.data).
+
+  ``workdir`` holds ``tokenizer.model``, ``tokens/*.npy`` and (unless data.tfds_data_dir is
+  set) the TFDS data dir ``tfds/``. ``None``: planted sources are sampled in memory; text
+  sources use a fresh temporary directory.
+  """
+  p_idx, p_cnt = _process(process_index, process_count)
+  common = dict(seq_len=seq_len, global_batch_size=global_batch_size, seed=seed,
+                process_index=p_idx, process_count=p_cnt)
+  if cfg.source in ("planted", "planted_mix"):
+    lang = planted_lib.from_config(cfg)
+    params = builders.planted_params(cfg)
+    if workdir or cfg.tfds_data_dir:
+      data_dir = cfg.tfds_data_dir or str(Path(workdir) / "tfds")
+      streams = builders.prepare_planted(params, data_dir, lang)
+      full_name = streams["full_name"]
+    else:
+      streams = builders.planted_streams(lang, params)
+      full_name = None
+    name = f"{cfg.source}(v={cfg.planted_vocab}, k={cfg.planted_rank}, seed={cfg.planted_seed})"
+    extra = {"planted": lang.info(), "tfds_name": full_name,
+             "entropy_nats": lang.entropy}
+    return Dataset(streams["train"], streams["validation"], vocab_size=cfg.planted_vocab,
+                   name=name, source=cfg.source, planted=lang, extra_info=extra, **common)
+
+  wd = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="sbjax_data_"))
+  if cfg.source == "text":
+    data_dir = cfg.tfds_data_dir or str(wd / "tfds")
+    docs = builders.prepare_local_text(cfg.path, cfg.val_fraction, data_dir)
+    corpus_key = docs["full_name"]
+    name = cfg.path
+    extra = {"path": cfg.path, "tfds_name": docs["full_name"], "skipped_files": docs["skipped"],
+             "n_train_docs": len(docs["train"]), "n_val_docs": len(docs["validation"]),
+             "val_docs": docs["validation_names"][:100]}
+  elif cfg.source == "tfds":
+    max_docs = int(getattr(cfg, "max_docs", 0) or 0)
+    docs = builders.read_catalog(cfg.tfds_name, cfg.tfds_data_dir or None, cfg.text_key,
+                                 cfg.val_fraction, max_docs)
+    corpus_key = (docs["full_name"], cfg.tfds_data_dir, cfg.text_key, max_docs, docs["val_split"],
+                  len(docs["train"]), len(docs["validation"]))
+    name = cfg.tfds_name
+    extra = {"tfds_name": docs["full_name"], "val_split": docs["val_split"],
+             "n_train_docs": len(docs["train"]), "n_val_docs": len(docs["validation"])}
+  else:
+    raise ValueError(f"unknown data.source {cfg.source!r}")
+  tok, streams = _tokenize_splits(docs, wd, cfg, repr(corpus_key), name)
+  return Dataset(streams["train"], streams["validation"], vocab_size=tok.vocab_size, name=name,
+                 source=cfg.source, tokenizer_path=tok.path, extra_info=extra, **common)

@@ -1,0 +1,166 @@
+"""Plain-text corpora: scan a directory of ``.txt`` files, split by document, tokenise.
+
+Policy for a directory corpus (``data.source="text"``):
+
+* every ``*.txt`` file under the directory (recursively, sorted by relative path) is one
+  document; other files (README.md, ...) are ignored;
+* a file that is not valid UTF-8 is **skipped with a warning naming the file** (a leading
+  UTF-8 BOM is dropped); empty or whitespace-only files are skipped too. If no usable
+  document remains a ``DataError`` is raised naming the directory and the skipped files;
+* a missing directory, or one without ``.txt`` files, raises ``DataError`` naming the path;
+* train/validation split by document: documents are ordered by a hash of their relative
+  path and the first ``max(1, round(val_fraction * n))`` (at most ``n - 1``) go to
+  validation. This is deterministic, independent of file-system order, and mostly stable when
+  files are added. A single document is split at the line boundary nearest to
+  ``(1 - val_fraction)`` of its length (train first);
+* the corpus identity is a hash of every file's relative path, size and content (and of
+  ``val_fraction``): a changed corpus gets a new TFDS config and new token caches, it is never
+  silently reused.
+
+Documents are joined into one token stream with the tokenizer's separator (eos) id after
+each document. Token streams are cached as ``.npy`` files (uint16 when the vocab fits, else
+int32; loaded without pickle) in ``WORKDIR/tokens/``, keyed by the corpus identity and a hash
+of the tokenizer model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+import logging
+import os
+import re
+import warnings
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+
+class DataError(ValueError):
+  """A problem with the data a config points at (missing, empty, too small, unreadable)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TextCorpus:
+  """Documents (name, text) of a directory, in sorted name order."""
+
+  path: str
+  docs: tuple  # ((name, text), ...)
+  skipped: tuple  # names of files skipped (non-UTF-8 or empty)
+  identity: str  # hash of (name, size, content) of every .txt file
+
+  @property
+  def n_chars(self) -> int:
+    return sum(len(t) for _, t in self.docs)
+
+
+def _h(*parts) -> str:
+  h = hashlib.blake2b(digest_size=16)
+  for p in parts:
+    h.update(p if isinstance(p, bytes) else str(p).encode())
+    h.update(b"\0")
+  return h.hexdigest()
+
+
+def scan_text_dir(path: str | os.PathLike) -> TextCorpus:
+  """Reads every ``.txt`` file under ``path`` (see the module docstring for the policy)."""
+  root = Path(path)
+  if not root.exists():
+    raise DataError(f"text corpus directory does not exist: {path}")
+  if not root.is_dir():
+    raise DataError(f"text corpus path is not a directory: {path}")
+  files = sorted((p for p in root.rglob("*.txt") if p.is_file()),
+                 key=lambda p: p.relative_to(root).as_posix())
+  if not files:
+    raise DataError(f"text corpus directory has no .txt files: {path}")
+  docs, skipped = [], []
+  h = hashlib.blake2b(digest_size=16)
+  for f in files:
+    name = f.relative_to(root).as_posix()
+    raw = f.read_bytes()
+    h.update(f"{name}\0{len(raw)}\0".encode())
+    h.update(hashlib.blake2b(raw, digest_size=16).digest())
+    try:
+      text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+      msg = f"skipping {f}: not valid UTF-8 ({e.reason} at byte {e.start})"
+      warnings.warn(msg, stacklevel=2)
+      log.warning(msg)
+      skipped.append(name)
+      continue
+    if not text.strip():
+      log.warning("skipping %s: empty", f)
+      skipped.append(name)
+      continue
+    docs.append((name, text))
+  if not docs:
+    raise DataError(f"text corpus directory {path} has no usable .txt file: skipped "
+                    f"{skipped} (not valid UTF-8, or empty)")
+  return TextCorpus(str(path), tuple(docs), tuple(skipped), h.hexdigest())
+
+
+def split_documents(docs: Sequence[tuple[str, str]], val_fraction: float
+                    ) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+  """(train, validation) documents; see the module docstring."""
+  docs = list(docs)
+  if not docs:
+    raise DataError("no documents to split")
+  if len(docs) == 1:
+    name, text = docs[0]
+    cut = int(round(len(text) * (1.0 - val_fraction)))
+    nl = [m.end() for m in re.finditer("\n", text)]
+    if nl:
+      best = min(nl, key=lambda p: abs(p - cut))
+      if 0 < best < len(text):
+        cut = best
+    cut = min(max(cut, 1), len(text) - 1)
+    return [(name, text[:cut])], [(name + "#val", text[cut:])]
+  n_val = min(max(1, int(round(val_fraction * len(docs)))), len(docs) - 1)
+  order = sorted(range(len(docs)), key=lambda i: _h("split", docs[i][0]))
+  val_idx = set(order[:n_val])
+  train = [d for i, d in enumerate(docs) if i not in val_idx]
+  val = [d for i, d in enumerate(docs) if i in val_idx]
+  return train, val
+
+
+def slug(s: str, n: int = 32) -> str:
+  """A TFDS-config-safe lower-case name."""
+  s = re.sub(r"[^a-z0-9]+", "_", s.lower()).strip("_")
+  return (s[:n] or "corpus")
+
+
+def token_dtype(vocab_size: int):
+  return np.uint16 if vocab_size <= np.iinfo(np.uint16).max + 1 else np.int32
+
+
+def encode_documents(tok, texts: Sequence[str], chunk: int = 256) -> np.ndarray:
+  """One stream: the tokens of every document followed by the separator id."""
+  dtype = token_dtype(tok.vocab_size)
+  sep = tok.separator_id
+  parts = []
+  for i in range(0, len(texts), chunk):
+    ids = tok.encode(list(texts[i:i + chunk]))
+    n = sum(len(x) + 1 for x in ids)
+    flat = np.fromiter(itertools.chain.from_iterable(x + [sep] for x in ids), dtype=np.int64,
+                       count=n)
+    parts.append(flat.astype(dtype))
+  return np.concatenate(parts) if parts else np.zeros(0, dtype)
+
+
+def cached_array(path: str | os.PathLike | None, make: Callable[[], np.ndarray]) -> np.ndarray:
+  """``np.load(path)`` (memory-mapped) if it exists, else ``make()`` saved atomically."""
+  if path is None:
+    return make()
+  path = Path(path)
+  if path.is_file():
+    return np.load(path, allow_pickle=False, mmap_mode="r")
+  arr = np.ascontiguousarray(make())
+  path.parent.mkdir(parents=True, exist_ok=True)
+  tmp = path.with_name(path.name + f".tmp{os.getpid()}.npy")
+  np.save(tmp, arr, allow_pickle=False)
+  os.replace(tmp, path)
+  return arr

@@ -1,0 +1,54 @@
+"""sbjax.metrics: pure jax.numpy metrics for the softmax bottleneck, neural collapse and CKA.
+
+Submodules (no flax anywhere):
+
+* :mod:`sbjax.metrics.spectrum` -- singular values of heads, KL-to-uniform,
+  effective rank, PER, W-error, stable rank, condition number.
+* :mod:`sbjax.metrics.anisotropy` -- mean pairwise cosine in O(N d).
+* :mod:`sbjax.metrics.cka` -- linear CKA (biased / debiased HSIC).
+* :mod:`sbjax.metrics.collapse` -- streaming neural-collapse accumulators
+  and NC1-NC4 metrics (blocked pair streaming, never K x K).
+
+Each metric works on one checkpoint and composes with ``jax.vmap`` over a
+leading checkpoint/head axis.  Formulas and the authors' code variants are in
+each docstring and in ``shared/reference/METRICS.md``.
+"""
+
+from . import anisotropy, cka, collapse, spectrum
+from .anisotropy import anisotropy_by_layer
+from .cka import cka_to_reference, cka_to_reference_by_layer, linear_cka
+from .collapse import collapse_metrics, metrics_from_stats, per_class_stats
+from .spectrum import (
+    condition_number,
+    effective_rank,
+    kl_to_uniform,
+    normalized_top,
+    proportional_effective_rank,
+    singular_values,
+    spectrum_metrics,
+    stable_rank,
+    w_error,
+)
+
+__all__ = [
+    "spectrum",
+    "anisotropy",
+    "cka",
+    "collapse",
+    "singular_values",
+    "kl_to_uniform",
+    "effective_rank",
+    "proportional_effective_rank",
+    "w_error",
+    "stable_rank",
+    "condition_number",
+    "normalized_top",
+    "spectrum_metrics",
+    "anisotropy_by_layer",
+    "linear_cka",
+    "cka_to_reference",
+    "cka_to_reference_by_layer",
+    "collapse_metrics",
+    "metrics_from_stats",
+    "per_class_stats",
+]

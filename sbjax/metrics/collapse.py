@@ -1,0 +1,496 @@
+"""Neural-collapse metrics for LM heads (Wu & Papyan 2024; the `neural-collapse` library).
+
+Definitions (``shared/reference/METRICS.md`` section 3).  mu_c = class mean of
+the last-layer features h_i with next token y_i = c; sigma_c^2 =
+(1/N_c) sum_{y_i=c} ||h_i - mu_c||^2 (biased trace of the class covariance);
+the analysed classes are those with N_c >= ``min_count`` (authors' default 1);
+K = their number; mu_G = unweighted mean of the analysed class means
+(``weighted_mean=False``, authors' default; ``True`` = token-weighted mean);
+mu~_c = mu_c - mu_G; W is restricted to the analysed rows.
+
+* ``nc1_cdnv``: mean over unordered pairs c < c' of
+  s(c,c') = ((sigma_c^2 + sigma_c'^2) / 2) / ||mu_c - mu_c'||^(2k),
+  k = ``cdnv_exponent`` (authors: **k = 2**, distance^4; k = 1 is Galanti
+  et al.'s original CDNV).  ``nc1_log10_cdnv``: mean over pairs of log10 s
+  (the authors' log-CDNV, R^2 ~ 0.92 vs val loss); pairs with s = 0 (both
+  classes have zero spread, e.g. two single-token classes) are excluded from
+  the log mean only and counted in ``nc1_n_zero_pairs``.  Also
+  ``nc1_log10_mean_cdnv`` = log10(nc1_cdnv) and ``nc1_log10_cdnv_std``.
+* Coincident class means (||mu_c - mu_c'||^2 <= rtol (||mu~_c||^2 + ||mu~_c'||^2),
+  rtol = ``coincide_rtol``, default 8 eps of the compute dtype, i.e. equal up
+  to rounding of the matmul-form distance): s = inf there; such pairs are
+  *excluded* from all CDNV statistics and counted in
+  ``nc1_n_coincident_pairs`` (never a silent NaN/inf).  In float32 this
+  means relative mean separations below ~1e-3 are unresolvable; use x64.
+* ``nc2_norm_cov``: std(n_c) / mean(n_c), n_c = ||mu~_c|| (default
+  ``norm_variant="norm"``; ``"squared"`` = the paper-era code's ||mu~_c||^2).
+  ``nc2_log_norm_cov``: std(log n_c) / mean(log n_c) (current code).
+* ``nc2_cos_mean`` / ``nc2_cos_std``: over c < c' of cos(mu~_c, mu~_c')
+  (``angle_variant="cos"``, paper-era default); ``"inner"`` = unnormalised
+  <mu~_c, mu~_c'> (current code).
+* ``etf_error`` = ||G/||G||_F - (I - 11^T/K)/sqrt(K-1)||_F, G = M~ M~^T,
+  computed from ||G||_F^2 = ||M~^T M~||_F^2 (d x d) plus a streamed sum of
+  squared residuals over pairs (no K x K, no cancellation).
+* ``gnc2_log_kernel_mean`` / ``_var``: kernel log(1/||u_c - u_c'||) over
+  c < c', u_c = mu~_c/||mu~_c|| (``gnc2_centered=True``, current code) or
+  mu_c/||mu_c|| (``False``, paper-era).  Coincident directions (kernel =
+  +inf) are excluded and counted in ``gnc2_n_coincident_pairs``.
+* ``nc3_cos_mean``: mean_c cos(w_c, mu~_c); ``unc3_cos_cov``: std/mean of it.
+* ``dual_error`` = ||W M~^T/||W M~^T||_F - (I - 11^T/K)/sqrt(K-1)||_F via the exact
+  identities ||W M~^T||_F^2 = <W^T W, M~^T M~> and <W M~^T, I - 11^T/K> =
+  sum_c <w_c, mu~_c> - <sum w, sum mu~>/K (absolute accuracy ~sqrt(eps)).
+* ``nc4_agreement``: fraction of validation tokens where argmax_c <w_c, h>
+  == argmin_c ||h - mu_c||^2; ``nc4_search="analyzed"`` (paper-era default:
+  both searches over the analysed classes) or ``"all"`` (current code: W over
+  all V rows, the NCC over every class that has a mean, N_c > 0).  Weighted
+  (hits / tokens, authors' default) or per-class mean (``nc4_weighted=False``).
+
+Standard deviations use ``ddof`` (default 1, like ``torch.std`` in the
+authors' code).  Pairs are streamed in blocks (``block_size``) with only
+running sums kept: peak memory O(K d + block^2).
+
+Robustness: NaN/inf features, labels outside [0, V), fewer than 2 analysed
+classes, all class means identical and ``min_count < 1`` raise ``ValueError``
+(checked outside jit in :func:`collapse_metrics` / :func:`metrics_from_stats`);
+single-token classes have sigma^2 = 0 (fine); log(0) never reaches a sum.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from ._pairs import chan_result, lse_mean, pair_pass
+from ._util import acc_dtype
+from .accumulators import (
+    MeanState,
+    NC4State,
+    VarState,
+    class_means,
+    class_variances,
+    mean_init,
+    mean_update,
+    merge,
+    nc4_agreement,
+    nc4_init,
+    nc4_update,
+    one_pass_variances,
+    var_init,
+    var_update,
+)
+
+__all__ = [
+    "MeanState",
+    "VarState",
+    "NC4State",
+    "mean_init",
+    "mean_update",
+    "class_means",
+    "var_init",
+    "var_update",
+    "class_variances",
+    "one_pass_variances",
+    "nc4_init",
+    "nc4_update",
+    "nc4_agreement",
+    "merge",
+    "analyzed_classes",
+    "nc4_search_set",
+    "metrics_from_stats",
+    "per_class_stats",
+    "collapse_metrics",
+]
+
+_HI = lax.Precision.HIGHEST
+
+
+def analyzed_classes(counts, min_count: int = 1) -> np.ndarray:
+    """Indices of classes with N_c >= min_count (concrete, outside jit).
+
+    Raises ``ValueError`` if min_count < 1 or fewer than 2 classes qualify.
+    """
+    if min_count < 1:
+        raise ValueError(f"min_count must be >= 1 (classes without tokens have no mean), got {min_count}")
+    counts = np.asarray(counts)
+    idx = np.flatnonzero(counts >= min_count)
+    if idx.size < 2:
+        raise ValueError(
+            f"neural-collapse metrics need at least 2 analysed classes, but only {idx.size} "
+            f"class(es) have >= min_count={min_count} tokens (out of {counts.size}); "
+            "lower min_count or accumulate more tokens"
+        )
+    return idx
+
+
+def nc4_search_set(means, counts, w, *, min_count: int = 1, search: str = "analyzed"):
+    """Rows (w_rows, mean_rows, w_valid, mean_valid) for :func:`nc4_update`.
+
+    ``"analyzed"`` (default, paper-era): both searches over the analysed
+    classes (N_c >= min_count).  ``"all"`` (current code): the linear
+    classifier over all V rows of W, the NCC over every class with N_c > 0.
+    """
+    counts = np.asarray(counts)
+    if search == "analyzed":
+        idx = analyzed_classes(counts, min_count)
+        ones = jnp.ones((idx.size,), bool)
+        return jnp.asarray(w)[idx], jnp.asarray(means)[idx], ones, ones
+    if search == "all":
+        v = counts.shape[0]
+        return jnp.asarray(w), jnp.asarray(means), jnp.ones((v,), bool), jnp.asarray(counts > 0)
+    raise ValueError(f"nc4_search must be 'analyzed' or 'all', got {search!r}")
+
+
+def _mstd(x, m, ddof):
+    n = jnp.sum(m).astype(x.dtype)
+    mean = jnp.sum(jnp.where(m, x, 0.0)) / jnp.maximum(n, 1)
+    var = jnp.sum(jnp.where(m, jnp.square(x - mean), 0.0)) / jnp.maximum(n - ddof, 1)
+    return mean, jnp.sqrt(var)
+
+
+def _cov(x, m, ddof):
+    mean, std = _mstd(x, m, ddof)
+    return jnp.where(mean != 0, std / jnp.where(mean != 0, mean, 1.0), jnp.inf)
+
+
+def _global_stats(mu, w, cnt, valid, *, weighted_mean, norm_variant, ddof):
+    dt = mu.dtype
+    vf = valid.astype(dt)
+    kf = jnp.sum(vf)
+    if weighted_mean:
+        wts = cnt.astype(dt) * vf
+        mu_g = jnp.sum(mu * wts[:, None], axis=0) / jnp.sum(wts)
+    else:
+        mu_g = jnp.sum(mu * vf[:, None], axis=0) / kf
+    mt = jnp.where(valid[:, None], mu - mu_g, 0.0)
+    w = jnp.where(valid[:, None], w, 0.0)
+    n2 = jnp.sum(mt * mt, axis=1)
+    nrm = jnp.sqrt(n2)
+    x = nrm if norm_variant == "norm" else n2
+    pos = valid & (nrm > 0)
+    lognorm = jnp.log(jnp.where(pos, nrm, 1.0))
+    wn = jnp.linalg.norm(w, axis=1)
+    den = wn * nrm
+    cos3 = jnp.where(den > 0, jnp.sum(w * mt, axis=1) / jnp.where(den > 0, den, 1.0), 0.0)
+    # ||G||_F^2 = ||M~^T M~||_F^2 (d x d)
+    mtm = jnp.matmul(mt.T, mt, precision=_HI)
+    g_fro = jnp.sqrt(jnp.sum(mtm * mtm))
+    safe_g = jnp.where(g_fro > 0, g_fro, 1.0)
+    etf_diag = jnp.sum(jnp.where(valid, jnp.square(n2 / safe_g - (1.0 - 1.0 / kf) / jnp.sqrt(kf - 1.0)), 0.0))
+    # dual error via <W^T W, M~^T M~> and <W M~^T, P>
+    wtw = jnp.matmul(w.T, w, precision=_HI)
+    s_fro = jnp.sqrt(jnp.maximum(jnp.sum(wtw * mtm), 0.0))
+    s_p = jnp.sum(w * mt) - jnp.dot(jnp.sum(w, 0), jnp.sum(mt, 0)) / kf
+    dual2 = 2.0 - 2.0 * s_p / (jnp.where(s_fro > 0, s_fro, 1.0) * jnp.sqrt(kf - 1.0))
+    nc3_mean, nc3_std = _mstd(cos3, valid, ddof)
+    return {
+        "mt": mt,
+        "g_fro": safe_g,
+        "max_norm": jnp.max(jnp.where(valid, nrm, 0.0)),
+        "nc2_norm_cov": _cov(x, valid, ddof),
+        "nc2_log_norm_cov": _cov(lognorm, pos, ddof),
+        "nc3_cos_mean": nc3_mean,
+        "nc3_cos_std": nc3_std,
+        "unc3_cos_cov": jnp.where(nc3_mean != 0, nc3_std / jnp.where(nc3_mean != 0, nc3_mean, 1.0), jnp.inf),
+        "dual_error": jnp.sqrt(jnp.maximum(dual2, 0.0)),
+        "etf_diag": etf_diag,
+        "k": kf,
+    }
+
+
+def _check_finite(name, x):
+    x = np.asarray(x)
+    if not np.all(np.isfinite(x)):
+        bad = int(np.size(x) - np.count_nonzero(np.isfinite(x)))
+        raise ValueError(f"{name} contains {bad} non-finite value(s) (NaN/inf); clean the input before computing collapse metrics")
+
+
+def _pad_rows(x, kpad):
+    pad = [(0, kpad - x.shape[0])] + [(0, 0)] * (x.ndim - 1)
+    return np.pad(x, pad)
+
+
+@partial(
+    jax.jit,
+    static_argnames=("weighted_mean", "norm_variant", "ddof", "block", "cdnv_exponent", "angle_variant", "gnc2_centered", "coincide_rtol"),
+)
+def _core(mu, var, w, cnt, valid, k, *, weighted_mean, norm_variant, ddof, block, cdnv_exponent, angle_variant, gnc2_centered, coincide_rtol):
+    """Everything after the class selection, in one jit (keyed by the padded K)."""
+    gs = _global_stats(mu, w, cnt, valid, weighted_mean=weighted_mean, norm_variant=norm_variant, ddof=ddof)
+    pp = pair_pass(
+        gs["mt"], mu, var, valid, gs["g_fro"], k,
+        block=block, cdnv_exponent=cdnv_exponent, angle_variant=angle_variant,
+        gnc2_centered=gnc2_centered, coincide_rtol=coincide_rtol,
+    )
+    st = pp["stats"]
+    l10_mean, l10_std, l10_n = chan_result(st["log10_cdnv"], ddof)
+    ang_mean, ang_std, _ = chan_result(st["angle"], ddof)
+    ker_mean, ker_std, _ = chan_result(st["kernel"], ddof)
+    out = {key: gs[key] for key in ("max_norm", "nc2_norm_cov", "nc2_log_norm_cov", "nc3_cos_mean", "unc3_cos_cov", "dual_error")}
+    out.update(
+        cdnv=lse_mean(st["cdnv_lse"], st["cdnv_n"]), cdnv_n=st["cdnv_n"], cdnv_coinc=st["cdnv_coinc"],
+        cdnv_zero=st["cdnv_zero"], kernel_coinc=st["kernel_coinc"],
+        l10_mean=l10_mean, l10_std=l10_std, l10_n=l10_n, ang_mean=ang_mean, ang_std=ang_std,
+        ker_mean=ker_mean, ker_std=ker_std,
+        etf=jnp.sqrt(jnp.maximum(gs["etf_diag"] + st["etf_off"], 0.0)),
+        rows=pp["rows"],
+    )
+    return out
+
+
+def metrics_from_stats(
+    means,
+    variances,
+    counts,
+    w,
+    *,
+    nc4: NC4State | None = None,
+    min_count: int = 1,
+    cdnv_exponent: float = 2,
+    weighted_mean: bool = False,
+    norm_variant: str = "norm",
+    angle_variant: str = "cos",
+    gnc2_centered: bool = True,
+    nc4_weighted: bool = True,
+    block_size: int = 512,
+    ddof: int = 1,
+    per_class: bool = False,
+    coincide_rtol: float | None = None,
+) -> dict:
+    """Collapse metrics from accumulated statistics of one checkpoint.
+
+    Args:
+      means: (V, d) class means (e.g. :func:`class_means`), variances: (V,)
+        sigma_c^2 (:func:`class_variances` or :func:`one_pass_variances`),
+        counts: (V,) N_c, w: (V, d) LM head.  nc4: optional
+        :class:`NC4State` accumulated on validation tokens with
+        :func:`nc4_update` (use :func:`nc4_search_set` for the search set).
+      See the module docstring for every keyword and its variants.
+
+    Returns a dict of Python floats/ints: nc1_cdnv, nc1_log10_cdnv,
+    nc1_log10_cdnv_std, nc1_log10_mean_cdnv, nc1_n_pairs,
+    nc1_n_coincident_pairs, nc1_n_zero_pairs, nc2_norm_cov, nc2_log_norm_cov,
+    nc2_cos_mean, nc2_cos_std, etf_error, gnc2_log_kernel_mean,
+    gnc2_log_kernel_var, gnc2_n_coincident_pairs, nc3_cos_mean, unc3_cos_cov,
+    dual_error, n_classes, (nc4_agreement if nc4 given), and with
+    ``per_class=True`` numpy arrays class_ids, per_class_cdnv,
+    per_class_interference (see :func:`per_class_stats`).
+
+    The class selection is done outside jit with the concrete counts; the
+    jitted kernels see the K analysed rows padded to a multiple of the block
+    size (so they recompile only per padded size).
+    """
+    if norm_variant not in ("norm", "squared"):
+        raise ValueError(f"norm_variant must be 'norm' or 'squared', got {norm_variant!r}")
+    if angle_variant not in ("cos", "inner"):
+        raise ValueError(f"angle_variant must be 'cos' or 'inner', got {angle_variant!r}")
+    if block_size < 1:
+        raise ValueError(f"block_size must be >= 1, got {block_size}")
+    counts = np.asarray(counts)
+    v = counts.shape[0]
+    means, variances, w = np.asarray(means), np.asarray(variances), np.asarray(w)
+    if means.shape[0] != v or variances.shape != (v,) or w.shape != means.shape:
+        raise ValueError(f"shape mismatch: means {means.shape}, variances {variances.shape}, counts {counts.shape}, w {w.shape}")
+    idx = analyzed_classes(counts, min_count)
+    k = int(idx.size)
+    dt = acc_dtype()
+    npdt = np.float64 if dt == jnp.float64 else np.float32
+    mu_k = means[idx].astype(npdt)
+    var_k = variances[idx].astype(npdt)
+    w_k = w[idx].astype(npdt)
+    _check_finite("class means", mu_k)
+    _check_finite("class variances", var_k)
+    _check_finite("W (analysed rows)", w_k)
+
+    blk = int(min(block_size, -(-k // 8) * 8))
+    kpad = -(-k // blk) * blk
+    valid = np.arange(kpad) < k
+    mu_p, var_p, w_p = _pad_rows(mu_k, kpad), _pad_rows(var_k, kpad), _pad_rows(w_k, kpad)
+    cnt_p = _pad_rows(counts[idx].astype(npdt), kpad)
+
+    rtol = float(coincide_rtol) if coincide_rtol is not None else 8.0 * float(jnp.finfo(dt).eps)
+    res = _core(
+        mu_p, var_p, w_p, cnt_p, valid, jnp.asarray(k),
+        weighted_mean=bool(weighted_mean), norm_variant=norm_variant, ddof=int(ddof), block=blk,
+        cdnv_exponent=float(cdnv_exponent), angle_variant=angle_variant,
+        gnc2_centered=bool(gnc2_centered), coincide_rtol=rtol,
+    )
+    res = jax.device_get(res)
+    if float(res["max_norm"]) == 0.0:
+        raise ValueError("all analysed class means are identical (every centred mean is zero); collapse metrics are undefined")
+    cdnv = float(res["cdnv"])
+    out = {
+        "nc1_cdnv": cdnv if int(res["cdnv_n"]) > 0 else float("inf"),
+        "nc1_log10_cdnv": float(res["l10_mean"]) if float(res["l10_n"]) > 0 else float("-inf"),
+        "nc1_log10_cdnv_std": float(res["l10_std"]),
+        "nc1_log10_mean_cdnv": math.log10(cdnv) if cdnv > 0 else float("-inf"),
+        "nc1_n_pairs": k * (k - 1) // 2,
+        "nc1_n_coincident_pairs": int(res["cdnv_coinc"]),
+        "nc1_n_zero_pairs": int(res["cdnv_zero"]),
+        "nc2_norm_cov": float(res["nc2_norm_cov"]),
+        "nc2_log_norm_cov": float(res["nc2_log_norm_cov"]),
+        "nc2_cos_mean": float(res["ang_mean"]),
+        "nc2_cos_std": float(res["ang_std"]),
+        "etf_error": float(res["etf"]),
+        "gnc2_log_kernel_mean": float(res["ker_mean"]),
+        "gnc2_log_kernel_var": float(res["ker_std"]) ** 2,
+        "gnc2_n_coincident_pairs": int(res["kernel_coinc"]),
+        "nc3_cos_mean": float(res["nc3_cos_mean"]),
+        "unc3_cos_cov": float(res["unc3_cos_cov"]),
+        "dual_error": float(res["dual_error"]),
+        "n_classes": k,
+    }
+    if nc4 is not None:
+        out["nc4_agreement"] = float(nc4_agreement(nc4, weighted=nc4_weighted))
+    if per_class:
+        rows = res["rows"]
+        cnt = np.asarray(rows["cdnv_cnt"][:k])
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out["per_class_cdnv"] = np.where(cnt > 0, np.asarray(rows["cdnv_sum"][:k]) / np.maximum(cnt, 1), np.nan)
+        out["per_class_interference"] = np.asarray(rows["cos_sum"][:k]) / (k - 1)
+        out["class_ids"] = idx
+    return out
+
+
+def per_class_stats(means, variances, counts, *, min_count: int = 1, cdnv_exponent: float = 2, weighted_mean: bool = False, block_size: int = 512):
+    """Token-level view: per analysed class c,
+
+    * ``per_class_cdnv[c]`` = mean over c' != c of s(c, c') (coincident
+      partners excluded; NaN only if c has no non-coincident partner),
+    * ``per_class_interference[c]`` = mean over c' != c of cos(mu~_c, mu~_c'),
+
+    streamed with the same blocked pass as :func:`metrics_from_stats` (O(K)
+    extra memory).  Returns dict with ``class_ids`` (K,) and the two (K,) arrays.
+    """
+    counts = np.asarray(counts)
+    w = jnp.zeros_like(jnp.asarray(means))
+    r = metrics_from_stats(
+        means, variances, counts, w, min_count=min_count, cdnv_exponent=cdnv_exponent,
+        weighted_mean=weighted_mean, block_size=block_size, per_class=True,
+    )
+    return {k: r[k] for k in ("class_ids", "per_class_cdnv", "per_class_interference")}
+
+
+@partial(jax.jit, static_argnames=())
+def _jit_mean_update(st, h, y, m):
+    return mean_update(st, h, y, m)
+
+
+@jax.jit
+def _jit_var_update(st, h, y, mu, m):
+    return var_update(st, h, y, mu, m)
+
+
+@partial(jax.jit, static_argnames=("chunk_size",))
+def _jit_nc4_update(st, h, y, w, mu, wv, mv, m, chunk_size):
+    return nc4_update(st, h, y, w, mu, w_valid=wv, mean_valid=mv, valid=m, chunk_size=chunk_size)
+
+
+def _batches(feats, labels, batch_size):
+    n = feats.shape[0]
+    bs = int(min(batch_size, max(n, 1)))
+    for s in range(0, n, bs):
+        h = feats[s : s + bs]
+        y = labels[s : s + bs]
+        m = np.ones((h.shape[0],), bool)
+        if h.shape[0] < bs:  # pad to a static batch shape
+            p = bs - h.shape[0]
+            h = np.concatenate([np.asarray(h), np.zeros((p, h.shape[1]), np.asarray(h).dtype)])
+            y = np.concatenate([np.asarray(y), np.zeros((p,), np.asarray(y).dtype)])
+            m = np.concatenate([m, np.zeros((p,), bool)])
+        yield jnp.asarray(h), jnp.asarray(y), jnp.asarray(m)
+
+
+def _check_inputs(name, feats, labels, v, d):
+    if feats.ndim != 2 or feats.shape[1] != d:
+        raise ValueError(f"{name} features must have shape (N, {d}), got {feats.shape}")
+    if labels.ndim != 1 or labels.shape[0] != feats.shape[0]:
+        raise ValueError(f"{name} labels must have shape ({feats.shape[0]},), got {labels.shape}")
+    if not np.issubdtype(labels.dtype, np.integer):
+        raise ValueError(f"{name} labels must be integers, got dtype {labels.dtype}")
+    if labels.size and (labels.min() < 0 or labels.max() >= v):
+        raise ValueError(f"{name} labels must lie in [0, V={v}); found values in [{labels.min()}, {labels.max()}]")
+    _check_finite(f"{name} features", np.asarray(feats, np.float32) if feats.dtype.itemsize < 4 else feats)
+
+
+def collapse_metrics(
+    feats,
+    labels,
+    w,
+    val_feats=None,
+    val_labels=None,
+    *,
+    min_count: int = 1,
+    cdnv_exponent: float = 2,
+    weighted_mean: bool = False,
+    norm_variant: str = "norm",
+    angle_variant: str = "cos",
+    gnc2_centered: bool = True,
+    nc4_search: str = "analyzed",
+    nc4_weighted: bool = True,
+    variance: str = "two_pass",
+    block_size: int = 512,
+    batch_size: int = 65536,
+    nc4_chunk_size: int = 4096,
+    ddof: int = 1,
+    per_class: bool = False,
+    coincide_rtol: float | None = None,
+) -> dict:
+    """One-call collapse metrics: feats (N, d), labels (N,) in [0, V), w (V, d).
+
+    Streams the tokens in ``batch_size`` batches through :func:`mean_update`
+    and (``variance="two_pass"``, default) :func:`var_update`, or uses the
+    float64-only :func:`one_pass_variances` (``variance="one_pass"``, needs
+    x64).  With ``val_feats``/``val_labels`` it adds ``nc4_agreement``
+    (search set per ``nc4_search``).  Then calls :func:`metrics_from_stats`
+    (see there and the module docstring for the keys and variants).
+
+    Input checks (outside jit, raise ``ValueError``): shapes, integer labels
+    in [0, V), finite features (NaN/inf), >= 2 analysed classes.
+    """
+    feats_np, labels_np = np.asarray(feats), np.asarray(labels)
+    w = jnp.asarray(w)
+    if w.ndim != 2:
+        raise ValueError(f"w must be (V, d), got shape {w.shape}")
+    v, d = w.shape
+    _check_inputs("train", feats_np, labels_np, v, d)
+    if (val_feats is None) != (val_labels is None):
+        raise ValueError("give both val_feats and val_labels, or neither")
+    if variance not in ("two_pass", "one_pass"):
+        raise ValueError(f"variance must be 'two_pass' or 'one_pass', got {variance!r}")
+    if nc4_search not in ("analyzed", "all"):
+        raise ValueError(f"nc4_search must be 'analyzed' or 'all', got {nc4_search!r}")
+
+    st = mean_init(v, d)
+    for h, y, m in _batches(feats_np, labels_np, batch_size):
+        st = _jit_mean_update(st, h, y, m)
+    means, counts = class_means(st)
+    counts_np = np.asarray(counts)
+    analyzed_classes(counts_np, min_count)  # early, clear error
+    if variance == "one_pass":
+        variances = one_pass_variances(st)
+    else:
+        vs = var_init(v)
+        for h, y, m in _batches(feats_np, labels_np, batch_size):
+            vs = _jit_var_update(vs, h, y, means, m)
+        variances = class_variances(vs)
+
+    nc4 = None
+    if val_feats is not None:
+        vf, vl = np.asarray(val_feats), np.asarray(val_labels)
+        _check_inputs("validation", vf, vl, v, d)
+        w_rows, mu_rows, wv, mv = nc4_search_set(means, counts_np, w, min_count=min_count, search=nc4_search)
+        nc4 = nc4_init(v)
+        for h, y, m in _batches(vf, vl, batch_size):
+            nc4 = _jit_nc4_update(nc4, h, y, w_rows, mu_rows, wv, mv, m, chunk_size=nc4_chunk_size)
+
+    return metrics_from_stats(
+        means, variances, counts_np, w, nc4=nc4, min_count=min_count, cdnv_exponent=cdnv_exponent,
+        weighted_mean=weighted_mean, norm_variant=norm_variant, angle_variant=angle_variant,
+        gnc2_centered=gnc2_centered, nc4_weighted=nc4_weighted, block_size=block_size, ddof=ddof,
+        per_class=per_class, coincide_rtol=coincide_rtol,
+    )

@@ -1,0 +1,415 @@
+"""Sweeps: a grid over config keys, expanded to named runs, run, skipped or resumed.
+
+Grid file (JSON)::
+
+    {
+      "name": "head-rank",                       # optional, recorded in the index
+      "base": "tiny",                            # preset name, or a .json config path
+                                                 # (relative to the grid file)
+      "overrides": {"train.steps": 200,          # applied to every run; dotted keys
+                    "model": {"head": "lowrank"}},  # or nested sections
+      "grid": {"model.head_rank": [2, 4, 8],     # cartesian product over these keys
+               "train.seed": [0, 1]},            # (file order, the last varies fastest)
+      "runs": [{"train.lr": 1e-3},               # optional: explicit variants, crossed
+               {"train.lr": 3e-3, "train.warmup_steps": 10}]  # with the grid
+    }
+
+Any ``section.key`` of ``sbjax.config.Config`` can be swept (``model.*``, ``data.*``,
+``train.*``, ``mesh.*``). Every run's config is validated when the grid is expanded,
+so a bad value fails before anything trains.
+
+Run names are stable and readable: the swept keys' last components with their values,
+e.g. ``head_rank=2,seed=0`` (a full dotted key where the last component is ambiguous,
+e.g. ``model.vocab_size`` vs ``data.vocab_size``; characters outside
+``[A-Za-z0-9._=,+-]`` become ``_``; names longer than 100 characters, or that would
+collide, get a short hash of the run's overrides). A run's workdir is
+``SWEEP_DIR/<name>`` and its ``config.name`` is the name.
+
+Execution (``run_sweep``): runs go sequentially; with ``num_hosts > 1`` host ``h``
+runs the runs with ``index % num_hosts == h`` (independent runs per host, no
+``jax.distributed``). Under ``jax.distributed`` (a pod running each run over all its
+chips) every process iterates all runs together and process 0 writes the files.
+A run is finished when ``<workdir>/DONE`` exists or its newest checkpoint is its
+``train.steps``: it is *skipped*. A run with checkpoints short of that is *resumed*
+(``sbjax.train.train`` continues from the newest checkpoint); otherwise it is *new*.
+A run that raises is recorded as *failed* with its error and the sweep goes on.
+
+Outputs in SWEEP_DIR: ``index.json`` and ``index.csv`` (one row per run: name,
+status, this invocation's action, the swept keys' values, steps, final loss,
+eval_loss, eval_acc, n_params, workdir), rebuilt from the run directories after every
+run (so they are consistent across hosts), and ``sweep_log.jsonl`` (one line per
+action: time, host, run, action, start and end step).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import hashlib
+import io
+import itertools
+import json
+import logging
+import os
+import re
+import signal
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from sbjax import presets
+from sbjax.config import Config
+
+log = logging.getLogger("sbjax")
+
+GRID_KEYS = {"name", "base", "overrides", "grid", "runs"}
+INDEX_FIELDS = ["name", "status", "action", "host", "steps", "loss", "eval_loss", "eval_acc",
+                "n_params", "workdir", "error"]
+
+
+@dataclasses.dataclass
+class Run:
+  index: int
+  name: str
+  overrides: dict  # the swept keys' values (dotted key -> value)
+  config: Config
+
+
+# ----------------------------------------------------------------------------- grid
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+  out = {}
+  for k, v in d.items():
+    key = f"{prefix}{k}"
+    if isinstance(v, dict) and "." not in k and prefix == "" and k in ("model", "data", "train",
+                                                                       "mesh"):
+      out.update(_flatten(v, key + "."))
+    else:
+      out[key] = v
+  return out
+
+
+def _set(d: dict, key: str, value: Any, where: str) -> None:
+  parts = key.split(".")
+  if len(parts) == 1 and key == "name":
+    d["name"] = value
+    return
+  if len(parts) != 2 or parts[0] not in ("model", "data", "train", "mesh"):
+    raise ValueError(f"sweep grid: bad key {key!r} in {where}; use section.key with section one "
+                     "of model, data, train, mesh (e.g. 'model.head_rank')")
+  section, name = parts
+  if name not in d[section]:
+    raise ValueError(f"sweep grid: unknown key {key!r} in {where}; known {section} keys: "
+                     f"{sorted(d[section])}")
+  d[section][name] = value
+
+
+def load_grid(path) -> dict:
+  path = Path(path)
+  if not path.exists():
+    raise FileNotFoundError(f"sweep grid {path} does not exist")
+  try:
+    grid = json.loads(path.read_text())
+  except json.JSONDecodeError as e:
+    raise ValueError(f"sweep grid {path} is not valid JSON: {e}") from None
+  if not isinstance(grid, dict):
+    raise ValueError(f"sweep grid {path}: expected a JSON object with keys {sorted(GRID_KEYS)}")
+  grid.setdefault("_dir", str(path.parent))
+  return grid
+
+
+def _base_dict(grid: dict) -> dict:
+  base = grid.get("base", "tiny")
+  if isinstance(base, dict):
+    d = presets._base()  # noqa: SLF001
+    for k, v in base.items():
+      if isinstance(v, dict) and k in d:
+        d[k].update(v)
+      else:
+        d[k] = v
+    return json.loads(json.dumps(d))
+  if str(base).endswith(".json") and not Path(base).is_absolute():
+    cand = Path(grid.get("_dir", ".")) / base
+    base = str(cand) if cand.exists() else base
+  return presets.load(str(base)).to_dict()
+
+
+def _fmt(v: Any) -> str:
+  if isinstance(v, bool):
+    return "true" if v else "false"
+  if isinstance(v, float):
+    return repr(v)
+  if isinstance(v, (list, tuple)):
+    return "-".join(_fmt(x) for x in v)
+  return str(v)
+
+
+def _short_keys(keys: list[str]) -> dict[str, str]:
+  last = [k.split(".")[-1] for k in keys]
+  return {k: (s if last.count(s) == 1 else k) for k, s in zip(keys, last)}
+
+
+def _hash(obj) -> str:
+  return hashlib.sha1(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:8]
+
+
+def run_name(overrides: dict, short: dict[str, str] | None = None) -> str:
+  """Readable, filesystem-safe, stable name of a run from its swept values."""
+  if not overrides:
+    return "run"
+  short = short or _short_keys(list(overrides))
+  name = ",".join(f"{short[k]}={_fmt(v)}" for k, v in overrides.items())
+  name = re.sub(r"[^A-Za-z0-9._=,+-]", "_", name)
+  if len(name) > 100:
+    name = name[:100] + "-" + _hash(overrides)
+  return name
+
+
+def expand(grid: dict) -> list[Run]:
+  """The runs of a grid dict (see the module docstring), configs validated."""
+  unknown = sorted(set(grid) - GRID_KEYS - {"_dir"})
+  if unknown:
+    raise ValueError(f"sweep grid: unknown top-level keys {unknown}; allowed: {sorted(GRID_KEYS)}")
+  axes = grid.get("grid", {}) or {}
+  if not isinstance(axes, dict):
+    raise ValueError("sweep grid: 'grid' must map dotted keys to lists of values")
+  for k, vals in axes.items():
+    if not isinstance(vals, list) or not vals:
+      raise ValueError(f"sweep grid: grid[{k!r}] must be a non-empty list of values, got {vals!r}")
+  variants = grid.get("runs") or [{}]
+  if not isinstance(variants, list) or not all(isinstance(v, dict) for v in variants):
+    raise ValueError("sweep grid: 'runs' must be a list of objects of dotted keys -> values")
+  variants = [_flatten(v) for v in variants]
+  common = _flatten(grid.get("overrides", {}) or {})
+  swept = list(axes)
+  for v in variants:
+    swept += [k for k in v if k not in swept]
+  short = _short_keys(swept)
+  base = _base_dict(grid)
+  runs: list[Run] = []
+  for combo in itertools.product(*axes.values()) if axes else [()]:
+    point = dict(zip(axes, combo))
+    for var in variants:
+      over = {k: v for k, v in {**point, **var}.items()}
+      over = {k: over[k] for k in swept if k in over}
+      d = json.loads(json.dumps(base))
+      for k, v in common.items():
+        _set(d, k, v, "overrides")
+      for k, v in over.items():
+        _set(d, k, v, "grid/runs")
+      name = run_name(over, {k: short[k] for k in over})
+      d["name"] = name
+      try:
+        cfg = Config.from_dict(d)
+      except (ValueError, TypeError) as e:
+        raise ValueError(f"sweep grid: run {name!r} has an invalid config: {e}") from None
+      runs.append(Run(len(runs), name, over, cfg))
+  names = [r.name for r in runs]
+  dups = {n for n in names if names.count(n) > 1}
+  for r in runs:
+    if r.name in dups:
+      r.name = f"{r.name}-{_hash(r.overrides)}"
+      r.config = r.config.replace(name=r.name)
+  if len({r.name for r in runs}) != len(runs):
+    raise ValueError("sweep grid: runs with identical settings; remove the duplicates")
+  return runs
+
+
+def swept_keys(runs: list[Run]) -> list[str]:
+  keys: list[str] = []
+  for r in runs:
+    keys += [k for k in r.overrides if k not in keys]
+  return keys
+
+
+# ----------------------------------------------------------------------------- state on disk
+
+
+def _latest_step(workdir: Path) -> int | None:
+  from sbjax import checkpoint as ckpt  # noqa: PLC0415 - jax-free import of this module
+
+  steps = ckpt.list_steps(workdir)
+  return steps[-1] if steps else None
+
+
+def run_state(workdir: Path, steps: int) -> str:
+  """'done' | 'partial' | 'new' from the run directory."""
+  if (workdir / "DONE").exists():
+    return "done"
+  last = _latest_step(workdir)
+  if last is not None and last >= steps:
+    return "done"
+  return "partial" if last is not None else "new"
+
+
+def _read_json(path: Path) -> dict:
+  try:
+    return json.loads(path.read_text())
+  except (OSError, ValueError):
+    return {}
+
+
+def _log_actions(sweep_dir: Path) -> dict[str, dict]:
+  out: dict[str, dict] = {}
+  path = sweep_dir / "sweep_log.jsonl"
+  if path.exists():
+    for line in path.read_text().splitlines():
+      try:
+        rec = json.loads(line)
+      except ValueError:
+        continue  # a line cut by a kill
+      out[rec.get("run", "")] = rec
+  return out
+
+
+def _append_log(sweep_dir: Path, rec: dict) -> None:
+  with open(sweep_dir / "sweep_log.jsonl", "a") as f:
+    f.write(json.dumps(rec) + "\n")
+
+
+def index_rows(runs: list[Run], sweep_dir: Path, host_of: Callable[[Run], int]) -> list[dict]:
+  from sbjax.train import read_metrics  # noqa: PLC0415
+
+  last = _log_actions(sweep_dir)
+  rows = []
+  for r in runs:
+    wd = sweep_dir / r.name
+    steps = r.config.train.steps
+    state = run_state(wd, steps)
+    act = last.get(r.name, {})
+    status = {"done": "done", "partial": "partial", "new": "pending"}[state]
+    if act.get("action") == "failed" and state != "done":
+      status = "failed"
+    row = {"name": r.name, "status": status, "action": act.get("action", ""),
+           "host": host_of(r), **{k: r.overrides.get(k) for k in r.overrides}}
+    done = _read_json(wd / "DONE").get("summary", {})
+    recs = read_metrics(wd) if wd.exists() else []
+    losses = [x for x in recs if "loss" in x]
+    evals = [x for x in recs if "eval_loss" in x]
+    row["steps"] = done.get("step", _latest_step(wd) if wd.exists() else None)
+    row["loss"] = done.get("loss", losses[-1]["loss"] if losses else None)
+    row["eval_loss"] = done.get("eval_loss", evals[-1]["eval_loss"] if evals else None)
+    row["eval_acc"] = done.get("eval_acc", evals[-1]["eval_acc"] if evals else None)
+    row["n_params"] = done.get("n_params")
+    row["workdir"] = r.name
+    row["error"] = act.get("error", "") if status == "failed" else ""
+    rows.append(row)
+  return rows
+
+
+def write_index(sweep_dir: Path, grid: dict, runs: list[Run], rows: list[dict]) -> None:
+  keys = swept_keys(runs)
+  payload = {"name": grid.get("name", ""), "swept_keys": keys,
+             "grid": {k: v for k, v in grid.items() if not k.startswith("_")},
+             "runs": [{**row, "overrides": r.overrides} for row, r in zip(rows, runs)]}
+  tmp = sweep_dir / "index.json.tmp"
+  tmp.write_text(json.dumps(payload, indent=1, default=str))
+  tmp.replace(sweep_dir / "index.json")
+  fields = INDEX_FIELDS[:4] + keys + INDEX_FIELDS[4:]
+  buf = io.StringIO()
+  w = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore")
+  w.writeheader()
+  for row in rows:
+    w.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in fields})
+  tmp = sweep_dir / "index.csv.tmp"
+  tmp.write_text(buf.getvalue())
+  tmp.replace(sweep_dir / "index.csv")
+
+
+def read_index(sweep_dir) -> dict:
+  return json.loads((Path(sweep_dir) / "index.json").read_text())
+
+
+# ----------------------------------------------------------------------------- running
+
+
+def _dataset_key(cfg: Config):
+  return (json.dumps(dataclasses.asdict(cfg.data), sort_keys=True), cfg.train.seq_len,
+          cfg.train.batch_size, cfg.train.data_seed)
+
+
+def run_sweep(grid, sweep_dir, *, host_index: int = 0, num_hosts: int = 1,
+              dry_run: bool = False, kill_at: tuple[int, int] | None = None,
+              train_fn: Callable | None = None, quiet: bool = True) -> list[dict]:
+  """Run (this host's share of) a sweep; returns the index rows.
+
+  ``grid``: a grid dict or a path to a grid JSON. ``kill_at=(run_index, step)`` is a
+  test hook: that run stops at ``step`` (its checkpoint there is saved) and the process
+  kills itself with SIGKILL, as a preemption would.
+  """
+  import jax  # noqa: PLC0415
+
+  from sbjax import train as train_lib  # noqa: PLC0415
+
+  grid = load_grid(grid) if not isinstance(grid, dict) else dict(grid)
+  runs = expand(grid)
+  sweep_dir = Path(sweep_dir)
+  if num_hosts < 1 or not 0 <= host_index < num_hosts:
+    raise ValueError(f"--host_index={host_index} must be in [0, --num_hosts={num_hosts})")
+  host_of = lambda r: r.index % num_hosts  # noqa: E731
+  mine = [r for r in runs if host_of(r) == host_index]
+  is_main = jax.process_index() == 0
+  if dry_run:
+    for r in runs:
+      state = run_state(sweep_dir / r.name, r.config.train.steps)
+      print(f"{r.index:4d} host {host_of(r)} {state:8s} {r.name}")
+    return []
+  sweep_dir.mkdir(parents=True, exist_ok=True)
+  train_fn = train_fn or train_lib.train
+  datasets: dict = {}
+  log.info("sweep %s: %d runs, %d on host %d/%d", sweep_dir, len(runs), len(mine), host_index,
+           num_hosts)
+  for r in mine:
+    wd = sweep_dir / r.name
+    steps = r.config.train.steps
+    state = run_state(wd, steps)
+    start = _latest_step(wd) if state == "partial" else 0
+    action = {"done": "skipped", "partial": "resumed", "new": "new"}[state]
+    rec = {"time": time.time(), "host": host_index, "process": jax.process_index(),
+           "run": r.name, "action": action, "start_step": start}
+    if state == "done":
+      log.info("sweep: %s is finished; skipped", r.name)
+      if is_main:
+        _append_log(sweep_dir, rec)
+      continue
+    log.info("sweep: %s run %s (from step %s)", action, r.name, start)
+    stop_after = None
+    if kill_at is not None and kill_at[0] == r.index:
+      stop_after = kill_at[1]
+    try:
+      dataset = None
+      if r.config.data.source in ("planted", "planted_mix") and not r.config.data.tfds_data_dir:
+        key = _dataset_key(r.config)
+        if key not in datasets:  # planted data: prepared once per sweep, shared by the runs
+          from sbjax.data import make_dataset  # noqa: PLC0415
+
+          tc = r.config.train
+          datasets[key] = make_dataset(r.config.data, seq_len=tc.seq_len,
+                                       global_batch_size=tc.batch_size, seed=tc.data_seed,
+                                       workdir=str(sweep_dir / "_data"))
+        dataset = datasets[key]
+      summary = train_fn(r.config, wd, dataset=dataset, stop_after=stop_after, quiet=quiet)
+    except Exception as e:  # noqa: BLE001 - record and go on with the other runs
+      log.error("sweep: run %s failed: %s: %s", r.name, type(e).__name__, e)
+      if is_main:
+        _append_log(sweep_dir, {**rec, "action": "failed",
+                                "error": f"{type(e).__name__}: {str(e)[:500]}"})
+        write_index(sweep_dir, grid, runs, index_rows(runs, sweep_dir, host_of))
+      continue
+    if stop_after is not None:
+      if is_main:
+        _append_log(sweep_dir, {**rec, "end_step": summary.get("step"), "killed": True})
+      log.warning("sweep: test hook kill_at=%s: killing this process", kill_at)
+      os.kill(os.getpid(), signal.SIGKILL)
+    if is_main:
+      if summary.get("step") == steps:
+        tmp = wd / "DONE.tmp"
+        tmp.write_text(json.dumps({"summary": summary, "finished_at": time.time()}, default=str))
+        tmp.replace(wd / "DONE")
+      _append_log(sweep_dir, {**rec, "end_step": summary.get("step")})
+      write_index(sweep_dir, grid, runs, index_rows(runs, sweep_dir, host_of))
+  rows = index_rows(runs, sweep_dir, host_of)
+  if is_main:
+    write_index(sweep_dir, grid, runs, rows)
+  return rows

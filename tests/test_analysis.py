@@ -1,0 +1,310 @@
+"""The checkpoint analysis pipeline: CSV columns, values against direct metric calls,
+CKA-to-final, figures, the resumable cache, the grouped forward, bad inputs, the CLI.
+
+One tiny run (8 steps: checkpoints 0, 1, 2, 4, 8) on the real data path is trained once
+per module and analysed once; the other tests reuse it (compiled functions are shared).
+"""
+
+import dataclasses
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from sbjax import checkpoint as ckpt
+from sbjax import heads
+from sbjax import metrics as M
+from sbjax import presets
+from sbjax import train as train_lib
+from sbjax.analysis import Settings, analyze_run, forward, grouped_apply, read_csv
+from sbjax.model import Model
+
+ROOT = Path(__file__).resolve().parents[1]
+STEPS = [0, 1, 2, 4, 8]
+# 12 eval sequences in chunks of 8 (a padded chunk), groups of 3 checkpoints (a padded group)
+SMALL = dict(eval_sequences=12, cka_sequences=12, anisotropy_tokens=0, collapse_sequences=12,
+             batch_sequences=8, group_size=3, progress=False)
+COLLAPSE_KEYS = ("nc1_cdnv", "nc1_log10_cdnv", "nc2_norm_cov", "nc2_log_norm_cov", "nc2_cos_mean",
+                 "nc2_cos_std", "etf_error", "gnc2_log_kernel_mean", "gnc2_log_kernel_var",
+                 "nc3_cos_mean", "unc3_cos_cov", "dual_error", "nc4_agreement", "n_classes")
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+  cfg = presets.build(presets.load("tiny"))
+  cfg = cfg.replace(train=dataclasses.replace(cfg.train, steps=8, eval_every=8, log_every=4))
+  wd = tmp_path_factory.mktemp("analysis") / "run"
+  train_lib.train(cfg, wd, quiet=True)  # the real data path (make_dataset)
+  assert ckpt.list_steps(wd) == STEPS
+  return wd
+
+
+@pytest.fixture(scope="module")
+def analysed(run_dir):
+  calls = []
+  rows = analyze_run(run_dir, Settings(**SMALL), on_computed=calls.append)
+  return rows, calls
+
+
+ALL_COLLECT = ("resid", "attn", "mlp", "ov", "h")
+_APPLY = {}
+
+
+def _jit_apply(mc):
+  """One jitted per-checkpoint forward collecting everything, shared by the tests."""
+  if mc not in _APPLY:
+    model = Model(mc)
+    _APPLY[mc] = jax.jit(lambda p, x: model.apply(p, x, ALL_COLLECT))
+  return _APPLY[mc]
+
+
+def _required_columns(cfg):
+  cols = ["step", "eval_loss", "eval_acc", "anisotropy_last", "head_kl_uniform", "head_erank",
+          "head_stable_rank", *COLLAPSE_KEYS]
+  cols += [f"head_w_error_{d}" for d in (1, 2, 4, 8, 16, 32)]  # 64 > d_model=32 is dropped
+  for i in range(cfg.model.n_layers):
+    cols += [f"anisotropy_layer_{i}", f"cka_to_final_mlp_{i}", f"cka_to_final_attn_{i}",
+             f"per_mlp_{i}", f"per_ov_{i}"]
+  return cols
+
+
+def test_csv_has_every_column_for_every_step(run_dir, analysed):
+  rows, _ = analysed
+  cfg = ckpt.load_config(run_dir)
+  csv_rows = read_csv(run_dir / "analysis" / "metrics.csv")
+  assert [r["step"] for r in csv_rows] == STEPS == [r["step"] for r in rows]
+  assert "head_w_error_64" not in csv_rows[0]
+  for r in csv_rows:
+    for c in _required_columns(cfg):
+      assert c in r and np.isfinite(r[c]), (r["step"], c)
+  for r, r2 in zip(rows, csv_rows):  # the CSV round-trips the returned rows exactly
+    assert {k: float(v) for k, v in r.items()} == pytest.approx({k: float(v) for k, v in r2.items()},
+                                                                 rel=0, abs=0)
+  import json
+  meta = json.loads((run_dir / "analysis" / "metrics.json").read_text())
+  assert meta["samples"]["eval_tokens"] == 12 * 32 and meta["samples"]["cka_samples_per_layer"] == 12
+  assert meta["samples"]["collapse_train_tokens"] == 12 * 32
+  assert meta["settings"]["min_count"] == 1 and meta["variants"]["collapse"]["cdnv_exponent"] == 2.0
+  assert "r = head_dim = 16" in meta["variants"]["per"]["ov"]
+  with np.load(run_dir / "analysis" / "spectrum.npz") as z:
+    assert z["steps"].tolist() == STEPS and z["normalized_top"].shape == (5, 100)
+    top = z["normalized_top"]
+  assert np.allclose(top[:, 0], 1.0) and np.all(np.isnan(top[:, 32:]))
+
+
+def _close(a, b, rtol=1e-3, atol=2e-5):
+  assert np.isclose(float(a), float(b), rtol=rtol, atol=atol), (a, b)
+
+
+def test_values_equal_direct_metric_calls(run_dir, analysed):
+  """Recompute one checkpoint's row by hand (documented samples, sbjax.metrics calls)."""
+  from sbjax.data import make_dataset
+
+  rows, _ = analysed
+  step = 4
+  row = next(r for r in rows if r["step"] == step)
+  cfg, params, _ = ckpt.load_params(run_dir, step)
+  _, final, _ = ckpt.load_params(run_dir, STEPS[-1])
+  tc, mc = cfg.train, cfg.model
+  ds = make_dataset(cfg.data, seq_len=tc.seq_len, global_batch_size=tc.batch_size,
+                    seed=tc.data_seed, workdir=str(run_dir), process_index=0, process_count=1)
+  ev = np.concatenate(ds.eval_batches(2))[:12]  # ceil(12 / B=8) = 2 batches
+  tr = np.concatenate([ds.train_batch(0), ds.train_batch(1)])[:12]
+  apply = _jit_apply(mc)
+  scores, ex = apply(params, ev[:, :-1])
+  _, ex_final = apply(final, ev[:, :-1])
+  d = mc.d_model
+  # loss
+  logp = jax.nn.log_softmax(scores, -1)
+  nll = -jnp.take_along_axis(logp, ev[:, 1:, None], -1)[..., 0]
+  _close(row["eval_loss"], nll.mean(), rtol=1e-5)
+  _close(row["eval_acc"], (logp.argmax(-1) == ev[:, 1:]).mean(), rtol=0, atol=1e-6)
+  # anisotropy (all positions: anisotropy_tokens=0)
+  for i in range(mc.n_layers):
+    _close(row[f"anisotropy_layer_{i}"], M.anisotropy.anisotropy(ex["resid"][i].reshape(-1, d)))
+  _close(row["anisotropy_last"], M.anisotropy.anisotropy(ex["h"].reshape(-1, d)))
+  # head spectrum
+  w = heads.head_matrix(params, mc)
+  s = M.singular_values(w)
+  _close(row["head_kl_uniform"], M.kl_to_uniform(s))
+  _close(row["head_erank"], M.effective_rank(s))
+  _close(row["head_stable_rank"], M.stable_rank(s))
+  for dd in (1, 4, 16):
+    _close(row[f"head_w_error_{dd}"], M.w_error(s, dd))
+  # CKA to the final checkpoint, last token of the 12 sequences
+  for i in range(mc.n_layers):
+    _close(row[f"cka_to_final_mlp_{i}"],
+           M.linear_cka(ex["mlp"][i][:, -1], ex_final["mlp"][i][:, -1]))
+    _close(row[f"cka_to_final_attn_{i}"], M.linear_cka(ex["ov"][i][:, -1], ex_final["ov"][i][:, -1]))
+  # PER
+  for i in range(mc.n_layers):
+    b = params[f"block_{i}"]
+    _close(row[f"per_mlp_{i}"], M.proportional_effective_rank(M.singular_values(b["mlp"]["fc_out_kernel"])))
+    pers = [M.proportional_effective_rank(
+        M.singular_values(b["attn"]["v_kernel"][:, h, :] @ b["attn"]["o_kernel"][h]), mc.head_dim)
+            for h in range(mc.n_heads)]
+    _close(row[f"per_ov_{i}"], np.mean(pers))
+  # collapse: means on the train sample, NC4 on the evaluation sample
+  _, ex_tr = apply(params, tr[:, :-1])
+  cm = M.collapse_metrics(np.asarray(ex_tr["h"]).reshape(-1, d), tr[:, 1:].reshape(-1), w,
+                          np.asarray(ex["h"]).reshape(-1, d), ev[:, 1:].reshape(-1))
+  assert row["n_classes"] == cm["n_classes"]
+  for k in ("nc1_log10_cdnv", "nc2_norm_cov", "nc2_cos_mean", "nc3_cos_mean", "etf_error",
+            "dual_error"):
+    _close(row[k], cm[k], rtol=2e-3, atol=1e-4)
+  _close(row["nc1_cdnv"], cm["nc1_cdnv"], rtol=1e-2)
+  _close(row["nc4_agreement"], cm["nc4_agreement"], rtol=0, atol=3 / (12 * 32))
+
+
+def test_cka_to_final_is_one_at_the_final_step(analysed):
+  rows, _ = analysed
+  last = rows[-1]
+  for k, v in last.items():
+    if k.startswith("cka_to_final_"):
+      assert abs(v - 1.0) < 1e-4, (k, v)
+  assert any(r["cka_to_final_mlp_0"] < 0.999 for r in rows[:-1])
+
+
+def test_figures_are_valid_pngs(run_dir, analysed, tmp_path):
+  import matplotlib.image as mpimg
+
+  from sbjax.analysis import figures
+
+  out = run_dir / "analysis"
+  for name in figures.FIGURES.values():
+    img = mpimg.imread(out / name)
+    assert img.ndim == 3 and img.shape[0] > 100 and img.shape[1] > 100, name
+  # several runs overlaid (a path and a list of rows)
+  rows = read_csv(out / "metrics.csv")
+  p1 = figures.plot_loss_anisotropy([out / "metrics.csv", rows], tmp_path / "a.png",
+                                    labels=["w32", "w32 again"])
+  p2 = figures.plot_kl_uniform([out, rows], tmp_path / "b.png")
+  p3 = figures.plot_spectrum_heatmap([out, out / "spectrum.npz"], tmp_path / "c.png")
+  for p in (p1, p2, p3):
+    assert mpimg.imread(p).ndim == 3
+
+
+def test_cache_resume_and_invalidation(run_dir, analysed, tmp_path):
+  rows, calls = analysed
+  assert sorted(s for c in calls for s in c) == STEPS
+  assert calls[0][0] == STEPS[-1]  # the final checkpoint (CKA reference) is computed first
+  cache_dir = run_dir / "analysis" / "cache"
+  mt = {p.name: p.stat().st_mtime_ns for p in cache_dir.iterdir()}
+  # same settings (scheduling-only fields may differ): everything comes from the cache
+  again = []
+  rows2 = analyze_run(run_dir, Settings(**{**SMALL, "group_size": 2, "batch_sequences": 4}),
+                      on_computed=again.append)
+  assert again == [] and rows2 == rows
+  assert {p.name: p.stat().st_mtime_ns for p in cache_dir.iterdir()} == mt
+
+  # a killed analysis resumes: stop after the first group, then rerun
+  out = tmp_path / "killed"
+  st = Settings(**{**SMALL, "out_dir": str(out), "figures": False})
+
+  def kill(steps):
+    raise KeyboardInterrupt("killed")
+
+  with pytest.raises(KeyboardInterrupt):
+    analyze_run(run_dir, st, on_computed=kill)
+  assert not (out / "metrics.csv").exists() and len(list((out / "cache").glob("step_*.json"))) == 3
+  resumed = []
+  rows3 = analyze_run(run_dir, st, on_computed=resumed.append)
+  assert sorted(s for c in resumed for s in c) == [2, 4]  # [8, 0, 1] were done
+  for a, b in zip(rows3, rows):
+    assert a.keys() == b.keys()
+    np.testing.assert_allclose([a[k] for k in a], [b[k] for k in a], rtol=1e-5, atol=1e-6)
+
+  # a changed setting invalidates the cache (cheap spectrum-only runs on a copy)
+  out2 = tmp_path / "changed"
+  shutil.copytree(run_dir / "analysis", out2)
+  spec = Settings(groups=("spectrum",), out_dir=str(out2), progress=False, figures=False,
+                  group_size=5)
+  n = []
+  analyze_run(run_dir, spec, on_computed=lambda s: n.append(len(s)))
+  assert sum(n) == 5  # the copied entries have another key (other groups)
+  n.clear()
+  analyze_run(run_dir, spec, on_computed=lambda s: n.append(len(s)))
+  assert sum(n) == 0
+  r4 = analyze_run(run_dir, spec.replace(w_error_dims=(1, 2)), on_computed=lambda s: n.append(len(s)))
+  assert sum(n) == 5 and "head_w_error_4" not in r4[0] and "head_w_error_2" in r4[0]
+
+
+def test_grouped_forward_equals_per_checkpoint_forward(run_dir):
+  cfg = ckpt.load_config(run_dir)
+  model = Model(cfg.model)
+  plist = [ckpt.load_params(run_dir, s)[1] for s in (0, 4, 8)]
+  stacked = forward.stack_params(plist)
+  x = jax.random.randint(jax.random.key(0), (12, 32), 0, cfg.model.vocab_size)  # as the samples
+  coll = ALL_COLLECT
+  scores_g, ex_g = grouped_apply(model, coll)(stacked, x)
+  apply = _jit_apply(cfg.model)
+  for k, p in enumerate(plist):
+    scores, ex = apply(p, x)
+    np.testing.assert_allclose(scores_g[k], scores, rtol=1e-5, atol=1e-5)
+    for name in coll:
+      np.testing.assert_allclose(ex_g[name][k], ex[name], rtol=1e-5, atol=1e-5)
+  # the pipeline's reduced forward: per-sequence NLL sums and the sliced intermediates
+  y = jnp.roll(x, -1, axis=1)
+  f = forward.make_group_forward(model, (("h", 2, False), ("mlp", 3, True)), True)
+  o = f(stacked, x, y)
+  for k, p in enumerate(plist):
+    scores, ex = apply(p, x)
+    logp = jax.nn.log_softmax(scores, -1)
+    nll = -jnp.take_along_axis(logp, y[..., None], -1)[..., 0]
+    np.testing.assert_allclose(o["nll"][k], nll.sum(-1), rtol=1e-5)
+    np.testing.assert_allclose(o["h"][k], ex["h"][:2], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(o["mlp_last"][k], ex["mlp"][:, :3, -1], rtol=1e-5, atol=1e-6)
+
+
+def test_bad_inputs(run_dir, analysed, tmp_path):
+  with pytest.raises(FileNotFoundError, match="does not exist"):
+    analyze_run(tmp_path / "nope")
+  empty = tmp_path / "empty"
+  empty.mkdir()
+  with pytest.raises(FileNotFoundError, match=re.escape(str(empty / "config.json"))):
+    analyze_run(empty)
+  shutil.copy(run_dir / "config.json", empty / "config.json")
+  with pytest.raises(FileNotFoundError, match="no checkpoints"):
+    analyze_run(empty)
+  with pytest.raises(ValueError, match="not checkpointed"):
+    analyze_run(run_dir, Settings(**{**SMALL, "steps": (3,)}))
+  csv = run_dir / "analysis" / "metrics.csv"
+  before = (csv.read_bytes(), csv.stat().st_mtime_ns)
+  blocker = tmp_path / "a_file"
+  blocker.write_text("x")
+  with pytest.raises(OSError, match="not writable"):
+    analyze_run(run_dir, Settings(**{**SMALL, "out_dir": str(blocker / "out")}))
+  if os.geteuid() != 0:  # root ignores directory permissions
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+      with pytest.raises(OSError, match="not writable"):
+        analyze_run(run_dir, Settings(**{**SMALL, "out_dir": str(ro)}))
+    finally:
+      ro.chmod(0o700)
+  assert (csv.read_bytes(), csv.stat().st_mtime_ns) == before  # nothing lost
+  with pytest.raises(ValueError, match="groups"):
+    Settings(groups=("loss", "bogus"))
+  with pytest.raises(ValueError, match="cka_tokens"):
+    Settings(cka_tokens="first")
+
+
+def test_cli(run_dir, tmp_path):
+  out = tmp_path / "cli"
+  env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
+  r = subprocess.run([sys.executable, "-m", "experiments.analyze", f"--workdir={run_dir}",
+                      f"--out_dir={out}", "--groups=spectrum,per", "--steps=0,8",
+                      "--w_error_dims=1,8", "--noprogress"],
+                     cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+  assert r.returncode == 0, r.stderr[-2000:]
+  rows = read_csv(out / "metrics.csv")
+  assert [x["step"] for x in rows] == [0, 8] and "head_w_error_8" in rows[0]
+  assert (out / "fig_kl_uniform.png").exists() and (out / "fig_spectrum_heatmap.png").exists()

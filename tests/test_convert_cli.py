@@ -1,0 +1,81 @@
+"""experiments/convert.py: HF dir/series -> sbjax workdir (orbax) -> HF dir round trip."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+import torch
+import transformers
+
+from experiments import convert as convert_cli
+from sbjax import checkpoint
+from sbjax.convert import import_hf
+
+ROOT = Path(__file__).resolve().parents[1]
+V = 61
+transformers.logging.set_verbosity_error()
+
+
+def _hf_model(path, seed):
+  torch.manual_seed(seed)
+  c = transformers.GPTNeoXConfig(
+      vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+      intermediate_size=64, max_position_embeddings=32, rotary_pct=0.5, initializer_range=0.2,
+      bos_token_id=0, eos_token_id=0)
+  m = transformers.GPTNeoXForCausalLM(c).eval()
+  m.save_pretrained(str(path))
+  return m
+
+
+def _logits(m, tok):
+  with torch.no_grad():
+    return m(torch.tensor(tok)).logits.numpy()
+
+
+def _assert_same(a, b):
+  la, lb = jax.tree_util.tree_flatten_with_path(a)[0], jax.tree_util.tree_flatten_with_path(b)[0]
+  assert [k for k, _ in la] == [k for k, _ in lb]
+  for (k, x), (_, y) in zip(la, lb):
+    assert np.array_equal(np.asarray(x), np.asarray(y)), jax.tree_util.keystr(k)
+
+
+def test_cli_series_import_and_export(tmp_path):
+  series = tmp_path / "tiny-series"
+  models = {s: _hf_model(series / f"step{s}", seed=s) for s in (0, 64)}
+  work = tmp_path / "work"
+  r = subprocess.run([sys.executable, "-m", "experiments.convert", f"--from_hf={series}",
+                      f"--to={work}"], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                     env={**os.environ, "JAX_PLATFORMS": "cpu"})
+  assert r.returncode == 0, r.stderr[-3000:]
+  assert checkpoint.list_steps(work) == [0, 64]
+  conf = json.loads((work / "config.json").read_text())
+  assert conf["model"]["max_len"] == 32 and conf["model"]["pos"] == "rotary"
+  tok = np.random.RandomState(0).randint(0, V, (2, 16))
+  for s, m in models.items():
+    out = tmp_path / f"hf{s}"
+    assert convert_cli.export_from_workdir(str(work), str(out), step=s) == s
+    again = transformers.AutoModelForCausalLM.from_pretrained(str(out)).eval()
+    np.testing.assert_array_equal(_logits(again, tok), _logits(m, tok))
+    _assert_same(import_hf(str(out))[1], import_hf(str(series / f"step{s}"))[1])
+
+
+def test_import_single_dir_step_from_name(tmp_path):
+  _hf_model(tmp_path / "rev-step12", seed=3)
+  work = tmp_path / "w"
+  assert convert_cli.import_to_workdir(str(tmp_path / "rev-step12"), str(work)) == [12]
+  assert convert_cli.import_to_workdir(str(tmp_path / "rev-step12"), str(work), step=5) == [5]
+  cfg, params, step = checkpoint.load_params(str(work))
+  assert step == 12 and cfg.name == "rev-step12"
+  _assert_same(params, import_hf(str(tmp_path / "rev-step12"))[1])
+  # a workdir holding a different model is refused
+  _hf_model(tmp_path / "other", seed=4)
+  conf = json.loads((tmp_path / "other" / "config.json").read_text())
+  conf["use_parallel_residual"] = False
+  (tmp_path / "other" / "config.json").write_text(json.dumps(conf))
+  with pytest.raises(ValueError, match="parallel_residual"):
+    convert_cli.import_to_workdir(str(tmp_path / "other"), str(work))

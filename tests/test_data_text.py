@@ -1,0 +1,195 @@
+"""Directory corpora: the local_text TFDS builder, document split, tokenised streams, errors."""
+
+import json
+import os
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sbjax.config import DataConfig
+from sbjax.data import DataError, make_dataset
+from sbjax.data import builders, text
+
+REPO = Path(__file__).resolve().parents[1]
+SHAKESPEARE = REPO.parent / "shared" / "data" / "shakespeare"
+
+
+def generated_docs(seed: int, n_docs: int, n_lines: int = 60) -> list:
+  """Pseudo-English documents: Zipfian words over syllables, punctuation, newlines."""
+  rng = np.random.default_rng(seed)
+  syl = ["ka", "to", "ri", "men", "sa", "lo", "thu", "ve", "na", "el", "dor", "pi", "que",
+         "an", "is", "gra", "mo", "ul", "fen", "bri"]
+  words = sorted({"".join(rng.choice(syl, size=rng.integers(1, 4))) for _ in range(400)})
+  p = 1.0 / np.arange(1, len(words) + 1)
+  p /= p.sum()
+  docs = []
+  for _ in range(n_docs):
+    lines = []
+    for _ in range(n_lines):
+      w = list(rng.choice(words, size=rng.integers(3, 11), p=p))
+      w[0] = w[0].capitalize()
+      lines.append(" ".join(w) + str(rng.choice([".", ",", "!", "?", ";", ""])))
+    docs.append("\n".join(lines) + "\n")
+  return docs
+
+
+def write_corpus(root: Path, docs, prefix="doc") -> Path:
+  root.mkdir(parents=True, exist_ok=True)
+  for i, d in enumerate(docs):
+    (root / f"{prefix}{i:02d}.txt").write_text(d, encoding="utf-8")
+  return root
+
+
+@pytest.fixture()
+def corpus(tmp_path):
+  return write_corpus(tmp_path / "corpus", generated_docs(0, 12))
+
+
+def mk(path, workdir, seq_len=32, batch=4, vocab=200, **kw):
+  cfg = DataConfig(source="text", path=str(path), vocab_size=vocab, **kw)
+  return make_dataset(cfg, seq_len=seq_len, global_batch_size=batch, seed=0,
+                      workdir=str(workdir), process_index=0, process_count=1)
+
+
+def test_split_is_deterministic_by_document():
+  docs = [(f"d{i}.txt", f"text {i}\n") for i in range(10)]
+  tr, va = text.split_documents(docs, 0.2)
+  assert len(va) == 2 and len(tr) == 8
+  assert text.split_documents(list(reversed(docs)), 0.2)[1] == sorted(va, reverse=True)
+  assert set(tr) | set(va) == set(docs)
+  # at least one document on each side
+  assert [len(x) for x in text.split_documents(docs[:2], 0.01)] == [1, 1]
+  assert [len(x) for x in text.split_documents(docs, 0.99)] == [1, 9]
+  # one document: split at a line boundary
+  (tr1,), (va1,) = text.split_documents([("one.txt", "a\nb\nc\nd\ne\nf\ng\nh\ni\nj\n")], 0.2)
+  assert tr1[1] == "a\nb\nc\nd\ne\nf\ng\nh\n" and va1[1] == "i\nj\n"
+
+
+def test_local_text_builder_writes_array_record(corpus, tmp_path):
+  data_dir = tmp_path / "tfds"
+  out = builders.prepare_local_text(str(corpus), 0.2, str(data_dir))
+  files = list(data_dir.rglob("*.array_record-*"))
+  assert {f.name.split(".")[0] for f in files} == {"local_text-train", "local_text-validation"}
+  assert all(f.stat().st_size > 0 for f in files)
+  assert out["full_name"].startswith("local_text/corpus_")
+  names = out["train_names"] + out["validation_names"]
+  assert sorted(names) == [f"doc{i:02d}.txt" for i in range(12)]
+  assert len(out["validation"]) == round(0.2 * 12)
+  for n, t in zip(out["train_names"], out["train"]):
+    assert t == (corpus / n).read_text(encoding="utf-8")
+  assert out["train_names"] == sorted(out["train_names"])
+  # reading a prepared corpus again does not re-prepare it
+  mtimes = {f: f.stat().st_mtime_ns for f in files}
+  again = builders.prepare_local_text(str(corpus), 0.2, str(data_dir))
+  assert again["train"] == out["train"]
+  assert all(f.stat().st_mtime_ns == m for f, m in mtimes.items())
+  # a changed corpus gets a new config (a new directory), never the stale one
+  (corpus / "doc03.txt").write_text("changed text\n", encoding="utf-8")
+  changed = builders.prepare_local_text(str(corpus), 0.2, str(data_dir))
+  assert changed["full_name"] != out["full_name"]
+  assert "changed text\n" in changed["train"] + changed["validation"]
+
+
+def test_make_dataset_text_generated(corpus, tmp_path):
+  wd = tmp_path / "wd"
+  t0 = time.time()
+  ds = mk(corpus, wd)
+  first = time.time() - t0
+  assert ds.vocab_size == 200
+  assert ds.tokenizer_path == str(wd / "tokenizer.model") and Path(ds.tokenizer_path).is_file()
+  assert ds.planted is None
+  info = ds.info()
+  json.dumps(info)
+  assert info["source"] == "text" and info["n_train_docs"] == 11 and info["n_val_docs"] == 1
+  assert info["n_train_windows"] == (info["n_train_tokens"] - 1) // 32
+  # the streams are the documents joined by eos, in order
+  from sbjax.data.tokenizer import Tokenizer
+  tok = Tokenizer(ds.tokenizer_path)
+  prepared = builders.prepare_local_text(str(corpus), 0.1, str(wd / "tfds"))
+  expect = np.concatenate([np.array(tok.encode(d) + [tok.eos_id]) for d in prepared["train"]])
+  assert np.array_equal(ds.train_tokens, expect)
+  pieces = np.split(ds.train_tokens, np.flatnonzero(ds.train_tokens == tok.eos_id) + 1)[:-1]
+  assert [tok.decode(p[:-1]) for p in pieces] == prepared["train"]
+  b = ds.train_batch(3)
+  assert b.shape == (4, 33) and b.dtype == np.int32 and b.max() < 200
+  # caches: tokenizer and token streams are reused (no retraining), batches identical
+  caches = sorted((wd / "tokens").glob("*.npy"))
+  assert len(caches) == 2
+  m = os.stat(ds.tokenizer_path).st_mtime_ns
+  t0 = time.time()
+  ds2 = mk(corpus, wd)
+  assert time.time() - t0 < max(first, 1.0)
+  assert os.stat(ds2.tokenizer_path).st_mtime_ns == m
+  assert np.array_equal(ds2.train_batch(3), b)
+  for x, y in zip(ds.eval_batches(2), ds2.eval_batches(2)):
+    assert np.array_equal(x, y)
+  arr = np.load(caches[0], allow_pickle=False)
+  assert arr.dtype == np.uint16
+
+
+def test_bpe_tokenizer_type(corpus, tmp_path):
+  ds = mk(corpus, tmp_path / "wd", tokenizer_type="bpe", vocab=150)
+  assert ds.vocab_size == 150
+
+
+def test_missing_and_empty_directories(tmp_path):
+  with pytest.raises(DataError, match=r"does not exist: .*nowhere"):
+    mk(tmp_path / "nowhere", tmp_path / "wd")
+  (tmp_path / "empty").mkdir()
+  with pytest.raises(DataError, match=r"has no \.txt files: .*empty"):
+    mk(tmp_path / "empty", tmp_path / "wd")
+  (tmp_path / "readme_only").mkdir()
+  (tmp_path / "readme_only" / "README.md").write_text("# not a corpus\n")
+  with pytest.raises(DataError, match=r"has no \.txt files: .*readme_only"):
+    mk(tmp_path / "readme_only", tmp_path / "wd")
+
+
+def test_non_utf8_file_is_skipped_with_a_warning(corpus, tmp_path):
+  (corpus / "latin1.txt").write_bytes("caf\xe9 cr\xe8me\n".encode("latin-1"))
+  (corpus / "blank.txt").write_text("  \n\n")
+  with pytest.warns(UserWarning, match=r"skipping .*latin1\.txt: not valid UTF-8"):
+    ds = mk(corpus, tmp_path / "wd")
+  assert ds.info()["skipped_files"] == ["blank.txt", "latin1.txt"]
+  assert ds.info()["n_train_docs"] + ds.info()["n_val_docs"] == 12
+  bad = tmp_path / "bad"
+  bad.mkdir()
+  (bad / "a.txt").write_bytes(b"\xff\xfe\x00bad")
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    with pytest.raises(DataError, match=r"no usable \.txt file: skipped \['a.txt'\]"):
+      mk(bad, tmp_path / "wd2")
+
+
+def test_corpus_too_small_for_a_batch(tmp_path):
+  small = write_corpus(tmp_path / "small", generated_docs(5, 4, n_lines=10))
+  with pytest.raises(DataError, match=r"corpus '.*small', split 'train': \d+ tokens make \d+ "
+                                      r"windows.*needs at least 32769 tokens"):
+    mk(small, tmp_path / "wd", seq_len=256, batch=128, vocab=60)
+
+
+def test_vocab_too_large_for_corpus(tmp_path):
+  small = write_corpus(tmp_path / "small", ["tiny text here\n", "and more tiny text\n"])
+  with pytest.raises(ValueError, match=r"vocab_size=4096 is too large for this corpus.*"
+                                       r"smaller data.vocab_size"):
+    mk(small, tmp_path / "wd", vocab=4096)
+
+
+@pytest.mark.skipif(not SHAKESPEARE.is_dir(), reason="../shared/data/shakespeare not present")
+def test_shakespeare(tmp_path):
+  t0 = time.time()
+  ds = mk(SHAKESPEARE, tmp_path / "wd", seq_len=128, batch=32, vocab=1024)
+  elapsed = time.time() - t0
+  assert elapsed < 60, elapsed  # ~10 s on 2 cores (tokenizer training dominates)
+  info = ds.info()
+  assert ds.vocab_size == 1024
+  assert info["n_train_docs"] + info["n_val_docs"] == 42 and info["n_val_docs"] == 4
+  assert info["n_train_tokens"] > 1_000_000
+  from sbjax.data.tokenizer import Tokenizer
+  tok = Tokenizer(ds.tokenizer_path)
+  val_name = info["val_docs"][0]
+  first_doc = ds.val_tokens[:np.flatnonzero(ds.val_tokens == tok.eos_id)[0]]
+  assert tok.decode(first_doc) == (SHAKESPEARE / val_name).read_text(encoding="utf-8")
+  assert "the" in tok.decode(ds.train_batch(0)[0])

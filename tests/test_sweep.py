@@ -1,0 +1,111 @@
+"""Sweeps: grid expansion and names, a 4-run sweep killed (SIGKILL) during its second run,
+then rerun: finished runs skipped, the interrupted one resumed, the index complete."""
+
+import csv
+import json
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from sbjax import sweep
+from sbjax import train as train_lib
+from tests import _multidevice as md
+
+GRID = {
+    "name": "test",
+    "base": "tiny",
+    "overrides": {"train.steps": 6, "train.log_every": 1, "train.eval_every": 6,
+                  "train.eval_batches": 1, "train": {"ckpt_log_spaced": False, "ckpt_every": 3}},
+    "grid": {"train.lr": [0.003, 0.001], "train.seed": [0, 1]},
+}
+NAMES = ["lr=0.003,seed=0", "lr=0.003,seed=1", "lr=0.001,seed=0", "lr=0.001,seed=1"]
+
+
+def test_expand_names_and_configs():
+  runs = sweep.expand(GRID)
+  assert [r.name for r in runs] == NAMES
+  assert [r.overrides for r in runs][1] == {"train.lr": 0.003, "train.seed": 1}
+  c = runs[3].config
+  assert (c.train.lr, c.train.seed, c.train.steps, c.train.ckpt_every) == (0.001, 1, 6, 3)
+  assert c.name == NAMES[3] and c.model.d_model == 32  # the tiny base
+  # explicit variants crossed with the grid; an ambiguous last component keeps its section
+  g = {"base": "tiny", "grid": {"model.vocab_size": [64]},
+       "runs": [{"data.vocab_size": 512, "model.head": "lowrank", "model.head_rank": 4},
+                {"data.vocab_size": 256, "model.head": "dense"}]}
+  names = [r.name for r in sweep.expand(g)]
+  assert names == ["model.vocab_size=64,data.vocab_size=512,head=lowrank,head_rank=4",
+                   "model.vocab_size=64,data.vocab_size=256,head=dense"]
+  # unsafe characters are replaced; long names get a hash; names are stable
+  assert sweep.run_name({"data.path": "a b/c"}) == "path=a_b_c"
+  long = sweep.run_name({"data.path": "x" * 200})
+  assert len(long) == 109 and long == sweep.run_name({"data.path": "x" * 200})
+
+
+def test_grid_errors():
+  with pytest.raises(ValueError, match=r"unknown key 'model.head_rnk'.*known model keys"):
+    sweep.expand({"base": "tiny", "grid": {"model.head_rnk": [2]}})
+  with pytest.raises(ValueError, match=r"bad key 'lr'"):
+    sweep.expand({"base": "tiny", "grid": {"lr": [1e-3]}})
+  with pytest.raises(ValueError, match=r"run 'head=bogus' has an invalid config: .*model.head"):
+    sweep.expand({"base": "tiny", "grid": {"model.head": ["bogus"]}})
+  with pytest.raises(ValueError, match=r"grid\['train.seed'\] must be a non-empty list"):
+    sweep.expand({"base": "tiny", "grid": {"train.seed": 3}})
+  with pytest.raises(ValueError, match="unknown top-level keys"):
+    sweep.expand({"base": "tiny", "gird": {}})
+
+
+def _sweep(grid_file, out, cache, *flags):
+  return subprocess.run(
+      [sys.executable, "-m", "experiments.sweep", f"--grid={grid_file}", f"--sweep_dir={out}",
+       *flags], env=md.env(1, cache), cwd=md.ROOT, capture_output=True, text=True, timeout=240)
+
+
+def test_sweep_kill_and_resume(tmp_path, tmp_path_factory):
+  cache = md.cache_dir(tmp_path_factory)
+  grid_file = tmp_path / "grid.json"
+  grid_file.write_text(json.dumps(GRID))
+  out = tmp_path / "sweep"
+  # first invocation: run 0 finishes, run 1 is killed (SIGKILL) after its step-3 checkpoint
+  first = _sweep(grid_file, out, cache, "--kill_at=1:3")
+  assert first.returncode == -signal.SIGKILL, first.stderr[-3000:]
+  assert (out / NAMES[0] / "DONE").exists() and not (out / NAMES[1] / "DONE").exists()
+  assert not (out / NAMES[2]).exists()
+  dry = _sweep(grid_file, out, cache, "--dry_run")
+  assert dry.returncode == 0, dry.stderr[-3000:]
+  states = {ln.split()[-1]: ln.split()[3] for ln in dry.stdout.splitlines() if "host" in ln}
+  assert states == {NAMES[0]: "done", NAMES[1]: "partial", NAMES[2]: "new", NAMES[3]: "new"}
+  # rerun: skips run 0, resumes run 1 from step 3, runs 2 and 3
+  second = _sweep(grid_file, out, cache)
+  assert second.returncode == 0, second.stderr[-3000:]
+  assert "4 done" in second.stdout
+  idx = sweep.read_index(out)
+  assert idx["swept_keys"] == ["train.lr", "train.seed"]
+  rows = {r["name"]: r for r in idx["runs"]}
+  assert [rows[n]["action"] for n in NAMES] == ["skipped", "resumed", "new", "new"]
+  for n in NAMES:
+    r = rows[n]
+    assert r["status"] == "done" and r["steps"] == 6
+    assert r["loss"] > 0 and r["eval_loss"] > 0 and 0 <= r["eval_acc"] <= 1
+  assert rows[NAMES[2]]["train.lr"] == 0.001 and rows[NAMES[2]]["train.seed"] == 0
+  log = [json.loads(x) for x in (out / "sweep_log.jsonl").read_text().splitlines()]
+  resumed = [x for x in log if x["run"] == NAMES[1] and x["action"] == "resumed"]
+  assert len(resumed) == 1 and resumed[0]["start_step"] == 3 and resumed[0]["end_step"] == 6
+  # the resumed run's metrics continue the killed one's without gaps
+  steps = [r["step"] for r in train_lib.read_metrics(out / NAMES[1]) if "loss" in r]
+  assert steps == list(range(6))
+  with open(out / "index.csv") as f:
+    table = list(csv.DictReader(f))
+  assert [t["name"] for t in table] == NAMES
+  assert set(table[0]) >= {"name", "status", "action", "train.lr", "train.seed", "steps", "loss",
+                           "eval_loss", "eval_acc"}
+  # a third invocation does nothing but skip
+  third = _sweep(grid_file, out, cache, "--num_hosts=2", "--host_index=1")
+  assert third.returncode == 0, third.stderr[-3000:]
+  new_log = [json.loads(x) for x in (out / "sweep_log.jsonl").read_text().splitlines()][len(log):]
+  assert [(x["run"], x["action"], x["host"]) for x in new_log] == [
+      (NAMES[1], "skipped", 1), (NAMES[3], "skipped", 1)]  # host 1 of 2: runs 1 and 3 only
+  rows = {r["name"]: r for r in sweep.read_index(out)["runs"]}
+  assert [rows[n]["host"] for n in NAMES] == [0, 1, 0, 1]
+  assert all(rows[n]["status"] == "done" for n in NAMES)
