@@ -59,7 +59,6 @@ class ModelConfig:
   dtype: str = "float32"  # compute dtype; softmax and loss are always float32
   remat: str = "none"  # none | full | dots
   scan_layers: bool = False
-  loss_chunk: int = 0  # >0: token-chunked cross-entropy with this many tokens per chunk
 
   def __post_init__(self):
     if isinstance(self.attention_layers, list):
@@ -110,8 +109,6 @@ class ModelConfig:
         raise _err("model.scan_layers", True, "False when attention_layers mixes global and local")
     if self.window_size < 1:
       raise _err("model.window_size", self.window_size, "an integer >= 1")
-    if self.loss_chunk < 0:
-      raise _err("model.loss_chunk", self.loss_chunk, "0 (off) or a positive number of tokens")
 
   @property
   def head_dim(self) -> int:
