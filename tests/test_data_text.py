@@ -12,35 +12,10 @@ import pytest
 from sbjax.config import DataConfig
 from sbjax.data import DataError, make_dataset
 from sbjax.data import builders, text
+from tests._corpus import generated_docs, write_corpus
 
 REPO = Path(__file__).resolve().parents[1]
 SHAKESPEARE = REPO.parent / "shared" / "data" / "shakespeare"
-
-
-def generated_docs(seed: int, n_docs: int, n_lines: int = 60) -> list:
-  """Pseudo-English documents: Zipfian words over syllables, punctuation, newlines."""
-  rng = np.random.default_rng(seed)
-  syl = ["ka", "to", "ri", "men", "sa", "lo", "thu", "ve", "na", "el", "dor", "pi", "que",
-         "an", "is", "gra", "mo", "ul", "fen", "bri"]
-  words = sorted({"".join(rng.choice(syl, size=rng.integers(1, 4))) for _ in range(400)})
-  p = 1.0 / np.arange(1, len(words) + 1)
-  p /= p.sum()
-  docs = []
-  for _ in range(n_docs):
-    lines = []
-    for _ in range(n_lines):
-      w = list(rng.choice(words, size=rng.integers(3, 11), p=p))
-      w[0] = w[0].capitalize()
-      lines.append(" ".join(w) + str(rng.choice([".", ",", "!", "?", ";", ""])))
-    docs.append("\n".join(lines) + "\n")
-  return docs
-
-
-def write_corpus(root: Path, docs, prefix="doc") -> Path:
-  root.mkdir(parents=True, exist_ok=True)
-  for i, d in enumerate(docs):
-    (root / f"{prefix}{i:02d}.txt").write_text(d, encoding="utf-8")
-  return root
 
 
 @pytest.fixture()

@@ -8,28 +8,10 @@ import numpy as np
 import pytest
 
 from sbjax.data import tokenizer as tok_lib
+from tests._corpus import generated_docs
 
 REPO = Path(__file__).resolve().parents[1]
 SHAKESPEARE = REPO.parent / "shared" / "data" / "shakespeare"
-
-
-def generated_docs(seed: int, n_docs: int, n_lines: int = 60) -> list:
-  """Pseudo-English documents: Zipfian words over syllables, punctuation, newlines."""
-  rng = np.random.default_rng(seed)
-  syl = ["ka", "to", "ri", "men", "sa", "lo", "thu", "ve", "na", "el", "dor", "pi", "que",
-         "an", "is", "gra", "mo", "ul", "fen", "bri"]
-  words = sorted({"".join(rng.choice(syl, size=rng.integers(1, 4))) for _ in range(400)})
-  p = 1.0 / np.arange(1, len(words) + 1)
-  p /= p.sum()
-  docs = []
-  for _ in range(n_docs):
-    lines = []
-    for _ in range(n_lines):
-      w = list(rng.choice(words, size=rng.integers(3, 11), p=p))
-      w[0] = w[0].capitalize()
-      lines.append(" ".join(w) + str(rng.choice([".", ",", "!", "?", ";", ""])))
-    docs.append("\n".join(lines) + "\n")
-  return docs
 
 
 @pytest.fixture(scope="module")
