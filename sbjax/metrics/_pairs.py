@@ -88,13 +88,21 @@ def lse_mean(st, n):
     return jnp.where(s1 > 0, jnp.exp(base + jnp.log(jnp.where(s1 > 0, s1, 1.0)) - jnp.log(safe_n)), 0.0)
 
 
+def lse_log_mean(st, n):
+    """log of the mean (1/n) sum x, kept in log space (never overflows); -inf if empty."""
+    m, s1, _ = st
+    base = jnp.where(jnp.isfinite(m), m, 0.0)
+    safe_n = jnp.maximum(n, 1)
+    return jnp.where(s1 > 0, base + jnp.log(jnp.where(s1 > 0, s1, 1.0)) - jnp.log(safe_n), -jnp.inf)
+
+
 # ----------------------------------------------------------------- the pass
 def _block_pairs(nb):
     ii, jj = np.triu_indices(nb)
     return jnp.asarray(ii, jnp.int32), jnp.asarray(jj, jnp.int32)
 
 
-def pair_pass(mt, mu_unc, var, valid, g_fro, k_valid, *, block, cdnv_exponent, angle_variant, gnc2_centered, coincide_rtol):
+def pair_pass(mt, mu_unc, var, valid, g_fro, k_valid, *, block, cdnv_exponent, angle_variant, gnc2_centered, coincide_rtol, riesz_s=1.0):
     """Stream over all unordered valid pairs; returns a dict of running stats.
 
     mt: (K_pad, d) centred means (padded rows zero), mu_unc: (K_pad, d)
@@ -145,7 +153,9 @@ def pair_pass(mt, mu_unc, var, valid, g_fro, k_valid, *, block, cdnv_exponent, a
         ku2 = jnp.maximum(2.0 - 2.0 * ucos, 0.0)
         kcoinc = ku2 <= coincide_rtol * 4.0
         kval = pm & ~kcoinc
-        kern = -0.5 * jnp.log(jnp.where(kval, ku2, 1.0))
+        log_ku2 = jnp.log(jnp.where(kval, ku2, 1.0))
+        kern = -0.5 * log_ku2
+        log_riesz = (-0.5 * float(riesz_s)) * log_ku2  # log ||u_c - u_c'||^-s, summed in log space
         angle = cos if angle_variant == "cos" else g
         etf = jnp.where(pm, jnp.square(g / g_fro + etf_off), 0.0)
 
@@ -159,6 +169,7 @@ def pair_pass(mt, mu_unc, var, valid, g_fro, k_valid, *, block, cdnv_exponent, a
             "angle": chan_merge(st["angle"], chan_block(angle, pm, dt)),
             "kernel": chan_merge(st["kernel"], chan_block(kern, kval, dt)),
             "kernel_coinc": st["kernel_coinc"] + jnp.sum(pm & kcoinc).astype(jnp.int32),
+            "riesz_lse": lse_merge(st["riesz_lse"], lse_block(log_riesz, kval, dt)),
             "etf_off": st["etf_off"] + 2.0 * jnp.sum(etf),
         }
         rows = carry["rows"]
@@ -187,6 +198,7 @@ def pair_pass(mt, mu_unc, var, valid, g_fro, k_valid, *, block, cdnv_exponent, a
             "angle": chan_init(dt),
             "kernel": chan_init(dt),
             "kernel_coinc": zi,
+            "riesz_lse": lse_init(dt),
             "etf_off": z,
         },
         "rows": {k: jnp.zeros((kpad,), dt) for k in ("cdnv_sum", "cdnv_cnt", "cos_sum")},

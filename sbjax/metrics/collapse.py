@@ -35,6 +35,13 @@ mu~_c = mu_c - mu_G; W is restricted to the analysed rows.
   c < c', u_c = mu~_c/||mu~_c|| (``gnc2_centered=True``, current code) or
   mu_c/||mu_c|| (``False``, paper-era).  Coincident directions (kernel =
   +inf) are excluded and counted in ``gnc2_n_coincident_pairs``.
+* ``gnc2_riesz_log_mean``: log of the mean Riesz s-energy
+  mean_{c<c'} ||u_c - u_c'||^(-s) (``riesz_s``, default 1), the other kernel of
+  hyperspherical uniformity (Wu & Papyan use the log kernel, the s -> 0 limit).
+  The sum is accumulated in log space (log-sum-exp), so nearly coincident
+  directions cannot overflow float32; ``gnc2_riesz_mean`` is its exp in
+  float64 on the host (+inf only beyond ~1.8e308).  Coincident pairs are
+  excluded as for the log kernel.
 * ``nc3_cos_mean``: mean_c cos(w_c, mu~_c); ``unc3_cos_cov``: std/mean of it.
 * ``dual_error`` = ||W M~^T/||W M~^T||_F - (I - 11^T/K)/sqrt(K-1)||_F via the exact
   identities ||W M~^T||_F^2 = <W^T W, M~^T M~> and <W M~^T, I - 11^T/K> =
@@ -65,7 +72,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ._pairs import chan_result, lse_mean, pair_pass
+from ._pairs import chan_result, lse_log_mean, lse_mean, pair_pass
 from ._util import acc_dtype
 from .accumulators import (
     MeanState,
@@ -216,26 +223,27 @@ def _pad_rows(x, kpad):
 
 @partial(
     jax.jit,
-    static_argnames=("weighted_mean", "norm_variant", "ddof", "block", "cdnv_exponent", "angle_variant", "gnc2_centered", "coincide_rtol"),
+    static_argnames=("weighted_mean", "norm_variant", "ddof", "block", "cdnv_exponent", "angle_variant", "gnc2_centered", "coincide_rtol", "riesz_s"),
 )
-def _core(mu, var, w, cnt, valid, k, *, weighted_mean, norm_variant, ddof, block, cdnv_exponent, angle_variant, gnc2_centered, coincide_rtol):
+def _core(mu, var, w, cnt, valid, k, *, weighted_mean, norm_variant, ddof, block, cdnv_exponent, angle_variant, gnc2_centered, coincide_rtol, riesz_s=1.0):
     """Everything after the class selection, in one jit (keyed by the padded K)."""
     gs = _global_stats(mu, w, cnt, valid, weighted_mean=weighted_mean, norm_variant=norm_variant, ddof=ddof)
     pp = pair_pass(
         gs["mt"], mu, var, valid, gs["g_fro"], k,
         block=block, cdnv_exponent=cdnv_exponent, angle_variant=angle_variant,
-        gnc2_centered=gnc2_centered, coincide_rtol=coincide_rtol,
+        gnc2_centered=gnc2_centered, coincide_rtol=coincide_rtol, riesz_s=riesz_s,
     )
     st = pp["stats"]
     l10_mean, l10_std, l10_n = chan_result(st["log10_cdnv"], ddof)
     ang_mean, ang_std, _ = chan_result(st["angle"], ddof)
-    ker_mean, ker_std, _ = chan_result(st["kernel"], ddof)
+    ker_mean, ker_std, ker_n = chan_result(st["kernel"], ddof)
     out = {key: gs[key] for key in ("max_norm", "nc2_norm_cov", "nc2_log_norm_cov", "nc3_cos_mean", "unc3_cos_cov", "dual_error")}
     out.update(
         cdnv=lse_mean(st["cdnv_lse"], st["cdnv_n"]), cdnv_n=st["cdnv_n"], cdnv_coinc=st["cdnv_coinc"],
         cdnv_zero=st["cdnv_zero"], kernel_coinc=st["kernel_coinc"],
         l10_mean=l10_mean, l10_std=l10_std, l10_n=l10_n, ang_mean=ang_mean, ang_std=ang_std,
         ker_mean=ker_mean, ker_std=ker_std,
+        riesz_log_mean=lse_log_mean(st["riesz_lse"], ker_n),
         etf=jnp.sqrt(jnp.maximum(gs["etf_diag"] + st["etf_off"], 0.0)),
         rows=pp["rows"],
     )
@@ -260,6 +268,7 @@ def metrics_from_stats(
     ddof: int = 1,
     per_class: bool = False,
     coincide_rtol: float | None = None,
+    riesz_s: float = 1.0,
 ) -> dict:
     """Collapse metrics from accumulated statistics of one checkpoint.
 
@@ -317,7 +326,7 @@ def metrics_from_stats(
         mu_p, var_p, w_p, cnt_p, valid, jnp.asarray(k),
         weighted_mean=bool(weighted_mean), norm_variant=norm_variant, ddof=int(ddof), block=blk,
         cdnv_exponent=float(cdnv_exponent), angle_variant=angle_variant,
-        gnc2_centered=bool(gnc2_centered), coincide_rtol=rtol,
+        gnc2_centered=bool(gnc2_centered), coincide_rtol=rtol, riesz_s=float(riesz_s),
     )
     res = jax.device_get(res)
     if float(res["max_norm"]) == 0.0:
@@ -339,6 +348,8 @@ def metrics_from_stats(
         "gnc2_log_kernel_mean": float(res["ker_mean"]),
         "gnc2_log_kernel_var": float(res["ker_std"]) ** 2,
         "gnc2_n_coincident_pairs": int(res["kernel_coinc"]),
+        "gnc2_riesz_log_mean": float(res["riesz_log_mean"]),
+        "gnc2_riesz_mean": float(np.exp(np.float64(res["riesz_log_mean"]))),
         "nc3_cos_mean": float(res["nc3_cos_mean"]),
         "unc3_cos_cov": float(res["unc3_cos_cov"]),
         "dual_error": float(res["dual_error"]),
@@ -439,6 +450,7 @@ def collapse_metrics(
     ddof: int = 1,
     per_class: bool = False,
     coincide_rtol: float | None = None,
+    riesz_s: float = 1.0,
 ) -> dict:
     """One-call collapse metrics: feats (N, d), labels (N,) in [0, V), w (V, d).
 
@@ -492,5 +504,5 @@ def collapse_metrics(
         means, variances, counts_np, w, nc4=nc4, min_count=min_count, cdnv_exponent=cdnv_exponent,
         weighted_mean=weighted_mean, norm_variant=norm_variant, angle_variant=angle_variant,
         gnc2_centered=gnc2_centered, nc4_weighted=nc4_weighted, block_size=block_size, ddof=ddof,
-        per_class=per_class, coincide_rtol=coincide_rtol,
+        per_class=per_class, coincide_rtol=coincide_rtol, riesz_s=riesz_s,
     )

@@ -26,6 +26,7 @@ import warnings
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.scipy.linalg import eigh_tridiagonal
 
 from ._util import at_least_f32, x64_enabled, xlogx_safe
 
@@ -46,10 +47,26 @@ _METHODS = ("auto", "gram", "gram_refine", "gram64", "svd")
 _HI = lax.Precision.HIGHEST
 
 
+def _eigvalsh(g):
+    """Ascending eigenvalues of a symmetric matrix, without eigenvectors.
+
+    ``jnp.linalg.eigvalsh`` calls LAPACK ``syevd`` with eigenvectors (jobz='V')
+    and discards them.  On CPU we instead reduce to tridiagonal form (LAPACK
+    ``sytrd``, (4/3) d^3 flops) and find the eigenvalues by bisection
+    (``jax.scipy.linalg.eigh_tridiagonal``), measured ~2.5x faster at d=512
+    with the same accuracy (~1e-7 relative in float32).  Other backends keep
+    ``eigvalsh``.
+    """
+    if jax.default_backend() != "cpu":
+        return jnp.linalg.eigvalsh(g)
+    _, diag, off, _ = lax.linalg.tridiagonal(g, lower=True)
+    return jnp.sort(eigh_tridiagonal(diag, off, eigvals_only=True))
+
+
 def _gram_eigs(w, dtype):
     w = w.astype(dtype)
     g = jnp.matmul(w.T, w, precision=_HI)
-    return jnp.linalg.eigvalsh(g)
+    return _eigvalsh(g)
 
 
 def singular_values(w, method: str = "auto"):
