@@ -145,6 +145,14 @@ def hf_tensors(cfg: ModelConfig, params) -> tuple[dict, dict]:
   def ln(name, tree):
     t[name + ".weight"], t[name + ".bias"] = tree["scale"], tree["bias"]
 
+  def norms_and_mlp(pre, block, ln_names, mlp_names):  # the layout-independent part of a block
+    ln(pre + ln_names[0], block["ln1"])
+    ln(pre + ln_names[1], block["ln2"])
+    m = block["mlp"]
+    for name, kind in zip(mlp_names, ("fc_in", "fc_out")):
+      t[pre + name + ".weight"] = m[kind + "_kernel"].T
+      t[pre + name + ".bias"] = m[kind + "_bias"]
+
   if architecture(cfg) == "gpt_neox":
     o_bias_zero = not cfg.qkv_bias and all(
         not np.any(p[f"block_{i}"]["attn"]["o_bias"]) for i in range(cfg.n_layers))
@@ -160,13 +168,8 @@ def hf_tensors(cfg: ModelConfig, params) -> tuple[dict, dict]:
         t[pre + "attention.query_key_value.bias"] = qkv_b.reshape(3 * d)
         t[pre + "attention.dense.bias"] = a["o_bias"]
       t[pre + "attention.dense.weight"] = a["o_kernel"].reshape(d, d).T
-      ln(pre + "input_layernorm", b["ln1"])
-      ln(pre + "post_attention_layernorm", b["ln2"])
-      m = b["mlp"]
-      t[pre + "mlp.dense_h_to_4h.weight"] = m["fc_in_kernel"].T
-      t[pre + "mlp.dense_h_to_4h.bias"] = m["fc_in_bias"]
-      t[pre + "mlp.dense_4h_to_h.weight"] = m["fc_out_kernel"].T
-      t[pre + "mlp.dense_4h_to_h.bias"] = m["fc_out_bias"]
+      norms_and_mlp(pre, b, ("input_layernorm", "post_attention_layernorm"),
+                    ("mlp.dense_h_to_4h", "mlp.dense_4h_to_h"))
     ln("gpt_neox.final_layer_norm", p["ln_f"])
     if head_w is not None:
       t["embed_out.weight"] = head_w
@@ -180,13 +183,7 @@ def hf_tensors(cfg: ModelConfig, params) -> tuple[dict, dict]:
       t[ap + f"{n}_proj.weight"] = lin_in(a[f"{n}_kernel"])
     t[ap + "out_proj.weight"] = a["o_kernel"].reshape(d, d).T
     t[ap + "out_proj.bias"] = a["o_bias"]
-    ln(pre + "ln_1", b["ln1"])
-    ln(pre + "ln_2", b["ln2"])
-    m = b["mlp"]
-    t[pre + "mlp.c_fc.weight"] = m["fc_in_kernel"].T
-    t[pre + "mlp.c_fc.bias"] = m["fc_in_bias"]
-    t[pre + "mlp.c_proj.weight"] = m["fc_out_kernel"].T
-    t[pre + "mlp.c_proj.bias"] = m["fc_out_bias"]
+    norms_and_mlp(pre, b, ("ln_1", "ln_2"), ("mlp.c_fc", "mlp.c_proj"))
   ln("transformer.ln_f", p["ln_f"])
   if head_w is not None:
     t["lm_head.weight"] = head_w
