@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 
@@ -46,12 +47,14 @@ def maybe_initialize_distributed():
 
 
 def run(main):
-  """app.run with one clear error line for user mistakes (SBJAX_DEBUG=1 shows tracebacks)."""
+  """app.run with one clear ``error: ...`` line (exit status 2) for user mistakes, in flag
+  values as in the run itself; SBJAX_DEBUG=1 shows the traceback instead."""
 
   def wrapped(argv):
     from absl import logging as absl_logging  # orbax logs every save at INFO through absl
 
     absl_logging.set_verbosity(absl_logging.WARNING)
+    logging.getLogger("sbjax").setLevel(logging.INFO)  # resume / recovery notes stay visible
     try:
       return main(argv)
     except (ValueError, FileNotFoundError, OSError, RuntimeError) as e:
@@ -60,4 +63,13 @@ def run(main):
       sys.stderr.write(f"\nerror: {e}\n")
       sys.exit(2)
 
-  app.run(wrapped)
+  def parse_flags(argv):
+    try:
+      return flags.FLAGS(argv)
+    except flags.Error as e:  # e.g. an unknown preset in --config, a missing --workdir
+      if os.environ.get("SBJAX_DEBUG"):
+        raise
+      sys.stderr.write(f"error: {e}; see --helpshort or --helpfull\n")
+      sys.exit(2)
+
+  app.run(wrapped, flags_parser=parse_flags)

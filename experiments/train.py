@@ -5,7 +5,10 @@ r"""Train (or resume) one sbjax run.
 ``--config`` is a preset name (see sbjax/presets.py), a JSON file, or an
 ml_collections .py file; ``--config.section.key=value`` overrides any field.
 Rerunning the same command on an existing workdir continues from its latest
-checkpoint. WORKDIR receives config.json, metrics.jsonl, checkpoints/ and the
+checkpoint; the run may be killed at any moment (even mid-save) and the continued run
+equals an uninterrupted one bit for bit (tests/test_soak.py, benchmarks/soak.py).
+Unreadable checkpoints are moved to WORKDIR/checkpoints_bad/ with a warning naming the
+step; a workdir of another model configuration is refused with a diff. WORKDIR receives config.json, metrics.jsonl, checkpoints/ and the
 tokenizer where one was trained.
 
 ``--population=N`` (optionally ``--population_lrs=a,b,..`` / ``--population_seeds=..``)

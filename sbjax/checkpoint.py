@@ -10,6 +10,13 @@ Layout of a workdir::
 are a pure function of (data_seed, index), so resume needs no replay), the data
 seed and the RNG seed.
 
+Recovery at resume (``restore_latest_good``): orbax temporary directories of a killed
+save are moved to ``checkpoints_bad/`` (``cleanup_tmp``); then, newest first, a step whose
+parameter shapes differ from the model is refused (``CheckpointMismatchError``, another
+run's checkpoints), and a step that is half-written (no ``commit_success.txt``, items
+missing) or fails to restore (truncated or deleted array files) is logged by step and
+moved aside; the first good step is used.
+
 The default schedule is Pythia-like: 0, 1, 2, 4, …, 512, then every
 ``ckpt_every`` steps, plus the final step. All are kept (``PreserveAll``); with
 ``keep_every_n > 1`` only the log-spaced steps, every n-th regular step and the
@@ -106,16 +113,54 @@ def save(mngr: ocp.CheckpointManager, step: int, params, opt_state, meta: dict,
   return mngr.save(step, args=ocp.args.Composite(**args), force=force)
 
 
+COMMIT_FILE = "commit_success.txt"  # orbax writes it last, just before the final rename
+
+
+class CorruptCheckpointError(ValueError):
+  """A step directory that cannot be restored (half-written, truncated, missing files)."""
+
+
+def _unique(dst: Path) -> Path:
+  out, i = dst, 1
+  while out.exists():
+    out, i = dst.with_name(f"{dst.name}.{i}"), i + 1
+  return out
+
+
 def move_aside(workdir, step: int, reason: str) -> Path:
-  """Move a bad step directory to WORKDIR/checkpoints_bad (never delete)."""
+  """Move a bad step directory to WORKDIR/checkpoints_bad/<step>_<unix time> (never delete)."""
   src = ckpt_dir(workdir) / str(step)
   dst_root = Path(workdir) / "checkpoints_bad"
   dst_root.mkdir(parents=True, exist_ok=True)
-  dst = dst_root / f"{step}_{int(time.time())}"
-  shutil.move(str(src), str(dst))
-  log.warning("checkpoint step %d in %s cannot be restored (%s); moved it aside to %s",
-              step, workdir, reason, dst)
+  dst = _unique(dst_root / f"{step}_{int(time.time())}")
+  shutil.move(str(src), str(dst))  # a rename on the same filesystem: atomic
+  log.warning("checkpoint step %d in %s is bad (%s); moved it aside to %s", step, workdir,
+              reason, dst)
   return dst
+
+
+def check_step_dir(workdir, step: int, items=("params", "meta")) -> None:
+  """Cheap structural check of a step directory before orbax reads it.
+
+  A save that was killed leaves either an ``*.orbax-checkpoint-tmp-*`` directory (see
+  ``cleanup_tmp``) or, on file systems without atomic rename (orbax's commit-file mode,
+  e.g. GCS), a step directory without ``commit_success.txt``. Both are half-written.
+  Truncated or deleted array files are found by the restore itself (TensorStore fails).
+  """
+  d = ckpt_dir(workdir) / str(step)
+  if not (d / COMMIT_FILE).is_file():
+    raise CorruptCheckpointError(f"half-written step directory: {COMMIT_FILE} is missing "
+                                 "(the save did not finish)")
+  missing = [it for it in items if not (d / it).is_dir()]
+  if missing:
+    raise CorruptCheckpointError(f"half-written step directory: items {missing} are missing")
+
+
+def _short(e: BaseException) -> str:
+  """First line of an exception, without TensorStore's long spec dumps."""
+  msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+  msg = msg.split(" See full TensorStore details")[0]
+  return f"{type(e).__name__}: {msg[:240]}"
 
 
 def restore(workdir, step: int, abstract_params, abstract_opt=None):
@@ -129,20 +174,67 @@ def restore(workdir, step: int, abstract_params, abstract_opt=None):
   return out["params"], (out["opt"] if abstract_opt is not None else None), out["meta"]
 
 
-def restore_latest_good(workdir, abstract_params, abstract_opt=None):
+class CheckpointMismatchError(ValueError):
+  """A readable checkpoint whose arrays do not fit the configured model (another run's)."""
+
+
+def saved_param_shapes(workdir, step: int) -> dict[str, tuple]:
+  """{path: shape} of the params saved at ``step``, from orbax's metadata (no array reads)."""
+  d = ckpt_dir(workdir) / str(step) / "params"
+  m = ocp.PyTreeCheckpointHandler().metadata(d)
+  tree = getattr(m, "tree", m)
+  return {jax.tree_util.keystr(k): tuple(x.shape)
+          for k, x in jax.tree_util.tree_leaves_with_path(tree)}
+
+
+def check_params_match(workdir, step: int, abstract_params) -> None:
+  """Refuse a checkpoint whose parameter names or shapes differ from ``abstract_params``
+  (the model built from the config), with a diff. Unreadable metadata is not judged here
+  (the restore reports corruption)."""
+  try:
+    saved = saved_param_shapes(workdir, step)
+  except Exception:  # noqa: BLE001 - corrupt metadata: left to the restore
+    return
+  want = {jax.tree_util.keystr(k): tuple(x.shape)
+          for k, x in jax.tree_util.tree_leaves_with_path(abstract_params)}
+  diff = [f"{k}: saved {saved.get(k, 'absent')} -> model {want.get(k, 'absent')}"
+          for k in sorted(set(saved) | set(want)) if saved.get(k) != want.get(k)]
+  if diff:
+    more = f"\n  ... and {len(diff) - 8} more" if len(diff) > 8 else ""
+    raise CheckpointMismatchError(
+        f"checkpoint step {step} in {workdir} was written by another model configuration "
+        f"({len(diff)} parameter(s) differ); refusing to use it. Use the workdir the "
+        "checkpoints came from, or its config.json. Differences:\n  "
+        + "\n  ".join(diff[:8]) + more)
+
+
+def restore_latest_good(workdir, abstract_params, abstract_opt=None, *, moved=None):
   """Newest restorable step, moving aside steps that fail (truncated files, missing
-  shards, half-written directories). Returns (step, params, opt, meta) or None."""
+  shards, half-written directories) to WORKDIR/checkpoints_bad with a warning naming the
+  step and the reason. Returns (step, params, opt, meta) or None; ``moved`` (a list), if
+  given, receives the steps that were moved aside."""
+  items = ("params", "meta") + (("opt",) if abstract_opt is not None else ())
   for step in reversed(list_steps(workdir)):
+    check_params_match(workdir, step, abstract_params)  # another model's: refuse, keep in place
+    d = ckpt_dir(workdir) / str(step)
+    if abstract_opt is not None and (d / COMMIT_FILE).is_file() and not (d / "opt").exists():
+      raise ValueError(f"{workdir} step {step} holds parameters only (an import, finished "
+                       "and intact); train from it with --config.train.init_from instead")
     try:
+      check_step_dir(workdir, step, items)
       params, opt, meta = restore(workdir, step, abstract_params, abstract_opt)
       bad = [jax.tree_util.keystr(k) for k, x in jax.tree_util.tree_leaves_with_path(params)
              if x is None]
       if bad:
-        raise ValueError(f"missing arrays {bad[:5]}")
+        raise CorruptCheckpointError(f"missing arrays {bad[:5]}")
+      if not isinstance(meta, dict) or meta.get("step", step) != step:
+        raise CorruptCheckpointError(f"meta does not describe step {step}: {meta!r:.100}")
       return step, params, opt, meta
     except Exception as e:  # noqa: BLE001 - any failure means this step is unusable
       if jax.process_index() == 0:
-        move_aside(workdir, step, f"{type(e).__name__}: {str(e)[:300]}")
+        move_aside(workdir, step, _short(e))
+      if moved is not None:
+        moved.append(step)
   return None
 
 
@@ -178,19 +270,21 @@ def load_params(workdir, step: int | None = None, shardings=None):
   elif step not in steps:
     raise ValueError(f"step {step} is not checkpointed in {workdir}; available: {steps}")
   abstract = abstract_with_shardings(Model(cfg.model).abstract_params(), shardings)
+  check_params_match(workdir, step, abstract)
   params, _, _ = restore(workdir, step, abstract)
   return cfg, params, step
 
 
 def cleanup_tmp(workdir) -> list[str]:
-  """Orbax temporary directories left by a killed save (names contain 'orbax-checkpoint-tmp')."""
+  """Move orbax temporary directories left by a killed save (names contain
+  'orbax-checkpoint-tmp') to WORKDIR/checkpoints_bad; returns their names."""
   d = ckpt_dir(workdir)
   found = []
   if d.exists():
-    for p in d.iterdir():
+    for p in sorted(d.iterdir()):
       if "tmp" in p.name and not p.name.isdigit():
         found.append(p.name)
         dst = Path(workdir) / "checkpoints_bad"
         dst.mkdir(exist_ok=True)
-        shutil.move(str(p), str(dst / f"{p.name}_{int(time.time())}"))
+        shutil.move(str(p), str(_unique(dst / f"{p.name}_{int(time.time())}")))
   return found

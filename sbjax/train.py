@@ -94,9 +94,6 @@ def _all_finite(tree) -> jax.Array:
 _all_finite_jit = jax.jit(_all_finite)
 
 
-_all_finite_jit = jax.jit(_all_finite)
-
-
 def make_train_step(model: Model, tx, grad_accum: int, skip_nonfinite: bool,
                     nan_at_step: int = -1):
   """(params, opt_state, batch, step) -> (params, opt_state, metrics); batch is B×(T+1).
@@ -166,16 +163,39 @@ def _append_jsonl(path: Path, rec: dict) -> None:
     f.write(json.dumps(rec) + "\n")
 
 
+def repair_jsonl(path: Path) -> int:
+  """Cut a partial last line (a write killed mid-line) off a JSONL log so that appended
+  records start on a fresh line; returns the number of bytes removed (logged)."""
+  path = Path(path)
+  if not path.is_file():
+    return 0
+  data = path.read_bytes()
+  if not data or data.endswith(b"\n"):
+    return 0
+  keep = data.rfind(b"\n") + 1
+  with open(path, "r+b") as f:
+    f.truncate(keep)
+  log.warning("%s ended in a partial line (%d bytes, from an interrupted write); removed it",
+              path, len(data) - keep)
+  return len(data) - keep
+
+
 def read_metrics(workdir) -> list[dict]:
-  """metrics.jsonl records, deduplicated by step (a resumed run's later record wins)."""
+  """metrics.jsonl records, deduplicated by step (a resumed run's later record wins).
+  Lines that are not valid JSON (a write cut off by a kill) are skipped with a warning."""
   path = Path(workdir) / "metrics.jsonl"
   if not path.exists():
     return []
   by_step: dict[int, dict] = {}
-  for line in path.read_text().splitlines():
+  for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
     if line.strip():
-      rec = json.loads(line)
-      by_step.setdefault(rec["step"], {}).update(rec)
+      try:
+        rec = json.loads(line)
+        step = int(rec["step"])
+      except (ValueError, KeyError, TypeError):
+        log.warning("%s line %d is not a metrics record (interrupted write?); skipped", path, n)
+        continue
+      by_step.setdefault(step, {}).update(rec)
   return [by_step[s] for s in sorted(by_step)]
 
 
@@ -187,6 +207,10 @@ def resolve_vocab(cfg: Config, data_vocab: int) -> Config:
   if mc.vocab_size < data_vocab:
     raise ValueError(f"model.vocab_size={mc.vocab_size} is smaller than the data's vocabulary "
                      f"({data_vocab} tokens); set --config.model.vocab_size={data_vocab} or 0")
+  if mc.vocab_size > data_vocab:
+    log.warning("model.vocab_size=%d is larger than the data's vocabulary (%d tokens); the "
+                "extra rows are padding (as Pythia's 50304 for a 50277-piece tokenizer)",
+                mc.vocab_size, data_vocab)
   return cfg
 
 
@@ -255,16 +279,21 @@ def train(cfg: Config, workdir, *, dataset=None, stop_after: int | None = None,
     schedule = jax.jit(lr_schedule(tc))
 
     mngr = ckpt.make_manager(workdir, tc, async_save=tc.async_checkpoint)
+    tmp_moved, bad_steps = [], []
     if is_main:
-      moved = ckpt.cleanup_tmp(workdir)
-      for name in moved:
+      tmp_moved = ckpt.cleanup_tmp(workdir)
+      for name in tmp_moved:
         log.warning("moved aside an unfinished checkpoint save: %s", name)
+      repair_jsonl(workdir / "metrics.jsonl")
     restored = None
     if ckpt.list_steps(workdir):
       restored = ckpt.restore_latest_good(
           workdir, ckpt.abstract_with_shardings(abstract_params, param_sh),
-          ckpt.abstract_with_shardings(abstract_opt, opt_sh))
+          ckpt.abstract_with_shardings(abstract_opt, opt_sh), moved=bad_steps)
       mngr.reload()
+      if restored is None and not quiet:
+        log.warning("no restorable checkpoint in %s (all moved aside to checkpoints_bad/); "
+                    "starting from step 0", workdir)
     if restored is not None:
       start, params, opt_state, meta = restored
       if opt_state is None:
@@ -287,26 +316,32 @@ def train(cfg: Config, workdir, *, dataset=None, stop_after: int | None = None,
     end = tc.steps if stop_after is None else min(tc.steps, stop_after)
     skipped = int(meta.get("skipped_steps", 0))
     last_saved = start if restored is not None else None
-    summary = {"start_step": start}
+    summary = {"start_step": start, "moved_aside": bad_steps, "tmp_moved_aside": len(tmp_moved)}
+
+    def check_finite(step, params):
+      if not bool(_all_finite_jit(params)):  # one compiled check, not one per leaf
+        raise NonFiniteLossError(f"parameters became non-finite before step {step}; not saving. "
+                                 f"The last good checkpoint is step {last_saved}.")
 
     def save_at(step, params, opt_state):
       nonlocal last_saved
       if step not in ckpt_steps:
         return
-      if not bool(_all_finite_jit(params)):  # one compiled check, not one per leaf
-        raise NonFiniteLossError(f"parameters became non-finite before step {step}; not saving. "
-                                 f"The last good checkpoint is step {last_saved}.")
+      check_finite(step, params)
       m = {"step": step, "data_position": step, "data_seed": tc.data_seed, "seed": tc.seed,
            "skipped_steps": skipped}
       ckpt.save(mngr, step, params, opt_state, m)
       last_saved = step
 
     ckpt_steps = set(ckpt.checkpoint_steps(tc))
+    # At a step that is both evaluated and checkpointed, the eval record is written before
+    # the checkpoint: a run killed in between then redoes both (records dedup by step),
+    # instead of resuming past an eval that was never logged.
     if restored is None:
-      save_at(0, params, opt_state)
       rec = {"step": 0, **evaluate(eval_fn, params, eval_batches)}  # collective: all processes
       if is_main:
         _append_jsonl(metrics_path, rec)
+      save_at(0, params, opt_state)
 
     t_last, tok_last = time.perf_counter(), 0
     t0 = time.perf_counter()
@@ -353,12 +388,14 @@ def train(cfg: Config, workdir, *, dataset=None, stop_after: int | None = None,
       if s in ckpt_steps or s % tc.eval_every == 0 or s == end:
         drain(pending)
         pending = None
-        save_at(s, params, opt_state)
+        if s in ckpt_steps:
+          check_finite(s, params)
         if s % tc.eval_every == 0 or s == tc.steps:
           rec = {"step": s, **evaluate(eval_fn, params, eval_batches)}  # collective: all processes
           if is_main:
             _append_jsonl(metrics_path, rec)
           summary.update(rec)
+        save_at(s, params, opt_state)
     if pending is not None:
       drain(pending)
     mngr.wait_until_finished()

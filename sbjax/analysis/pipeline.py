@@ -231,6 +231,8 @@ def analyze_run(workdir, settings: Settings | None = None, *, dataset=None,
 
   model = Model(mc)
   abstract = ckpt.abstract_with_shardings(model.abstract_params())
+  for s in todo:  # checkpoints of another model: refused with a diff (sbjax.checkpoint)
+    ckpt.check_params_match(workdir, s, abstract)
   pbytes = _param_bytes(abstract)
   gsize = _group_size(settings, cfg, pbytes, max(len(todo), 1))
 

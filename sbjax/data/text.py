@@ -70,13 +70,15 @@ def scan_text_dir(path: str | os.PathLike) -> TextCorpus:
   """Reads every ``.txt`` file under ``path`` (see the module docstring for the policy)."""
   root = Path(path)
   if not root.exists():
-    raise DataError(f"text corpus directory does not exist: {path}")
+    raise DataError(f"text corpus directory does not exist: {path}; set --config.data.path "
+                    "to a directory of UTF-8 .txt files")
   if not root.is_dir():
     raise DataError(f"text corpus path is not a directory: {path}")
   files = sorted((p for p in root.rglob("*.txt") if p.is_file()),
                  key=lambda p: p.relative_to(root).as_posix())
   if not files:
-    raise DataError(f"text corpus directory has no .txt files: {path}")
+    raise DataError(f"text corpus directory has no .txt files: {path}; put UTF-8 .txt files "
+                    "there or set --config.data.path to another directory")
   docs, skipped = [], []
   h = hashlib.blake2b(digest_size=16)
   for f in files:
