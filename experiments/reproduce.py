@@ -1,101 +1,195 @@
-r"""The main job: a head-rank sweep on the planted-rank language, with a report.
+r"""One report for the experiments: ``python -m experiments.reproduce --out=DIR [--quick] [--only=...]``.
 
-  python -m experiments.reproduce --out=out --quick
+  python -m experiments.reproduce --out=out --quick            # the README's main job: planted
+  python -m experiments.reproduce --out=out                    # every experiment, cpu preset
+  python -m experiments.reproduce --out=out --only=planted,head_rank --preset=tpu
 
-Trains one model per head rank r on the planted language (V=256, planted rank k=8),
-whose exact entropy H is known, and writes OUT/report.md, OUT/head_rank.csv and
-OUT/loss_vs_rank.png (validation loss vs r, with H). Numbers in the report are read
-from the CSV. Without --quick the runs are longer and the rank grid denser.
+Every experiment is a module of ``EXPERIMENTS`` (imported only when selected) with
+
+    run(out: Path, preset: str) -> None               # writes CSVs/figures into out
+    report_section(out: Path, rel: str) -> str        # markdown; figures under rel/
+
+Experiment NAME runs in ``OUT/NAME/``; ``OUT/report.md`` is a header, a timing table and the
+sections in order. ``--quick`` selects the ``quick`` preset and, without ``--only``, just
+``planted``; otherwise the preset is ``--preset`` (default ``cpu``) and the default selection
+is every experiment. Timings are kept in ``OUT/timings.json``, so rerunning with another
+``--only`` keeps the others' sections (``write_report`` reports every experiment with a
+finished ``OUT/NAME/``). An experiment that fails is reported as failed and the others go on
+(the command then exits with an error naming it).
 """
 
 from __future__ import annotations
 
-import csv
-import dataclasses
+import importlib
 import json
 import logging
+import platform
+import re
 import sys
+import time
+import traceback
 from pathlib import Path
 
-from absl import flags
-
 from experiments import common
-from sbjax import presets
 
-OUT = flags.DEFINE_string("out", "out", "output directory")
-QUICK = flags.DEFINE_bool("quick", True, "the short CPU version (<= 10 min on 2 cores)")
+EXPERIMENTS = {
+    "planted": "experiments.planted",
+    "head_rank": "experiments.head_rank",
+    "werror_loss": "experiments.werror_loss",
+    "vocab_threshold": "experiments.vocab_threshold",
+    "saturation": "experiments.saturation",
+    "target_rank": "experiments.target_rank",
+    "collapse": "experiments.collapse",
+    "convergence": "experiments.convergence",
+}
+QUICK_DEFAULT = ("planted",)
+PRESETS = ("quick", "cpu", "tpu")
+TIMINGS = "timings.json"
 
 
-def _runs(quick: bool):
-  base = presets.build(presets.load("planted"))
-  ranks = [1, 2, 4, 8, 9, 16, 64] if quick else [1, 2, 3, 4, 6, 8, 9, 10, 12, 16, 32, 64]
-  steps = 400 if quick else 2000
-  for r in ranks:
-    model = dataclasses.replace(base.model, head="lowrank", head_rank=r)
-    train = dataclasses.replace(base.train, steps=steps, eval_every=steps, ckpt_every=steps,
-                                ckpt_log_spaced=False, log_every=50)
-    yield r, base.replace(model=model, train=train, name=f"planted-r{r}")
+def select(only: str | list | tuple | None, quick: bool) -> list[str]:
+  """The experiment names to run, in registry order."""
+  if isinstance(only, str):
+    only = [s.strip() for s in only.split(",") if s.strip()]
+  if not only:
+    return list(QUICK_DEFAULT) if quick else list(EXPERIMENTS)
+  bad = [n for n in only if n not in EXPERIMENTS]
+  if bad:
+    raise ValueError(f"unknown experiment(s) {bad} in --only; known: {', '.join(EXPERIMENTS)}")
+  return [n for n in EXPERIMENTS if n in only]
+
+
+def load(name: str):
+  """The experiment module of ``name``, imported now (a clear error if it is missing).
+
+  Some experiment modules define absl flags at import time under common names (``out``,
+  ``preset``); those flags are not used here (``run`` takes its arguments), so a name that is
+  already defined is removed before the module is imported again."""
+  from absl import flags  # noqa: PLC0415
+
+  modname = EXPERIMENTS.get(name)
+  if modname is None:
+    raise ValueError(f"unknown experiment {name!r}; known: {', '.join(EXPERIMENTS)}")
+  for _ in range(20):
+    try:
+      mod = importlib.import_module(modname)
+      break
+    except ModuleNotFoundError as e:
+      if e.name and (e.name == modname or modname.startswith(e.name + ".")):
+        raise RuntimeError(f"experiment {name!r} is not available: module {modname} does not "
+                           "exist in this checkout") from None
+      raise
+    except flags.DuplicateFlagError as e:
+      m = re.search(r"flag '([^']+)' is defined twice", str(e))
+      if not m:
+        raise
+      sys.modules.pop(modname, None)
+      delattr(flags.FLAGS, m.group(1))
+  else:
+    raise RuntimeError(f"experiment {name!r}: could not import {modname} (flag clashes)")
+  for fn in ("run", "report_section"):
+    if not callable(getattr(mod, fn, None)):
+      raise RuntimeError(f"experiment {name!r}: module {modname} has no {fn}() function")
+  return mod
+
+
+def _read_timings(out: Path) -> dict:
+  path = out / TIMINGS
+  return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _write_timings(out: Path, timings: dict) -> None:
+  tmp = out / (TIMINGS + ".tmp")
+  tmp.write_text(json.dumps(timings, indent=2))
+  tmp.replace(out / TIMINGS)
+
+
+def run_all(out, names, preset: str, verbose: bool = True) -> dict:
+  """Runs the experiments ``names`` at ``preset`` into OUT/NAME/, then writes the report.
+  Returns the timings ({name: {"seconds", "preset", "status", "error"}})."""
+  out = Path(out)
+  if preset not in PRESETS:
+    raise ValueError(f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
+  out.mkdir(parents=True, exist_ok=True)
+  timings = _read_timings(out)
+  for name in names:
+    t0 = time.perf_counter()
+    rec = {"preset": preset, "status": "ok", "error": ""}
+    try:
+      mod = load(name)
+      if verbose:
+        sys.stderr.write(f"== {name} ({preset}) -> {out / name}\n")
+      mod.run(out / name, preset)
+    except Exception as e:  # noqa: BLE001 - reported, the other experiments go on
+      rec.update(status="failed", error=f"{type(e).__name__}: {e}")
+      if verbose:
+        traceback.print_exc()
+    rec["seconds"] = round(time.perf_counter() - t0, 1)
+    timings[name] = rec
+    _write_timings(out, timings)
+  write_report(out)
+  return timings
+
+
+def write_report(out) -> Path:
+  """OUT/report.md from every experiment of the registry with a timing record in OUT."""
+  out = Path(out)
+  timings = _read_timings(out)
+  names = [n for n in EXPERIMENTS if n in timings]
+  lines = ["# sbjax report", "",
+           "Experiments of issue 6 (Godey et al. 2024; the planted-rank language). Every number "
+           "below is read from the CSVs in each experiment's directory.", "",
+           f"Python {platform.python_version()}, {platform.machine()}.", "",
+           "| experiment | preset | status | seconds |", "|---|---|---|---|"]
+  for n in names:
+    t = timings[n]
+    lines.append(f"| {n} | {t['preset']} | {t['status']} | {t['seconds']:.1f} |")
+  total = sum(timings[n]["seconds"] for n in names)
+  lines += ["", f"Total: {total:.1f} s.", ""]
+  for n in names:
+    t = timings[n]
+    if t["status"] != "ok":
+      lines += [f"## {n}", "", f"Failed: `{t['error']}`", ""]
+      continue
+    try:
+      lines += [load(n).report_section(out / n, n).rstrip(), ""]
+    except Exception as e:  # noqa: BLE001
+      lines += [f"## {n}", "", f"The report section could not be written: `{type(e).__name__}: "
+                f"{e}`", ""]
+  path = out / "report.md"
+  path.write_text("\n".join(lines))
+  return path
+
+
+def define_flags():
+  from absl import flags  # noqa: PLC0415
+
+  flags.DEFINE_string("out", "out", "output directory")
+  flags.DEFINE_bool("quick", False, "the README's main job: the quick preset (<= 10 min on 2 "
+                    "CPU cores), and only `planted` unless --only is given")
+  flags.DEFINE_list("only", [], "experiments to run, comma separated; known: "
+                    + ", ".join(EXPERIMENTS))
+  flags.DEFINE_enum("preset", "cpu", list(PRESETS), "preset when --quick is not given")
 
 
 def main(argv):
   del argv
-  from sbjax.data import make_dataset
-  from sbjax.train import train
+  from absl import flags  # noqa: PLC0415
 
-  out = Path(OUT.value)
-  out.mkdir(parents=True, exist_ok=True)
-  rows = []
-  for r, cfg in _runs(QUICK.value):
-    ds = make_dataset(cfg.data, seq_len=cfg.train.seq_len, global_batch_size=cfg.train.batch_size,
-                      seed=cfg.train.data_seed, workdir=None)
-    s = train(cfg, out / "runs" / f"r{r}", dataset=ds)
-    rows.append({"rank": r, "eval_loss": s["eval_loss"], "eval_acc": s["eval_acc"],
-                 "entropy": ds.planted.entropy, "planted_rank": cfg.data.planted_rank})
-    with open(out / "head_rank.csv", "w", newline="") as f:
-      w = csv.DictWriter(f, fieldnames=list(rows[0]))
-      w.writeheader()
-      w.writerows(rows)
-  write_report(out)
-
-
-def write_report(out: Path):
-  import matplotlib
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-
-  with open(out / "head_rank.csv") as f:
-    rows = [{k: float(v) for k, v in r.items()} for r in csv.DictReader(f)]
-  h, k = rows[0]["entropy"], int(rows[0]["planted_rank"])
-  fig, ax = plt.subplots(figsize=(5, 3.5))
-  ax.plot([r["rank"] for r in rows], [r["eval_loss"] for r in rows], "o-", label="trained, rank-r head")
-  ax.axhline(h, color="k", ls="--", label=f"planted entropy H={h:.3f}")
-  ax.axvline(k + 1, color="gray", ls=":", label=f"k+1={k + 1}")
-  ax.set_xscale("log", base=2)
-  ax.set_xlabel("head rank r")
-  ax.set_ylabel("validation loss (nats)")
-  ax.legend()
-  fig.tight_layout()
-  fig.savefig(out / "loss_vs_rank.png", dpi=120)
-  lines = ["# sbjax report: head rank on the planted-rank language", "",
-           f"Planted rank k={k}; exact per-token entropy H={h:.4f} nats.", "",
-           "![loss vs head rank](loss_vs_rank.png)", "",
-           "| head rank r | val loss | val acc | loss - H |", "|---|---|---|---|"]
-  for r in rows:
-    lines.append(f"| {int(r['rank'])} | {r['eval_loss']:.4f} | {r['eval_acc']:.4f} | "
-                 f"{r['eval_loss'] - h:.4f} |")
-  within = [int(r["rank"]) for r in rows if r["eval_loss"] - h < 0.05]
-  knee = min(within) if within else None
-  knee_txt = (str(knee) if knee is not None else
-              "none (these runs are not trained to convergence; the gap at full rank is "
-              f"{rows[-1]['eval_loss'] - h:.3f} nats)")
-  lines += ["", f"Smallest rank within 0.05 nats of H: {knee_txt}. The theory predicts k+1={k + 1}: "
-            "the planted logits have rank k plus one dimension for the Zipfian bias.",
-            "Godey et al. (2024) report a smooth loss decrease in log r on real text; here the "
-            "answer is known, so the knee can be checked exactly."]
-  (out / "report.md").write_text("\n".join(lines) + "\n")
-  print(json.dumps({"report": str(out / "report.md"), "knee": knee, "entropy": h}))
+  f = flags.FLAGS
+  out, quick, only, preset = Path(f.out), bool(f.quick), list(f.only), f.preset
+  names = select(only, quick)
+  timings = run_all(out, names, "quick" if quick else preset)
+  report = out / "report.md"
+  failed = [n for n in names if timings[n]["status"] != "ok"]
+  print(json.dumps({"report": str(report), "seconds": {n: timings[n]["seconds"] for n in names},
+                    "failed": failed}))
+  if failed:
+    raise RuntimeError("experiment(s) failed: " + "; ".join(
+        f"{n}: {timings[n]['error']}" for n in failed) + f" (see {report})")
 
 
 if __name__ == "__main__":
   logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+  define_flags()
   common.run(main)

@@ -1,7 +1,7 @@
 """Named configurations, and the absl ``--config`` flag that selects them.
 
 ``--config`` takes one of:
-- a preset name (``tiny``, ``planted``, ``pythia-14m`` … ``pythia-410m``,
+- a preset name (``tiny``, ``planted``, ``planted-knee``, ``planted-mix``, ``pythia-14m`` … ``pythia-410m``,
   GPT-Neo TinyStories-like grids ``neo-L<layers>-d<width>``), see ``PRESETS``;
 - a JSON file (e.g. a run's ``config.json``): data, never executed;
 - an ml_collections ``.py`` config file (``get_config()``) that the user chose to run.
@@ -64,6 +64,30 @@ def planted() -> dict:
                  eval_batches=8, log_every=50, ckpt_every=200))
 
 
+def planted_knee() -> dict:
+  """The planted-rank knee experiment's base (experiments.planted): V=256, k=8, a 1-layer d=64
+  model with a lowrank head. The language is a bigram chain (context = the last token), so
+  one layer suffices; no weight decay and a cosine decay to 0 let it converge to H."""
+  return _merge(
+      _base(), name="planted-knee",
+      model=dict(vocab_size=0, d_model=64, n_layers=1, n_heads=4, max_len=64, head="lowrank",
+                 head_rank=64),
+      data=dict(source="planted", planted_vocab=256, planted_rank=8, planted_alpha=4.0,
+                planted_train_tokens=2_000_000, planted_val_tokens=131_072),
+      train=dict(steps=1500, batch_size=32, seq_len=64, lr=1e-2, warmup_steps=50,
+                 min_lr_ratio=0.0, weight_decay=0.0, eval_every=1500, eval_batches=8,
+                 log_every=100, ckpt_every=1500, ckpt_log_spaced=False))
+
+
+def planted_mixture() -> dict:
+  """The high-rank counterpart (experiments.planted, part 2): a mixture of 4 softmaxes of
+  planted rank 8 each (V=256); same model and training as ``planted_knee``."""
+  d = planted_knee()
+  d["name"] = "planted-mix"
+  d["data"].update(source="planted_mix", planted_mix=4)
+  return d
+
+
 PYTHIA = {  # name: (d_model, n_layers, n_heads)
     "pythia-14m": (128, 6, 4),
     "pythia-31m": (256, 6, 8),
@@ -101,7 +125,8 @@ def neo(n_layers: int, d: int) -> dict:
       train=dict(steps=10_000, batch_size=64, seq_len=512, lr=1e-3, warmup_steps=500))
 
 
-PRESETS = {"tiny": tiny, "planted": planted, **{k: (lambda k=k: pythia(k)) for k in PYTHIA}}
+PRESETS = {"tiny": tiny, "planted": planted, "planted-knee": planted_knee,
+           "planted-mix": planted_mixture, **{k: (lambda k=k: pythia(k)) for k in PYTHIA}}
 NEO_RE = re.compile(r"^neo-L(\d+)-d(\d+)$")
 
 
