@@ -46,6 +46,17 @@ def maybe_initialize_distributed():
     jax.distributed.initialize()  # TPU VM / SLURM / GKE: discovered from the environment
 
 
+class _DropOrbaxReadOnlyNotes(logging.Filter):
+  """Orbax warns on every read-only CheckpointManager (sbjax opens one for each restore);
+  these notes say nothing the user can act on."""
+
+  _NOISE = ("Given directory is read only", "setting save_interval_steps=0")
+
+  def filter(self, record):
+    msg = record.getMessage()
+    return not any(n in msg for n in self._NOISE)
+
+
 def run(main):
   """app.run with one clear ``error: ...`` line (exit status 2) for user mistakes, in flag
   values as in the run itself; SBJAX_DEBUG=1 shows the traceback instead."""
@@ -54,6 +65,7 @@ def run(main):
     from absl import logging as absl_logging  # orbax logs every save at INFO through absl
 
     absl_logging.set_verbosity(absl_logging.WARNING)
+    absl_logging.get_absl_logger().addFilter(_DropOrbaxReadOnlyNotes())
     logging.getLogger("sbjax").setLevel(logging.INFO)  # resume / recovery notes stay visible
     try:
       return main(argv)
