@@ -59,6 +59,9 @@ class ModelConfig:
   dtype: str = "float32"  # compute dtype; softmax and loss are always float32
   remat: str = "none"  # none | full | dots
   scan_layers: bool = False
+  # tokens per chunk of the training/eval cross-entropy (sbjax.losses): the B·T×V logits
+  # are never formed at once; 0 = off (full logits). Same loss and gradients either way.
+  loss_chunk: int = 0
 
   def __post_init__(self):
     if isinstance(self.attention_layers, list):
@@ -96,6 +99,10 @@ class ModelConfig:
     for f in ("param_dtype", "dtype"):
       if getattr(self, f) not in DTYPES:
         raise _err(f"model.{f}", getattr(self, f), " | ".join(DTYPES))
+    if not isinstance(self.loss_chunk, int) or isinstance(self.loss_chunk, bool) \
+        or self.loss_chunk < 0:
+      raise _err("model.loss_chunk", self.loss_chunk,
+                 "0 (off) or a positive number of tokens per cross-entropy chunk, e.g. 1024")
     if self.remat not in REMAT_KINDS:
       raise _err("model.remat", self.remat, " | ".join(REMAT_KINDS))
     if self.attention_layers:

@@ -109,6 +109,29 @@ def make_head(cfg: ModelConfig):
   raise ValueError(f"invalid config: model.head={cfg.head!r}; allowed: dense | tied | lowrank | mos")
 
 
+def matrix_factors(params, h, cfg: ModelConfig):
+  """(x, M) with scores = x·Mᵀ for the matrix heads, so a loss can chunk over tokens:
+  dense (h, W), tied (h, embed), lowrank (h·Bᵀ, A), the rank-r features first, so the
+  V×d product A·B is never formed. None for mos (not a single matrix product)."""
+  if cfg.head == "tied":
+    return h, params["embed"]
+  hp = params["head"]
+  if cfg.head == "dense":
+    return h, hp["w"]
+  if cfg.head == "lowrank":
+    return jnp.einsum("...d,rd->...r", h, hp["b"].astype(h.dtype)), hp["a"]
+  return None
+
+
+def scores_fn(params, cfg: ModelConfig):
+  """h -> scores of the head (logits, or log-probs for mos), params closed over."""
+  if cfg.head == "tied":
+    emb = params["embed"]
+    return lambda h: jnp.einsum("...d,vd->...v", h, emb.astype(h.dtype))
+  mod = make_head(cfg)
+  return lambda h: mod.apply({"params": params["head"]}, h)
+
+
 def is_logprob(cfg: ModelConfig) -> bool:
   return cfg.head == "mos"
 

@@ -40,6 +40,7 @@ import jax
 import jax.numpy as jnp
 
 from sbjax import heads as heads_lib
+from sbjax import losses
 from sbjax import sharding
 from sbjax.config import ModelConfig
 
@@ -193,6 +194,7 @@ class Transformer(nn.Module):
 
   cfg: ModelConfig
   collect: tuple = ()
+  features_only: bool = False  # return the final-norm features h instead of the scores
 
   @nn.compact
   def __call__(self, tokens_BxT, embeds_BxTxD=None):
@@ -226,6 +228,8 @@ class Transformer(nn.Module):
         extras_list.append(e)
       extras = {k: jnp.stack([e[k] for e in extras_list]) for k in block_collect}
     h = LayerNorm(c, name="ln_f")(x)
+    if self.features_only:
+      return h, extras
     head = heads_lib.make_head(c)
     if head is None:
       scores = jnp.einsum("btd,vd->btv", h, emb.astype(dt))
@@ -269,9 +273,28 @@ class Model:
   def log_probs(self, params, tokens_BxT):
     return jax.nn.log_softmax(self.apply(params, tokens_BxT), axis=-1)
 
+  def features(self, params, tokens_BxT):
+    """Final-norm features h (B×T×D, compute dtype): the forward without the head."""
+    return Transformer(self.cfg, features_only=True).apply({"params": params}, tokens_BxT)[0]
+
   def loss(self, params, batch_BxT1):
-    """Mean next-token cross-entropy (float32) and accuracy on a packed batch of T+1 tokens."""
+    """Mean next-token cross-entropy (float32) and accuracy on a packed batch of T+1 tokens.
+
+    With ``cfg.loss_chunk`` > 0 the logits are formed ``loss_chunk`` tokens at a time
+    (``sbjax.losses``): same loss and gradients, O(chunk·V) instead of O(B·T·V) memory."""
     inputs, targets = batch_BxT1[:, :-1], batch_BxT1[:, 1:]
+    if self.cfg.loss_chunk:
+      h = self.features(params, inputs)
+      h = h.reshape(-1, h.shape[-1])
+      y = targets.reshape(-1)
+      fac = heads_lib.matrix_factors(params, h, self.cfg)
+      if fac is not None:
+        nll, cor = losses.chunked_matrix_xent(fac[0], fac[1], y, self.cfg.loss_chunk)
+      else:
+        nll, cor = losses.chunked_scores_xent(heads_lib.scores_fn(params, self.cfg), h, y,
+                                              self.cfg.loss_chunk)
+      n = y.shape[0]
+      return nll / n, {"loss": nll / n, "acc": cor / n}
     logp = jax.nn.log_softmax(self.apply(params, inputs), axis=-1)
     nll = -jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
     acc = (jnp.argmax(logp, -1) == targets).astype(jnp.float32)

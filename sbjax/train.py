@@ -40,6 +40,7 @@ RESUME_MUTABLE = {
               "clip", "eval_every", "eval_batches", "log_every", "async_checkpoint",
               "skip_nonfinite_steps", "nan_at_step", "keep_every_n"},
     "mesh": {"data", "fsdp", "tensor"},
+    "model": {"loss_chunk"},  # same loss and gradients; absent from older config.json files
     "name": None,
 }
 

@@ -1,0 +1,103 @@
+"""Shared helpers of the benchmarks (not a test): timing, JSON lines, tables, peak FLOP/s.
+
+Every benchmark prints one ``BENCH {json}`` line per case and a table at the end.
+Timings are medians of ``reps`` repetitions after warm-up; sides that are compared run
+interleaved (A, B, A, B, ...) in one process so that a noisy machine slows them alike.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+if ROOT not in sys.path:
+  sys.path.insert(0, ROOT)
+
+ROWS: list[dict] = []
+
+
+def emit(rec: dict) -> dict:
+  ROWS.append(rec)
+  print("BENCH " + json.dumps(rec), flush=True)
+  return rec
+
+
+def interleaved(fns: dict, reps: int, warmup: int = 1) -> dict:
+  """{name: [seconds...]} for callables run round-robin ``reps`` times after ``warmup`` calls."""
+  for f in fns.values():
+    for _ in range(warmup):
+      f()
+  out = {k: [] for k in fns}
+  for _ in range(reps):
+    for k, f in fns.items():
+      t = time.perf_counter()
+      f()
+      out[k].append(time.perf_counter() - t)
+  return out
+
+
+def median(xs) -> float:
+  return float(statistics.median(xs))
+
+
+def load_avg() -> float:
+  try:
+    return round(os.getloadavg()[0], 2)
+  except OSError:
+    return -1.0
+
+
+def machine() -> dict:
+  return {"cpu_count": os.cpu_count(), "load_avg_1m": load_avg(), "machine": platform.machine()}
+
+
+def peak_flops_cpu(n: int = 2048, reps: int = 10) -> dict:
+  """Best f32 n×n matmul FLOP/s over jax and torch (if installed), in this process."""
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+
+  a = jnp.asarray(np.random.default_rng(0).standard_normal((n, n)), jnp.float32)
+  f = jax.jit(lambda x, y: x @ y)
+  f(a, a).block_until_ready()
+  best = {}
+  ts = []
+  for _ in range(reps):
+    t = time.perf_counter()
+    f(a, a).block_until_ready()
+    ts.append(time.perf_counter() - t)
+  best["jax"] = 2 * n ** 3 / min(ts)
+  try:
+    import torch
+
+    ta = torch.randn(n, n)
+    ta @ ta
+    ts = []
+    for _ in range(reps):
+      t = time.perf_counter()
+      ta @ ta
+      ts.append(time.perf_counter() - t)
+    best["torch"] = 2 * n ** 3 / min(ts)
+  except ImportError:
+    pass
+  return {"peak_flops": max(best.values()), **{f"matmul_{k}_flops": v for k, v in best.items()}}
+
+
+def table(cols: list[str], rows: list[dict] | None = None) -> str:
+  rows = ROWS if rows is None else rows
+
+  def fmt(v):
+    if isinstance(v, float):
+      return f"{v:.4g}"
+    return str(v)
+
+  lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+  for r in rows:
+    lines.append("| " + " | ".join(fmt(r.get(c, "")) for c in cols) + " |")
+  return "\n".join(lines)

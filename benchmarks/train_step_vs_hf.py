@@ -1,0 +1,177 @@
+"""Train step (fwd + bwd + clip + AdamW) of sbjax vs Hugging Face transformers (NOT a test).
+
+Same GPT-NeoX config on both sides (``sbjax.convert.hf_export.hf_config``), same batch
+(default 8 × 256 tokens), same loss (mean next-token cross-entropy in float32), global-norm
+clipping at 1.0 and AdamW (β = 0.9, 0.95, weight decay 0.1):
+
+- ``sbjax``: ``jax.jit(sbjax.train.make_train_step)`` with donated params/opt state;
+  ``--loss_chunk`` sets ``model.loss_chunk`` (token-chunked fused cross-entropy; 0 = full
+  logits) and ``--sbjax_full`` adds a second sbjax side with full logits for comparison.
+- ``hf_eager``: ``transformers.GPTNeoXForCausalLM`` (sdpa attention) + ``torch.optim.AdamW``.
+- ``hf_compile``: the same model under ``torch.compile`` (skipped with the reason if it
+  fails here).
+
+Sides run interleaved, one step each per round, ``--reps`` rounds after warm-up; the table
+reports median tokens/s, the ratio to ``hf_eager`` and MFU = analytic FLOPs
+(``sbjax.model.flops_per_token``: 6·N_matmul + causal attention) × tokens/s over the peak:
+on CPU the best 2048² float32 matmul measured in this process (jax or torch); on an
+accelerator ``--peak_tflops`` (the device's datasheet peak for the dtype).
+
+Run (CPU, from the repo root):
+    PYTHONPATH=. python benchmarks/train_step_vs_hf.py --configs=pythia-14m,d512
+Accelerator (sbjax only, bf16):
+    python benchmarks/train_step_vs_hf.py --configs=pythia-70m,pythia-160m --sides=sbjax \
+        --dtype=bfloat16 --batch=16 --seq=1024 --peak_tflops=989
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import time
+
+import _bench  # noqa: F401  (puts the repo root on sys.path)
+from _bench import emit, interleaved, machine, median, peak_flops_cpu, table
+
+ALIASES = {"d512": "pythia-70m"}  # d=512, L=6, H=8, V=50304: the issue's d=512 config
+
+
+def model_config(name: str, dtype: str, loss_chunk: int, remat: str):
+  from sbjax import presets
+
+  cfg = presets.build(presets.load(ALIASES.get(name, name)))
+  return dataclasses.replace(cfg.model, dtype=dtype, loss_chunk=loss_chunk, remat=remat), cfg.train
+
+
+def sbjax_side(mc, tc, batch_np):
+  import jax
+  import jax.numpy as jnp
+
+  from sbjax.model import Model
+  from sbjax.optim import make_optimizer
+  from sbjax.train import make_train_step
+
+  tc = dataclasses.replace(tc, warmup_steps=0, steps=10_000)
+  model = Model(mc)
+  state = {"p": model.init(jax.random.key(0), 1, batch_np.shape[1] - 1)}
+  tx = make_optimizer(tc, mc, state["p"])
+  state["o"] = tx.init(state["p"])
+  step = jax.jit(make_train_step(model, tx, 1, False), donate_argnums=(0, 1))
+  batch = jnp.asarray(batch_np)
+  t = time.perf_counter()
+  state["p"], state["o"], m = step(state["p"], state["o"], batch, 0)
+  m["loss"].block_until_ready()
+  compile_s = time.perf_counter() - t
+
+  def run():
+    state["p"], state["o"], m = step(state["p"], state["o"], batch, 0)
+    m["loss"].block_until_ready()
+
+  return run, {"compile_s": round(compile_s, 2), "n_params": model.param_count(state["p"])}
+
+
+def hf_side(mc, tc, batch_np, compile_: bool):
+  import torch
+  import transformers
+
+  from sbjax.convert.hf_export import hf_config
+
+  torch.manual_seed(0)
+  hcfg = transformers.GPTNeoXConfig(**hf_config(mc))
+  hcfg._attn_implementation = "sdpa"
+  model = transformers.GPTNeoXForCausalLM(hcfg).train()
+  decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
+  no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
+  opt = torch.optim.AdamW([{"params": decay, "weight_decay": tc.weight_decay},
+                           {"params": no_decay, "weight_decay": 0.0}],
+                          lr=tc.lr, betas=(tc.b1, tc.b2), eps=tc.eps)
+  batch = torch.from_numpy(batch_np).long()
+  inputs, targets = batch[:, :-1], batch[:, 1:]
+
+  def loss_fn(inputs, targets):
+    logits = model(input_ids=inputs).logits
+    return torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]),
+                                             targets.reshape(-1))
+
+  fwd = torch.compile(loss_fn) if compile_ else loss_fn
+
+  def run():
+    opt.zero_grad(set_to_none=True)
+    loss = fwd(inputs, targets)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), tc.clip)
+    opt.step()
+    return loss.detach().item()
+
+  t = time.perf_counter()
+  run()
+  return run, {"compile_s": round(time.perf_counter() - t, 2),
+               "n_params": sum(p.numel() for p in model.parameters())}
+
+
+def main():
+  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  ap.add_argument("--configs", default="pythia-14m,d512")
+  ap.add_argument("--sides", default="sbjax,hf_eager,hf_compile")
+  ap.add_argument("--batch", type=int, default=8)
+  ap.add_argument("--seq", type=int, default=256)
+  ap.add_argument("--reps", type=int, default=5)
+  ap.add_argument("--dtype", default="float32", help="sbjax compute dtype (params stay f32)")
+  ap.add_argument("--loss_chunk", type=int, default=1024, help="0 = full logits")
+  ap.add_argument("--sbjax_full", action="store_true", help="also time sbjax with loss_chunk=0")
+  ap.add_argument("--remat", default="none")
+  ap.add_argument("--peak_tflops", type=float, default=0.0,
+                  help="device peak for MFU; 0 = measure a 2048² f32 matmul (CPU)")
+  a = ap.parse_args()
+
+  import jax
+  import numpy as np
+
+  from sbjax.model import flops_per_token
+
+  if a.peak_tflops > 0:
+    peak = {"peak_flops": a.peak_tflops * 1e12, "peak_source": "--peak_tflops"}
+  else:
+    peak = {**peak_flops_cpu(), "peak_source": "best 2048^2 f32 matmul, this process"}
+  print(f"backend {jax.default_backend()} devices {jax.devices()}; peak "
+        f"{peak['peak_flops'] / 1e9:.1f} GFLOP/s ({peak['peak_source']})", flush=True)
+  sides = a.sides.split(",")
+  for name in a.configs.split(","):
+    mc, tc = model_config(name, a.dtype, a.loss_chunk, a.remat)
+    batch_np = np.random.default_rng(0).integers(0, mc.vocab_size, (a.batch, a.seq + 1),
+                                                 dtype=np.int32)
+    tokens = a.batch * a.seq
+    fpt = flops_per_token(mc, a.seq)
+    fns, info = {}, {}
+    for side in sides:
+      try:
+        if side == "sbjax":
+          fns[side], info[side] = sbjax_side(mc, tc, batch_np)
+          if a.sbjax_full and a.loss_chunk:
+            mc0 = dataclasses.replace(mc, loss_chunk=0)
+            fns["sbjax_full_logits"], info["sbjax_full_logits"] = sbjax_side(mc0, tc, batch_np)
+        elif side in ("hf_eager", "hf_compile"):
+          fns[side], info[side] = hf_side(mc, tc, batch_np, side == "hf_compile")
+        else:
+          raise ValueError(f"unknown side {side!r}; use sbjax, hf_eager, hf_compile")
+      except Exception as e:  # torch.compile may be unavailable here: report, continue
+        emit({"bench": "train_step", "config": name, "side": side,
+              "skipped": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"})
+    times = interleaved(fns, a.reps)
+    ref = median(times["hf_eager"]) if "hf_eager" in times else None
+    for side, ts in times.items():
+      s = median(ts)
+      emit({"bench": "train_step", "config": name, "side": side, "dtype": a.dtype,
+            "batch": a.batch, "seq": a.seq, "loss_chunk": a.loss_chunk if side == "sbjax" else 0,
+            "step_s": round(s, 4), "tokens_per_s": round(tokens / s, 1),
+            "vs_hf_eager": round(ref / s, 3) if ref else None,
+            "mfu": round(fpt * tokens / s / peak["peak_flops"], 4),
+            "gflops_per_s": round(fpt * tokens / s / 1e9, 2), "reps": a.reps,
+            "all_s": [round(t, 4) for t in ts], **info[side], **machine(),
+            "peak_gflops": round(peak["peak_flops"] / 1e9, 1)})
+  print(table(["config", "side", "tokens_per_s", "vs_hf_eager", "mfu", "step_s", "compile_s",
+               "load_avg_1m", "skipped"]))
+
+
+if __name__ == "__main__":
+  main()

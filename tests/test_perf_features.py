@@ -1,0 +1,151 @@
+"""Performance features: token-chunked cross-entropy (sbjax.losses, model.loss_chunk).
+
+The chunked loss is checked against a plain numpy cross-entropy with analytic gradients,
+against the unchunked model loss (every head), through the train step, and by XLA's
+compiled memory analysis (the B·T×V logits are never allocated).
+Scan over layers, remat and dot_product_attention are covered in tests/test_model.py."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from sbjax import losses
+from sbjax.config import ModelConfig, TrainConfig
+from sbjax.model import Model
+from sbjax.optim import make_optimizer
+from sbjax.train import make_train_step
+
+BASE = ModelConfig(vocab_size=97, d_model=16, n_layers=1, n_heads=2, max_len=24)
+# LLVM -O0: these tests check numerics, and compile time dominates tiny models.
+FAST = {"xla_backend_optimization_level": 0}
+
+
+def _jit(f, *args):
+  """Compiled f for these arguments (one compile, at FAST options)."""
+  return jax.jit(f).lower(*args).compile(FAST)
+
+
+HEADS = {
+    "dense": BASE,
+    "tied": dataclasses.replace(BASE, head="tied"),
+    "lowrank": dataclasses.replace(BASE, head="lowrank", head_rank=4),
+    "mos": dataclasses.replace(BASE, head="mos", n_mix=3),
+}
+
+
+def _numpy_xent(x, w, y):
+  """Σ nll, Σ correct and the analytic gradients of Σ nll, in float64 numpy."""
+  z = x @ w.T
+  m = z.max(1, keepdims=True)
+  lse = (m + np.log(np.exp(z - m).sum(1, keepdims=True)))[:, 0]
+  nll = lse - z[np.arange(len(y)), y]
+  p = np.exp(z - lse[:, None])
+  p[np.arange(len(y)), y] -= 1.0
+  return nll.sum(), float((z.argmax(1) == y).sum()), p @ w, p.T @ x
+
+
+@pytest.mark.parametrize("chunk", [7, 1000])
+def test_chunked_matrix_xent_matches_numpy(chunk):
+  rng = np.random.default_rng(0)
+  n, k, v = 50, 8, 301  # 50 tokens: chunks of 7 leave a padded remainder
+  x = rng.normal(size=(n, k)).astype(np.float32)
+  w = rng.normal(size=(v, k)).astype(np.float32)
+  y = rng.integers(0, v, n)
+  nll, cor, dx, dw = _numpy_xent(x.astype(np.float64), w.astype(np.float64), y)
+  f = lambda x, w: losses.chunked_matrix_xent(x, w, jnp.asarray(y), chunk)
+  got_nll, got_cor = _jit(f, x, w)(x, w)  # forward only: the primal, not the fused rule
+  np.testing.assert_allclose(float(got_nll), nll, rtol=1e-5)
+  assert float(got_cor) == cor
+  # a scaled cotangent (as for the mean loss) scales the fused gradient
+  g = jax.grad(lambda x, w: 0.25 * f(x, w)[0], argnums=(0, 1))
+  gx, gw = _jit(g, x, w)(x, w)
+  np.testing.assert_allclose(np.asarray(gx), 0.25 * dx, rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(np.asarray(gw), 0.25 * dw, rtol=1e-4, atol=1e-5)
+
+
+def test_chunked_scores_xent_matches_numpy():
+  rng = np.random.default_rng(1)
+  x = rng.normal(size=(30, 6)).astype(np.float32)
+  w = rng.normal(size=(40, 6)).astype(np.float32)
+  y = rng.integers(0, 40, 30)
+  nll, cor, dx, dw = _numpy_xent(x.astype(np.float64), w.astype(np.float64), y)
+
+  def f(x, w):
+    return losses.chunked_scores_xent(lambda xc: xc @ w.T, x, jnp.asarray(y), 8)
+
+  vg = jax.value_and_grad(lambda x, w: f(x, w), argnums=(0, 1), has_aux=True)
+  (got_nll, got_cor), (gx, gw) = _jit(vg, x, w)(x, w)
+  np.testing.assert_allclose(float(got_nll), nll, rtol=1e-5)
+  assert float(got_cor) == cor
+  np.testing.assert_allclose(np.asarray(gx), dx, rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(np.asarray(gw), dw, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("head", list(HEADS))
+def test_model_loss_chunked_equals_unchunked(head):
+  cfg = HEADS[head]
+  params = Model(cfg).init(jax.random.key(0))
+  batch = jax.random.randint(jax.random.key(1), (3, 17), 0, cfg.vocab_size)  # 48 tokens
+  vg = lambda c: jax.value_and_grad(Model(c).loss, has_aux=True)
+  both = lambda p, b: (vg(cfg)(p, b), vg(dataclasses.replace(cfg, loss_chunk=10))(p, b))
+  ((l0, a0), g0), ((l1, a1), g1) = _jit(both, params, batch)(params, batch)
+  np.testing.assert_allclose(float(l1), float(l0), rtol=1e-6)
+  assert float(a1["acc"]) == float(a0["acc"])
+  assert jax.tree.structure(g0) == jax.tree.structure(g1)
+  for p0, p1 in zip(jax.tree.leaves(g0), jax.tree.leaves(g1)):
+    np.testing.assert_allclose(np.asarray(p1), np.asarray(p0), rtol=1e-4, atol=2e-7)
+
+
+def test_train_steps_with_loss_chunk_equal_full_logits():
+  rng = np.random.default_rng(0)
+  batches = [jnp.asarray(rng.integers(0, BASE.vocab_size, (4, 17)), jnp.int32)] * 3
+  tc = TrainConfig(batch_size=4, seq_len=16, grad_accum=2, warmup_steps=0, lr=3e-3)
+  cfg = dataclasses.replace(BASE, head="lowrank", head_rank=8)
+  p = Model(cfg).init(jax.random.key(0))
+  tx = make_optimizer(tc, cfg, p)
+  steps = [make_train_step(Model(dataclasses.replace(cfg, loss_chunk=lc)), tx, tc.grad_accum,
+                           False) for lc in (0, 24)]  # 24 tokens: 32-token microbatches pad
+
+  def both(states, b, i):
+    outs = [f(s[0], s[1], b, i) for f, s in zip(steps, states)]
+    return [o[:2] for o in outs], [o[2]["loss"] for o in outs]
+
+  states = [(p, tx.init(p))] * 2
+  step = _jit(both, states, batches[0], np.int32(0))
+  losses_ = []
+  for i, b in enumerate(batches):
+    states, ls = step(states, b, np.int32(i))
+    losses_.append([float(x) for x in ls])
+  losses_ = np.array(losses_)
+  np.testing.assert_allclose(losses_[:, 1], losses_[:, 0], rtol=1e-5)
+  assert losses_[-1, 0] < losses_[0, 0]  # it trains
+  for a, b in zip(jax.tree.leaves(states[0][0]), jax.tree.leaves(states[1][0])):
+    np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=1e-5)  # Adam: ±lr per step
+
+
+def test_chunked_loss_never_allocates_full_logits():
+  """XLA's compiled memory analysis: with chunks, the gradient's temporaries stay far below
+  one N×V float32 array; without them they exceed it."""
+  cfg = ModelConfig(vocab_size=8192, d_model=16, n_layers=1, n_heads=2, max_len=32)
+  params = jax.eval_shape(lambda k: Model(cfg).init(k, 1, 8), jax.random.key(0))
+  batch = jax.ShapeDtypeStruct((64, 33), jnp.int32)
+  logits_bytes = 64 * 32 * cfg.vocab_size * 4  # N×V float32 = 64 MiB
+
+  def temp_bytes(c):
+    f = jax.grad(lambda p, b: Model(c).loss(p, b)[0])
+    return _jit(f, params, batch).memory_analysis().temp_size_in_bytes
+
+  full = temp_bytes(cfg)
+  chunked = temp_bytes(dataclasses.replace(cfg, loss_chunk=32))  # 32×V logits = 1 MiB
+  assert full >= logits_bytes, (full, logits_bytes)
+  assert chunked < logits_bytes / 8, (chunked, logits_bytes)
+
+
+def test_bad_loss_chunk_is_refused():
+  with pytest.raises(ValueError, match="model.loss_chunk"):
+    ModelConfig(loss_chunk=-1)
+  with pytest.raises(ValueError, match="loss chunk"):
+    losses.chunked_matrix_xent(jnp.zeros((4, 2)), jnp.zeros((5, 2)), jnp.zeros(4, jnp.int32), 0)
