@@ -79,6 +79,10 @@ def check_workdir_config(workdir: Path, cfg: Config) -> None:
                                 "refusing to resume into an unknown run; use a new --workdir")
     return
   saved = json.loads(path.read_text())
+  try:  # a field added to sbjax after the run started takes its default, so it is no difference
+    saved = Config.from_dict(saved).to_dict()
+  except (TypeError, ValueError, KeyError):
+    pass  # compare the raw dicts: the diff names what differs
   refused, allowed = config_diff(saved, cfg.to_dict())
   if refused:
     raise ConfigMismatchError(

@@ -204,3 +204,18 @@ def test_cli_unknown_preset_is_one_clear_line(tmp_path):
   assert r.returncode != 0
   assert "unknown preset 'nope'" in r.stderr
   assert not (tmp_path / "w").exists()
+
+
+def test_saved_config_without_a_newer_field_still_resumes(tmp_path):
+  """A config.json written before a field existed resumes (the field takes its default);
+  a real shape difference in the same file is still refused with a diff."""
+  from sbjax.train import check_workdir_config
+  cfg = presets.build(presets.load("tiny"))
+  saved = cfg.to_dict()
+  del saved["model"]["loss_chunk"]
+  (tmp_path / "config.json").write_text(json.dumps(saved))
+  check_workdir_config(tmp_path, cfg)  # no error
+  saved["model"]["d_model"] = 48
+  (tmp_path / "config.json").write_text(json.dumps(saved))
+  with pytest.raises(ConfigMismatchError, match=r"model\.d_model: saved 48 -> now 32"):
+    check_workdir_config(tmp_path, cfg)
