@@ -1,0 +1,212 @@
+"""Target rank (Godey E6): n-gram count matrices, implicit sparse + rank-one matrices,
+W-error curves by Gram / randomized SVD, and the experiment end to end on generated text.
+
+References are independent: collections.Counter for the counts, dense numpy formulas and
+numpy.linalg.svd for the W-error, an analytic spectrum for the large sparse case.
+"""
+
+import collections
+import struct
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from sbjax.analysis import lowrank_svd, ngram
+from tests._corpus import generated_docs, write_corpus
+
+
+def _markov_tokens(seed, vocab, length, order=2):
+  """A token stream with n-gram structure: a random sparse order-2 Markov chain."""
+  rng = np.random.default_rng(seed)
+  nxt = {}
+  out = list(rng.integers(0, vocab, order))
+  for _ in range(length - order):
+    key = tuple(out[-order:])
+    if key not in nxt:
+      support = rng.choice(vocab, size=int(rng.integers(1, 6)), replace=False)
+      p = rng.dirichlet(np.ones(support.size))
+      nxt[key] = (support, p)
+    s, p = nxt[key]
+    out.append(int(rng.choice(s, p=p)) if rng.random() > 0.1 else int(rng.integers(vocab)))
+  return np.asarray(out, np.int64)
+
+
+def _counter_reference(streams, n, min_count):
+  pairs, ctx = collections.Counter(), collections.Counter()
+  for s in streams:
+    s = [int(x) for x in s]
+    for t in range(n, len(s)):
+      c = tuple(s[t - n:t])
+      pairs[(c, s[t])] += 1
+      ctx[c] += 1
+  kept = {c: k for c, k in ctx.items() if k >= min_count}
+  return {(c, v): k for (c, v), k in pairs.items() if c in kept}, kept
+
+
+@pytest.mark.parametrize("n,min_count", [(1, 1), (2, 1), (2, 3), (3, 2)])
+def test_ngram_counts_match_counter(n, min_count):
+  rng = np.random.default_rng(n * 10 + min_count)
+  streams = [rng.integers(0, 7, 300), rng.integers(0, 7, 5), rng.integers(0, 7, 120)]
+  m = ngram.context_counts(streams, n, min_count, vocab_size=9)
+  ref_pairs, ref_ctx = _counter_reference(streams, n, min_count)
+  assert m.counts.shape == (len(ref_ctx), 9)
+  got = {}
+  coo = m.counts.tocoo()
+  for r, v, k in zip(coo.row, coo.col, coo.data):
+    got[(tuple(int(x) for x in m.contexts[r]), int(v))] = int(k)
+  assert got == ref_pairs
+  assert {tuple(c): int(k) for c, k in zip(m.contexts, m.context_counts)} == ref_ctx
+  assert np.all(np.diff(m.context_counts) <= 0)  # rows by decreasing count
+  assert m.n_pairs == sum(max(0, len(s) - n) for s in streams)
+  p = m.probabilities()
+  np.testing.assert_allclose(np.asarray(p.sum(axis=1)).ravel(), 1.0)
+
+
+def test_ngram_pairs_do_not_cross_streams_and_bad_input():
+  m = ngram.context_counts([np.array([0, 1]), np.array([2, 3])], n=1)
+  ref, _ = _counter_reference([[0, 1], [2, 3]], 1, 1)
+  assert m.counts.nnz == len(ref) == 2  # (1 -> 2) is not a pair
+  with pytest.raises(ValueError, match="n=0"):
+    ngram.context_counts([1, 2, 3], n=0)
+  with pytest.raises(ValueError, match=r"\[0, vocab_size=3\)"):
+    ngram.context_counts([1, 2, 3], n=1, vocab_size=3)
+  with pytest.raises(ValueError, match="shorter than n"):
+    ngram.context_counts([1, 2], n=4)
+
+
+def _dense_variants(counts, k):
+  n = counts.toarray().astype(np.float64)
+  tot = n.sum(1, keepdims=True)
+  v = n.shape[1]
+  lp = np.log((n + k) / (tot + k * v))
+  return {"raw": n / tot, "addk": (n + k) / (tot + k * v), "logp": lp,
+          "logp_centered": lp - lp.mean(1, keepdims=True)}
+
+
+def _np_w_error(m, dims):
+  s = np.linalg.svd(m, compute_uv=False)
+  f2 = float((m ** 2).sum())
+  return np.array([np.sqrt((s[min(d, s.size):] ** 2).sum() / f2) for d in dims])
+
+
+@pytest.fixture(scope="module")
+def small_counts():
+  toks = _markov_tokens(0, 60, 30_000)
+  return ngram.context_counts(toks, 2, min_count=2, vocab_size=60)
+
+
+@pytest.mark.parametrize("variant", lowrank_svd.VARIANTS)
+def test_w_error_matches_numpy_svd(small_counts, variant):
+  k = 0.1
+  dense = _dense_variants(small_counts.counts, k)[variant]
+  op = lowrank_svd.variant_matrix(small_counts.counts, variant, k)
+  c, v = op.shape
+  assert c > v > 32
+  np.testing.assert_allclose(op.toarray(), dense, rtol=1e-12, atol=1e-12)
+  np.testing.assert_allclose(op.frobenius_sq(), (dense ** 2).sum(), rtol=1e-12)
+  x = np.random.default_rng(1).standard_normal((v, 3))
+  y = np.random.default_rng(2).standard_normal((c, 3))
+  np.testing.assert_allclose(op.matmat(x), dense @ x, rtol=1e-10, atol=1e-10)
+  np.testing.assert_allclose(op.rmatmat(y), dense.T @ y, rtol=1e-10, atol=1e-10)
+  dims = [0, 1, 2, 4, 8, 16, 32, v, v + 5]
+  ref = _np_w_error(dense, dims)
+  g = lowrank_svd.w_error_curve(op, dims, method="gram")
+  np.testing.assert_allclose(g.w_error, ref, atol=1e-6)
+  rz = lowrank_svd.w_error_curve(op, dims[:-2], method="randomized")  # top 32 of 60
+  assert rz.method == "randomized" and rz.sigma.size == 32
+  np.testing.assert_allclose(rz.w_error, ref[:-2], atol=2e-3)
+  assert np.all(np.diff(g.w_error) <= 1e-12) and np.all(np.diff(rz.w_error) <= 1e-12)
+  # the wide case (C < V) uses the C x C Gram
+  wide = lowrank_svd.variant_matrix(small_counts.counts[:40], variant, k)
+  np.testing.assert_allclose(lowrank_svd.w_error_curve(wide, [1, 4, 16], method="gram").w_error,
+                             _np_w_error(_dense_variants(small_counts.counts[:40], k)[variant],
+                                         [1, 4, 16]), atol=1e-6)
+
+
+def test_huge_sparse_matrix_is_never_densified():
+  """C = V = 50,000 (dense: 20 GB) with a known spectrum: a scaled partial permutation."""
+  c = v = 50_000
+  rng = np.random.default_rng(0)
+  sig = np.concatenate([0.7 ** np.arange(12), np.full(5000, 1e-3)])
+  rows = rng.choice(c, sig.size, replace=False)
+  cols = rng.choice(v, sig.size, replace=False)
+  s = sp.csr_matrix((sig, (rows, cols)), shape=(c, v))
+  op = lowrank_svd.SparsePlusRankOne(s, np.zeros(c), np.ones(v))
+  dims = [1, 2, 4, 8]
+  curve = lowrank_svd.w_error_curve(op, dims)  # auto: min(C, V) > gram_max_dim -> randomized
+  assert curve.method == "randomized"
+  f2 = float((sig ** 2).sum())
+  assert curve.frobenius_sq == pytest.approx(f2, rel=1e-12)
+  ref = [np.sqrt((np.sort(sig)[::-1][d:] ** 2).sum() / f2) for d in dims]
+  np.testing.assert_allclose(curve.w_error, ref, atol=1e-6)
+  counts = sp.csr_matrix(np.array([[1, 0, 2], [0, 3, 0]]))
+  with pytest.raises(ValueError, match="k=0.0"):
+    lowrank_svd.variant_matrix(counts, "logp", 0.0)
+  with pytest.raises(ValueError, match="unknown target-rank variant"):
+    lowrank_svd.variant_matrix(counts, "probs")
+  with pytest.raises(ValueError, match="at least one count"):
+    lowrank_svd.variant_matrix(s[:10], "raw")
+
+
+def _png_ok(path):
+  b = path.read_bytes()
+  assert b[:8] == b"\x89PNG\r\n\x1a\n", path
+  w, h = struct.unpack(">II", b[16:24])
+  assert w > 100 and h > 100
+
+
+def test_target_rank_quick_end_to_end(tmp_path):
+  from experiments import target_rank as tr
+  from sbjax.data import make_dataset
+
+  corpus = write_corpus(tmp_path / "corpus", generated_docs(3, 16))
+  out = tmp_path / "out"
+  tr.run(out, "quick", data=str(corpus), verbose=False)
+  p = tr.get_preset("quick")
+  rows = tr._read_rows(out / tr.CSV)
+  assert {(r["variant"], r["V"], r["n"]) for r in rows} == {
+      (a, b, c) for a in p.variants for b in p.vocab_sizes for c in p.ns}
+  for var in p.variants:
+    _png_ok(out / f"fig_target_rank_{var}.png")
+  # one curve recomputed independently from the experiment's own token streams
+  v, n = p.vocab_sizes[0], 2
+  ds = make_dataset(tr.data_config(p, v, out, str(corpus)), seq_len=16, global_batch_size=1,
+                    workdir=str(out / "data" / f"V{v}"), process_index=0, process_count=1)
+  streams = [np.asarray(ds.train_tokens), np.asarray(ds.val_tokens)]
+  ref_pairs, ref_ctx = _counter_reference(streams, n, p.min_count)
+  ctxs = sorted(ref_ctx)
+  dense = np.zeros((len(ctxs), v))
+  index = {c: i for i, c in enumerate(ctxs)}
+  for (c, t), k in ref_pairs.items():
+    dense[index[c], t] = k
+  got = sorted((r for r in rows if r["variant"] == "raw" and r["V"] == v and r["n"] == n),
+               key=lambda r: r["d"])
+  assert got[0]["C"] == len(ctxs)
+  ref = _np_w_error(dense / dense.sum(1, keepdims=True), [r["d"] for r in got])
+  np.testing.assert_allclose([r["w_error"] for r in got], ref, atol=1e-6)
+  # report: the table's numbers come from the CSV; a rerun skips finished parts
+  text = tr.report_section(out, "tr")
+  assert text.startswith("## target_rank")
+  for var in p.variants:
+    assert f"](tr/fig_target_rank_{var}.png)" in text
+  look = {(r["variant"], r["V"], r["n"], r["d"]): r["w_error"] for r in rows}
+  line = next(x for x in text.splitlines() if x.startswith(f"| {v} | 2 |"))
+  cells = [c.strip() for c in line.strip("|").split("|")]
+  assert float(cells[3]) == pytest.approx(look[("raw", v, 2, p.d_ref)], abs=5e-5)
+  parts = sorted((out / "parts").iterdir())
+  mtimes = [x.stat().st_mtime_ns for x in parts]
+  tr.run(out, "quick", data=str(corpus), verbose=False)
+  assert [x.stat().st_mtime_ns for x in sorted((out / "parts").iterdir())] == mtimes
+
+
+def test_tpu_preset_configs_validate(tmp_path):
+  from experiments import target_rank as tr
+
+  p = tr.get_preset("tpu")
+  for v in p.vocab_sizes:
+    dc = tr.data_config(p, v, tmp_path, None)
+    assert dc.source == "tfds" and dc.vocab_size == v
+  assert tr.dims_for(p, 10**6)[-1] == p.max_d
+  with pytest.raises(FileNotFoundError, match="--data=DIR"):
+    tr.data_config(tr.get_preset("cpu"), 512, tmp_path, str(tmp_path / "missing"))
