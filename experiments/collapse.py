@@ -472,10 +472,14 @@ def report_section(out: Path, rel: str) -> str:
   return section(Path(out), rel)
 
 
-PRESET = flags.DEFINE_string("preset", "cpu", "quick | cpu | tpu")
-OUT = flags.DEFINE_string("out", "out/collapse", "output directory")
-DATA = flags.DEFINE_string("data", None, "a directory of .txt files (text presets; default "
-                           f"{DEFAULT_DATA}) or a TFDS name (tpu preset)")
+def define_flags():
+  """The CLI flags; defined only when run as a script, so that importing this module
+  (e.g. from experiments.reproduce) defines no absl flags."""
+  global PRESET, OUT, DATA
+  PRESET = flags.DEFINE_string("preset", "cpu", "quick | cpu | tpu")
+  OUT = flags.DEFINE_string("out", "out/collapse", "output directory")
+  DATA = flags.DEFINE_string("data", None, "a directory of .txt files (text presets; default "
+                             f"{DEFAULT_DATA}) or a TFDS name (tpu preset)")
 
 
 def main(argv):
@@ -485,5 +489,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  define_flags()
   logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
   common.run(main)

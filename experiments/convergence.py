@@ -62,26 +62,31 @@ PRESETS = {
                 all_sequences=8, grad_per=True, group_size=2, chunk=8),
 }
 
-OUT = flags.DEFINE_string("out", "out/convergence", "output directory")
-PRESET = flags.DEFINE_enum("preset", "cpu", list(PRESETS), "size preset")
-DATA = flags.DEFINE_string("data", "", "a directory of .txt files for the text presets "
-                           "('' = ../shared/data/shakespeare if present, else the planted "
-                           "language)")
-SERIES = flags.DEFINE_list("series", [], "imported HF series directories (step<N>/ revisions) "
-                           "to measure instead of training")
-SERIES_TOKENS = flags.DEFINE_string("series_tokens", "", "with --series: an .npy int array "
-                                    "[n, T+1] of token windows (the fixed batch)")
-TOKEN_MODES = flags.DEFINE_list("token_modes", ["last", "all"], "CKA token modes computed; the "
-                                "first is the primary one (figure, table)")
-ESTIMATORS = flags.DEFINE_list("estimators", ["biased", "debiased"], "CKA estimators computed; "
-                               "the first is the primary one")
-PER_MLP_R = flags.DEFINE_integer("per_mlp_r", 0, "PER of fc_out over the top r singular "
-                                 "values; 0 = all (min(F, D))")
-PER_OV_R = flags.DEFINE_integer("per_ov_r", 0, "PER of the OV matrices over the top r; "
-                                "0 = head_dim (gradients: 2 head_dim)")
-WIDTHS = flags.DEFINE_list("widths", [], "a subset of the preset's widths (default: all)")
-GRAD_PER = flags.DEFINE_enum("grad_per", "preset", ["preset", "on", "off"],
-                             "PER of the gradients on the fixed batch")
+
+def define_flags():
+  """The CLI flags; defined only when run as a script, so that importing this module
+  (e.g. from experiments.reproduce) defines no absl flags."""
+  global OUT, PRESET, DATA, SERIES, SERIES_TOKENS, TOKEN_MODES, ESTIMATORS, PER_MLP_R, PER_OV_R, WIDTHS, GRAD_PER
+  OUT = flags.DEFINE_string("out", "out/convergence", "output directory")
+  PRESET = flags.DEFINE_enum("preset", "cpu", list(PRESETS), "size preset")
+  DATA = flags.DEFINE_string("data", "", "a directory of .txt files for the text presets "
+                             "('' = ../shared/data/shakespeare if present, else the planted "
+                             "language)")
+  SERIES = flags.DEFINE_list("series", [], "imported HF series directories (step<N>/ revisions) "
+                             "to measure instead of training")
+  SERIES_TOKENS = flags.DEFINE_string("series_tokens", "", "with --series: an .npy int array "
+                                      "[n, T+1] of token windows (the fixed batch)")
+  TOKEN_MODES = flags.DEFINE_list("token_modes", ["last", "all"], "CKA token modes computed; the "
+                                  "first is the primary one (figure, table)")
+  ESTIMATORS = flags.DEFINE_list("estimators", ["biased", "debiased"], "CKA estimators computed; "
+                                 "the first is the primary one")
+  PER_MLP_R = flags.DEFINE_integer("per_mlp_r", 0, "PER of fc_out over the top r singular "
+                                   "values; 0 = all (min(F, D))")
+  PER_OV_R = flags.DEFINE_integer("per_ov_r", 0, "PER of the OV matrices over the top r; "
+                                  "0 = head_dim (gradients: 2 head_dim)")
+  WIDTHS = flags.DEFINE_list("widths", [], "a subset of the preset's widths (default: all)")
+  GRAD_PER = flags.DEFINE_enum("grad_per", "preset", ["preset", "on", "off"],
+                               "PER of the gradients on the fixed batch")
 
 
 # ------------------------------------------------------------------------------ configs
@@ -489,5 +494,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  define_flags()
   logging.basicConfig(level=logging.INFO, stream=sys.stderr)
   common.run(main)
