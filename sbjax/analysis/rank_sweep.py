@@ -1,0 +1,372 @@
+"""Head-rank sweeps (Godey et al. 2024, E5): head ranks x learning rates, best LR per rank.
+
+A :class:`Plan` names a base config (trunk, data, training), a list of head ranks and
+learning-rate grids. :func:`run_plan` trains every run of the plan under ``OUT/runs/`` and
+writes ``OUT/head_rank.csv``. An LR grid of protocol ``full`` or ``b`` (same shapes) is one
+vmapped population (``sbjax.population``; one compilation for the grid) in
+``OUT/runs/<group>/member_<i>``; protocol ``a`` runs (frozen trunk, which populations do not
+support) are separate runs in ``OUT/runs/<run>``. The protocols are:
+
+* ``full``: the reference, a dense (full-rank) head trained from scratch over the LR grid.
+  Its best run gives the trunk of protocol ``a`` and "the full-rank head" (saved as
+  ``OUT/full_head.npy``, V x d, for W-error).
+* ``a``: frozen trunk. The best ``full`` run's trunk is loaded (``train.init_from``) and
+  only a new head is trained (``train.freeze_trunk``), for ``head_steps`` steps.
+* ``b``: from scratch with the head (``train.steps`` steps).
+
+Heads: ``lowrank`` (W = A B, rank r) at every rank of the plan; ``mos`` (mixture of
+softmaxes) with ``n_mix`` components in ``mos_protocols``. Parameter counts come from
+``sbjax.heads.head_param_count``: lowrank(r) = V r + r d, mos(m) = V d + m d^2 + 2 m d + m.
+A mos head always holds a V x d matrix, so it can only match the largest lowrank heads;
+``matched_rank`` is the plan rank whose lowrank head has the nearest parameter count and
+``param_ratio`` = params / lowrank_params(matched_rank).
+
+Best learning rate: in each group (protocol, head, rank, n_mix) the run with the smallest
+validation loss is flagged ``best`` = 1 (ties: the first in grid order):
+
+    best(g) = argmin_{lr in grid} eval_loss(g, lr)
+
+Resume: a run is finished when ``RUN/DONE`` exists (it holds the run's summary); finished
+runs are read back, never retrained, and a run with checkpoints short of its steps is
+resumed by ``sbjax.train.train``. The CSV is rewritten after every run, so a killed sweep
+leaves a valid (partial) table.
+
+CSV columns (:data:`COLUMNS`): protocol, head, rank, n_mix, matched_rank, lr, steps,
+params (head parameters), param_ratio, n_params (whole model), eval_loss, eval_acc
+(top-1), best, run (the run directory under ``OUT/runs``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from sbjax.analysis.table import atomic_write_json, read_csv, write_csv
+from sbjax.config import Config, ModelConfig
+from sbjax.heads import head_param_count
+
+log = logging.getLogger("sbjax")
+
+PROTOCOLS = ("full", "a", "b")
+COLUMNS = ("protocol", "head", "rank", "n_mix", "matched_rank", "lr", "steps", "params",
+           "param_ratio", "n_params", "eval_loss", "eval_acc", "best", "run")
+CSV_NAME = "head_rank.csv"
+FULL_HEAD = "full_head.npy"
+
+
+def rank_grid(d: int) -> tuple[int, ...]:
+  """{1, 2, 4, ..., d}: powers of two below d, then d itself."""
+  if d < 1:
+    raise ValueError(f"rank_grid: d={d} must be >= 1")
+  out, r = [], 1
+  while r < d:
+    out.append(r)
+    r *= 2
+  return tuple(out + [d])
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+  """What to train. ``base.model`` gives the trunk (its head fields are replaced per run),
+  ``base.train`` the schedule of ``full`` and ``b`` runs (its ``lr`` is replaced by the grid)."""
+
+  base: Config
+  ranks: tuple = ()  # () = rank_grid(d_model)
+  lrs: tuple = (1e-3, 3e-3)  # LR grid of protocols full and b
+  head_lrs: tuple = (3e-3, 1e-2)  # LR grid of protocol a
+  head_steps: int = 0  # steps of protocol a; 0 = base.train.steps
+  protocols: tuple = ("a", "b")  # besides "full", which always runs
+  mos_mix: tuple = ()  # n_mix values of mos heads
+  mos_protocols: tuple = ("b",)
+  mos_lrs: tuple = ()  # () = the protocol's own grid
+  population: bool = True  # train each LR grid of protocols full/b as one vmapped population
+
+  def __post_init__(self):
+    d = self.base.model.d_model
+    ranks = tuple(sorted(set(int(r) for r in (self.ranks or rank_grid(d)))))
+    bad = [r for r in ranks if not 1 <= r <= d]
+    if bad:
+      raise ValueError(f"head-rank plan: ranks {bad} are outside 1 .. d_model={d}; "
+                       "choose ranks <= the model width")
+    object.__setattr__(self, "ranks", ranks)
+    for name in ("lrs", "head_lrs", "mos_lrs"):
+      v = tuple(float(x) for x in getattr(self, name))
+      if any(not (x > 0 and math.isfinite(x)) for x in v):
+        raise ValueError(f"head-rank plan: {name}={v} must hold positive learning rates")
+      if len(set(v)) != len(v):
+        raise ValueError(f"head-rank plan: {name}={v} has repeated values")
+      object.__setattr__(self, name, v)
+    if not self.lrs:
+      raise ValueError("head-rank plan: lrs is empty; give at least one learning rate")
+    for name in ("protocols", "mos_protocols"):
+      v = tuple(getattr(self, name))
+      unknown = [p for p in v if p not in ("a", "b")]
+      if unknown:
+        raise ValueError(f"head-rank plan: {name} {unknown} unknown; allowed: a, b")
+      object.__setattr__(self, name, v)
+    if "a" in self.protocols + (self.mos_protocols if self.mos_mix else ()) and not self.head_lrs:
+      raise ValueError("head-rank plan: protocol a needs head_lrs (its learning-rate grid)")
+    mix = tuple(int(m) for m in self.mos_mix)
+    if any(m < 1 for m in mix):
+      raise ValueError(f"head-rank plan: mos_mix={mix} must hold integers >= 1")
+    object.__setattr__(self, "mos_mix", mix)
+    if self.head_steps < 0:
+      raise ValueError(f"head-rank plan: head_steps={self.head_steps} must be >= 0")
+
+  @property
+  def d_model(self) -> int:
+    return self.base.model.d_model
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+  protocol: str  # full | a | b
+  head: str  # dense | lowrank | mos
+  rank: int  # lowrank rank; d_model for dense and mos
+  n_mix: int  # mos components; 0 otherwise
+  lr: float
+
+  @property
+  def group(self) -> tuple:
+    return (self.protocol, self.head, self.rank, self.n_mix)
+
+  @property
+  def name(self) -> str:
+    what = {"dense": "dense", "lowrank": f"r{self.rank}", "mos": f"mos{self.n_mix}"}[self.head]
+    return f"{self.protocol}-{what}-lr{self.lr:g}"
+
+
+def specs(plan: Plan) -> list[RunSpec]:
+  """Every run of the plan, in training order (full first: protocol a needs its trunk)."""
+  d = plan.d_model
+  out = [RunSpec("full", "dense", d, 0, lr) for lr in plan.lrs]
+  for p in ("b", "a"):
+    grid = plan.head_lrs if p == "a" else plan.lrs
+    if p in plan.protocols:
+      out += [RunSpec(p, "lowrank", r, 0, lr) for r in plan.ranks for lr in grid]
+    if p in plan.mos_protocols:
+      out += [RunSpec(p, "mos", d, m, lr) for m in plan.mos_mix for lr in (plan.mos_lrs or grid)]
+  return out
+
+
+def model_config(base: ModelConfig, spec: RunSpec, vocab_size: int | None = None) -> ModelConfig:
+  kw = dict(head=spec.head, head_rank=spec.rank if spec.head == "lowrank" else 0,
+            n_mix=spec.n_mix if spec.head == "mos" else 1)
+  if vocab_size is not None:
+    kw["vocab_size"] = vocab_size
+  return dataclasses.replace(base, **kw)
+
+
+def run_config(plan: Plan, spec: RunSpec, trunk_dir: str = "") -> Config:
+  """The Config of one run. Protocol a needs ``trunk_dir`` (the best full run)."""
+  base = plan.base
+  tc = dataclasses.replace(base.train, lr=spec.lr)
+  if spec.protocol == "a":
+    if not trunk_dir:
+      raise ValueError("protocol a needs the trunk of a finished full-rank run")
+    steps = plan.head_steps or base.train.steps
+    tc = dataclasses.replace(tc, steps=steps, freeze_trunk=True, init_from=str(trunk_dir),
+                             init_step=-1, eval_every=min(tc.eval_every, steps),
+                             ckpt_every=min(tc.ckpt_every, steps),
+                             warmup_steps=min(tc.warmup_steps, max(steps // 10, 1)))
+  return base.replace(model=model_config(base.model, spec), train=tc,
+                      name=f"{base.name}-{spec.name}")
+
+
+def matched_rank(mc: ModelConfig, params: int, ranks: Sequence[int]) -> tuple[int, float]:
+  """(rank, params / lowrank_params(rank)) of the plan rank nearest in head parameters."""
+  def lr_params(r):
+    return head_param_count(dataclasses.replace(mc, head="lowrank", head_rank=r))
+  best = min(ranks, key=lambda r: (abs(lr_params(r) - params), r))
+  return best, params / lr_params(best)
+
+
+def mark_best(rows: list[dict]) -> list[dict]:
+  """Set ``best`` = 1 on the smallest-eval_loss row of each (protocol, head, rank, n_mix)."""
+  groups: dict[tuple, list[int]] = {}
+  for i, r in enumerate(rows):
+    groups.setdefault((r["protocol"], r["head"], int(r["rank"]), int(r["n_mix"])), []).append(i)
+  for idx in groups.values():
+    finite = [i for i in idx if math.isfinite(float(rows[i]["eval_loss"]))]
+    win = min(finite, key=lambda i: float(rows[i]["eval_loss"])) if finite else None
+    for i in idx:
+      rows[i]["best"] = int(i == win)
+  return rows
+
+
+def best_rows(rows: Sequence[dict], protocol: str, head: str = "lowrank") -> list[dict]:
+  """The best-LR rows of one protocol and head kind, sorted by rank and n_mix."""
+  sel = [r for r in rows if r["protocol"] == protocol and r["head"] == head and int(r["best"])]
+  return sorted(sel, key=lambda r: (int(r["rank"]), int(r["n_mix"])))
+
+
+def _done(wd: Path) -> dict | None:
+  try:
+    return json.loads((wd / "DONE").read_text())
+  except (OSError, ValueError):
+    return None
+
+
+def _row(plan: Plan, spec: RunSpec, cfg: Config, summary: dict, vocab_size: int) -> dict:
+  mc = model_config(cfg.model, spec, vocab_size)
+  params = head_param_count(mc)
+  mr, ratio = (spec.rank, 1.0) if spec.head == "lowrank" else matched_rank(mc, params, plan.ranks)
+  return {"protocol": spec.protocol, "head": spec.head, "rank": spec.rank, "n_mix": spec.n_mix,
+          "matched_rank": mr, "lr": spec.lr, "steps": cfg.train.steps, "params": params,
+          "param_ratio": round(ratio, 6), "n_params": summary.get("n_params"),
+          "eval_loss": float(summary.get("eval_loss", math.nan)),
+          "eval_acc": float(summary.get("eval_acc", math.nan)), "best": 0,
+          "run": spec.name}
+
+
+def train_run(cfg: Config, wd: Path, dataset, *, quiet: bool = True) -> dict:
+  """Train (or resume) one run; finished runs (``wd/DONE``) are read back, not retrained."""
+  done = _done(wd)
+  if done is not None:
+    return done["summary"]
+  from sbjax.train import train  # noqa: PLC0415 - analysis sits downstream of train
+
+  summary = train(cfg, wd, dataset=dataset, quiet=quiet)
+  if summary.get("step") != cfg.train.steps or "eval_loss" not in summary:
+    raise RuntimeError(f"run {wd} stopped at step {summary.get('step')} of {cfg.train.steps}")
+  keep = {k: summary[k] for k in ("step", "eval_loss", "eval_acc", "n_params", "loss")
+          if k in summary}
+  atomic_write_json(wd / "DONE", {"summary": keep, "config": cfg.to_dict()})
+  return keep
+
+
+def save_full_head(out: Path, trunk_dir: Path) -> np.ndarray:
+  """Write ``OUT/full_head.npy``: the V x d head matrix of the best full run's last step."""
+  from sbjax import checkpoint as ckpt  # noqa: PLC0415
+  from sbjax.heads import head_matrix  # noqa: PLC0415
+
+  cfg, params, _ = ckpt.load_params(trunk_dir)
+  w = np.asarray(head_matrix(params, cfg.model), np.float32)
+  np.save(out / FULL_HEAD, w, allow_pickle=False)
+  return w
+
+
+def _group_dir(specs_: Sequence[RunSpec]) -> str:
+  s0 = specs_[0]
+  what = {"dense": "dense", "lowrank": f"r{s0.rank}", "mos": f"mos{s0.n_mix}"}[s0.head]
+  return f"{s0.protocol}-{what}-lr" + "_".join(f"{s.lr:g}" for s in specs_)
+
+
+def train_population_group(cfgs: Sequence[Config], wd: Path, dataset, *,
+                           quiet: bool = True) -> list[dict]:
+  """Train one LR grid of same-shape runs as a population (one compiled, vmapped step);
+  members share the seed, so member i equals the separate run at lr_i (up to float32
+  reassociation, see sbjax/population.py). Finished members (``member_i/DONE``) are read back."""
+  from sbjax.population import member_dir, train_population  # noqa: PLC0415
+
+  dirs = [member_dir(wd, i) for i in range(len(cfgs))]
+  done = [_done(d) for d in dirs]
+  if all(x is not None for x in done):
+    return [x["summary"] for x in done]
+  seed = cfgs[0].train.seed
+  sums = train_population(cfgs[0], wd, lrs=[c.train.lr for c in cfgs], seeds=[seed] * len(cfgs),
+                          dataset=dataset, quiet=quiet)
+  out = []
+  for cfg, d, s in zip(cfgs, dirs, sums):
+    if s.get("step") != cfg.train.steps or "eval_loss" not in s:
+      raise RuntimeError(f"population member {d} stopped at step {s.get('step')} of "
+                         f"{cfg.train.steps}")
+    keep = {k: s[k] for k in ("step", "eval_loss", "eval_acc", "n_params", "loss") if k in s}
+    atomic_write_json(d / "DONE", {"summary": keep, "config": cfg.to_dict()})
+    out.append(keep)
+  return out
+
+
+def groups(plan: Plan) -> list[list[RunSpec]]:
+  """The plan's runs grouped by (protocol, head, rank, n_mix), in training order."""
+  out: dict[tuple, list[RunSpec]] = {}
+  for s in specs(plan):
+    out.setdefault(s.group, []).append(s)
+  return list(out.values())
+
+
+def run_plan(plan: Plan, out, dataset, *, progress: Callable[[str], None] | None = None,
+             quiet: bool = True) -> list[dict]:
+  """Train every run of ``plan`` into ``OUT/runs`` (skipping finished ones); returns the rows
+  of ``OUT/head_rank.csv`` (also written after every group, with the best flags).
+
+  With ``plan.population`` an LR grid of protocol full or b (same shapes, no frozen trunk) is
+  trained as one population in ``OUT/runs/<group>/member_<i>``; other runs are separate
+  ``sbjax.train.train`` runs in ``OUT/runs/<run>``.
+  """
+  out = Path(out)
+  (out / "runs").mkdir(parents=True, exist_ok=True)
+  say = progress or (lambda s: log.info("%s", s))
+  vocab = dataset.vocab_size
+  rows: list[dict] = []
+  trunk = None
+  todo = groups(plan)
+  for i, grp in enumerate(todo):
+    if grp[0].protocol == "a" and trunk is None:
+      trunk = best_full_dir(out, rows)
+    cfgs = [run_config(plan, s, str(trunk) if s.protocol == "a" else "") for s in grp]
+    if plan.population and len(grp) > 1 and grp[0].protocol != "a":
+      gdir = _group_dir(grp)
+      names = [f"{gdir}/member_{j}" for j in range(len(grp))]
+      state = "done" if all(_done(out / "runs" / n) for n in names) else "training"
+      say(f"[{i + 1}/{len(todo)}] {gdir} (population of {len(grp)} learning rates): {state}")
+      sums = train_population_group(cfgs, out / "runs" / gdir, dataset, quiet=quiet)
+    else:
+      names, sums = [s.name for s in grp], []
+      for s, cfg, name in zip(grp, cfgs, names):
+        state = "done" if _done(out / "runs" / name) is not None else "training"
+        say(f"[{i + 1}/{len(todo)}] {name}: {state}")
+        sums.append(train_run(cfg, out / "runs" / name, dataset, quiet=quiet))
+    for s, cfg, summ, name in zip(grp, cfgs, sums, names):
+      rows.append({**_row(plan, s, cfg, summ, vocab), "run": name})
+    write_csv(out / CSV_NAME, mark_best(rows), COLUMNS)
+  trunk = best_full_dir(out, rows)
+  save_full_head(out, trunk)
+  atomic_write_json(out / "plan.json", {
+      "ranks": plan.ranks, "lrs": plan.lrs, "head_lrs": plan.head_lrs,
+      "head_steps": plan.head_steps or plan.base.train.steps, "protocols": plan.protocols,
+      "mos_mix": plan.mos_mix, "mos_protocols": plan.mos_protocols, "mos_lrs": plan.mos_lrs,
+      "population": plan.population, "full_run": str(trunk.relative_to(out / "runs")),
+      "vocab_size": vocab, "base": plan.base.to_dict()})
+  return rows
+
+
+def best_full_dir(out, rows: Sequence[dict] | None = None) -> Path:
+  """The run directory of the best ``full`` (dense-head) run."""
+  out = Path(out)
+  rows = mark_best(list(rows)) if rows is not None else read_rows(out)
+  full = [r for r in rows if r["protocol"] == "full" and int(r["best"])]
+  if not full:
+    raise FileNotFoundError(f"{out / CSV_NAME} has no finished full-rank run; run the sweep first")
+  return out / "runs" / str(full[0]["run"])
+
+
+def read_rows(out) -> list[dict]:
+  """The rows of ``OUT/head_rank.csv`` (numbers as float, text as str)."""
+  return read_csv(Path(out) / CSV_NAME)
+
+
+def non_increasing(losses: Sequence[float], tol: float = 0.0) -> bool:
+  """True when loss[i+1] <= loss[i] + tol for every consecutive pair."""
+  x = np.asarray(losses, np.float64)
+  return bool(np.all(np.diff(x) <= tol))
+
+
+def longest_non_increasing(ranks: Sequence[int], losses: Sequence[float],
+                           tol: float = 0.0) -> list[int]:
+  """The longest run of consecutive ranks (in rank order) whose losses are non-increasing."""
+  best: list[int] = []
+  cur: list[int] = []
+  for i, r in enumerate(ranks):
+    if cur and losses[i] > losses[i - 1] + tol:
+      cur = []
+    cur.append(int(r))
+    if len(cur) > len(best):
+      best = list(cur)
+  return best
