@@ -55,7 +55,7 @@ def rand_mat(rng, shape, cond=None):
 _jsv = jax.jit(S.singular_values, static_argnums=1)
 _jmetrics = jax.jit(S.spectrum_metrics, static_argnames=("r", "k"))
 
-SHAPES = [(50, 8), (8, 33), (64, 64)]
+SHAPES = [(700, 256), (50, 8), (8, 33), (64, 64)]
 
 
 # ---------------------------------------------------------------- singular values

