@@ -50,7 +50,7 @@ class ModelConfig:
   window_size: int = 256  # local attention window (GPT-Neo)
   # head
   head: str = "dense"  # dense | tied | lowrank | mos
-  head_rank: int = 0  # lowrank only; 0 means d_model
+  head_rank: int = 0  # lowrank only (required there, 1 .. d_model); ignored by other heads
   head_init: str = "scaled"  # lowrank: "scaled" (trains from scratch) or "godey" (N(0,1))
   n_mix: int = 1  # mos only
   # numerics / memory
@@ -89,9 +89,10 @@ class ModelConfig:
     if self.head not in HEAD_KINDS:
       raise _err("model.head", self.head, " | ".join(HEAD_KINDS))
     if self.head == "lowrank":
-      if not isinstance(self.head_rank, int) or self.head_rank < 0 or self.head_rank > self.d_model:
+      if not isinstance(self.head_rank, int) or self.head_rank < 1 or self.head_rank > self.d_model:
         raise _err("model.head_rank", self.head_rank,
-                   f"1 .. d_model={self.d_model} (0 means d_model)")
+                   f"1 .. d_model={self.d_model} (a lowrank head needs an explicit rank; "
+                   "use head=dense for full rank without factors)")
     if self.head_init not in ("scaled", "godey"):
       raise _err("model.head_init", self.head_init, "scaled | godey")
     if not isinstance(self.n_mix, int) or self.n_mix < 1:

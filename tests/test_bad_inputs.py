@@ -289,6 +289,8 @@ ROWS = [
      "model.head_rank=33", "allowed: 1 .. d_model=32"),
     ("head rank < 0", _model(head="lowrank", head_rank=-1), ValueError, "model.head_rank=-1",
      "allowed: 1 .. d_model=32"),
+    ("head rank 0", _model(head="lowrank", head_rank=0), ValueError, "model.head_rank=0",
+     "allowed: 1 .. d_model=32"),
     ("planted rank 0", lambda t, c: (lambda: DataConfig(planted_rank=0)), ValueError,
      "data.planted_rank=0", "allowed: 1 .. planted_vocab=256"),
     ("n_mix 0", _model(head="mos", n_mix=0), ValueError, "model.n_mix=0",
