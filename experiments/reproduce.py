@@ -24,7 +24,6 @@ import importlib
 import json
 import logging
 import platform
-import re
 import sys
 import time
 import traceback
@@ -62,31 +61,18 @@ def select(only: str | list | tuple | None, quick: bool) -> list[str]:
 def load(name: str):
   """The experiment module of ``name``, imported now (a clear error if it is missing).
 
-  Some experiment modules define absl flags at import time under common names (``out``,
-  ``preset``); those flags are not used here (``run`` takes its arguments), so a name that is
-  already defined is removed before the module is imported again."""
-  from absl import flags  # noqa: PLC0415
-
+  Experiment modules define their absl flags only when run as scripts (``define_flags()``
+  under ``__main__``), so importing them here defines none."""
   modname = EXPERIMENTS.get(name)
   if modname is None:
     raise ValueError(f"unknown experiment {name!r}; known: {', '.join(EXPERIMENTS)}")
-  for _ in range(20):
-    try:
-      mod = importlib.import_module(modname)
-      break
-    except ModuleNotFoundError as e:
-      if e.name and (e.name == modname or modname.startswith(e.name + ".")):
-        raise RuntimeError(f"experiment {name!r} is not available: module {modname} does not "
-                           "exist in this checkout") from None
-      raise
-    except flags.DuplicateFlagError as e:
-      m = re.search(r"flag '([^']+)' is defined twice", str(e))
-      if not m:
-        raise
-      sys.modules.pop(modname, None)
-      delattr(flags.FLAGS, m.group(1))
-  else:
-    raise RuntimeError(f"experiment {name!r}: could not import {modname} (flag clashes)")
+  try:
+    mod = importlib.import_module(modname)
+  except ModuleNotFoundError as e:
+    if e.name and (e.name == modname or modname.startswith(e.name + ".")):
+      raise RuntimeError(f"experiment {name!r} is not available: module {modname} does not "
+                         "exist in this checkout") from None
+    raise
   for fn in ("run", "report_section"):
     if not callable(getattr(mod, fn, None)):
       raise RuntimeError(f"experiment {name!r}: module {modname} has no {fn}() function")
