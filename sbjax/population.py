@@ -197,6 +197,7 @@ def train_population(cfg: Config, workdir, *, n: int | None = None, seeds=None, 
       for d in dirs:
         for name in ckpt.cleanup_tmp(d):
           log.warning("moved aside an unfinished checkpoint save: %s/%s", d.name, name)
+        train_lib.repair_jsonl(d / "metrics.jsonl")  # a line cut by a kill, as in sbjax.train
     restored = _restore_members(dirs, ckpt.abstract_with_shardings(abstract, p_sh1),
                                 ckpt.abstract_with_shardings(abstract_opt, o_sh1))
     if restored is not None:
@@ -244,12 +245,14 @@ def train_population(cfg: Config, workdir, *, n: int | None = None, seeds=None, 
         last_saved[i] = step
 
     summaries = [{"start_step": start} for _ in range(n)]
+    # As in sbjax.train: an eval record is written before the checkpoint of the same step, so
+    # a run killed in between redoes both instead of resuming past an unlogged eval.
     if restored is None:
-      save_at(0, params, opt_state)
       recs = evaluate(params)  # a collective: every process runs it, process 0 writes
       if is_main:
         for i, rec in enumerate(recs):
           train_lib._append_jsonl(dirs[i] / "metrics.jsonl", {"step": 0, **rec})  # noqa: SLF001
+      save_at(0, params, opt_state)
 
     t_last, tok_last, t0 = time.perf_counter(), 0, time.perf_counter()
     pending = None
@@ -298,12 +301,12 @@ def train_population(cfg: Config, workdir, *, n: int | None = None, seeds=None, 
       if s in ckpt_steps or s % tc.eval_every == 0 or s == end:
         drain(pending)
         pending = None
-        save_at(s, params, opt_state)
         if s % tc.eval_every == 0 or s == tc.steps:
           for j, rec in enumerate(evaluate(params)):  # collective, as above
             if is_main:
               train_lib._append_jsonl(dirs[j] / "metrics.jsonl", {"step": s, **rec})  # noqa: SLF001
             summaries[j].update({"step": s, **rec})
+        save_at(s, params, opt_state)
     if pending is not None:
       drain(pending)
     for mg in mngrs:
