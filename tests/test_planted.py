@@ -168,5 +168,8 @@ def test_presets_validate_and_match_parameters():
   mos, low = head_param_count(confs["mos"].model), head_param_count(confs["lowrank"].model)
   assert confs["mos"].data.source == "planted_mix" and confs["mos"].model.n_mix == p.mix_m
   assert abs(mos - low) <= (p.vocab + confs["lowrank"].model.d_model) / 2
+  # the mos runs get their own init scale; the lowrank runs keep the knee part's
+  assert confs["mos"].model.init_std == p.mos_init_std
+  assert confs["lowrank"].model.init_std == exp.knee_configs(p)[0][1].model.init_std
   with pytest.raises(ValueError, match="unknown planted preset"):
     exp.get_preset("huge")
