@@ -94,7 +94,7 @@ def make_plan(preset: str, data: str, vocab: int | None = None):
   if preset == "cpu":
     # Trade-offs for <= 20 min on 2 cores: 400 steps (~0.4 epochs of Shakespeare), 2-point
     # LR grids, 150 head-only steps for (a), mos heads with one learning rate. A grid of
-    # {3e-3, 1e-2} was won by 1e-2 at every rank (session 2), so the grid sits one step up.
+    # {3e-3, 1e-2} was won by 1e-2 at every rank, so the grid sits one step up.
     return Plan(base, lrs=(1e-2, 2e-2), head_lrs=(1e-2, 3e-2), head_steps=150,
                 mos_mix=(1, 2), mos_lrs=(1e-2,))
   return Plan(base, lrs=(3e-4, 1e-3, 3e-3), head_lrs=(1e-3, 3e-3, 1e-2), head_steps=5000,
