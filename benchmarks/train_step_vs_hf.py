@@ -11,7 +11,9 @@ clipping at 1.0 and AdamW (β = 0.9, 0.95, weight decay 0.1):
 - ``hf_compile``: the same model under ``torch.compile`` (skipped with the reason if it
   fails here).
 
-Sides run interleaved, one step each per round, ``--reps`` rounds after warm-up; the table
+Every side runs in its own spawned process (``_bench.interleaved_procs``: two runtimes in
+one process slow each other on 2 cores); the sides take turns, one step each per round,
+``--reps`` rounds after warm-up; the table
 reports median tokens/s, the ratio to ``hf_eager`` and MFU = analytic FLOPs
 (``sbjax.model.flops_per_token``: 6·N_matmul + causal attention) × tokens/s over the peak:
 on CPU the best 2048² float32 matmul measured in this process (jax or torch); on an
@@ -31,7 +33,7 @@ import dataclasses
 import time
 
 import _bench  # noqa: F401  (puts the repo root on sys.path)
-from _bench import emit, interleaved, machine, median, peak_flops_cpu, table
+from _bench import emit, interleaved_procs, machine, median, peak_flops_cpu, table
 
 ALIASES = {"d512": "pythia-70m"}  # d=512, L=6, H=8, V=50304: the d=512 config
 
@@ -119,6 +121,8 @@ def main():
   ap.add_argument("--dtype", default="float32", help="sbjax compute dtype (params stay f32)")
   ap.add_argument("--loss_chunk", type=int, default=1024, help="0 = full logits")
   ap.add_argument("--sbjax_full", action="store_true", help="also time sbjax with loss_chunk=0")
+  ap.add_argument("--sbjax_dpa", action="store_true",
+                  help="also time sbjax with model.attn_impl=dpa (jax.nn.dot_product_attention)")
   ap.add_argument("--remat", default="none")
   ap.add_argument("--peak_tflops", type=float, default=0.0,
                   help="device peak for MFU; 0 = measure a 2048² f32 matmul (CPU)")
@@ -142,27 +146,29 @@ def main():
                                                  dtype=np.int32)
     tokens = a.batch * a.seq
     fpt = flops_per_token(mc, a.seq)
-    fns, info = {}, {}
+    builders = {}
     for side in sides:
-      try:
-        if side == "sbjax":
-          fns[side], info[side] = sbjax_side(mc, tc, batch_np)
-          if a.sbjax_full and a.loss_chunk:
-            mc0 = dataclasses.replace(mc, loss_chunk=0)
-            fns["sbjax_full_logits"], info["sbjax_full_logits"] = sbjax_side(mc0, tc, batch_np)
-        elif side in ("hf_eager", "hf_compile"):
-          fns[side], info[side] = hf_side(mc, tc, batch_np, side == "hf_compile")
-        else:
-          raise ValueError(f"unknown side {side!r}; use sbjax, hf_eager, hf_compile")
-      except Exception as e:  # torch.compile may be unavailable here: report, continue
-        emit({"bench": "train_step", "config": name, "side": side,
-              "skipped": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"})
-    times = interleaved(fns, a.reps)
+      if side == "sbjax":
+        builders[side] = (sbjax_side, (mc, tc, batch_np))
+        if a.sbjax_full and a.loss_chunk:
+          builders["sbjax_full_logits"] = (sbjax_side, (dataclasses.replace(mc, loss_chunk=0),
+                                                        tc, batch_np))
+        if a.sbjax_dpa:
+          builders["sbjax_dpa"] = (sbjax_side, (dataclasses.replace(mc, attn_impl="dpa"),
+                                                tc, batch_np))
+      elif side in ("hf_eager", "hf_compile"):
+        builders[side] = (hf_side, (mc, tc, batch_np, side == "hf_compile"))
+      else:
+        raise ValueError(f"unknown side {side!r}; use sbjax, hf_eager, hf_compile")
+    times, info = interleaved_procs(builders, a.reps)
+    for side, inf in info.items():  # e.g. torch.compile unavailable here: reported, not fatal
+      if "skipped" in inf:
+        emit({"bench": "train_step", "config": name, "side": side, "skipped": inf["skipped"]})
     ref = median(times["hf_eager"]) if "hf_eager" in times else None
     for side, ts in times.items():
       s = median(ts)
       emit({"bench": "train_step", "config": name, "side": side, "dtype": a.dtype,
-            "batch": a.batch, "seq": a.seq, "loss_chunk": a.loss_chunk if side == "sbjax" else 0,
+            "batch": a.batch, "seq": a.seq, "loss_chunk": 0 if side.startswith("hf") or side == "sbjax_full_logits" else a.loss_chunk,
             "step_s": round(s, 4), "tokens_per_s": round(tokens / s, 1),
             "vs_hf_eager": round(ref / s, 3) if ref else None,
             "mfu": round(fpt * tokens / s / peak["peak_flops"], 4),

@@ -16,6 +16,7 @@ from typing import Any
 HEAD_KINDS = ("dense", "tied", "lowrank", "mos")
 POS_KINDS = ("rotary", "learned")
 GELU_KINDS = ("exact", "tanh")
+ATTN_IMPLS = ("auto", "dpa", "einsum")
 REMAT_KINDS = ("none", "full", "dots")
 ATTN_KINDS = ("global", "local")
 DTYPES = ("float32", "bfloat16", "float16", "float64")
@@ -59,6 +60,10 @@ class ModelConfig:
   dtype: str = "float32"  # compute dtype; softmax and loss are always float32
   remat: str = "none"  # none | full | dots
   scan_layers: bool = False
+  # attention core: "dpa" = jax.nn.dot_product_attention (cuDNN flash on GPU, a Pallas
+  # kernel on TPU), "einsum" = the plain einsum reference, "auto" = einsum on CPU (measured
+  # 1.8x faster fwd+bwd there, benchmarks/profile_step.py) and dpa elsewhere. Same values.
+  attn_impl: str = "auto"
   # tokens per chunk of the training/eval cross-entropy (sbjax.losses): the B·T×V logits
   # are never formed at once; 0 = off (full logits). Same loss and gradients either way.
   loss_chunk: int = 0
@@ -106,6 +111,8 @@ class ModelConfig:
                  "0 (off) or a positive number of tokens per cross-entropy chunk, e.g. 1024")
     if self.remat not in REMAT_KINDS:
       raise _err("model.remat", self.remat, " | ".join(REMAT_KINDS))
+    if self.attn_impl not in ATTN_IMPLS:
+      raise _err("model.attn_impl", self.attn_impl, " | ".join(ATTN_IMPLS))
     if self.attention_layers:
       if len(self.attention_layers) != self.n_layers:
         raise _err("model.attention_layers", self.attention_layers,

@@ -99,6 +99,14 @@ def attention_reference(q, k, v, *, scale: float, window: int | None):
   return jnp.einsum("bhqs,bshk->bqhk", p, v.astype(jnp.float32)).astype(q.dtype)
 
 
+def use_einsum_attention(c: ModelConfig) -> bool:
+  """``model.attn_impl`` resolved at trace time: float64 always takes the einsum path
+  (dot_product_attention has no float64 kernel); "auto" takes it on CPU only."""
+  if c.param_dtype == "float64" or c.dtype == "float64" or c.attn_impl == "einsum":
+    return True
+  return c.attn_impl == "auto" and jax.default_backend() == "cpu"
+
+
 class Attention(nn.Module):
   cfg: ModelConfig
   local: bool = False
@@ -122,12 +130,12 @@ class Attention(nn.Module):
     q = rotary(q, positions_T, c.rotary_dim, c.rotary_base)
     kk = rotary(kk, positions_T, c.rotary_dim, c.rotary_base)
     scale = 1.0 / math.sqrt(k) if c.attn_scale else 1.0
-    window = (c.window_size - 1, 0) if self.local else None
-    if c.param_dtype == "float64" or c.dtype == "float64":
+    if use_einsum_attention(c):
       ctx = attention_reference(q, kk, v, scale=scale, window=c.window_size if self.local else None)
     else:
       ctx = jax.nn.dot_product_attention(q, kk, v, scale=scale, is_causal=True,
-                                         local_window_size=window)
+                                         local_window_size=(c.window_size - 1, 0) if self.local
+                                         else None)
     wo = self.param("o_kernel", out_init, (h, k, c.d_model), pd).astype(dt)
     bo = self.param("o_bias", nn.initializers.zeros, (c.d_model,), pd).astype(dt)
     out = jnp.einsum("bthk,hkd->btd", ctx, wo) + bo

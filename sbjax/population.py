@@ -255,7 +255,6 @@ def train_population(cfg: Config, workdir, *, n: int | None = None, seeds=None, 
       save_at(0, params, opt_state)
 
     t_last, tok_last, t0 = time.perf_counter(), 0, time.perf_counter()
-    pending = None
 
     def drain(pending):
       nonlocal t_last, tok_last
@@ -291,24 +290,21 @@ def train_population(cfg: Config, workdir, *, n: int | None = None, seeds=None, 
           sys.stderr.flush()
 
     scales_dev = jax.device_put(scales, repl)
-    for i in range(start, end):
-      batch = shd.global_batch(dataset.train_batch(i), mesh)
-      params, opt_state, m = step_fn(params, opt_state, batch, np.int32(i), scales_dev)
-      if pending is not None:
-        drain(pending)
-      pending = (i, m)
-      s = i + 1
-      if s in ckpt_steps or s % tc.eval_every == 0 or s == end:
-        drain(pending)
-        pending = None
-        if s % tc.eval_every == 0 or s == tc.steps:
-          for j, rec in enumerate(evaluate(params)):  # collective, as above
-            if is_main:
-              train_lib._append_jsonl(dirs[j] / "metrics.jsonl", {"step": s, **rec})  # noqa: SLF001
-            summaries[j].update({"step": s, **rec})
-        save_at(s, params, opt_state)
-    if pending is not None:
-      drain(pending)
+    state = [params, opt_state]
+
+    def run_step(batch, i):
+      state[0], state[1], m = step_fn(state[0], state[1], batch, np.int32(i), scales_dev)
+      return m
+
+    def at_boundary(s):
+      if s % tc.eval_every == 0 or s == tc.steps:
+        for j, rec in enumerate(evaluate(state[0])):  # collective, as above
+          if is_main:
+            train_lib._append_jsonl(dirs[j] / "metrics.jsonl", {"step": s, **rec})  # noqa: SLF001
+          summaries[j].update({"step": s, **rec})
+      save_at(s, *state)
+
+    train_lib.step_loop(dataset, mesh, tc, start, end, run_step, drain, at_boundary)
     for mg in mngrs:
       mg.wait_until_finished()
       mg.close()
@@ -319,12 +315,5 @@ def train_population(cfg: Config, workdir, *, n: int | None = None, seeds=None, 
     summaries[j].update({"step": end, "workdir": str(d), "skipped_steps": skipped[j],
                          "n_params": n_params, "seed": members[j].train.seed,
                          "lr": members[j].train.lr})
-    recs = train_lib.read_metrics(d)
-    losses = [r["loss"] for r in recs if "loss" in r]
-    if losses:
-      summaries[j]["loss"] = losses[-1]
-    evals = [r for r in recs if "eval_loss" in r]
-    if evals:
-      summaries[j]["eval_loss"] = evals[-1]["eval_loss"]
-      summaries[j]["eval_acc"] = evals[-1]["eval_acc"]
+    train_lib.summary_from_metrics(d, summaries[j])
   return summaries

@@ -104,7 +104,7 @@ def pythia(name: str) -> dict:
       _base(), name=name,
       model=dict(vocab_size=50304, d_model=d, n_layers=n_layers, n_heads=n_heads, max_len=2048,
                  pos="rotary", rotary_pct=0.25, parallel_residual=True, gelu="exact",
-                 head="dense"),
+                 head="dense", loss_chunk=1024),
       data=dict(source="planted", planted_vocab=4096, planted_rank=64),
       train=dict(steps=143_000, batch_size=1024, seq_len=2048, lr=1e-3, warmup_steps=1430,
                  eval_every=1000, ckpt_every=1000, log_every=10))
@@ -118,7 +118,7 @@ def neo(n_layers: int, d: int) -> dict:
       _base(), name=f"neo-L{n_layers}-d{d}",
       model=dict(vocab_size=50257, d_model=d, n_layers=n_layers, n_heads=n_heads, max_len=2048,
                  pos="learned", parallel_residual=False, gelu="tanh", qkv_bias=False,
-                 attn_scale=False, head="tied", window_size=256,
+                 attn_scale=False, head="tied", window_size=256, loss_chunk=1024,
                  attention_layers=tuple("global" if i % 2 == 0 else "local"
                                         for i in range(n_layers))),
       data=dict(source="planted", planted_vocab=4096, planted_rank=64),

@@ -40,7 +40,8 @@ RESUME_MUTABLE = {
               "clip", "eval_every", "eval_batches", "log_every", "async_checkpoint",
               "skip_nonfinite_steps", "nan_at_step", "keep_every_n"},
     "mesh": {"data", "fsdp", "tensor"},
-    "model": {"loss_chunk"},  # same loss and gradients; absent from older config.json files
+    # same loss and gradients (kernels, not values); absent from older config.json files
+    "model": {"loss_chunk", "attn_impl"},
     "name": None,
 }
 
@@ -238,6 +239,44 @@ def init_trunk_from(cfg: Config, params, mesh_shardings):
   return jax.device_put(out, mesh_shardings)
 
 
+def step_loop(dataset, mesh, tc, start: int, end: int, run_step, drain, at_boundary):
+  """The step loop shared by :func:`train` and ``sbjax.population``.
+
+  ``run_step(batch, i)`` runs step ``i`` and returns its device metrics; they are read one
+  step late by ``drain((i, metrics))``, so the host never waits on the device except at a
+  boundary: after a step ``s`` that is checkpointed, evaluated or the last one, the metrics
+  are drained and ``at_boundary(s)`` evaluates and saves.
+  """
+  ckpt_steps = set(ckpt.checkpoint_steps(tc))
+  pending = None
+  for i in range(start, end):
+    batch = shd.global_batch(dataset.train_batch(i), mesh)
+    m = run_step(batch, i)
+    if pending is not None:
+      drain(pending)
+    pending = (i, m)
+    s = i + 1
+    if s in ckpt_steps or s % tc.eval_every == 0 or s == end:
+      drain(pending)
+      pending = None
+      at_boundary(s)
+  if pending is not None:
+    drain(pending)
+
+
+def summary_from_metrics(workdir, summary: dict) -> dict:
+  """Add the last logged train loss and eval record of ``workdir`` to ``summary``."""
+  recs = read_metrics(workdir)
+  losses = [r["loss"] for r in recs if "loss" in r]
+  if losses:
+    summary["loss"] = losses[-1]
+  evals = [r for r in recs if "eval_loss" in r]
+  if evals:
+    summary["eval_loss"] = evals[-1]["eval_loss"]
+    summary["eval_acc"] = evals[-1]["eval_acc"]
+  return summary
+
+
 def train(cfg: Config, workdir, *, dataset=None, stop_after: int | None = None,
           mesh=None, quiet: bool = False) -> dict:
   """Train (or resume) a run in ``workdir``. ``stop_after`` stops early at that step
@@ -350,7 +389,6 @@ def train(cfg: Config, workdir, *, dataset=None, stop_after: int | None = None,
 
     t_last, tok_last = time.perf_counter(), 0
     t0 = time.perf_counter()
-    pending = None  # (step, device metrics) read one step late
 
     def drain(pending):
       nonlocal skipped, t_last, tok_last
@@ -383,38 +421,27 @@ def train(cfg: Config, workdir, *, dataset=None, stop_after: int | None = None,
                            f"{tps:,.0f} tok/s ETA {_fmt_time(eta)}   ")
           sys.stderr.flush()
 
-    for i in range(start, end):
-      batch = shd.global_batch(dataset.train_batch(i), mesh)
-      params, opt_state, m = step_fn(params, opt_state, batch, np.int32(i))
-      if pending is not None:
-        drain(pending)
-      pending = (i, m)
-      s = i + 1
-      if s in ckpt_steps or s % tc.eval_every == 0 or s == end:
-        drain(pending)
-        pending = None
-        if s in ckpt_steps:
-          check_finite(s, params)
-        if s % tc.eval_every == 0 or s == tc.steps:
-          rec = {"step": s, **evaluate(eval_fn, params, eval_batches)}  # collective: all processes
-          if is_main:
-            _append_jsonl(metrics_path, rec)
-          summary.update(rec)
-        save_at(s, params, opt_state)
-    if pending is not None:
-      drain(pending)
+    state = [params, opt_state]
+
+    def run_step(batch, i):
+      state[0], state[1], m = step_fn(state[0], state[1], batch, np.int32(i))
+      return m
+
+    def at_boundary(s):
+      if s in ckpt_steps:
+        check_finite(s, state[0])
+      if s % tc.eval_every == 0 or s == tc.steps:
+        rec = {"step": s, **evaluate(eval_fn, state[0], eval_batches)}  # collective: all processes
+        if is_main:
+          _append_jsonl(metrics_path, rec)
+        summary.update(rec)
+      save_at(s, *state)
+
+    step_loop(dataset, mesh, tc, start, end, run_step, drain, at_boundary)
     mngr.wait_until_finished()
     mngr.close()
   if not quiet:
     sys.stderr.write("\n")
   summary.update({"step": end, "workdir": str(workdir), "skipped_steps": skipped,
                   "n_params": model.param_count(abstract_params)})
-  recs = read_metrics(workdir)
-  losses = [r["loss"] for r in recs if "loss" in r]
-  if losses:
-    summary["loss"] = losses[-1]
-  evals = [r for r in recs if "eval_loss" in r]
-  if evals:
-    summary["eval_loss"] = evals[-1]["eval_loss"]
-    summary["eval_acc"] = evals[-1]["eval_acc"]
-  return summary
+  return summary_from_metrics(workdir, summary)

@@ -148,6 +148,25 @@ def test_dot_product_attention_equals_einsum_reference(window):
   np.testing.assert_allclose(np.asarray(out), np.asarray(ref), atol=1e-5)
 
 
+@pytest.mark.parametrize("variant", ["pythia", "neo"])
+def test_attn_impl_dpa_and_einsum_give_the_same_model(variant):
+  """model.attn_impl only changes the kernel: logits and gradients agree, local layers too."""
+  base = VARIANTS[variant]
+  toks = _tokens(2, 12)
+  outs = {}
+  for impl in ("dpa", "einsum", "auto"):
+    m = Model(dataclasses.replace(base, attn_impl=impl))
+    p = m.init(jax.random.key(0))
+    outs[impl] = (m.apply(p, toks), jax.grad(lambda q: m.loss(q, toks)[0])(p))
+  for impl in ("einsum", "auto"):
+    np.testing.assert_allclose(np.asarray(outs[impl][0]), np.asarray(outs["dpa"][0]),
+                               rtol=1e-5, atol=1e-5)
+    for a, b in zip(jax.tree.leaves(outs[impl][1]), jax.tree.leaves(outs["dpa"][1])):
+      np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6)
+  with pytest.raises(ValueError, match="model.attn_impl"):
+    dataclasses.replace(base, attn_impl="flash")
+
+
 def test_local_attention_window_limits_receptive_field():
   cfg = dataclasses.replace(VARIANTS["neo"], n_layers=1, attention_layers=("local",), window_size=3,
                             parallel_residual=False)

@@ -66,6 +66,27 @@ def test_chunked_matrix_xent_matches_numpy(chunk):
   np.testing.assert_allclose(np.asarray(gw), 0.25 * dw, rtol=1e-4, atol=1e-5)
 
 
+def test_chunked_accuracy_follows_argmax_ties():
+  """Integer logits with many ties: "correct" is argmax's first maximum, in the forward and
+  in the fused-gradient path, and equals the full-logits loss's count."""
+  rng = np.random.default_rng(3)
+  n, k, v = 64, 3, 40
+  x = rng.integers(-1, 2, size=(n, k)).astype(np.float32)
+  w = rng.integers(-1, 2, size=(v, k)).astype(np.float32)
+  z = x @ w.T
+  first = z.argmax(1)
+  last = v - 1 - z[:, ::-1].argmax(1)  # another maximum where there is a tie
+  assert np.sum(first != last) > 10
+  y = np.where(np.arange(n) % 3 == 0, first, np.where(np.arange(n) % 3 == 1, last,
+                                                    rng.integers(0, v, n)))
+  want = float((first == y).sum())
+  f = lambda x, w: losses.chunked_matrix_xent(x, w, jnp.asarray(y), 16)
+  assert float(jax.jit(f)(x, w)[1]) == want
+  (_, cor), _ = jax.jit(jax.value_and_grad(f, has_aux=True))(x, w)  # the fused fwd rule
+  assert float(cor) == want
+  assert float(losses.xent_from_scores(jnp.asarray(z), jnp.asarray(y))[1]) == want
+
+
 def test_chunked_scores_xent_matches_numpy():
   rng = np.random.default_rng(1)
   x = rng.normal(size=(30, 6)).astype(np.float32)

@@ -1,0 +1,160 @@
+"""Where the time of one sbjax train step goes, component by component (NOT a test).
+
+The train step of ``train_step_vs_hf.py`` is split into parts that are jitted and timed
+separately in one process (interleaved, median of ``--reps``):
+
+- ``step``: the whole step (fwd + bwd + clip + AdamW, params and state donated), as in
+  ``train_step_vs_hf.py``;
+- ``fwd_bwd``: ``value_and_grad(model.loss)`` only; ``fwd``: ``model.loss`` only;
+- ``optimizer``: clip + AdamW update + apply on given gradients;
+- ``head_xent``: the fused chunked cross-entropy, value and gradients w.r.t. h and W,
+  on N = B·T tokens (``loss_chunk=0``: the full-logits loss instead);
+- ``trunk_fwd_bwd``: embedding + blocks + final norm, fwd + bwd of a scalar of the features;
+- ``attn_dpa`` / ``attn_einsum``: one layer's causal attention core, fwd + bwd, through
+  ``jax.nn.dot_product_attention`` and through the einsum reference (the step has n_layers of these);
+- ``mm_*``: the step's large matmul shapes as GFLOP/s (``--torch_mm``: torch too).
+
+Each row gives the median seconds, the FLOPs XLA counts for the compiled program
+(``cost_analysis``) and the achieved GFLOP/s over the measured peak (best 2048² f32 matmul).
+
+    PYTHONPATH=. python benchmarks/profile_step.py                      # d512 = pythia-70m, 8×256
+    PYTHONPATH=. python benchmarks/profile_step.py --config=pythia-14m --reps=3
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import time
+
+import _bench  # noqa: F401
+from _bench import emit, interleaved, machine, median, peak_flops_cpu, table
+
+
+def _flops(jitted, *args) -> float:
+  try:
+    ca = jitted.lower(*args).compile().cost_analysis()
+    ca = ca[0] if isinstance(ca, (list, tuple)) else ca
+    return float(ca.get("flops", 0.0))
+  except Exception:  # cost analysis is best effort
+    return 0.0
+
+
+def main():
+  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  ap.add_argument("--config", default="pythia-70m", help="d512 = pythia-70m (d=512, L=6)")
+  ap.add_argument("--batch", type=int, default=8)
+  ap.add_argument("--seq", type=int, default=256)
+  ap.add_argument("--loss_chunk", type=int, default=1024)
+  ap.add_argument("--reps", type=int, default=5)
+  ap.add_argument("--torch_mm", action="store_true",
+                  help="also time the matmul shapes with torch, in this process (its thread pool "
+                       "then slows the jax cases: compare the mm_* rows only)")
+  a = ap.parse_args()
+
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+  import optax
+
+  from sbjax import losses, presets
+  from sbjax.model import Model, attention_reference
+  from sbjax.optim import make_optimizer
+  from sbjax.train import make_train_step
+
+  cfg = presets.build(presets.load(a.config))
+  mc = dataclasses.replace(cfg.model, loss_chunk=a.loss_chunk, dtype="float32")
+  tc = dataclasses.replace(cfg.train, warmup_steps=0, steps=10_000)
+  model = Model(mc)
+  params = model.init(jax.random.key(0), 1, a.seq)
+  tx = make_optimizer(tc, mc, params)
+  opt = tx.init(params)
+  rng = np.random.default_rng(0)
+  batch = jnp.asarray(rng.integers(0, mc.vocab_size, (a.batch, a.seq + 1)), jnp.int32)
+  n, d, v = a.batch * a.seq, mc.d_model, mc.vocab_size
+  peak = peak_flops_cpu()["peak_flops"]
+
+  cases = {}  # name -> (jitted fn, args)
+  step = jax.jit(make_train_step(model, tx, 1, False), donate_argnums=(0, 1))
+  state = list(jax.tree.map(jnp.copy, (params, opt)))  # donated, as in training
+
+  def donated_step(b):
+    p, o, m = step(*state, b, 0)
+    state[:] = [p, o]
+    return m
+
+  cases["step"] = (donated_step, (batch,))
+  cases["fwd_bwd"] = (jax.jit(jax.value_and_grad(model.loss, has_aux=True)), (params, batch))
+  cases["fwd"] = (jax.jit(model.loss), (params, batch))
+  grads = jax.tree.map(jnp.ones_like, params)
+
+  def opt_only(g, o, p):
+    u, o = tx.update(g, o, p)
+    return optax.apply_updates(p, u), o
+
+  cases["optimizer"] = (jax.jit(opt_only), (grads, opt, params))
+  h = jnp.asarray(rng.standard_normal((n, d)), jnp.float32)
+  w = model.head_matrix(params).astype(jnp.float32)
+  y = jnp.asarray(rng.integers(0, v, (n,)), jnp.int32)
+  if a.loss_chunk:
+    head = lambda h, w: losses.chunked_matrix_xent(h, w, y, a.loss_chunk)[0] / n
+  else:
+    head = lambda h, w: losses.xent_from_scores(h @ w.T, y)[0] / n
+  cases["head_xent"] = (jax.jit(jax.value_and_grad(head, argnums=(0, 1))), (h, w))
+  trunk = lambda p, t: jnp.mean(model.features(p, t) ** 2)
+  cases["trunk_fwd_bwd"] = (jax.jit(jax.value_and_grad(trunk)), (params, batch[:, :-1]))
+  hh, k = mc.n_heads, mc.head_dim
+  q = jnp.asarray(rng.standard_normal((a.batch, a.seq, hh, k)), jnp.float32)
+  scale = 1.0 / np.sqrt(k)
+  dpa = lambda q, kk, vv: jnp.sum(jax.nn.dot_product_attention(q, kk, vv, scale=scale,
+                                                               is_causal=True) ** 2)
+  ein = lambda q, kk, vv: jnp.sum(attention_reference(q, kk, vv, scale=scale, window=None) ** 2)
+  cases["attn_dpa"] = (jax.jit(jax.grad(dpa, argnums=(0, 1, 2))), (q, q, q))
+  cases["attn_einsum"] = (jax.jit(jax.grad(ein, argnums=(0, 1, 2))), (q, q, q))
+
+  # The step's large matmuls (M×K)·(K×N): MLP up/down, QKV, head fwd, head dW, head dx.
+  f = mc.ff_dim
+  c = min(a.loss_chunk or n, n)
+  shapes = {"mm_mlp_up": (n, d, f), "mm_mlp_down": (n, f, d), "mm_qkv": (n, d, 3 * d),
+            "mm_head_fwd": (c, d, v), "mm_head_dW": (v, c, d), "mm_head_dx": (c, v, d)}
+  mm = {}
+  for name, (m_, k_, n_) in shapes.items():
+    x1 = jnp.asarray(rng.standard_normal((m_, k_)), jnp.float32)
+    x2 = jnp.asarray(rng.standard_normal((k_, n_)), jnp.float32)
+    cases[name] = (jax.jit(jnp.matmul), (x1, x2))
+    mm[name] = 2.0 * m_ * k_ * n_
+
+  fns, flops = {}, {}
+  for name, (fn, args) in cases.items():
+    flops[name] = mm.get(name) or _flops(step if name == "step" else fn,
+                                         *((params, opt, batch, 0) if name == "step" else args))
+    t = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    print(f"compiled {name} in {time.perf_counter() - t:.1f}s", flush=True)
+    fns[name] = (lambda fn=fn, args=args: jax.block_until_ready(fn(*args)))
+  if a.torch_mm:
+    try:
+      import torch
+
+      for name, (m_, k_, n_) in shapes.items():
+        t1, t2 = torch.randn(m_, k_), torch.randn(k_, n_)
+        fns["torch_" + name] = (lambda t1=t1, t2=t2: t1 @ t2)
+        flops["torch_" + name] = mm[name]
+    except ImportError:
+      pass
+  times = interleaved(fns, a.reps)
+  step_s = median(times["step"])
+  for name, ts in times.items():
+    s = median(ts)
+    emit({"bench": "profile_step", "config": a.config, "case": name, "batch": a.batch,
+          "seq": a.seq, "loss_chunk": a.loss_chunk, "median_s": round(s, 4),
+          "frac_of_step": round(s / step_s, 3), "gflop": round(flops[name] / 1e9, 2),
+          "gflops_per_s": round(flops[name] / s / 1e9, 1),
+          "of_peak": round(flops[name] / s / peak, 3), "reps": a.reps,
+          "peak_gflops": round(peak / 1e9, 1), **machine()})
+  print(table(["case", "median_s", "frac_of_step", "gflop", "gflops_per_s", "of_peak",
+               "load_avg_1m"]))
+
+
+if __name__ == "__main__":
+  main()
