@@ -9,6 +9,8 @@ separately in one process (interleaved, median of ``--reps``):
 - ``optimizer``: clip + AdamW update + apply on given gradients;
 - ``head_xent``: the fused chunked cross-entropy, value and gradients w.r.t. h and W,
   on N = B·T tokens (``loss_chunk=0``: the full-logits loss instead);
+- ``head_eval`` / ``head_eval_row_layout``: the chunked CE forward only (evaluation), in
+  sbjax's column layout and in the row layout it replaced (the baseline);
 - ``trunk_fwd_bwd``: embedding + blocks + final norm, fwd + bwd of a scalar of the features;
 - ``attn_dpa`` / ``attn_einsum``: one layer's causal attention core, fwd + bwd, through
   ``jax.nn.dot_product_attention`` and through the einsum reference (the step has n_layers of these);
@@ -38,6 +40,27 @@ def _flops(jitted, *args) -> float:
     return float(ca.get("flops", 0.0))
   except Exception:  # cost analysis is best effort
     return 0.0
+
+
+def _row_layout_eval(x, w, targets, chunk):
+  """Baseline: the chunked CE forward in row layout (chunk×V logits, row logsumexp, argmax),
+  as sbjax evaluated before the column layout. Returns (Σ nll, Σ correct)."""
+  import jax
+  import jax.numpy as jnp
+
+  n, k = x.shape
+  xs, ts = x.reshape(n // chunk, chunk, k), targets.reshape(n // chunk, chunk)
+
+  def body(carry, inp):
+    x_c, t_c = inp
+    z = jnp.einsum("nk,vk->nv", x_c, w)
+    lse = jax.nn.logsumexp(z, axis=-1)
+    tgt = jnp.take_along_axis(z, t_c[:, None], axis=-1)[:, 0]
+    cor = (jnp.argmax(z, -1) == t_c).astype(jnp.float32).sum()
+    return (carry[0] + (lse - tgt).sum(), carry[1] + cor), None
+
+  (nll, cor), _ = jax.lax.scan(body, (0.0, 0.0), (xs, ts))
+  return nll, cor
 
 
 def main():
@@ -101,6 +124,11 @@ def main():
   else:
     head = lambda h, w: losses.xent_from_scores(h @ w.T, y)[0] / n
   cases["head_xent"] = (jax.jit(jax.value_and_grad(head, argnums=(0, 1))), (h, w))
+  if a.loss_chunk and n % a.loss_chunk == 0:
+    cases["head_eval"] = (jax.jit(lambda h, w: losses.chunked_matrix_xent(h, w, y, a.loss_chunk)),
+                          (h, w))
+    cases["head_eval_row_layout"] = (
+        jax.jit(lambda h, w: _row_layout_eval(h, w, y, a.loss_chunk)), (h, w))
   trunk = lambda p, t: jnp.mean(model.features(p, t) ** 2)
   cases["trunk_fwd_bwd"] = (jax.jit(jax.value_and_grad(trunk)), (params, batch[:, :-1]))
   hh, k = mc.n_heads, mc.head_dim
@@ -124,6 +152,11 @@ def main():
     cases[name] = (jax.jit(jnp.matmul), (x1, x2))
     mm[name] = 2.0 * m_ * k_ * n_
 
+  if "head_eval" in cases:  # both layouts compute the same loss and accuracy
+    got = cases["head_eval"][0](h, w)
+    ref = cases["head_eval_row_layout"][0](h, w)
+    np.testing.assert_allclose(float(got[0]), float(ref[0]), rtol=1e-5)
+    assert float(got[1]) == float(ref[1])
   fns, flops = {}, {}
   for name, (fn, args) in cases.items():
     flops[name] = mm.get(name) or _flops(step if name == "step" else fn,

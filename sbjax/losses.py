@@ -67,44 +67,47 @@ def _pad_chunks(x_NxK, targets_N, chunk: int):
 
 
 def _chunk_logits(x_c, w):
-  """A chunk's logits, transposed: V×chunk float32.
+  return jnp.einsum("nk,vk->nv", x_c, w.astype(x_c.dtype)).astype(jnp.float32)
 
-  V runs down the columns so that the reductions over V (max, Σexp, first maximum) are
-  column reductions, which XLA:CPU vectorises across the chunk: a 1024×50304 logsumexp takes
-  0.035 s this way and 0.20 s over rows (benchmarks/profile_step.py, BUILD_NOTES.md).
+
+def _chunk_stats(logits, t_c, valid_c):
+  """(lse, Σ nll, Σ correct) of a chunk×V block (the training path and generic scores)."""
+  lse = jax.nn.logsumexp(logits, axis=-1)
+  tgt = jnp.take_along_axis(logits, t_c[:, None], axis=-1)[:, 0]
+  nll = jnp.where(valid_c, lse - tgt, 0.0)
+  correct = jnp.where(valid_c, jnp.argmax(logits, -1) == t_c, False).astype(jnp.float32)
+  return lse, nll.sum(), correct.sum()
+
+
+def _eval_chunk_stats(x_c, w, t_c, valid_c):
+  """(Σ nll, Σ correct) of one chunk for evaluation, from its logits *transposed* (V×chunk).
+
+  With V down the columns every reduction over V is a column reduction, which XLA:CPU
+  vectorises across the chunk (a 1024×50304 logsumexp: 0.035 s this way, 0.20 s over rows).
+  "correct" is ``argmax == target`` with argmax's rule for ties (the first maximum), found
+  without compares (which XLA:CPU does not vectorise): sign(z − max) + 1 is exactly 1 at the
+  maxima and 0 elsewhere, so V − max_v[(sign(z_v − max) + 1)·(V − v)] is the first
+  maximum's index (exact in float32 for V < 2^24). Evaluation only: inside the training
+  step this layout measured slower (BUILD_NOTES.md, issue 8).
   """
-  return jnp.einsum("vk,nk->vn", w.astype(x_c.dtype), x_c).astype(jnp.float32)
-
-
-def _chunk_stats(z_VxC, t_c, valid_c):
-  """(exp(z - max), Σ_v exp(z - max), Σ nll, Σ correct) of one V×chunk block.
-
-  "correct" is ``argmax_v z == target`` with argmax's rule for ties (the first maximum).
-  It is found without compares over the V×chunk block (XLA:CPU does not vectorise those,
-  0.2 s per block): sign(z − max) + 1 is exactly 1 at the maxima and 0 elsewhere, so
-  V − max_v[(sign(z_v − max) + 1)·(V − v)] is the first maximum's index (exact in float32
-  for V < 2^24).
-  """
-  v, c = z_VxC.shape
-  m = jnp.max(z_VxC, axis=0)
-  d = z_VxC - m[None, :]
-  e = jnp.exp(d)
-  s = jnp.sum(e, axis=0)
-  cols = jnp.arange(c)
-  tgt = z_VxC[t_c, cols]
-  nll = jnp.where(valid_c, m + jnp.log(s) - tgt, 0.0)
+  z = jnp.einsum("vk,nk->vn", w.astype(x_c.dtype), x_c).astype(jnp.float32)
+  v, c = z.shape
+  m = jnp.max(z, axis=0)
+  d = z - m[None, :]
+  lse = m + jnp.log(jnp.sum(jnp.exp(d), axis=0))
+  tgt = z[t_c, jnp.arange(c)]
   rev = (v - jnp.arange(v, dtype=jnp.float32))[:, None]
   first = v - jnp.max((jnp.sign(d) + 1.0) * rev, axis=0)
+  nll = jnp.where(valid_c, lse - tgt, 0.0)
   correct = jnp.where(valid_c, first == t_c.astype(jnp.float32), False).astype(jnp.float32)
-  return e, s, nll.sum(), correct.sum()
+  return nll.sum(), correct.sum()
 
 
 def _forward(x, w, targets, chunk):
   xs, ts, vs, _ = _pad_chunks(x, targets, chunk)
 
   def body(carry, inp):
-    x_c, t_c, v_c = inp
-    _, _, nll, cor = _chunk_stats(_chunk_logits(x_c, w), t_c, v_c)
+    nll, cor = _eval_chunk_stats(inp[0], w, inp[1], inp[2])
     return (carry[0] + nll, carry[1] + cor), None
 
   (nll, cor), _ = jax.lax.scan(body, (jnp.float32(0), jnp.float32(0)), (xs, ts, vs))
@@ -119,17 +122,18 @@ def _matrix_xent(x, w, targets, chunk):
 def _matrix_xent_fwd(x, w, targets, chunk):
   n = targets.shape[0]
   xs, ts, vs, pad = _pad_chunks(x, targets, chunk)
+  v = w.shape[0]
 
   def body(carry, inp):
     nll_acc, cor_acc, dw_acc = carry
     x_c, t_c, v_c = inp
-    e, s, nll, cor = _chunk_stats(_chunk_logits(x_c, w), t_c, v_c)
-    # dz = softmax − onehot (V×chunk); padded tokens get a zero column
-    vf = v_c.astype(jnp.float32)
-    dz = (e * (vf / s)[None, :]).at[t_c, jnp.arange(t_c.shape[0])].add(-vf)
+    logits = _chunk_logits(x_c, w)
+    lse, nll, cor = _chunk_stats(logits, t_c, v_c)
+    onehot = jnp.arange(v)[None, :] == t_c[:, None]
+    dz = jnp.where(v_c[:, None], jnp.exp(logits - lse[:, None]) - onehot, 0.0)  # chunk×V
     dz = dz.astype(x_c.dtype)
-    dx_c = jnp.einsum("vn,vk->nk", dz, w.astype(x_c.dtype))
-    dw_acc = dw_acc + jnp.einsum("vn,nk->vk", dz, x_c, preferred_element_type=jnp.float32)
+    dx_c = jnp.einsum("nv,vk->nk", dz, w.astype(x_c.dtype))
+    dw_acc = dw_acc + jnp.einsum("nv,nk->vk", dz, x_c, preferred_element_type=jnp.float32)
     return (nll_acc + nll, cor_acc + cor, dw_acc), dx_c
 
   init = (jnp.float32(0), jnp.float32(0), jnp.zeros(w.shape, jnp.float32))
@@ -165,7 +169,7 @@ def chunked_scores_xent(score_fn, x_NxK, targets_N, chunk: int):
 
   @jax.checkpoint
   def one(x_c, t_c, v_c):
-    _, _, nll, cor = _chunk_stats(score_fn(x_c).astype(jnp.float32).T, t_c, v_c)
+    _, nll, cor = _chunk_stats(score_fn(x_c).astype(jnp.float32), t_c, v_c)
     return nll, cor
 
   def body(carry, inp):
