@@ -71,7 +71,8 @@ def sbjax_side(mc, tc, batch_np):
     state["p"], state["o"], m = step(state["p"], state["o"], batch, 0)
     m["loss"].block_until_ready()
 
-  return run, {"compile_s": round(compile_s, 2), "n_params": model.param_count(state["p"])}
+  return run, {"compile_s": round(compile_s, 2), "n_params": model.param_count(state["p"]),
+               "loss_chunk": mc.loss_chunk}
 
 
 def hf_side(mc, tc, batch_np, compile_: bool):
@@ -110,7 +111,7 @@ def hf_side(mc, tc, batch_np, compile_: bool):
   t = time.perf_counter()
   run()
   return run, {"compile_s": round(time.perf_counter() - t, 2),
-               "n_params": sum(p.numel() for p in model.parameters())}
+               "n_params": sum(p.numel() for p in model.parameters()), "loss_chunk": 0}
 
 
 def main():
@@ -170,7 +171,7 @@ def main():
     for side, ts in times.items():
       s = median(ts)
       emit({"bench": "train_step", "config": name, "side": side, "dtype": a.dtype,
-            "batch": a.batch, "seq": a.seq, "loss_chunk": 0 if side.startswith("hf") or side == "sbjax_full_logits" else a.loss_chunk,
+            "batch": a.batch, "seq": a.seq,
             "step_s": round(s, 4), "tokens_per_s": round(tokens / s, 1),
             "vs_hf_eager": round(ref / s, 3) if ref else None,
             "mfu": round(fpt * tokens / s / peak["peak_flops"], 4),

@@ -62,7 +62,7 @@ class ModelConfig:
   scan_layers: bool = False
   # attention core: "dpa" = jax.nn.dot_product_attention (cuDNN flash on GPU, a Pallas
   # kernel on TPU), "einsum" = the plain einsum reference, "auto" = einsum on CPU (measured
-  # 1.8x faster fwd+bwd there, benchmarks/profile_step.py) and dpa elsewhere. Same values.
+  # 1.9-2.7x faster fwd+bwd there, benchmarks/profile_step.py) and dpa elsewhere. Same values.
   attn_impl: str = "auto"
   # tokens per chunk of the training/eval cross-entropy (sbjax.losses): the B·T×V logits
   # are never formed at once; 0 = off (full logits). Same loss and gradients either way.

@@ -296,8 +296,8 @@ def train_population(cfg: Config, workdir, *, n: int | None = None, seeds=None, 
       state[0], state[1], m = step_fn(state[0], state[1], batch, np.int32(i), scales_dev)
       return m
 
-    def at_boundary(s):
-      if s % tc.eval_every == 0 or s == tc.steps:
+    def at_boundary(s, do_eval):
+      if do_eval:
         for j, rec in enumerate(evaluate(state[0])):  # collective, as above
           if is_main:
             train_lib._append_jsonl(dirs[j] / "metrics.jsonl", {"step": s, **rec})  # noqa: SLF001

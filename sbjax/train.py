@@ -245,7 +245,8 @@ def step_loop(dataset, mesh, tc, start: int, end: int, run_step, drain, at_bound
   ``run_step(batch, i)`` runs step ``i`` and returns its device metrics; they are read one
   step late by ``drain((i, metrics))``, so the host never waits on the device except at a
   boundary: after a step ``s`` that is checkpointed, evaluated or the last one, the metrics
-  are drained and ``at_boundary(s)`` evaluates and saves.
+  are drained and ``at_boundary(s, evaluate)`` runs, with ``evaluate`` true at an eval step
+  (every ``tc.eval_every`` and the final ``tc.steps``); it evaluates (then) and saves.
   """
   ckpt_steps = set(ckpt.checkpoint_steps(tc))
   pending = None
@@ -259,7 +260,7 @@ def step_loop(dataset, mesh, tc, start: int, end: int, run_step, drain, at_bound
     if s in ckpt_steps or s % tc.eval_every == 0 or s == end:
       drain(pending)
       pending = None
-      at_boundary(s)
+      at_boundary(s, s % tc.eval_every == 0 or s == tc.steps)
   if pending is not None:
     drain(pending)
 
@@ -427,10 +428,10 @@ def train(cfg: Config, workdir, *, dataset=None, stop_after: int | None = None,
       state[0], state[1], m = step_fn(state[0], state[1], batch, np.int32(i))
       return m
 
-    def at_boundary(s):
+    def at_boundary(s, do_eval):
       if s in ckpt_steps:
         check_finite(s, state[0])
-      if s % tc.eval_every == 0 or s == tc.steps:
+      if do_eval:
         rec = {"step": s, **evaluate(eval_fn, state[0], eval_batches)}  # collective: all processes
         if is_main:
           _append_jsonl(metrics_path, rec)
