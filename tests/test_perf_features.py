@@ -47,15 +47,16 @@ def _numpy_xent(x, w, y):
   return nll.sum(), float((z.argmax(1) == y).sum()), p @ w, p.T @ x
 
 
-@pytest.mark.parametrize("chunk", [7, 1000])
-def test_chunked_matrix_xent_matches_numpy(chunk):
+@pytest.mark.parametrize("chunk,v_tile", [(7, None), (1000, None), (16, 43), (16, 64)])
+def test_chunked_matrix_xent_matches_numpy(chunk, v_tile):
+  """v_tile 43 divides V = 301 (7 tiles); 64 does not (5 tiles, the last padded)."""
   rng = np.random.default_rng(0)
   n, k, v = 50, 8, 301  # 50 tokens: chunks of 7 leave a padded remainder
   x = rng.normal(size=(n, k)).astype(np.float32)
   w = rng.normal(size=(v, k)).astype(np.float32)
   y = rng.integers(0, v, n)
   nll, cor, dx, dw = _numpy_xent(x.astype(np.float64), w.astype(np.float64), y)
-  f = lambda x, w: losses.chunked_matrix_xent(x, w, jnp.asarray(y), chunk)
+  f = lambda x, w: losses.chunked_matrix_xent(x, w, jnp.asarray(y), chunk, v_tile)
   got_nll, got_cor = _jit(f, x, w)(x, w)  # forward only: the primal, not the fused rule
   np.testing.assert_allclose(float(got_nll), nll, rtol=1e-5)
   assert float(got_cor) == cor
@@ -66,9 +67,11 @@ def test_chunked_matrix_xent_matches_numpy(chunk):
   np.testing.assert_allclose(np.asarray(gw), 0.25 * dw, rtol=1e-4, atol=1e-5)
 
 
-def test_chunked_accuracy_follows_argmax_ties():
-  """Integer logits with many ties: "correct" is argmax's first maximum, in the forward and
-  in the fused-gradient path, and equals the full-logits loss's count."""
+@pytest.mark.parametrize("v_tile", [None, 8, 7])
+def test_chunked_accuracy_follows_argmax_ties(v_tile):
+  """Integer logits with many ties: "correct" is argmax's first maximum, in the forward
+  (one V tile, 5 tiles, 6 tiles with padding: ties inside and across tiles) and in the
+  fused-gradient path, and equals the full-logits loss's count."""
   rng = np.random.default_rng(3)
   n, k, v = 64, 3, 40
   x = rng.integers(-1, 2, size=(n, k)).astype(np.float32)
@@ -80,11 +83,21 @@ def test_chunked_accuracy_follows_argmax_ties():
   y = np.where(np.arange(n) % 3 == 0, first, np.where(np.arange(n) % 3 == 1, last,
                                                     rng.integers(0, v, n)))
   want = float((first == y).sum())
-  f = lambda x, w: losses.chunked_matrix_xent(x, w, jnp.asarray(y), 16)
+  f = lambda x, w: losses.chunked_matrix_xent(x, w, jnp.asarray(y), 16, v_tile)
   assert float(jax.jit(f)(x, w)[1]) == want
   (_, cor), _ = jax.jit(jax.value_and_grad(f, has_aux=True))(x, w)  # the fused fwd rule
   assert float(cor) == want
   assert float(losses.xent_from_scores(jnp.asarray(z), jnp.asarray(y))[1]) == want
+
+
+def test_v_tile_for():
+  assert losses.v_tile_for(301, 16, tile_elems=1 << 20) == 301  # V fits one tile
+  assert losses.v_tile_for(50304, 1024) == 786  # largest divisor of V in (512, 1024]
+  assert 50304 % losses.v_tile_for(50304, 256) == 0
+  assert losses.v_tile_for(1009, 16, tile_elems=16 * 100) == 100  # prime V: padded tiles
+  with pytest.raises(ValueError, match="v_tile"):
+    losses.chunked_matrix_xent(jnp.zeros((4, 2)), jnp.zeros((5, 2)), jnp.zeros(4, jnp.int32), 2,
+                               v_tile=0)
 
 
 def test_chunked_scores_xent_matches_numpy():
