@@ -288,7 +288,30 @@ class Model:
 
   def features(self, params, tokens_BxT):
     """Final-norm features h (B×T×D, compute dtype): the forward without the head."""
-    return Transformer(self.cfg, features_only=True).apply({"params": params}, tokens_BxT)[0]
+    return self.trunk(params, tokens_BxT)[0]
+
+  def trunk(self, params, tokens_BxT, collect: Sequence[str] = ()):
+    """(h, extras): the forward without the head, with the ``collect`` intermediates
+    (``"h"`` among them is h itself) and no B×T×V scores."""
+    collect = tuple(collect)
+    bad = [k for k in collect if k not in COLLECTABLE]
+    if bad:
+      raise ValueError(f"unknown intermediates {bad}; allowed: {COLLECTABLE}")
+    h, extras = Transformer(self.cfg, collect, features_only=True).apply({"params": params},
+                                                                         tokens_BxT)
+    if "h" in collect:
+      extras["h"] = h
+    return h, extras
+
+  def head_loss_sums(self, params, h_NxD, targets_N):
+    """(Σ nll, Σ correct) of the head on features h, float32, ``cfg.loss_chunk`` tokens at a
+    time (``sbjax.losses``; > 0 required): the matrix heads through the fused chunked CE,
+    mos through the generic chunked scores."""
+    fac = heads_lib.matrix_factors(params, h_NxD, self.cfg)
+    if fac is not None:
+      return losses.chunked_matrix_xent(fac[0], fac[1], targets_N, self.cfg.loss_chunk)
+    return losses.chunked_scores_xent(heads_lib.scores_fn(params, self.cfg), h_NxD, targets_N,
+                                      self.cfg.loss_chunk)
 
   def loss(self, params, batch_BxT1):
     """Mean next-token cross-entropy (float32) and accuracy on a packed batch of T+1 tokens.
@@ -298,14 +321,8 @@ class Model:
     inputs, targets = batch_BxT1[:, :-1], batch_BxT1[:, 1:]
     if self.cfg.loss_chunk:
       h = self.features(params, inputs)
-      h = h.reshape(-1, h.shape[-1])
       y = targets.reshape(-1)
-      fac = heads_lib.matrix_factors(params, h, self.cfg)
-      if fac is not None:
-        nll, cor = losses.chunked_matrix_xent(fac[0], fac[1], y, self.cfg.loss_chunk)
-      else:
-        nll, cor = losses.chunked_scores_xent(heads_lib.scores_fn(params, self.cfg), h, y,
-                                              self.cfg.loss_chunk)
+      nll, cor = self.head_loss_sums(params, h.reshape(-1, h.shape[-1]), y)
       n = y.shape[0]
       return nll / n, {"loss": nll / n, "acc": cor / n}
     logp = jax.nn.log_softmax(self.apply(params, inputs), axis=-1)

@@ -250,17 +250,23 @@ def test_grouped_forward_equals_per_checkpoint_forward(run_dir):
     np.testing.assert_allclose(scores_g[k], scores, rtol=1e-5, atol=1e-5)
     for name in coll:
       np.testing.assert_allclose(ex_g[name][k], ex[name], rtol=1e-5, atol=1e-5)
-  # the pipeline's reduced forward: per-sequence NLL sums and the sliced intermediates
+  # the pipeline's reduced forward: NLL / correct sums over the first 5 sequences and the
+  # sliced intermediates, from full logits and from the token-chunked loss (no K×B×T×V)
   y = jnp.roll(x, -1, axis=1)
-  f = forward.make_group_forward(model, (("h", 2, False), ("mlp", 3, True)), True)
-  o = f(stacked, x, y)
+  take = (("h", 2, False), ("mlp", 3, True))
+  outs = [forward.make_group_forward(model, take, 5)(stacked, x, y),
+          forward.make_group_forward(Model(dataclasses.replace(cfg.model, loss_chunk=7)), take,
+                                     5)(stacked, x, y)]
   for k, p in enumerate(plist):
     scores, ex = apply(p, x)
     logp = jax.nn.log_softmax(scores, -1)
     nll = -jnp.take_along_axis(logp, y[..., None], -1)[..., 0]
-    np.testing.assert_allclose(o["nll"][k], nll.sum(-1), rtol=1e-5)
-    np.testing.assert_allclose(o["h"][k], ex["h"][:2], rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(o["mlp_last"][k], ex["mlp"][:, :3, -1], rtol=1e-5, atol=1e-6)
+    correct = (jnp.argmax(logp, -1) == y).astype(jnp.float32)
+    for o in outs:
+      np.testing.assert_allclose(o["nll"][k], nll[:5].sum(), rtol=1e-5)
+      assert float(o["correct"][k]) == float(correct[:5].sum())
+      np.testing.assert_allclose(o["h"][k], ex["h"][:2], rtol=1e-5, atol=1e-6)
+      np.testing.assert_allclose(o["mlp_last"][k], ex["mlp"][:, :3, -1], rtol=1e-5, atol=1e-6)
 
 
 def test_bad_inputs(run_dir, analysed, tmp_path):

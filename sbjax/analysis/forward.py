@@ -34,27 +34,36 @@ def grouped_apply(model: Model, collect: Sequence[str] = ()):
   return jax.jit(jax.vmap(lambda p, x: model.apply(p, x, collect), in_axes=(0, None)))
 
 
-def make_group_forward(model: Model, take: tuple, with_loss: bool):
+def make_group_forward(model: Model, take: tuple, loss_rows: int):
   """Grouped forward that returns only what the analysis keeps.
 
   ``take``: static tuple of (name, n_seq, last): intermediate ``name`` of the first
-  ``n_seq`` sequences (all positions, or the last one). With ``with_loss``: per-sequence
-  sums of the next-token NLL and of correct argmax predictions. Returns a jitted
+  ``n_seq`` sequences (all positions, or the last one). With ``loss_rows`` > 0: the sums
+  of the next-token NLL and of correct argmax predictions over the first ``loss_rows``
+  sequences ("nll", "correct"). With ``model.loss_chunk`` > 0 these come from the
+  token-chunked loss (``Model.head_loss_sums``) and the K×B×T×V scores are never formed;
+  otherwise from the full log-softmax. Returns a jitted
   ``f(stacked_params, inputs_BxT, targets_BxT) -> dict`` of arrays with a leading K axis.
   """
   collect = tuple(dict.fromkeys(t[0] for t in take))
+  chunked = bool(model.cfg.loss_chunk)
 
   def one(params, inputs, targets):
-    if collect:
-      scores, ex = model.apply(params, inputs, collect)
-    else:
-      scores, ex = model.apply(params, inputs), {}
     out = {}
-    if with_loss:
-      logp = jax.nn.log_softmax(scores.astype(jnp.float32), axis=-1)
-      nll = -jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
-      out["nll"] = nll.sum(-1)
-      out["correct"] = (jnp.argmax(logp, -1) == targets).astype(jnp.float32).sum(-1)
+    if chunked:
+      h, ex = model.trunk(params, inputs, collect)
+      if loss_rows:
+        y = targets[:loss_rows].reshape(-1)
+        out["nll"], out["correct"] = model.head_loss_sums(
+            params, h[:loss_rows].reshape(y.shape[0], -1), y)
+    else:
+      scores, ex = model.apply(params, inputs, collect) if collect else (
+          model.apply(params, inputs), {})
+      if loss_rows:
+        logp = jax.nn.log_softmax(scores[:loss_rows].astype(jnp.float32), axis=-1)
+        t = targets[:loss_rows]
+        out["nll"] = -jnp.take_along_axis(logp, t[..., None], axis=-1).sum()
+        out["correct"] = (jnp.argmax(logp, -1) == t).astype(jnp.float32).sum()
     for name, n, last in take:
       a = ex[name][..., :n, :, :]  # batch axis is -3 for L×B×T×D and B×T×D
       out[f"{name}_last" if last else name] = a[..., -1, :] if last else a
@@ -69,9 +78,9 @@ cka_layers = jax.jit(M.cka_to_reference_by_layer, static_argnums=2)  # (K×L×n�
 
 
 @functools.lru_cache(maxsize=32)
-def cached_forward(mc, take, with_loss):
+def cached_forward(mc, take, loss_rows: int):
   """Jitted group forwards shared by analyze_run calls (no recompilation on reruns)."""
-  return make_group_forward(Model(mc), take, with_loss)
+  return make_group_forward(Model(mc), take, loss_rows)
 
 
 def weight_settings(settings: Settings) -> Settings:

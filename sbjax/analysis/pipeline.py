@@ -151,8 +151,9 @@ def _group_size(settings: Settings, cfg, pbytes: int, n_todo: int) -> int:
   if settings.group_size:  # as given: a short last group is padded, not recompiled
     return settings.group_size
   mc = cfg.model
+  logits = 0 if mc.loss_chunk else 2 * mc.vocab_size  # chunked: V tiles of ~4 MB only
   acts = 4 * settings.batch_sequences * cfg.train.seq_len * (
-      2 * mc.vocab_size + mc.d_model * (2 + 3 * mc.n_layers)) if settings.needs_data else 0
+      logits + mc.d_model * (2 + 3 * mc.n_layers)) if settings.needs_data else 0
   per_ckpt = pbytes + acts
   return int(max(1, min(n_todo, settings.max_group_bytes // max(per_ckpt, 1))))
 
@@ -267,8 +268,8 @@ def analyze_run(workdir, settings: Settings | None = None, *, dataset=None,
   }
 
   chunk = settings.batch_sequences
-  def fwd(take, with_loss):
-    return fw.cached_forward(mc, take, with_loss)
+  def fwd(take, loss_rows):
+    return fw.cached_forward(mc, take, loss_rows)
 
   weight_fn, wdims = (fw.cached_weight_metrics(mc, fw.weight_settings(settings))
                       if any(settings.has(g) for g in ("spectrum", "per", "collapse"))
@@ -293,14 +294,14 @@ def analyze_run(workdir, settings: Settings | None = None, *, dataset=None,
         take.append(("resid", nh, False))
       if nc:
         take += [("mlp", nc, cka_last), ("ov", nc, cka_last)]
-      with_loss = settings.has("loss") and nh > 0
-      if not take and not with_loss:
+      loss_rows = nh if settings.has("loss") else 0
+      if not take and not loss_rows:
         continue
-      o = jax.device_get(fwd(tuple(take), with_loss)(stacked, jnp.asarray(rows_[:, :-1]),
+      o = jax.device_get(fwd(tuple(take), loss_rows)(stacked, jnp.asarray(rows_[:, :-1]),
                                                      jnp.asarray(rows_[:, 1:])))
-      if with_loss:
-        acc["nll"] = acc["nll"] + o["nll"][:, :nh].astype(np.float64).sum(1)
-        acc["correct"] = acc["correct"] + o["correct"][:, :nh].astype(np.float64).sum(1)
+      if loss_rows:
+        acc["nll"] = acc["nll"] + o["nll"].astype(np.float64)
+        acc["correct"] = acc["correct"] + o["correct"].astype(np.float64)
       if nh and need_h:
         h = np.asarray(o["h"], np.float32)  # K×nh×T×D
         kk = h.shape[0]
