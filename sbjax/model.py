@@ -253,6 +253,14 @@ class Transformer(nn.Module):
     return scores.astype(jnp.float32), extras
 
 
+def _check_collect(collect: Sequence[str]) -> tuple:
+  collect = tuple(collect)
+  bad = [k for k in collect if k not in COLLECTABLE]
+  if bad:
+    raise ValueError(f"unknown intermediates {bad}; allowed: {COLLECTABLE}")
+  return collect
+
+
 class Model:
   """Functional wrapper: plain-pytree params, pure ``apply``; vmappable over params."""
 
@@ -275,10 +283,7 @@ class Model:
     """Scores (float32 logits, or log-probs for a mos head); with ``collect``, also a dict.
 
     ``embeds_BxTxD`` replaces the token-embedding lookup (positions are still added)."""
-    collect = tuple(collect)
-    bad = [k for k in collect if k not in COLLECTABLE]
-    if bad:
-      raise ValueError(f"unknown intermediates {bad}; allowed: {COLLECTABLE}")
+    collect = _check_collect(collect)
     scores, extras = Transformer(self.cfg, collect).apply({"params": params}, tokens_BxT,
                                                           embeds_BxTxD)
     return (scores, extras) if collect else scores
@@ -293,10 +298,7 @@ class Model:
   def trunk(self, params, tokens_BxT, collect: Sequence[str] = ()):
     """(h, extras): the forward without the head, with the ``collect`` intermediates
     (``"h"`` among them is h itself) and no B×T×V scores."""
-    collect = tuple(collect)
-    bad = [k for k in collect if k not in COLLECTABLE]
-    if bad:
-      raise ValueError(f"unknown intermediates {bad}; allowed: {COLLECTABLE}")
+    collect = _check_collect(collect)
     h, extras = Transformer(self.cfg, collect, features_only=True).apply({"params": params},
                                                                          tokens_BxT)
     if "h" in collect:
