@@ -18,10 +18,11 @@ y = log r: beta = S_xy / S_xx, se(beta) = sqrt(SSR / (n - 2) / S_xx) (NaN for n 
 Outputs: ``vocab_threshold.csv`` (one row per V), ``runs.csv`` (every run, with V),
 ``fit.json`` and ``fig_vocab_threshold.png``.
 
-Trade-offs of the cpu preset (<= 20 min on 2 cores): a d=32, 2-layer model, 300 steps,
-one learning rate, ranks {2, 4, 8, 16} and the dense head (d=32); the rank grid is a factor
-of 2, so r* is known to within a factor of 2 and beta's standard error understates that
-quantisation.
+Trade-offs of the cpu preset (29 min on 2 cores, measured once: BUILD_NOTES.md): a d=32,
+2-layer model, 300 steps, one learning rate, ranks {2, 4, 8, 16} and the dense head (d=32);
+the rank grid is a factor of 2, so r* is known to within a factor of 2 and beta's standard
+error understates that quantisation. In that run no rank came within tol of the dense head
+at any V (r* censored everywhere): the preset is too small to locate r*.
 """
 
 from __future__ import annotations
