@@ -80,7 +80,7 @@ PRESETS = {
     "quick": Preset(widths=(8, 16, 32), fit_min_width=8, n_layers=1, head_dim=32, vocab=96,
                     seq_len=32, batch=8, steps=32, warmup=4, ckpt_every=16, eval_batches=2,
                     eval_sequences=16, anisotropy_tokens=128, smooth=2),
-    # 9 min on 2 CPU cores, measured once (BUILD_NOTES.md) (~1.2M tokens per run, about half an epoch of Shakespeare)
+    # 9 min on 2 CPU cores, measured once (BUILD_NOTES.md); ~1.2M tokens per run, 0.6 epoch
     "cpu": Preset(widths=(16, 32, 64, 128, 256), fit_min_width=64),
     # Pythia-like: depth 6, V = 50304, 2048-token windows, 0.5M tokens per step (~15B tokens)
     "tpu": Preset(widths=(128, 256, 512, 768, 1024), fit_min_width=256, n_layers=6, head_dim=64,
