@@ -57,10 +57,14 @@ def xent_from_scores(scores_NxV, targets_N):
   return nll.sum(), correct.sum()
 
 
+def _check_count(value, what: str, unit: str) -> int:
+  if not isinstance(value, int) or value < 1:
+    raise ValueError(f"{what} must be an integer >= 1 ({unit}), got {value!r}")
+  return value
+
+
 def _check_chunk(chunk) -> int:
-  if not isinstance(chunk, int) or chunk < 1:
-    raise ValueError(f"loss chunk must be an integer >= 1 (tokens per chunk), got {chunk!r}")
-  return chunk
+  return _check_count(chunk, "loss chunk", "tokens per chunk")
 
 
 def _pad_chunks(x_NxK, targets_N, chunk: int):
@@ -76,13 +80,19 @@ def _pad_chunks(x_NxK, targets_N, chunk: int):
           targets_N.reshape(n_chunks, chunk), valid.reshape(n_chunks, chunk), pad)
 
 
+def _chunk_sums(lse, tgt, first, t_c, valid_c):
+  """(Σ nll, Σ correct) over the valid tokens of a chunk, from each token's logsumexp,
+  target logit and first argmax."""
+  nll = jnp.where(valid_c, lse - tgt, 0.0)
+  correct = jnp.where(valid_c, first == t_c, False).astype(jnp.float32)
+  return nll.sum(), correct.sum()
+
+
 def _chunk_stats(logits, t_c, valid_c):
   """(lse, Σ nll, Σ correct) of a chunk×V block (row layout: training and generic scores)."""
   lse = jax.nn.logsumexp(logits, axis=-1)
   tgt = jnp.take_along_axis(logits, t_c[:, None], axis=-1)[:, 0]
-  nll = jnp.where(valid_c, lse - tgt, 0.0)
-  correct = jnp.where(valid_c, jnp.argmax(logits, -1) == t_c, False).astype(jnp.float32)
-  return lse, nll.sum(), correct.sum()
+  return (lse, *_chunk_sums(lse, tgt, jnp.argmax(logits, -1), t_c, valid_c))
 
 
 TILE_ELEMS = 1 << 20  # logits per V tile (4 MB in float32): stays in cache between its passes
@@ -154,12 +164,6 @@ def _pass1(x_c, wt, bias, t_c):
   return m + jnp.log(s), tgt, first
 
 
-def _chunk_sums(lse, tgt, first, t_c, valid_c):
-  nll = jnp.where(valid_c, lse - tgt, 0.0)
-  correct = jnp.where(valid_c, first == t_c.astype(jnp.float32), False).astype(jnp.float32)
-  return nll.sum(), correct.sum()
-
-
 def _forward(x, w, targets, chunk, vb):
   xs, ts, vs, _ = _pad_chunks(x, targets, chunk)
   wt, bias = _tiles(w, vb, x.dtype)
@@ -167,7 +171,7 @@ def _forward(x, w, targets, chunk, vb):
   def body(carry, inp):
     x_c, t_c, v_c = inp
     lse, tgt, first = _pass1(x_c, wt, bias, t_c)
-    nll, cor = _chunk_sums(lse, tgt, first, t_c, v_c)
+    nll, cor = _chunk_sums(lse, tgt, first, t_c.astype(jnp.float32), v_c)  # float index
     return (carry[0] + nll, carry[1] + cor), None
 
   (nll, cor), _ = jax.lax.scan(body, (jnp.float32(0), jnp.float32(0)), (xs, ts, vs))
@@ -226,8 +230,7 @@ def chunked_matrix_xent(x_NxK, w_VxK, targets_N, chunk: int, v_tile: int | None 
   v = w_VxK.shape[0]
   if v_tile is None:
     v_tile = v_tile_for(v, chunk)
-  if not isinstance(v_tile, int) or v_tile < 1:
-    raise ValueError(f"v_tile must be an integer >= 1 (vocabulary rows per tile), got {v_tile!r}")
+  v_tile = _check_count(v_tile, "v_tile", "vocabulary rows per tile")
   return _matrix_xent(x_NxK, w_VxK, targets_N.astype(jnp.int32), chunk, min(v_tile, v))
 
 
