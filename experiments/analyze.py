@@ -8,7 +8,7 @@ Writes OUT/metrics.csv (one row per checkpoint step), OUT/spectrum.npz
 variants, sbjax version) and three figures, with OUT = --out_dir or WORKDIR/analysis.
 Finished checkpoints are cached in OUT/cache/ (keyed by the settings), so a killed
 analysis resumes where it stopped and a changed flag recomputes. The columns and the
-samples are documented in sbjax/analysis/pipeline.py.
+samples are documented in sbjax/analysis/analyze.py.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ A grid of GPT-Neo-like models (``sbjax.presets.neo``: learned positions, tied he
 alternating global/local attention), depth L x width d, each trained with weight decay
 0 and 0.1 and measured after 1 and 3 epochs, plus a seed-only group (one architecture,
 >= 8 data-order seeds). Models of one architecture train together in one vmapped program
-(``sbjax.analysis.collapse_grid.train_group``: per-member data order, init seed and weight
+(``sbjax.studies.collapse_grid.train_group``: per-member data order, init seed and weight
 decay). The learning rate is constant after warm-up, so the 1-epoch model is exactly the
 3-epoch run's snapshot at the end of epoch 1. An "epoch" is one pass over a fixed token
 budget (the first ``epoch_tokens`` tokens of the training split).
@@ -123,7 +123,7 @@ def train_config(p: Preset, steps: int):
 
 def groups(p: Preset):
   """[(name, kind, L, d, [Member], snapshot epochs)]: the grid, then the seed group."""
-  from sbjax.analysis.collapse_grid import Member  # noqa: PLC0415
+  from sbjax.studies.collapse_grid import Member  # noqa: PLC0415
 
   out = []
   for n_layers in p.depths:
@@ -184,7 +184,7 @@ def _scalar(v):
 
 def run_group(p: Preset, g, tr, va, vocab: int, out: Path, verbose: bool = True) -> list[dict]:
   """Train one architecture group, measure every snapshot; rows (also in OUT/groups/)."""
-  from sbjax.analysis import collapse_grid as cg  # noqa: PLC0415
+  from sbjax.studies import collapse_grid as cg  # noqa: PLC0415
   from sbjax.data.pipeline import Dataset  # noqa: PLC0415
   from sbjax.model import Model  # noqa: PLC0415
 
@@ -298,7 +298,7 @@ def _col(rows, key) -> np.ndarray:
 
 def r2_table(rows: list[dict], n_perm: int = 0) -> list[dict]:
   """Per metric: n, R², Pearson r (and the permutation p) of the metric vs val_loss."""
-  from sbjax.analysis import stats  # noqa: PLC0415
+  from sbjax.studies import stats  # noqa: PLC0415
 
   y = _col(rows, "val_loss")
   out = []
@@ -356,7 +356,7 @@ def figure(out: Path) -> Path:
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # noqa: PLC0415
 
-  from sbjax.analysis import stats  # noqa: PLC0415
+  from sbjax.studies import stats  # noqa: PLC0415
 
   grid, seeds = _rows(out, "grid"), _rows(out, "seeds")
   y = _col(grid, "val_loss")

@@ -10,7 +10,7 @@ plus >= 20 evenly spaced ones), or takes imported Hugging Face series (directori
 [n, T+1]); then, on one fixed batch, measures every checkpoint's linear CKA to the final
 checkpoint per layer (MLP output, OV circuit; last-token and all-token; biased and
 debiased HSIC) and the PER of fc_out and of the per-head OV matrices (and of their
-gradients). Definitions: sbjax/analysis/convergence.py.
+gradients). Definitions: sbjax/studies/convergence.py.
 
 Writes to OUT: ``fig_cka_bands.png`` (percentile bands 10/25/50/75/90 over layers of
 CKA-to-final vs step, per model, MLP and OV rows; the authors' main figure, for the
@@ -143,7 +143,7 @@ def configs(preset: str, data: str = "", widths: tuple | None = None) -> list:
 
 
 def settings_for(preset: str, **over):
-  from sbjax.analysis.convergence import ConvergenceSettings  # noqa: PLC0415
+  from sbjax.studies.convergence import ConvergenceSettings  # noqa: PLC0415
 
   p = PRESETS[preset]
   kw = dict(n_sequences=p["n_sequences"], all_sequences=p["all_sequences"],
@@ -172,7 +172,7 @@ def _digest(obj) -> str:
 
 def _measure_one(src, batch, settings, mdir: Path) -> dict:
   """Measure one source into mdir (skipped when meta.json matches)."""
-  from sbjax.analysis import convergence as conv  # noqa: PLC0415
+  from sbjax.studies import convergence as conv  # noqa: PLC0415
   from sbjax.analysis.table import atomic_write_json  # noqa: PLC0415
 
   key = _digest({"settings": settings.to_dict(), "steps": src.steps, "model": str(src.model),
@@ -200,7 +200,7 @@ def _measure_one(src, batch, settings, mdir: Path) -> dict:
 def _train_all(out: Path, preset: str, data: str, widths) -> tuple[list, np.ndarray, dict]:
   """Train (or skip) each width; returns (sources, fixed batch, data info)."""
   from sbjax import checkpoint as ckpt  # noqa: PLC0415
-  from sbjax.analysis import convergence as conv  # noqa: PLC0415
+  from sbjax.studies import convergence as conv  # noqa: PLC0415
   from sbjax.analysis import samples  # noqa: PLC0415
   from sbjax.data import make_dataset  # noqa: PLC0415
   from sbjax.train import train  # noqa: PLC0415
@@ -228,7 +228,7 @@ def run(out: Path, preset: str, *, data: str = "", series: list | None = None,
         series_tokens: str = "", widths: tuple | None = None, **settings_over) -> None:
   """Train (or read the series), measure and summarise into ``out``. ``widths``: a subset
   of the preset's widths; ``settings_over``: ConvergenceSettings fields."""
-  from sbjax.analysis import convergence as conv  # noqa: PLC0415
+  from sbjax.studies import convergence as conv  # noqa: PLC0415
 
   out = Path(out)
   out.mkdir(parents=True, exist_ok=True)
@@ -265,7 +265,7 @@ def _primary(settings: dict) -> tuple[str, str]:
 def summarise(out: Path, metas: list[dict], all_figures: bool = True) -> None:
   """bands.csv, layers.csv/.md, correlations.csv, models.csv and the figures (the band
   figure of every token mode / estimator, or of the primary one only)."""
-  from sbjax.analysis import convergence as conv  # noqa: PLC0415
+  from sbjax.studies import convergence as conv  # noqa: PLC0415
 
   bands, layers, models = [], [], []
   for m in metas:
@@ -446,7 +446,7 @@ def report_section(out: Path, rel: str) -> str:
 
 def _paragraph(models, pc) -> str:
   """What the paper found, what sbjax found (computed), and whether they agree."""
-  from sbjax.analysis import convergence as conv  # noqa: PLC0415
+  from sbjax.studies import convergence as conv  # noqa: PLC0415
 
   ms = sorted(models, key=lambda m: m["width"])
   big = ms[-1]

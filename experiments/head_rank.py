@@ -14,7 +14,7 @@ directory of .txt files with ``--data``), a sentencepiece tokenizer is trained a
 for r in {1, 2, 4, ..., d}, each over a small LR grid (the best LR is taken by validation
 loss), plus mos heads whose parameter count matches the largest lowrank heads (a mos head
 holds a V x d matrix, so it cannot be matched to small ranks). Outputs in OUT:
-``head_rank.csv`` (every run; see sbjax/analysis/rank_sweep.py), ``full_head.npy``,
+``head_rank.csv`` (every run; see sbjax/studies/rank_sweep.py), ``full_head.npy``,
 ``fig_head_rank.png`` (Fig. 6 analogue), ``summary.json`` (the monotonicity check) and
 ``runs/<run>/`` (sbjax workdirs). Rerunning skips finished runs.
 
@@ -85,7 +85,7 @@ def base_config(preset: str, data: str, vocab: int | None = None) -> Config:
 
 
 def make_plan(preset: str, data: str, vocab: int | None = None):
-  from sbjax.analysis.rank_sweep import Plan  # noqa: PLC0415
+  from sbjax.studies.rank_sweep import Plan  # noqa: PLC0415
 
   base = base_config(preset, data, vocab)
   if preset == "quick":
@@ -103,7 +103,7 @@ def make_plan(preset: str, data: str, vocab: int | None = None):
 
 def run(out: Path, preset: str, data: str = "") -> None:
   """Train (or finish) the sweep into ``out`` and draw the figure."""
-  from sbjax.analysis import rank_sweep  # noqa: PLC0415 - JAX starts after flag parsing
+  from sbjax.studies import rank_sweep  # noqa: PLC0415 - JAX starts after flag parsing
   from sbjax.data import make_dataset  # noqa: PLC0415
 
   out = Path(out)
@@ -120,7 +120,7 @@ def run(out: Path, preset: str, data: str = "") -> None:
 
 def summarize(out: Path) -> dict:
   """``summary.json``: best-LR losses per protocol and the monotonicity check of (b)."""
-  from sbjax.analysis import rank_sweep as rs  # noqa: PLC0415
+  from sbjax.studies import rank_sweep as rs  # noqa: PLC0415
   from sbjax.analysis.table import atomic_write_json  # noqa: PLC0415
 
   rows = rs.read_rows(out)
@@ -153,7 +153,7 @@ def draw(out: Path) -> Path:
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # noqa: PLC0415
 
-  from sbjax.analysis import rank_sweep as rs  # noqa: PLC0415
+  from sbjax.studies import rank_sweep as rs  # noqa: PLC0415
 
   rows = rs.read_rows(out)
   fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
@@ -194,7 +194,7 @@ def _lr(row: dict) -> str:
 
 def report_section(out: Path, rel: str) -> str:
   """Markdown: figure, best-LR table and the paper comparison, all read from OUT's CSV."""
-  from sbjax.analysis import rank_sweep as rs  # noqa: PLC0415
+  from sbjax.studies import rank_sweep as rs  # noqa: PLC0415
 
   out = Path(out)
   rows = rs.read_rows(out)

@@ -5,7 +5,7 @@ r"""Experiment 5, ``planted``: the exact rank floor and the knee on a planted-ra
 Part 1 (the knee). The planted language (V=256, planted rank k=8, a bigram chain) has
 logits ``alpha U Vᵀ/√k + 1 bᵀ`` of rank k + 1 and exact entropy H. For every head rank r a
 model with a bias-free rank-r head (``lowrank``) is trained, and its loss is compared with the
-exact floor (``sbjax.analysis.floor``)
+exact floor (``sbjax.studies.floor``)
 
     floor(r) = min_{rank L ≤ r} Σ_c π_c CE(P(·|c), softmax(L_c)),   floor(r) = H for r ≥ k + 1.
 
@@ -294,7 +294,7 @@ def read_csv(path: Path) -> list[dict]:
 
 def _floors(lang, ranks, p: Preset, path: Path) -> dict:
   """floor(r) for ranks (cached in path, keyed by the language and the ranks)."""
-  from sbjax.analysis.floor import floor_curve  # noqa: PLC0415
+  from sbjax.studies.floor import floor_curve  # noqa: PLC0415
 
   key = json.dumps({"lang": lang.info(), "ranks": sorted(set(ranks)), "gtol": p.floor_gtol})
   meta = path.with_suffix(".json")
@@ -370,7 +370,7 @@ def _write_meta(out: Path, preset, p: Preset, lang, mix, s_knee: float, s_mix: f
 
 def summarize(out: Path) -> dict:
   """The knee and the three checks, computed from planted.csv and planted_meta.json."""
-  from sbjax.analysis.floor import knee  # noqa: PLC0415
+  from sbjax.studies.floor import knee  # noqa: PLC0415
 
   rows = read_csv(Path(out) / CSV_KNEE)
   meta = json.loads((Path(out) / META).read_text())

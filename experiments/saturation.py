@@ -13,7 +13,7 @@ sample). Then:
 * Figures for all widths together: eval loss vs step coloured by last-layer anisotropy
   (Godey Fig. 3), the sigma_i/sigma_1 heat-map of the head (Fig. 4), KL(sigma || u) of the
   head vs step (Fig. 5), and ``fig_scaling.png`` (loss vs N with the fit; train loss vs step).
-* The scaling law L = A / N^alpha + E (``sbjax.analysis.scaling``) with N = non-embedding
+* The scaling law L = A / N^alpha + E (``sbjax.studies.scaling``) with N = non-embedding
   parameters (``sbjax.model.non_embedding_params``), fitted on the widths >= fit_min_width,
   once on their final and once on their best (lowest over checkpoints) eval loss; for every
   width the % gap 100 (L - L_fit(N)) / L_fit(N) of its final loss (vs the final fit) and of
@@ -243,7 +243,7 @@ def _write_csv(path: Path, rows: list[dict]) -> None:
 
 def summarize(out: Path, p: Preset) -> None:
   """saturation_runs.csv, saturation_fit.csv and the figures from the analysed runs."""
-  from sbjax.analysis import scaling  # noqa: PLC0415
+  from sbjax.studies import scaling  # noqa: PLC0415
 
   out = Path(out)
   wds = sorted((d for d in (out / "runs").iterdir() if (d / "analysis" / "metrics.csv").exists()),

@@ -7,7 +7,7 @@ For each vocabulary size V (cpu: 512, 1024, 2048, 4096) a sentencepiece tokenize
 trained on the corpus (default ``../shared/data/shakespeare``) by the text pipeline
 (``sbjax.data.make_dataset``; both splits are used, as two streams). For each context
 length n = 1..4 the C x V next-token count matrix of the contexts seen >= min_count times
-is built (``sbjax.analysis.ngram``, sparse), and for each variant
+is built (``sbjax.studies.ngram``, sparse), and for each variant
 
     raw            P[c, v] = N[c, v] / n_c                    (the paper's matrix)
     addk           (N[c, v] + k) / (n_c + k V)                 (add-k smoothed probabilities)
@@ -16,7 +16,7 @@ is built (``sbjax.analysis.ngram``, sparse), and for each variant
                                                                 softmax ignores)
 
 the curve W-error(d) = sqrt(sum_{i>d} sigma_i^2) / ||M||_F for d = 1, 2, 4, ... <= min(C, V)
-(``sbjax.analysis.lowrank_svd``). The smoothed matrices are dense, so they are never formed:
+(``sbjax.studies.lowrank_svd``). The smoothed matrices are dense, so they are never formed:
 each is held as sparse + rank one, M = S + a 1^T (logp: S = log1p(N/k) on the observed
 entries, a_c = log(k / (n_c + kV)); no bound on C is needed), with ||M||_F exact from the
 parts. Spectra come from the exact Gram matrix of the smaller side when min(C, V) <=
@@ -116,7 +116,7 @@ def _key(p: Preset, vocab: int, n: int, corpus: str) -> str:
 
 def curves(tokens, vocab: int, n: int, p: Preset) -> tuple[list[dict], dict]:
   """The CSV rows of one (V, n): every variant's W-error curve; and the context info."""
-  from sbjax.analysis import lowrank_svd, ngram  # noqa: PLC0415
+  from sbjax.studies import lowrank_svd, ngram  # noqa: PLC0415
 
   t0 = time.perf_counter()
   m = ngram.context_counts(tokens, n, p.min_count, vocab)

@@ -6,7 +6,7 @@ rank a head needs grow with the vocabulary V?
 On one corpus (default ``../shared/data/shakespeare`` next to the repository), for each V
 in the preset's list a sentencepiece tokenizer of V pieces is trained, and a head-rank sweep
 (protocol b: from scratch, rank-r heads, plus the dense full-rank reference; see
-sbjax/analysis/rank_sweep.py) is run in ``OUT/V<V>/``. Per V:
+sbjax/studies/rank_sweep.py) is run in ``OUT/V<V>/``. Per V:
 
 * r*(V) = the smallest rank whose best-LR validation loss L(r) <= 1.02 L_full, the dense
   run's loss counting as rank d (r* = d means no low-rank head came within 2%: censored);
@@ -50,7 +50,7 @@ PAPER = ("Godey et al. (2024) find that heads below about 1000 dimensions hurt P
 
 def make_plan(preset: str, data: str, vocab: int, tfds_dir: str = ""):
   from experiments import head_rank  # noqa: PLC0415
-  from sbjax.analysis.rank_sweep import Plan  # noqa: PLC0415
+  from sbjax.studies.rank_sweep import Plan  # noqa: PLC0415
   from sbjax.config import ModelConfig, TrainConfig  # noqa: PLC0415
 
   base = head_rank.base_config(preset, data, vocab)
@@ -96,7 +96,7 @@ def thresholds(sub: Path) -> dict:
   import numpy as np  # noqa: PLC0415
 
   from experiments.werror_loss import rank_at, threshold_rank, w_error_curve  # noqa: PLC0415
-  from sbjax.analysis import rank_sweep as rs  # noqa: PLC0415
+  from sbjax.studies import rank_sweep as rs  # noqa: PLC0415
 
   rows = rs.read_rows(sub)
   full = [r for r in rows if r["protocol"] == "full" and int(r["best"])][0]
@@ -114,7 +114,7 @@ def thresholds(sub: Path) -> dict:
 
 def run(out: Path, preset: str, data: str = "") -> None:
   from experiments import head_rank  # noqa: PLC0415
-  from sbjax.analysis import rank_sweep as rs  # noqa: PLC0415
+  from sbjax.studies import rank_sweep as rs  # noqa: PLC0415
   from sbjax.analysis.table import atomic_write_json, write_csv  # noqa: PLC0415
   from sbjax.data import make_dataset  # noqa: PLC0415
 

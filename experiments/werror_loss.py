@@ -75,7 +75,7 @@ def threshold_rank(ranks, losses, full_loss: float, tol: float = TOL):
 def compute(out: Path, hr: Path) -> dict:
   import numpy as np  # noqa: PLC0415
 
-  from sbjax.analysis import rank_sweep as rs  # noqa: PLC0415
+  from sbjax.studies import rank_sweep as rs  # noqa: PLC0415
   from sbjax.analysis.table import atomic_write_json, write_csv  # noqa: PLC0415
 
   out.mkdir(parents=True, exist_ok=True)

@@ -20,3 +20,19 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
   os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="sbjax_jax_cache_")
   os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
   os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
+
+
+# Layers: tests/unit (pure functions, small jits), tests/integration (real parts wired
+# together: orbax on disk, subprocess meshes, tokenizers), tests/e2e (whole experiments and
+# CLIs). Each test gets the marker of its folder, so `-m "not e2e"` is the fast layer.
+LAYERS = ("unit", "integration", "e2e")
+
+
+def pytest_collection_modifyitems(config, items):
+  import pytest
+
+  for item in items:
+    parts = Path(str(item.fspath)).parts
+    for layer in LAYERS:
+      if layer in parts:
+        item.add_marker(getattr(pytest.mark, layer))

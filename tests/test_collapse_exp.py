@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from sbjax.analysis import collapse_grid as cg
-from sbjax.analysis import stats
+from sbjax.studies import collapse_grid as cg
+from sbjax.studies import stats
 from sbjax.config import ModelConfig
 from sbjax.metrics import collapse as C
 from sbjax.model import Model

@@ -1,4 +1,4 @@
-"""Layer convergence (experiments/convergence.py, sbjax/analysis/convergence.py).
+"""Layer convergence (experiments/convergence.py, sbjax/studies/convergence.py).
 
 The quick preset (three tiny widths on the planted language, 11 checkpoints each) is run
 once per module; the tests check its outputs against references written out here with
@@ -20,7 +20,7 @@ import scipy.stats
 
 from experiments import convergence as exp
 from sbjax import checkpoint as ckpt
-from sbjax.analysis import convergence as conv
+from sbjax.studies import convergence as conv
 from sbjax.analysis import read_csv
 from sbjax.config import ModelConfig
 

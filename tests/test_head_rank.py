@@ -15,7 +15,7 @@ import pytest
 from tests._corpus import generated_docs, write_corpus
 from experiments import head_rank, vocab_threshold, werror_loss
 from sbjax import checkpoint as ckpt
-from sbjax.analysis import rank_sweep as rs
+from sbjax.studies import rank_sweep as rs
 from sbjax.config import Config, ModelConfig
 from sbjax.heads import head_param_count
 

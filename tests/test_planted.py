@@ -1,4 +1,4 @@
-"""The exact rank floor (sbjax.analysis.floor) and the planted experiment's pieces.
+"""The exact rank floor (sbjax.studies.floor) and the planted experiment's pieces.
 
 References are written plainly here: the stationary distribution by an eigenvector, the
 entropy and the cross-entropy by their definitions, and an independent Adam optimiser on the
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from experiments import planted as exp
-from sbjax.analysis import floor as fl
+from sbjax.studies import floor as fl
 from sbjax.data.planted import PlantedLanguage, PlantedMixture
 
 K = 3

@@ -7,7 +7,7 @@ import struct
 import numpy as np
 import pytest
 
-from sbjax.analysis import scaling
+from sbjax.studies import scaling
 from tests._corpus import generated_docs, write_corpus
 
 

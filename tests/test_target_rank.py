@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from sbjax.analysis import lowrank_svd, ngram
+from sbjax.studies import lowrank_svd, ngram
 from tests._corpus import generated_docs, write_corpus
 
 

@@ -10,7 +10,7 @@ resumable per-step cache), ``table`` (CSV and atomic writes), ``figures`` (matpl
 figures from the CSV; imported on use). CLI: ``python -m experiments.analyze``.
 """
 
-from sbjax.analysis.pipeline import COLUMN_DOCS, analyze_run, grouped_apply
+from sbjax.analysis.analyze import COLUMN_DOCS, analyze_run, grouped_apply
 from sbjax.analysis.settings import ALL_GROUPS, Settings
 from sbjax.analysis.table import read_csv, write_csv
 

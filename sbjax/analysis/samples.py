@@ -1,4 +1,4 @@
-"""The fixed samples of an analysis (see the module docstring of ``sbjax.analysis.pipeline``)."""
+"""The fixed samples of an analysis (see the module docstring of ``sbjax.analysis.analyze``)."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ function of the tokens. Several streams (e.g. documents) may be given as a list:
 never cross from one stream into the next. Nothing of size C x V is ever dense: the pairs
 are reduced with ``numpy.unique`` on int64 keys (context id * V + target).
 
-    from sbjax.analysis.ngram import context_counts
+    from sbjax.studies.ngram import context_counts
     m = context_counts(tokens, n=2, min_count=10, vocab_size=1024)
     m.counts            # CSR C x V
     m.contexts          # C x n token ids of each row's context
