@@ -50,6 +50,8 @@ import numpy as np
 from sbjax.analysis.table import atomic_write_json, read_csv, write_csv
 from sbjax.config import Config, ModelConfig
 from sbjax.heads import head_param_count
+from sbjax.train import train_once
+from sbjax.train.done import finished, mark_finished
 
 log = logging.getLogger("sbjax")
 
@@ -206,13 +208,6 @@ def best_rows(rows: Sequence[dict], protocol: str, head: str = "lowrank") -> lis
   return sorted(sel, key=lambda r: (int(r["rank"]), int(r["n_mix"])))
 
 
-def _done(wd: Path) -> dict | None:
-  try:
-    return json.loads((wd / "DONE").read_text())
-  except (OSError, ValueError):
-    return None
-
-
 def _row(plan: Plan, spec: RunSpec, cfg: Config, summary: dict, vocab_size: int) -> dict:
   mc = model_config(cfg.model, spec, vocab_size)
   params = head_param_count(mc)
@@ -223,22 +218,6 @@ def _row(plan: Plan, spec: RunSpec, cfg: Config, summary: dict, vocab_size: int)
           "eval_loss": float(summary.get("eval_loss", math.nan)),
           "eval_acc": float(summary.get("eval_acc", math.nan)), "best": 0,
           "run": spec.name}
-
-
-def train_run(cfg: Config, wd: Path, dataset, *, quiet: bool = True) -> dict:
-  """Train (or resume) one run; finished runs (``wd/DONE``) are read back, not retrained."""
-  done = _done(wd)
-  if done is not None:
-    return done["summary"]
-  from sbjax.train import train  # noqa: PLC0415 - analysis sits downstream of train
-
-  summary = train(cfg, wd, dataset=dataset, quiet=quiet)
-  if summary.get("step") != cfg.train.steps or "eval_loss" not in summary:
-    raise RuntimeError(f"run {wd} stopped at step {summary.get('step')} of {cfg.train.steps}")
-  keep = {k: summary[k] for k in ("step", "eval_loss", "eval_acc", "n_params", "loss")
-          if k in summary}
-  atomic_write_json(wd / "DONE", {"summary": keep, "config": cfg.to_dict()})
-  return keep
 
 
 def save_full_head(out: Path, trunk_dir: Path) -> np.ndarray:
@@ -266,9 +245,9 @@ def train_population_group(cfgs: Sequence[Config], wd: Path, dataset, *,
   from sbjax.population import member_dir, train_population  # noqa: PLC0415
 
   dirs = [member_dir(wd, i) for i in range(len(cfgs))]
-  done = [_done(d) for d in dirs]
+  done = [finished(d) for d in dirs]
   if all(x is not None for x in done):
-    return [x["summary"] for x in done]
+    return done
   seed = cfgs[0].train.seed
   sums = train_population(cfgs[0], wd, lrs=[c.train.lr for c in cfgs], seeds=[seed] * len(cfgs),
                           dataset=dataset, quiet=quiet)
@@ -277,9 +256,7 @@ def train_population_group(cfgs: Sequence[Config], wd: Path, dataset, *,
     if s.get("step") != cfg.train.steps or "eval_loss" not in s:
       raise RuntimeError(f"population member {d} stopped at step {s.get('step')} of "
                          f"{cfg.train.steps}")
-    keep = {k: s[k] for k in ("step", "eval_loss", "eval_acc", "n_params", "loss") if k in s}
-    atomic_write_json(d / "DONE", {"summary": keep, "config": cfg.to_dict()})
-    out.append(keep)
+    out.append(mark_finished(d, s, cfg.to_dict()))
   return out
 
 
@@ -314,15 +291,15 @@ def run_plan(plan: Plan, out, dataset, *, progress: Callable[[str], None] | None
     if plan.population and len(grp) > 1 and grp[0].protocol != "a":
       gdir = _group_dir(grp)
       names = [f"{gdir}/member_{j}" for j in range(len(grp))]
-      state = "done" if all(_done(out / "runs" / n) for n in names) else "training"
+      state = "done" if all(finished(out / "runs" / n) for n in names) else "training"
       say(f"[{i + 1}/{len(todo)}] {gdir} (population of {len(grp)} learning rates): {state}")
       sums = train_population_group(cfgs, out / "runs" / gdir, dataset, quiet=quiet)
     else:
       names, sums = [s.name for s in grp], []
       for s, cfg, name in zip(grp, cfgs, names):
-        state = "done" if _done(out / "runs" / name) is not None else "training"
+        state = "done" if finished(out / "runs" / name) is not None else "training"
         say(f"[{i + 1}/{len(todo)}] {name}: {state}")
-        sums.append(train_run(cfg, out / "runs" / name, dataset, quiet=quiet))
+        sums.append(train_once(cfg, out / "runs" / name, dataset=dataset, quiet=quiet))
     for s, cfg, summ, name in zip(grp, cfgs, sums, names):
       rows.append({**_row(plan, s, cfg, summ, vocab), "run": name})
     write_csv(out / CSV_NAME, mark_best(rows), COLUMNS)

@@ -31,6 +31,7 @@ from sbjax import sharding as shd
 from sbjax.config import Config
 from sbjax.model import Model
 from sbjax.optim import lr_schedule, make_optimizer
+from sbjax.train.done import finished, mark_finished
 
 log = logging.getLogger("sbjax")
 
@@ -446,3 +447,15 @@ def train(cfg: Config, workdir, *, dataset=None, stop_after: int | None = None,
   summary.update({"step": end, "workdir": str(workdir), "skipped_steps": skipped,
                   "n_params": model.param_count(abstract_params)})
   return summary_from_metrics(workdir, summary)
+
+
+def train_once(cfg: Config, workdir, *, dataset=None, quiet: bool = True) -> dict:
+  """Train (or resume) a run unless it is finished (``sbjax.train.done``); returns its
+  summary. A run that stops short of ``train.steps`` raises."""
+  done = finished(workdir)
+  if done is not None:
+    return done
+  summary = train(cfg, workdir, dataset=dataset, quiet=quiet)
+  if summary.get("step") != cfg.train.steps or "eval_loss" not in summary:
+    raise RuntimeError(f"run {workdir} stopped at step {summary.get('step')} of {cfg.train.steps}")
+  return mark_finished(workdir, summary, cfg.to_dict())
