@@ -14,14 +14,32 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from sbjax import presets as sbjax_presets
 from sbjax.analysis.table import atomic_write_json, read_csv, write_csv
+from sbjax.config import Config
 
 REPO = Path(__file__).resolve().parents[1]
 # The development corpus beside a checkout (../shared/data/shakespeare); users pass --data.
 DEFAULT_TEXT = REPO.parent / "shared" / "data" / "shakespeare"
 
-__all__ = ["REPO", "DEFAULT_TEXT", "text_corpus", "write_rows", "read_rows", "write_json",
+__all__ = ["REPO", "DEFAULT_TEXT", "config_from", "text_corpus", "write_rows", "read_rows", "write_json",
            "fmt", "RunsProgress"]
+
+
+def config_from(base: str, overrides: dict | None = None) -> Config:
+  """A validated Config: the sbjax preset ``base`` (``sbjax/presets.py``: tiny, planted, ...)
+  with dotted overrides applied, e.g. ``{"model.d_model": 64, "train.steps": 300}``.
+  An experiment's PRESETS hold such overrides; an unknown key is a clear error."""
+  d = sbjax_presets.get_preset(base)
+  for key, value in (overrides or {}).items():
+    section, _, field = key.partition(".")
+    if not field:
+      d[section] = value
+    elif section not in d or not isinstance(d[section], dict) or field not in d[section]:
+      raise ValueError(f"unknown config override {key!r}; known sections: model, data, train, mesh")
+    else:
+      d[section][field] = value
+  return Config.from_dict(d)
 
 
 def text_corpus(data: str | Path | None = "") -> Path:
