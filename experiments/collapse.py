@@ -185,7 +185,7 @@ def _scalar(v):
 def run_group(p: Preset, g, tr, va, vocab: int, out: Path, verbose: bool = True) -> list[dict]:
   """Train one architecture group, measure every snapshot; rows (also in OUT/groups/)."""
   from sbjax.studies import collapse_grid as cg  # noqa: PLC0415
-  from sbjax.data.pipeline import Dataset  # noqa: PLC0415
+  from sbjax.data.dataset import Dataset  # noqa: PLC0415
   from sbjax.model import Model  # noqa: PLC0415
 
   name, kind, n_layers, d, members, epochs = g

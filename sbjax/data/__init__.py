@@ -7,24 +7,15 @@
 
 Modules: ``planted`` (PlantedLanguage, PlantedMixture), ``tokenizer`` (sentencepiece),
 ``text`` (directory corpora, document split, token caches), ``builders`` (TFDS array_record
-builders ``local_text`` and ``planted_rank``, catalog reader), ``pipeline`` (packing,
-batching, ``make_dataset``). Importing this package does not import TensorFlow (which is not
-needed) and imports tensorflow_datasets only when ``make_dataset``/``builders`` is used.
+builders ``local_text`` and ``planted_rank``, catalog reader), ``dataset`` (packing,
+batching, ``make_dataset``). TensorFlow is not needed (TFDS array_record sources work without it).
 """
 
+from sbjax.data.dataset import Dataset, make_dataset
 from sbjax.data.planted import PlantedLanguage, PlantedMixture, numerical_rank
 from sbjax.data.text import DataError
+from sbjax.data.tokenizer import Tokenizer, train_tokenizer
 
 __all__ = ["make_dataset", "Dataset", "PlantedLanguage", "PlantedMixture", "DataError",
            "numerical_rank", "Tokenizer", "train_tokenizer"]
 
-
-def __getattr__(name):
-  # Lazy: tensorflow_datasets / sentencepiece are imported on first use.
-  if name in ("make_dataset", "Dataset"):
-    from sbjax.data import pipeline  # pylint: disable=g-import-not-at-top
-    return getattr(pipeline, name)
-  if name in ("Tokenizer", "train_tokenizer"):
-    from sbjax.data import tokenizer  # pylint: disable=g-import-not-at-top
-    return getattr(tokenizer, name)
-  raise AttributeError(f"module 'sbjax.data' has no attribute {name!r}")

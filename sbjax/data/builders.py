@@ -10,7 +10,7 @@
 * ``read_catalog``: any TFDS catalog dataset already prepared in array_record format in a data
   dir (``lm1b``, ``c4/en``, ``tiny_shakespeare``, ...), read by ``tfds.data_source``.
 
-Text is stored in TFDS; tokenisation happens afterwards (``sbjax.data.pipeline``) with the
+Text is stored in TFDS; tokenisation happens afterwards (``sbjax.data.dataset``) with the
 run's tokenizer into cached ``.npy`` streams, so one prepared corpus serves any tokenizer.
 
 TF-free path: ``GeneratorBasedBuilder`` with ``file_format="array_record"``, a ``DatasetInfo``

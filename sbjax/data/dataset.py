@@ -26,6 +26,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import jax
 import numpy as np
 
 from sbjax.data import builders
@@ -144,7 +145,6 @@ class Dataset:
 
 def _process(process_index, process_count) -> tuple[int, int]:
   if process_index is None or process_count is None:
-    import jax  # pylint: disable=g-import-not-at-top
     process_index = jax.process_index() if process_index is None else process_index
     process_count = jax.process_count() if process_count is None else process_count
   return int(process_index), int(process_count)

@@ -1,0 +1,159 @@
+"""The layout rules of the restructure (issue 16), checked on the source tree:
+
+- no import cycle in ``sbjax/`` (static graph of the imports, and every module imported alone
+  in a fresh process: a fork of an interpreter that has loaded only third-party packages);
+- no file in ``sbjax/`` or ``experiments/`` over 400 lines, no function over 80 lines;
+- imports at the top of files: a function-local import must say why with a ``deferred:``
+  comment on its line (JAX must start after absl flag parsing or ``jax.distributed``);
+- no ``cfg.head == ...`` switch outside the head registry.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+MAX_FILE_LINES = 400
+MAX_FUNCTION_LINES = 80
+
+
+def _py_files(*tops: str) -> list[Path]:
+  return sorted(p for top in tops for p in (ROOT / top).rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def _module_name(path: Path) -> str:
+  parts = list(path.relative_to(ROOT).with_suffix("").parts)
+  if parts[-1] == "__init__":
+    parts = parts[:-1]
+  return ".".join(parts)
+
+
+def _imports(path: Path, known: set[str]) -> set[str]:
+  """The project modules that ``path`` imports (anywhere in the file)."""
+  tree = ast.parse(path.read_text())
+  out = set()
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Import):
+      names = [a.name for a in node.names]
+    elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+      names = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in known else node.module
+               for a in node.names]
+    else:
+      continue
+    out.update(n for n in names if n in known)
+  return out
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+  """Strongly connected components with more than one module (or a self-loop): Tarjan."""
+  index, low, stack, on, comps, counter = {}, {}, [], set(), [], [0]
+
+  def visit(v):
+    index[v] = low[v] = counter[0]
+    counter[0] += 1
+    stack.append(v)
+    on.add(v)
+    for w in sorted(graph[v]):
+      if w not in index:
+        visit(w)
+        low[v] = min(low[v], low[w])
+      elif w in on:
+        low[v] = min(low[v], index[w])
+    if low[v] == index[v]:
+      comp = []
+      while True:
+        w = stack.pop()
+        on.discard(w)
+        comp.append(w)
+        if w == v:
+          break
+      if len(comp) > 1 or v in graph[v]:
+        comps.append(sorted(comp))
+
+  for v in sorted(graph):
+    if v not in index:
+      visit(v)
+  return comps
+
+
+def test_no_static_import_cycle_in_sbjax():
+  files = _py_files("sbjax")
+  known = {_module_name(p) for p in files}
+  graph = {_module_name(p): _imports(p, known) - {_module_name(p)} for p in files}
+  assert _cycles(graph) == []
+
+
+def test_cycle_detector_finds_a_planted_cycle():
+  assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+  assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="needs fork")
+def test_every_sbjax_module_imports_alone_in_a_fresh_process():
+  """Each module is imported first, on its own, in a forked child of an interpreter that has
+  loaded only third-party packages (jax, flax, optax, orbax, ...), so an order-dependent
+  import cycle fails here even when the test suite's import order hides it."""
+  script = Path(__file__).with_name("_import_alone.py")
+  mods = [_module_name(p) for p in _py_files("sbjax")]
+  r = subprocess.run([sys.executable, str(script), str(ROOT), *mods], capture_output=True,
+                     text=True, timeout=600, cwd=ROOT)
+  assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+  assert f"imported {len(mods)} modules alone" in r.stdout
+
+
+def _too_long(paths) -> tuple[list[str], list[str]]:
+  files, funcs = [], []
+  for p in paths:
+    src = p.read_text()
+    n = len(src.splitlines())
+    if n > MAX_FILE_LINES:
+      files.append(f"{p.relative_to(ROOT)}: {n} lines")
+    for node in ast.walk(ast.parse(src)):
+      if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        length = node.end_lineno - node.lineno + 1
+        if length > MAX_FUNCTION_LINES:
+          funcs.append(f"{p.relative_to(ROOT)}:{node.lineno} {node.name}: {length} lines")
+  return files, funcs
+
+
+def test_no_file_over_400_lines_and_no_function_over_80():
+  files, funcs = _too_long(_py_files("sbjax", "experiments"))
+  assert files == [], files
+  assert funcs == [], funcs
+
+
+def test_imports_at_the_top_of_files():
+  """A function-local import needs a ``deferred:`` comment saying why (e.g. JAX must start
+  after absl flag parsing or jax.distributed.initialize)."""
+  bad = []
+  for p in _py_files("sbjax", "experiments"):
+    lines = p.read_text().splitlines()
+    for node in ast.walk(ast.parse("\n".join(lines))):
+      if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        for sub in ast.walk(node):
+          if isinstance(sub, (ast.Import, ast.ImportFrom)):
+            if "deferred:" not in lines[sub.lineno - 1]:
+              bad.append(f"{p.relative_to(ROOT)}:{sub.lineno}: {lines[sub.lineno - 1].strip()}")
+  assert bad == [], "\n".join(bad)
+
+
+HEAD_SWITCH = re.compile(r"cfg\.head ==|\.head == \"|\.head == '|\.head in \(|\.head != ")
+
+
+def test_no_head_switch_outside_the_registry():
+  """``grep -rn 'cfg.head ==\\|.head == "' sbjax experiments`` finds nothing outside the
+  head registry (``sbjax/heads/``): every other module asks the registry."""
+  hits = []
+  for p in _py_files("sbjax", "experiments"):
+    if "heads" in p.relative_to(ROOT).parts[:2]:
+      continue
+    for i, line in enumerate(p.read_text().splitlines(), 1):
+      if HEAD_SWITCH.search(line):
+        hits.append(f"{p.relative_to(ROOT)}:{i}: {line.strip()}")
+  assert hits == [], "\n".join(hits)
