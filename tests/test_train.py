@@ -103,18 +103,19 @@ def test_stop_and_resume_equals_uninterrupted_run_bitwise(tmp_path, tiny_ds):
 
 
 def test_nan_loss_stops_with_step_and_keeps_last_good_checkpoint(tmp_path, tiny_ds):
-  cfg = tiny_cfg(steps=12, nan_at_step=5, log_every=1)
+  cfg = tiny_cfg(steps=12, log_every=1)
   with pytest.raises(NonFiniteLossError, match=r"non-finite loss or gradient .* at step 5;") as e:
-    train(cfg, tmp_path, dataset=tiny_ds, quiet=True)
+    train(cfg, tmp_path, dataset=tiny_ds, quiet=True, nan_at_step=5)
   assert "last good checkpoint is step 4" in str(e.value)
+  assert "nan_at_step" not in (tmp_path / "config.json").read_text()  # a hook, not config
   assert ckpt.list_steps(tmp_path) == [0, 1, 2, 4]
   _, params, _ = ckpt.load_params(tmp_path, 4)
   assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(params))
 
 
 def test_skip_nonfinite_steps_skips_and_finishes(tmp_path, tiny_ds):
-  cfg = tiny_cfg(steps=10, nan_at_step=5, log_every=1, skip_nonfinite_steps=2)
-  out = train(cfg, tmp_path, dataset=tiny_ds, quiet=True)
+  cfg = tiny_cfg(steps=10, log_every=1, skip_nonfinite_steps=2)
+  out = train(cfg, tmp_path, dataset=tiny_ds, quiet=True, nan_at_step=5)
   assert out["skipped_steps"] == 1 and out["step"] == 10
   assert np.isfinite(out["eval_loss"])
 

@@ -1,7 +1,8 @@
 """Population training: N models that differ in seed (and optionally learning rate),
-trained in ONE jitted step vmapped over a leading member axis.
+trained in ONE jitted step vmapped over a leading member axis: a composition of
+``sbjax.train.loop.run_loop`` and its hooks, as ``sbjax.train.train``.
 
-    from sbjax.population import train_population
+    from sbjax.train.population import train_population
     train_population(cfg, "runs/pop", seeds=[0, 1, 2])            # 3 seeds
     train_population(cfg, "runs/pop", lrs=[1e-3, 3e-3])           # seeds cfg.train.seed + i
 
@@ -36,9 +37,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import math
-import sys
-import time
+import types
 from pathlib import Path
 
 import jax
@@ -48,10 +47,16 @@ import optax
 
 from sbjax import checkpoint as ckpt
 from sbjax import sharding as shd
-from sbjax import train as train_lib
 from sbjax.config import Config
 from sbjax.model import Model
 from sbjax.optim import lr_schedule, make_optimizer
+from sbjax.train import hooks as H
+from sbjax.train.loop import Schedule, run_loop
+from sbjax.train.single import make_dataset_for
+from sbjax.train.step import (TrainState, evaluate_members, make_eval_step, make_train_step,
+                              members_finite, state_step)
+from sbjax.train.workdir import (clean_for_resume, prepare_workdir, resolve_vocab,
+                                 summary_from_metrics)
 
 log = logging.getLogger("sbjax")
 
@@ -96,14 +101,14 @@ def _scaled_tx(tx, scale):
   return optax.GradientTransformation(tx.init, update)
 
 
-def make_population_step(model: Model, tx, tc, scaled: bool):
+def make_population_step(model: Model, tx, tc, scaled: bool, nan_at_step: int = -1):
   """(params_N, opt_N, batch, step, scale_N) -> (params_N, opt_N, metrics_N):
   ``sbjax.train.make_train_step`` vmapped over the member axis, batch shared."""
 
   def member_step(params, opt_state, batch, step_idx, scale):
     tx_m = _scaled_tx(tx, scale) if scaled else tx
-    step = train_lib.make_train_step(model, tx_m, tc.grad_accum, tc.skip_nonfinite_steps > 0,
-                                     tc.nan_at_step)
+    step = make_train_step(model, tx_m, tc.grad_accum, tc.skip_nonfinite_steps > 0,
+                           nan_at_step=nan_at_step)
     return step(params, opt_state, batch, step_idx)
 
   return jax.vmap(member_step, in_axes=(0, 0, None, None, 0))
@@ -130,190 +135,138 @@ def _restore_members(dirs, abstract_params, abstract_opt):
                    "use a new --workdir")
 
 
+def _prepare(cfg: Config, workdir: Path, members, dirs, is_main: bool) -> None:
+  for d, mcfg in zip(dirs, members):
+    prepare_workdir(d, mcfg, is_main)
+  if is_main:
+    (workdir / "population.json").write_text(json.dumps(
+        {"members": [{"dir": d.name, "seed": m.train.seed, "lr": m.train.lr}
+                     for d, m in zip(dirs, members)]}, indent=2))
+
+
+def _build(cfg: Config, mesh, members, nan_at_step: int) -> types.SimpleNamespace:
+  """Model, stacked shardings and jitted functions of a population (under ``set_mesh``)."""
+  tc, mc, n = cfg.train, cfg.model, len(members)
+  model = Model(mc)
+  abstract = model.abstract_params(tc.seq_len)
+  tx = make_optimizer(tc, mc, abstract)  # shared; per-member lr by update scaling
+  abstract_opt = jax.eval_shape(tx.init, abstract)
+  stacked = lambda t: jax.tree.map(  # noqa: E731
+      lambda x: jax.ShapeDtypeStruct((n,) + x.shape, x.dtype), t)
+  p_sh = shd.tree_shardings(stacked(abstract), mesh, leading=1)
+  o_sh = shd.tree_shardings(stacked(abstract_opt), mesh, leading=1)
+  p_sh1, o_sh1 = shd.tree_shardings(abstract, mesh), shd.tree_shardings(abstract_opt, mesh)
+  batch_sh, repl = shd.batch_sharding(mesh), shd.replicated(mesh)
+  scales = np.asarray([m.train.lr / tc.lr for m in members], np.float32)
+  state_sh = TrainState(repl, p_sh, o_sh)
+  step = jax.jit(state_step(make_population_step(model, tx, tc, bool(np.any(scales != 1.0)),
+                                                 nan_at_step)),
+                 in_shardings=(state_sh, batch_sh, repl), out_shardings=(state_sh, repl),
+                 donate_argnums=(0,))
+  scales_dev = jax.device_put(scales, repl)
+  return types.SimpleNamespace(
+      model=model, abstract=abstract, abstract_opt=abstract_opt, p_sh=p_sh, o_sh=o_sh,
+      p_sh1=p_sh1, o_sh1=o_sh1, repl=repl,
+      init=jax.jit(jax.vmap(lambda k: model.init(k, 1, tc.seq_len)), out_shardings=p_sh),
+      opt_init=jax.jit(jax.vmap(tx.init), out_shardings=o_sh),
+      step=lambda state, batch: step(state, batch, scales_dev),
+      eval=jax.jit(jax.vmap(make_eval_step(model), in_axes=(0, None)),
+                   in_shardings=(p_sh, batch_sh), out_shardings=repl),
+      take=jax.jit(lambda p, o, i: jax.tree.map(lambda x: x[i], (p, o)),
+                   out_shardings=(p_sh1, o_sh1)),
+      finite=members_finite(n),
+      lrs=[jax.jit(lr_schedule(m.train)) for m in members])  # as train() logs it
+
+
+def _start(members, dirs, fns, quiet: bool, workdir: Path):
+  """(TrainState, skipped per member, restored?) at the newest common step, or fresh."""
+  restored = _restore_members(dirs, ckpt.abstract_with_shardings(fns.abstract, fns.p_sh1),
+                              ckpt.abstract_with_shardings(fns.abstract_opt, fns.o_sh1))
+  if restored is None:
+    keys = jax.vmap(jax.random.key)(jnp.asarray([m.train.seed for m in members], jnp.uint32))
+    params = fns.init(keys)
+    state = TrainState(jax.device_put(np.int32(0), fns.repl), params, fns.opt_init(params))
+    return state, [0] * len(members), False
+  start, ps, os_, metas = restored
+  if not quiet:
+    log.info("resuming population %s (%d members) from step %d", workdir, len(members), start)
+  state = TrainState(jax.device_put(np.int32(start), fns.repl),
+                     jax.device_put(_stack(ps), fns.p_sh), jax.device_put(_stack(os_), fns.o_sh))
+  return state, [int(m.get("skipped_steps", 0)) for m in metas], True
+
+
+def _hooks(cfg, members, dirs, fns, mngrs, ledger, eval_batches, name: str, quiet: bool,
+           tensorboard: bool):
+  tc, n = cfg.train, len(members)
+  records = H.Records(dirs, enabled=jax.process_index() == 0, tensorboard=tensorboard)
+
+  def stop(j, i, m):
+    return (f"member {j} (seed {members[j].train.seed}, lr {members[j].train.lr}): non-finite "
+            f"loss or gradient (loss={float(m['loss'])}) at step {i}; training stopped. The last "
+            f"good checkpoint is step {ledger.last_saved[j]} in {dirs[j]}.")
+
+  def meta(j, step):
+    return {"step": step, "data_position": step, "data_seed": tc.data_seed,
+            "seed": members[j].train.seed, "skipped_steps": ledger.skipped[j]}
+
+  def split(state):
+    return (fns.take(state.params, state.opt_state, np.int32(j)) for j in range(n))
+
+  tokens = tc.batch_size * tc.seq_len
+  hooks = [H.NanPolicy(tc.skip_nonfinite_steps, ledger, stop, prefix=lambda j: f"member {j}: "),
+           H.TrainLog(records, tc.log_every, fns.lrs, tokens)]
+  if not quiet:
+    hooks.append(H.Progress(name, tc.steps, tc.log_every, tokens_per_step=tokens * n))
+  ev = H.Evaluate(lambda p: evaluate_members(fns.eval, p, eval_batches), records, n)
+  hooks += [ev, H.Checkpoint(mngrs, ledger, fns.finite, split, meta, members=True), records]
+  return hooks, ev
+
+
 def train_population(cfg: Config, workdir, *, n: int | None = None, seeds=None, lrs=None,
                      dataset=None, stop_after: int | None = None, mesh=None,
-                     quiet: bool = False) -> list[dict]:
-  """Train (or resume) a population in ``workdir``; one summary dict per member."""
-  from sbjax.data import make_dataset  # noqa: PLC0415 - as in sbjax.train
-
+                     quiet: bool = False, tensorboard: bool = True,
+                     nan_at_step: int = -1) -> list[dict]:
+  """Train (or resume) a population in ``workdir``; one summary dict per member.
+  ``nan_at_step`` is the test hook of ``sbjax.train.train``."""
   workdir = Path(workdir)
   is_main = jax.process_index() == 0
   tc = cfg.train
   if tc.freeze_trunk or tc.init_from:
     raise ValueError("population mode does not support train.freeze_trunk / train.init_from; "
                      "train the members as separate runs")
-  if dataset is None:
-    dataset = make_dataset(cfg.data, seq_len=tc.seq_len, global_batch_size=tc.batch_size,
-                           seed=tc.data_seed, workdir=str(workdir))
-  cfg = train_lib.resolve_vocab(cfg, dataset.vocab_size)
+  dataset = dataset if dataset is not None else make_dataset_for(cfg, workdir)
+  cfg = resolve_vocab(cfg, dataset.vocab_size)
   members = member_configs(cfg, n, seeds, lrs)
   n = len(members)
   dirs = [member_dir(workdir, i) for i in range(n)]
-  mc = cfg.model
-  for d, mcfg in zip(dirs, members):
-    d.mkdir(parents=True, exist_ok=True)
-    train_lib.check_workdir_config(d, mcfg)
-    if is_main and not (d / "config.json").exists():
-      tmp = d / "config.json.tmp"
-      tmp.write_text(json.dumps(mcfg.to_dict(), indent=2))
-      tmp.replace(d / "config.json")
-  if is_main:
-    (workdir / "population.json").write_text(json.dumps(
-        {"members": [{"dir": d.name, "seed": m.train.seed, "lr": m.train.lr}
-                     for d, m in zip(dirs, members)]}, indent=2))
-
+  _prepare(cfg, workdir, members, dirs, is_main)
   mesh = mesh if mesh is not None else shd.make_mesh(cfg.mesh)
-  shd.check_divisible(mc, mesh, tc.batch_size, tc.grad_accum)
-  model = Model(mc)
-  abstract = model.abstract_params(tc.seq_len)
-  tx = make_optimizer(tc, mc, abstract)  # shared; per-member lr by update scaling
-  abstract_opt = jax.eval_shape(tx.init, abstract)
-  p_sh1, o_sh1 = shd.tree_shardings(abstract, mesh), shd.tree_shardings(abstract_opt, mesh)
-  stacked = lambda t: jax.tree.map(  # noqa: E731
-      lambda x: jax.ShapeDtypeStruct((n,) + x.shape, x.dtype), t)
-  p_sh = shd.tree_shardings(stacked(abstract), mesh, leading=1)
-  o_sh = shd.tree_shardings(stacked(abstract_opt), mesh, leading=1)
-  batch_sh, repl = shd.batch_sharding(mesh), shd.replicated(mesh)
-  scales = np.asarray([m.train.lr / tc.lr for m in members], np.float32)
-  scaled = bool(np.any(scales != 1.0))
-  schedules = [jax.jit(lr_schedule(m.train)) for m in members]  # as train() logs it
-
+  shd.check_divisible(cfg.model, mesh, tc.batch_size, tc.grad_accum)
   with jax.set_mesh(mesh):
-    init_fn = jax.jit(jax.vmap(lambda k: model.init(k, 1, tc.seq_len)), out_shardings=p_sh)
-    opt_init = jax.jit(jax.vmap(tx.init), out_shardings=o_sh)
-    step_fn = jax.jit(make_population_step(model, tx, tc, scaled),
-                      in_shardings=(p_sh, o_sh, batch_sh, repl, repl),
-                      out_shardings=(p_sh, o_sh, repl), donate_argnums=(0, 1))
-    eval_fn = jax.jit(jax.vmap(train_lib.make_eval_step(model), in_axes=(0, None)),
-                      in_shardings=(p_sh, batch_sh), out_shardings=repl)
-    take = jax.jit(lambda p, o, i: jax.tree.map(lambda x: x[i], (p, o)),
-                   out_shardings=(p_sh1, o_sh1))
-    all_finite = jax.jit(lambda t: jnp.stack(  # per member: (N,) bool
-        [jnp.all(jnp.isfinite(x.reshape(n, -1)), axis=1) for x in jax.tree.leaves(t)]).all(0))
-
+    fns = _build(cfg, mesh, members, nan_at_step)
     mngrs = [ckpt.make_manager(d, m.train, async_save=tc.async_checkpoint)
              for d, m in zip(dirs, members)]
     if is_main:
       for d in dirs:
-        for name in ckpt.cleanup_tmp(d):
-          log.warning("moved aside an unfinished checkpoint save: %s/%s", d.name, name)
-        train_lib.repair_jsonl(d / "metrics.jsonl")  # a line cut by a kill, as in sbjax.train
-    restored = _restore_members(dirs, ckpt.abstract_with_shardings(abstract, p_sh1),
-                                ckpt.abstract_with_shardings(abstract_opt, o_sh1))
-    if restored is not None:
-      start, ps, os_, metas = restored
-      for mg in mngrs:
-        mg.reload()
-      params = jax.device_put(_stack(ps), p_sh)
-      opt_state = jax.device_put(_stack(os_), o_sh)
-      skipped = [int(m.get("skipped_steps", 0)) for m in metas]
-      if not quiet:
-        log.info("resuming population %s (%d members) from step %d", workdir, n, start)
-    else:
-      start = 0
-      keys = jax.vmap(jax.random.key)(jnp.asarray([m.train.seed for m in members], jnp.uint32))
-      params = init_fn(keys)
-      opt_state = opt_init(params)
-      skipped = [0] * n
-
-    eval_batches = [shd.global_batch(b, mesh) for b in dataset.eval_batches(tc.eval_batches)]
-    tokens_per_step = tc.batch_size * tc.seq_len
-    end = tc.steps if stop_after is None else min(tc.steps, stop_after)
-    ckpt_steps = set(ckpt.checkpoint_steps(tc))
-    last_saved = [start if restored is not None else None] * n
-
-    def evaluate(params):
-      outs = [eval_fn(params, b) for b in eval_batches]
-      loss = np.mean([np.asarray(o["loss"], np.float64) for o in outs], axis=0)
-      acc = np.mean([np.asarray(o["acc"], np.float64) for o in outs], axis=0)
-      return [{"eval_loss": float(loss[i]), "eval_acc": float(acc[i])} for i in range(n)]
-
-    def save_at(step, params, opt_state):
-      if step not in ckpt_steps:
-        return
-      finite = np.asarray(all_finite(params))
-      bad = [i for i in range(n) if not finite[i]]
-      if bad:
-        raise train_lib.NonFiniteLossError(
-            f"parameters of members {bad} became non-finite before step {step}; not saving. "
-            f"Last good checkpoints: {[last_saved[i] for i in bad]}.")
-      for i, m in enumerate(members):
-        p_i, o_i = take(params, opt_state, np.int32(i))
-        meta = {"step": step, "data_position": step, "data_seed": tc.data_seed,
-                "seed": m.train.seed, "skipped_steps": skipped[i]}
-        ckpt.save(mngrs[i], step, p_i, o_i, meta)
-        last_saved[i] = step
-
-    summaries = [{"start_step": start} for _ in range(n)]
-    # As in sbjax.train: an eval record is written before the checkpoint of the same step, so
-    # a run killed in between redoes both instead of resuming past an unlogged eval.
-    if restored is None:
-      recs = evaluate(params)  # a collective: every process runs it, process 0 writes
-      if is_main:
-        for i, rec in enumerate(recs):
-          train_lib._append_jsonl(dirs[i] / "metrics.jsonl", {"step": 0, **rec})  # noqa: SLF001
-      save_at(0, params, opt_state)
-
-    t_last, tok_last, t0 = time.perf_counter(), 0, time.perf_counter()
-
-    def drain(pending):
-      nonlocal t_last, tok_last
-      i, m = pending
-      loss, ok = np.asarray(m["loss"]), np.asarray(m["ok"])
-      acc, gnorm = np.asarray(m["acc"]), np.asarray(m["grad_norm"])
-      for j in range(n):
-        if not ok[j] or not math.isfinite(float(loss[j])):
-          if tc.skip_nonfinite_steps > 0 and skipped[j] < tc.skip_nonfinite_steps:
-            skipped[j] += 1
-            log.warning("member %d: non-finite loss or update at step %d: skipped (%d/%d)", j, i,
-                        skipped[j], tc.skip_nonfinite_steps)
-            continue
-          raise train_lib.NonFiniteLossError(
-              f"member {j} (seed {members[j].train.seed}, lr {members[j].train.lr}): non-finite "
-              f"loss or gradient (loss={float(loss[j])}) at step {i}; training stopped. The last "
-              f"good checkpoint is step {last_saved[j]} in {dirs[j]}.")
-      tok_last += tokens_per_step
-      if is_main and (i % tc.log_every == 0 or i == end - 1):
-        now = time.perf_counter()
-        tps = tok_last * n / max(now - t_last, 1e-9)
-        t_last, tok_last = now, 0
-        for j in range(n):
-          rec = {"step": i, "loss": float(loss[j]), "acc": float(acc[j]),
-                 "grad_norm": float(gnorm[j]), "lr": float(schedules[j](i)),
-                 "tokens_per_sec": tps / n}
-          train_lib._append_jsonl(dirs[j] / "metrics.jsonl", rec)  # noqa: SLF001
-        if not quiet:
-          eta = (now - t0) / max(i + 1 - start, 1) * (end - i - 1)
-          sys.stderr.write(f"\r[{workdir.name} x{n}] step {i + 1}/{tc.steps} loss "
-                           f"{float(loss.mean()):.4f} (mean) {tps:,.0f} tok/s ETA "
-                           f"{train_lib._fmt_time(eta)}   ")  # noqa: SLF001
-          sys.stderr.flush()
-
-    scales_dev = jax.device_put(scales, repl)
-    state = [params, opt_state]
-
-    def run_step(batch, i):
-      state[0], state[1], m = step_fn(state[0], state[1], batch, np.int32(i), scales_dev)
-      return m
-
-    def at_boundary(s, do_eval):
-      if do_eval:
-        for j, rec in enumerate(evaluate(state[0])):  # collective, as above
-          if is_main:
-            train_lib._append_jsonl(dirs[j] / "metrics.jsonl", {"step": s, **rec})  # noqa: SLF001
-          summaries[j].update({"step": s, **rec})
-      save_at(s, *state)
-
-    train_lib.step_loop(dataset, mesh, tc, start, end, run_step, drain, at_boundary)
+        clean_for_resume(d, prefix=f"{d.name}/")
+    state, skipped, restored = _start(members, dirs, fns, quiet, workdir)
     for mg in mngrs:
-      mg.wait_until_finished()
-      mg.close()
-  if not quiet:
-    sys.stderr.write("\n")
-  n_params = model.param_count(abstract)
+      mg.reload()
+    start = int(state.step)
+    end = tc.steps if stop_after is None else min(tc.steps, stop_after)
+    ledger = H.Ledger(n, skipped, start if restored else None)
+    eval_batches = [shd.global_batch(b, mesh) for b in dataset.eval_batches(tc.eval_batches)]
+    hooks, ev = _hooks(cfg, members, dirs, fns, mngrs, ledger, eval_batches,
+                       f"{workdir.name} x{n}", quiet, tensorboard)
+    schedule = Schedule(frozenset(ckpt.checkpoint_steps(tc)), tc.eval_every, tc.steps,
+                        at_start=not restored)
+    run_loop(state, fns.step, lambda i: shd.global_batch(dataset.train_batch(i), mesh), start,
+             end, hooks, schedule)
+  n_params = fns.model.param_count(fns.abstract)
+  out = []
   for j, d in enumerate(dirs):
-    summaries[j].update({"step": end, "workdir": str(d), "skipped_steps": skipped[j],
-                         "n_params": n_params, "seed": members[j].train.seed,
-                         "lr": members[j].train.lr})
-    train_lib.summary_from_metrics(d, summaries[j])
-  return summaries
+    s = {"start_step": start, **(ev.last[j] if ev.last[j].get("step", 0) > 0 else {}),
+         "step": end, "workdir": str(d), "skipped_steps": ledger.skipped[j],
+         "n_params": n_params, "seed": members[j].train.seed, "lr": members[j].train.lr}
+    out.append(summary_from_metrics(d, s))
+  return out
