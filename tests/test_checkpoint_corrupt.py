@@ -42,12 +42,12 @@ def ds():
 
 
 @pytest.fixture(scope="module")
-def ref(tmp_path_factory, ds):
-  """An undamaged run (the reference), kept read-only by the tests (they copy it)."""
-  wd = tmp_path_factory.mktemp("ref") / "run"
-  train(tiny_cfg(), wd, dataset=ds, quiet=True)
-  assert ckpt.list_steps(wd) == ALL
-  return wd
+def ref(tiny_run):
+  """An undamaged run (the reference): the session's shared run (tests/conftest.py), of
+  this file's config; kept read-only by the tests (they copy it)."""
+  assert ckpt.load_config(tiny_run) == tiny_cfg()
+  assert ckpt.list_steps(tiny_run) == ALL
+  return tiny_run
 
 
 def _files(root: Path) -> dict:

@@ -84,22 +84,23 @@ def _losses(workdir):
   return {r["step"]: r["loss"] for r in read_metrics(workdir) if "loss" in r}
 
 
-def test_stop_and_resume_equals_uninterrupted_run_bitwise(tmp_path, tiny_ds):
+def test_stop_and_resume_equals_uninterrupted_run_bitwise(tmp_path, tiny_ds, tiny_run):
   cfg = tiny_cfg(steps=24, log_every=1, eval_every=12, ckpt_every=12)
-  full = train(cfg, tmp_path / "full", dataset=tiny_ds, quiet=True)
+  full = tiny_run  # the session's shared uninterrupted run of this config (tests/conftest.py)
+  assert ckpt.load_config(full) == cfg
   part = train(cfg, tmp_path / "part", dataset=tiny_ds, stop_after=10, quiet=True)
   assert part["step"] == 10
   assert max(ckpt.list_steps(tmp_path / "part")) == 8  # log-spaced: 0,1,2,4,8
   resumed = train(cfg, tmp_path / "part", dataset=tiny_ds, quiet=True)
   assert resumed["start_step"] == 8
-  a, b = _losses(tmp_path / "full"), _losses(tmp_path / "part")
+  a, b = _losses(full), _losses(tmp_path / "part")
   assert sorted(a) == list(range(24)) and sorted(b) == sorted(a)
   assert all(a[s] == b[s] for s in a), "resumed losses differ from the uninterrupted run"
-  _, pa, _ = ckpt.load_params(tmp_path / "full", 24)
+  _, pa, _ = ckpt.load_params(full, 24)
   _, pb, _ = ckpt.load_params(tmp_path / "part", 24)
   for x, y in zip(jax.tree.leaves(pa), jax.tree.leaves(pb)):
     np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
-  assert ckpt.list_steps(tmp_path / "full") == [0, 1, 2, 4, 8, 12, 16, 24]
+  assert ckpt.list_steps(full) == [0, 1, 2, 4, 8, 12, 16, 24]
 
 
 def test_nan_loss_stops_with_step_and_keeps_last_good_checkpoint(tmp_path, tiny_ds):
@@ -184,10 +185,19 @@ def test_seq_len_longer_than_max_len_is_refused():
 def test_cli_tiny_run_writes_metrics_and_log_spaced_checkpoints(tmp_path):
   wd = tmp_path / "w"
   env = dict(os.environ, JAX_PLATFORMS="cpu")
-  r = subprocess.run([sys.executable, "-m", "experiments.train", "--config=tiny",
-                      f"--workdir={wd}", "--config.train.steps=50"],
-                     cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
-  assert r.returncode == 0, r.stderr[-2000:]
+  with open(tmp_path / "stderr.log", "w") as err:  # as `... 2>stderr.log`: not a terminal
+    r = subprocess.run([sys.executable, "-m", "experiments.train", "--config=tiny",
+                        f"--workdir={wd}", "--config.train.steps=50"],
+                       cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=err, text=True,
+                       timeout=240)
+  stderr = (tmp_path / "stderr.log").read_text()
+  assert r.returncode == 0, stderr[-2000:]
+  # progress as plain log lines (no carriage returns): the first step and the last, with the
+  # rate and ETA measured after compilation
+  assert "\r" not in stderr
+  progress = [ln for ln in stderr.splitlines() if ln.startswith("[w] step ")]
+  assert progress[0].startswith("[w] step 1/50 loss ") and "(compiled)" in progress[0]
+  assert progress[-1].startswith("[w] step 50/50 loss ") and " tok/s ETA 0m00s" in progress[-1]
   summary = json.loads(r.stdout.strip().splitlines()[-1])
   assert summary["step"] == 50
   recs = read_metrics(wd)
