@@ -121,14 +121,13 @@ def test_skip_nonfinite_steps_skips_and_finishes(tmp_path, tiny_ds):
   assert np.isfinite(out["eval_loss"])
 
 
-def test_frozen_trunk_trains_only_the_head(tmp_path, tiny_ds):
-  base = tiny_cfg(steps=8)
-  train(base, tmp_path / "trunk", dataset=tiny_ds, quiet=True)
+def test_frozen_trunk_trains_only_the_head(tmp_path, tiny_ds, tiny_run):
+  base = tiny_cfg(steps=8)  # the trunk: the session's shared tiny run (same model)
   cfg = base.replace(
       model=dataclasses.replace(base.model, head="lowrank", head_rank=4),
-      train=dataclasses.replace(base.train, freeze_trunk=True, init_from=str(tmp_path / "trunk")))
+      train=dataclasses.replace(base.train, freeze_trunk=True, init_from=str(tiny_run)))
   train(cfg, tmp_path / "head", dataset=tiny_ds, quiet=True)
-  _, src, _ = ckpt.load_params(tmp_path / "trunk")
+  _, src, _ = ckpt.load_params(tiny_run)
   _, p0, _ = ckpt.load_params(tmp_path / "head", 0)
   _, p1, _ = ckpt.load_params(tmp_path / "head")
   for k in src:

@@ -215,7 +215,7 @@ def _hooks(cfg, members, dirs, fns, mngrs, ledger, eval_batches, name: str, quie
   tokens = tc.batch_size * tc.seq_len
   hooks = [H.NanPolicy(tc.skip_nonfinite_steps, ledger, stop, prefix=lambda j: f"member {j}: "),
            H.TrainLog(records, tc.log_every, fns.lrs, tokens)]
-  if not quiet:
+  if not quiet and records.enabled:  # process 0
     hooks.append(H.Progress(name, tc.steps, tc.log_every, tokens_per_step=tokens * n))
   ev = H.Evaluate(lambda p: evaluate_members(fns.eval, p, eval_batches), records, n)
   hooks += [ev, H.Checkpoint(mngrs, ledger, fns.finite, split, meta, members=True), records]

@@ -108,7 +108,7 @@ def _hooks(cfg: Config, workdir: Path, fns, mngr, ledger, eval_batches, *, end, 
   tokens = tc.batch_size * tc.seq_len
   hooks = [H.NanPolicy(tc.skip_nonfinite_steps, ledger, stop),
            H.TrainLog(records, tc.log_every, [fns.lr], tokens)]
-  if not quiet:
+  if not quiet and records.enabled:  # process 0
     hooks.append(H.Progress(workdir.name, tc.steps, tc.log_every, tokens_per_step=tokens))
   ev = H.Evaluate(lambda p: [evaluate(fns.eval, p, eval_batches)], records, 1)
   hooks += [ev, H.Checkpoint([mngr], ledger, all_finite_jit,

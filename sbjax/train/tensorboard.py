@@ -7,7 +7,9 @@ on it; ``tensorboard --logdir WORKDIR`` shows the runs.
 
 from __future__ import annotations
 
+import itertools
 import logging
+import os
 import queue
 import threading
 from pathlib import Path
@@ -16,6 +18,7 @@ log = logging.getLogger("sbjax")
 
 TB_DIR = "tb"
 _FLUSH = object()
+_WRITERS = itertools.count()  # event file names: time and host, plus pid and this count
 
 
 def tb_dir(workdir) -> Path:
@@ -27,6 +30,7 @@ class TensorBoardMirror:
 
   def __init__(self, dirs):
     self._dirs = [Path(d) for d in dirs]
+    self._suffix = f".{os.getpid()}.{next(_WRITERS)}"  # a resume in the same second: a new file
     self._q: queue.SimpleQueue = queue.SimpleQueue()
     self._thread = threading.Thread(target=self._run, name="sbjax-tensorboard", daemon=True)
     self._thread.start()
@@ -46,8 +50,8 @@ class TensorBoardMirror:
     # installed (~4 s), which would otherwise delay every training process's start.
     try:
       import tensorboardX  # noqa: PLC0415
-      writers = [tensorboardX.SummaryWriter(logdir=str(tb_dir(d)), flush_secs=30)
-                 for d in self._dirs]
+      writers = [tensorboardX.SummaryWriter(logdir=str(tb_dir(d)), flush_secs=30,
+                                            filename_suffix=self._suffix) for d in self._dirs]
     except Exception as e:  # noqa: BLE001 - a mirror: training goes on without it
       log.warning("TensorBoard mirror disabled: %s: %s", type(e).__name__, e)
       while self._q.get() is not None:

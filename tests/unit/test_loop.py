@@ -132,3 +132,15 @@ def test_progress_lines_without_carriage_returns():
   assert [ln.split(" loss")[0] for ln in lines] == ["[run] step 1/6", "[run] step 3/6",
                                                    "[run] step 5/6", "[run] step 6/6"]
   assert "(compiled) ETA ?" in lines[0] and lines[-1].endswith("ETA 0m00s")
+
+
+def test_progress_bar_on_a_terminal_starts_after_the_first_step():
+  class Tty(io.StringIO):
+    def isatty(self):
+      return True
+
+  out = Tty()
+  p = H.Progress("run", 10, 2, stream=out)
+  _run(4, 10, Schedule(), lambda ev: [p])  # a resumed run: the bar starts at step 5 of 10
+  text = out.getvalue()
+  assert "\r" in text and "10/10" in text and "5/10" in text and "4/10" not in text
