@@ -8,6 +8,7 @@ snapshots), ``workdir`` (config.json checks, metrics.jsonl), ``single`` (``train
 grid's per-member data order and weight decay), ``done`` (the "already trained?" rule).
 """
 
+from sbjax.train.loop import Boundary, Hook, Schedule, run_loop
 from sbjax.train.single import make_dataset_for, train, train_once
 from sbjax.train.step import (TrainState, evaluate, make_eval_step, make_train_step,
                               state_step)
@@ -15,7 +16,8 @@ from sbjax.train.workdir import (RESUME_MUTABLE, ConfigMismatchError, NonFiniteL
                                  check_workdir_config, config_diff, init_trunk_from,
                                  read_metrics, repair_jsonl, resolve_vocab, summary_from_metrics)
 
-__all__ = ["train", "train_once", "make_dataset_for", "TrainState", "evaluate",
+__all__ = ["train", "train_once", "make_dataset_for", "run_loop", "Schedule", "Boundary", "Hook",
+           "TrainState", "evaluate",
            "make_eval_step", "make_train_step", "state_step", "RESUME_MUTABLE",
            "ConfigMismatchError", "NonFiniteLossError", "check_workdir_config", "config_diff",
            "init_trunk_from", "read_metrics", "repair_jsonl", "resolve_vocab",
