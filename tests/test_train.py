@@ -232,3 +232,14 @@ def test_saved_config_without_a_newer_field_still_resumes(tmp_path):
   (tmp_path / "config.json").write_text(json.dumps(saved))
   with pytest.raises(ConfigMismatchError, match=r"model\.d_model: saved 48 -> now 32"):
     check_workdir_config(tmp_path, cfg)
+
+
+def test_saved_config_with_the_removed_nan_hook_still_resumes(tmp_path):
+  """config.json files written while train.nan_at_step was a Config field (a test hook, now
+  a keyword of train()) still resume."""
+  from sbjax.train import check_workdir_config
+  cfg = presets.build(presets.load("tiny"))
+  saved = cfg.to_dict()
+  saved["train"]["nan_at_step"] = -1
+  (tmp_path / "config.json").write_text(json.dumps(saved))
+  check_workdir_config(tmp_path, cfg)  # no error

@@ -90,8 +90,9 @@ def _start(cfg: Config, workdir: Path, fns, quiet: bool, summary: dict):
   return TrainState(jax.device_put(np.int32(start), fns.repl), params, opt_state), meta, True
 
 
-def _hooks(cfg: Config, workdir: Path, fns, mngr, ledger, eval_batches, *, end, quiet,
-           tensorboard):
+def _hooks(cfg: Config, workdir: Path, fns, mngr, ledger, eval_batches, *, quiet: bool,
+           tensorboard: bool):
+  """NaN policy, train log, progress, evaluation, checkpoint, the records' sinks (in order)."""
   tc = cfg.train
   records = H.Records([workdir], enabled=jax.process_index() == 0, tensorboard=tensorboard)
 
@@ -142,7 +143,7 @@ def train(cfg: Config, workdir, *, dataset=None, stop_after: int | None = None,
     end = tc.steps if stop_after is None else min(tc.steps, stop_after)
     ledger = H.Ledger(1, [int(meta.get("skipped_steps", 0))], start if restored else None)
     eval_batches = [shd.global_batch(b, mesh) for b in dataset.eval_batches(tc.eval_batches)]
-    hooks, ev = _hooks(cfg, workdir, fns, mngr, ledger, eval_batches, end=end, quiet=quiet,
+    hooks, ev = _hooks(cfg, workdir, fns, mngr, ledger, eval_batches, quiet=quiet,
                        tensorboard=tensorboard)
     schedule = Schedule(frozenset(ckpt.checkpoint_steps(tc)), tc.eval_every, tc.steps,
                         at_start=not restored)
