@@ -64,7 +64,7 @@ def main(argv):
   host, n_hosts = _hosts()
   if n_hosts == 1:
     common.maybe_initialize_distributed()  # each run over all processes' devices
-  from sbjax import sweep  # noqa: PLC0415 - after jax.distributed.initialize
+  from sbjax import sweep  # noqa: PLC0415 - JAX must start after jax.distributed.initialize
 
   kill_at = None
   if KILL_AT.value:

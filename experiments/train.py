@@ -8,11 +8,13 @@ Rerunning the same command on an existing workdir continues from its latest
 checkpoint; the run may be killed at any moment (even mid-save) and the continued run
 equals an uninterrupted one bit for bit (tests/test_soak.py, benchmarks/soak.py).
 Unreadable checkpoints are moved to WORKDIR/checkpoints_bad/ with a warning naming the
-step; a workdir of another model configuration is refused with a diff. WORKDIR receives config.json, metrics.jsonl, checkpoints/ and the
-tokenizer where one was trained.
+step; a workdir of another model configuration is refused with a diff. WORKDIR receives
+config.json, metrics.jsonl, its TensorBoard mirror tb/, checkpoints/ and the tokenizer
+where one was trained. Progress goes to stderr: a bar on a terminal, log lines when
+stderr is a file.
 
 ``--population=N`` (optionally ``--population_lrs=a,b,..`` / ``--population_seeds=..``)
-trains N members in one vmapped step into WORKDIR/member_<i> (sbjax/population.py).
+trains N members in one vmapped step into WORKDIR/member_<i> (sbjax/train/population.py).
 Multi-process: ``--coordinator_address=host:port --num_processes=N --process_id=i``
 (on TPU VMs jax.distributed is initialised from the environment).
 """
@@ -33,7 +35,7 @@ WORKDIR = flags.DEFINE_string("workdir", None, "run directory (created if missin
 STOP_AFTER = flags.DEFINE_integer("stop_after", None, "stop at this step (the run can be resumed)")
 POPULATION = flags.DEFINE_integer(
     "population", 0, "train N models differing in seed (train.seed + i) in one vmapped jit step; "
-    "each member is a normal workdir WORKDIR/member_<i> (see sbjax/population.py)")
+    "each member is a normal workdir WORKDIR/member_<i> (see sbjax/train/population.py)")
 POP_LRS = flags.DEFINE_list("population_lrs", None, "per-member peak learning rates (N values)")
 POP_SEEDS = flags.DEFINE_list("population_seeds", None, "per-member init seeds (N values)")
 common.define_distributed_flags()
@@ -42,12 +44,12 @@ common.define_distributed_flags()
 def main(argv):
   del argv
   common.maybe_initialize_distributed()
-  from sbjax import train as train_lib  # after jax.distributed.initialize
+  # deferred: JAX must start after jax.distributed.initialize
+  from sbjax import train as train_lib  # noqa: PLC0415
+  from sbjax.train import population  # noqa: PLC0415
 
   cfg = presets.build(CONFIG.value)
   if POPULATION.value or POP_LRS.value or POP_SEEDS.value:
-    from sbjax import population  # noqa: PLC0415
-
     try:
       lrs = [float(x) for x in POP_LRS.value] if POP_LRS.value else None
       seeds = [int(x) for x in POP_SEEDS.value] if POP_SEEDS.value else None

@@ -227,7 +227,6 @@ class TrainConfig:
   init_from: str = ""  # a workdir whose latest (or init_step) params initialise the trunk
   init_step: int = -1
   skip_nonfinite_steps: int = 0
-  nan_at_step: int = -1  # test hook: make the gradients infinite at this step (a bad batch)
 
   def __post_init__(self):
     for f in ("steps", "batch_size", "seq_len", "grad_accum", "eval_every", "log_every",

@@ -29,10 +29,10 @@ Execution (``run_sweep``): runs go sequentially; with ``num_hosts > 1`` host ``h
 runs the runs with ``index % num_hosts == h`` (independent runs per host, no
 ``jax.distributed``). Under ``jax.distributed`` (a pod running each run over all its
 chips) every process iterates all runs together and process 0 writes the files.
-A run is finished when ``<workdir>/DONE`` exists or its newest checkpoint is its
-``train.steps``: it is *skipped*. A run with checkpoints short of that is *resumed*
-(``sbjax.train.train`` continues from the newest checkpoint); otherwise it is *new*.
-A run that raises is recorded as *failed* with its error and the sweep goes on.
+A run is finished when ``<workdir>/DONE`` exists (``sbjax.train.done``) or its newest
+checkpoint is its ``train.steps``: it is *skipped*. A run with checkpoints short of that
+is *resumed* (``sbjax.train.train`` continues from its newest checkpoint); otherwise it
+is *new*. A run that raises is recorded as *failed* and the sweep goes on.
 
 Outputs in SWEEP_DIR: ``index.json`` and ``index.csv`` (one row per run: name,
 status, this invocation's action, the swept keys' values, steps, final loss,
@@ -57,12 +57,19 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+import jax
+
+from sbjax import checkpoint as ckpt
 from sbjax import presets
 from sbjax.config import Config
+from sbjax.train import make_dataset_for, summary_from_metrics, train
+from sbjax.train.done import DONE, finished, mark_finished
+from sbjax.train.workdir import append_jsonl
 
 log = logging.getLogger("sbjax")
 
 GRID_KEYS = {"name", "base", "overrides", "grid", "runs"}
+SWEEP_LOG = "sweep_log.jsonl"
 INDEX_FIELDS = ["name", "status", "action", "host", "steps", "loss", "eval_loss", "eval_acc",
                 "n_params", "workdir", "error"]
 
@@ -78,15 +85,14 @@ class Run:
 # ----------------------------------------------------------------------------- grid
 
 
-def _flatten(d: dict, prefix: str = "") -> dict:
+def _flatten(d: dict) -> dict:
+  """Nested sections ({"model": {"head": ..}}) as dotted keys; other keys as they are."""
   out = {}
   for k, v in d.items():
-    key = f"{prefix}{k}"
-    if isinstance(v, dict) and "." not in k and prefix == "" and k in ("model", "data", "train",
-                                                                       "mesh"):
-      out.update(_flatten(v, key + "."))
+    if isinstance(v, dict) and k in ("model", "data", "train", "mesh"):
+      out.update({f"{k}.{kk}": vv for kk, vv in v.items()})
     else:
-      out[key] = v
+      out[k] = v
   return out
 
 
@@ -227,15 +233,13 @@ def swept_keys(runs: list[Run]) -> list[str]:
 
 
 def _latest_step(workdir: Path) -> int | None:
-  from sbjax import checkpoint as ckpt  # noqa: PLC0415 - jax-free import of this module
-
   steps = ckpt.list_steps(workdir)
   return steps[-1] if steps else None
 
 
 def run_state(workdir: Path, steps: int) -> str:
   """'done' | 'partial' | 'new' from the run directory."""
-  if (workdir / "DONE").exists():
+  if (workdir / DONE).exists():
     return "done"
   last = _latest_step(workdir)
   if last is not None and last >= steps:
@@ -243,16 +247,9 @@ def run_state(workdir: Path, steps: int) -> str:
   return "partial" if last is not None else "new"
 
 
-def _read_json(path: Path) -> dict:
-  try:
-    return json.loads(path.read_text())
-  except (OSError, ValueError):
-    return {}
-
-
 def _log_actions(sweep_dir: Path) -> dict[str, dict]:
   out: dict[str, dict] = {}
-  path = sweep_dir / "sweep_log.jsonl"
+  path = sweep_dir / SWEEP_LOG
   if path.exists():
     for line in path.read_text().splitlines():
       try:
@@ -263,14 +260,7 @@ def _log_actions(sweep_dir: Path) -> dict[str, dict]:
   return out
 
 
-def _append_log(sweep_dir: Path, rec: dict) -> None:
-  with open(sweep_dir / "sweep_log.jsonl", "a") as f:
-    f.write(json.dumps(rec) + "\n")
-
-
 def index_rows(runs: list[Run], sweep_dir: Path, host_of: Callable[[Run], int]) -> list[dict]:
-  from sbjax.train import read_metrics  # noqa: PLC0415
-
   last = _log_actions(sweep_dir)
   rows = []
   for r in runs:
@@ -283,15 +273,10 @@ def index_rows(runs: list[Run], sweep_dir: Path, host_of: Callable[[Run], int]) 
       status = "failed"
     row = {"name": r.name, "status": status, "action": act.get("action", ""),
            "host": host_of(r), **{k: r.overrides.get(k) for k in r.overrides}}
-    done = _read_json(wd / "DONE").get("summary", {})
-    recs = read_metrics(wd) if wd.exists() else []
-    losses = [x for x in recs if "loss" in x]
-    evals = [x for x in recs if "eval_loss" in x]
+    logged = summary_from_metrics(wd, {}) if wd.exists() else {}
+    done = {**logged, **(finished(wd) or {})}
     row["steps"] = done.get("step", _latest_step(wd) if wd.exists() else None)
-    row["loss"] = done.get("loss", losses[-1]["loss"] if losses else None)
-    row["eval_loss"] = done.get("eval_loss", evals[-1]["eval_loss"] if evals else None)
-    row["eval_acc"] = done.get("eval_acc", evals[-1]["eval_acc"] if evals else None)
-    row["n_params"] = done.get("n_params")
+    row.update({k: done.get(k) for k in ("loss", "eval_loss", "eval_acc", "n_params")})
     row["workdir"] = r.name
     row["error"] = act.get("error", "") if status == "failed" else ""
     rows.append(row)
@@ -321,12 +306,62 @@ def read_index(sweep_dir) -> dict:
   return json.loads((Path(sweep_dir) / "index.json").read_text())
 
 
-# ----------------------------------------------------------------------------- running
+def _shared_dataset(cfg: Config, sweep_dir: Path, datasets: dict):
+  """Planted data is prepared once per sweep and shared by its runs; None otherwise."""
+  if cfg.data.source not in ("planted", "planted_mix") or cfg.data.tfds_data_dir:
+    return None
+  key = (json.dumps(dataclasses.asdict(cfg.data), sort_keys=True), cfg.train.seq_len,
+         cfg.train.batch_size, cfg.train.data_seed)
+  if key not in datasets:
+    datasets[key] = make_dataset_for(cfg, sweep_dir / "_data")
+  return datasets[key]
 
 
-def _dataset_key(cfg: Config):
-  return (json.dumps(dataclasses.asdict(cfg.data), sort_keys=True), cfg.train.seq_len,
-          cfg.train.batch_size, cfg.train.data_seed)
+def _run_one(r: Run, sweep_dir: Path, ctx: dict, rec: dict, stop_after) -> dict | None:
+  """Train one run; a failure is logged and recorded (None), the sweep goes on."""
+  try:
+    dataset = _shared_dataset(r.config, sweep_dir, ctx["datasets"])
+    return ctx["train_fn"](r.config, sweep_dir / r.name, dataset=dataset, stop_after=stop_after,
+                           quiet=ctx["quiet"])
+  except Exception as e:  # noqa: BLE001 - record and go on with the other runs
+    log.error("sweep: run %s failed: %s: %s", r.name, type(e).__name__, e)
+    if jax.process_index() == 0:
+      append_jsonl(sweep_dir / SWEEP_LOG, {**rec, "action": "failed",
+                                           "error": f"{type(e).__name__}: {str(e)[:500]}"})
+      ctx["write_index"]()
+    return None
+
+
+def _sweep_run(r: Run, sweep_dir: Path, ctx: dict, host_index: int, kill_at) -> None:
+  """Skip, resume or start run ``r``; log the action; mark it DONE when it finished."""
+  is_main = jax.process_index() == 0
+  wd, steps = sweep_dir / r.name, r.config.train.steps
+  state = run_state(wd, steps)
+  start = _latest_step(wd) if state == "partial" else 0
+  action = {"done": "skipped", "partial": "resumed", "new": "new"}[state]
+  rec = {"time": time.time(), "host": host_index, "process": jax.process_index(),
+         "run": r.name, "action": action, "start_step": start}
+  if state == "done":
+    log.info("sweep: %s is finished; skipped", r.name)
+    if is_main:
+      append_jsonl(sweep_dir / SWEEP_LOG, rec)
+    return
+  log.info("sweep: %s run %s (from step %s)", action, r.name, start)
+  stop_after = kill_at[1] if kill_at is not None and kill_at[0] == r.index else None
+  summary = _run_one(r, sweep_dir, ctx, rec, stop_after)
+  if summary is None:
+    return
+  if stop_after is not None:
+    if is_main:
+      append_jsonl(sweep_dir / SWEEP_LOG, {**rec, "end_step": summary.get("step"),
+                                           "killed": True})
+    log.warning("sweep: test hook kill_at=%s: killing this process", kill_at)
+    os.kill(os.getpid(), signal.SIGKILL)
+  if is_main:
+    if summary.get("step") == steps:
+      mark_finished(wd, summary, r.config.to_dict())
+    append_jsonl(sweep_dir / SWEEP_LOG, {**rec, "end_step": summary.get("step")})
+    ctx["write_index"]()
 
 
 def run_sweep(grid, sweep_dir, *, host_index: int = 0, num_hosts: int = 1,
@@ -338,78 +373,27 @@ def run_sweep(grid, sweep_dir, *, host_index: int = 0, num_hosts: int = 1,
   test hook: that run stops at ``step`` (its checkpoint there is saved) and the process
   kills itself with SIGKILL, as a preemption would.
   """
-  import jax  # noqa: PLC0415
-
-  from sbjax import train as train_lib  # noqa: PLC0415
-
   grid = load_grid(grid) if not isinstance(grid, dict) else dict(grid)
   runs = expand(grid)
   sweep_dir = Path(sweep_dir)
   if num_hosts < 1 or not 0 <= host_index < num_hosts:
     raise ValueError(f"--host_index={host_index} must be in [0, --num_hosts={num_hosts})")
   host_of = lambda r: r.index % num_hosts  # noqa: E731
-  mine = [r for r in runs if host_of(r) == host_index]
-  is_main = jax.process_index() == 0
   if dry_run:
     for r in runs:
       state = run_state(sweep_dir / r.name, r.config.train.steps)
       print(f"{r.index:4d} host {host_of(r)} {state:8s} {r.name}")
     return []
   sweep_dir.mkdir(parents=True, exist_ok=True)
-  train_fn = train_fn or train_lib.train
-  datasets: dict = {}
+  mine = [r for r in runs if host_of(r) == host_index]
+  ctx = {"datasets": {}, "train_fn": train_fn or train, "quiet": quiet,
+         "write_index": lambda: write_index(sweep_dir, grid, runs,
+                                            index_rows(runs, sweep_dir, host_of))}
   log.info("sweep %s: %d runs, %d on host %d/%d", sweep_dir, len(runs), len(mine), host_index,
            num_hosts)
   for r in mine:
-    wd = sweep_dir / r.name
-    steps = r.config.train.steps
-    state = run_state(wd, steps)
-    start = _latest_step(wd) if state == "partial" else 0
-    action = {"done": "skipped", "partial": "resumed", "new": "new"}[state]
-    rec = {"time": time.time(), "host": host_index, "process": jax.process_index(),
-           "run": r.name, "action": action, "start_step": start}
-    if state == "done":
-      log.info("sweep: %s is finished; skipped", r.name)
-      if is_main:
-        _append_log(sweep_dir, rec)
-      continue
-    log.info("sweep: %s run %s (from step %s)", action, r.name, start)
-    stop_after = None
-    if kill_at is not None and kill_at[0] == r.index:
-      stop_after = kill_at[1]
-    try:
-      dataset = None
-      if r.config.data.source in ("planted", "planted_mix") and not r.config.data.tfds_data_dir:
-        key = _dataset_key(r.config)
-        if key not in datasets:  # planted data: prepared once per sweep, shared by the runs
-          from sbjax.data import make_dataset  # noqa: PLC0415
-
-          tc = r.config.train
-          datasets[key] = make_dataset(r.config.data, seq_len=tc.seq_len,
-                                       global_batch_size=tc.batch_size, seed=tc.data_seed,
-                                       workdir=str(sweep_dir / "_data"))
-        dataset = datasets[key]
-      summary = train_fn(r.config, wd, dataset=dataset, stop_after=stop_after, quiet=quiet)
-    except Exception as e:  # noqa: BLE001 - record and go on with the other runs
-      log.error("sweep: run %s failed: %s: %s", r.name, type(e).__name__, e)
-      if is_main:
-        _append_log(sweep_dir, {**rec, "action": "failed",
-                                "error": f"{type(e).__name__}: {str(e)[:500]}"})
-        write_index(sweep_dir, grid, runs, index_rows(runs, sweep_dir, host_of))
-      continue
-    if stop_after is not None:
-      if is_main:
-        _append_log(sweep_dir, {**rec, "end_step": summary.get("step"), "killed": True})
-      log.warning("sweep: test hook kill_at=%s: killing this process", kill_at)
-      os.kill(os.getpid(), signal.SIGKILL)
-    if is_main:
-      if summary.get("step") == steps:
-        tmp = wd / "DONE.tmp"
-        tmp.write_text(json.dumps({"summary": summary, "finished_at": time.time()}, default=str))
-        tmp.replace(wd / "DONE")
-      _append_log(sweep_dir, {**rec, "end_step": summary.get("step")})
-      write_index(sweep_dir, grid, runs, index_rows(runs, sweep_dir, host_of))
+    _sweep_run(r, sweep_dir, ctx, host_index, kill_at)
   rows = index_rows(runs, sweep_dir, host_of)
-  if is_main:
+  if jax.process_index() == 0:
     write_index(sweep_dir, grid, runs, rows)
   return rows

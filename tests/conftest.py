@@ -5,6 +5,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,10 +31,24 @@ LAYERS = ("unit", "integration", "e2e")
 
 
 def pytest_collection_modifyitems(config, items):
-  import pytest
-
   for item in items:
     parts = Path(str(item.fspath)).parts
     for layer in LAYERS:
       if layer in parts:
         item.add_marker(getattr(pytest.mark, layer))
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory):
+  """The workdir of a 24-step tiny run (``tests/_tiny.py``), trained once per session, for
+  tests that only need *a* run: read it or copy it, never train into it."""
+  from sbjax.data import make_dataset
+  from sbjax.train import train
+  from tests._tiny import tiny_run_config
+
+  cfg = tiny_run_config()
+  ds = make_dataset(cfg.data, seq_len=cfg.train.seq_len, global_batch_size=cfg.train.batch_size,
+                    seed=cfg.train.data_seed, workdir=None)
+  wd = tmp_path_factory.mktemp("tiny_run") / "run"
+  train(cfg, wd, dataset=ds, quiet=True)
+  return wd

@@ -42,12 +42,12 @@ def ds():
 
 
 @pytest.fixture(scope="module")
-def ref(tmp_path_factory, ds):
-  """An undamaged run (the reference), kept read-only by the tests (they copy it)."""
-  wd = tmp_path_factory.mktemp("ref") / "run"
-  train(tiny_cfg(), wd, dataset=ds, quiet=True)
-  assert ckpt.list_steps(wd) == ALL
-  return wd
+def ref(tiny_run):
+  """An undamaged run (the reference): the session's shared run (tests/conftest.py), of
+  this file's config; kept read-only by the tests (they copy it)."""
+  assert ckpt.load_config(tiny_run) == tiny_cfg()
+  assert ckpt.list_steps(tiny_run) == ALL
+  return tiny_run
 
 
 def _files(root: Path) -> dict:
@@ -159,9 +159,9 @@ def test_all_steps_bad_starts_over_and_keeps_them(ref, ds, tmp_path):
 def test_checkpoint_before_nan_resumes_to_the_clean_run(ref, ds, tmp_path):
   wd = tmp_path / "run"
   with pytest.raises(NonFiniteLossError, match=r"at step 5;.*last good checkpoint is step 4"):
-    train(tiny_cfg(nan_at_step=5), wd, dataset=ds, quiet=True)
+    train(tiny_cfg(), wd, dataset=ds, quiet=True, nan_at_step=5)
   assert ckpt.list_steps(wd) == [0, 1, 2, 4]
-  # the hook is an allowed (optimizer-side) change: rerun without it
+  # the hook is not part of the config (config.json is the clean run's): rerun without it
   out = train(tiny_cfg(), wd, dataset=ds, quiet=True)
   assert out["start_step"] == 4 and out["moved_aside"] == []
   for a, b in zip(_params(wd, STEPS), _params(ref, STEPS)):

@@ -3,7 +3,7 @@ equal N separate runs; each member is a normal workdir (load_params, metrics.jso
 
 Tolerance: 1e-5 absolute on losses, eval losses and parameters after 3 steps (members
 with the base lr are unscaled; the lr member differs from its separate run by update
-rounding only, see sbjax/population.py)."""
+rounding only, see sbjax/train/population.py)."""
 
 import json
 import subprocess
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from sbjax import checkpoint as ckpt
-from sbjax import population
+from sbjax.train import population
 from sbjax import train as train_lib
 from tests import _multidevice as md
 

@@ -84,49 +84,50 @@ def _losses(workdir):
   return {r["step"]: r["loss"] for r in read_metrics(workdir) if "loss" in r}
 
 
-def test_stop_and_resume_equals_uninterrupted_run_bitwise(tmp_path, tiny_ds):
+def test_stop_and_resume_equals_uninterrupted_run_bitwise(tmp_path, tiny_ds, tiny_run):
   cfg = tiny_cfg(steps=24, log_every=1, eval_every=12, ckpt_every=12)
-  full = train(cfg, tmp_path / "full", dataset=tiny_ds, quiet=True)
+  full = tiny_run  # the session's shared uninterrupted run of this config (tests/conftest.py)
+  assert ckpt.load_config(full) == cfg
   part = train(cfg, tmp_path / "part", dataset=tiny_ds, stop_after=10, quiet=True)
   assert part["step"] == 10
   assert max(ckpt.list_steps(tmp_path / "part")) == 8  # log-spaced: 0,1,2,4,8
   resumed = train(cfg, tmp_path / "part", dataset=tiny_ds, quiet=True)
   assert resumed["start_step"] == 8
-  a, b = _losses(tmp_path / "full"), _losses(tmp_path / "part")
+  a, b = _losses(full), _losses(tmp_path / "part")
   assert sorted(a) == list(range(24)) and sorted(b) == sorted(a)
   assert all(a[s] == b[s] for s in a), "resumed losses differ from the uninterrupted run"
-  _, pa, _ = ckpt.load_params(tmp_path / "full", 24)
+  _, pa, _ = ckpt.load_params(full, 24)
   _, pb, _ = ckpt.load_params(tmp_path / "part", 24)
   for x, y in zip(jax.tree.leaves(pa), jax.tree.leaves(pb)):
     np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
-  assert ckpt.list_steps(tmp_path / "full") == [0, 1, 2, 4, 8, 12, 16, 24]
+  assert ckpt.list_steps(full) == [0, 1, 2, 4, 8, 12, 16, 24]
 
 
 def test_nan_loss_stops_with_step_and_keeps_last_good_checkpoint(tmp_path, tiny_ds):
-  cfg = tiny_cfg(steps=12, nan_at_step=5, log_every=1)
+  cfg = tiny_cfg(steps=12, log_every=1)
   with pytest.raises(NonFiniteLossError, match=r"non-finite loss or gradient .* at step 5;") as e:
-    train(cfg, tmp_path, dataset=tiny_ds, quiet=True)
+    train(cfg, tmp_path, dataset=tiny_ds, quiet=True, nan_at_step=5)
   assert "last good checkpoint is step 4" in str(e.value)
+  assert "nan_at_step" not in (tmp_path / "config.json").read_text()  # a hook, not config
   assert ckpt.list_steps(tmp_path) == [0, 1, 2, 4]
   _, params, _ = ckpt.load_params(tmp_path, 4)
   assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(params))
 
 
 def test_skip_nonfinite_steps_skips_and_finishes(tmp_path, tiny_ds):
-  cfg = tiny_cfg(steps=10, nan_at_step=5, log_every=1, skip_nonfinite_steps=2)
-  out = train(cfg, tmp_path, dataset=tiny_ds, quiet=True)
+  cfg = tiny_cfg(steps=10, log_every=1, skip_nonfinite_steps=2)
+  out = train(cfg, tmp_path, dataset=tiny_ds, quiet=True, nan_at_step=5)
   assert out["skipped_steps"] == 1 and out["step"] == 10
   assert np.isfinite(out["eval_loss"])
 
 
-def test_frozen_trunk_trains_only_the_head(tmp_path, tiny_ds):
-  base = tiny_cfg(steps=8)
-  train(base, tmp_path / "trunk", dataset=tiny_ds, quiet=True)
+def test_frozen_trunk_trains_only_the_head(tmp_path, tiny_ds, tiny_run):
+  base = tiny_cfg(steps=8)  # the trunk: the session's shared tiny run (same model)
   cfg = base.replace(
       model=dataclasses.replace(base.model, head="lowrank", head_rank=4),
-      train=dataclasses.replace(base.train, freeze_trunk=True, init_from=str(tmp_path / "trunk")))
+      train=dataclasses.replace(base.train, freeze_trunk=True, init_from=str(tiny_run)))
   train(cfg, tmp_path / "head", dataset=tiny_ds, quiet=True)
-  _, src, _ = ckpt.load_params(tmp_path / "trunk")
+  _, src, _ = ckpt.load_params(tiny_run)
   _, p0, _ = ckpt.load_params(tmp_path / "head", 0)
   _, p1, _ = ckpt.load_params(tmp_path / "head")
   for k in src:
@@ -183,10 +184,19 @@ def test_seq_len_longer_than_max_len_is_refused():
 def test_cli_tiny_run_writes_metrics_and_log_spaced_checkpoints(tmp_path):
   wd = tmp_path / "w"
   env = dict(os.environ, JAX_PLATFORMS="cpu")
-  r = subprocess.run([sys.executable, "-m", "experiments.train", "--config=tiny",
-                      f"--workdir={wd}", "--config.train.steps=50"],
-                     cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
-  assert r.returncode == 0, r.stderr[-2000:]
+  with open(tmp_path / "stderr.log", "w") as err:  # as `... 2>stderr.log`: not a terminal
+    r = subprocess.run([sys.executable, "-m", "experiments.train", "--config=tiny",
+                        f"--workdir={wd}", "--config.train.steps=50"],
+                       cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=err, text=True,
+                       timeout=240)
+  stderr = (tmp_path / "stderr.log").read_text()
+  assert r.returncode == 0, stderr[-2000:]
+  # progress as plain log lines (no carriage returns): the first step and the last, with the
+  # rate and ETA measured after compilation
+  assert "\r" not in stderr
+  progress = [ln for ln in stderr.splitlines() if ln.startswith("[w] step ")]
+  assert progress[0].startswith("[w] step 1/50 loss ") and "(compiled)" in progress[0]
+  assert progress[-1].startswith("[w] step 50/50 loss ") and " tok/s ETA 0m00s" in progress[-1]
   summary = json.loads(r.stdout.strip().splitlines()[-1])
   assert summary["step"] == 50
   recs = read_metrics(wd)
@@ -222,3 +232,14 @@ def test_saved_config_without_a_newer_field_still_resumes(tmp_path):
   (tmp_path / "config.json").write_text(json.dumps(saved))
   with pytest.raises(ConfigMismatchError, match=r"model\.d_model: saved 48 -> now 32"):
     check_workdir_config(tmp_path, cfg)
+
+
+def test_saved_config_with_the_removed_nan_hook_still_resumes(tmp_path):
+  """config.json files written while train.nan_at_step was a Config field (a test hook, now
+  a keyword of train()) still resume."""
+  from sbjax.train import check_workdir_config
+  cfg = presets.build(presets.load("tiny"))
+  saved = cfg.to_dict()
+  saved["train"]["nan_at_step"] = -1
+  (tmp_path / "config.json").write_text(json.dumps(saved))
+  check_workdir_config(tmp_path, cfg)  # no error

@@ -2,22 +2,11 @@
 
 Used by ``experiments/collapse.py`` (Wu & Papyan 2024). Two pieces:
 
-``train_group(mc, tc, members, datasets, snapshot_steps)``
-  Trains M members of one architecture ``mc`` together: the step is
-  ``sbjax.train.make_train_step`` vmapped over a leading member axis (as
-  ``sbjax.population`` does), but every member has its OWN batch (its own data-order
-  seed: batch i of member m is ``datasets[m].train_batch(i)``, a pure function of
-  (data_seed_m, i)), its own init seed and its own decoupled weight decay λ_m:
-
-      u = -lr(t) · (Adam(g) + λ_m · p)   (on matrices only; ``sbjax.optim.decay_mask``)
-
-  which is ``optax.adamw`` written as its chain (clip → scale_by_adam →
-  add_decayed_weights(λ_m) → scale_by_learning_rate), so λ_m can be a traced per-member
-  value. (``sbjax.population`` shares the batch and scales only the learning rate, so it
-  cannot express data-order seeds or per-member weight decay.) Returns host copies of the
-  stacked parameters at each step of ``snapshot_steps``: with a constant learning rate
-  after warm-up (``train.min_lr_ratio=1``) the snapshot at step S equals a run trained for
-  exactly S steps, so one 3-epoch run also gives the 1-epoch model.
+``train_group(mc, tc, members, datasets, snapshot_steps)`` (``Member``, ``member_tx``)
+  Trains M members of one architecture ``mc`` together, each with its own data order,
+  init seed and weight decay; returns host copies of the stacked parameters at each
+  snapshot step. It lives in ``sbjax.train.group`` (a composition of the one training
+  loop) and is re-exported here.
 
 ``collapse_pass(mc, stacked_params, train_windows, val_windows, ...)``
   The authors' three streaming passes for every member at once (features h = the
@@ -37,108 +26,20 @@ Used by ``experiments/collapse.py`` (Wu & Papyan 2024). Two pieces:
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
-import time
-from typing import Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from sbjax import heads as heads_lib
-from sbjax import train as train_lib
-from sbjax.config import ModelConfig, TrainConfig
+from sbjax.config import ModelConfig
 from sbjax.metrics import collapse as C
 from sbjax.model import Model
-from sbjax.optim import decay_mask, lr_schedule
+from sbjax.train.group import Member, member_tx, train_group  # noqa: F401 - re-exported
 
 log = logging.getLogger("sbjax")
-
-
-@dataclasses.dataclass(frozen=True)
-class Member:
-  """One model of a group: init seed, data-order seed, decoupled weight decay."""
-
-  seed: int = 0
-  data_seed: int = 0
-  weight_decay: float = 0.0
-
-
-def member_tx(tc: TrainConfig, weight_decay) -> optax.GradientTransformation:
-  """``sbjax.optim.make_optimizer`` (no frozen trunk) with a possibly traced weight decay."""
-  return optax.chain(
-      optax.clip_by_global_norm(tc.clip),
-      optax.scale_by_adam(b1=tc.b1, b2=tc.b2, eps=tc.eps),
-      optax.add_decayed_weights(weight_decay, mask=decay_mask),
-      optax.scale_by_learning_rate(lr_schedule(tc)),
-  )
-
-
-@functools.lru_cache(maxsize=16)
-def _group_fns(mc: ModelConfig, tc: TrainConfig):
-  """Jitted (init, optimizer init, vmapped step) of one architecture and schedule, shared
-  by every group with the same configs (compiled once per member count)."""
-  model = Model(mc)
-
-  def member_step(params, opt_state, batch, step_idx, wd):
-    step = train_lib.make_train_step(model, member_tx(tc, wd), 1, False)
-    return step(params, opt_state, batch, step_idx)
-
-  step_fn = jax.jit(jax.vmap(member_step, in_axes=(0, 0, 0, None, 0)), donate_argnums=(0, 1))
-  init_fn = jax.jit(jax.vmap(lambda k: model.init(k, 1, tc.seq_len)))
-  opt_init = jax.jit(jax.vmap(member_tx(tc, 0.0).init))
-  return init_fn, opt_init, step_fn
-
-
-def train_group(mc: ModelConfig, tc: TrainConfig, members: Sequence[Member], datasets,
-                snapshot_steps: Sequence[int], *, log_every: int = 0, name: str = "group"):
-  """Train the members together for ``max(snapshot_steps)`` steps (see the module doc).
-
-  ``datasets[m]`` gives member m's batches (``train_batch(i)``: B×(T+1) int32).
-  Returns ``(snapshots, info)``: ``snapshots[S]`` = host numpy stacked params (leading
-  axis M) at step S; ``info`` = {"train_loss": (M,) mean loss of the last ≤100 steps,
-  "seconds", "steps", "tokens_per_member"}.
-  """
-  m = len(members)
-  if m < 1 or len(datasets) != m:
-    raise ValueError(f"train_group needs one dataset per member; got {m} members and "
-                     f"{len(datasets)} datasets")
-  steps = int(max(snapshot_steps))
-  if min(snapshot_steps) < 1:
-    raise ValueError(f"snapshot steps must be >= 1, got {sorted(snapshot_steps)}")
-  if tc.grad_accum != 1:
-    raise ValueError("train_group supports train.grad_accum=1 only")
-  tc = dataclasses.replace(tc, steps=steps)
-  init_fn, opt_init, step_fn = _group_fns(mc, tc)
-  keys = jax.vmap(jax.random.key)(jnp.asarray([mb.seed for mb in members], jnp.uint32))
-  params = init_fn(keys)
-  opt_state = opt_init(params)
-  wds = jnp.asarray([mb.weight_decay for mb in members], jnp.float32)
-  snaps, losses = {}, []
-  t0 = time.perf_counter()
-  want = set(int(s) for s in snapshot_steps)
-  for i in range(steps):
-    batch = np.stack([np.asarray(ds.train_batch(i)) for ds in datasets])
-    params, opt_state, met = step_fn(params, opt_state, jnp.asarray(batch), np.int32(i), wds)
-    losses.append(met["loss"])
-    if len(losses) > 100:
-      losses.pop(0)
-    if log_every and (i + 1) % log_every == 0:
-      print(f"[{name}] step {i + 1}/{steps} loss {np.asarray(met['loss']).round(3).tolist()}",
-            flush=True)
-    if i + 1 in want:
-      snaps[i + 1] = jax.device_get(params)
-  loss = np.asarray(jnp.stack(losses)).astype(np.float64)
-  bad = sorted(np.flatnonzero(~np.isfinite(loss).all(0)).tolist())
-  if bad:  # recorded, not raised: the other members of the group are still measured
-    log.warning("%s: members %s reached a non-finite training loss (lower train.lr); their "
-                "collapse metrics will be NaN", name, bad)
-  info = {"train_loss": loss.mean(0), "seconds": time.perf_counter() - t0, "steps": steps,
-          "tokens_per_member": steps * tc.batch_size * tc.seq_len, "nonfinite_members": bad}
-  return snaps, info
 
 
 def _chunks(windows: np.ndarray, chunk: int):

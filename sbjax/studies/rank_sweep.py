@@ -3,7 +3,7 @@
 A :class:`Plan` names a base config (trunk, data, training), a list of head ranks and
 learning-rate grids. :func:`run_plan` trains every run of the plan under ``OUT/runs/`` and
 writes ``OUT/head_rank.csv``. An LR grid of protocol ``full`` or ``b`` (same shapes) is one
-vmapped population (``sbjax.population``; one compilation for the grid) in
+vmapped population (``sbjax.train.population``; one compilation for the grid) in
 ``OUT/runs/<group>/member_<i>``; protocol ``a`` runs (frozen trunk, which populations do not
 support) are separate runs in ``OUT/runs/<run>``. The protocols are:
 
@@ -241,8 +241,8 @@ def train_population_group(cfgs: Sequence[Config], wd: Path, dataset, *,
                            quiet: bool = True) -> list[dict]:
   """Train one LR grid of same-shape runs as a population (one compiled, vmapped step);
   members share the seed, so member i equals the separate run at lr_i (up to float32
-  reassociation, see sbjax/population.py). Finished members (``member_i/DONE``) are read back."""
-  from sbjax.population import member_dir, train_population  # noqa: PLC0415
+  reassociation, see sbjax/train/population.py). Finished members (``member_i/DONE``) are read back."""
+  from sbjax.train.population import member_dir, train_population  # noqa: PLC0415
 
   dirs = [member_dir(wd, i) for i in range(len(cfgs))]
   done = [finished(d) for d in dirs]

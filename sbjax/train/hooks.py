@@ -1,0 +1,245 @@
+"""Hooks of ``sbjax.train.loop.run_loop``; each works for one run (scalar metrics) or N
+members (metrics with a leading member axis, one workdir per member).
+
+``Records``: the metrics sinks (metrics.jsonl and its TensorBoard mirror, process 0 only).
+``NanPolicy``: stop at a non-finite step naming it and the last good checkpoint, or skip up
+to ``limit`` bad steps per member. ``TrainLog``: train records every ``log_every`` steps and
+at the last. ``Progress``: a tqdm bar on a terminal, periodic log lines otherwise.
+``Evaluate``: eval records at eval boundaries. ``Checkpoint``: the finite check and the
+save. ``Snapshots``: host copies of the parameters at save boundaries. ``LossWindow``: the
+last losses.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+import jax
+import numpy as np
+from tqdm import tqdm
+
+from sbjax import checkpoint as ckpt
+from sbjax.train.loop import Boundary, Hook
+from sbjax.train.tensorboard import TensorBoardMirror
+from sbjax.train.workdir import METRICS, NonFiniteLossError, append_jsonl
+
+log = logging.getLogger("sbjax")
+
+
+class Ledger:
+  """Per-member counters the hooks share: skipped steps and the last saved step."""
+
+  def __init__(self, n: int, skipped: Sequence[int] | None = None, last_saved=None):
+    self.n = n
+    self.skipped = list(skipped) if skipped is not None else [0] * n
+    self.last_saved = [last_saved] * n
+
+
+class Records(Hook):
+  """``write(member, rec)`` appends to ``dirs[member]/metrics.jsonl`` and mirrors it to
+  TensorBoard (``dirs[member]/tb``); a no-op unless ``enabled`` (process 0)."""
+
+  def __init__(self, dirs, *, enabled: bool = True, tensorboard: bool = True):
+    self.paths = [Path(d) / METRICS for d in dirs]
+    self.enabled = enabled
+    self.tb = TensorBoardMirror(dirs) if enabled and tensorboard else None
+
+  def write(self, member: int, rec: dict) -> None:
+    if self.enabled:
+      append_jsonl(self.paths[member], rec)
+      if self.tb is not None:
+        self.tb.write(member, rec)
+
+  def on_boundary(self, b: Boundary, state) -> None:
+    if self.tb is not None:
+      self.tb.flush()
+
+  def close(self) -> None:
+    if self.tb is not None:
+      self.tb.close()
+      self.tb = None
+
+
+class NanPolicy(Hook):
+  """A step whose loss is not finite or whose ``ok`` is false: skipped while the member has
+  skipped fewer than ``limit`` steps (``metrics["skip"]`` set, a warning), else
+  ``NonFiniteLossError(stop_message(member, step, metrics_of_member))``."""
+
+  def __init__(self, limit: int, ledger: Ledger, stop_message: Callable, prefix=None):
+    self.limit, self.ledger, self.stop_message = limit, ledger, stop_message
+    self.prefix = prefix  # member -> log prefix, for N members
+
+  def on_step(self, i: int, m: dict) -> None:
+    loss, ok = np.atleast_1d(m["loss"]), np.atleast_1d(m["ok"])
+    skip = np.zeros(loss.shape, bool)
+    for j in range(len(loss)):
+      if ok[j] and math.isfinite(float(loss[j])):
+        continue
+      if self.limit > 0 and self.ledger.skipped[j] < self.limit:
+        self.ledger.skipped[j] += 1
+        skip[j] = True
+        log.warning("%snon-finite loss or update at step %d: skipped (%d/%d)",
+                    self.prefix(j) if self.prefix else "", i, self.ledger.skipped[j], self.limit)
+        continue
+      raise NonFiniteLossError(self.stop_message(j, i, {k: np.atleast_1d(v)[j]
+                                                        for k, v in m.items()}))
+    m["skip"] = skip if np.ndim(m["loss"]) else bool(skip[0])
+
+
+class TrainLog(Hook):
+  """Train records {step, loss, acc, grad_norm, lr, tokens_per_sec} every ``log_every``
+  steps and at the last step; tokens/s over the steps since the previous record.
+  ``lr_fns[member](step)`` gives the logged learning rate."""
+
+  def __init__(self, records: Records, log_every: int, lr_fns, tokens_per_step: int):
+    self.records, self.every, self.lr_fns = records, log_every, lr_fns
+    self.tokens_per_step = tokens_per_step
+
+  def begin(self, state, start: int, end: int) -> None:
+    self.end, self.t_last, self.tokens = end, time.perf_counter(), 0
+
+  def on_step(self, i: int, m: dict) -> None:
+    skip = np.atleast_1d(m.get("skip", False))
+    if skip.all():
+      return
+    self.tokens += self.tokens_per_step
+    if not self.records.enabled or not (i % self.every == 0 or i == self.end - 1):
+      return
+    now = time.perf_counter()
+    tps = self.tokens / max(now - self.t_last, 1e-9)
+    self.t_last, self.tokens = now, 0
+    loss, acc, gnorm = (np.atleast_1d(m[k]) for k in ("loss", "acc", "grad_norm"))
+    for j in range(len(loss)):
+      if not skip[j if len(skip) > 1 else 0]:
+        self.records.write(j, {"step": i, "loss": float(loss[j]), "acc": float(acc[j]),
+                               "grad_norm": float(gnorm[j]), "lr": float(self.lr_fns[j](i)),
+                               "tokens_per_sec": tps})
+
+
+def fmt_time(s: float) -> str:
+  s = int(max(s, 0))
+  return f"{s // 3600}h{s % 3600 // 60:02d}m{s % 60:02d}s" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+class Progress(Hook):
+  """Progress of one loop: a tqdm bar on a terminal, else a log line (no ``\\r``) every
+  ``every`` steps, at most one per ``min_interval`` seconds, and at the last step. The
+  rate and ETA count from the end of the first step, so they exclude compilation."""
+
+  def __init__(self, name: str, total: int, every: int, *, tokens_per_step: int = 0,
+               min_interval: float = 5.0, stream=None):
+    self.name, self.total, self.every = name, total, max(1, every)
+    self.tokens_per_step, self.min_interval = tokens_per_step, min_interval
+    self.stream = stream or sys.stderr
+    self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+    self.bar, self.t1, self.n1, self.t_line = None, None, 0, -math.inf
+
+  def begin(self, state, start: int, end: int) -> None:
+    self.end = end
+
+  def _rate(self, i: int, now: float) -> float:
+    return (i + 1 - self.n1) / (now - self.t1) if now > self.t1 and i + 1 > self.n1 else 0.0
+
+  def on_step(self, i: int, m: dict) -> None:
+    now, loss = time.perf_counter(), float(np.mean(m["loss"]))
+    if self.t1 is None:  # step i (and its compilation) is done: rates start here
+      self.t1, self.n1 = now, i + 1
+      if self.tty:
+        self.bar = tqdm(total=self.total, initial=i + 1, desc=self.name, unit="step",
+                        file=self.stream, dynamic_ncols=True)
+    if self.bar is not None:
+      self.bar.set_postfix_str(f"loss {loss:.4f}", refresh=False)
+      self.bar.update(i + 1 - self.bar.n)
+      return
+    last = i == self.end - 1
+    if not (last or (i % self.every == 0 and now - self.t_line >= self.min_interval)):
+      return
+    self.t_line = now
+    rate = self._rate(i, now)
+    speed = f"{rate * self.tokens_per_step:,.0f} tok/s" if self.tokens_per_step else \
+        f"{rate:.2f} step/s"
+    eta = fmt_time((self.end - i - 1) / rate) if rate > 0 else "?"
+    self.stream.write(f"[{self.name}] step {i + 1}/{self.total} loss {loss:.4f} "
+                      f"{speed if rate > 0 else '(compiled)'} ETA {eta}\n")
+    self.stream.flush()
+
+  def close(self) -> None:
+    if self.bar is not None:
+      self.bar.close()
+      self.bar = None
+
+
+class Evaluate(Hook):
+  """At an eval boundary: ``evaluate(params)`` -> one {eval_loss, eval_acc} per member,
+  written as eval records; ``last[member]`` keeps the newest (with its step)."""
+
+  def __init__(self, evaluate: Callable, records: Records, n: int):
+    self.evaluate, self.records, self.last = evaluate, records, [{} for _ in range(n)]
+
+  def on_boundary(self, b: Boundary, state) -> None:
+    if b.eval:
+      for j, rec in enumerate(self.evaluate(state.params)):  # a collective: every process
+        rec = {"step": b.step, **rec}
+        self.records.write(j, rec)
+        self.last[j] = rec
+
+
+class Checkpoint(Hook):
+  """At a save boundary: refuse non-finite parameters (naming the last good checkpoint),
+  then save every member. ``finite(params)`` -> bool per member; ``split(state)`` ->
+  [(params, opt_state)] per member; ``meta(member, step)`` -> the checkpoint's meta."""
+
+  def __init__(self, mngrs, ledger: Ledger, finite: Callable, split: Callable, meta: Callable,
+               members: bool = False):
+    self.mngrs, self.ledger, self.finite, self.split, self.meta = mngrs, ledger, finite, split, meta
+    self.members = members
+
+  def on_boundary(self, b: Boundary, state) -> None:
+    if not b.save:
+      return
+    ok = np.atleast_1d(np.asarray(self.finite(state.params)))
+    bad = [j for j in range(len(ok)) if not ok[j]]
+    if bad and self.members:
+      raise NonFiniteLossError(
+          f"parameters of members {bad} became non-finite before step {b.step}; not saving. "
+          f"Last good checkpoints: {[self.ledger.last_saved[j] for j in bad]}.")
+    if bad:
+      raise NonFiniteLossError(f"parameters became non-finite before step {b.step}; not saving. "
+                               f"The last good checkpoint is step {self.ledger.last_saved[0]}.")
+    for j, (params, opt_state) in enumerate(self.split(state)):
+      ckpt.save(self.mngrs[j], b.step, params, opt_state, self.meta(j, b.step))
+      self.ledger.last_saved[j] = b.step
+
+  def close(self) -> None:
+    for mngr in self.mngrs:
+      mngr.wait_until_finished()
+      mngr.close()
+
+
+class Snapshots(Hook):
+  """In-memory checkpoints: ``snaps[step]`` = host copy of the parameters at each save
+  boundary."""
+
+  def __init__(self):
+    self.snaps: dict[int, object] = {}
+
+  def on_boundary(self, b: Boundary, state) -> None:
+    if b.save:
+      self.snaps[b.step] = jax.device_get(state.params)
+
+
+class LossWindow(Hook):
+  """The losses of the last ``size`` steps (host arrays, per member)."""
+
+  def __init__(self, size: int = 100):
+    self.size, self.losses = size, []
+
+  def on_step(self, i: int, m: dict) -> None:
+    self.losses.append(np.asarray(m["loss"]))
+    if len(self.losses) > self.size:
+      self.losses.pop(0)

@@ -1,0 +1,132 @@
+"""The train state and the jitted pure step: state in, state and metrics out (as nanodo).
+
+``TrainState(step, params, opt_state)`` is one pytree; ``state_step(step)`` turns a
+``make_train_step`` function (params, opt_state, batch, step, ...) into
+``(state, batch, ...) -> (state', metrics)`` with ``state'.step = state.step + 1``. The
+same function serves one run, a population (vmapped over a leading member axis of params
+and optimizer state) and a collapse group (vmapped over per-member batches too).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from sbjax.model import Model
+
+
+class TrainState(NamedTuple):
+  """One pytree for the loop: ``step`` (int32 scalar, shared by all members), ``params`` and
+  ``opt_state`` (with a leading member axis in a population)."""
+
+  step: Any
+  params: Any
+  opt_state: Any
+
+
+def all_finite(tree) -> jax.Array:
+  """True iff every element of every leaf of ``tree`` is finite."""
+  return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]))
+
+
+all_finite_jit = jax.jit(all_finite)
+
+
+def members_finite(n: int):
+  """jit: per member of a stacked tree (leading axis n), all elements finite -> (n,) bool."""
+  return jax.jit(lambda t: jnp.stack(
+      [jnp.all(jnp.isfinite(x.reshape(n, -1)), axis=1) for x in jax.tree.leaves(t)]).all(0))
+
+
+def _accumulated(loss_and_grad, params, batch, grad_accum: int):
+  """Mean loss, accuracy and gradients over ``grad_accum`` micro-batches (f32 sums)."""
+  micro = batch.reshape(grad_accum, batch.shape[0] // grad_accum, batch.shape[1])
+
+  def body(carry, mb):
+    g_acc, l_acc, a_acc = carry
+    loss, aux, g = loss_and_grad(params, mb)
+    g_acc = jax.tree.map(lambda x, y: x + y.astype(jnp.float32), g_acc, g)
+    return (g_acc, l_acc + loss, a_acc + aux["acc"]), None
+
+  zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
+  (g_sum, l_sum, a_sum), _ = jax.lax.scan(body, (zeros, 0.0, 0.0), micro)
+  grads = jax.tree.map(lambda g, p: (g / grad_accum).astype(p.dtype), g_sum, params)
+  return l_sum / grad_accum, {"acc": a_sum / grad_accum}, grads
+
+
+def make_train_step(model: Model, tx, grad_accum: int, skip_nonfinite: bool, *,
+                    nan_at_step: int = -1):
+  """(params, opt_state, batch, step) -> (params, opt_state, metrics); batch is B×(T+1).
+
+  ``nan_at_step`` is a test hook (never part of a Config): at that step the gradients are
+  made infinite, as a bad batch would. With ``skip_nonfinite`` a step whose loss, gradient
+  or update is not finite leaves params and optimizer state unchanged (``metrics["ok"]`` is
+  False).
+  """
+
+  def loss_and_grad(params, batch):
+    (loss, aux), grads = jax.value_and_grad(model.loss, has_aux=True)(params, batch)
+    return loss, aux, grads
+
+  def step(params, opt_state, batch, step_idx=0):
+    if grad_accum == 1:
+      loss, aux, grads = loss_and_grad(params, batch)
+    else:
+      loss, aux, grads = _accumulated(loss_and_grad, params, batch, grad_accum)
+    if nan_at_step >= 0:
+      bad = jnp.asarray(step_idx) == nan_at_step
+      grads = jax.tree.map(lambda g: jnp.where(bad, jnp.inf, 1.0).astype(g.dtype) * g, grads)
+    updates, new_opt = tx.update(grads, opt_state, params)
+    new_params = optax.apply_updates(params, updates)
+    gnorm = optax.tree.norm(grads)
+    ok = jnp.isfinite(loss) & jnp.isfinite(gnorm)
+    if skip_nonfinite:
+      ok = ok & all_finite(new_params)
+      new_params = jax.tree.map(lambda n, o: jnp.where(ok, n, o), new_params, params)
+      new_opt = jax.tree.map(lambda n, o: jnp.where(ok, n, o), new_opt, opt_state)
+    return new_params, new_opt, {"loss": loss, "acc": aux["acc"], "grad_norm": gnorm, "ok": ok}
+
+  return step
+
+
+def state_step(step):
+  """``step(params, opt_state, batch, step_idx, *extra)`` as a pure state step:
+  ``(TrainState, batch, *extra) -> (TrainState with step + 1, metrics)``."""
+
+  def fn(state: TrainState, batch, *extra):
+    params, opt_state, metrics = step(state.params, state.opt_state, batch, state.step, *extra)
+    return TrainState(state.step + 1, params, opt_state), metrics
+
+  return fn
+
+
+def initial_state(start: int, params, opt_state, step_sharding=None) -> TrainState:
+  step = np.int32(start)
+  return TrainState(jax.device_put(step, step_sharding) if step_sharding is not None else
+                    jnp.asarray(step), params, opt_state)
+
+
+def make_eval_step(model: Model):
+  def step(params, batch):
+    _, aux = model.loss(params, batch)
+    return aux
+
+  return step
+
+
+def evaluate(eval_fn, params, batches) -> dict:
+  outs = [eval_fn(params, b) for b in batches]
+  return {"eval_loss": float(np.mean([float(o["loss"]) for o in outs])),
+          "eval_acc": float(np.mean([float(o["acc"]) for o in outs]))}
+
+
+def evaluate_members(eval_fn, params, batches) -> list[dict]:
+  """``evaluate`` of a vmapped ``eval_fn`` (leading member axis): one dict per member."""
+  outs = [eval_fn(params, b) for b in batches]
+  loss = np.mean([np.asarray(o["loss"], np.float64) for o in outs], axis=0)
+  acc = np.mean([np.asarray(o["acc"], np.float64) for o in outs], axis=0)
+  return [{"eval_loss": float(loss[i]), "eval_acc": float(acc[i])} for i in range(len(loss))]

@@ -1,0 +1,70 @@
+"""A TensorBoard mirror of the metrics records: ``<workdir>/tb/`` event files next to
+metrics.jsonl, one scalar per numeric key (``loss``, ``acc``, ``grad_norm``, ``lr``,
+``tokens_per_sec``, ``eval_loss``, ``eval_acc``) at the record's step. Written with
+tensorboardX (no TensorFlow) by a background thread, so the training loop never waits
+on it; ``tensorboard --logdir WORKDIR`` shows the runs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import queue
+import threading
+from pathlib import Path
+
+log = logging.getLogger("sbjax")
+
+TB_DIR = "tb"
+_FLUSH = object()
+_WRITERS = itertools.count()  # event file names: time and host, plus pid and this count
+
+
+def tb_dir(workdir) -> Path:
+  return Path(workdir) / TB_DIR
+
+
+class TensorBoardMirror:
+  """Writes records ``write(member, rec)`` to ``tb_dir(dirs[member])``."""
+
+  def __init__(self, dirs):
+    self._dirs = [Path(d) for d in dirs]
+    self._suffix = f".{os.getpid()}.{next(_WRITERS)}"  # a resume in the same second: a new file
+    self._q: queue.SimpleQueue = queue.SimpleQueue()
+    self._thread = threading.Thread(target=self._run, name="sbjax-tensorboard", daemon=True)
+    self._thread.start()
+
+  def write(self, member: int, rec: dict) -> None:
+    self._q.put((member, rec))
+
+  def flush(self) -> None:
+    self._q.put(_FLUSH)
+
+  def close(self) -> None:
+    self._q.put(None)
+    self._thread.join()
+
+  def _run(self) -> None:
+    # Deferred import, in this thread: tensorboardX's package imports torch when torch is
+    # installed (~4 s), which would otherwise delay every training process's start.
+    try:
+      import tensorboardX  # noqa: PLC0415
+      writers = [tensorboardX.SummaryWriter(logdir=str(tb_dir(d)), flush_secs=30,
+                                            filename_suffix=self._suffix) for d in self._dirs]
+    except Exception as e:  # noqa: BLE001 - a mirror: training goes on without it
+      log.warning("TensorBoard mirror disabled: %s: %s", type(e).__name__, e)
+      while self._q.get() is not None:
+        pass
+      return
+    while (item := self._q.get()) is not None:
+      if item is _FLUSH:
+        for w in writers:
+          w.flush()
+        continue
+      member, rec = item
+      for key, value in rec.items():
+        if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
+          writers[member].add_scalar(key, value, int(rec["step"]))
+    for w in writers:
+      w.close()

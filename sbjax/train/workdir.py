@@ -1,0 +1,197 @@
+"""A run's directory: config.json (checked at resume), metrics.jsonl (appended, repaired,
+read back deduplicated), and the settings a run takes from its data or another run."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from pathlib import Path
+
+import jax
+
+from sbjax import checkpoint as ckpt
+from sbjax.config import Config
+
+log = logging.getLogger("sbjax")
+
+METRICS = "metrics.jsonl"
+
+# Keys that may differ between a workdir's saved config and a resuming command.
+RESUME_MUTABLE = {
+    "train": {"steps", "lr", "warmup_steps", "min_lr_ratio", "b1", "b2", "eps", "weight_decay",
+              "clip", "eval_every", "eval_batches", "log_every", "async_checkpoint",
+              "skip_nonfinite_steps", "keep_every_n"},
+    "mesh": {"data", "fsdp", "tensor"},
+    # same loss and gradients (kernels, not values); absent from older config.json files
+    "model": {"loss_chunk", "attn_impl"},
+    "name": None,
+}
+# Keys that older config.json files hold and Config no longer has (dropped before comparing):
+# train.nan_at_step was a test hook, now a keyword of sbjax.train.train.
+REMOVED_KEYS = {"train": ("nan_at_step",)}
+
+
+class NonFiniteLossError(RuntimeError):
+  pass
+
+
+class ConfigMismatchError(ValueError):
+  pass
+
+
+def config_diff(saved: dict, new: dict) -> tuple[list[str], list[str]]:
+  """(refused, allowed) differences between a saved and a new config dict."""
+  refused, allowed = [], []
+  for section in sorted(set(saved) | set(new)):
+    a, b = saved.get(section), new.get(section)
+    if isinstance(a, dict) or isinstance(b, dict):
+      a, b = a or {}, b or {}
+      for k in sorted(set(a) | set(b)):
+        if a.get(k) != b.get(k):
+          line = f"{section}.{k}: saved {a.get(k)!r} -> now {b.get(k)!r}"
+          ok = section in RESUME_MUTABLE and k in (RESUME_MUTABLE[section] or ())
+          (allowed if ok else refused).append(line)
+    elif a != b:
+      line = f"{section}: saved {a!r} -> now {b!r}"
+      (allowed if section in RESUME_MUTABLE else refused).append(line)
+  return refused, allowed
+
+
+def _without_removed(saved: dict) -> dict:
+  saved = dict(saved)
+  for section, keys in REMOVED_KEYS.items():
+    if isinstance(saved.get(section), dict):
+      saved[section] = {k: v for k, v in saved[section].items() if k not in keys}
+  return saved
+
+
+def check_workdir_config(workdir: Path, cfg: Config) -> None:
+  path = Path(workdir) / "config.json"
+  if not path.exists():
+    if ckpt.list_steps(workdir):
+      raise ConfigMismatchError(f"{workdir} holds checkpoints but no config.json; "
+                                "refusing to resume into an unknown run; use a new --workdir")
+    return
+  saved = _without_removed(json.loads(path.read_text()))
+  try:  # a field added to sbjax after the run started takes its default, so it is no difference
+    saved = Config.from_dict(saved).to_dict()
+  except (TypeError, ValueError, KeyError):
+    pass  # compare the raw dicts: the diff names what differs
+  refused, allowed = config_diff(saved, cfg.to_dict())
+  if refused:
+    raise ConfigMismatchError(
+        f"{workdir} holds a run with a different configuration; refusing to resume. "
+        "Differences:\n  " + "\n  ".join(refused) + "\nUse a new --workdir, or the saved config.")
+  for line in allowed:
+    log.warning("resuming with a changed setting: %s", line)
+
+
+def prepare_workdir(workdir: Path, cfg: Config, is_main: bool) -> None:
+  """Create ``workdir``, refuse another run's config, write config.json (process 0)."""
+  try:
+    workdir.mkdir(parents=True, exist_ok=True)
+  except OSError as e:
+    raise OSError(f"cannot create the workdir {workdir}: {e.strerror}; choose a writable --workdir") from None
+  check_workdir_config(workdir, cfg)
+  if is_main and not (workdir / "config.json").exists():
+    tmp = workdir / "config.json.tmp"
+    tmp.write_text(json.dumps(cfg.to_dict(), indent=2))
+    tmp.replace(workdir / "config.json")
+
+
+def clean_for_resume(workdir: Path, prefix: str = "") -> list[str]:
+  """Move aside unfinished orbax saves and cut a partial last metrics line (process 0)."""
+  moved = ckpt.cleanup_tmp(workdir)
+  for name in moved:
+    log.warning("moved aside an unfinished checkpoint save: %s%s", prefix, name)
+  repair_jsonl(workdir / METRICS)
+  return moved
+
+
+def append_jsonl(path: Path, rec: dict) -> None:
+  with open(path, "a") as f:
+    f.write(json.dumps(rec) + "\n")
+
+
+def repair_jsonl(path: Path) -> int:
+  """Cut a partial last line (a write killed mid-line) off a JSONL log so that appended
+  records start on a fresh line; returns the number of bytes removed (logged)."""
+  path = Path(path)
+  if not path.is_file():
+    return 0
+  data = path.read_bytes()
+  if not data or data.endswith(b"\n"):
+    return 0
+  keep = data.rfind(b"\n") + 1
+  with open(path, "r+b") as f:
+    f.truncate(keep)
+  log.warning("%s ended in a partial line (%d bytes, from an interrupted write); removed it",
+              path, len(data) - keep)
+  return len(data) - keep
+
+
+def read_metrics(workdir) -> list[dict]:
+  """metrics.jsonl records, deduplicated by step (a resumed run's later record wins).
+  Lines that are not valid JSON (a write cut off by a kill) are skipped with a warning."""
+  path = Path(workdir) / METRICS
+  if not path.exists():
+    return []
+  by_step: dict[int, dict] = {}
+  for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+    if line.strip():
+      try:
+        rec = json.loads(line)
+        step = int(rec["step"])
+      except (ValueError, KeyError, TypeError):
+        log.warning("%s line %d is not a metrics record (interrupted write?); skipped", path, n)
+        continue
+      by_step.setdefault(step, {}).update(rec)
+  return [by_step[s] for s in sorted(by_step)]
+
+
+def summary_from_metrics(workdir, summary: dict) -> dict:
+  """Add the last logged train loss and eval record of ``workdir`` to ``summary``."""
+  recs = read_metrics(workdir)
+  losses = [r["loss"] for r in recs if "loss" in r]
+  if losses:
+    summary["loss"] = losses[-1]
+  evals = [r for r in recs if "eval_loss" in r]
+  if evals:
+    summary["eval_loss"] = evals[-1]["eval_loss"]
+    summary["eval_acc"] = evals[-1]["eval_acc"]
+  return summary
+
+
+def resolve_vocab(cfg: Config, data_vocab: int) -> Config:
+  """Fill model.vocab_size from the data when it is 0; refuse a mismatch."""
+  mc = cfg.model
+  if mc.vocab_size == 0:
+    return cfg.replace(model=dataclasses.replace(mc, vocab_size=data_vocab))
+  if mc.vocab_size < data_vocab:
+    raise ValueError(f"model.vocab_size={mc.vocab_size} is smaller than the data's vocabulary "
+                     f"({data_vocab} tokens); set --config.model.vocab_size={data_vocab} or 0")
+  if mc.vocab_size > data_vocab:
+    log.warning("model.vocab_size=%d is larger than the data's vocabulary (%d tokens); the "
+                "extra rows are padding (as Pythia's 50304 for a 50277-piece tokenizer)",
+                mc.vocab_size, data_vocab)
+  return cfg
+
+
+def init_trunk_from(cfg: Config, params, mesh_shardings):
+  """Frozen-trunk mode: copy every non-head parameter from train.init_from."""
+  src_cfg, src, src_step = ckpt.load_params(
+      cfg.train.init_from, None if cfg.train.init_step < 0 else cfg.train.init_step)
+  head_key = "embed" if cfg.model.head == "tied" else "head"
+  out = dict(params)
+  for k, v in src.items():
+    if k == "head" or (k == head_key and cfg.model.head == "tied"):
+      continue
+    if k not in out:
+      raise ValueError(f"train.init_from={cfg.train.init_from}: parameter {k!r} is not in this model")
+    if jax.tree.map(lambda x: x.shape, v) != jax.tree.map(lambda x: x.shape, out[k]):
+      raise ValueError(f"train.init_from={cfg.train.init_from}: parameter {k!r} has another shape; "
+                       "the trunk config must match the source run's model")
+    out[k] = v
+  log.info("initialised the trunk from %s step %d", cfg.train.init_from, src_step)
+  return jax.device_put(out, mesh_shardings)

@@ -1,0 +1,19 @@
+"""The config of the session's shared trained run (the ``tiny_run`` fixture of
+tests/conftest.py): the tiny preset with vocab 64, 24 steps, a train record every step,
+evaluations at 0, 12, 24 and checkpoints at 0, 1, 2, 4, 8, 12, 16, 24 (the schedule of
+tests/test_train.py's resume test and tests/test_checkpoint_corrupt.py, so all of them
+share one compiled step)."""
+
+import dataclasses
+
+from sbjax import presets
+
+TINY_RUN_TRAIN = {"steps": 24, "log_every": 1, "eval_every": 12, "ckpt_every": 12}
+TINY_RUN_STEPS = [0, 1, 2, 4, 8, 12, 16, 24]
+
+
+def tiny_run_config(**train_kw):
+  """The tiny preset, vocab 64, TINY_RUN_TRAIN (and ``train_kw``)."""
+  cfg = presets.build(presets.load("tiny"))
+  cfg = cfg.replace(model=dataclasses.replace(cfg.model, vocab_size=64))
+  return cfg.replace(train=dataclasses.replace(cfg.train, **{**TINY_RUN_TRAIN, **train_kw}))
