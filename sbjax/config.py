@@ -251,7 +251,9 @@ class MeshConfig:
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-  model: ModelConfig = ModelConfig()
+  # a factory, not an instance: building a ModelConfig loads the head kinds (jax, flax) to
+  # validate it, which importing this module must not do
+  model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
   data: DataConfig = DataConfig()
   train: TrainConfig = TrainConfig()
   mesh: MeshConfig = MeshConfig()

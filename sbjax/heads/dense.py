@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import flax.linen as nn
 import jax.numpy as jnp
 
-from sbjax.config import ModelConfig
 from sbjax.heads.base import HEAD_KEY, HeadKind, register
+
+if TYPE_CHECKING:  # only for annotations: a head module must not import sbjax.config (base.py)
+  from sbjax.config import ModelConfig
 
 
 class DenseHead(nn.Module):

@@ -11,13 +11,17 @@ Exported to Hugging Face as the dense product A·B (same function; the factors a
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import math
 
 import flax.linen as nn
 import jax.numpy as jnp
 
-from sbjax.config import ModelConfig
 from sbjax.heads.base import HEAD_KEY, HeadKind, invalid, register
+
+if TYPE_CHECKING:  # only for annotations: a head module must not import sbjax.config (base.py)
+  from sbjax.config import ModelConfig
 
 INITS = ("scaled", "godey")
 

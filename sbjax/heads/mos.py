@@ -8,12 +8,16 @@ these normalised log-probabilities. Parameters: V d + M d² + 2 M d + M.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from sbjax.config import ModelConfig
 from sbjax.heads.base import HEAD_KEY, HeadKind, invalid, register
+
+if TYPE_CHECKING:  # only for annotations: a head module must not import sbjax.config (base.py)
+  from sbjax.config import ModelConfig
 
 
 class MoSHead(nn.Module):
