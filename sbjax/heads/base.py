@@ -13,7 +13,7 @@ This module is plain Python (no jax/flax imports), so ``sbjax.config`` can impor
 validate ``model.head`` and the head's own fields when a ``ModelConfig`` is built; the
 first validation then imports the head modules (and with them jax/flax).
 
-A ``HeadKind`` answers, for a ``ModelConfig`` ``cfg`` with ``cfg.head == kind.name``:
+A ``HeadKind`` answers, for a ``ModelConfig`` ``cfg`` whose head is ``kind.name``:
 
 - ``module(cfg)``: its flax module (named ``"head"``), or None when it owns no parameters
   (tied: the scores come from the input embedding);
