@@ -226,10 +226,9 @@ def _row(plan: Plan, spec: RunSpec, cfg: Config, summary: dict, vocab_size: int)
 def save_full_head(out: Path, trunk_dir: Path) -> np.ndarray:
   """Write ``OUT/full_head.npy``: the V x d head matrix of the best full run's last step."""
   from sbjax import checkpoint as ckpt  # noqa: PLC0415
-  from sbjax.heads import head_matrix  # noqa: PLC0415
 
   cfg, params, _ = ckpt.load_params(trunk_dir)
-  w = np.asarray(head_matrix(params, cfg.model), np.float32)
+  w = np.asarray(heads.head_matrix(params, cfg.model), np.float32)
   np.save(out / FULL_HEAD, w, allow_pickle=False)
   return w
 

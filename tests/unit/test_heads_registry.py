@@ -34,7 +34,7 @@ def amesh(d, f, t):
 
 @pytest.fixture(scope="module")
 def params():
-  return {k: Model(c).init(jax.random.key(1)) for k, c in CFGS.items()}
+  return {k: jax.jit(Model(c).init)(jax.random.key(1)) for k, c in CFGS.items()}
 
 
 def test_registered_kinds_are_the_files_of_the_package():
@@ -78,8 +78,8 @@ def test_matrix_equals_the_closed_formulas(params):
 def test_factors_and_scores_agree_with_the_model(params):
   h = jax.random.normal(jax.random.key(2), (5, BASE.d_model))
   for k, c in CFGS.items():
-    scores = heads.scores_fn(params[k], c)(h)
-    fac = heads.matrix_factors(params[k], h, c)
+    scores = jax.jit(lambda p, h, c=c: heads.scores_fn(p, c)(h))(params[k], h)
+    fac = jax.jit(lambda p, h, c=c: heads.matrix_factors(p, h, c))(params[k], h)
     if k == "mos":
       assert fac is None
       np.testing.assert_allclose(jax.nn.logsumexp(scores, -1), 0.0, atol=1e-5)  # log-probs
@@ -90,9 +90,9 @@ def test_factors_and_scores_agree_with_the_model(params):
   tokens = jnp.arange(6, dtype=jnp.int32)[None] % BASE.vocab_size
   for k, c in CFGS.items():  # the model's scores are the head's scores of its features
     model = Model(c)
-    np.testing.assert_allclose(model.apply(params[k], tokens),
-                               heads.scores_fn(params[k], c)(model.features(params[k], tokens)),
-                               rtol=1e-6, atol=1e-6)
+    both = jax.jit(lambda p, model=model, c=c: (
+        model.apply(p, tokens), heads.scores_fn(p, c)(model.features(p, tokens))))
+    np.testing.assert_allclose(*both(params[k]), rtol=1e-6, atol=1e-6)
 
 
 def test_param_counts_match_the_formulas_and_the_trees(params):
