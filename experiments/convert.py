@@ -25,6 +25,8 @@ import os
 
 from absl import app, flags, logging
 
+from experiments import common
+from sbjax import checkpoint
 from sbjax.config import Config
 from sbjax.convert import hf_export, hf_import, series
 
@@ -60,8 +62,6 @@ def import_to_workdir(src: str, workdir: str, *, step: int | None = None,
                       allow_pickle: bool = False, dtype: str = "float32",
                       name: str | None = None) -> list[int]:
   """Import a HF directory (or series) into ``workdir``; returns the steps written."""
-  from sbjax import checkpoint
-
   name = name or os.path.basename(os.path.normpath(src))
   written = []
   if series.is_series(src):
@@ -87,8 +87,6 @@ def import_to_workdir(src: str, workdir: str, *, step: int | None = None,
 def export_from_workdir(workdir: str, out_dir: str, *, step: int | None = None,
                         dtype: str = "float32") -> int:
   """Export the params of ``workdir`` at ``step`` (latest if None); returns the step."""
-  from sbjax import checkpoint
-
   config, params, step = checkpoint.load_params(workdir, step)
   hf_export.export_hf(config.model, params, out_dir, dtype=dtype)
   logging.info("exported %s step %d -> %s", workdir, step, out_dir)
@@ -117,6 +115,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  from experiments import common
-
   common.run(main)  # user mistakes (bad dirs, refused configs) -> one "error: ..." line, exit 2

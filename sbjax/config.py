@@ -13,7 +13,8 @@ import dataclasses
 import json
 from typing import Any
 
-HEAD_KINDS = ("dense", "tied", "lowrank", "mos")
+from sbjax.heads import base as head_registry
+
 POS_KINDS = ("rotary", "learned")
 GELU_KINDS = ("exact", "tanh")
 ATTN_IMPLS = ("auto", "dpa", "einsum")
@@ -49,7 +50,7 @@ class ModelConfig:
   attn_scale: bool = True  # GPT-Neo does not scale scores by 1/sqrt(head_dim)
   attention_layers: tuple = ()  # per layer "global"/"local"; () = all global
   window_size: int = 256  # local attention window (GPT-Neo)
-  # head
+  # head: a kind registered in sbjax.heads, which also validates the head's fields below
   head: str = "dense"  # dense | tied | lowrank | mos
   head_rank: int = 0  # lowrank only (required there, 1 .. d_model); ignored by other heads
   head_init: str = "scaled"  # lowrank: "scaled" (trains from scratch) or "godey" (N(0,1))
@@ -91,17 +92,7 @@ class ModelConfig:
                  f"a fraction giving an even number of rotary dims of head_dim={self.head_dim}")
     if self.gelu not in GELU_KINDS:
       raise _err("model.gelu", self.gelu, " | ".join(GELU_KINDS))
-    if self.head not in HEAD_KINDS:
-      raise _err("model.head", self.head, " | ".join(HEAD_KINDS))
-    if self.head == "lowrank":
-      if not isinstance(self.head_rank, int) or self.head_rank < 1 or self.head_rank > self.d_model:
-        raise _err("model.head_rank", self.head_rank,
-                   f"1 .. d_model={self.d_model} (a lowrank head needs an explicit rank; "
-                   "use head=dense for full rank without factors)")
-    if self.head_init not in ("scaled", "godey"):
-      raise _err("model.head_init", self.head_init, "scaled | godey")
-    if not isinstance(self.n_mix, int) or self.n_mix < 1:
-      raise _err("model.n_mix", self.n_mix, "an integer >= 1")
+    head_registry.validate(self)  # a registered head kind, and its own fields (sbjax.heads)
     for f in ("param_dtype", "dtype"):
       if getattr(self, f) not in DTYPES:
         raise _err(f"model.{f}", getattr(self, f), " | ".join(DTYPES))
@@ -136,9 +127,7 @@ class ModelConfig:
   @property
   def rank(self) -> int:
     """The rank of the head: head_rank for lowrank heads, else d_model."""
-    if self.head == "lowrank" and self.head_rank:
-      return self.head_rank
-    return self.d_model
+    return head_registry.get(self.head).rank(self)
 
   @property
   def rotary_dim(self) -> int:
@@ -261,7 +250,9 @@ class MeshConfig:
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-  model: ModelConfig = ModelConfig()
+  # a factory, not an instance: building a ModelConfig loads the head kinds (jax, flax) to
+  # validate it, which importing this module must not do
+  model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
   data: DataConfig = DataConfig()
   train: TrainConfig = TrainConfig()
   mesh: MeshConfig = MeshConfig()

@@ -19,7 +19,7 @@ Parameter layout (``scan_layers=False``; with scan the blocks are stacked under
     block_i/ln2/{scale,bias}       D
     block_i/mlp/fc_in_kernel D×F, fc_in_bias F, fc_out_kernel F×D, fc_out_bias D
     ln_f/{scale,bias}              D
-    head/...                   see sbjax.heads
+    head/...                       the head's own parameters, see sbjax.heads
 
 Intermediates (``collect=``) for analysis, each stacked over layers as L×B×T×D:
 ``resid`` (residual stream after each block), ``attn`` (each block's attention
@@ -243,11 +243,9 @@ class Transformer(nn.Module):
     h = LayerNorm(c, name="ln_f")(x)
     if self.features_only:
       return h, extras
-    head = heads_lib.make_head(c)
-    if head is None:
-      scores = jnp.einsum("btd,vd->btv", h, emb.astype(dt))
-    else:
-      scores = head(h)
+    kind = heads_lib.get(c.head)
+    head = kind.module(c)  # created here so that its parameters live under params["head"]
+    scores = head(h) if head is not None else kind.scores({"embed": emb}, h, c)  # tied
     if "h" in self.collect:
       extras["h"] = h
     return scores.astype(jnp.float32), extras
@@ -340,6 +338,12 @@ class Model:
     return int(sum(math.prod(x.shape) for x in jax.tree.leaves(params)))
 
 
+def param_shardings(cfg: ModelConfig, mesh, seq_len: int = 8):
+  """NamedShardings of a model's parameters on ``mesh`` (e.g. the target of a restore:
+  ``checkpoint.load_params(workdir, shardings=param_shardings(cfg.model, mesh))``)."""
+  return sharding.tree_shardings(Model(cfg).abstract_params(seq_len), mesh)
+
+
 def stack_blocks(params, n_layers: int):
   """Unrolled layout (block_0..block_{L-1}) -> scan layout (blocks with a leading L axis)."""
   out = {k: v for k, v in params.items() if not k.startswith("block_")}
@@ -366,9 +370,8 @@ def non_embedding_params(cfg: ModelConfig) -> int:
 
 def flops_per_token(cfg: ModelConfig, seq_len: int) -> float:
   """Training FLOPs per token: 6·N (matmul params incl. head) + 12·L·T·D attention (fwd+bwd)."""
-  v, d = cfg.vocab_size, cfg.d_model
-  n_mat = cfg.n_layers * (4 * d * d + 2 * d * cfg.ff_dim) + heads_lib.head_param_count(cfg)
-  if cfg.head == "tied":
-    n_mat += v * d
+  d = cfg.d_model
+  head = heads_lib.get(cfg.head).flop_params(cfg)  # tied: the embedding's V×d product
+  n_mat = cfg.n_layers * (4 * d * d + 2 * d * cfg.ff_dim) + head
   attn = 12 * cfg.n_layers * seq_len * d / 2  # causal: half the score matrix
   return 6.0 * n_mat + attn

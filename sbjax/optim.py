@@ -4,8 +4,9 @@ Defaults (``TrainConfig``): β = (0.9, 0.95), eps 1e-8, weight decay 0.1 on
 matrices only (ndim ≥ 2: no biases, no norms), global-norm clipping at 1.0, linear
 warmup then cosine decay to ``min_lr_ratio`` (10%) of the peak learning rate.
 
-Frozen trunk (Godey et al. E5): only parameters under ``head`` (or the embedding,
-for a tied head) are trained; every other update is exactly zero.
+Frozen trunk (Godey et al. E5): only the head's parameters are trained (its kind's
+``param_keys``: ``head``, or the embedding for a tied head); every other update is
+exactly zero.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import jax
 import optax
 
+from sbjax import heads
 from sbjax.config import ModelConfig, TrainConfig
 
 
@@ -31,8 +33,8 @@ def trainable_labels(params, mc: ModelConfig, freeze_trunk: bool):
   """'train' / 'freeze' label per leaf."""
   if not freeze_trunk:
     return jax.tree.map(lambda _: "train", params)
-  head_key = "embed" if mc.head == "tied" else "head"
-  return {k: jax.tree.map(lambda _: "train" if k == head_key else "freeze", v)
+  head_keys = heads.get(mc.head).param_keys
+  return {k: jax.tree.map(lambda _: "train" if k in head_keys else "freeze", v)
           for k, v in params.items()}
 
 

@@ -5,10 +5,10 @@ sharding) and ``tensor`` (vocabulary / heads / MLP hidden). Sizes come from
 ``MeshConfig``; one of them may be -1 (fill with the remaining devices). Rules:
 
 - embedding and dense/mos head matrices (V×D): vocab on ``tensor``, D on ``fsdp``;
-- low-rank head A (V×r): vocab on ``tensor``, r on ``fsdp``; B (r×D): D on ``fsdp``
-  (the B×T×r bottleneck activation is tiny; the V-sized logits stay vocab-sharded);
-- mos: the shared V×D matrix as the dense head; prior P (D×M) and projections
-  U (D×M×D) have their input D on ``fsdp``;
+- head leaves follow the ``leaf_specs`` of their head kind (``sbjax.heads``): low-rank
+  A (V×r) vocab on ``tensor``, r on ``fsdp``, B (r×D) D on ``fsdp`` (the B×T×r bottleneck
+  activation is tiny; the V-sized logits stay vocab-sharded); mos: the shared V×D matrix
+  as the dense head, prior P (D×M) and projections U (D×M×D) with their input D on ``fsdp``;
 - learned positions (max_len×D): D on ``fsdp``;
 - attention q/k/v (D×H×Dh): D on ``fsdp``, heads on ``tensor``; o (H×Dh×D): heads
   on ``tensor``, D on ``fsdp``;
@@ -18,7 +18,9 @@ sharding) and ``tensor`` (vocabulary / heads / MLP hidden). Sizes come from
   (``sbjax.population``) gets a leading unsharded member axis (``leading=1``);
 - the batch (B×T) shards over ``data`` × ``fsdp``; eval/train metrics are replicated;
 - the optimizer state follows the parameters (same trailing tree paths inside optax
-  states, e.g. ``.../mu/block_0/attn/q_kernel``).
+  states, e.g. ``.../mu/block_0/attn/q_kernel``); scalars (adam's count) are replicated;
+- a leaf no rule names raises ValueError (trunk leaves: ``TRUNK_SPECS``; head leaves: the
+  ``leaf_specs`` of the head kinds in ``sbjax.heads``) instead of being replicated.
 
 Activations: one constraint is needed, at the embedding lookup (``embed_lookup``,
 used by ``sbjax.model``): the table is gathered over ``fsdp`` and the residual stream
@@ -36,9 +38,11 @@ from __future__ import annotations
 import math
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
+from sbjax import heads as heads_lib
 from sbjax.config import MeshConfig, ModelConfig
 
 AXES = ("data", "fsdp", "tensor")
@@ -105,30 +109,35 @@ def check_divisible(cfg: ModelConfig, mesh, global_batch: int, grad_accum: int =
 # ----------------------------------------------------------------------------- parameters
 
 
+# Every trunk parameter leaf by name (sbjax.model's layout); () = replicated. Head leaves
+# (under params["head"]) take the specs their head kind declares (sbjax.heads).
+TRUNK_SPECS = {
+    "embed": ("tensor", "fsdp"),  # V×D
+    "pos_embed": (None, "fsdp"),  # max_len×D
+    "q_kernel": ("fsdp", "tensor", None), "k_kernel": ("fsdp", "tensor", None),  # D×H×Dh
+    "v_kernel": ("fsdp", "tensor", None),
+    "o_kernel": ("tensor", None, "fsdp"),  # H×Dh×D
+    "fc_in_kernel": ("fsdp", "tensor"),  # D×F
+    "fc_out_kernel": ("tensor", "fsdp"),  # F×D
+    "q_bias": (), "k_bias": (), "v_bias": (), "o_bias": (), "fc_in_bias": (), "fc_out_bias": (),
+    "scale": (), "bias": (),  # LayerNorm
+}
+
+
 def _spec_for(path: tuple[str, ...], ndim: int) -> tuple:
-  name = path[-1]
-  parent = path[-2] if len(path) > 1 else ""
-  if name == "embed" or (parent == "head" and name == "w"):
-    return ("tensor", "fsdp")
-  if parent == "head" and name == "a":  # lowrank V×r
-    return ("tensor", "fsdp")
-  if parent == "head" and name == "b":  # lowrank r×D
-    return (None, "fsdp")
-  if name == "pos_embed":
-    return (None, "fsdp")
-  if name == "proj_w":  # mos D×M×D
-    return ("fsdp", None, None)
-  if name == "prior_w":  # mos D×M
-    return ("fsdp", None)
-  if name in ("q_kernel", "k_kernel", "v_kernel"):
-    return ("fsdp", "tensor", None)
-  if name == "o_kernel":
-    return ("tensor", None, "fsdp")
-  if name == "fc_in_kernel":
-    return ("fsdp", "tensor")
-  if name == "fc_out_kernel":
-    return ("tensor", "fsdp")
-  return (None,) * ndim
+  """The spec of the leaf at ``path`` (its trailing names decide); ValueError for a leaf
+  that no rule knows (rather than silently replicating it)."""
+  name = path[-1] if path else ""
+  if heads_lib.HEAD_KEY in path[:-1]:
+    base = heads_lib.leaf_spec(name)
+    where = f"its head kind's leaf_specs (sbjax.heads, kinds {list(heads_lib.names())})"
+  else:
+    base = TRUNK_SPECS.get(name)
+    where = "sbjax.sharding.TRUNK_SPECS"
+  if base is None:
+    raise ValueError(f"no sharding rule for the parameter leaf {'/'.join(path) or '<root>'} "
+                     f"({ndim} dims); add one to {where}")
+  return tuple(base) or (None,) * ndim
 
 
 def _path_names(path) -> tuple[str, ...]:
@@ -169,14 +178,6 @@ def tree_specs(tree, mesh, leading: int = 0):
 def tree_shardings(tree, mesh, leading: int = 0):
   return jax.tree.map(lambda s: NamedSharding(mesh, s), tree_specs(tree, mesh, leading),
                       is_leaf=lambda x: isinstance(x, P))
-
-
-def param_shardings(cfg: ModelConfig, mesh, seq_len: int = 8):
-  """NamedShardings of a model's parameters on ``mesh`` (e.g. the target of a restore:
-  ``checkpoint.load_params(workdir, shardings=param_shardings(cfg.model, mesh))``)."""
-  from sbjax.model import Model  # noqa: PLC0415 - keep this module import-light
-
-  return tree_shardings(Model(cfg).abstract_params(seq_len), mesh)
 
 
 # ----------------------------------------------------------------------------- batches
@@ -228,8 +229,6 @@ def embed_lookup(table_VxD, tokens_BxT):
   constrained batch-sharded. Without these two constraints XLA's partitioner gathers a
   D-sharded result and then has to replicate and re-partition the whole residual
   stream ("Involuntary full rematerialization"). A no-op without a mesh."""
-  import jax.numpy as jnp  # noqa: PLC0415
-
   mesh = jax.sharding.get_abstract_mesh()
   if mesh.empty or set(AXES) - set(mesh.axis_names):
     return jnp.take(table_VxD, tokens_BxT, axis=0)

@@ -155,7 +155,7 @@ def task_meshes(out: Path):
   from sbjax import train as train_lib  # noqa: PLC0415
   from sbjax.config import MeshConfig  # noqa: PLC0415
   from sbjax.data import make_dataset  # noqa: PLC0415
-  from sbjax.model import Model  # noqa: PLC0415
+  from sbjax.model import Model, param_shardings  # noqa: PLC0415
 
   assert jax.device_count() == 8, jax.devices()
   cfg = test_config()
@@ -201,7 +201,7 @@ def task_meshes(out: Path):
   train_lib.train(cfg222, wd, dataset=ds, mesh=mesh222, quiet=True)
   res["train_losses_222"] = [r["loss"] for r in train_lib.read_metrics(wd) if "loss" in r]
   m811 = shd.make_mesh(MeshConfig(8, 1, 1))
-  _, p811, _ = ckpt.load_params(wd, 3, shardings=shd.param_shardings(cfg.model, m811))
+  _, p811, _ = ckpt.load_params(wd, 3, shardings=param_shardings(cfg.model, m811))
   _, p1, _ = ckpt.load_params(wd, 3)  # one device
   res["restored_811_spec_embed"] = list(p811["embed"].sharding.spec)
   res["restored_811_ndev"] = len(p811["embed"].sharding.device_set)

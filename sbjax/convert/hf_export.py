@@ -12,24 +12,32 @@ exactly and writes a directory that ``transformers.AutoModelForCausalLM`` loads:
   ``attn_scale=False`` and ``qkv_bias=False``; any head tying (dense heads are
   written as ``lm_head`` with ``tie_word_embeddings=False``).
 
-Low-rank heads are written as the dense product A·B (the function is identical;
-the factorisation is lost). MoS heads cannot be expressed and are refused.
+The head follows its kind's HF mapping (``sbjax.heads``): low-rank heads are written as
+the dense product A·B (the function is identical; the factorisation is lost); MoS heads
+cannot be expressed and are refused.
 ``export_problems(cfg)`` lists every reason a config cannot be exported.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
+import jax
 import numpy as np
 
+from sbjax import heads
 from sbjax import model as model_lib
 from sbjax.config import ModelConfig
 from sbjax.convert import st_io
 from sbjax.convert.hf_import import _np_dtype
 
 _GELU_NAMES = {"exact": "gelu", "tanh": "gelu_new"}
+
+
+def _tied(cfg: ModelConfig) -> bool:
+  return heads.get(cfg.head).hf_tied is True
 
 
 def architecture(cfg: ModelConfig) -> str:
@@ -39,9 +47,9 @@ def architecture(cfg: ModelConfig) -> str:
 def export_problems(cfg: ModelConfig) -> list[str]:
   """Reasons this config has no exact GPT-NeoX/GPT-Neo equivalent ([] if exportable)."""
   out = []
-  if cfg.head == "mos":
-    out.append("model.head='mos': a mixture-of-softmaxes head has no Hugging Face "
-               "GPT-NeoX/GPT-Neo equivalent (only dense, tied and lowrank heads export)")
+  head_problem = heads.get(cfg.head).hf_problem(cfg)
+  if head_problem:
+    out.append(head_problem)
   if cfg.pos == "rotary":
     if not cfg.attn_scale:
       out.append("model.attn_scale=False with pos='rotary': GPT-NeoX always scales "
@@ -87,24 +95,22 @@ def hf_config(cfg: ModelConfig, dtype: str = "float32", o_bias_zero: bool = Fals
                                 "partial_rotary_factor": cfg.rotary_pct},
             "rotary_pct": cfg.rotary_pct, "rotary_emb_base": cfg.rotary_base,
             "attention_bias": cfg.qkv_bias or not o_bias_zero,
-            "tie_word_embeddings": cfg.head == "tied",
+            "tie_word_embeddings": _tied(cfg),
             "attention_dropout": 0.0, "hidden_dropout": 0.0}
   kinds = list(cfg.layer_kinds())
   return {"architectures": ["GPTNeoForCausalLM"], "model_type": "gpt_neo", **common,
           "num_layers": cfg.n_layers, "num_heads": cfg.n_heads,
           "attention_types": _attention_types(tuple(kinds)), "attention_layers": kinds,
           "window_size": cfg.window_size, "activation_function": _GELU_NAMES[cfg.gelu],
-          "layer_norm_epsilon": cfg.ln_eps, "tie_word_embeddings": cfg.head == "tied",
+          "layer_norm_epsilon": cfg.ln_eps, "tie_word_embeddings": _tied(cfg),
           "embed_dropout": 0.0, "attention_dropout": 0.0, "resid_dropout": 0.0}
 
 
 def _check_params(cfg: ModelConfig, params) -> dict:
   """Unrolled numpy params; raises ValueError listing missing/unknown/mis-shaped leaves."""
-  import jax
-
   if "blocks" in params:
     params = model_lib.unstack_blocks(params, cfg.n_layers)
-  unrolled = cfg if not cfg.scan_layers else _replace(cfg, scan_layers=False)
+  unrolled = cfg if not cfg.scan_layers else dataclasses.replace(cfg, scan_layers=False)
   want = model_lib.Model(unrolled).abstract_params(seq_len=1)
   flat_w = {jax.tree_util.keystr(k): v.shape for k, v in
             jax.tree_util.tree_flatten_with_path(want)[0]}
@@ -120,11 +126,6 @@ def _check_params(cfg: ModelConfig, params) -> dict:
   return jax.tree.map(lambda x: np.asarray(x, dtype=np.float32), params)
 
 
-def _replace(cfg, **kw):
-  import dataclasses
-  return dataclasses.replace(cfg, **kw)
-
-
 def hf_tensors(cfg: ModelConfig, params) -> tuple[dict, dict]:
   """(HF tensor dict in float32, config.json dict) for an exportable config."""
   problems = export_problems(cfg)
@@ -132,11 +133,7 @@ def hf_tensors(cfg: ModelConfig, params) -> tuple[dict, dict]:
     raise ValueError("cannot export this sbjax model to Hugging Face: " + "; ".join(problems))
   p = _check_params(cfg, params)
   d, h, k = cfg.d_model, cfg.n_heads, cfg.head_dim
-  head_w = None
-  if cfg.head == "dense":
-    head_w = p["head"]["w"]
-  elif cfg.head == "lowrank":
-    head_w = p["head"]["a"] @ p["head"]["b"]
+  head_w = heads.get(cfg.head).hf_weight(p, cfg)  # None: tied to the embedding
   t: dict = {}
 
   def lin_in(kernel_DxHxK):  # D×H×Dh -> HF out×in

@@ -33,8 +33,10 @@ import json
 import os
 import warnings
 
+import ml_dtypes
 import numpy as np
 
+from sbjax import heads
 from sbjax.config import Config, ModelConfig, TrainConfig
 from sbjax.convert import st_io
 
@@ -124,7 +126,7 @@ def model_config_from_hf(hf: dict, *, param_dtype: str = "float32", where: str =
         ln_eps=float(hf.get("layer_norm_eps", 1e-5)),
         gelu=_activation(hf.get("hidden_act", "gelu"), "hidden_act", where),
         qkv_bias=bool(hf.get("attention_bias", True)), attn_scale=True,
-        head="tied" if hf.get("tie_word_embeddings", False) else "dense",
+        head=heads.for_hf(bool(hf.get("tie_word_embeddings", False))).name,
         init_std=float(hf.get("initializer_range", 0.02)), param_dtype=param_dtype)
   # gpt_neo
   d = hf["hidden_size"]
@@ -150,7 +152,7 @@ def model_config_from_hf(hf: dict, *, param_dtype: str = "float32", where: str =
       qkv_bias=False, attn_scale=False,
       attention_layers=() if all(a == "global" for a in layers) else layers,
       window_size=int(hf.get("window_size", 256)),
-      head="dense" if hf.get("tie_word_embeddings", True) is False else "tied",
+      head=heads.for_hf(hf.get("tie_word_embeddings", True) is not False).name,
       init_std=float(hf.get("initializer_range", 0.02)), param_dtype=param_dtype)
 
 
@@ -160,6 +162,10 @@ def full_config(model: ModelConfig, name: str = "hf_import") -> Config:
 
 
 # ----------------------------------------------------------------------------- key layout
+
+
+def _head_tensor(cfg: ModelConfig) -> bool:  # its own V×d head tensor (an untied HF head)
+  return heads.get(cfg.head).hf_imports and heads.get(cfg.head).hf_tied is False
 
 
 def expected_shapes(cfg: ModelConfig, model_type: str) -> dict[str, tuple]:
@@ -184,7 +190,7 @@ def expected_shapes(cfg: ModelConfig, model_type: str) -> dict[str, tuple]:
       s[p + "mlp.dense_4h_to_h.bias"] = (d,)
     s["gpt_neox.final_layer_norm.weight"] = (d,)
     s["gpt_neox.final_layer_norm.bias"] = (d,)
-    if cfg.head == "dense":
+    if _head_tensor(cfg):
       s["embed_out.weight"] = (v, d)
     return s
   s["transformer.wte.weight"] = (v, d)
@@ -203,7 +209,7 @@ def expected_shapes(cfg: ModelConfig, model_type: str) -> dict[str, tuple]:
     s[p + "mlp.c_proj.bias"] = (d,)
   s["transformer.ln_f.weight"] = (d,)
   s["transformer.ln_f.bias"] = (d,)
-  if cfg.head == "dense":
+  if _head_tensor(cfg):
     s["lm_head.weight"] = (v, d)
   return s
 
@@ -215,7 +221,7 @@ def _normalise_names(tensors: dict, cfg: ModelConfig, model_type: str) -> dict:
     t["embed_out.weight"] = t.pop("lm_head.weight")
   for k in [k for k in t if k.endswith(_BUFFER_SUFFIXES)]:
     del t[k]
-  if cfg.head == "tied":
+  if heads.get(cfg.head).hf_tied:
     emb = "gpt_neox.embed_in.weight" if model_type == "gpt_neox" else "transformer.wte.weight"
     for k in ("embed_out.weight", "lm_head.weight"):
       if k in t and emb in t:
@@ -249,7 +255,7 @@ def check_tensors(tensors: dict, cfg: ModelConfig, model_type: str, where: str =
 
 
 def _load_pickle(path: str) -> dict:
-  import torch  # only for explicitly allowed pickles
+  import torch  # noqa: PLC0415 - optional, only for explicitly allowed pickles
 
   sd = torch.load(path, map_location="cpu", weights_only=True)
   out = {}
@@ -356,8 +362,8 @@ def params_from_hf(cfg: ModelConfig, tensors: dict, model_type: str, dtype="floa
           "mlp": mlp(pre + "mlp.dense_h_to_4h.weight", pre + "mlp.dense_h_to_4h.bias",
                      pre + "mlp.dense_4h_to_h.weight", pre + "mlp.dense_4h_to_h.bias")}
     p["ln_f"] = ln("gpt_neox.final_layer_norm")
-    if cfg.head == "dense":
-      p["head"] = {"w": g("embed_out.weight")}
+    if _head_tensor(cfg):
+      p[heads.HEAD_KEY] = heads.get(cfg.head).hf_params(g("embed_out.weight"), cfg)
     return cast(p)
   p["embed"] = g("transformer.wte.weight")
   p["pos_embed"] = g("transformer.wpe.weight")
@@ -372,16 +378,13 @@ def params_from_hf(cfg: ModelConfig, tensors: dict, model_type: str, dtype="floa
         "mlp": mlp(pre + "mlp.c_fc.weight", pre + "mlp.c_fc.bias",
                    pre + "mlp.c_proj.weight", pre + "mlp.c_proj.bias")}
   p["ln_f"] = ln("transformer.ln_f")
-  if cfg.head == "dense":
-    p["head"] = {"w": g("lm_head.weight")}
+  if _head_tensor(cfg):
+    p[heads.HEAD_KEY] = heads.get(cfg.head).hf_params(g("lm_head.weight"), cfg)
   return cast(p)
 
 
 def _np_dtype(name: str) -> np.dtype:
-  if name == "bfloat16":
-    import ml_dtypes
-    return np.dtype(ml_dtypes.bfloat16)
-  return np.dtype(name)
+  return np.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else np.dtype(name)
 
 
 def import_hf(path: str, *, dtype: str = "float32", allow_pickle: bool = False

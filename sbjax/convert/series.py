@@ -24,6 +24,7 @@ import os
 import re
 from typing import Iterable, Iterator
 
+import jax
 import numpy as np
 
 from sbjax.config import ModelConfig
@@ -114,8 +115,6 @@ def iter_series(path: str, *, dtype: str = "float32", allow_pickle: bool = False
 
 def stack_series(items: Iterable[tuple[int, dict]]) -> tuple[np.ndarray, dict]:
   """(steps S, params with a leading S axis on every leaf) for ``jax.vmap``."""
-  import jax
-
   items = list(items)
   if not items:
     raise ValueError("stack_series: no revisions given")

@@ -49,6 +49,7 @@ import numpy as np
 
 from sbjax.analysis.table import atomic_write_json, read_csv, write_csv
 from sbjax.config import Config, ModelConfig
+from sbjax import heads
 from sbjax.heads import head_param_count
 from sbjax.train import train_once
 from sbjax.train.done import finished, mark_finished
@@ -158,8 +159,9 @@ def specs(plan: Plan) -> list[RunSpec]:
 
 
 def model_config(base: ModelConfig, spec: RunSpec, vocab_size: int | None = None) -> ModelConfig:
-  kw = dict(head=spec.head, head_rank=spec.rank if spec.head == "lowrank" else 0,
-            n_mix=spec.n_mix if spec.head == "mos" else 1)
+  used = heads.get(spec.head).fields  # the head's own ModelConfig fields
+  kw = dict(head=spec.head, head_rank=spec.rank if "head_rank" in used else 0,
+            n_mix=spec.n_mix if "n_mix" in used else 1)
   if vocab_size is not None:
     kw["vocab_size"] = vocab_size
   return dataclasses.replace(base, **kw)
@@ -211,7 +213,8 @@ def best_rows(rows: Sequence[dict], protocol: str, head: str = "lowrank") -> lis
 def _row(plan: Plan, spec: RunSpec, cfg: Config, summary: dict, vocab_size: int) -> dict:
   mc = model_config(cfg.model, spec, vocab_size)
   params = head_param_count(mc)
-  mr, ratio = (spec.rank, 1.0) if spec.head == "lowrank" else matched_rank(mc, params, plan.ranks)
+  explicit = "head_rank" in heads.get(spec.head).fields  # a rank-r head: no matching needed
+  mr, ratio = (spec.rank, 1.0) if explicit else matched_rank(mc, params, plan.ranks)
   return {"protocol": spec.protocol, "head": spec.head, "rank": spec.rank, "n_mix": spec.n_mix,
           "matched_rank": mr, "lr": spec.lr, "steps": cfg.train.steps, "params": params,
           "param_ratio": round(ratio, 6), "n_params": summary.get("n_params"),
@@ -223,10 +226,9 @@ def _row(plan: Plan, spec: RunSpec, cfg: Config, summary: dict, vocab_size: int)
 def save_full_head(out: Path, trunk_dir: Path) -> np.ndarray:
   """Write ``OUT/full_head.npy``: the V x d head matrix of the best full run's last step."""
   from sbjax import checkpoint as ckpt  # noqa: PLC0415
-  from sbjax.heads import head_matrix  # noqa: PLC0415
 
   cfg, params, _ = ckpt.load_params(trunk_dir)
-  w = np.asarray(head_matrix(params, cfg.model), np.float32)
+  w = np.asarray(heads.head_matrix(params, cfg.model), np.float32)
   np.save(out / FULL_HEAD, w, allow_pickle=False)
   return w
 

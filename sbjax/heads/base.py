@@ -1,0 +1,172 @@
+"""The head registry: one ``HeadKind`` object per kind of LM head, found by file.
+
+Every module of the ``sbjax.heads`` package (other than this one and names starting with
+``_``) defines one head kind and registers it with ``register(Kind())`` at import; the
+package is scanned on the first look-up (``get``, ``names``, ``leaf_spec``), so a new head
+is one new file in ``sbjax/heads/`` plus its tests and needs no edit elsewhere. A head
+module imports only this module, jax and flax: ``sbjax.config`` validates through the
+registry, so a head module that imported it would be scanned while half-imported
+(annotate with ``ModelConfig`` under ``TYPE_CHECKING``). A head that needs a new
+hyper-parameter also adds that field to ``ModelConfig``.
+
+This module is plain Python (no jax/flax imports), so ``sbjax.config`` can import it to
+validate ``model.head`` and the head's own fields when a ``ModelConfig`` is built; the
+first validation then imports the head modules (and with them jax/flax).
+
+A ``HeadKind`` answers, for a ``ModelConfig`` ``cfg`` whose head is ``kind.name``:
+
+- ``module(cfg)``: its flax module (named ``"head"``), or None when it owns no parameters
+  (tied: the scores come from the input embedding);
+- ``scores(params, h, cfg)``: h (…×d) -> scores (…×V): logits, or normalised log-probs
+  (mos); either way ``log_softmax(scores)`` gives the model's log-probabilities;
+- ``factors(params, h, cfg)``: (x, M) with scores = x·Mᵀ, for the chunked losses, or None;
+- ``matrix(params, cfg)``: the effective V×d matrix W whose rank limits the logits;
+- ``param_count(cfg)``, ``flop_params(cfg)`` (the matmul parameters of the scores);
+- ``param_keys``: the top-level parameter keys that are the head (trainable in frozen-trunk
+  mode); ``leaf_specs``: the sharding of its own leaves under ``params["head"]``, as tuples
+  of mesh axis names (``sbjax.sharding``);
+- ``validate(cfg)``: the head's config checks (ValueError naming the field);
+  ``fields``: the ``ModelConfig`` fields it reads beyond the shared ones; ``rank(cfg)``;
+- Hugging Face mapping: ``hf_tied`` (True: ``tie_word_embeddings``; False: a separate
+  ``lm_head``/``embed_out`` V×d tensor; None: no HF equivalent, ``hf_problem`` says why),
+  ``hf_imports`` (an HF checkpoint with that tying imports as this kind), ``hf_weight``
+  (the V×d tensor written on export) and ``hf_params`` (the head params of an imported one).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pkgutil
+from typing import Any
+
+HEAD_KEY = "head"  # the top-level parameter key of a head module's parameters
+
+_KINDS: dict[str, "HeadKind"] = {}
+_scanned = False
+
+
+def invalid(field: str, value: Any, allowed: str) -> ValueError:
+  """The config error, worded as ``sbjax.config``'s: ``invalid config: F=V; allowed: A``."""
+  return ValueError(f"invalid config: {field}={value!r}; allowed: {allowed}")
+
+
+class HeadKind:
+  """Base of the head kinds; a subclass overrides what differs from a dense matrix head."""
+
+  name: str = ""
+  description: str = "this head"  # for messages, e.g. "a mixture-of-softmaxes head"
+  order: int = 100  # place in listings and error messages (dense | tied | lowrank | mos)
+  param_keys: tuple = (HEAD_KEY,)
+  leaf_specs: dict = {}
+  fields: tuple = ()
+  hf_tied: bool | None = None
+  hf_imports: bool = False
+
+  def module(self, cfg):
+    raise NotImplementedError(f"head kind {self.name!r} defines no module")
+
+  def scores(self, params, h, cfg):
+    return self.module(cfg).apply({"params": params[HEAD_KEY]}, h)
+
+  def factors(self, params, h, cfg):
+    return None
+
+  def matrix(self, params, cfg):
+    raise NotImplementedError(f"head kind {self.name!r} defines no matrix")
+
+  def param_count(self, cfg) -> int:
+    raise NotImplementedError(f"head kind {self.name!r} defines no param_count")
+
+  def flop_params(self, cfg) -> int:
+    return self.param_count(cfg)
+
+  def validate(self, cfg) -> None:
+    return None
+
+  def rank(self, cfg) -> int:
+    return cfg.d_model
+
+  def hf_problem(self, cfg) -> str | None:
+    """Why a model with this head cannot be exported to Hugging Face (None: it can)."""
+    if self.hf_tied is not None:
+      return None
+    ok = hf_exportable()
+    return (f"model.head={self.name!r}: {self.description} has no Hugging Face "
+            f"GPT-NeoX/GPT-Neo equivalent (only {', '.join(ok[:-1])} and {ok[-1]} heads export)")
+
+  def hf_weight(self, params, cfg):
+    return None if self.hf_tied else self.matrix(params, cfg)
+
+  def hf_params(self, w_VxD, cfg) -> dict:
+    raise ValueError(f"a Hugging Face head does not import as model.head={self.name!r}")
+
+
+def register(kind: HeadKind) -> HeadKind:
+  """Add a head kind (a module-level call in its file). Re-registering a name replaces it."""
+  if not kind.name or not isinstance(kind.name, str):
+    raise ValueError(f"head kind {kind!r} needs a non-empty name")
+  _KINDS[kind.name] = kind
+  return kind
+
+
+def unregister(name: str) -> None:
+  _KINDS.pop(name, None)
+
+
+def _scan() -> None:
+  """Import every head module of this package once (each registers its kind)."""
+  global _scanned
+  if _scanned:
+    return
+  _scanned = True
+  pkg = __name__.rsplit(".", 1)[0]
+  for m in pkgutil.iter_modules([os.path.dirname(__file__)]):
+    if m.name != "base" and not m.name.startswith("_"):
+      importlib.import_module(f"{pkg}.{m.name}")  # plugin discovery, on the first look-up
+
+
+def kinds() -> list[HeadKind]:
+  _scan()
+  return sorted(_KINDS.values(), key=lambda k: (k.order, k.name))
+
+
+def names() -> tuple[str, ...]:
+  """The registered head names, in listing order."""
+  return tuple(k.name for k in kinds())
+
+
+def get(name: str) -> HeadKind:
+  """The head kind called ``name``; ValueError listing the known kinds otherwise."""
+  _scan()
+  if name not in _KINDS:
+    raise invalid("model.head", name, " | ".join(names()))
+  return _KINDS[name]
+
+
+def validate(cfg) -> None:
+  """``cfg.head`` is a registered kind and its fields are valid for it."""
+  get(cfg.head).validate(cfg)
+
+
+def hf_exportable() -> tuple[str, ...]:
+  return tuple(k.name for k in kinds() if k.hf_tied is not None)
+
+
+def for_hf(tied: bool) -> HeadKind:
+  """The head kind an HF checkpoint imports as: tied or untied (``tie_word_embeddings``)."""
+  found = [k for k in kinds() if k.hf_imports and k.hf_tied is tied]
+  if len(found) != 1:
+    raise ValueError(f"expected one head kind importing Hugging Face heads with "
+                     f"tie_word_embeddings={tied}, found {[k.name for k in found]}")
+  return found[0]
+
+
+def leaf_spec(leaf: str):
+  """The sharding (tuple of mesh axes, or () for replicated) of a head leaf named ``leaf``;
+  None when no head kind has such a leaf. Kinds that share a leaf name must agree."""
+  specs = {(k.name, k.leaf_specs[leaf]) for k in kinds() if leaf in k.leaf_specs}
+  if len({s for _, s in specs}) > 1:
+    raise ValueError(f"head kinds disagree on the sharding of head leaf {leaf!r}: "
+                     f"{sorted(specs)}; give the leaf another name in one of them")
+  return next(iter(specs))[1] if specs else None

@@ -1,0 +1,83 @@
+"""The low-rank head: W = A·B with A (V×r) and B (r×d), scores = (h·Bᵀ)·Aᵀ.
+
+Inits (``model.head_init``):
+- ``godey``: A and B entries i.i.d. N(0, 1), as in Godey et al. (2024) E5. Trains
+  poorly from scratch (logits of size ~sqrt(r·d)) but is what the paper used.
+- ``scaled``: B ~ N(0, 1/d) (so h·Bᵀ has unit-scale coordinates) and
+  A ~ N(0, init_std²·d/r), giving Var(W_ij) = init_std² like a dense head.
+
+Exported to Hugging Face as the dense product A·B (same function; the factors are lost).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import math
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+from sbjax.heads.base import HEAD_KEY, HeadKind, invalid, register
+
+if TYPE_CHECKING:  # only for annotations: a head module must not import sbjax.config (base.py)
+  from sbjax.config import ModelConfig
+
+INITS = ("scaled", "godey")
+
+
+class LowRankHead(nn.Module):
+  cfg: ModelConfig
+
+  @nn.compact
+  def __call__(self, h):
+    c = self.cfg
+    r = c.rank
+    if c.head_init == "godey":
+      a_init, b_init = nn.initializers.normal(1.0), nn.initializers.normal(1.0)
+    else:
+      a_init = nn.initializers.normal(c.init_std * math.sqrt(c.d_model / r))
+      b_init = nn.initializers.normal(1.0 / math.sqrt(c.d_model))
+    a = self.param("a", a_init, (c.vocab_size, r), jnp.dtype(c.param_dtype))
+    b = self.param("b", b_init, (r, c.d_model), jnp.dtype(c.param_dtype))
+    z = jnp.einsum("...d,rd->...r", h, b.astype(h.dtype))  # h·Bᵀ first: O(r·d), then ·Aᵀ
+    return jnp.einsum("...r,vr->...v", z, a.astype(h.dtype))
+
+
+class LowRank(HeadKind):
+  name = "lowrank"
+  order = 2
+  # A (V×r): vocab on tensor, r on fsdp; B (r×D): D on fsdp (the B×T×r bottleneck is tiny)
+  leaf_specs = {"a": ("tensor", "fsdp"), "b": (None, "fsdp")}
+  fields = ("head_rank", "head_init")
+  hf_tied = False
+
+  def module(self, cfg):
+    return LowRankHead(cfg, name=HEAD_KEY)
+
+  def factors(self, params, h, cfg):
+    """(h·Bᵀ, A): the rank-r features first, so the V×d product A·B is never formed."""
+    hp = params[HEAD_KEY]
+    return jnp.einsum("...d,rd->...r", h, hp["b"].astype(h.dtype)), hp["a"]
+
+  def matrix(self, params, cfg):
+    hp = params[HEAD_KEY]
+    return hp["a"] @ hp["b"]
+
+  def param_count(self, cfg) -> int:
+    return cfg.vocab_size * cfg.rank + cfg.rank * cfg.d_model
+
+  def validate(self, cfg) -> None:
+    r = cfg.head_rank
+    if not isinstance(r, int) or r < 1 or r > cfg.d_model:
+      raise invalid("model.head_rank", r,
+                    f"1 .. d_model={cfg.d_model} (a lowrank head needs an explicit rank; "
+                    "use head=dense for full rank without factors)")
+    if cfg.head_init not in INITS:
+      raise invalid("model.head_init", cfg.head_init, " | ".join(INITS))
+
+  def rank(self, cfg) -> int:
+    return cfg.head_rank or cfg.d_model
+
+
+register(LowRank())

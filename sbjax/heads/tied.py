@@ -1,0 +1,36 @@
+"""The tied head: scores = h·Eᵀ with the input embedding E (V×d); no parameters of its own."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from sbjax.heads.base import HeadKind, register
+
+
+class Tied(HeadKind):
+  name = "tied"
+  order = 1
+  param_keys = ("embed",)  # frozen-trunk mode trains the embedding (it is the head)
+  hf_tied = True
+  hf_imports = True
+
+  def module(self, cfg):
+    return None
+
+  def scores(self, params, h, cfg):
+    return jnp.einsum("...d,vd->...v", h, params["embed"].astype(h.dtype))
+
+  def factors(self, params, h, cfg):
+    return h, params["embed"]
+
+  def matrix(self, params, cfg):
+    return params["embed"]
+
+  def param_count(self, cfg) -> int:
+    return 0
+
+  def flop_params(self, cfg) -> int:
+    return cfg.vocab_size * cfg.d_model  # the embedding's V×d product is still computed
+
+
+register(Tied())

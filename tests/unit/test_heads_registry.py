@@ -1,0 +1,190 @@
+"""The head registry (sbjax.heads): each kind's matrix, factors and parameter count against
+the closed formulas, discovery by file, validation messages, frozen-trunk labels, and the
+sharding rules (every leaf of every preset model, optimizer states; unknown leaves raise)."""
+
+import dataclasses
+import math
+import pkgutil
+import re
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import AbstractMesh
+from jax.sharding import PartitionSpec as P
+
+from sbjax import heads, presets
+from sbjax import sharding as shd
+from sbjax.config import Config, ModelConfig, TrainConfig
+from sbjax.model import Model, flops_per_token
+from sbjax.optim import make_optimizer, trainable_labels
+
+ROOT = Path(__file__).resolve().parents[2]
+BASE = ModelConfig(vocab_size=40, d_model=16, n_layers=1, n_heads=2, max_len=8)
+CFGS = {"dense": BASE, "tied": dataclasses.replace(BASE, head="tied"),
+        "lowrank": dataclasses.replace(BASE, head="lowrank", head_rank=3),
+        "mos": dataclasses.replace(BASE, head="mos", n_mix=2)}
+
+
+def amesh(d, f, t):
+  return AbstractMesh((d, f, t), shd.AXES)
+
+
+@pytest.fixture(scope="module")
+def params():
+  return {k: jax.jit(Model(c).init)(jax.random.key(1)) for k, c in CFGS.items()}
+
+
+def test_registered_kinds_are_the_files_of_the_package():
+  """A head is one file: every module of sbjax/heads (but base) registers exactly its kind."""
+  files = {m.name for m in pkgutil.iter_modules(heads.__path__)} - {"base"}
+  by_module = {k.__class__.__module__.rsplit(".", 1)[1]: k.name for k in heads.kinds()}
+  assert set(by_module) == {f for f in files if not f.startswith("_")}
+  assert heads.names() == ("dense", "tied", "lowrank", "mos")
+
+
+def test_unknown_head_and_field_messages():
+  with pytest.raises(ValueError, match=re.escape(
+      "invalid config: model.head='x'; allowed: dense | tied | lowrank | mos")):
+    heads.get("x")
+  with pytest.raises(ValueError, match=re.escape("model.head='x'; allowed: dense | tied")):
+    ModelConfig(head="x")
+  with pytest.raises(ValueError, match=re.escape(
+      "invalid config: model.head_rank=33; allowed: 1 .. d_model=32 (a lowrank head needs an "
+      "explicit rank; use head=dense for full rank without factors)")):
+    ModelConfig(d_model=32, n_heads=2, head="lowrank", head_rank=33)
+  with pytest.raises(ValueError, match=re.escape("invalid config: model.head_init='x'; "
+                                                 "allowed: scaled | godey")):
+    ModelConfig(head="lowrank", head_rank=2, head_init="x")
+  with pytest.raises(ValueError, match=re.escape("invalid config: model.n_mix=0; allowed: "
+                                                 "an integer >= 1")):
+    ModelConfig(head="mos", n_mix=0)
+
+
+def test_matrix_equals_the_closed_formulas(params):
+  p = params
+  np.testing.assert_array_equal(heads.head_matrix(p["dense"], CFGS["dense"]), p["dense"]["head"]["w"])
+  np.testing.assert_array_equal(heads.head_matrix(p["tied"], CFGS["tied"]), p["tied"]["embed"])
+  hp = p["lowrank"]["head"]
+  np.testing.assert_array_equal(heads.head_matrix(p["lowrank"], CFGS["lowrank"]), hp["a"] @ hp["b"])
+  np.testing.assert_array_equal(heads.head_matrix(p["mos"], CFGS["mos"]), p["mos"]["head"]["w"])
+  for k, c in CFGS.items():
+    assert heads.head_matrix(p[k], c).shape == (c.vocab_size, c.d_model)
+    assert Model(c).head_matrix(p[k]).shape == (c.vocab_size, c.d_model)
+
+
+def test_factors_and_scores_agree_with_the_model(params):
+  h = jax.random.normal(jax.random.key(2), (5, BASE.d_model))
+  for k, c in CFGS.items():
+    scores = jax.jit(lambda p, h, c=c: heads.scores_fn(p, c)(h))(params[k], h)
+    fac = jax.jit(lambda p, h, c=c: heads.matrix_factors(p, h, c))(params[k], h)
+    if k == "mos":
+      assert fac is None
+      np.testing.assert_allclose(jax.nn.logsumexp(scores, -1), 0.0, atol=1e-5)  # log-probs
+      continue
+    x, m = fac
+    np.testing.assert_allclose(x @ m.T, scores, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(scores, h @ heads.head_matrix(params[k], c).T, rtol=1e-4, atol=1e-6)
+  tokens = jnp.arange(6, dtype=jnp.int32)[None] % BASE.vocab_size
+  for k, c in CFGS.items():  # the model's scores are the head's scores of its features
+    model = Model(c)
+    both = jax.jit(lambda p, model=model, c=c: (
+        model.apply(p, tokens), heads.scores_fn(p, c)(model.features(p, tokens))))
+    np.testing.assert_allclose(*both(params[k]), rtol=1e-6, atol=1e-6)
+
+
+def test_param_counts_match_the_formulas_and_the_trees(params):
+  v, d = BASE.vocab_size, BASE.d_model
+  want = {"dense": v * d, "tied": 0, "lowrank": v * 3 + 3 * d,
+          "mos": d * 2 + 2 + d * 2 * d + 2 * d + v * d}
+  for k, c in CFGS.items():
+    assert heads.head_param_count(c) == want[k]
+    leaves = jax.tree.leaves(params[k].get("head", {}))
+    assert sum(math.prod(x.shape) for x in leaves) == want[k]
+    trunk = Model(c).param_count(params[k]) - want[k]
+    assert trunk == Model(CFGS["dense"]).param_count(params["dense"]) - v * d
+    # FLOPs: the head's matmul parameters (tied: the embedding's V×d product)
+    body = 6.0 * BASE.n_layers * (4 * d * d + 2 * d * BASE.ff_dim) + 12 * BASE.n_layers * 8 * d / 2
+    assert flops_per_token(c, 8) == pytest.approx(body + 6.0 * (v * d if k == "tied" else want[k]))
+
+
+def test_rank_and_fields():
+  assert [CFGS[k].rank for k in CFGS] == [16, 16, 3, 16]
+  assert heads.get("lowrank").fields == ("head_rank", "head_init")
+  assert heads.get("mos").fields == ("n_mix",)
+
+
+def test_frozen_trunk_trains_exactly_the_head_keys(params):
+  for k, c in CFGS.items():
+    labels = trainable_labels(params[k], c, True)
+    trained = {top for top, sub in labels.items() if "train" in jax.tree.leaves(sub)}
+    assert trained == set(heads.get(k).param_keys) == ({"embed"} if k == "tied" else {"head"})
+    assert all(x == "train" for x in jax.tree.leaves(trainable_labels(params[k], c, False)))
+
+
+def test_hf_mapping():
+  assert heads.for_hf(True).name == "tied" and heads.for_hf(False).name == "dense"
+  assert heads.hf_exportable() == ("dense", "tied", "lowrank")
+  assert heads.get("mos").hf_problem(CFGS["mos"]) == (
+      "model.head='mos': a mixture-of-softmaxes head has no Hugging Face GPT-NeoX/GPT-Neo "
+      "equivalent (only dense, tied and lowrank heads export)")
+  assert all(heads.get(k).hf_problem(CFGS[k]) is None for k in ("dense", "tied", "lowrank"))
+
+
+# ----------------------------------------------------------------------------- sharding
+
+
+def _small(mc: ModelConfig, scan: bool) -> ModelConfig:
+  """The preset's structure (positions, biases, head, layer kinds) at a tiny size."""
+  n = min(mc.n_layers, 2)
+  kw = dict(vocab_size=64, d_model=32, n_heads=2, n_layers=n, max_len=16, d_ff=0,
+            attention_layers=mc.attention_layers[:n], scan_layers=scan, rotary_pct=0.25)
+  if mc.head == "lowrank":
+    kw["head_rank"] = 4
+  if scan and len(set(kw["attention_layers"])) > 1:
+    kw["attention_layers"] = kw["attention_layers"][:1] * n
+  return dataclasses.replace(mc, **kw)
+
+
+def _preset_models():
+  names = list(presets.PRESETS) + ["neo-L4-d128"]
+  out = [Config.from_dict(presets.get_preset(n)).model for n in names]
+  out += [CFGS[k] for k in ("lowrank", "mos", "tied")]
+  return [dataclasses.replace(m, vocab_size=m.vocab_size or 64) for m in out]
+
+
+@pytest.mark.parametrize("scan", [False, True])
+def test_every_leaf_of_every_preset_has_a_rule(scan):
+  mesh = amesh(2, 2, 2)
+  for mc in _preset_models():
+    mc = _small(mc, scan)
+    abstract = Model(mc).abstract_params()
+    specs = shd.tree_specs(abstract, mesh)  # raises on an unknown leaf
+    assert jax.tree.structure(specs, is_leaf=lambda x: isinstance(x, P)) == \
+        jax.tree.structure(abstract)
+    for tc in (TrainConfig(), TrainConfig(freeze_trunk=True, init_from="x")):
+      opt = jax.eval_shape(make_optimizer(tc, mc, abstract).init, abstract)
+      shd.tree_specs(opt, mesh)
+    stacked = jax.tree.map(lambda x: jax.ShapeDtypeStruct((3,) + x.shape, x.dtype), abstract)
+    shd.tree_specs(stacked, mesh, leading=1)
+
+
+def test_unknown_leaf_raises_naming_its_path():
+  mesh = amesh(2, 2, 2)
+  leaf = jax.ShapeDtypeStruct((4, 4), jnp.float32)
+  with pytest.raises(ValueError, match=r"no sharding rule for the parameter leaf "
+                                       r"block_0/attn/mystery_kernel \(2 dims\)"):
+    shd.tree_specs({"block_0": {"attn": {"mystery_kernel": leaf}}}, mesh)
+  with pytest.raises(ValueError, match=r"parameter leaf head/zz .*leaf_specs"):
+    shd.tree_specs({"head": {"zz": leaf}}, mesh)
+  assert shd.tree_specs({"count": jax.ShapeDtypeStruct((), jnp.int32)}, mesh)["count"] == P()
+
+
+def test_head_leaf_specs_come_from_the_kinds():
+  mc = dataclasses.replace(CFGS["mos"], d_model=32, vocab_size=64)
+  specs = shd.tree_specs(Model(mc).abstract_params(), amesh(2, 2, 2))
+  for leaf, spec in heads.get("mos").leaf_specs.items():
+    ndim = len(specs["head"][leaf])
+    assert tuple(specs["head"][leaf]) == (tuple(spec) or (None,) * ndim)
