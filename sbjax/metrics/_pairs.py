@@ -18,9 +18,6 @@ Running statistics:
 
 from __future__ import annotations
 
-from functools import partial
-
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
