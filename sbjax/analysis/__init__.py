@@ -15,7 +15,8 @@ writes), ``figures`` (matplotlib figures from the CSV). CLI: ``python -m experim
 Only checkpoints of ONE run are analysed here; per-paper studies live in ``sbjax.studies``.
 """
 
-from sbjax.analysis.analyze import COLUMN_DOCS, analyze_run, grouped_apply
+from sbjax.analysis.analyze import COLUMN_DOCS, analyze_run
+from sbjax.analysis.forward import grouped_apply
 from sbjax.analysis.settings import ALL_GROUPS, Settings
 from sbjax.analysis.table import read_csv, write_csv
 

@@ -49,7 +49,6 @@ checkpoint), ``cache`` (the resumable per-step cache), ``outputs`` (CSV, npz, JS
 figures), ``progress`` (tqdm bar or log lines); ``analyze_run`` composes them.
 """
 
-
 from __future__ import annotations
 
 import dataclasses
@@ -68,8 +67,7 @@ from sbjax.analysis import forward as fw
 from sbjax.analysis import layerwise
 from sbjax.analysis import samples as samples_lib
 from sbjax.analysis.cache import Cache, digest, mtime_ns
-from sbjax.analysis.forward import grouped_apply, make_group_forward, stack_params  # noqa: F401
-from sbjax.analysis.outputs import COLUMN_DOCS, write_outputs  # noqa: F401
+from sbjax.analysis.outputs import COLUMN_DOCS, write_outputs  # noqa: F401 - COLUMN_DOCS: public
 from sbjax.analysis.progress import CheckpointProgress
 from sbjax.analysis.rows import GroupResult, step_row
 from sbjax.analysis.samples import Samples
