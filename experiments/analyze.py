@@ -20,6 +20,7 @@ import sys
 from absl import flags
 
 from experiments import common
+from sbjax.analysis import analyze_run
 from sbjax.analysis.settings import ALL_GROUPS, DEFAULT_W_ERROR_DIMS, Settings
 
 _D = Settings()
@@ -60,7 +61,8 @@ MAX_BYTES = flags.DEFINE_integer("max_group_bytes", _D.max_group_bytes,
                                  "memory budget of one group (params + activation estimate)")
 CACHE = flags.DEFINE_bool("cache", True, "reuse / write the per-step cache")
 FIGURES = flags.DEFINE_bool("figures", True, "draw the figures")
-PROGRESS = flags.DEFINE_bool("progress", True, "progress bar on stderr")
+PROGRESS = flags.DEFINE_bool("progress", True, "progress on stderr: a bar on a terminal, "
+                              "log lines otherwise")
 
 
 def settings_from_flags() -> Settings:
@@ -78,8 +80,6 @@ def settings_from_flags() -> Settings:
 
 def main(argv):
   del argv
-  from sbjax.analysis import analyze_run  # noqa: PLC0415 - after flag parsing (JAX start-up)
-
   settings = settings_from_flags()
   rows = analyze_run(WORKDIR.value, settings)
   out = settings.out_dir or f"{WORKDIR.value.rstrip('/')}/analysis"

@@ -174,6 +174,39 @@ def restore(workdir, step: int, abstract_params, abstract_opt=None):
   return out["params"], (out["opt"] if abstract_opt is not None else None), out["meta"]
 
 
+class ParamsReader:
+  """Reads the params of many steps of one workdir with ONE read-only manager (the
+  analysis reads every checkpoint of a run group by group). A context manager::
+
+      with ParamsReader(workdir, abstract) as reader:
+        plist = reader.read([0, 1, 2])  # in the order asked for
+  """
+
+  def __init__(self, workdir, abstract_params):
+    self.abstract = abstract_params
+    self.mngr = make_manager(workdir, read_only=True)
+
+  def read(self, steps) -> list:
+    """The params of ``steps`` (restored into the abstract targets' shardings)."""
+    return [self.mngr.restore(s, args=ocp.args.Composite(
+        params=ocp.args.StandardRestore(self.abstract)))["params"] for s in steps]
+
+  def close(self) -> None:
+    self.mngr.close()
+
+  def __enter__(self) -> "ParamsReader":
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self.close()
+
+
+def restore_params(workdir, steps, abstract_params) -> list:
+  """The params of several ``steps`` of ``workdir`` (one read-only manager for all)."""
+  with ParamsReader(workdir, abstract_params) as reader:
+    return reader.read(steps)
+
+
 class CheckpointMismatchError(ValueError):
   """A readable checkpoint whose arrays do not fit the configured model (another run's)."""
 

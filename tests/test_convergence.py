@@ -20,8 +20,8 @@ import scipy.stats
 
 from experiments import convergence as exp
 from sbjax import checkpoint as ckpt
+from sbjax.analysis import forward, read_csv
 from sbjax.studies import convergence as conv
-from sbjax.analysis import read_csv
 from sbjax.config import ModelConfig
 
 # one of the quick preset's three widths: each width costs a train-step compile (~10 s);
@@ -148,9 +148,14 @@ def test_ov_activation_and_cka_against_numpy(out):
   mc = cfg.model
   batch = _batch(out)
   inputs = batch[:, :-1]
-  k = exp.PRESETS["quick"]["group_size"]  # the experiment's compiled forward (K checkpoints)
+  # the experiment's compiled forward (sbjax.analysis.forward): K checkpoints, chunks of c
+  # sequences, both token modes, the NLL of the chunk
+  k, c = exp.PRESETS["quick"]["group_size"], exp.PRESETS["quick"]["chunk"]
+  assert batch.shape[0] == c
   stacked = jax.tree.map(lambda *xs: np.stack(xs), *([final_p, mid_p] * (k // 2)))
-  _, mlp, ov = jax.device_get(conv._forward(mc)(stacked, inputs, batch[:, 1:]))
+  take = (("mlp", c, True), ("ov", c, True), ("mlp", c, False), ("ov", c, False))
+  o = jax.device_get(forward.cached_forward(mc, take, c)(stacked, inputs, batch[:, 1:]))
+  mlp, ov = o["mlp"], o["ov"]
   acts = {"final": {"mlp": mlp[0], "ov": ov[0]}, "mid": {"mlp": mlp[1], "ov": ov[1]}}
 
   b = final_p["block_0"]

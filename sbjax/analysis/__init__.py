@@ -4,13 +4,19 @@
     rows = analyze_run("runs/tiny", Settings(groups=("loss", "spectrum")))
     rows = read_csv("runs/tiny/analysis/metrics.csv")
 
-Modules: ``settings`` (``Settings``: groups, sample sizes, variants), ``pipeline``
-(``analyze_run``, the grouped vmapped forward, column definitions), ``cache`` (the
-resumable per-step cache), ``table`` (CSV and atomic writes), ``figures`` (matplotlib
-figures from the CSV; imported on use). CLI: ``python -m experiments.analyze``.
+Modules: ``settings`` (``Settings``: groups, sample sizes, variants), ``analyze``
+(``analyze_run``, composing the rest), ``samples`` (the fixed samples), ``forward`` (the
+grouped vmapped forward and its passes, weight metrics), ``layerwise`` (PER and CKA to a
+reference checkpoint, the one implementation, float32 device or float64 host), ``rows``
+(one row per checkpoint), ``cache`` (the resumable per-step cache), ``outputs`` (files
+and column definitions), ``progress`` (tqdm bar or log lines), ``table`` (CSV and atomic
+writes), ``figures`` (matplotlib figures from the CSV). CLI: ``python -m experiments.analyze``.
+
+Only checkpoints of ONE run are analysed here; per-paper studies live in ``sbjax.studies``.
 """
 
-from sbjax.analysis.analyze import COLUMN_DOCS, analyze_run, grouped_apply
+from sbjax.analysis.analyze import COLUMN_DOCS, analyze_run
+from sbjax.analysis.forward import grouped_apply
 from sbjax.analysis.settings import ALL_GROUPS, Settings
 from sbjax.analysis.table import read_csv, write_csv
 

@@ -1,14 +1,13 @@
-"""The compute kernels of the analysis: grouped (vmapped) forwards and weight metrics.
+"""The compute kernels of the analysis: grouped (vmapped) forwards, the chunked passes
+over the fixed samples, and the weight metrics.
 
 Everything here is jitted once per model config and shape and shared between
 ``analyze_run`` calls (``cached_forward``, ``cached_weight_metrics``), so a rerun or a
 resumed analysis in the same process does not recompile.
 
-PER definitions: ``per_mlp`` = PER of the singular values of a block's ``fc_out_kernel``
-(F x D), r = len(sigma) = min(F, D) when ``per_mlp_r=0`` (pico-analyze) else the top
-``per_mlp_r``; ``per_ov`` = the mean over heads h of PER(sigma(W_{V,h} W_{O,h})) of each
-D x D OV matrix ``v_kernel[:, h, :] @ o_kernel[h]``, with r = head_dim (its rank bound,
-the authors' notebook r).
+PER definitions (``per_mlp``, ``per_ov``): ``sbjax.analysis.layerwise.layer_pers`` (the
+float32 device path), with r = len(sigma) = min(F, D) for the MLP when ``per_mlp_r=0``
+(pico-analyze) else the top ``per_mlp_r``, and r = head_dim for the OV circuit.
 """
 
 from __future__ import annotations
@@ -22,6 +21,8 @@ import numpy as np
 
 from sbjax import heads as heads_lib
 from sbjax import metrics as M
+from sbjax.analysis import layerwise
+from sbjax.analysis.samples import Samples
 from sbjax.analysis.settings import Settings
 from sbjax.metrics import anisotropy as anisotropy_lib
 from sbjax.model import Model
@@ -74,7 +75,6 @@ def make_group_forward(model: Model, take: tuple, loss_rows: int):
 
 aniso_layers = jax.jit(jax.vmap(M.anisotropy_by_layer))  # K×L×N×D -> K×L
 aniso_last = jax.jit(jax.vmap(anisotropy_lib.anisotropy))  # K×N×D -> K
-cka_layers = jax.jit(M.cka_to_reference_by_layer, static_argnums=2)  # (K×L×n×D, L×n×D) -> K×L
 
 
 @functools.lru_cache(maxsize=32)
@@ -99,17 +99,10 @@ def stack_params(params_list):
   return jax.tree.map(lambda *xs: jnp.stack(xs), *params_list)
 
 
-def _block(params, i: int):
-  if "blocks" in params:  # scan layout: a leading layer axis
-    return jax.tree.map(lambda x: x[i], params["blocks"])
-  return params[f"block_{i}"]
-
-
 def make_weight_metrics(mc, settings: Settings):
   """jit(vmap) over stacked params (ModelConfig ``mc``): the head matrix (collapse), head
   spectrum metrics (spectrum) and per-layer PER (per); returns (fn, w_error dims)."""
   dims = np.array(sorted({d for d in settings.w_error_dims if d <= mc.d_model}), np.int32)
-  r_mlp = settings.per_mlp_r or None
 
   def one(p):
     out = {}
@@ -123,17 +116,86 @@ def make_weight_metrics(mc, settings: Settings):
       if dims.size:
         out["w_error"] = M.w_error(s, jnp.asarray(dims))
     if settings.has("per"):
-      per_mlp, per_ov = [], []
-      for i in range(mc.n_layers):
-        b = _block(p, i)
-        w2 = b["mlp"]["fc_out_kernel"]
-        r = None if r_mlp is None else min(r_mlp, min(w2.shape))
-        per_mlp.append(M.proportional_effective_rank(M.singular_values(w2), r))
-        ov = jnp.einsum("dhk,hke->hde", b["attn"]["v_kernel"].astype(jnp.float32),
-                        b["attn"]["o_kernel"].astype(jnp.float32))
-        s_h = jax.vmap(M.singular_values)(ov)
-        per_ov.append(jax.vmap(lambda s: M.proportional_effective_rank(s, mc.head_dim))(s_h).mean())
-      out["per_mlp"], out["per_ov"] = jnp.stack(per_mlp), jnp.stack(per_ov)
+      pers = layerwise.layer_pers(p, mc, settings.per_mlp_r)
+      out["per_mlp"], out["per_ov"] = pers["mlp"], pers["ov"]
     return out
 
   return jax.jit(jax.vmap(one)), dims
+
+
+# ------------------------------------------------------------------------------ passes
+def padded_chunks(rows: np.ndarray, chunk: int, n_rows: int | None = None):
+  """(c0, rows[c0:c0 + chunk] padded to ``chunk`` rows by repeating its first, real) for
+  c0 = 0, chunk, ... < n_rows (default: all rows); padding rows are never read."""
+  for c0 in range(0, rows.shape[0] if n_rows is None else n_rows, chunk):
+    r = rows[c0:c0 + chunk]
+    real = r.shape[0]
+    if real < chunk:  # pad to the static chunk shape
+      r = np.concatenate([r, np.repeat(r[:1], chunk - real, 0)])
+    yield c0, r, real
+
+
+def _chunk_plan(settings: Settings, c0: int, real: int):
+  """(take, rows for h/anisotropy, rows for CKA, loss rows) of one evaluation chunk."""
+  need_h = settings.has("anisotropy") or settings.has("collapse")
+  nh = max(0, min(settings.eval_sequences - c0, real))
+  nc = max(0, min(settings.cka_sequences - c0, real)) if settings.has("cka") else 0
+  take = []
+  if need_h and nh:
+    take.append(("h", nh, False))
+  if settings.has("anisotropy") and nh:
+    take.append(("resid", nh, False))
+  if nc:
+    last = settings.cka_tokens == "last"
+    take += [("mlp", nc, last), ("ov", nc, last)]
+  return tuple(take), (nh if need_h else 0), nc, (nh if settings.has("loss") else 0)
+
+
+def _keep_h(acc, o, sm: Samples, settings: Settings, c0: int, nh: int, n_layers: int):
+  """Anisotropy features at the sampled positions of this chunk, and NC4 features."""
+  h = np.asarray(o["h"], np.float32)  # K×nh×T×D
+  kk, d, t_len = h.shape[0], h.shape[-1], sm.t_len
+  lo, hi = c0 * t_len, (c0 + nh) * t_len
+  loc = sm.aniso_pos[(sm.aniso_pos >= lo) & (sm.aniso_pos < hi)] - lo
+  if settings.has("anisotropy"):
+    r = np.asarray(o["resid"], np.float32).reshape(kk, n_layers, nh * t_len, d)
+    acc["resid"].append(r[:, :, loc])
+    acc["h_sel"].append(h.reshape(kk, nh * t_len, d)[:, loc])
+  if settings.has("collapse"):
+    acc["h"].append(h)
+
+
+def eval_pass(mc, stacked, sm: Samples, settings: Settings) -> dict:
+  """Loss sums, anisotropy features, NC4 features and CKA activations of a group on the
+  evaluation sample: {"nll", "correct": (K,), "resid": K×L×N×D, "h_sel": K×N×D,
+  "h": K×n×T×D, "mlp", "ov": K×L×n×D} (None where not computed)."""
+  acc = {"nll": 0.0, "correct": 0.0, "resid": [], "h_sel": [], "h": [], "mlp": [], "ov": []}
+  cka_last = settings.cka_tokens == "last"
+  n_rows = settings.sample_sequences if settings.has("cka") else settings.eval_sequences
+  for c0, rows, real in padded_chunks(sm.ev, settings.batch_sequences, n_rows):
+    take, nh, nc, loss_rows = _chunk_plan(settings, c0, real)
+    if not take and not loss_rows:
+      continue
+    o = jax.device_get(cached_forward(mc, take, loss_rows)(stacked, jnp.asarray(rows[:, :-1]),
+                                                            jnp.asarray(rows[:, 1:])))
+    if loss_rows:
+      acc["nll"] = acc["nll"] + o["nll"].astype(np.float64)
+      acc["correct"] = acc["correct"] + o["correct"].astype(np.float64)
+    if nh:
+      _keep_h(acc, o, sm, settings, c0, nh, mc.n_layers)
+    for name in ("mlp", "ov") if nc else ():
+      acc[name].append(layerwise.layer_activations(o, name, cka_last, mc.n_layers))
+  for k in ("resid", "h_sel", "mlp", "ov"):
+    acc[k] = np.concatenate(acc[k], axis=2 if k in ("resid", "mlp", "ov") else 1) if acc[k] else None
+  acc["h"] = np.concatenate(acc["h"], axis=1) if acc["h"] else None
+  return acc
+
+
+def train_pass(mc, stacked, sm: Samples, settings: Settings) -> np.ndarray:
+  """Final-norm features h (K×N×T×D) of a group on the collapse train sample."""
+  hs = []
+  for _, rows, real in padded_chunks(sm.tr, settings.batch_sequences):
+    o = cached_forward(mc, (("h", real, False),), False)(stacked, jnp.asarray(rows[:, :-1]),
+                                                         jnp.asarray(rows[:, 1:]))
+    hs.append(np.asarray(jax.device_get(o["h"]), np.float32))
+  return np.concatenate(hs, axis=1)

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
+
+from sbjax.analysis.settings import Settings
+from sbjax.data import make_dataset
 
 
 def _batch_rows(ds) -> int:
@@ -38,8 +43,69 @@ def anisotropy_positions(n_positions: int, n: int, seed: int) -> np.ndarray:
 
 
 def open_dataset(cfg, workdir):
-  from sbjax.data import make_dataset  # noqa: PLC0415 - heavy, only when data is needed
-
   tc = cfg.train
   return make_dataset(cfg.data, seq_len=tc.seq_len, global_batch_size=tc.batch_size,
                       seed=tc.data_seed, workdir=str(workdir), process_index=0, process_count=1)
+
+
+@dataclasses.dataclass
+class Samples:
+  """The fixed samples of one analysis: ``ev`` (evaluation windows [N_s, T+1] or None),
+  ``tr`` (collapse train windows or None), ``t_len`` = T, ``n_eval`` (windows for the
+  loss, anisotropy and NC4), the anisotropy positions and ``info`` (their description,
+  written to metrics.json)."""
+
+  ev: np.ndarray | None
+  tr: np.ndarray | None
+  t_len: int
+  n_eval: int
+  aniso_pos: np.ndarray
+  info: dict
+
+  @property
+  def val_y(self):
+    """Next tokens of the first ``n_eval`` evaluation windows (NC4), flat."""
+    return None if self.ev is None else self.ev[:self.n_eval, 1:].reshape(-1)
+
+  @property
+  def tr_y(self):
+    return None if self.tr is None else self.tr[:, 1:].reshape(-1)
+
+
+def build(cfg, workdir, settings: Settings, dataset=None, needed: bool = True) -> Samples:
+  """The samples of ``settings`` (data is read only when ``needed`` and a group needs it)."""
+  ev = tr = None
+  mc = cfg.model
+  if settings.needs_data and needed:
+    ds = dataset if dataset is not None else open_dataset(cfg, workdir)
+    if ds.vocab_size > mc.vocab_size:
+      raise ValueError(f"the data has {ds.vocab_size} tokens but model.vocab_size={mc.vocab_size}")
+    ev = eval_sample(ds, settings.sample_sequences)
+    if settings.has("collapse"):
+      tr = train_sample(ds, settings.collapse_sequences)
+  t_len = cfg.train.seq_len if ev is None else ev.shape[1] - 1
+  n_eval = settings.eval_sequences
+  aniso_pos = anisotropy_positions(n_eval * t_len, settings.anisotropy_tokens, settings.seed)
+  info = describe(cfg, settings, dataset, t_len, aniso_pos)
+  return Samples(ev, tr, t_len, n_eval, aniso_pos, info)
+
+
+def describe(cfg, settings: Settings, dataset, t_len: int, aniso_pos) -> dict:
+  """The samples' sizes and sources (metrics.json ``samples``)."""
+  n_eval, n_cka = settings.eval_sequences, settings.cka_sequences
+  cka_on, coll = settings.has("cka"), settings.has("collapse")
+  return {
+      "data": {"source": cfg.data.source, "data_seed": cfg.train.data_seed,
+               "batch_size": cfg.train.batch_size,
+               "dataset": "sbjax.data.make_dataset" if dataset is None else type(dataset).__name__,
+               "eval_split": "validation", "collapse_split": "train"},
+      "seq_len": t_len, "eval_sequences": n_eval, "eval_tokens": n_eval * t_len,
+      "sample_sequences_fetched": settings.sample_sequences,
+      "anisotropy_tokens": int(aniso_pos.size) if settings.has("anisotropy") else 0,
+      "cka_sequences": n_cka if cka_on else 0,
+      "cka_samples_per_layer": ((n_cka if settings.cka_tokens == "last" else n_cka * t_len)
+                                if cka_on else 0),
+      "collapse_train_sequences": settings.collapse_sequences if coll else 0,
+      "collapse_train_tokens": settings.collapse_sequences * t_len if coll else 0,
+      "nc4_tokens": n_eval * t_len if coll else 0,
+  }

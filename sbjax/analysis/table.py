@@ -22,6 +22,8 @@ import tempfile
 from pathlib import Path
 from typing import Iterable, Sequence
 
+import numpy as np
+
 
 def atomic_write_bytes(path, data: bytes) -> None:
   path = Path(path)
@@ -47,14 +49,10 @@ def atomic_write_json(path, obj) -> None:
 
 
 def _json_default(x):
-  try:
-    import numpy as np  # noqa: PLC0415
-    if isinstance(x, np.generic):
-      return x.item()
-    if isinstance(x, np.ndarray):
-      return x.tolist()
-  except ImportError:  # pragma: no cover
-    pass
+  if isinstance(x, np.generic):
+    return x.item()
+  if isinstance(x, np.ndarray):
+    return x.tolist()
   if isinstance(x, (set, frozenset, tuple)):
     return list(x)
   if isinstance(x, Path):
@@ -80,12 +78,8 @@ def _fmt(v) -> str:
     return str(int(v))
   if isinstance(v, float):
     return repr(v)
-  try:
-    import numpy as np  # noqa: PLC0415
-    if isinstance(v, np.generic):
-      return _fmt(v.item())
-  except ImportError:  # pragma: no cover
-    pass
+  if isinstance(v, np.generic):
+    return _fmt(v.item())
   return str(v)
 
 

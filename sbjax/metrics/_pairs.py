@@ -18,9 +18,6 @@ Running statistics:
 
 from __future__ import annotations
 
-from functools import partial
-
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -102,12 +99,82 @@ def _block_pairs(nb):
     return jnp.asarray(ii, jnp.int32), jnp.asarray(jj, jnp.int32)
 
 
+def _pair_terms(a, b, na2, nb2, nna, nnb, va, vb, pm, ua, ub, g_fro, etf_off, *, cdnv_exponent, angle_variant, coincide_rtol, riesz_s):
+    """Per-pair quantities of one block pair (B x B each; see the module doc of collapse).
+
+    With g = <mu~_c, mu~_c'>: d2 = ||mu~_c||^2 + ||mu~_c'||^2 - 2 g (clamped at 0); CDNV
+    log s = log((sigma_c^2 + sigma_c'^2) / 2) - k log d2; cos = g / (||mu~_c|| ||mu~_c'||);
+    kernel = -log ||u_c - u_c'|| = -0.5 log(2 - 2 <u_c, u_c'>); Riesz log ||u_c - u_c'||^-s;
+    ETF residual (g / ||G||_F + 1 / (K sqrt(K - 1)))^2 off the diagonal.
+    """
+    g = jnp.matmul(a, b.T, precision=_HI)
+    sumsq = na2[:, None] + nb2[None, :]
+    d2 = jnp.maximum(sumsq - 2.0 * g, 0.0)
+    coinc = d2 <= coincide_rtol * sumsq
+    cvalid = pm & ~coinc
+    vs = 0.5 * (va[:, None] + vb[None, :])
+    pos = cvalid & (vs > 0)
+    logs = jnp.log(jnp.where(pos, vs, 1.0)) - float(cdnv_exponent) * jnp.log(jnp.where(cvalid, d2, 1.0))
+    den = nna[:, None] * nnb[None, :]
+    cos = jnp.where(den > 0, g / jnp.where(den > 0, den, 1.0), 0.0)
+    ucos = cos if ua is None else jnp.matmul(ua, ub.T, precision=_HI)
+    ku2 = jnp.maximum(2.0 - 2.0 * ucos, 0.0)
+    kcoinc = ku2 <= coincide_rtol * 4.0
+    kval = pm & ~kcoinc
+    log_ku2 = jnp.log(jnp.where(kval, ku2, 1.0))
+    return {
+        "coinc": coinc, "cvalid": cvalid, "pos": pos, "logs": logs,
+        "s_val": jnp.where(pos, jnp.exp(logs), 0.0), "cos": cos,
+        "angle": cos if angle_variant == "cos" else g,
+        "kcoinc": kcoinc, "kval": kval, "kern": -0.5 * log_ku2,
+        "log_riesz": (-0.5 * float(riesz_s)) * log_ku2,  # log ||u_c - u_c'||^-s, summed in log space
+        "etf": jnp.where(pm, jnp.square(g / g_fro + etf_off), 0.0),
+    }
+
+
+def _merge_stats(st, t, pm, dt):
+    """Running statistics after one block pair's terms ``t`` (pair mask ``pm``)."""
+    return {
+        "cdnv_lse": lse_merge(st["cdnv_lse"], lse_block(t["logs"], t["pos"], dt)),
+        "cdnv_n": st["cdnv_n"] + jnp.sum(t["cvalid"]).astype(dt),
+        "cdnv_coinc": st["cdnv_coinc"] + jnp.sum(pm & t["coinc"]).astype(jnp.int32),
+        "cdnv_zero": st["cdnv_zero"] + jnp.sum(t["cvalid"] & ~t["pos"]).astype(jnp.int32),
+        "log10_cdnv": chan_merge(st["log10_cdnv"], chan_block(t["logs"] / np.log(10.0), t["pos"], dt)),
+        "angle": chan_merge(st["angle"], chan_block(t["angle"], pm, dt)),
+        "kernel": chan_merge(st["kernel"], chan_block(t["kern"], t["kval"], dt)),
+        "kernel_coinc": st["kernel_coinc"] + jnp.sum(pm & t["kcoinc"]).astype(jnp.int32),
+        "riesz_lse": lse_merge(st["riesz_lse"], lse_block(t["log_riesz"], t["kval"], dt)),
+        "etf_off": st["etf_off"] + 2.0 * jnp.sum(t["etf"]),
+    }
+
+
+def _init_carry(dt, kpad):
+    zi = jnp.zeros((), jnp.int32)
+    z = jnp.zeros((), dt)
+    return {
+        "stats": {
+            "cdnv_lse": lse_init(dt),
+            "cdnv_n": z,
+            "cdnv_coinc": zi,
+            "cdnv_zero": zi,
+            "log10_cdnv": chan_init(dt),
+            "angle": chan_init(dt),
+            "kernel": chan_init(dt),
+            "kernel_coinc": zi,
+            "riesz_lse": lse_init(dt),
+            "etf_off": z,
+        },
+        "rows": {k: jnp.zeros((kpad,), dt) for k in ("cdnv_sum", "cdnv_cnt", "cos_sum")},
+    }
+
+
 def pair_pass(mt, mu_unc, var, valid, g_fro, k_valid, *, block, cdnv_exponent, angle_variant, gnc2_centered, coincide_rtol, riesz_s=1.0):
     """Stream over all unordered valid pairs; returns a dict of running stats.
 
     mt: (K_pad, d) centred means (padded rows zero), mu_unc: (K_pad, d)
     uncentred means (only used when ``gnc2_centered=False``), var: (K_pad,),
     valid: (K_pad,) bool, g_fro: ||G||_F of G = M~ M~^T, k_valid: K (scalar).
+    Row sums per class (``rows``): CDNV sum and count, cos sum (for per_class_stats).
     """
     dt = mt.dtype
     kpad, d = mt.shape
@@ -123,85 +190,29 @@ def pair_pass(mt, mu_unc, var, valid, g_fro, k_valid, *, block, cdnv_exponent, a
     kf = k_valid.astype(dt)
     etf_off = 1.0 / (kf * jnp.sqrt(kf - 1.0))  # -P_ij / sqrt(K-1) for i != j
     ar = jnp.arange(block, dtype=jnp.int32)
-    k_exp = float(cdnv_exponent)
 
     def sl(x, i):
         return lax.dynamic_slice_in_dim(x, i * block, block, axis=0)
 
+    def addrow(x, i, j, m):
+        x = lax.dynamic_update_slice_in_dim(x, sl(x, i) + jnp.sum(m, axis=1), i * block, axis=0)
+        return lax.dynamic_update_slice_in_dim(x, sl(x, j) + jnp.sum(m, axis=0), j * block, axis=0)
+
     def body(carry, ij):
         i, j = ij
-        a, b = sl(mt, i), sl(mt, j)
-        na2, nb2 = sl(n2, i), sl(n2, j)
-        nna, nnb = sl(nrm, i), sl(nrm, j)
-        va, vb = sl(var, i), sl(var, j)
         pm = sl(valid, i)[:, None] & sl(valid, j)[None, :] & ((i * block + ar)[:, None] < (j * block + ar)[None, :])
-        g = jnp.matmul(a, b.T, precision=_HI)
-        sumsq = na2[:, None] + nb2[None, :]
-        d2 = jnp.maximum(sumsq - 2.0 * g, 0.0)
-        coinc = d2 <= coincide_rtol * sumsq
-        cvalid = pm & ~coinc
-        vs = 0.5 * (va[:, None] + vb[None, :])
-        pos = cvalid & (vs > 0)
-        logs = jnp.log(jnp.where(pos, vs, 1.0)) - k_exp * jnp.log(jnp.where(cvalid, d2, 1.0))
-        s_val = jnp.where(pos, jnp.exp(logs), 0.0)
-        den = nna[:, None] * nnb[None, :]
-        cos = jnp.where(den > 0, g / jnp.where(den > 0, den, 1.0), 0.0)
-        if gnc2_centered:
-            ucos = cos
-        else:
-            ucos = jnp.matmul(sl(unc, i), sl(unc, j).T, precision=_HI)
-        ku2 = jnp.maximum(2.0 - 2.0 * ucos, 0.0)
-        kcoinc = ku2 <= coincide_rtol * 4.0
-        kval = pm & ~kcoinc
-        log_ku2 = jnp.log(jnp.where(kval, ku2, 1.0))
-        kern = -0.5 * log_ku2
-        log_riesz = (-0.5 * float(riesz_s)) * log_ku2  # log ||u_c - u_c'||^-s, summed in log space
-        angle = cos if angle_variant == "cos" else g
-        etf = jnp.where(pm, jnp.square(g / g_fro + etf_off), 0.0)
-
-        st = carry["stats"]
-        st = {
-            "cdnv_lse": lse_merge(st["cdnv_lse"], lse_block(logs, pos, dt)),
-            "cdnv_n": st["cdnv_n"] + jnp.sum(cvalid).astype(dt),
-            "cdnv_coinc": st["cdnv_coinc"] + jnp.sum(pm & coinc).astype(jnp.int32),
-            "cdnv_zero": st["cdnv_zero"] + jnp.sum(cvalid & ~pos).astype(jnp.int32),
-            "log10_cdnv": chan_merge(st["log10_cdnv"], chan_block(logs / np.log(10.0), pos, dt)),
-            "angle": chan_merge(st["angle"], chan_block(angle, pm, dt)),
-            "kernel": chan_merge(st["kernel"], chan_block(kern, kval, dt)),
-            "kernel_coinc": st["kernel_coinc"] + jnp.sum(pm & kcoinc).astype(jnp.int32),
-            "riesz_lse": lse_merge(st["riesz_lse"], lse_block(log_riesz, kval, dt)),
-            "etf_off": st["etf_off"] + 2.0 * jnp.sum(etf),
-        }
+        t = _pair_terms(
+            sl(mt, i), sl(mt, j), sl(n2, i), sl(n2, j), sl(nrm, i), sl(nrm, j), sl(var, i), sl(var, j), pm,
+            None if unc is None else sl(unc, i), None if unc is None else sl(unc, j), g_fro, etf_off,
+            cdnv_exponent=cdnv_exponent, angle_variant=angle_variant, coincide_rtol=coincide_rtol, riesz_s=riesz_s,
+        )
         rows = carry["rows"]
-        cs = jnp.where(pm, cos, 0.0)
-
-        def addrow(x, i, j, m):
-            x = lax.dynamic_update_slice_in_dim(x, sl(x, i) + jnp.sum(m, axis=1), i * block, axis=0)
-            return lax.dynamic_update_slice_in_dim(x, sl(x, j) + jnp.sum(m, axis=0), j * block, axis=0)
-
         rows = {
-            "cdnv_sum": addrow(rows["cdnv_sum"], i, j, s_val),
-            "cdnv_cnt": addrow(rows["cdnv_cnt"], i, j, cvalid.astype(dt)),
-            "cos_sum": addrow(rows["cos_sum"], i, j, cs),
+            "cdnv_sum": addrow(rows["cdnv_sum"], i, j, t["s_val"]),
+            "cdnv_cnt": addrow(rows["cdnv_cnt"], i, j, t["cvalid"].astype(dt)),
+            "cos_sum": addrow(rows["cos_sum"], i, j, jnp.where(pm, t["cos"], 0.0)),
         }
-        return {"stats": st, "rows": rows}, None
+        return {"stats": _merge_stats(carry["stats"], t, pm, dt), "rows": rows}, None
 
-    zi = jnp.zeros((), jnp.int32)
-    z = jnp.zeros((), dt)
-    init = {
-        "stats": {
-            "cdnv_lse": lse_init(dt),
-            "cdnv_n": z,
-            "cdnv_coinc": zi,
-            "cdnv_zero": zi,
-            "log10_cdnv": chan_init(dt),
-            "angle": chan_init(dt),
-            "kernel": chan_init(dt),
-            "kernel_coinc": zi,
-            "riesz_lse": lse_init(dt),
-            "etf_off": z,
-        },
-        "rows": {k: jnp.zeros((kpad,), dt) for k in ("cdnv_sum", "cdnv_cnt", "cos_sum")},
-    }
-    out, _ = lax.scan(body, init, (bi, bj))
+    out, _ = lax.scan(body, _init_carry(dt, kpad), (bi, bj))
     return out

@@ -65,14 +65,21 @@ single-token classes have sigma^2 = 0 (fine); log(0) never reaches a sum.
 from __future__ import annotations
 
 import math
-from functools import partial
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 
-from ._pairs import chan_result, lse_log_mean, lse_mean, pair_pass
+from ._collapse_core import (
+    batches,
+    check_finite,
+    check_inputs,
+    core,
+    jit_mean_update,
+    jit_nc4_update,
+    jit_var_update,
+    pad_rows,
+)
 from ._util import acc_dtype
 from .accumulators import (
     MeanState,
@@ -113,9 +120,6 @@ __all__ = [
     "collapse_metrics",
 ]
 
-_HI = lax.Precision.HIGHEST
-
-
 def analyzed_classes(counts, min_count: int = 1) -> np.ndarray:
     """Indices of classes with N_c >= min_count (concrete, outside jit).
 
@@ -152,101 +156,69 @@ def nc4_search_set(means, counts, w, *, min_count: int = 1, search: str = "analy
     raise ValueError(f"nc4_search must be 'analyzed' or 'all', got {search!r}")
 
 
-def _mstd(x, m, ddof):
-    n = jnp.sum(m).astype(x.dtype)
-    mean = jnp.sum(jnp.where(m, x, 0.0)) / jnp.maximum(n, 1)
-    var = jnp.sum(jnp.where(m, jnp.square(x - mean), 0.0)) / jnp.maximum(n - ddof, 1)
-    return mean, jnp.sqrt(var)
+def _select_and_pad(means, variances, counts, w, min_count, block_size):
+    """The analysed classes (N_c >= min_count), checked finite, padded to a multiple of the
+    block: (idx, (mu, var, w, counts) padded, valid mask, block, compute dtype)."""
+    counts = np.asarray(counts)
+    v = counts.shape[0]
+    means, variances, w = np.asarray(means), np.asarray(variances), np.asarray(w)
+    if means.shape[0] != v or variances.shape != (v,) or w.shape != means.shape:
+        raise ValueError(f"shape mismatch: means {means.shape}, variances {variances.shape}, counts {counts.shape}, w {w.shape}")
+    idx = analyzed_classes(counts, min_count)
+    k = int(idx.size)
+    dt = acc_dtype()
+    npdt = np.float64 if dt == jnp.float64 else np.float32
+    mu_k = means[idx].astype(npdt)
+    var_k = variances[idx].astype(npdt)
+    w_k = w[idx].astype(npdt)
+    check_finite("class means", mu_k)
+    check_finite("class variances", var_k)
+    check_finite("W (analysed rows)", w_k)
+
+    blk = int(min(block_size, -(-k // 8) * 8))
+    kpad = -(-k // blk) * blk
+    valid = np.arange(kpad) < k
+    mu_p, var_p, w_p = pad_rows(mu_k, kpad), pad_rows(var_k, kpad), pad_rows(w_k, kpad)
+    cnt_p = pad_rows(counts[idx].astype(npdt), kpad)
+    return idx, (mu_p, var_p, w_p, cnt_p), valid, blk, dt
 
 
-def _cov(x, m, ddof):
-    mean, std = _mstd(x, m, ddof)
-    return jnp.where(mean != 0, std / jnp.where(mean != 0, mean, 1.0), jnp.inf)
-
-
-def _global_stats(mu, w, cnt, valid, *, weighted_mean, norm_variant, ddof):
-    dt = mu.dtype
-    vf = valid.astype(dt)
-    kf = jnp.sum(vf)
-    if weighted_mean:
-        wts = cnt.astype(dt) * vf
-        mu_g = jnp.sum(mu * wts[:, None], axis=0) / jnp.sum(wts)
-    else:
-        mu_g = jnp.sum(mu * vf[:, None], axis=0) / kf
-    mt = jnp.where(valid[:, None], mu - mu_g, 0.0)
-    w = jnp.where(valid[:, None], w, 0.0)
-    n2 = jnp.sum(mt * mt, axis=1)
-    nrm = jnp.sqrt(n2)
-    x = nrm if norm_variant == "norm" else n2
-    pos = valid & (nrm > 0)
-    lognorm = jnp.log(jnp.where(pos, nrm, 1.0))
-    wn = jnp.linalg.norm(w, axis=1)
-    den = wn * nrm
-    cos3 = jnp.where(den > 0, jnp.sum(w * mt, axis=1) / jnp.where(den > 0, den, 1.0), 0.0)
-    # ||G||_F^2 = ||M~^T M~||_F^2 (d x d)
-    mtm = jnp.matmul(mt.T, mt, precision=_HI)
-    g_fro = jnp.sqrt(jnp.sum(mtm * mtm))
-    safe_g = jnp.where(g_fro > 0, g_fro, 1.0)
-    etf_diag = jnp.sum(jnp.where(valid, jnp.square(n2 / safe_g - (1.0 - 1.0 / kf) / jnp.sqrt(kf - 1.0)), 0.0))
-    # dual error via <W^T W, M~^T M~> and <W M~^T, P>
-    wtw = jnp.matmul(w.T, w, precision=_HI)
-    s_fro = jnp.sqrt(jnp.maximum(jnp.sum(wtw * mtm), 0.0))
-    s_p = jnp.sum(w * mt) - jnp.dot(jnp.sum(w, 0), jnp.sum(mt, 0)) / kf
-    dual2 = 2.0 - 2.0 * s_p / (jnp.where(s_fro > 0, s_fro, 1.0) * jnp.sqrt(kf - 1.0))
-    nc3_mean, nc3_std = _mstd(cos3, valid, ddof)
+def _scalar_metrics(res, k: int) -> dict:
+    """The scalar keys of :func:`metrics_from_stats` from the jitted core's result."""
+    cdnv = float(res["cdnv"])
     return {
-        "mt": mt,
-        "g_fro": safe_g,
-        "max_norm": jnp.max(jnp.where(valid, nrm, 0.0)),
-        "nc2_norm_cov": _cov(x, valid, ddof),
-        "nc2_log_norm_cov": _cov(lognorm, pos, ddof),
-        "nc3_cos_mean": nc3_mean,
-        "nc3_cos_std": nc3_std,
-        "unc3_cos_cov": jnp.where(nc3_mean != 0, nc3_std / jnp.where(nc3_mean != 0, nc3_mean, 1.0), jnp.inf),
-        "dual_error": jnp.sqrt(jnp.maximum(dual2, 0.0)),
-        "etf_diag": etf_diag,
-        "k": kf,
+        "nc1_cdnv": cdnv if int(res["cdnv_n"]) > 0 else float("inf"),
+        "nc1_log10_cdnv": float(res["l10_mean"]) if float(res["l10_n"]) > 0 else float("-inf"),
+        "nc1_log10_cdnv_std": float(res["l10_std"]),
+        "nc1_log10_mean_cdnv": math.log10(cdnv) if cdnv > 0 else float("-inf"),
+        "nc1_n_pairs": k * (k - 1) // 2,
+        "nc1_n_coincident_pairs": int(res["cdnv_coinc"]),
+        "nc1_n_zero_pairs": int(res["cdnv_zero"]),
+        "nc2_norm_cov": float(res["nc2_norm_cov"]),
+        "nc2_log_norm_cov": float(res["nc2_log_norm_cov"]),
+        "nc2_cos_mean": float(res["ang_mean"]),
+        "nc2_cos_std": float(res["ang_std"]),
+        "etf_error": float(res["etf"]),
+        "gnc2_log_kernel_mean": float(res["ker_mean"]),
+        "gnc2_log_kernel_var": float(res["ker_std"]) ** 2,
+        "gnc2_n_coincident_pairs": int(res["kernel_coinc"]),
+        "gnc2_riesz_log_mean": float(res["riesz_log_mean"]),
+        "gnc2_riesz_mean": float(np.exp(np.float64(res["riesz_log_mean"]))),
+        "nc3_cos_mean": float(res["nc3_cos_mean"]),
+        "unc3_cos_cov": float(res["unc3_cos_cov"]),
+        "dual_error": float(res["dual_error"]),
+        "n_classes": k,
     }
 
 
-def _check_finite(name, x):
-    x = np.asarray(x)
-    if not np.all(np.isfinite(x)):
-        bad = int(np.size(x) - np.count_nonzero(np.isfinite(x)))
-        raise ValueError(f"{name} contains {bad} non-finite value(s) (NaN/inf); clean the input before computing collapse metrics")
-
-
-def _pad_rows(x, kpad):
-    pad = [(0, kpad - x.shape[0])] + [(0, 0)] * (x.ndim - 1)
-    return np.pad(x, pad)
-
-
-@partial(
-    jax.jit,
-    static_argnames=("weighted_mean", "norm_variant", "ddof", "block", "cdnv_exponent", "angle_variant", "gnc2_centered", "coincide_rtol", "riesz_s"),
-)
-def _core(mu, var, w, cnt, valid, k, *, weighted_mean, norm_variant, ddof, block, cdnv_exponent, angle_variant, gnc2_centered, coincide_rtol, riesz_s=1.0):
-    """Everything after the class selection, in one jit (keyed by the padded K)."""
-    gs = _global_stats(mu, w, cnt, valid, weighted_mean=weighted_mean, norm_variant=norm_variant, ddof=ddof)
-    pp = pair_pass(
-        gs["mt"], mu, var, valid, gs["g_fro"], k,
-        block=block, cdnv_exponent=cdnv_exponent, angle_variant=angle_variant,
-        gnc2_centered=gnc2_centered, coincide_rtol=coincide_rtol, riesz_s=riesz_s,
-    )
-    st = pp["stats"]
-    l10_mean, l10_std, l10_n = chan_result(st["log10_cdnv"], ddof)
-    ang_mean, ang_std, _ = chan_result(st["angle"], ddof)
-    ker_mean, ker_std, ker_n = chan_result(st["kernel"], ddof)
-    out = {key: gs[key] for key in ("max_norm", "nc2_norm_cov", "nc2_log_norm_cov", "nc3_cos_mean", "unc3_cos_cov", "dual_error")}
-    out.update(
-        cdnv=lse_mean(st["cdnv_lse"], st["cdnv_n"]), cdnv_n=st["cdnv_n"], cdnv_coinc=st["cdnv_coinc"],
-        cdnv_zero=st["cdnv_zero"], kernel_coinc=st["kernel_coinc"],
-        l10_mean=l10_mean, l10_std=l10_std, l10_n=l10_n, ang_mean=ang_mean, ang_std=ang_std,
-        ker_mean=ker_mean, ker_std=ker_std,
-        riesz_log_mean=lse_log_mean(st["riesz_lse"], ker_n),
-        etf=jnp.sqrt(jnp.maximum(gs["etf_diag"] + st["etf_off"], 0.0)),
-        rows=pp["rows"],
-    )
+def _per_class_rows(rows, k: int) -> dict:
+    """per_class_cdnv = CDNV row sums / counts (NaN without a partner), interference =
+    cos row sums / (K - 1)."""
+    out = {}
+    cnt = np.asarray(rows["cdnv_cnt"][:k])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out["per_class_cdnv"] = np.where(cnt > 0, np.asarray(rows["cdnv_sum"][:k]) / np.maximum(cnt, 1), np.nan)
+    out["per_class_interference"] = np.asarray(rows["cos_sum"][:k]) / (k - 1)
     return out
 
 
@@ -299,30 +271,10 @@ def metrics_from_stats(
         raise ValueError(f"angle_variant must be 'cos' or 'inner', got {angle_variant!r}")
     if block_size < 1:
         raise ValueError(f"block_size must be >= 1, got {block_size}")
-    counts = np.asarray(counts)
-    v = counts.shape[0]
-    means, variances, w = np.asarray(means), np.asarray(variances), np.asarray(w)
-    if means.shape[0] != v or variances.shape != (v,) or w.shape != means.shape:
-        raise ValueError(f"shape mismatch: means {means.shape}, variances {variances.shape}, counts {counts.shape}, w {w.shape}")
-    idx = analyzed_classes(counts, min_count)
+    idx, (mu_p, var_p, w_p, cnt_p), valid, blk, dt = _select_and_pad(means, variances, counts, w, min_count, block_size)
     k = int(idx.size)
-    dt = acc_dtype()
-    npdt = np.float64 if dt == jnp.float64 else np.float32
-    mu_k = means[idx].astype(npdt)
-    var_k = variances[idx].astype(npdt)
-    w_k = w[idx].astype(npdt)
-    _check_finite("class means", mu_k)
-    _check_finite("class variances", var_k)
-    _check_finite("W (analysed rows)", w_k)
-
-    blk = int(min(block_size, -(-k // 8) * 8))
-    kpad = -(-k // blk) * blk
-    valid = np.arange(kpad) < k
-    mu_p, var_p, w_p = _pad_rows(mu_k, kpad), _pad_rows(var_k, kpad), _pad_rows(w_k, kpad)
-    cnt_p = _pad_rows(counts[idx].astype(npdt), kpad)
-
     rtol = float(coincide_rtol) if coincide_rtol is not None else 8.0 * float(jnp.finfo(dt).eps)
-    res = _core(
+    res = core(
         mu_p, var_p, w_p, cnt_p, valid, jnp.asarray(k),
         weighted_mean=bool(weighted_mean), norm_variant=norm_variant, ddof=int(ddof), block=blk,
         cdnv_exponent=float(cdnv_exponent), angle_variant=angle_variant,
@@ -331,39 +283,11 @@ def metrics_from_stats(
     res = jax.device_get(res)
     if float(res["max_norm"]) == 0.0:
         raise ValueError("all analysed class means are identical (every centred mean is zero); collapse metrics are undefined")
-    cdnv = float(res["cdnv"])
-    out = {
-        "nc1_cdnv": cdnv if int(res["cdnv_n"]) > 0 else float("inf"),
-        "nc1_log10_cdnv": float(res["l10_mean"]) if float(res["l10_n"]) > 0 else float("-inf"),
-        "nc1_log10_cdnv_std": float(res["l10_std"]),
-        "nc1_log10_mean_cdnv": math.log10(cdnv) if cdnv > 0 else float("-inf"),
-        "nc1_n_pairs": k * (k - 1) // 2,
-        "nc1_n_coincident_pairs": int(res["cdnv_coinc"]),
-        "nc1_n_zero_pairs": int(res["cdnv_zero"]),
-        "nc2_norm_cov": float(res["nc2_norm_cov"]),
-        "nc2_log_norm_cov": float(res["nc2_log_norm_cov"]),
-        "nc2_cos_mean": float(res["ang_mean"]),
-        "nc2_cos_std": float(res["ang_std"]),
-        "etf_error": float(res["etf"]),
-        "gnc2_log_kernel_mean": float(res["ker_mean"]),
-        "gnc2_log_kernel_var": float(res["ker_std"]) ** 2,
-        "gnc2_n_coincident_pairs": int(res["kernel_coinc"]),
-        "gnc2_riesz_log_mean": float(res["riesz_log_mean"]),
-        "gnc2_riesz_mean": float(np.exp(np.float64(res["riesz_log_mean"]))),
-        "nc3_cos_mean": float(res["nc3_cos_mean"]),
-        "unc3_cos_cov": float(res["unc3_cos_cov"]),
-        "dual_error": float(res["dual_error"]),
-        "n_classes": k,
-    }
+    out = _scalar_metrics(res, k)
     if nc4 is not None:
         out["nc4_agreement"] = float(nc4_agreement(nc4, weighted=nc4_weighted))
     if per_class:
-        rows = res["rows"]
-        cnt = np.asarray(rows["cdnv_cnt"][:k])
-        with np.errstate(invalid="ignore", divide="ignore"):
-            out["per_class_cdnv"] = np.where(cnt > 0, np.asarray(rows["cdnv_sum"][:k]) / np.maximum(cnt, 1), np.nan)
-        out["per_class_interference"] = np.asarray(rows["cos_sum"][:k]) / (k - 1)
-        out["class_ids"] = idx
+        out.update(_per_class_rows(res["rows"], k), class_ids=idx)
     return out
 
 
@@ -384,48 +308,6 @@ def per_class_stats(means, variances, counts, *, min_count: int = 1, cdnv_expone
         weighted_mean=weighted_mean, block_size=block_size, per_class=True,
     )
     return {k: r[k] for k in ("class_ids", "per_class_cdnv", "per_class_interference")}
-
-
-@partial(jax.jit, static_argnames=())
-def _jit_mean_update(st, h, y, m):
-    return mean_update(st, h, y, m)
-
-
-@jax.jit
-def _jit_var_update(st, h, y, mu, m):
-    return var_update(st, h, y, mu, m)
-
-
-@partial(jax.jit, static_argnames=("chunk_size",))
-def _jit_nc4_update(st, h, y, w, mu, wv, mv, m, chunk_size):
-    return nc4_update(st, h, y, w, mu, w_valid=wv, mean_valid=mv, valid=m, chunk_size=chunk_size)
-
-
-def _batches(feats, labels, batch_size):
-    n = feats.shape[0]
-    bs = int(min(batch_size, max(n, 1)))
-    for s in range(0, n, bs):
-        h = feats[s : s + bs]
-        y = labels[s : s + bs]
-        m = np.ones((h.shape[0],), bool)
-        if h.shape[0] < bs:  # pad to a static batch shape
-            p = bs - h.shape[0]
-            h = np.concatenate([np.asarray(h), np.zeros((p, h.shape[1]), np.asarray(h).dtype)])
-            y = np.concatenate([np.asarray(y), np.zeros((p,), np.asarray(y).dtype)])
-            m = np.concatenate([m, np.zeros((p,), bool)])
-        yield jnp.asarray(h), jnp.asarray(y), jnp.asarray(m)
-
-
-def _check_inputs(name, feats, labels, v, d):
-    if feats.ndim != 2 or feats.shape[1] != d:
-        raise ValueError(f"{name} features must have shape (N, {d}), got {feats.shape}")
-    if labels.ndim != 1 or labels.shape[0] != feats.shape[0]:
-        raise ValueError(f"{name} labels must have shape ({feats.shape[0]},), got {labels.shape}")
-    if not np.issubdtype(labels.dtype, np.integer):
-        raise ValueError(f"{name} labels must be integers, got dtype {labels.dtype}")
-    if labels.size and (labels.min() < 0 or labels.max() >= v):
-        raise ValueError(f"{name} labels must lie in [0, V={v}); found values in [{labels.min()}, {labels.max()}]")
-    _check_finite(f"{name} features", np.asarray(feats, np.float32) if feats.dtype.itemsize < 4 else feats)
 
 
 def collapse_metrics(
@@ -469,7 +351,7 @@ def collapse_metrics(
     if w.ndim != 2:
         raise ValueError(f"w must be (V, d), got shape {w.shape}")
     v, d = w.shape
-    _check_inputs("train", feats_np, labels_np, v, d)
+    check_inputs("train", feats_np, labels_np, v, d)
     if (val_feats is None) != (val_labels is None):
         raise ValueError("give both val_feats and val_labels, or neither")
     if variance not in ("two_pass", "one_pass"):
@@ -478,8 +360,8 @@ def collapse_metrics(
         raise ValueError(f"nc4_search must be 'analyzed' or 'all', got {nc4_search!r}")
 
     st = mean_init(v, d)
-    for h, y, m in _batches(feats_np, labels_np, batch_size):
-        st = _jit_mean_update(st, h, y, m)
+    for h, y, m in batches(feats_np, labels_np, batch_size):
+        st = jit_mean_update(st, h, y, m)
     means, counts = class_means(st)
     counts_np = np.asarray(counts)
     analyzed_classes(counts_np, min_count)  # early, clear error
@@ -487,18 +369,18 @@ def collapse_metrics(
         variances = one_pass_variances(st)
     else:
         vs = var_init(v)
-        for h, y, m in _batches(feats_np, labels_np, batch_size):
-            vs = _jit_var_update(vs, h, y, means, m)
+        for h, y, m in batches(feats_np, labels_np, batch_size):
+            vs = jit_var_update(vs, h, y, means, m)
         variances = class_variances(vs)
 
     nc4 = None
     if val_feats is not None:
         vf, vl = np.asarray(val_feats), np.asarray(val_labels)
-        _check_inputs("validation", vf, vl, v, d)
+        check_inputs("validation", vf, vl, v, d)
         w_rows, mu_rows, wv, mv = nc4_search_set(means, counts_np, w, min_count=min_count, search=nc4_search)
         nc4 = nc4_init(v)
-        for h, y, m in _batches(vf, vl, batch_size):
-            nc4 = _jit_nc4_update(nc4, h, y, w_rows, mu_rows, wv, mv, m, chunk_size=nc4_chunk_size)
+        for h, y, m in batches(vf, vl, batch_size):
+            nc4 = jit_nc4_update(nc4, h, y, w_rows, mu_rows, wv, mv, m, chunk_size=nc4_chunk_size)
 
     return metrics_from_stats(
         means, variances, counts_np, w, nc4=nc4, min_count=min_count, cdnv_exponent=cdnv_exponent,

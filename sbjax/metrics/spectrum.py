@@ -156,6 +156,14 @@ def singular_values(w, method: str = "auto"):
         )
         method = "svd"
 
+    return _sv_by_method(w, method, floor)
+
+
+def _sv_by_method(w, method: str, floor: float):
+    """Singular values of a tall float matrix by a resolved ``method`` (see
+    :func:`singular_values`): sigma_i = sqrt(max(lambda_i(W^T W), 0)), descending, with
+    lambda_i <= floor * lambda_max set to 0 (``"gram"``), or sigma_i = ||W q_i|| for the
+    Gram eigenvectors q_i (``"gram_refine"``), or LAPACK's SVD (``"svd"``)."""
     if method == "svd":
         s = jnp.linalg.svd(w, compute_uv=False)
         return jnp.maximum(s, 0.0)  # LAPACK already returns descending order

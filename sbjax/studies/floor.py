@@ -38,11 +38,13 @@ whether it converged; ``floor_curve(..., require_converged=True)`` raises otherw
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import dataclasses
 import math
 from typing import Iterable, Sequence
 
 import numpy as np
+from scipy.optimize import minimize
 
 DEFAULT_GTOL = 1e-6
 
@@ -142,8 +144,6 @@ _BLAS_SYMBOLS = (("scipy_openblas_get_num_threads64_", "scipy_openblas_set_num_t
 
 def _openblas_handles() -> list:
   """(get, set) thread-count functions of every OpenBLAS loaded in this process (Linux)."""
-  import ctypes  # noqa: PLC0415
-
   out, seen = [], set()
   try:
     maps = open("/proc/self/maps").read().split("\n")
@@ -187,8 +187,6 @@ def _minimise(p, pi, X, Y, gtol: float, max_iter: int, restarts: int):
 
   Preconditioning: it optimises X̃ = diag(√π) X, whose Hessian no longer scales with π_c
   (π spans orders of magnitude under a Zipfian bias; unscaled L-BFGS crawls)."""
-  from scipy.optimize import minimize  # pylint: disable=g-import-not-at-top
-
   C, V = p.shape
   r = X.shape[1]
   sx = 1.0 / np.sqrt(np.maximum(pi, 1e-12))[:, None]
@@ -276,10 +274,6 @@ def floor_curve(lang_or_probs, ranks: Iterable[int], *, weights=None, gtol: floa
     out.append(res)
     warm = (res.X, res.Y)
   return out
-
-
-def floors_by_rank(results: Sequence[FloorResult]) -> dict[int, float]:
-  return {r.rank: r.value for r in results}
 
 
 def knee(ranks: Sequence[int], losses: Sequence[float], h: float, tol: float = 0.05):

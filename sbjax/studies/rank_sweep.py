@@ -39,7 +39,6 @@ params (head parameters), param_ratio, n_params (whole model), eval_loss, eval_a
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import math
 from pathlib import Path
@@ -47,10 +46,12 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from sbjax import checkpoint as ckpt
+from sbjax import heads as heads_lib
 from sbjax.analysis.table import atomic_write_json, read_csv, write_csv
 from sbjax.config import Config, ModelConfig
-from sbjax import heads
 from sbjax.heads import head_param_count
+from sbjax.train import population as population_lib
 from sbjax.train import train_once
 from sbjax.train.done import finished, mark_finished
 
@@ -225,10 +226,8 @@ def _row(plan: Plan, spec: RunSpec, cfg: Config, summary: dict, vocab_size: int)
 
 def save_full_head(out: Path, trunk_dir: Path) -> np.ndarray:
   """Write ``OUT/full_head.npy``: the V x d head matrix of the best full run's last step."""
-  from sbjax import checkpoint as ckpt  # noqa: PLC0415
-
   cfg, params, _ = ckpt.load_params(trunk_dir)
-  w = np.asarray(heads.head_matrix(params, cfg.model), np.float32)
+  w = np.asarray(heads_lib.head_matrix(params, cfg.model), np.float32)
   np.save(out / FULL_HEAD, w, allow_pickle=False)
   return w
 
@@ -244,15 +243,13 @@ def train_population_group(cfgs: Sequence[Config], wd: Path, dataset, *,
   """Train one LR grid of same-shape runs as a population (one compiled, vmapped step);
   members share the seed, so member i equals the separate run at lr_i (up to float32
   reassociation, see sbjax/train/population.py). Finished members (``member_i/DONE``) are read back."""
-  from sbjax.train.population import member_dir, train_population  # noqa: PLC0415
-
-  dirs = [member_dir(wd, i) for i in range(len(cfgs))]
+  dirs = [population_lib.member_dir(wd, i) for i in range(len(cfgs))]
   done = [finished(d) for d in dirs]
   if all(x is not None for x in done):
     return done
   seed = cfgs[0].train.seed
-  sums = train_population(cfgs[0], wd, lrs=[c.train.lr for c in cfgs], seeds=[seed] * len(cfgs),
-                          dataset=dataset, quiet=quiet)
+  sums = population_lib.train_population(cfgs[0], wd, lrs=[c.train.lr for c in cfgs],
+                                         seeds=[seed] * len(cfgs), dataset=dataset, quiet=quiet)
   out = []
   for cfg, d, s in zip(cfgs, dirs, sums):
     if s.get("step") != cfg.train.steps or "eval_loss" not in s:

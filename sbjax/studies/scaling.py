@@ -22,6 +22,7 @@ import dataclasses
 import math
 
 import numpy as np
+from scipy.optimize import least_squares
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,20 +92,16 @@ def fit_power_law(n, loss, *, alpha_min: float = 1e-3, alpha_max: float = 3.0,
     if best is None or sse < best[3]:
       best = (a, float(al), e, sse)
   a0, al0, e0, _ = best
-  try:
-    from scipy.optimize import least_squares  # noqa: PLC0415
 
-    def resid(p):
-      return p[0] * z ** -p[1] + p[2] - y
+  def resid(p):
+    return p[0] * z ** -p[1] + p[2] - y
 
-    ymax = float(np.max(np.abs(y))) + 1.0
-    res = least_squares(resid, x0=[max(a0, 1e-12), al0, max(e0, 0.0)],
-                        bounds=([0.0, alpha_min, 0.0], [np.inf, alpha_max, 10 * ymax]),
-                        xtol=1e-15, ftol=1e-15, gtol=1e-15, max_nfev=10_000)
-    if float((res.fun ** 2).sum()) <= best[3]:
-      a0, al0, e0 = (float(v) for v in res.x)
-  except ImportError:  # pragma: no cover - scipy is a dependency
-    pass
+  ymax = float(np.max(np.abs(y))) + 1.0
+  res = least_squares(resid, x0=[max(a0, 1e-12), al0, max(e0, 0.0)],
+                      bounds=([0.0, alpha_min, 0.0], [np.inf, alpha_max, 10 * ymax]),
+                      xtol=1e-15, ftol=1e-15, gtol=1e-15, max_nfev=10_000)
+  if float((res.fun ** 2).sum()) <= best[3]:
+    a0, al0, e0 = (float(v) for v in res.x)
   pred = a0 * z ** -al0 + e0
   rmse = float(np.sqrt(np.mean((pred - y) ** 2)))
   return ScalingFit(A=float(a0 * n_ref ** al0), alpha=float(al0), E=float(e0),
