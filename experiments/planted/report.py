@@ -121,7 +121,8 @@ def _knee_text(out: Path, s: dict) -> str:
 def _mix_lines(out: Path, rel: str) -> list[str]:
   m = read_rows(out / CSV_MIX)
   lines = ["", f"![mixture]({rel}/{FIG_MIX})", "",
-           "| label | head | d_model | rank | n_mix | head_params | expected_loss | floor | H | gap |",
+           "| label | head | d_model | rank | n_mix | head_params | expected_loss | floor | H | "
+           "gap |",
            "|---|---|---|---|---|---|---|---|---|---|"]
   for v in m:
     lines.append(f"| {v['label']} | {v['head']} | {int(v['d_model'])} | {int(v['rank'])} | "
