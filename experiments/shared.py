@@ -128,15 +128,17 @@ class RunsProgress:
 
 class SweepProgress:
   """A ``progress`` callback that drives :class:`RunsProgress` from a study's messages
-  (``"[i/n] NAME: training"`` / ``"...: done"``): each message starts the next unit and
-  finishes the one before; :meth:`finish` finishes the last."""
+  (``"[i/n] NAME: training"`` / ``"...: done"``; RunsProgress counts, so the ``[i/n]`` is
+  dropped): each message starts the next unit and finishes the one before; :meth:`finish`
+  finishes the last."""
 
   def __init__(self, progress: RunsProgress, prefix: str = ""):
     self.progress, self.prefix, self._open, self._trained = progress, prefix, False, False
 
   def __call__(self, msg: str) -> None:
     self.finish()
-    self.progress.start(self.prefix + msg.rsplit(": ", 1)[0])
+    label = msg.split("] ", 1)[1] if msg.startswith("[") and "] " in msg else msg
+    self.progress.start(self.prefix + label.rsplit(": ", 1)[0])
     self._open, self._trained = True, not msg.endswith(": done")
 
   def finish(self) -> None:
