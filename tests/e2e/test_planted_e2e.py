@@ -82,7 +82,8 @@ def test_mixture_csv_and_matched_rank(out):
   assert mos["floor"] == "nan" and low["head"] == "lowrank"
   vocab = P.overrides["model.vocab_size"]
   assert int(low["rank"]) == exp.matched_rank(int(mos["head_params"]), vocab, int(low["d_model"]))
-  assert int(low["head_params"]) == vocab * int(low["rank"]) + int(low["rank"]) * int(low["d_model"])
+  r, d = int(low["rank"]), int(low["d_model"])
+  assert int(low["head_params"]) == vocab * r + r * d
   meta = json.loads((out / "planted_meta.json").read_text())
   assert meta["preset"] == "test" and meta["mixture"] is not None
   assert meta["settings"]["k"] == P.overrides["data.planted_rank"]
