@@ -32,8 +32,8 @@ class Preset:
 TFDS = {**TEXT_DATA, "data.source": "tfds", "data.tfds_name": "lm1b", "data.max_docs": 2_000_000}
 
 PRESETS: dict[str, Preset] = {
-    # the test suite: one small vocabulary, n = 1, 2
-    "test": Preset(BASE, TEXT_DATA, Knobs(vocab_sizes=(64,), ns=(1, 2), min_count=3, max_d=64,
+    # the test suite: one small vocabulary (128 pieces: Shakespeare has 85 characters), n = 1, 2
+    "test": Preset(BASE, TEXT_DATA, Knobs(vocab_sizes=(128,), ns=(1, 2), min_count=3, max_d=64,
                                           d_ref=16)),
     "quick": Preset(BASE, TEXT_DATA, Knobs(vocab_sizes=(64, 128), ns=(1, 2, 3), min_count=3,
                                            max_d=128, d_ref=16)),
