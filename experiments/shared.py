@@ -119,3 +119,29 @@ class RunsProgress:
 
   def close(self) -> None:
     self.bar.close()
+
+
+# --- added by the planted/head_rank/werror_loss/vocab_threshold/target_rank helper (issue 16)
+# Used by head_rank and vocab_threshold: their sweeps report through the progress callback of
+# sbjax.studies.rank_sweep.run_plan.
+
+
+class SweepProgress:
+  """A ``progress`` callback that drives :class:`RunsProgress` from a study's messages
+  (``"[i/n] NAME: training"`` / ``"...: done"``; RunsProgress counts, so the ``[i/n]`` is
+  dropped): each message starts the next unit and finishes the one before; :meth:`finish`
+  finishes the last."""
+
+  def __init__(self, progress: RunsProgress, prefix: str = ""):
+    self.progress, self.prefix, self._open, self._trained = progress, prefix, False, False
+
+  def __call__(self, msg: str) -> None:
+    self.finish()
+    label = msg.split("] ", 1)[1] if msg.startswith("[") and "] " in msg else msg
+    self.progress.start(self.prefix + label.rsplit(": ", 1)[0])
+    self._open, self._trained = True, not msg.endswith(": done")
+
+  def finish(self) -> None:
+    if self._open:
+      self.progress.finish(trained=self._trained)
+      self._open = False

@@ -1,19 +1,18 @@
 """Target rank (Godey E6): n-gram count matrices, implicit sparse + rank-one matrices,
-W-error curves by Gram / randomized SVD, and the experiment end to end on generated text.
+W-error curves by Gram / randomized SVD. The experiment end to end on generated text is in
+tests/e2e/test_target_rank_e2e.py, its presets in tests/unit/test_target_rank_presets.py.
 
 References are independent: collections.Counter for the counts, dense numpy formulas and
 numpy.linalg.svd for the W-error, an analytic spectrum for the large sparse case.
 """
 
 import collections
-import struct
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
 from sbjax.studies import lowrank_svd, ngram
-from tests._corpus import generated_docs, write_corpus
 
 
 def _markov_tokens(seed, vocab, length, order=2):
@@ -147,66 +146,3 @@ def test_huge_sparse_matrix_is_never_densified():
     lowrank_svd.variant_matrix(counts, "probs")
   with pytest.raises(ValueError, match="at least one count"):
     lowrank_svd.variant_matrix(s[:10], "raw")
-
-
-def _png_ok(path):
-  b = path.read_bytes()
-  assert b[:8] == b"\x89PNG\r\n\x1a\n", path
-  w, h = struct.unpack(">II", b[16:24])
-  assert w > 100 and h > 100
-
-
-def test_target_rank_quick_end_to_end(tmp_path):
-  from experiments import target_rank as tr
-  from sbjax.data import make_dataset
-
-  corpus = write_corpus(tmp_path / "corpus", generated_docs(3, 16))
-  out = tmp_path / "out"
-  tr.run(out, "quick", data=str(corpus), verbose=False)
-  p = tr.get_preset("quick")
-  rows = tr._read_rows(out / tr.CSV)
-  assert {(r["variant"], r["V"], r["n"]) for r in rows} == {
-      (a, b, c) for a in p.variants for b in p.vocab_sizes for c in p.ns}
-  for var in p.variants:
-    _png_ok(out / f"fig_target_rank_{var}.png")
-  # one curve recomputed independently from the experiment's own token streams
-  v, n = p.vocab_sizes[0], 2
-  ds = make_dataset(tr.data_config(p, v, out, str(corpus)), seq_len=16, global_batch_size=1,
-                    workdir=str(out / "data" / f"V{v}"), process_index=0, process_count=1)
-  streams = [np.asarray(ds.train_tokens), np.asarray(ds.val_tokens)]
-  ref_pairs, ref_ctx = _counter_reference(streams, n, p.min_count)
-  ctxs = sorted(ref_ctx)
-  dense = np.zeros((len(ctxs), v))
-  index = {c: i for i, c in enumerate(ctxs)}
-  for (c, t), k in ref_pairs.items():
-    dense[index[c], t] = k
-  got = sorted((r for r in rows if r["variant"] == "raw" and r["V"] == v and r["n"] == n),
-               key=lambda r: r["d"])
-  assert got[0]["C"] == len(ctxs)
-  ref = _np_w_error(dense / dense.sum(1, keepdims=True), [r["d"] for r in got])
-  np.testing.assert_allclose([r["w_error"] for r in got], ref, atol=1e-6)
-  # report: the table's numbers come from the CSV; a rerun skips finished parts
-  text = tr.report_section(out, "tr")
-  assert text.startswith("## target_rank")
-  for var in p.variants:
-    assert f"](tr/fig_target_rank_{var}.png)" in text
-  look = {(r["variant"], r["V"], r["n"], r["d"]): r["w_error"] for r in rows}
-  line = next(x for x in text.splitlines() if x.startswith(f"| {v} | 2 |"))
-  cells = [c.strip() for c in line.strip("|").split("|")]
-  assert float(cells[3]) == pytest.approx(look[("raw", v, 2, p.d_ref)], abs=5e-5)
-  parts = sorted((out / "parts").iterdir())
-  mtimes = [x.stat().st_mtime_ns for x in parts]
-  tr.run(out, "quick", data=str(corpus), verbose=False)
-  assert [x.stat().st_mtime_ns for x in sorted((out / "parts").iterdir())] == mtimes
-
-
-def test_tpu_preset_configs_validate(tmp_path):
-  from experiments import target_rank as tr
-
-  p = tr.get_preset("tpu")
-  for v in p.vocab_sizes:
-    dc = tr.data_config(p, v, tmp_path, None)
-    assert dc.source == "tfds" and dc.vocab_size == v
-  assert tr.dims_for(p, 10**6)[-1] == p.max_d
-  with pytest.raises(FileNotFoundError, match="--data=DIR"):
-    tr.data_config(tr.get_preset("cpu"), 512, tmp_path, str(tmp_path / "missing"))

@@ -1,9 +1,9 @@
 """Head-rank experiments end to end on a generated corpus: head_rank, werror_loss and
-vocab_threshold (quick presets), checked against plain numpy/scipy recomputations from the
-CSVs and the checkpoints on disk."""
+vocab_threshold (``test`` presets, one module-scoped run of each), checked against plain
+numpy recomputations from the CSVs and the checkpoints on disk. Their pure pieces (presets,
+rank matching, the log-log fit, bad inputs) are in tests/unit/test_head_rank_pieces.py."""
 
 import csv
-import dataclasses
 import json
 import math
 import re
@@ -16,8 +16,6 @@ from tests._corpus import generated_docs, write_corpus
 from experiments import head_rank, vocab_threshold, werror_loss
 from sbjax import checkpoint as ckpt
 from sbjax.studies import rank_sweep as rs
-from sbjax.config import Config, ModelConfig
-from sbjax.heads import head_param_count
 
 
 def _csv(path):
@@ -34,9 +32,9 @@ def _w_error(s, k):
 def outs(tmp_path_factory):
   root = tmp_path_factory.mktemp("head_rank")
   corpus = write_corpus(root / "corpus", generated_docs(0, 12))
-  head_rank.run(root / "head_rank", "quick", str(corpus))
-  werror_loss.run(root / "werror_loss", "quick")  # reads root/head_rank
-  vocab_threshold.run(root / "vocab_threshold", "quick", str(corpus))
+  head_rank.run(root / "head_rank", "test", str(corpus), verbose=False)
+  werror_loss.run(root / "werror_loss", "test", verbose=False)  # reads root/head_rank
+  vocab_threshold.run(root / "vocab_threshold", "test", str(corpus), verbose=False)
   return root
 
 
@@ -63,20 +61,6 @@ def test_head_rank_csv_and_best_lr(outs):
     want = {"dense": v * d, "lowrank": v * rank + rank * d,
             "mos": v * d + d * m + m + d * m * d + m * d}[r["head"]]
     assert int(r["params"]) == want
-
-
-def test_mos_matching_and_rank_checks():
-  v, d = 1024, 64
-  mc = ModelConfig(vocab_size=v, d_model=d, n_heads=4)
-  lowrank = {r: v * r + r * d for r in rs.rank_grid(d)}
-  assert list(lowrank) == [1, 2, 4, 8, 16, 32, 64] and rs.rank_grid(48)[-2:] == (32, 48)
-  for m in (1, 2, 4):
-    p = head_param_count(dataclasses.replace(mc, head="mos", n_mix=m))
-    assert p == v * d + d * m + m + d * m * d + m * d
-    want = min(lowrank, key=lambda r: abs(lowrank[r] - p))
-    assert rs.matched_rank(mc, p, list(lowrank)) == (want, pytest.approx(p / lowrank[want]))
-  assert rs.non_increasing([3.0, 2.0, 2.0, 1.5]) and not rs.non_increasing([3.0, 2.0, 2.1])
-  assert rs.longest_non_increasing([1, 2, 4, 8, 16], [5.0, 4.0, 4.5, 4.4, 4.3]) == [4, 8, 16]
 
 
 def test_frozen_trunk_is_the_best_full_runs_trunk(outs):
@@ -138,26 +122,13 @@ def test_vocab_threshold_rstar_and_beta(outs):
     assert int(t["r_werror06"]) == r06
     assert v == len(np.load(out / f"V{v}" / "full_head.npy"))  # the tokenizer has exactly V pieces
     vs.append(v), rstars.append(rstar), r06s.append(r06)
-  assert vs == list(vocab_threshold.VOCABS["quick"])
+  assert vs == list(vocab_threshold.VOCABS["test"])
   for key, ys in (("r_star", rstars), ("r_werror06", r06s)):  # two points: the line through them
     assert fit[key]["beta"] == pytest.approx(np.log(ys[1] / ys[0]) / np.log(vs[1] / vs[0]),
                                              abs=1e-9)
     assert math.isnan(fit[key]["beta_se"]) and fit[key]["n"] == 2
   section = vocab_threshold.report_section(out, "vt")
   assert f"beta = {fit['r_star']['beta']:.3f} ± {fit['r_star']['beta_se']:.3f}" in section
-
-
-def test_loglog_fit_matches_lstsq():
-  rng = np.random.default_rng(0)
-  v = np.array([512, 1024, 2048, 4096, 8192])
-  r = np.round(3.0 * v ** 0.4 * np.exp(rng.normal(0, 0.2, v.size)))
-  fit = vocab_threshold.loglog_fit(v, r)
-  a = np.stack([np.log(v), np.ones(v.size)], axis=1)  # y = beta x + c, normal equations
-  coef, ssr, *_ = np.linalg.lstsq(a, np.log(r), rcond=None)
-  se = math.sqrt(float(ssr[0]) / (v.size - 2) * np.linalg.inv(a.T @ a)[0, 0])
-  assert fit["beta"] == pytest.approx(coef[0], rel=1e-10)
-  assert fit["log_c"] == pytest.approx(coef[1], rel=1e-10)
-  assert fit["beta_se"] == pytest.approx(se, rel=1e-10) and fit["n"] == 5
 
 
 def test_report_section_table_is_read_from_the_csv(outs):
@@ -181,31 +152,6 @@ def test_rerun_skips_finished_runs(outs):
   out = outs / "head_rank"
   before = {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("metrics.jsonl")}
   csv_before = (out / "head_rank.csv").read_text()
-  head_rank.run(out, "quick", str(outs / "corpus"))
+  head_rank.run(out, "test", str(outs / "corpus"), verbose=False)
   assert {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("metrics.jsonl")} == before
   assert (out / "head_rank.csv").read_text() == csv_before
-
-
-def test_tpu_presets_validate_without_training():
-  plan = head_rank.make_plan("tpu", "corpus")
-  assert isinstance(plan.base, Config) and plan.ranks == tuple(2 ** i for i in range(11))
-  specs = rs.specs(plan)
-  for s in specs:  # every run's config validates (protocol a with a placeholder trunk)
-    cfg = rs.run_config(plan, s, "trunk" if s.protocol == "a" else "")
-    Config.from_dict(cfg.to_dict())
-  assert {s.protocol for s in specs} == {"full", "a", "b"}
-  for v in vocab_threshold.VOCABS["tpu"]:
-    p = vocab_threshold.make_plan("tpu", "corpus", v)
-    assert p.base.data.vocab_size == v and max(p.ranks) < p.d_model
-
-
-def test_bad_inputs_are_refused(tmp_path):
-  plan = head_rank.make_plan("quick", "corpus")
-  with pytest.raises(ValueError, match=r"ranks \[0\] are outside 1 .. d_model=4"):
-    rs.Plan(plan.base, ranks=(0, 4))
-  with pytest.raises(ValueError, match="lrs is empty"):
-    rs.Plan(plan.base, lrs=())
-  with pytest.raises(ValueError, match="unknown preset 'huge'"):
-    head_rank.base_config("huge", "corpus")
-  with pytest.raises(FileNotFoundError, match="--data=.*missing: the corpus directory does not"):
-    head_rank.run(tmp_path / "out", "quick", str(tmp_path / "missing"))

@@ -12,6 +12,7 @@ import pytest
 from experiments import planted as exp
 from sbjax.studies import floor as fl
 from sbjax.data.planted import PlantedLanguage, PlantedMixture
+from sbjax.heads import head_param_count
 
 K = 3
 V = 16
@@ -158,18 +159,32 @@ def test_expected_nll_and_context_index():
 
 
 def test_presets_validate_and_match_parameters():
-  from sbjax.heads import head_param_count
-
   for name in exp.PRESETS:
     exp.validate(name)  # builds every config, runs nothing (tpu included)
+  assert set(exp.PRESETS) == {"test", "quick", "cpu", "tpu"}
   p = exp.get_preset("cpu")
-  assert max(p.ranks) <= p.d_model and p.k + 1 in p.ranks
+  k, d, vocab = (p.overrides[x] for x in ("data.planted_rank", "model.d_model", "model.vocab_size"))
+  assert max(p.knobs.ranks) <= d and k + 1 in p.knobs.ranks
   confs = dict(exp.mix_configs(p))
   mos, low = head_param_count(confs["mos"].model), head_param_count(confs["lowrank"].model)
-  assert confs["mos"].data.source == "planted_mix" and confs["mos"].model.n_mix == p.mix_m
-  assert abs(mos - low) <= (p.vocab + confs["lowrank"].model.d_model) / 2
+  assert confs["mos"].data.source == "planted_mix" and confs["mos"].model.n_mix == p.knobs.mix_m
+  assert confs["mos"].data.planted_rank == p.knobs.mix_k
+  assert confs["mos"].train.steps == p.knobs.mix_steps
+  assert abs(mos - low) <= (vocab + confs["lowrank"].model.d_model) / 2
   # the mos runs get their own init scale; the lowrank runs keep the knee part's
-  assert confs["mos"].model.init_std == p.mos_init_std
+  assert confs["mos"].model.init_std == p.knobs.mos_init_std
   assert confs["lowrank"].model.init_std == exp.knee_configs(p)[0][1].model.init_std
+  # the knee runs: a bias-free rank-r head on the planted language of the overrides
+  for r, cfg in exp.knee_configs(p):
+    assert cfg.model.head == "lowrank" and cfg.model.rank == r and cfg.data.planted_rank == k
   with pytest.raises(ValueError, match="unknown planted preset"):
     exp.get_preset("huge")
+
+
+def test_test_preset_is_smaller_than_quick():
+  t, q = exp.PRESETS["test"], exp.PRESETS["quick"]
+  assert t.overrides["train.steps"] < q.overrides["train.steps"]
+  assert t.knobs.mix_steps < q.knobs.mix_steps
+  assert len(t.knobs.ranks) + len(t.knobs.mix_runs) < len(q.knobs.ranks) + len(q.knobs.mix_runs)
+  k = t.overrides["data.planted_rank"]
+  assert min(t.knobs.ranks) <= k / 2 and max(t.knobs.ranks) >= k + 1  # both checks have rows

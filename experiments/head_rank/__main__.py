@@ -1,0 +1,33 @@
+"""``python -m experiments.head_rank --preset=cpu --out=out/head_rank [--data=DIR]``."""
+
+import json
+import logging
+import sys
+from pathlib import Path
+
+from absl import flags
+
+from experiments import common
+from experiments.head_rank import PRESETS, run, summarize
+from experiments.head_rank.report import FIGURE
+
+PRESET = flags.DEFINE_enum("preset", "cpu", list(PRESETS), "experiment size")
+OUT = flags.DEFINE_string("out", "out/head_rank", "output directory")
+DATA = flags.DEFINE_string("data", "", "directory of .txt files (default: the Shakespeare "
+                           "corpus ../shared/data/shakespeare next to the repository)")
+
+
+def main(argv):
+  del argv
+  out = Path(OUT.value)
+  run(out, PRESET.value, DATA.value)
+  s = summarize(out)
+  print(json.dumps({"out": str(out), "csv": str(out / "head_rank.csv"),
+                    "figure": str(out / FIGURE),
+                    "b_non_increasing_ranks": s.get("b", {}).get("n_non_increasing"),
+                    "check_b_non_increasing_6_ranks": s.get("check_b_non_increasing_6_ranks")}))
+
+
+if __name__ == "__main__":
+  logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+  common.run(main)

@@ -1,0 +1,27 @@
+"""``python -m experiments.planted --preset=cpu --out=out/planted``: runs both parts and prints
+the knee and its checks as one JSON line."""
+
+import json
+import logging
+import sys
+from pathlib import Path
+
+from absl import flags
+
+from experiments import common
+from experiments.planted import PRESETS, run, summarize
+
+OUT = flags.DEFINE_string("out", "out/planted", "output directory")
+PRESET = flags.DEFINE_enum("preset", "cpu", list(PRESETS), " | ".join(PRESETS))
+
+
+def main(argv):
+  del argv
+  out = Path(OUT.value)
+  run(out, PRESET.value)
+  print(json.dumps({"out": str(out), **summarize(out)}))
+
+
+if __name__ == "__main__":
+  logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+  common.run(main)

@@ -1,0 +1,86 @@
+"""The planted experiment's Configs: part 1 (rank-r lowrank heads on the planted language) and
+part 2 (mos and parameter-matched lowrank heads on the planted mixture)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from experiments.planted.presets import Preset, get_preset
+from experiments.shared import config_from
+from sbjax.heads import head_param_count
+
+
+def knee_configs(p: Preset) -> list:
+  """(rank, Config) of part 1, validated."""
+  return [(int(r), config_from(p.base, {**p.overrides, "model.head": "lowrank",
+                                        "model.head_rank": int(r), "name": f"planted-r{r}"}))
+          for r in p.knobs.ranks]
+
+
+def _n_heads(d_model: int, want: int) -> int:
+  """The largest head count <= want that divides d_model with an even rotary width."""
+  for h in range(min(want, d_model), 0, -1):
+    if d_model % h == 0 and int(d_model // h * 0.25) % 2 == 0:
+      return h
+  return 1
+
+
+def matched_rank(head_params: int, vocab: int, d_model: int) -> int:
+  """The lowrank rank r whose head (V r + r d parameters) is closest to ``head_params``."""
+  return int(min(d_model, max(1, round(head_params / (vocab + d_model)))))
+
+
+def mix_overrides(p: Preset) -> dict:
+  """Part 2's overrides: part 1's, with the data switched to a mixture of ``mix_m`` softmaxes
+  of planted rank ``mix_k`` and its own step count."""
+  steps = p.knobs.mix_steps
+  return {**p.overrides, "data.source": "planted_mix", "data.planted_mix": p.knobs.mix_m,
+          "data.planted_rank": p.knobs.mix_k, "train.steps": steps, "train.eval_every": steps,
+          "train.ckpt_every": steps, "train.log_every": max(1, steps // 10)}
+
+
+def mix_configs(p: Preset) -> list:
+  """(label, Config) of part 2, validated; a lowrank run with n_mix=0 gets the rank whose head
+  parameter count matches the first mos run."""
+  out, mos_params = [], None
+  base, vocab = mix_overrides(p), p.overrides["model.vocab_size"]
+  for label, head, d_model, n in p.knobs.mix_runs:
+    o = {**base, "model.head": head, "model.d_model": int(d_model),
+         "model.n_heads": _n_heads(int(d_model), p.overrides["model.n_heads"]),
+         "name": f"planted-mix-{label}"}
+    if head == "mos":
+      o.update({"model.n_mix": int(n), "model.init_std": float(p.knobs.mos_init_std)})
+    else:
+      if n == 0:
+        if mos_params is None:
+          raise ValueError("planted preset: a matched lowrank run needs a mos run before it")
+        n = matched_rank(mos_params, vocab, int(d_model))
+      o["model.head_rank"] = int(n)
+    cfg = config_from(p.base, o)
+    if head == "mos" and mos_params is None:
+      mos_params = head_param_count(cfg.model)
+    out.append((label, cfg))
+  return out
+
+
+def validate(p) -> None:
+  """Builds every config of a preset (raises ValueError on a bad one) without running."""
+  p = get_preset(p)
+  knee_configs(p)
+  mix_configs(p)
+  d, ranks = p.overrides["model.d_model"], p.knobs.ranks
+  if not ranks or min(ranks) < 1 or max(ranks) > d:
+    raise ValueError(f"planted preset: ranks must be in 1..d_model={d}, got {ranks}")
+
+
+def settings(p: Preset) -> dict:
+  """The preset as one flat record for planted_meta.json (the report reads k, vocab, tol and
+  margin from it)."""
+  o = p.overrides
+  return {"base": p.base, "vocab": o["model.vocab_size"], "k": o["data.planted_rank"],
+          "alpha": o["data.planted_alpha"], "d_model": o["model.d_model"],
+          "n_layers": o["model.n_layers"], "n_heads": o["model.n_heads"],
+          "steps": o["train.steps"], "batch": o["train.batch_size"],
+          "seq_len": o["train.seq_len"], "lr": o["train.lr"], "warmup": o["train.warmup_steps"],
+          "train_tokens": o["data.planted_train_tokens"],
+          "val_tokens": o["data.planted_val_tokens"], **dataclasses.asdict(p.knobs)}

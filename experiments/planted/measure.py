@@ -1,0 +1,47 @@
+"""The planted experiment's measurement of a trained model: the sampled validation loss and
+its Rao-Blackwellised form against the language's exact next-token distributions."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+
+from sbjax.model import Model
+
+
+def context_index(tokens: np.ndarray, n: int, vocab: int) -> np.ndarray:
+  """Context index of every position t >= n-1 of windows [B, T] (the last n tokens up to t);
+  -1 where fewer than n tokens are visible."""
+  tokens = np.asarray(tokens, np.int64)
+  B, T = tokens.shape
+  c = np.full((B, T), -1, np.int64)
+  acc = np.zeros((B, T - n + 1), np.int64)
+  for i in range(n):
+    acc = acc * vocab + tokens[:, i:T - n + 1 + i]
+  c[:, n - 1:] = acc
+  return c
+
+
+def expected_nll_sum(logq: np.ndarray, x: np.ndarray, lang) -> tuple[float, int]:
+  """(Σ_t Σ_w P(w|c_t)(−log q_t(w)), number of positions) over positions with a full context;
+  ``logq`` [B, T, V] are the model's log-probs after inputs ``x`` [B, T]."""
+  c = context_index(x, lang.context, lang.vocab)
+  ok = c >= 0
+  return float(-(lang.probs[c[ok]] * logq[ok]).sum()), int(ok.sum())
+
+
+def measure(cfg, params, lang, batches) -> dict:
+  """eval_loss, eval_acc (sampled targets) and expected_loss (Rao-Blackwellised) on batches
+  [B, T+1]: expected_loss = mean over positions of Σ_w P(w|c_t) (−log q_t(w))."""
+  model = Model(cfg.model)
+  logp_fn = jax.jit(lambda p, x: jax.nn.log_softmax(model.apply(p, x), axis=-1))
+  nll, acc, rb, n_rb = [], [], 0.0, 0
+  for b in batches:
+    x, y = b[:, :-1], b[:, 1:]
+    lq = np.asarray(logp_fn(params, x), np.float64)
+    nll.append(-np.take_along_axis(lq, y[..., None], -1)[..., 0])
+    acc.append(lq.argmax(-1) == y)
+    s, n = expected_nll_sum(lq, x, lang)
+    rb, n_rb = rb + s, n_rb + n
+  return {"eval_loss": float(np.mean(nll)), "eval_acc": float(np.mean(acc)),
+          "expected_loss": rb / n_rb}

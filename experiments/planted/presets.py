@@ -1,0 +1,84 @@
+"""The planted experiment's presets: config overrides of the sbjax preset ``planted-knee``
+plus the knobs that are not Config fields (head ranks, the mixture runs, tolerances)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+BASE = "planted-knee"  # sbjax/presets.py; part 2 switches its data to the planted mixture
+
+
+@dataclasses.dataclass(frozen=True)
+class Knobs:
+  ranks: tuple  # head ranks of part 1
+  measure_batches: int = 32  # validation batches of the final measurement
+  tol: float = 0.05  # knee tolerance (nats)
+  margin: float = 0.02  # r <= k/2: loss - H >= floor gap - margin
+  floor_gtol: float = 1e-6
+  floor_max_iter: int = 3000
+  # part 2: (label, head, d_model, n_mix); lowrank ranks are matched to the first mos run
+  mix_m: int = 4
+  mix_k: int = 2
+  mix_runs: tuple = (("mos", "mos", 16, 4), ("lowrank", "lowrank", 64, 0),
+                     ("lowrank-d16", "lowrank", 16, 16))
+  mix_steps: int = 1500
+  # model.init_std of the mos runs (the lowrank runs keep the knee part's 0.02). At 0.02 a
+  # d=16 MoS head starts with its M tanh projections (pre-activations ~0.02·√d) and shared W
+  # nearly identical, so the prior collapses onto one component and the tanh saturates: the
+  # cpu run ended 0.50 nats above H; at 0.2 (≈ GPT-2's 0.02·√(768/d)) it ends 0.10 above H.
+  mos_init_std: float = 0.2
+
+
+@dataclasses.dataclass(frozen=True)
+class Preset:
+  base: str  # an sbjax preset name (sbjax/presets.py)
+  overrides: dict  # dotted Config overrides of part 1 (part 2 derives its own from them)
+  knobs: Knobs
+
+
+def overrides(vocab=256, k=8, alpha=4.0, d_model=64, n_layers=1, n_heads=4, steps=1500, batch=32,
+              seq_len=64, lr=1e-2, warmup=50, train_tokens=2_000_000, val_tokens=131_072) -> dict:
+  """The dotted Config overrides of part 1 (a planted language of V=vocab, planted rank k);
+  evaluation and the checkpoint at the last step, ten log lines per run."""
+  return {"model.d_model": d_model, "model.n_layers": n_layers, "model.n_heads": n_heads,
+          "model.max_len": max(seq_len, 64), "model.vocab_size": vocab,
+          "data.planted_vocab": vocab, "data.planted_rank": k, "data.planted_alpha": alpha,
+          "data.planted_train_tokens": train_tokens, "data.planted_val_tokens": val_tokens,
+          "train.steps": steps, "train.batch_size": batch, "train.seq_len": seq_len,
+          "train.lr": lr, "train.warmup_steps": warmup, "train.eval_every": steps,
+          "train.ckpt_every": steps, "train.log_every": max(1, steps // 10)}
+
+
+PRESETS: dict[str, Preset] = {
+    # the test suite and `reproduce --preset=test`: V=32, k=3, d=16, 30 steps, 2 + 2 runs
+    "test": Preset(BASE, overrides(vocab=32, k=3, d_model=16, n_heads=2, steps=30, batch=8,
+                                   seq_len=16, warmup=5, train_tokens=20_000, val_tokens=4096),
+                   Knobs(ranks=(1, 16), measure_batches=2, mix_m=2, mix_k=2,
+                         mix_runs=(("mos", "mos", 16, 2), ("lowrank", "lowrank", 16, 0)),
+                         mix_steps=30)),
+    # `reproduce --quick`: 7 ranks, 600 steps each, no mixture runs beyond two
+    "quick": Preset(BASE, overrides(steps=600),
+                    Knobs(ranks=(1, 2, 4, 8, 9, 16, 64), measure_batches=16,
+                          mix_runs=(("mos", "mos", 16, 4), ("lowrank", "lowrank", 64, 0)),
+                          mix_steps=600)),
+    # <= 20 min on 2 CPU cores
+    "cpu": Preset(BASE, overrides(steps=1000),
+                  Knobs(ranks=(1, 2, 3, 4, 6, 8, 9, 10, 16, 32, 64), mix_steps=1000)),
+    # the paper's scale in spirit: a larger vocabulary and planted rank, a 2-layer d=256 model
+    "tpu": Preset(BASE, overrides(vocab=1024, k=32, d_model=256, n_layers=2, n_heads=4,
+                                  steps=20_000, batch=256, seq_len=128, lr=3e-3, warmup=500,
+                                  train_tokens=200_000_000, val_tokens=1_048_576),
+                  Knobs(ranks=(1, 2, 4, 8, 16, 24, 30, 32, 33, 34, 36, 40, 48, 64, 128, 256),
+                        measure_batches=32, mix_m=8, mix_k=16,
+                        mix_runs=(("mos", "mos", 256, 8), ("lowrank", "lowrank", 512, 0),
+                                  ("dense", "lowrank", 512, 512)),
+                        mix_steps=20_000, mos_init_std=0.02)),
+}
+
+
+def get_preset(name) -> Preset:
+  if isinstance(name, Preset):
+    return name
+  if name not in PRESETS:
+    raise ValueError(f"unknown planted preset {name!r}; known: {', '.join(PRESETS)}")
+  return PRESETS[name]

@@ -1,0 +1,174 @@
+"""The planted experiment's report: the knee and its checks, the two figures and the markdown
+section, read only from the CSV/JSON files that ``run`` wrote."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402 - after choosing the non-interactive backend
+import numpy as np  # noqa: E402
+
+from experiments.shared import fmt, read_rows  # noqa: E402
+from sbjax.studies.floor import knee  # noqa: E402
+
+FIG_KNEE = "fig_planted_knee.png"
+FIG_MIX = "fig_planted_mix.png"
+CSV_KNEE = "planted.csv"
+CSV_FLOOR = "planted_floor.csv"
+CSV_MIX = "planted_mix.csv"
+CSV_MIX_FLOOR = "planted_mix_floor.csv"
+META = "planted_meta.json"
+YES = {True: "yes", False: "no"}
+
+
+def _f(v) -> str:
+  return fmt(v, spec=".4f")
+
+
+def summarize(out: Path) -> dict:
+  """The knee and the three checks, computed from planted.csv and planted_meta.json."""
+  rows = read_rows(Path(out) / CSV_KNEE)
+  meta = json.loads((Path(out) / META).read_text())
+  s = meta["settings"]
+  k, tol, margin = int(s["k"]), float(s["tol"]), float(s["margin"])
+  h = rows[0]["H"]
+  ranks = [int(r["rank"]) for r in rows]
+  kn = knee(ranks, [r["expected_loss"] for r in rows], h, tol)
+  kn_sampled = knee(ranks, [r["eval_loss"] for r in rows], h, tol)
+  high = [r for r in rows if r["rank"] >= k + 1]
+  low = [r for r in rows if r["rank"] <= k / 2]
+  return {
+      "k": k, "H": h, "tol": tol, "margin": margin, "knee": kn, "knee_sampled": kn_sampled,
+      "knee_ok": kn is not None and abs(kn - (k + 1)) <= 1,
+      "high_ok": bool(high) and all(r["gap"] <= tol for r in high),
+      "high_max_gap": max((r["gap"] for r in high), default=float("nan")),
+      "low_ok": bool(low) and all(r["gap"] >= r["floor_gap"] - margin for r in low),
+      "low_min_excess": min((r["gap"] - r["floor_gap"] for r in low), default=float("nan")),
+  }
+
+
+def _draw_knee(out: Path) -> None:
+  rows = read_rows(out / CSV_KNEE)
+  s = summarize(out)
+  r = [x["rank"] for x in rows]
+  fig, ax = plt.subplots(figsize=(5.5, 3.8))
+  ax.plot(r, [x["expected_loss"] for x in rows], "o-", label="trained rank-r head")
+  ax.plot(r, [x["eval_loss"] for x in rows], "x", color="C0", alpha=0.5,
+          label="trained (sampled targets)")
+  ax.plot(r, [x["floor"] for x in rows], "s--", color="C3", label="exact floor(r)")
+  ax.axhline(s["H"], color="k", ls=":", label=f"H = {s['H']:.3f}")
+  ax.axvline(s["k"] + 1, color="gray", ls=":", lw=0.8)
+  if s["knee"] is not None:
+    ax.axvline(s["knee"], color="C2", lw=1, label=f"knee r = {s['knee']}")
+  ax.set_xscale("log", base=2)
+  ax.set_yscale("log")
+  ax.set_xlabel("head rank r")
+  ax.set_ylabel("validation loss (nats)")
+  vocab = json.loads((out / META).read_text())["settings"]["vocab"]
+  ax.set_title(f"planted V={vocab}, k={s['k']}")
+  ax.legend(fontsize=8)
+  fig.tight_layout()
+  fig.savefig(out / FIG_KNEE, dpi=110)
+  plt.close(fig)
+
+
+def _draw_mix(out: Path) -> None:
+  m = read_rows(out / CSV_MIX)
+  fig, ax = plt.subplots(figsize=(5.5, 3.5))
+  x = np.arange(len(m))
+  ax.bar(x, [v["gap"] for v in m], color=["C1" if v["head"] == "mos" else "C0" for v in m])
+  for i, v in enumerate(m):
+    if v["head"] == "lowrank" and math.isfinite(v["floor_gap"]):
+      ax.plot([i - 0.4, i + 0.4], [v["floor_gap"]] * 2, "r-", lw=2)
+  ax.set_xticks(x, [f"{v['label']}\n{int(v['head_params'])} p" for v in m])
+  ax.set_ylabel("expected loss − H (nats)")
+  ax.set_title("planted mixture: trained gap (bars), lowrank floor (red)")
+  fig.tight_layout()
+  fig.savefig(out / FIG_MIX, dpi=110)
+  plt.close(fig)
+
+
+def draw(out: Path) -> None:
+  """fig_planted_knee.png, and fig_planted_mix.png when the mixture part ran."""
+  out = Path(out)
+  _draw_knee(out)
+  if (out / CSV_MIX).exists():
+    _draw_mix(out)
+
+
+def _knee_text(out: Path, s: dict) -> str:
+  kn = s["knee"]
+  fits = [r for name in (CSV_FLOOR, CSV_MIX_FLOOR) if (out / name).exists()
+          for r in read_rows(out / name)]
+  bad = [int(r["rank"]) for r in fits if str(r["converged"]) != "True"]
+  fit_txt = (f"The {len(fits)} floor fits (L-BFGS, float64) "
+             + ("all converged" if not bad else f"did not all converge (ranks {bad})")
+             + f": largest tangent-gradient norm {max(r['grad_norm'] for r in fits):.1e}.")
+  return (f"Knee (smallest r with loss − H ≤ {s['tol']}): **{kn if kn is not None else 'none'}**"
+          f" (k + 1 = {s['k'] + 1}; within ±1: {YES[s['knee_ok']]}); with sampled targets: "
+          f"{s['knee_sampled'] if s['knee_sampled'] is not None else 'none'}. "
+          f"All r ≥ k + 1 within {s['tol']} of H: {YES[s['high_ok']]} (largest gap "
+          f"{_f(s['high_max_gap'])}). All r ≤ k/2 above H by at least floor(r) − H − "
+          f"{s['margin']}: {YES[s['low_ok']]} (smallest excess over the floor gap "
+          f"{_f(s['low_min_excess'])}). {fit_txt}")
+
+
+def _mix_lines(out: Path, rel: str) -> list[str]:
+  m = read_rows(out / CSV_MIX)
+  lines = ["", f"![mixture]({rel}/{FIG_MIX})", "",
+           "| label | head | d_model | rank | n_mix | head_params | expected_loss | floor | H | "
+           "gap |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+  for v in m:
+    lines.append(f"| {v['label']} | {v['head']} | {int(v['d_model'])} | {int(v['rank'])} | "
+                 f"{int(v['n_mix'])} | {int(v['head_params'])} | {_f(v['expected_loss'])} | "
+                 f"{_f(v['floor'])} | {_f(v['H'])} | {_f(v['gap'])} |")
+  mos = [v for v in m if v["head"] == "mos"]
+  lows = [v for v in m if v["head"] == "lowrank"]
+  if mos and lows:
+    mos0 = mos[0]
+    matched = [v for v in lows if v["head_params"] <= mos0["head_params"] * 1.05]
+    beat = all(mos0["expected_loss"] < v["expected_loss"] for v in matched) if matched else None
+    mix_txt = (f"On the mixture (H = {_f(mos0['H'])}), the mos head ({int(mos0['head_params'])} "
+               f"head parameters) reaches gap {_f(mos0['gap'])}; lowrank heads with at most as "
+               "many head parameters reach "
+               + ", ".join(f"{_f(v['gap'])} (r = {int(v['rank'])}, floor gap {_f(v['floor_gap'])})"
+                           for v in matched)
+               + f". mos beats them: {YES[beat] if beat is not None else 'n/a'}.")
+    lines += ["", mix_txt]
+  return lines
+
+
+def report_section(out: Path, rel: str) -> str:
+  out = Path(out)
+  rows = read_rows(out / CSV_KNEE)
+  s = summarize(out)
+  lines = ["## planted: the exact floor and the knee", "",
+           f"Planted-rank language, k = {s['k']}, exact entropy H = {_f(s['H'])} nats; "
+           "trained loss = the Rao-Blackwellised validation loss (expected_loss).", "",
+           f"![loss vs head rank]({rel}/{FIG_KNEE})", "",
+           "| rank | eval_loss | eval_acc | expected_loss | floor | H | gap | floor_gap |",
+           "|---|---|---|---|---|---|---|---|"]
+  for r in rows:
+    lines.append("| " + " | ".join([str(int(r["rank"]))] + [_f(r[c]) for c in (
+        "eval_loss", "eval_acc", "expected_loss", "floor", "H", "gap", "floor_gap")]) + " |")
+  lines += ["", _knee_text(out, s)]
+  if (out / CSV_MIX).exists():
+    lines += _mix_lines(out, rel)
+  kn = s["knee"]
+  agree = s["knee_ok"] and s["high_ok"] and s["low_ok"]
+  lines += ["", "Godey et al. (2024) find that a head of rank below the data's needs costs loss "
+            "(their E5 on real text shows a smooth decrease of loss with head rank); the planted "
+            "language makes the needed rank known: the bottleneck must vanish at r = k + 1 (k "
+            "planted dimensions plus the bias). sbjax finds the knee at r = "
+            f"{kn if kn is not None else 'none'}, and the trained losses "
+            + ("follow the exact floor: this agrees with the theory and with the paper's claim "
+               "that the head rank, not the model, limits the loss."
+               if agree else "do not meet every check above, so this run does not confirm it "
+                             "(see the table)."), ""]
+  return "\n".join(lines)

@@ -1,0 +1,134 @@
+"""The planted experiment's runs: the exact floors, the trained rank-r heads (part 1) and the
+mixture runs (part 2), written to CSV/JSON in OUT (see the package docstring)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from experiments.planted import report
+from experiments.planted.configs import knee_configs, mix_configs, settings, validate
+from experiments.planted.measure import measure
+from experiments.planted.presets import Preset, get_preset
+from experiments.shared import RunsProgress, read_rows, write_json, write_rows
+from sbjax import checkpoint as ckpt
+from sbjax.data import make_dataset
+from sbjax.heads import head_param_count
+from sbjax.studies.floor import floor_curve
+from sbjax.train import train_once
+from sbjax.train.done import finished
+
+CSV_KNEE, CSV_FLOOR, CSV_MIX, META = report.CSV_KNEE, report.CSV_FLOOR, report.CSV_MIX, report.META
+CSV_MIX_FLOOR = report.CSV_MIX_FLOOR
+
+
+def _train_and_measure(cfg, wd: Path, ds, p: Preset, verbose: bool) -> dict:
+  """Trains one run unless it is finished (``sbjax.train.train_once``) and measures it; the
+  measurement is kept in wd/result.json, keyed by the config and the measurement size."""
+  res_path = wd / "result.json"
+  key = json.dumps(cfg.to_dict(), sort_keys=True) + f"|{p.knobs.measure_batches}"
+  if res_path.exists():
+    res = json.loads(res_path.read_text())
+    if res.get("key") == key:
+      return res
+  t0 = time.perf_counter()
+  train_once(cfg, wd, dataset=ds, quiet=not verbose)
+  _, params, _ = ckpt.load_params(wd)
+  res = measure(cfg, params, ds.planted, ds.eval_batches(p.knobs.measure_batches))
+  res.update(key=key, seconds=time.perf_counter() - t0, head_params=head_param_count(cfg.model))
+  tmp = res_path.with_suffix(".tmp")
+  tmp.write_text(json.dumps(res))
+  tmp.replace(res_path)
+  return res
+
+
+def _dataset(cfg):
+  return make_dataset(cfg.data, seq_len=cfg.train.seq_len, global_batch_size=cfg.train.batch_size,
+                      seed=cfg.train.data_seed, workdir=None, process_index=0, process_count=1)
+
+
+def _floors(lang, ranks, p: Preset, path: Path) -> dict:
+  """floor(r) for ranks (cached in path, keyed by the language and the ranks)."""
+  key = json.dumps({"lang": lang.info(), "ranks": sorted(set(ranks)), "gtol": p.knobs.floor_gtol})
+  meta = path.with_suffix(".json")
+  if path.exists() and meta.exists() and meta.read_text() == key:
+    return {int(r["rank"]): r for r in read_rows(path)}
+  # Convergence is recorded per rank (planted_floor.csv, column converged) and reported.
+  res = floor_curve(lang, ranks, gtol=p.knobs.floor_gtol, max_iter=p.knobs.floor_max_iter,
+                    restarts=2, require_converged=False)
+  rows = [{**r.row(), "converged": str(bool(r.converged))} for r in res]
+  write_rows(path, rows)
+  meta.write_text(key)
+  return {int(r["rank"]): r for r in rows}
+
+
+def _measured(progress: RunsProgress, label: str, cfg, wd: Path, ds, p: Preset,
+              verbose: bool) -> dict:
+  """One run inside the experiment's progress (run i of n, total ETA)."""
+  progress.start(label)
+  trained = finished(wd) is None
+  res = _train_and_measure(cfg, wd, ds, p, verbose)
+  progress.finish(trained=trained)
+  return res
+
+
+def _knee(out: Path, confs, p: Preset, progress, verbose: bool):
+  """Part 1: planted.csv, one row per head rank; returns the language."""
+  ds = _dataset(confs[0][1])
+  lang = ds.planted
+  floors = _floors(lang, [r for r, _ in confs] + [lang.vocab], p, out / CSV_FLOOR)
+  rows = []
+  for r, cfg in confs:
+    res = _measured(progress, f"r={r}", cfg, out / "runs" / f"r{r}", ds, p, verbose)
+    fl = float(floors[r]["floor"])
+    rows.append({"rank": r, "eval_loss": res["eval_loss"], "eval_acc": res["eval_acc"],
+                 "expected_loss": res["expected_loss"], "floor": fl, "H": lang.entropy,
+                 "gap": res["expected_loss"] - lang.entropy, "floor_gap": fl - lang.entropy})
+    write_rows(out / CSV_KNEE, rows)
+  return lang
+
+
+def _mixture(out: Path, mconfs, p: Preset, progress, verbose: bool):
+  """Part 2: planted_mix.csv, one row per mixture run; returns the mixture language."""
+  mds = _dataset(mconfs[0][1])
+  mix = mds.planted
+  lr_ranks = sorted({c.model.rank for _, c in mconfs if c.model.head == "lowrank"})
+  mfloors = _floors(mix, lr_ranks, p, out / CSV_MIX_FLOOR) if lr_ranks else {}
+  mrows = []
+  for label, cfg in mconfs:
+    res = _measured(progress, f"mix {label}", cfg, out / "runs" / f"mix-{label}", mds, p, verbose)
+    lowrank = cfg.model.head == "lowrank"
+    fl = float(mfloors[cfg.model.rank]["floor"]) if lowrank else float("nan")
+    mrows.append({"label": label, "head": cfg.model.head, "d_model": cfg.model.d_model,
+                  "rank": cfg.model.rank if lowrank else 0,
+                  "n_mix": cfg.model.n_mix if not lowrank else 0,
+                  "head_params": res["head_params"], "eval_loss": res["eval_loss"],
+                  "eval_acc": res["eval_acc"], "expected_loss": res["expected_loss"],
+                  "floor": fl, "H": mix.entropy, "gap": res["expected_loss"] - mix.entropy,
+                  "floor_gap": fl - mix.entropy})
+    write_rows(out / CSV_MIX, mrows)
+  return mix
+
+
+def run(out: Path, preset, verbose: bool = True) -> None:
+  """Runs both parts into ``out`` (finished runs and floors are reused) and draws the figures."""
+  p = get_preset(preset)
+  validate(p)
+  out = Path(out)
+  out.mkdir(parents=True, exist_ok=True)
+  confs, mconfs = knee_configs(p), mix_configs(p)
+  progress = RunsProgress(len(confs) + len(mconfs), "planted", disable=not verbose)
+  try:
+    t0 = time.perf_counter()
+    lang = _knee(out, confs, p, progress, verbose)
+    t1 = time.perf_counter()
+    mix = _mixture(out, mconfs, p, progress, verbose) if mconfs else None
+  finally:
+    progress.close()
+  write_json(out / META, {"preset": preset if isinstance(preset, str) else "custom",
+                          "settings": settings(p), "language": lang.info(),
+                          "mixture": mix.info() if mix is not None else None,
+                          "seconds_knee": t1 - t0,
+                          "seconds_mix": time.perf_counter() - t1 if mix is not None else 0.0})
+  report.draw(out)

@@ -1,0 +1,28 @@
+"""``python -m experiments.target_rank --preset=cpu --out=out/target_rank [--data=DIR]``."""
+
+import json
+import logging
+import sys
+from pathlib import Path
+
+from absl import flags
+
+from experiments import common
+from experiments.target_rank import CSV, PRESETS, run
+
+OUT = flags.DEFINE_string("out", "out/target_rank", "output directory")
+PRESET = flags.DEFINE_enum("preset", "cpu", list(PRESETS), " | ".join(PRESETS))
+DATA = flags.DEFINE_string("data", "", "a directory of .txt files (default: the development "
+                           "corpus beside the repository), or a TFDS name for the tpu preset")
+
+
+def main(argv):
+  del argv
+  out = Path(OUT.value)
+  run(out, PRESET.value, DATA.value or None)
+  print(json.dumps({"out": str(out), "csv": str(out / CSV)}))
+
+
+if __name__ == "__main__":
+  logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+  common.run(main)

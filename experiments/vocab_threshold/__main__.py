@@ -1,0 +1,29 @@
+"""``python -m experiments.vocab_threshold --preset=cpu --out=out/vocab_threshold [--data=DIR]``."""
+
+import json
+import logging
+import sys
+from pathlib import Path
+
+from absl import flags
+
+from experiments import common
+from experiments.vocab_threshold import PRESETS, run
+from experiments.vocab_threshold.report import FIT
+
+PRESET = flags.DEFINE_enum("preset", "cpu", list(PRESETS), "experiment size")
+OUT = flags.DEFINE_string("out", "out/vocab_threshold", "output directory")
+DATA = flags.DEFINE_string("data", "", "directory of .txt files (default: the Shakespeare "
+                           "corpus ../shared/data/shakespeare next to the repository)")
+
+
+def main(argv):
+  del argv
+  out = Path(OUT.value)
+  run(out, PRESET.value, DATA.value)
+  print(json.dumps({"out": str(out), "fit": json.loads((out / FIT).read_text())}))
+
+
+if __name__ == "__main__":
+  logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+  common.run(main)

@@ -1,0 +1,48 @@
+"""vocab_threshold's measurements: r* and r_0.6 of one sweep, and the log-log fit across V.
+
+With n points, x = log V, y = log r: beta = S_xy / S_xx, se(beta) = sqrt(SSR / (n - 2) / S_xx)
+(NaN for n < 3).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from experiments.vocab_threshold.presets import TOL, W_LEVEL
+from experiments.werror_loss.measure import rank_at, threshold_rank, w_error_curve
+from sbjax.studies import rank_sweep as rs
+
+
+def loglog_fit(v, r) -> dict:
+  """Least squares log r = beta log V + c; beta's standard error from the residuals."""
+  x, y = np.log(np.asarray(v, np.float64)), np.log(np.asarray(r, np.float64))
+  n = len(x)
+  if n < 2:
+    return {"beta": math.nan, "beta_se": math.nan, "log_c": math.nan, "n": n}
+  sxx = float(np.sum((x - x.mean()) ** 2))
+  beta = float(np.sum((x - x.mean()) * (y - y.mean())) / sxx)
+  c = float(y.mean() - beta * x.mean())
+  ssr = float(np.sum((y - (beta * x + c)) ** 2))
+  se = math.sqrt(ssr / (n - 2) / sxx) if n > 2 else math.nan
+  return {"beta": beta, "beta_se": se, "log_c": c, "n": n}
+
+
+def thresholds(sub: Path) -> dict:
+  """r* and r_0.6 of one V's sweep directory (the dense run counts as rank d)."""
+  sub = Path(sub)
+  rows = rs.read_rows(sub)
+  full = [r for r in rows if r["protocol"] == "full" and int(r["best"])][0]
+  lf, d = float(full["eval_loss"]), int(full["rank"])
+  best = rs.best_rows(rows, "b")
+  ranks = [int(r["rank"]) for r in best] + [d]
+  losses = [float(r["eval_loss"]) for r in best] + [lf]
+  rstar = threshold_rank(ranks, losses, lf, TOL)
+  _, curve = w_error_curve(np.load(sub / rs.FULL_HEAD, allow_pickle=False))
+  plan = json.loads((sub / "plan.json").read_text())
+  return {"V": int(plan["vocab_size"]), "d_model": d, "full_loss": lf, "r_star": rstar,
+          "loss_at_r_star": losses[ranks.index(rstar)], "censored": int(rstar == d),
+          "r_werror06": rank_at(curve, W_LEVEL), "ranks": " ".join(map(str, ranks))}

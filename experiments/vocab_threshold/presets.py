@@ -1,0 +1,59 @@
+"""vocab_threshold's presets: head-rank sweeps (protocol b and the dense reference) at several
+vocabulary sizes; config overrides as in ``experiments.head_rank``, knobs = the vocabulary
+sizes and each sweep's plan."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from experiments.head_rank import presets as hr
+
+TOL = 0.02  # r*: the smallest rank within 2% of the full-rank loss
+W_LEVEL = 0.6  # r_0.6: the smallest k with W-error(k) <= 0.6
+
+
+@dataclasses.dataclass(frozen=True)
+class Knobs:
+  vocabs: tuple  # vocabulary sizes V (one sentencepiece tokenizer and one sweep each)
+  plan: hr.Knobs  # the sweep at every V (protocol b only: no head_lrs)
+
+
+@dataclasses.dataclass(frozen=True)
+class Preset:
+  base: str  # an sbjax preset name (sbjax/presets.py)
+  overrides: dict  # dotted Config overrides; data.vocab_size, the corpus and name are per V
+  knobs: Knobs
+
+
+def _b(ranks, lrs) -> hr.Knobs:
+  return hr.Knobs(ranks=ranks, lrs=lrs, protocols=("b",), head_lrs=())
+
+
+PRESETS: dict[str, Preset] = {
+    # the test suite: head_rank's test trunk, two vocabularies (the smallest fit: two points;
+    # sentencepiece needs V >= 89 on Shakespeare, whose text has 85 distinct characters)
+    "test": Preset(hr.BASE, hr.PRESETS["test"].overrides,
+                   Knobs(vocabs=(96, 128), plan=_b((1,), (3e-3, 3e-2)))),
+    # Same model and LR grid as head_rank's quick preset: at V=96 the compiled steps are shared
+    # through a persistent JAX compilation cache (as the tests set up).
+    "quick": Preset(hr.BASE, hr.PRESETS["quick"].overrides,
+                    Knobs(vocabs=(64, 96), plan=_b((1,), (3e-3, 3e-2)))),
+    "cpu": Preset(hr.BASE, hr.overrides("vocab_threshold-cpu", 1024, d_model=32, n_layers=2,
+                                        n_heads=2, max_len=64, steps=300, batch=32, seq_len=64,
+                                        warmup=30, eval_batches=24),
+                  Knobs(vocabs=(512, 1024, 2048, 4096, 8192), plan=_b((2, 4, 8, 16), (1e-2,)))),
+    "tpu": Preset(hr.BASE, hr.overrides("vocab_threshold-tpu", 8192, d_model=512, n_layers=6,
+                                        n_heads=8, max_len=512, steps=20_000, batch=256,
+                                        seq_len=512, warmup=1000, eval_batches=32),
+                  Knobs(vocabs=(512, 1024, 2048, 4096, 8192, 16384, 32768),
+                        plan=_b((8, 16, 32, 64, 128, 256), (3e-4, 1e-3, 3e-3)))),
+}
+VOCABS = {name: p.knobs.vocabs for name, p in PRESETS.items()}
+
+
+def get_preset(name) -> Preset:
+  if isinstance(name, Preset):
+    return name
+  if name not in PRESETS:
+    raise ValueError(f"unknown vocab_threshold preset {name!r}; known: {', '.join(PRESETS)}")
+  return PRESETS[name]

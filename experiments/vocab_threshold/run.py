@@ -1,0 +1,50 @@
+"""vocab_threshold's run: one head-rank sweep per vocabulary size in OUT/V<V>/, then
+vocab_threshold.csv, runs.csv, fit.json and the figure."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from experiments.head_rank.run import run_sweep, sweep_units
+from experiments.shared import RunsProgress, config_from, text_corpus, write_json, write_rows
+from experiments.vocab_threshold import report
+from experiments.vocab_threshold.measure import loglog_fit, thresholds
+from experiments.vocab_threshold.presets import TOL, W_LEVEL, get_preset
+from sbjax.studies.rank_sweep import Plan
+
+NAME = "vocab_threshold"
+
+
+def make_plan(preset, data: str, vocab: int, tfds_dir: str = "") -> Plan:
+  """The sweep at vocabulary size ``vocab`` on the corpus ``data``."""
+  p = get_preset(preset)
+  tag = preset if isinstance(preset, str) else "custom"
+  base = config_from(p.base, {**p.overrides, "data.path": data, "data.vocab_size": vocab,
+                              "data.tfds_data_dir": tfds_dir, "name": f"{NAME}-{tag}-V{vocab}"})
+  return Plan(base, **dataclasses.asdict(p.knobs.plan))
+
+
+def run(out: Path, preset, data: str = "", verbose: bool = True) -> None:
+  out = Path(out)
+  corpus = str(text_corpus(data))
+  plans = {v: make_plan(preset, corpus, v, str(out / "tfds"))
+           for v in get_preset(preset).knobs.vocabs}
+  out.mkdir(parents=True, exist_ok=True)
+  progress = RunsProgress(sum(sweep_units(p) for p in plans.values()), NAME, disable=not verbose)
+  table, runs = [], []
+  try:
+    for v, plan in plans.items():
+      sub = out / f"V{v}"
+      rows = run_sweep(plan, sub, progress, prefix=f"V={v} ")
+      runs += [{"V": v, **r} for r in rows]
+      table.append(thresholds(sub))
+      write_rows(out / report.TABLE_CSV, table)
+      write_rows(out / report.RUNS_CSV, runs)
+  finally:
+    progress.close()
+  write_json(out / report.FIT, {
+      "r_star": loglog_fit([t["V"] for t in table], [t["r_star"] for t in table]),
+      "r_werror06": loglog_fit([t["V"] for t in table], [t["r_werror06"] for t in table]),
+      "n_censored": sum(t["censored"] for t in table), "tol": TOL, "w_level": W_LEVEL})
+  report.draw(out)

@@ -1,0 +1,32 @@
+"""``python -m experiments.werror_loss --preset=cpu --out=out/werror_loss
+[--head_rank_dir=out/head_rank] [--data=DIR]``."""
+
+import json
+import logging
+import sys
+from pathlib import Path
+
+from absl import flags
+
+from experiments import common
+from experiments.werror_loss import PRESETS, run
+from experiments.werror_loss.report import CSV, FIGURE, SUMMARY
+
+PRESET = flags.DEFINE_enum("preset", "cpu", list(PRESETS),
+                           "preset of the head-rank sweep, if it has to be run")
+OUT = flags.DEFINE_string("out", "out/werror_loss", "output directory")
+HR_DIR = flags.DEFINE_string("head_rank_dir", "", "the head_rank output (default OUT/../head_rank)")
+DATA = flags.DEFINE_string("data", "", "corpus for the head-rank sweep if it has to be run")
+
+
+def main(argv):
+  del argv
+  out = Path(OUT.value)
+  run(out, PRESET.value, HR_DIR.value, DATA.value)
+  print(json.dumps({"out": str(out), "csv": str(out / CSV), "figure": str(out / FIGURE),
+                    "summary": json.loads((out / SUMMARY).read_text())}))
+
+
+if __name__ == "__main__":
+  logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+  common.run(main)

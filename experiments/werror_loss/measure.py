@@ -1,0 +1,31 @@
+"""W-error curves of a head matrix and the threshold rank r* (shared with vocab_threshold).
+
+    W-error(d) = sqrt(sum_{i>d} sigma_i^2) / ||W||_F
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+
+from experiments.werror_loss.presets import TOL
+from sbjax.metrics import spectrum
+
+
+def w_error_curve(w) -> tuple:
+  """(sigma, W-error(d) for d = 0..n) of a V x d head, via sbjax.metrics.spectrum (SVD)."""
+  s = spectrum.singular_values(jnp.asarray(w, jnp.float32), method="svd")
+  n = int(s.shape[0])
+  we = spectrum.w_error(s, jnp.arange(n + 1))
+  return np.asarray(s, np.float64), np.asarray(we, np.float64)
+
+
+def rank_at(curve, level: float) -> int:
+  """The smallest d with W-error(d) <= level."""
+  return int(next(d for d, v in enumerate(curve) if v <= level))
+
+
+def threshold_rank(ranks, losses, full_loss: float, tol: float = TOL):
+  """r* = the smallest rank with loss <= (1 + tol) * full_loss (None if there is none)."""
+  ok = [r for r, l in sorted(zip(ranks, losses)) if l <= (1.0 + tol) * full_loss]
+  return ok[0] if ok else None
