@@ -7,6 +7,7 @@ import os
 import sys
 
 from absl import app, flags
+from absl import logging as absl_logging
 
 _COORD = None
 _NPROC = None
@@ -28,7 +29,9 @@ def maybe_initialize_distributed():
   """Call jax.distributed.initialize before any other JAX call, from flags or the TPU env."""
   if _DIST is None or _DIST.value == "off":
     return
-  import jax  # noqa: PLC0415 - must be the first JAX use
+  # deferred on purpose: jax.distributed.initialize must come before any other JAX use, and
+  # importing experiments.common (flags, error handling) must not start JAX
+  import jax  # noqa: PLC0415
 
   if _COORD.value:
     if _NPROC.value is None or _PID.value is None:
@@ -62,8 +65,7 @@ def run(main):
   values as in the run itself; SBJAX_DEBUG=1 shows the traceback instead."""
 
   def wrapped(argv):
-    from absl import logging as absl_logging  # orbax logs every save at INFO through absl
-
+    # orbax logs every save at INFO through absl
     absl_logging.set_verbosity(absl_logging.WARNING)
     absl_logging.get_absl_logger().addFilter(_DropOrbaxReadOnlyNotes())
     logging.getLogger("sbjax").setLevel(logging.INFO)  # resume / recovery notes stay visible

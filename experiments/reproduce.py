@@ -3,16 +3,19 @@ r"""One report for the experiments: ``python -m experiments.reproduce --out=DIR 
   python -m experiments.reproduce --out=out --quick            # the README's main job: planted
   python -m experiments.reproduce --out=out                    # every experiment, cpu preset
   python -m experiments.reproduce --out=out --only=planted,head_rank --preset=tpu
+  python -m experiments.reproduce --out=out --preset=test      # every experiment, in minutes
 
-Every experiment is a module of ``EXPERIMENTS`` (imported only when selected) with
+Every experiment is a package ``experiments/NAME/`` of ``EXPERIMENTS`` (imported only when
+selected; importing it defines no absl flags, those live in its ``__main__``) with
 
-    run(out: Path, preset: str) -> None               # writes CSVs/figures into out
-    report_section(out: Path, rel: str) -> str        # markdown; figures under rel/
+    PRESETS: dict                                     # test, quick, cpu, tpu
+    run(out: Path, preset: str) -> None               # writes CSVs/JSON into out
+    report_section(out: Path, rel: str) -> str        # markdown; draws figures under rel/
 
 Experiment NAME runs in ``OUT/NAME/``; ``OUT/report.md`` is a header, a timing table and the
 sections in order. ``--quick`` selects the ``quick`` preset and, without ``--only``, just
-``planted``; otherwise the preset is ``--preset`` (default ``cpu``) and the default selection
-is every experiment. Timings are kept in ``OUT/timings.json``, so rerunning with another
+``planted``; otherwise the preset is ``--preset`` (default ``cpu``; ``test`` is the tiny
+preset of the test suite) and the default selection is every experiment. Timings are kept in ``OUT/timings.json``, so rerunning with another
 ``--only`` keeps the others' sections (``write_report`` reports every experiment with a
 finished ``OUT/NAME/``). An experiment that fails is reported as failed and the others go on
 (the command then exits with an error naming it).
@@ -29,6 +32,8 @@ import time
 import traceback
 from pathlib import Path
 
+from absl import flags
+
 from experiments import common
 
 EXPERIMENTS = {
@@ -42,7 +47,7 @@ EXPERIMENTS = {
     "convergence": "experiments.convergence",
 }
 QUICK_DEFAULT = ("planted",)
-PRESETS = ("quick", "cpu", "tpu")
+PRESETS = ("test", "quick", "cpu", "tpu")
 TIMINGS = "timings.json"
 
 
@@ -59,10 +64,10 @@ def select(only: str | list | tuple | None, quick: bool) -> list[str]:
 
 
 def load(name: str):
-  """The experiment module of ``name``, imported now (a clear error if it is missing).
+  """The experiment package of ``name``, imported now (a clear error if it is missing).
 
-  Experiment modules define their absl flags only when run as scripts (``define_flags()``
-  under ``__main__``), so importing them here defines none."""
+  Experiment packages define their absl flags only in ``experiments/NAME/__main__.py``
+  (``python -m experiments.NAME``), so importing them here defines none."""
   modname = EXPERIMENTS.get(name)
   if modname is None:
     raise ValueError(f"unknown experiment {name!r}; known: {', '.join(EXPERIMENTS)}")
@@ -148,20 +153,18 @@ def write_report(out) -> Path:
 
 
 def define_flags():
-  from absl import flags  # noqa: PLC0415
-
+  """The CLI flags (defined only when run as a script: the tests import this module)."""
   flags.DEFINE_string("out", "out", "output directory")
   flags.DEFINE_bool("quick", False, "the README's main job: the quick preset (<= 10 min on 2 "
                     "CPU cores), and only `planted` unless --only is given")
   flags.DEFINE_list("only", [], "experiments to run, comma separated; known: "
                     + ", ".join(EXPERIMENTS))
-  flags.DEFINE_enum("preset", "cpu", list(PRESETS), "preset when --quick is not given")
+  flags.DEFINE_enum("preset", "cpu", list(PRESETS), "preset when --quick is not given (test: "
+                    "the tiny preset of the test suite)")
 
 
 def main(argv):
   del argv
-  from absl import flags  # noqa: PLC0415
-
   f = flags.FLAGS
   out, quick, only, preset = Path(f.out), bool(f.quick), list(f.only), f.preset
   names = select(only, quick)

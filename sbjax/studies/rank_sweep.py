@@ -160,7 +160,7 @@ def specs(plan: Plan) -> list[RunSpec]:
 
 
 def model_config(base: ModelConfig, spec: RunSpec, vocab_size: int | None = None) -> ModelConfig:
-  used = heads.get(spec.head).fields  # the head's own ModelConfig fields
+  used = heads_lib.get(spec.head).fields  # the head's own ModelConfig fields
   kw = dict(head=spec.head, head_rank=spec.rank if "head_rank" in used else 0,
             n_mix=spec.n_mix if "n_mix" in used else 1)
   if vocab_size is not None:

@@ -1,7 +1,7 @@
-"""Layer convergence (experiments/convergence.py, sbjax/studies/convergence.py).
+"""Layer convergence (experiments/convergence/, sbjax/studies/convergence.py).
 
-The quick preset (three tiny widths on the planted language, 11 checkpoints each) is run
-once per module; the tests check its outputs against references written out here with
+The test preset (one tiny width on the planted language, 8 checkpoints: quick's schedule)
+is run once per module; the tests check its outputs against references written out here with
 numpy/scipy: the OV-circuit activation per head, CKA-to-final (1 at the final step, and
 a middle step), PER from numpy SVDs of the explicit matrices (weights and gradients),
 the percentile bands, the per-layer first steps and the correlations; an exported HF
@@ -10,6 +10,9 @@ series (fused, head-major QKV) measures the same as the run it came from.
 
 import json
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import jax
@@ -19,20 +22,23 @@ import pytest
 import scipy.stats
 
 from experiments import convergence as exp
+from experiments.shared import REPO
 from sbjax import checkpoint as ckpt
 from sbjax.analysis import forward, read_csv
 from sbjax.studies import convergence as conv
 from sbjax.config import ModelConfig
 
-# one of the quick preset's three widths: each width costs a train-step compile (~10 s);
-# the per-model loops are the same for one or three
-WIDTHS = exp.PRESETS["quick"]["widths"][1:2]
+# the test preset has one width: each width costs a train-step compile (~10 s); the
+# per-model loops are the same for one or three
+TEST = exp.PRESETS["test"]
+WIDTHS = TEST.knobs.widths
 
 
 @pytest.fixture(scope="module")
 def out(tmp_path_factory):
   d = tmp_path_factory.mktemp("convergence") / "out"
-  exp.run(d, "quick", widths=WIDTHS)
+  exp.run(d, "test", verbose=False)
+  exp.report_section(d, "conv")  # draws the figures
   return d
 
 
@@ -41,10 +47,10 @@ def _batch(out):
   from sbjax.analysis import samples
   from sbjax.data import make_dataset
 
-  cfg = exp.configs("quick")[0][1]
+  cfg = exp.configs("test")[0][1]
   ds = make_dataset(cfg.data, seq_len=cfg.train.seq_len, global_batch_size=cfg.train.batch_size,
                     seed=cfg.train.data_seed, workdir=str(out / "data"))
-  return samples.eval_sample(ds, exp.PRESETS["quick"]["n_sequences"])
+  return samples.eval_sample(ds, TEST.knobs.n_sequences)
 
 
 def _np_per(s, r):
@@ -79,12 +85,12 @@ def _np_layernorm(x, p, eps):
   return (x - mu) / np.sqrt(var + eps) * np.asarray(p["scale"]) + np.asarray(p["bias"])
 
 
-def test_quick_writes_band_figure_and_layer_table(out):
+def test_writes_band_figure_and_layer_table(out):
   for name in ("fig_cka_bands.png", "fig_step_vs_per.png"):
     img = mpimg.imread(out / name)
     assert img.ndim == 3 and img.shape[0] > 100 and img.shape[1] > 100
   layers = read_csv(out / "layers.csv")
-  n_layers = exp.PRESETS["quick"]["n_layers"]
+  n_layers = TEST.overrides["model.n_layers"]
   assert len(layers) == len(WIDTHS) * 2 * n_layers * 4  # widths x kinds x layers x combos
   assert {r["model"] for r in layers} == {f"d{w}" for w in WIDTHS}
   md = (out / "layers.md").read_text()
@@ -150,7 +156,7 @@ def test_ov_activation_and_cka_against_numpy(out):
   inputs = batch[:, :-1]
   # the experiment's compiled forward (sbjax.analysis.forward): K checkpoints, chunks of c
   # sequences, both token modes, the NLL of the chunk
-  k, c = exp.PRESETS["quick"]["group_size"], exp.PRESETS["quick"]["chunk"]
+  k, c = TEST.knobs.group_size, TEST.knobs.chunk
   assert batch.shape[0] == c
   stacked = jax.tree.map(lambda *xs: np.stack(xs), *([final_p, mid_p] * (k // 2)))
   take = (("mlp", c, True), ("ov", c, True), ("mlp", c, False), ("ov", c, False))
@@ -171,7 +177,7 @@ def test_ov_activation_and_cka_against_numpy(out):
   assert len(at_final) == 2 * mc.n_layers * 4
   np.testing.assert_allclose(at_final, 1.0, atol=1e-6)
   assert min(r["cka"] for r in cka if r["step"] == 0) < 0.99
-  n_all = exp.PRESETS["quick"]["all_sequences"]
+  n_all = TEST.knobs.all_sequences
   for r in (r for r in cka if r["step"] == mid):
     x, y = acts["mid"][r["kind"]][int(r["layer"])], acts["final"][r["kind"]][int(r["layer"])]
     if r["tokens"] == "last":
@@ -249,7 +255,7 @@ def test_hf_series_with_fused_qkv_measures_the_same(out, tmp_path):
   np.save(tmp_path / "batch.npy", _batch(out))
   src = conv.series_source(tmp_path / "series")
   assert src.steps == [0, 8, 32]
-  settings = exp.settings_for("quick")  # the run's settings: its compiled shapes are reused
+  settings = exp.settings_for("test")  # the run's settings: its compiled shapes are reused
   cka, per, _ = conv.measure(src, np.load(tmp_path / "batch.npy"), settings)
   run_cka = {(r["step"], r["kind"], r["layer"], r["tokens"], r["estimator"]): r["cka"]
              for r in read_csv(out / "measure" / f"d{w}" / "cka.csv")}
@@ -289,6 +295,8 @@ def test_presets_and_bad_inputs(tmp_path):
       steps = checkpoint_steps(c.train)
       even = [s for s in steps if s and s % c.train.ckpt_every == 0]
       assert len(even) >= 20 and log_spaced_steps(c.train)[-1] == 512
+  test, quick = exp.configs("test"), exp.configs("quick")
+  assert len(test) < len(quick) and test[0][1].train == quick[0][1].train
   tpu = exp.configs("tpu")
   assert [c.model.d_model for _, c in tpu] == [512, 768, 1024]
   assert tpu[0][1].data.source == "tfds" and tpu[-1][1].model.n_layers == 24
@@ -301,3 +309,18 @@ def test_presets_and_bad_inputs(tmp_path):
     conv.ConvergenceSettings(token_modes=("first",))
   with pytest.raises(ValueError, match="n_sequences"):
     conv.ConvergenceSettings(n_sequences=3)
+
+
+def test_cli_rerun_skips_finished_work(out):
+  """python -m experiments.convergence on the finished output: no training, no measurement
+  again; section.md and the JSON summary are written."""
+  keep = [out / "measure" / f"d{w}" / "cka.csv" for w in WIDTHS] + [
+      out / "runs" / f"d{w}" / "DONE" for w in WIDTHS]
+  before = [p.stat().st_mtime_ns for p in keep]
+  r = subprocess.run([sys.executable, "-m", "experiments.convergence", "--preset=test",
+                      f"--out={out}"], cwd=REPO, capture_output=True, text=True, timeout=300,
+                     env={**os.environ, "JAX_PLATFORMS": "cpu"})
+  assert r.returncode == 0, r.stderr[-2000:]
+  assert json.loads(r.stdout.strip().splitlines()[-1])["preset"] == "test"
+  assert (out / "section.md").read_text().startswith("## convergence")
+  assert [p.stat().st_mtime_ns for p in keep] == before

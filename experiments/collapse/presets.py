@@ -1,0 +1,67 @@
+"""Presets of the collapse experiment: Config overrides of the GPT-Neo-like family ``neo``
+(every architecture of the grid is the sbjax preset ``neo-L<depth>-d<width>``) and the knobs
+that are not Config fields (the grid, the seed group, token budgets, permutations)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Knobs:
+  depths: tuple
+  widths: tuple
+  epochs: tuple = (1, 3)
+  weight_decays: tuple = (0.0, 0.1)
+  seeds: int = 8  # seed-only group size
+  seed_arch: tuple = (2, 64)  # (L, d) of the seed-only group
+  seed_weight_decay: float = 0.1
+  epoch_tokens: int = 65_536  # 0 = the whole training split
+  val_tokens: int = 16_384  # 0 = the whole validation split
+  chunk: int = 32  # windows per forward chunk of the collapse pass
+  n_perm: int = 10_000  # permutations of the seed group's p-values
+
+
+@dataclasses.dataclass(frozen=True)
+class Preset:
+  base: str  # the sbjax preset family: architecture (L, d) is preset f"{base}-L{L}-d{d}"
+  overrides: dict  # dotted Config overrides
+  knobs: Knobs
+
+
+def _overrides(*, vocab: int = 1024, seq_len: int = 64, batch: int = 16, lr: float = 2e-3,
+               warmup: int = 20, source: str = "text", tfds_name: str = "") -> dict:
+  """Constant learning rate after warm-up (min_lr_ratio=1: the 1-epoch model is the 3-epoch
+  run's snapshot); the weight decay is per member (Knobs), so the Config's is 0."""
+  return {"model.max_len": max(seq_len, 8), "train.batch_size": batch,
+          "train.seq_len": seq_len, "train.lr": lr, "train.warmup_steps": warmup,
+          "train.min_lr_ratio": 1.0, "train.weight_decay": 0.0,
+          "data.source": source, "data.vocab_size": vocab, "data.tfds_name": tfds_name}
+
+
+PRESETS: dict[str, Preset] = {
+    # the test suite and `reproduce --preset=test`: one architecture of 3 members and a seed
+    # group of 3 of the same shape (one compiled step), 8 steps per epoch
+    "test": Preset("neo", _overrides(vocab=64, seq_len=16, batch=8, lr=3e-3, warmup=2),
+                   Knobs(depths=(1,), widths=(8,), weight_decays=(0.0, 0.05, 0.1), seeds=3,
+                         seed_arch=(1, 8), epoch_tokens=1024, val_tokens=512, chunk=16,
+                         n_perm=2000)),
+    # quick: 3 weight decays and 3 seeds, so the seed group (M=3, L1-d16) reuses the
+    # compiled step of the L1-d16 grid group.
+    "quick": Preset("neo", _overrides(vocab=128, seq_len=32, batch=8, lr=3e-3, warmup=5),
+                    Knobs(depths=(1, 2), widths=(16,), weight_decays=(0.0, 0.05, 0.1), seeds=3,
+                          seed_arch=(1, 16), epoch_tokens=4096, val_tokens=2048)),
+    "cpu": Preset("neo", _overrides(), Knobs(depths=(1, 2, 4), widths=(32, 64, 128, 256))),
+    # The paper's grid (230 TinyStories models; GPT-Neo tokenizer size 50257).
+    "tpu": Preset("neo", _overrides(vocab=50257, seq_len=512, batch=64, lr=1e-3, warmup=500,
+                                    source="tfds", tfds_name="lm1b"),
+                  Knobs(depths=(1, 2, 4, 8, 12), widths=(64, 128, 256, 512, 768, 1024),
+                        seeds=10, seed_arch=(4, 256), epoch_tokens=0, val_tokens=1 << 22,
+                        chunk=16)),
+}
+
+
+def get_preset(name: str) -> Preset:
+  if name not in PRESETS:
+    raise ValueError(f"unknown --preset={name!r}; use one of {sorted(PRESETS)}")
+  return PRESETS[name]

@@ -1,0 +1,119 @@
+"""Run the collapse experiment: the corpus subset, every architecture group (trained together,
+measured), the CSVs and the tables (``measure.py``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+
+from experiments.collapse.measure import (SETTINGS, model_config, model_rows, r2_table, run_group,
+                                          token_table, train_config)
+from experiments.collapse.presets import Preset, get_preset
+from experiments.shared import RunsProgress, text_corpus, write_json, write_rows
+from sbjax.config import DataConfig
+from sbjax.data import make_dataset
+from sbjax.studies.collapse_grid import Member
+
+
+def groups(p: Preset) -> list:
+  """[(name, kind, L, d, [Member], snapshot epochs)]: the grid, then the seed group."""
+  k, out = p.knobs, []
+  for n_layers in k.depths:
+    for d in k.widths:
+      ms = [Member(seed=0, data_seed=0, weight_decay=float(wd)) for wd in k.weight_decays]
+      out.append((f"L{n_layers}-d{d}", "grid", n_layers, d, ms, tuple(k.epochs)))
+  n_layers, d = k.seed_arch
+  ms = [Member(seed=s, data_seed=s, weight_decay=k.seed_weight_decay) for s in range(k.seeds)]
+  out.append((f"seeds-L{n_layers}-d{d}", "seeds", n_layers, d, ms, (max(k.epochs),)))
+  return out
+
+
+def validate(p: Preset, vocab: int | None = None) -> list:
+  """Build and validate every model and train config of the preset (no data, no training)."""
+  vocab = vocab or p.overrides["data.vocab_size"]
+  return [(model_config(p, n_layers, d, vocab), train_config(p, 1))
+          for _, _, n_layers, d, _, _ in groups(p)]
+
+
+def load_corpus(p: Preset, out: Path, corpus: str | None):
+  """(train_tokens, val_tokens, vocab_size, tokenizer_path) of the preset's corpus subset."""
+  o, k = p.overrides, p.knobs
+  if o["data.source"] == "tfds":
+    dc = DataConfig(source="tfds", tfds_name=corpus or o["data.tfds_name"],
+                    vocab_size=o["data.vocab_size"])
+  else:
+    dc = DataConfig(source="text", path=str(text_corpus(corpus)), vocab_size=o["data.vocab_size"])
+  ds = make_dataset(dc, seq_len=o["train.seq_len"], global_batch_size=o["train.batch_size"],
+                    seed=0, workdir=str(out / "data"), process_index=0, process_count=1)
+  tr, va = ds.train_tokens, ds.val_tokens
+  if k.epoch_tokens and len(tr) > k.epoch_tokens + 1:
+    tr = tr[:k.epoch_tokens + 1]
+  if k.val_tokens and len(va) > k.val_tokens + 1:
+    va = va[:k.val_tokens + 1]
+  return tr, va, ds.vocab_size, ds.tokenizer_path
+
+
+def check_same_experiment(out: Path, key: dict) -> None:
+  """Finished groups are reused only by the same preset, corpus and settings."""
+  path = out / "groups" / "_experiment.json"
+  key = json.loads(json.dumps(key))
+  if path.exists():
+    old = json.loads(path.read_text())
+    if old != key:
+      diff = sorted(k for k in set(old) | set(key) if old.get(k) != key.get(k))
+      raise ValueError(f"{out} holds groups of another collapse experiment (differs in "
+                       f"{diff}); nothing was changed; use a new --out")
+    return
+  path.parent.mkdir(parents=True, exist_ok=True)
+  path.write_text(json.dumps(key, indent=1))
+
+
+def write_tables(out: Path, n_perm: int) -> None:
+  """collapse_r2.csv (grid), collapse_seeds.csv (seed group, with permutation p-values) and
+  collapse_tokens.csv (the best grid model's most frequent tokens)."""
+  out = Path(out)
+  write_rows(out / "collapse_r2.csv", r2_table(model_rows(out, "grid")))
+  seeds = model_rows(out, "seeds")
+  if len(seeds) >= 3:
+    write_rows(out / "collapse_seeds.csv", r2_table(seeds, n_perm=n_perm))
+  write_rows(out / "collapse_tokens.csv", token_table(out))
+
+
+def run(out: Path, preset: str, data: str | None = None, verbose: bool = True) -> None:
+  """Run the experiment into ``out`` (finished groups are skipped); see the package doc.
+  ``data``: a directory of .txt files (default: the development corpus), or a TFDS name
+  (tpu preset)."""
+  p = get_preset(preset)
+  out = Path(out)
+  out.mkdir(parents=True, exist_ok=True)
+  t0, c0 = time.perf_counter(), time.process_time()
+  tr, va, vocab, tok_path = load_corpus(p, out, data)
+  check_same_experiment(out, {"preset": preset, "base": p.base, "overrides": p.overrides,
+                              "knobs": dataclasses.asdict(p.knobs), "vocab": int(vocab),
+                              "train_tokens": int(len(tr)), "val_tokens": int(len(va)),
+                              "settings": SETTINGS})
+  rows, gs = [], groups(p)
+  progress = RunsProgress(len(gs), "collapse", disable=not verbose)
+  for g in gs:
+    progress.start(f"{g[0]} ({len(g[4])} models)")
+    cached = (out / "groups" / f"{g[0]}.json").exists()
+    rows += run_group(p, g, tr, va, vocab, out, verbose)
+    write_rows(out / "collapse_models.csv", rows)
+    progress.finish(trained=not cached)
+  progress.close()
+  tok = Path(tok_path).resolve() if tok_path else None
+  write_json(out / "collapse_meta.json", {
+      "preset": preset, "base": p.base, "overrides": p.overrides,
+      "knobs": dataclasses.asdict(p.knobs), "settings": SETTINGS, "vocab_size": vocab,
+      "n_permutations": p.knobs.n_perm,
+      "tokenizer": (str(tok.relative_to(out.resolve())) if tok and
+                    tok.is_relative_to(out.resolve()) else tok_path),
+      "train_tokens": int(len(tr) - 1), "val_tokens": int(len(va) - 1),
+      "epoch_definition": "one pass over the first train_tokens tokens of the training "
+                          "split (windows of seq_len, reshuffled every epoch)",
+      "seconds": round(time.perf_counter() - t0, 1),
+      "cpu_seconds": round(time.process_time() - c0, 1)})  # this call (groups skipped = 0)
+  write_tables(out, p.knobs.n_perm)
+

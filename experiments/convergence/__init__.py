@@ -1,0 +1,38 @@
+r"""Layer convergence vs model size (Diehl Martinez, Lesci & Buttery 2024).
+
+  python -m experiments.convergence --preset=cpu --out=out/convergence
+  python -m experiments.convergence --preset=test --out=/tmp/conv   # seconds, for the tests
+  python -m experiments.convergence --series=pythia-70m,pythia-160m --series_tokens=batch.npy \
+      --out=out/convergence_pythia
+
+Trains one model per width with dense checkpoints (the log schedule 0, 1, 2, ..., 512
+plus >= 20 evenly spaced ones), or takes imported Hugging Face series (directories of
+``step<N>`` revisions, e.g. Pythia, with a fixed token batch as an ``.npy`` int array
+[n, T+1]); then, on one fixed batch, measures every checkpoint's linear CKA to the final
+checkpoint per layer (MLP output, OV circuit; last-token and all-token; biased and
+debiased HSIC) and the PER of fc_out and of the per-head OV matrices (and of their
+gradients). Definitions: sbjax/studies/convergence.py.
+
+``run`` writes to OUT: ``layers.csv`` / ``layers.md`` (per layer: the first step at which
+CKA >= 0.9 of its final value, and PER), ``correlations.csv`` (Pearson / Spearman of that
+step with PER), ``bands.csv``, ``models.csv``, ``measure/<model>/`` (the long cka.csv,
+per.csv, steps.csv of every checkpoint), ``runs/<model>/`` (the training workdirs) and
+``summary.json``. ``report_section(out, rel)`` (report.py, from those files only) draws
+``fig_cka_bands.png`` (percentile bands 10/25/50/75/90 over layers of CKA-to-final vs step,
+per model, MLP and OV rows; the authors' main figure, for the primary token mode /
+estimator), ``fig_cka_bands_<tokens>_<estimator>.png`` for every combination (not for the
+test and quick presets) and ``fig_step_vs_per.png``, and gives the markdown section; the
+CLI writes it to ``section.md``. Rerunning skips finished training and measurements.
+
+Modules: ``presets`` (PRESETS: test, quick, cpu, tpu), ``run`` (configs, training,
+measurement), ``summary`` (the summary CSVs), ``report`` (figures, markdown), ``__main__``
+(the CLI).
+"""
+
+from experiments.convergence.presets import PRESETS, Knobs, Preset, get_preset
+from experiments.convergence.report import report_section
+from experiments.convergence.run import configs, data_config, run, settings_for
+from experiments.convergence.summary import FRAC, PAPER_FRAC, layers_markdown
+
+__all__ = ["FRAC", "PAPER_FRAC", "PRESETS", "Knobs", "Preset", "configs", "data_config",
+           "get_preset", "layers_markdown", "report_section", "run", "settings_for"]

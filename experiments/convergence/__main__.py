@@ -1,0 +1,56 @@
+"""python -m experiments.convergence --preset=test|quick|cpu|tpu --out=DIR [--data=DIR]
+[--series=DIR,... --series_tokens=FILE.npy] [--widths=...] [measurement options]"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+
+from absl import flags
+
+from experiments import common
+from experiments.convergence.presets import PRESETS
+from experiments.convergence.report import report_section
+from experiments.convergence.run import run
+
+OUT = flags.DEFINE_string("out", "out/convergence", "output directory")
+PRESET = flags.DEFINE_enum("preset", "cpu", list(PRESETS), "size preset")
+DATA = flags.DEFINE_string("data", "", "a directory of .txt files for the text presets "
+                           "('' = ../shared/data/shakespeare if present, else the planted "
+                           "language)")
+SERIES = flags.DEFINE_list("series", [], "imported HF series directories (step<N>/ revisions) "
+                           "to measure instead of training")
+SERIES_TOKENS = flags.DEFINE_string("series_tokens", "", "with --series: an .npy int array "
+                                    "[n, T+1] of token windows (the fixed batch)")
+TOKEN_MODES = flags.DEFINE_list("token_modes", ["last", "all"], "CKA token modes computed; the "
+                                "first is the primary one (figure, table)")
+ESTIMATORS = flags.DEFINE_list("estimators", ["biased", "debiased"], "CKA estimators computed; "
+                               "the first is the primary one")
+PER_MLP_R = flags.DEFINE_integer("per_mlp_r", 0, "PER of fc_out over the top r singular "
+                                 "values; 0 = all (min(F, D))")
+PER_OV_R = flags.DEFINE_integer("per_ov_r", 0, "PER of the OV matrices over the top r; "
+                                "0 = head_dim (gradients: 2 head_dim)")
+WIDTHS = flags.DEFINE_list("widths", [], "a subset of the preset's widths (default: all)")
+GRAD_PER = flags.DEFINE_enum("grad_per", "preset", ["preset", "on", "off"],
+                             "PER of the gradients on the fixed batch")
+
+
+def main(argv):
+  del argv
+  grad = {"preset": None, "on": True, "off": False}[GRAD_PER.value]
+  run(Path(OUT.value), PRESET.value, data=DATA.value, series=SERIES.value,
+      series_tokens=SERIES_TOKENS.value,
+      widths=tuple(int(w) for w in WIDTHS.value) if WIDTHS.value else None,
+      token_modes=tuple(TOKEN_MODES.value), estimators=tuple(ESTIMATORS.value),
+      per_mlp_r=PER_MLP_R.value, per_ov_r=PER_OV_R.value, grad_per=grad)
+  out = Path(OUT.value)
+  (out / "section.md").write_text(report_section(out, "."))
+  print(json.dumps({"out": str(out), "section": str(out / "section.md"),
+                    **json.loads((out / "summary.json").read_text())}))
+
+
+if __name__ == "__main__":
+  logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+  common.run(main)

@@ -1,0 +1,158 @@
+"""The convergence report: the CKA-band and step-vs-PER figures and the markdown section,
+read only from the files of ``run`` (summary.json, models.csv, layers.csv, bands.csv,
+correlations.csv)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from experiments.convergence.summary import (FRAC, PAPER_FRAC, cell,  # noqa: E402
+                                             layers_markdown, primary)
+from experiments.shared import read_rows  # noqa: E402
+from sbjax.studies import convergence as conv  # noqa: E402
+
+
+def _band_panel(ax, rows: list[dict], title: str) -> None:
+  x = np.array([r["step"] for r in rows], float)
+  g = {p: np.array([r[f"p{p}"] for r in rows]) for p in (10, 25, 50, 75, 90)}
+  ax.fill_between(x, g[10], g[90], color="C0", alpha=0.2, lw=0, label="10–90%")
+  ax.fill_between(x, g[25], g[75], color="C0", alpha=0.4, lw=0, label="25–75%")
+  ax.plot(x, g[50], color="C0", lw=1.5, label="median")
+  final = max(x) if x.size else 1.0
+  ax.axvline(PAPER_FRAC * final, color="k", ls=":", lw=1, label="20% of training")
+  ax.axhline(FRAC, color="gray", ls="--", lw=0.8)
+  ax.set_xscale("symlog", linthresh=1.0, linscale=0.4)
+  ax.set_xlim(0, final * 1.15)
+  ax.set_ylim(min(-0.05, float(np.nanmin(g[10])) - 0.05) if x.size else -0.05, 1.05)
+  ax.set_title(title, fontsize=9)
+
+
+def draw_band_figure(out: Path, bands: list[dict], models: list[str], tokens: str, est: str,
+                     names: list[str]) -> None:
+  """Percentile bands over layers of CKA-to-final vs step: MLP and OV rows, one column per
+  model; saved under every name of ``names``."""
+  fig, axes = plt.subplots(2, len(models), figsize=(3.4 * len(models) + 0.6, 5.6),
+                           squeeze=False, sharey=True)
+  for j, name in enumerate(models):
+    for i, kind in enumerate(("mlp", "ov")):
+      rows = [r for r in bands if r["model"] == name and r["kind"] == kind
+              and r["tokens"] == tokens and r["estimator"] == est]
+      _band_panel(axes[i][j], rows, f"{name} – {'MLP' if kind == 'mlp' else 'OV circuit'}")
+      if i == 1:
+        axes[i][j].set_xlabel("step (symlog)")
+      if j == 0:
+        axes[i][j].set_ylabel("CKA to final")
+  axes[0][0].legend(fontsize=7, loc="lower right")
+  fig.suptitle(f"CKA to the final checkpoint,\npercentiles over layers ({tokens} token"
+               f"{'s' if tokens == 'all' else ''}, {est})", fontsize=9)
+  fig.tight_layout()
+  for n in names:
+    fig.savefig(out / n, dpi=100)
+  plt.close(fig)
+
+
+def draw_figures(out: Path) -> None:
+  """fig_cka_bands.png (the primary token mode / estimator), fig_cka_bands_<tokens>_<est>.png
+  for every combination (not for the test and quick presets) and fig_step_vs_per.png."""
+  out = Path(out)
+  summary = json.loads((out / "summary.json").read_text())
+  bands, layers = read_rows(out / "bands.csv"), read_rows(out / "layers.csv")
+  models, settings = summary["models"], summary["settings"]
+  tok0, est0 = primary(settings)
+  combos = [(t, e) for t in settings["token_modes"] for e in settings["estimators"]]
+  for tokens, est in combos if summary["all_figures"] else combos[:1]:
+    names = [f"fig_cka_bands_{tokens}_{est}.png"] if summary["all_figures"] else []
+    if (tokens, est) == (tok0, est0):
+      names.append("fig_cka_bands.png")
+    draw_band_figure(out, bands, models, tokens, est, names)
+  sel = [r for r in layers if r["tokens"] == tok0 and r["estimator"] == est0]
+  fig, ax = plt.subplots(figsize=(5.2, 3.8))
+  for j, name in enumerate(models):
+    for kind, mk in (("mlp", "o"), ("ov", "^")):
+      rr = [r for r in sel if r["model"] == name and r["kind"] == kind]
+      ax.scatter([r.get("per_weights_final", np.nan) for r in rr],
+                 [r["first_frac"] for r in rr], marker=mk, color=f"C{j}",
+                 label=f"{name} {kind}")
+  ax.set_xlabel("PER at the final checkpoint")
+  ax.set_ylabel("first step CKA ≥ 0.9 (fraction of training)")
+  ax.legend(fontsize=7, ncol=2)
+  fig.tight_layout()
+  fig.savefig(out / "fig_step_vs_per.png", dpi=100)
+  plt.close(fig)
+
+
+def report_section(out: Path, rel: str) -> str:
+  """The markdown section of the report (figures drawn now); every number is read from
+  out's CSVs."""
+  out = Path(out)
+  draw_figures(out)
+  summary = json.loads((out / "summary.json").read_text())
+  models = read_rows(out / "models.csv")
+  layers = read_rows(out / "layers.csv")
+  corr = read_rows(out / "correlations.csv")
+  tok, est = primary(summary["settings"])
+  lines = ["## convergence", "",
+           "Layer convergence (Diehl Martinez, Lesci & Buttery 2024): linear CKA of each "
+           "layer's activations to the final checkpoint on one fixed batch of "
+           f"{summary['settings']['n_sequences']} sequences ({tok} token, {est} HSIC), "
+           f"data: {summary['data'].get('source')} ({summary['data'].get('corpus', '')}); a "
+           "layer has converged at the first "
+           f"checkpoint with CKA ≥ {FRAC}·final.", "",
+           f"![CKA-to-final percentile bands]({rel}/fig_cka_bands.png)", "",
+           f"![first step vs PER]({rel}/fig_step_vs_per.png)", "",
+           "| model | width | layers | checkpoints | final step | loss (fixed batch) | median "
+           "first step / final (MLP, OV) | layers converged by 20% |",
+           "|---|---|---|---|---|---|---|---|"]
+  for m in models:
+    lines.append(f"| {m['model']} | {int(m['width'])} | {int(m['n_layers'])} | "
+                 f"{int(m['n_checkpoints'])} | {int(m['final_step'])} | {m['final_loss']:.3f} | "
+                 f"{cell(m['median_first_frac_mlp'], 2)}, {cell(m['median_first_frac_ov'], 2)} | "
+                 f"{100 * m['share_by_paper_frac']:.0f}% |")
+  lines += ["", "Per layer:", "", layers_markdown(layers, tok, est), ""]
+  pc = [c for c in corr if c["tokens"] == tok and c["estimator"] == est and c["kind"] == "all"]
+  lines += ["| models | PER | n | Pearson | Spearman |", "|---|---|---|---|---|"]
+  for c in pc:
+    lines.append(f"| {c['model']} | {c['y']} | {int(c['n'])} | {cell(c['pearson'], 2)} | "
+                 f"{cell(c['spearman'], 2)} |")
+  lines += ["", paragraph(models, pc)]
+  return "\n".join(lines) + "\n"
+
+
+def paragraph(models, pc) -> str:
+  """What the paper found, what sbjax found (computed), and whether they agree."""
+  ms = sorted(models, key=lambda m: m["width"])
+  big = ms[-1]
+  parts = ["The paper finds that the layers of larger Pythia models reach high CKA to their "
+           "final checkpoint within the first ~20% of training, while small models converge "
+           "later and less stably, especially layers of low PER."]
+  fr = ", ".join(f"{m['model']} {cell(m['median_first_frac'], 2)}" for m in ms)
+  parts.append(f"Here the median layer first reaches CKA ≥ {FRAC} of its final value at these "
+               f"fractions of training: {fr}.")
+  agree_big = big["median_first_frac"] <= PAPER_FRAC
+  parts.append(f"The largest model here ({big['model']}) has "
+               f"{100 * big['share_by_paper_frac']:.0f}% of its layers converged by 20% of "
+               "training, so " + ("this agrees with the ~20% finding." if agree_big else
+                                  "it does NOT converge within ~20% as the paper's large "
+                                  "models do (its scale is far smaller)."))
+  if len(ms) >= 3:
+    rho = conv.spearman([m["width"] for m in ms], [m["median_first_frac"] for m in ms])
+    trend = ("larger models converge earlier (agrees with the paper)" if rho < 0 else
+             "larger models do not converge earlier (disagrees with the paper)" if rho > 0 else
+             "no monotone trend with width (disagrees with the paper)")
+    parts.append(f"Across widths, Spearman(width, median fraction) = {cell(rho, 2)}: {trend}.")
+  allc = [c for c in pc if c["model"] == "all" and c["y"] == "per_weights_final"]
+  if allc and math.isfinite(allc[0]["spearman"]):
+    s = allc[0]["spearman"]
+    parts.append(f"Over all {int(allc[0]['n'])} layers, Spearman(first-step fraction, final "
+                 f"PER) = {s:.2f}: " + ("low-PER layers converge later, as the paper reports."
+                                        if s < 0 else "low-PER layers do not converge later "
+                                        "here, unlike the paper."))
+  return " ".join(parts)

@@ -1,0 +1,163 @@
+"""Train one model per width (or read imported series), measure every checkpoint on one
+fixed batch, then summarise into the CSVs (``summary.py``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import time
+from pathlib import Path
+
+import numpy as np
+
+from experiments.convergence.presets import Preset, get_preset
+from experiments.convergence.summary import FRAC, summarise
+from experiments.shared import (DEFAULT_TEXT, RunsProgress, config_from, text_corpus, write_json,
+                                write_rows)
+from sbjax.analysis import samples
+from sbjax.config import Config, DataConfig
+from sbjax.data import make_dataset
+from sbjax.studies import convergence as conv
+from sbjax.train import train_once
+from sbjax.train.done import finished
+
+log = logging.getLogger("sbjax")
+PLANTED_KEYS = ("planted_vocab", "planted_rank", "planted_train_tokens", "planted_val_tokens")
+
+
+def data_config(preset: str, data: str = "") -> DataConfig:
+  """The DataConfig of a preset (text falls back to the planted language without a corpus)."""
+  o = get_preset(preset).overrides
+  if o["data.source"] == "tfds":
+    return DataConfig(source="tfds", tfds_name=o["data.tfds_name"], vocab_size=o["data.vocab_size"])
+  if data or (o["data.source"] == "text" and DEFAULT_TEXT.is_dir()):
+    return DataConfig(source="text", path=str(text_corpus(data)), vocab_size=o["data.vocab_size"])
+  if o["data.source"] == "text":
+    log.warning("no text corpus (%s is missing; pass --data=DIR): using the planted language",
+                DEFAULT_TEXT)
+  return DataConfig(source="planted", **{k: o[f"data.{k}"] for k in PLANTED_KEYS})
+
+
+def configs(preset: str, data: str = "", widths: tuple | None = None) -> list[tuple[str, Config]]:
+  """[(name, Config)] of the preset's models (validated; nothing is trained). ``widths``
+  selects a subset of the preset's widths (their per-width overrides go with them)."""
+  p = get_preset(preset)
+  dc = data_config(preset, data)
+  if widths is not None and not set(widths) <= set(p.knobs.widths):
+    raise ValueError(f"widths {sorted(set(widths) - set(p.knobs.widths))} are not in the "
+                     f"{preset} preset's widths {p.knobs.widths}")
+  out = []
+  for i, w in enumerate(p.knobs.widths):
+    if widths is not None and w not in widths:
+      continue
+    per = {k: v[i] for k, v in p.knobs.per_width.items()}
+    out.append((f"d{w}", config_from(p.base, {
+        **p.overrides, **per, "data": dataclasses.asdict(dc), "model.d_model": w,
+        "name": f"convergence-d{w}"})))
+  return out
+
+
+def settings_for(preset: str, **over) -> conv.ConvergenceSettings:
+  """The measurement settings of a preset; ``over``: ConvergenceSettings fields (None = the
+  preset's)."""
+  k = get_preset(preset).knobs
+  kw = dict(n_sequences=k.n_sequences, all_sequences=k.all_sequences, grad_per=k.grad_per,
+            group_size=k.group_size, chunk=k.chunk)
+  kw.update({key: v for key, v in over.items() if v is not None})
+  return conv.ConvergenceSettings(**kw)
+
+
+def _digest(obj) -> str:
+  return hashlib.blake2b(json.dumps(obj, sort_keys=True, default=str).encode(),
+                         digest_size=8).hexdigest()
+
+
+def measure_one(src, batch, settings, mdir: Path) -> dict:
+  """Measure one source into mdir (skipped when meta.json matches)."""
+  key = _digest({"settings": settings.to_dict(), "steps": src.steps, "model": str(src.model),
+                 "batch": hashlib.blake2b(np.ascontiguousarray(batch).tobytes(),
+                                          digest_size=8).hexdigest()})
+  meta_path = mdir / "meta.json"
+  if meta_path.exists() and json.loads(meta_path.read_text()).get("key") == key:
+    return json.loads(meta_path.read_text())
+  mdir.mkdir(parents=True, exist_ok=True)
+  t0 = time.perf_counter()
+  cka, per, steps = conv.measure(src, batch, settings, progress=lambda m: log.info("%s", m))
+  write_rows(mdir / "cka.csv", cka)
+  write_rows(mdir / "per.csv", per)
+  write_rows(mdir / "steps.csv", steps)
+  mc = src.model
+  meta = {"key": key, "model": src.name, "width": mc.d_model, "n_layers": mc.n_layers,
+          "n_heads": mc.n_heads, "head_dim": mc.head_dim, "vocab_size": mc.vocab_size,
+          "steps": src.steps, "final_step": src.steps[-1], "settings": settings.to_dict(),
+          "per_r": conv.per_ranks(mc, settings), "batch_shape": list(batch.shape),
+          "seconds": round(time.perf_counter() - t0, 2)}
+  write_json(meta_path, meta)
+  return meta
+
+
+def train_all(out: Path, preset: str, data: str, widths, progress: RunsProgress):
+  """Train (or skip) each width; returns (sources, fixed batch, data info)."""
+  cfgs = configs(preset, data, widths)
+  tc0, dc = cfgs[0][1].train, cfgs[0][1].data
+  ds = make_dataset(dc, seq_len=tc0.seq_len, global_batch_size=tc0.batch_size,
+                    seed=tc0.data_seed, workdir=str(out / "data"))
+  sources, timings = [], {}
+  for name, cfg in cfgs:
+    wd = out / "runs" / name
+    progress.start(f"train {name} ({cfg.train.steps} steps)")
+    trained = finished(wd) is None
+    t0 = time.perf_counter()
+    train_once(cfg, wd, dataset=ds, quiet=True)
+    timings[name] = round(time.perf_counter() - t0, 2)
+    progress.finish(trained)
+    sources.append(conv.workdir_source(wd, name))
+  batch = samples.eval_sample(ds, get_preset(preset).knobs.n_sequences)
+  info = {"source": dc.source, "corpus": Path(dc.path).name if dc.path else ds.name,
+          "vocab_size": ds.vocab_size, "train_seconds": timings}
+  return sources, batch, info
+
+
+def _series(series: list, series_tokens: str):
+  if not series_tokens:
+    raise ValueError("--series needs --series_tokens=FILE.npy: an int array [n, T+1] of "
+                     "token windows in the series' vocabulary (the fixed batch)")
+  if not Path(series_tokens).is_file():
+    raise FileNotFoundError(f"--series_tokens={series_tokens} does not exist")
+  batch = np.load(series_tokens, allow_pickle=False)
+  sources = [conv.series_source(p) for p in series]
+  info = {"source": "series", "series": [Path(p).name for p in series],
+          "tokens_file": Path(series_tokens).name}
+  return sources, batch, info
+
+
+def run(out: Path, preset: str, *, data: str = "", series: list | None = None,
+        series_tokens: str = "", widths: tuple | None = None, verbose: bool = True,
+        **settings_over) -> None:
+  """Train (or read the series), measure and summarise into ``out``. ``widths``: a subset
+  of the preset's widths; ``settings_over``: ConvergenceSettings fields."""
+  out = Path(out)
+  t0 = time.perf_counter()
+  p: Preset = get_preset(preset)
+  settings = settings_for(preset, **settings_over)
+  out.mkdir(parents=True, exist_ok=True)
+  n_train = 0 if series else len(widths or p.knobs.widths)
+  progress = RunsProgress(n_train + len(series or widths or p.knobs.widths), "convergence",
+                          disable=not verbose)
+  if series:
+    sources, batch, info = _series(series, series_tokens)
+  else:
+    sources, batch, info = train_all(out, preset, data, widths, progress)
+  metas = []
+  for s in sources:
+    progress.start(f"measure {s.name} ({len(s.steps)} checkpoints)")
+    metas.append(measure_one(s, batch, settings, out / "measure" / s.name))
+    progress.finish()
+  progress.close()
+  summarise(out, metas)
+  write_json(out / "summary.json", {
+      "preset": preset, "data": info, "settings": settings.to_dict(), "frac": FRAC,
+      "all_figures": preset not in ("test", "quick"),
+      "models": [m["model"] for m in metas], "seconds": round(time.perf_counter() - t0, 1)})

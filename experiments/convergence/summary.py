@@ -1,0 +1,108 @@
+"""From the long per-checkpoint CSVs (measure/<model>/) to the summaries: bands.csv,
+layers.csv / layers.md, correlations.csv and models.csv."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from experiments.shared import fmt, read_rows, write_rows
+from sbjax.studies import convergence as conv
+
+PAPER_FRAC = 0.2  # "large models converge within the first ~20% of training"
+FRAC = 0.9  # a layer has converged at the first step with CKA >= 0.9 of its final value
+
+
+def primary(settings: dict) -> tuple[str, str]:
+  """The primary (token mode, estimator): the first of each (figure, tables)."""
+  return settings["token_modes"][0], settings["estimators"][0]
+
+
+def _bands(m: dict, cka: list[dict]) -> list[dict]:
+  final, out = m["final_step"], []
+  for kind in conv.KINDS:
+    for tokens in m["settings"]["token_modes"]:
+      for est in m["settings"]["estimators"]:
+        s, c = conv.cka_matrix(cka, kind, tokens, est)
+        for st, q in zip(s, conv.percentile_bands(c)):
+          out.append({"model": m["model"], "width": m["width"], "kind": kind,
+                      "tokens": tokens, "estimator": est, "step": int(st),
+                      "frac": st / final if final else 0.0,
+                      **{f"p{p}": float(v) for p, v in zip(conv.PERCENTILES, q)}})
+  return out
+
+
+def _model_row(m: dict, rows: list[dict], steps: list[dict]) -> dict:
+  tok, est = primary(m["settings"])
+  prim = [r for r in rows if r["tokens"] == tok and r["estimator"] == est]
+  fr = np.array([r["first_frac"] for r in prim], float)
+  return {"model": m["model"], "width": m["width"], "n_layers": m["n_layers"],
+          "final_step": m["final_step"], "n_checkpoints": len(m["steps"]),
+          "final_loss": float(steps[-1]["eval_loss"]),
+          "median_first_frac": float(np.nanmedian(fr)) if np.isfinite(fr).any()
+          else float("nan"),
+          "share_by_paper_frac": float(np.mean(np.nan_to_num(fr, nan=2.0) <= PAPER_FRAC)),
+          "median_first_frac_mlp": float(np.nanmedian(
+              [r["first_frac"] for r in prim if r["kind"] == "mlp"])),
+          "median_first_frac_ov": float(np.nanmedian(
+              [r["first_frac"] for r in prim if r["kind"] == "ov"]))}
+
+
+def _correlations(layers: list[dict], models: list[str]) -> list[dict]:
+  corr = []
+  for t, e in sorted({(r["tokens"], r["estimator"]) for r in layers}):
+    sel = [r for r in layers if r["tokens"] == t and r["estimator"] == e]
+    for scope in ["all"] + models:
+      for kind in ("all",) + conv.KINDS:
+        rows = [r for r in sel if (scope == "all" or r["model"] == scope)
+                and (kind == "all" or r["kind"] == kind)]
+        for c in conv.correlations(rows, "first_frac" if scope == "all" else "first_step"):
+          corr.append({"model": scope, "kind": kind, "tokens": t, "estimator": e, **c})
+  return corr
+
+
+def summarise(out: Path, metas: list[dict]) -> None:
+  """bands.csv, layers.csv/.md, correlations.csv and models.csv from measure/<model>/."""
+  out = Path(out)
+  bands, layers, models = [], [], []
+  for m in metas:
+    mdir = out / "measure" / m["model"]
+    cka, per, steps = (read_rows(mdir / f) for f in ("cka.csv", "per.csv", "steps.csv"))
+    for r in cka + per:
+      r["layer"] = int(r["layer"])
+    bands += _bands(m, cka)
+    rows = conv.layer_table(cka, per, FRAC)
+    layers += [{"model": m["model"], "width": m["width"], **r} for r in rows]
+    models.append(_model_row(m, rows, steps))
+  write_rows(out / "bands.csv", bands)
+  write_rows(out / "layers.csv", layers)
+  write_rows(out / "models.csv", models)
+  write_rows(out / "correlations.csv", _correlations(layers, [m["model"] for m in metas]))
+  tok, est = primary(metas[0]["settings"])
+  (out / "layers.md").write_text(layers_markdown(layers, tok, est) + "\n")
+
+
+def cell(v, nd: int = 3) -> str:
+  """A table cell: '–' for missing/NaN, numbers with nd decimals (nd=0: an integer)."""
+  return fmt(v, spec=f".{nd}f")
+
+
+def layers_markdown(layers: list[dict], tokens: str, estimator: str) -> str:
+  """The per-layer table (primary token mode / estimator) as markdown, from layers.csv rows."""
+  sel = [r for r in layers if r["tokens"] == tokens and r["estimator"] == estimator]
+  has_g = any("per_gradients_final" in r for r in sel)
+  head = ("| model | kind | layer | first step CKA ≥ 0.9·final | as % of training | stays from "
+          "| PER (final) | PER r |" + (" grad PER (final) |" if has_g else ""))
+  lines = [head, "|" + "---|" * (8 + has_g)]
+  for r in sel:
+    pct = r["first_frac"] * 100 if isinstance(r["first_frac"], float) and math.isfinite(
+        r["first_frac"]) else None
+    line = (f"| {r['model']} | {r['kind']} | {int(r['layer'])} | {cell(r['first_step'], 0)} | "
+            f"{cell(pct, 1)} | {cell(r['stable_step'], 0)} | "
+            f"{cell(r.get('per_weights_final'))} | {cell(r.get('per_weights_r'), 0)} |")
+    if has_g:
+      line += f" {cell(r.get('per_gradients_final'))} |"
+    lines.append(line)
+  return "\n".join(lines)

@@ -1,0 +1,34 @@
+"""python -m experiments.saturation --preset=test|quick|cpu|tpu --out=DIR [--data=DIR]"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+
+from absl import flags
+
+from experiments import common
+from experiments.saturation.presets import PRESETS
+from experiments.saturation.report import report_section
+from experiments.saturation.run import run
+
+OUT = flags.DEFINE_string("out", "out/saturation", "output directory")
+PRESET = flags.DEFINE_enum("preset", "cpu", list(PRESETS), " | ".join(PRESETS))
+DATA = flags.DEFINE_string("data", "", "a directory of .txt files (default: the development "
+                           "corpus ../shared/data/shakespeare), or a TFDS name for the tpu preset")
+
+
+def main(argv):
+  del argv
+  out = Path(OUT.value)
+  run(out, PRESET.value, DATA.value or None)
+  (out / "section.md").write_text(report_section(out, "."))
+  print(json.dumps({"out": str(out), "runs": str(out / "saturation_runs.csv"),
+                    "fit": str(out / "saturation_fit.csv"), "section": str(out / "section.md")}))
+
+
+if __name__ == "__main__":
+  logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+  common.run(main)

@@ -1,0 +1,70 @@
+"""Presets of the saturation experiment: Config overrides of the ``planted`` base (model,
+training, data source) and the knobs that are not Config fields (widths, fit, analysis)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Knobs:
+  widths: tuple
+  fit_min_width: int  # the scaling law is fitted on widths >= this
+  head_dim: int = 32  # heads = max(1, d // head_dim)
+  eval_sequences: int = 64  # analysis: validation windows of the fixed sample
+  anisotropy_tokens: int = 1024
+  rise_tol: float = 0.01  # nats
+  smooth: int = 10  # train-loss moving average, in log records
+
+
+@dataclasses.dataclass(frozen=True)
+class Preset:
+  base: str  # an sbjax preset name (sbjax/presets.py)
+  overrides: dict  # dotted Config overrides
+  knobs: Knobs
+
+
+def _overrides(*, n_layers: int = 2, vocab: int = 1024, seq_len: int = 64, batch: int = 16,
+               steps: int = 1200, warmup: int = 50, lr: float = 3e-3, ckpt_every: int = 100,
+               eval_batches: int = 4, source: str = "text", tfds_name: str = "",
+               max_docs: int = 0) -> dict:
+  """The Config overrides shared by every width: training-time evals at every regular
+  checkpoint, log-spaced checkpoints 0, 1, 2, 4, ..., 512, ~200 log records per run."""
+  return {"model.vocab_size": 0, "model.n_layers": n_layers, "model.max_len": seq_len,
+          "train.steps": steps, "train.batch_size": batch, "train.seq_len": seq_len,
+          "train.lr": lr, "train.warmup_steps": warmup, "train.eval_every": ckpt_every,
+          "train.eval_batches": eval_batches, "train.log_every": max(1, steps // 200),
+          "train.ckpt_every": ckpt_every, "train.ckpt_log_spaced": True,
+          "data.source": source, "data.vocab_size": vocab, "data.tfds_name": tfds_name,
+          "data.max_docs": max_docs}
+
+
+PRESETS: dict[str, Preset] = {
+    # the test suite and `reproduce --preset=test`: one width (each costs ~15 s of
+    # compilation), 4 steps (checkpoints 0, 1, 2, 4); too few widths for the 3-parameter
+    # fit, so the fit is NaN (its columns are unit-tested on synthetic losses)
+    "test": Preset("planted", _overrides(n_layers=1, vocab=64, seq_len=16, batch=4, steps=4,
+                                         warmup=1, ckpt_every=4, eval_batches=1),
+                   Knobs(widths=(8,), fit_min_width=8, eval_sequences=8,
+                         anisotropy_tokens=64, smooth=1)),
+    # reproduce --quick (a smoke test, ~12 s of compilation per width): three widths, all
+    # of them in the fit (the fit has three parameters), so no gap is measured
+    "quick": Preset("planted", _overrides(n_layers=1, vocab=96, seq_len=32, batch=8, steps=32,
+                                          warmup=4, ckpt_every=16, eval_batches=2),
+                    Knobs(widths=(8, 16, 32), fit_min_width=8, eval_sequences=16,
+                          anisotropy_tokens=128, smooth=2)),
+    # 9 min on 2 CPU cores, measured once (BUILD_NOTES.md); ~1.2M tokens per run, 0.6 epoch
+    "cpu": Preset("planted", _overrides(), Knobs(widths=(16, 32, 64, 128, 256), fit_min_width=64)),
+    # Pythia-like: depth 6, V = 50304, 2048-token windows, 0.5M tokens per step (~15B tokens)
+    "tpu": Preset("planted", _overrides(n_layers=6, vocab=50304, seq_len=2048, batch=256,
+                                        steps=30_000, warmup=300, lr=1e-3, ckpt_every=1000,
+                                        eval_batches=8, source="tfds", tfds_name="lm1b"),
+                  Knobs(widths=(128, 256, 512, 768, 1024), fit_min_width=256, head_dim=64,
+                        eval_sequences=256, anisotropy_tokens=8192, rise_tol=0.005, smooth=20)),
+}
+
+
+def get_preset(name: str) -> Preset:
+  if name not in PRESETS:
+    raise ValueError(f"unknown saturation preset {name!r}; known: {', '.join(PRESETS)}")
+  return PRESETS[name]

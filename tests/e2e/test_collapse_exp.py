@@ -1,0 +1,157 @@
+"""experiments/collapse (Wu & Papyan 2024) end to end at the `test` preset on generated text:
+the vmapped pass against a direct computation, the CSVs and tables, the report, a rerun, the
+CLI. (Statistics and presets: tests/unit/test_collapse_stats.py; the 32k-class memory bound:
+tests/integration/test_collapse_pass_memory.py.)"""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from experiments import collapse
+from experiments.shared import REPO
+from sbjax.metrics import collapse as C
+from sbjax.model import Model
+from sbjax.studies import collapse_grid as cg
+from tests._corpus import generated_docs, write_corpus
+
+P = collapse.PRESETS["test"]
+
+
+@pytest.fixture(scope="module")
+def test_out(tmp_path_factory):
+  root = tmp_path_factory.mktemp("collapse")
+  corpus = write_corpus(root / "corpus", generated_docs(7, 6))
+  out = root / "out"
+  collapse.run(out, "test", data=str(corpus), verbose=False)
+  return out
+
+
+def _stacked_random_params(mc, m, t=16):
+  model = Model(mc)
+  keys = jax.vmap(jax.random.key)(jnp.arange(m))
+  return jax.jit(jax.vmap(lambda k: model.init(k, 1, t)))(keys)
+
+
+def test_collapse_pass_matches_direct_computation(test_out):
+  """The vmapped three-pass pipeline == collapse_metrics on features from model.apply,
+  and the validation loss == a numpy log-softmax cross-entropy. (The test preset's
+  L1-d8 config, chunk and member count: its compiled functions are reused.)"""
+  vocab = json.loads((test_out / "collapse_meta.json").read_text())["vocab_size"]
+  n_layers, d = P.knobs.seed_arch
+  mc = collapse.model_config(P, n_layers, d, vocab)
+  t = P.overrides["train.seq_len"]
+  params = _stacked_random_params(mc, len(P.knobs.weight_decays), t)
+  rng = np.random.default_rng(0)
+  tr = rng.integers(0, vocab - 8, (37, t + 1)).astype(np.int32)  # a padded last chunk
+  va = rng.integers(0, vocab, (9, t + 1)).astype(np.int32)
+  res = cg.collapse_pass(mc, jax.device_get(params), tr, va, chunk=P.knobs.chunk,
+                         feature_cache_bytes=0)  # pass 2 recomputes the forward
+  model = Model(mc)
+  apply = jax.jit(lambda p, x: model.apply(p, x, ("h",)))
+  d = mc.d_model
+  for i in range(2):
+    p_i = jax.tree.map(lambda a: a[i], params)
+    s_all, ex = apply(p_i, jnp.asarray(np.concatenate([tr, va])[:, :-1]))  # one compile
+    h_all = np.asarray(ex["h"]).reshape(-1, d)
+    sv = np.asarray(s_all)[37:]
+    w = np.asarray(p_i["embed"])  # tied head: W = the token embedding
+    ref = C.collapse_metrics(h_all[:37 * t], tr[:, 1:].ravel(), w, h_all[37 * t:],
+                             va[:, 1:].ravel())
+    for k, v in ref.items():
+      assert res[i][k] == pytest.approx(v, rel=2e-4, abs=1e-5), k
+    z = np.asarray(sv, np.float64)
+    lse = np.log(np.exp(z - z.max(-1, keepdims=True)).sum(-1)) + z.max(-1)
+    nll = lse - np.take_along_axis(z, va[:, 1:, None], -1)[..., 0]
+    assert res[i]["val_loss"] == pytest.approx(nll.mean(), rel=1e-5)
+    assert res[i]["train_tokens"] == 37 * t and res[i]["val_tokens"] == 9 * t
+  assert res[0]["nc1_cdnv"] != pytest.approx(res[1]["nc1_cdnv"], rel=1e-3)  # members differ
+
+
+def _read(path):
+  with open(path) as f:
+    return list(csv.DictReader(f))
+
+
+def test_preset_end_to_end(test_out):
+  p = P.knobs
+  rows = _read(test_out / "collapse_models.csv")
+  grid = [r for r in rows if r["kind"] == "grid"]
+  seeds = [r for r in rows if r["kind"] == "seeds"]
+  n_grid = len(p.depths) * len(p.widths) * len(p.weight_decays) * len(p.epochs)
+  assert len(grid) == n_grid and len(seeds) == p.seeds
+  assert len({r["model"] for r in rows}) == len(rows)  # one row per model
+  keys = set(collapse.METRICS) | set(collapse.COUNT_KEYS) | set(collapse.SETTINGS) | {
+      "val_loss", "n_layers", "d_model", "weight_decay", "epochs", "data_seed"}
+  for r in rows:
+    assert keys <= set(r), keys - set(r)
+    assert r["min_count"] == "1" and float(r["cdnv_exponent"]) == 2.0
+  assert len({r["data_seed"] for r in seeds}) == p.seeds
+  # 3 epochs of training lower the loss of every member
+  for r in grid:
+    if r["epochs"] == "1":
+      r3 = next(q for q in grid if q["group"] == r["group"] and q["epochs"] == "3"
+                and q["weight_decay"] == r["weight_decay"])
+      assert float(r3["val_loss"]) < float(r["val_loss"])
+  # R² table == numpy on the CSV
+  y = np.array([float(r["val_loss"]) for r in grid])
+  table = {r["metric"]: r for r in _read(test_out / "collapse_r2.csv")}
+  for k in collapse.METRICS:
+    x = np.array([float(r[k]) for r in grid])
+    ok = np.isfinite(x)
+    b, a = np.polyfit(x[ok], y[ok], 1)
+    r2 = 1 - np.sum((y[ok] - a - b * x[ok]) ** 2) / np.sum((y[ok] - y[ok].mean()) ** 2)
+    assert float(table[k]["r2"]) == pytest.approx(r2, rel=1e-6, abs=1e-9), k
+    assert float(table[k]["pearson_r"]) == pytest.approx(np.corrcoef(x[ok], y[ok])[0, 1],
+                                                         rel=1e-6, abs=1e-9)
+  sd = _read(test_out / "collapse_seeds.csv")
+  assert all(0 < float(r["p_perm"]) <= 1 for r in sd)
+  tok = _read(test_out / "collapse_tokens.csv")
+  counts = [float(r["count"]) for r in tok[:-1]]
+  assert counts == sorted(counts, reverse=True) and tok[-1]["rank"] == "average"
+  md = collapse.report_section(test_out, "collapse")  # draws the figure
+  assert (test_out / "fig_collapse_vs_loss.png").stat().st_size > 10_000
+  meta = json.loads((test_out / "collapse_meta.json").read_text())
+  assert meta["preset"] == "test" and meta["n_permutations"] == p.n_perm
+  assert f"{p.n_perm} permutations" in md
+  assert md.startswith("## ") and "](collapse/fig_collapse_vs_loss.png)" in md
+  assert f"{float(table['nc1_log10_cdnv']['r2']):.3g}" in md
+
+
+def test_rerun_skips_finished_groups(test_out):
+  """A rerun re-reads finished groups from OUT/groups/ instead of training again."""
+  p = P
+  before = {q.name: q.stat().st_mtime_ns for q in (test_out / "groups").glob("*.json")}
+  assert len(before) == len(collapse.groups(p)) + 1  # + _experiment.json
+  rows = []
+  for g in collapse.groups(p):  # data arrays are never touched for a finished group
+    rows += collapse.run_group(p, g, None, None, 0, test_out, verbose=False)
+  after = {q.name: q.stat().st_mtime_ns for q in (test_out / "groups").glob("*.json")}
+  assert before == after
+  with pytest.raises(ValueError, match="another collapse experiment"):
+    collapse.check_same_experiment(test_out, {"preset": "cpu"})
+  assert [r["model"] for r in rows] == [r["model"] for r in _read(test_out /
+                                                                  "collapse_models.csv")]
+
+
+def test_missing_corpus_is_one_clear_error(tmp_path):
+  with pytest.raises(FileNotFoundError, match="--data=DIR"):
+    collapse.run(tmp_path / "out", "test", data=str(tmp_path / "no_such_dir"))
+
+
+def test_cli_rerun_writes_the_section(test_out):
+  """python -m experiments.collapse on the finished output: every group is read back, the
+  section is printed and written."""
+  corpus = test_out.parent / "corpus"
+  r = subprocess.run([sys.executable, "-m", "experiments.collapse", "--preset=test",
+                      f"--out={test_out}", f"--data={corpus}"], cwd=REPO, capture_output=True,
+                     text=True, timeout=300, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+  assert r.returncode == 0, r.stderr[-2000:]
+  assert r.stdout.startswith("## Linguistic collapse")
+  assert (test_out / "section.md").read_text().startswith("## Linguistic collapse")

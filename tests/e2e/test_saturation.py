@@ -1,0 +1,119 @@
+"""Saturation (Godey E1/E3/E4) end to end at the `test` preset on generated text: train,
+analyse, fit, CSVs, figures, the report section, a rerun, and the CLI. (The scaling fit's
+columns with a finite fit are checked in tests/unit/test_saturation_fit.py: the test preset
+has one width, too few for the three-parameter law.)"""
+
+import json
+import math
+import os
+import struct
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from experiments import saturation
+from experiments.shared import REPO, read_rows
+from sbjax import checkpoint as ckpt
+from tests._corpus import generated_docs, write_corpus
+
+PRESET = saturation.get_preset("test")
+
+
+@pytest.fixture(scope="module")
+def done(tmp_path_factory):
+  root = tmp_path_factory.mktemp("saturation")
+  corpus = write_corpus(root / "corpus", generated_docs(1, 6))
+  saturation.run(root / "out", "test", data=str(corpus), verbose=False)
+  return root / "out", corpus, saturation.report_section(root / "out", "sat")
+
+
+def _png_ok(path):
+  b = path.read_bytes()
+  assert b[:8] == b"\x89PNG\r\n\x1a\n", path
+  w, h = struct.unpack(">II", b[16:24])
+  assert w > 100 and h > 100
+
+
+def _close(a, b, **kw):
+  return (math.isnan(a) and math.isnan(b)) or a == pytest.approx(b, **kw)
+
+
+def test_writes_figures_and_csvs(done):
+  out, _, _ = done
+  for name in saturation.FIGS.values():
+    _png_ok(out / name)
+  rows = read_rows(out / "saturation_runs.csv")
+  assert [int(r["width"]) for r in rows] == list(PRESET.knobs.widths)
+  for r in rows:
+    wd = out / "runs" / f"d{int(r['width'])}"
+    assert ckpt.list_steps(wd)[-1] == PRESET.overrides["train.steps"]
+    # N counted from the checkpoint's own parameters: everything but embedding and head
+    _, params, _ = ckpt.load_params(wd)
+    n = sum(int(np.size(x)) for k, v in params.items() if k not in ("embed", "head")
+            for x in jax.tree.leaves(v))
+    assert int(r["n_nonembedding"]) == n
+    # best / final / rise from the analysis CSV, by plain python
+    a = read_rows(wd / "analysis" / "metrics.csv")
+    final = max(a, key=lambda x: x["step"])
+    best = min(a, key=lambda x: x["eval_loss"])
+    assert r["final_eval_loss"] == final["eval_loss"]
+    assert r["best_eval_loss"] == best["eval_loss"] and int(r["best_step"]) == best["step"]
+    assert bool(r["late_rise"]) == (final["eval_loss"] - best["eval_loss"] > PRESET.knobs.rise_tol)
+    assert bool(r["in_fit"]) == (r["width"] >= PRESET.knobs.fit_min_width)
+    for key in ("final", "best"):
+      assert _close(r[f"gap_{key}_pct"], 100 * (r[f"{key}_eval_loss"] - r[f"pred_{key}"])
+                    / r[f"pred_{key}"], rel=1e-9)
+  fits = {f["fit_on"]: f for f in read_rows(out / "saturation_fit.csv")}
+  assert set(fits) == {"final", "best"}
+  for f in fits.values():  # < 3 widths: too few points, the fit is NaN (and says how many)
+    assert int(f["n_points"]) == sum(r["in_fit"] for r in rows) == len(PRESET.knobs.widths)
+    assert math.isnan(f["A"])
+  loss = read_rows(out / "saturation_train_loss.csv")
+  assert {int(x["width"]) for x in loss} == set(PRESET.knobs.widths)
+  meta = json.loads((out / "saturation_meta.json").read_text())
+  assert meta["preset"] == "test" and meta["knobs"]["widths"] == list(PRESET.knobs.widths)
+
+
+def test_report_section_reads_the_csv(done):
+  out, _, text = done
+  assert text.startswith("## saturation")
+  for name in saturation.FIGS.values():
+    assert f"](sat/{name})" in text
+  rows = {int(r["width"]): r for r in read_rows(out / "saturation_runs.csv")}
+  table = [x for x in text.splitlines() if x.startswith("| ") and x[2].isdigit()]
+  assert len(table) == len(rows)
+  for line in table:
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    r = rows[int(cells[0])]
+    assert float(cells[2]) == pytest.approx(r["final_eval_loss"], abs=5e-5)
+    assert (cells[7] == "–") if math.isnan(r["gap_final_pct"]) else (
+        float(cells[7]) == pytest.approx(r["gap_final_pct"], abs=5e-3))
+  assert ("null result" in text) == (not any(r["late_rise"] for r in rows.values()))
+  assert "Preset `test`" in text
+
+
+def test_rerun_skips_finished_runs(done):
+  out, corpus, _ = done
+  ck = out / "runs" / "d8" / "checkpoints"
+  before = sorted((p.name, p.stat().st_mtime_ns) for p in ck.iterdir())
+  saturation.run(out, "test", data=str(corpus), verbose=False)
+  assert sorted((p.name, p.stat().st_mtime_ns) for p in ck.iterdir()) == before
+
+
+def test_cli_reruns_and_writes_the_section(done):
+  """python -m experiments.saturation on the finished output: nothing is trained again, the
+  section is written; a bad preset is one clear flag error."""
+  out, corpus, _ = done
+  cmd = [sys.executable, "-m", "experiments.saturation", "--preset=test", f"--out={out}",
+         f"--data={corpus}"]
+  env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+  r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+  assert r.returncode == 0, r.stderr[-2000:]
+  assert json.loads(r.stdout.strip().splitlines()[-1])["section"].endswith("section.md")
+  assert (out / "section.md").read_text().startswith("## saturation")
+  r = subprocess.run(cmd[:3] + ["--preset=huge"], cwd=REPO, env=env, capture_output=True,
+                     text=True, timeout=300)
+  assert r.returncode == 2 and "error:" in r.stderr and "huge" in r.stderr

@@ -1,0 +1,82 @@
+"""The collapse pass at V = 32,000 classes stays far below one K x K grid of memory
+(sbjax.studies.collapse_grid.collapse_pass, as experiments/collapse runs it)."""
+
+import threading
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from sbjax.config import ModelConfig
+from sbjax.model import Model
+from sbjax.studies import collapse_grid as cg
+
+
+def _stacked_random_params(mc, m, t=16):
+  model = Model(mc)
+  keys = jax.vmap(jax.random.key)(jnp.arange(m))
+  return jax.jit(jax.vmap(lambda k: model.init(k, 1, t)))(keys)
+
+
+def _rss_kib(field="VmRSS"):
+  with open("/proc/self/status") as f:
+    for line in f:
+      if line.startswith(field + ":"):
+        return int(line.split()[1])
+  raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def _peak_rss_delta_mib(fn):
+  """Peak resident memory during fn() minus the resident memory before it (MiB): the
+  kernel's high-water mark reset via /proc/self/clear_refs, else a 2 ms sampler."""
+  base = _rss_kib()
+  try:
+    with open("/proc/self/clear_refs", "w") as f:
+      f.write("5")
+    out = fn()
+    return out, (_rss_kib("VmHWM") - base) / 1024
+  except OSError:
+    peak, stop = [base], threading.Event()
+
+    def sample():
+      while not stop.is_set():
+        peak[0] = max(peak[0], _rss_kib())
+        time.sleep(0.002)
+
+    th = threading.Thread(target=sample)
+    th.start()
+    try:
+      out = fn()
+    finally:
+      stop.set()
+      th.join()
+    return out, (peak[0] - base) / 1024
+
+
+def test_32k_class_pass_memory_bound():
+  """V = 32,000 classes, d = 8, every class seen: the whole pass (forward chunks, the three
+  passes, 5.1e8 class pairs) must stay far below one K x K float32 grid.
+
+  Bound: K^2 * 4 B = 4096 MB for the grid; the streamed pass holds the model (V d), the
+  per-class accumulators (V d + 3 V, a few MB), a forward chunk's logits
+  (2 windows * 64 tokens * V * 4 B = 16 MB, a few copies through log-softmax), one
+  512 x 512 pair tile with ~30 temporaries (~30 MB) and XLA's compile-time working
+  memory (~100-300 MB on CPU). 1024 MB = a quarter of the grid leaves room for the
+  compiler while any K x K intermediate (4096 MB) would fail it."""
+  v, d, t = 32_000, 8, 64
+  mc = ModelConfig(vocab_size=v, d_model=d, n_layers=1, n_heads=1, max_len=t, head="tied")
+  params = jax.device_get(_stacked_random_params(mc, 1))
+  rng = np.random.default_rng(0)
+  labels = np.concatenate([rng.permutation(v), rng.integers(0, v, 8 * t * 2 + 1)])
+  n_win = (labels.size - 1) // t
+  tr = labels[np.arange(n_win)[:, None] * t + np.arange(t + 1)].astype(np.int32)
+  va = tr[:8]
+  res, delta = _peak_rss_delta_mib(lambda: cg.collapse_pass(mc, params, tr, va, chunk=2,
+                                                            block_size=512))
+  k = res[0]["n_classes"]
+  assert k >= 31_000  # (nearly) every class analysed: the pair pass is K ~ 32k
+  grid_mib = k * k * 4 / 2 ** 20
+  print(f"32k pass: K={k}, peak RSS delta {delta:.0f} MiB; a K x K f32 grid: {grid_mib:.0f} MiB")
+  assert delta < 1024, f"peak RSS grew by {delta:.0f} MiB"
+  assert np.isfinite(res[0]["nc1_log10_cdnv"]) and 0.0 <= res[0]["nc4_agreement"] <= 1.0
