@@ -6,6 +6,7 @@ import logging
 import os
 import sys
 
+import jax
 from absl import app, flags
 from absl import logging as absl_logging
 
@@ -29,10 +30,6 @@ def maybe_initialize_distributed():
   """Call jax.distributed.initialize before any other JAX call, from flags or the TPU env."""
   if _DIST is None or _DIST.value == "off":
     return
-  # deferred on purpose: jax.distributed.initialize must come before any other JAX use, and
-  # importing experiments.common (flags, error handling) must not start JAX
-  import jax  # noqa: PLC0415
-
   if _COORD.value:
     if _NPROC.value is None or _PID.value is None:
       raise ValueError("--coordinator_address needs --num_processes and --process_id "

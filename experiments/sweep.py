@@ -30,6 +30,7 @@ from pathlib import Path
 from absl import flags
 
 from experiments import common
+from sbjax import sweep
 
 GRID = flags.DEFINE_string("grid", None, "sweep grid JSON file", required=True)
 SWEEP_DIR = flags.DEFINE_string("sweep_dir", None,
@@ -64,7 +65,6 @@ def main(argv):
   host, n_hosts = _hosts()
   if n_hosts == 1:
     common.maybe_initialize_distributed()  # each run over all processes' devices
-  from sbjax import sweep  # noqa: PLC0415 - JAX must start after jax.distributed.initialize
 
   kill_at = None
   if KILL_AT.value:

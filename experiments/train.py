@@ -29,6 +29,8 @@ from absl import app, flags
 
 from experiments import common
 from sbjax import presets
+from sbjax import train as train_lib
+from sbjax.train import population
 
 CONFIG = presets.DEFINE_config("config", default="tiny")
 WORKDIR = flags.DEFINE_string("workdir", None, "run directory (created if missing)", required=True)
@@ -43,11 +45,7 @@ common.define_distributed_flags()
 
 def main(argv):
   del argv
-  common.maybe_initialize_distributed()
-  # deferred: JAX must start after jax.distributed.initialize
-  from sbjax import train as train_lib  # noqa: PLC0415
-  from sbjax.train import population  # noqa: PLC0415
-
+  common.maybe_initialize_distributed()  # before any JAX computation (imports are fine)
   cfg = presets.build(CONFIG.value)
   if POPULATION.value or POP_LRS.value or POP_SEEDS.value:
     try:

@@ -14,6 +14,7 @@ from experiments.planted.presets import Preset, get_preset
 from experiments.shared import RunsProgress, read_rows, write_json, write_rows
 from sbjax import checkpoint as ckpt
 from sbjax.data import make_dataset
+from sbjax import heads
 from sbjax.heads import head_param_count
 from sbjax.studies.floor import floor_curve
 from sbjax.train import train_once
@@ -89,16 +90,21 @@ def _knee(out: Path, confs, p: Preset, progress, verbose: bool):
   return lang
 
 
+def _has_rank(cfg) -> bool:
+  """A head with an explicit rank (``model.head_rank``): its exact low-rank floor applies."""
+  return "head_rank" in heads.get(cfg.model.head).fields
+
+
 def _mixture(out: Path, mconfs, p: Preset, progress, verbose: bool):
   """Part 2: planted_mix.csv, one row per mixture run; returns the mixture language."""
   mds = _dataset(mconfs[0][1])
   mix = mds.planted
-  lr_ranks = sorted({c.model.rank for _, c in mconfs if c.model.head == "lowrank"})
+  lr_ranks = sorted({c.model.rank for _, c in mconfs if _has_rank(c)})
   mfloors = _floors(mix, lr_ranks, p, out / CSV_MIX_FLOOR) if lr_ranks else {}
   mrows = []
   for label, cfg in mconfs:
     res = _measured(progress, f"mix {label}", cfg, out / "runs" / f"mix-{label}", mds, p, verbose)
-    lowrank = cfg.model.head == "lowrank"
+    lowrank = _has_rank(cfg)
     fl = float(mfloors[cfg.model.rank]["floor"]) if lowrank else float("nan")
     mrows.append({"label": label, "head": cfg.model.head, "d_model": cfg.model.d_model,
                   "rank": cfg.model.rank if lowrank else 0,

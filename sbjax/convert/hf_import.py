@@ -255,7 +255,7 @@ def check_tensors(tensors: dict, cfg: ModelConfig, model_type: str, where: str =
 
 
 def _load_pickle(path: str) -> dict:
-  import torch  # noqa: PLC0415 - optional, only for explicitly allowed pickles
+  import torch  # noqa: PLC0415 - deferred: optional, only for explicitly allowed pickles
 
   sd = torch.load(path, map_location="cpu", weights_only=True)
   out = {}

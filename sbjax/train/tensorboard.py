@@ -49,7 +49,7 @@ class TensorBoardMirror:
     # Deferred import, in this thread: tensorboardX's package imports torch when torch is
     # installed (~4 s), which would otherwise delay every training process's start.
     try:
-      import tensorboardX  # noqa: PLC0415
+      import tensorboardX  # noqa: PLC0415 - deferred: it imports torch when installed (~4 s)
       writers = [tensorboardX.SummaryWriter(logdir=str(tb_dir(d)), flush_secs=30,
                                             filename_suffix=self._suffix) for d in self._dirs]
     except Exception as e:  # noqa: BLE001 - a mirror: training goes on without it

@@ -11,6 +11,7 @@ from pathlib import Path
 import jax
 
 from sbjax import checkpoint as ckpt
+from sbjax import heads
 from sbjax.config import Config
 
 log = logging.getLogger("sbjax")
@@ -182,10 +183,11 @@ def init_trunk_from(cfg: Config, params, mesh_shardings):
   """Frozen-trunk mode: copy every non-head parameter from train.init_from."""
   src_cfg, src, src_step = ckpt.load_params(
       cfg.train.init_from, None if cfg.train.init_step < 0 else cfg.train.init_step)
-  head_key = "embed" if cfg.model.head == "tied" else "head"
+  # the head's own keys (and any head parameters of the source run) are not trunk
+  skip = set(heads.get(cfg.model.head).param_keys) | {heads.HEAD_KEY}
   out = dict(params)
   for k, v in src.items():
-    if k == "head" or (k == head_key and cfg.model.head == "tied"):
+    if k in skip:
       continue
     if k not in out:
       raise ValueError(f"train.init_from={cfg.train.init_from}: parameter {k!r} is not in this model")
