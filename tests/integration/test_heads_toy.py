@@ -1,6 +1,7 @@
 """A new head kind in one place: the toy kind below is defined and registered only in this
 file (no edit anywhere in sbjax), then trained one step through the normal
-``sbjax.train.train`` path, saved and reloaded, sharded, counted and frozen-trunk labelled."""
+``sbjax.train.train`` path, saved and reloaded, sharded, counted and frozen-trunk labelled.
+Also: the model's scores are its head kind's scores of the final features (tied)."""
 
 from __future__ import annotations
 
@@ -52,6 +53,17 @@ class Scaled(heads.HeadKind):
 
   def param_count(self, cfg) -> int:
     return cfg.vocab_size * cfg.d_model + cfg.d_model
+
+
+def test_tied_model_scores_are_the_head_scores_of_its_features():
+  """The tied head's scores come from its kind's ``scores`` (it has no module)."""
+  mc = ModelConfig(vocab_size=40, d_model=16, n_layers=1, n_heads=2, max_len=8, head="tied")
+  model = Model(mc)
+  params = jax.jit(model.init)(jax.random.key(1))
+  tokens = jnp.arange(6, dtype=jnp.int32)[None] % mc.vocab_size
+  both = jax.jit(lambda p: (model.apply(p, tokens),
+                            heads.scores_fn(p, mc)(model.features(p, tokens))))
+  np.testing.assert_array_equal(*both(params))
 
 
 @pytest.fixture(scope="module")
