@@ -20,29 +20,12 @@ from tests._corpus import generated_docs, write_corpus
 MINE = ["saturation", "collapse", "convergence"]
 
 
-def _planted_preset(mp) -> str:
-  """planted's `test` preset; until the planted package has one (issue 16 restructures it in
-  parallel), its quick preset shrunk to the size the test preset replaces."""
-  if "test" in exp.PRESETS:
-    return "test"
-  mp.setitem(exp.PRESETS, "quick", exp.Preset(
-      ranks=(1, 16), vocab=32, k=3, d_model=16, n_layers=1, n_heads=2, steps=30, batch=8,
-      seq_len=16, lr=1e-2, warmup=5, train_tokens=20_000, val_tokens=4096, measure_batches=2,
-      mix_m=2, mix_k=2, mix_runs=(("mos", "mos", 16, 2), ("lowrank", "lowrank", 16, 0)),
-      mix_steps=30))
-  return "quick"
-
-
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
   out = tmp_path_factory.mktemp("repro")
-  mp = pytest.MonkeyPatch()
-  try:
-    preset = _planted_preset(mp)
-    timings = reproduce.run_all(out, reproduce.select("planted", quick=True), preset,
-                                verbose=False)
-  finally:
-    mp.undo()
+  preset = "test"
+  timings = reproduce.run_all(out, reproduce.select("planted", quick=True), preset,
+                              verbose=False)
   return out, timings, (out / "report.md").read_text(), preset
 
 
@@ -125,11 +108,7 @@ def test_rerun_skips_finished_runs(report):
   runs = out / "planted" / "runs"
   marks = ("result.json", "DONE")  # a run's cached result / finished mark
   before = {p: p.stat().st_mtime_ns for p in runs.rglob("*") if p.name in marks}
-  mp = pytest.MonkeyPatch()
-  try:
-    exp.run(out / "planted", _planted_preset(mp), verbose=False)
-  finally:
-    mp.undo()
+  exp.run(out / "planted", "test", verbose=False)
   after = {p: p.stat().st_mtime_ns for p in runs.rglob("*") if p.name in marks}
   n_runs = len(_csv(out / "planted" / "planted.csv")) + len(_csv(out / "planted" /
                                                                   "planted_mix.csv"))
