@@ -14,7 +14,7 @@ from sbjax.data import DataError, make_dataset
 from sbjax.data import builders, text
 from tests._corpus import generated_docs, write_corpus
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SHAKESPEARE = REPO.parent / "shared" / "data" / "shakespeare"
 
 

@@ -10,7 +10,7 @@ import pytest
 from sbjax.data import tokenizer as tok_lib
 from tests._corpus import generated_docs
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SHAKESPEARE = REPO.parent / "shared" / "data" / "shakespeare"
 
 

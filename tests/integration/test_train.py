@@ -22,7 +22,7 @@ from sbjax.optim import make_optimizer
 from sbjax.train import (ConfigMismatchError, NonFiniteLossError, make_train_step, read_metrics,
                          train)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def tiny_cfg(**train_kw) -> Config:

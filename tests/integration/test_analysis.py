@@ -26,7 +26,7 @@ from sbjax import train as train_lib
 from sbjax.analysis import Settings, analyze_run, forward, grouped_apply, read_csv
 from sbjax.model import Model
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 STEPS = [0, 1, 2, 4, 8]
 # 12 eval sequences in chunks of 8 (a padded chunk), groups of 3 checkpoints (a padded group)
 SMALL = dict(eval_sequences=12, cka_sequences=12, anisotropy_tokens=0, collapse_sequences=12,

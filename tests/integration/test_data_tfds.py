@@ -14,7 +14,7 @@ from sbjax.config import DataConfig
 from sbjax.data import DataError, builders, make_dataset
 from sbjax.data.tokenizer import Tokenizer
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def mk(name, workdir, vocab=24, **kw):

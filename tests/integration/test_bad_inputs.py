@@ -32,7 +32,7 @@ from tests._corpus import generated_docs, write_corpus
 pytestmark = [pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
               pytest.mark.filterwarnings("ignore:coroutine .* was never awaited:RuntimeWarning")]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def tiny_cfg(**train_kw) -> Config:

@@ -16,7 +16,7 @@ from experiments import convert as convert_cli
 from sbjax import checkpoint
 from sbjax.convert import import_hf
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 V = 61
 transformers.logging.set_verbosity_error()
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TPU = REPO / "tpu"
 SCRIPTS = ["create.sh", "install.sh", "launch.sh", "fetch.sh", "delete.sh"]
 ALL_SHELL = SCRIPTS + ["common.sh"]
