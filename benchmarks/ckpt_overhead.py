@@ -33,12 +33,12 @@ def main():
   import numpy as np
 
   from sbjax import checkpoint as ckpt
-  from sbjax import presets
+  from sbjax import configs
   from sbjax.model import Model
   from sbjax.optim import make_optimizer
   from sbjax.train import make_train_step
 
-  cfg = presets.build(presets.load(a.config))
+  cfg = configs.build(configs.load(a.config))
   mc = dataclasses.replace(cfg.model, loss_chunk=1024)
   tc = dataclasses.replace(cfg.train, warmup_steps=0, steps=1000, ckpt_every=1,
                            ckpt_log_spaced=False)

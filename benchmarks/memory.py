@@ -34,12 +34,12 @@ def child(a):
   import jax.numpy as jnp
   import numpy as np
 
-  from sbjax import presets
+  from sbjax import configs
   from sbjax.model import Model
   from sbjax.optim import make_optimizer
   from sbjax.train import make_train_step
 
-  cfg = presets.build(presets.load(a.config))
+  cfg = configs.build(configs.load(a.config))
   mc = dataclasses.replace(cfg.model, remat=a.remat, loss_chunk=a.loss_chunk)
   tc = dataclasses.replace(cfg.train, warmup_steps=0, steps=100)
   model = Model(mc)
@@ -69,10 +69,10 @@ def logits_memory(config, batch, seq, chunk):
   import jax
   import jax.numpy as jnp
 
-  from sbjax import presets
+  from sbjax import configs
   from sbjax.model import Model
 
-  mc = presets.build(presets.load(config)).model
+  mc = configs.build(configs.load(config)).model
   params = jax.eval_shape(lambda k: Model(mc).init(k, 1, 8), jax.random.key(0))
   b = jax.ShapeDtypeStruct((batch, seq + 1), jnp.int32)
   logits_mb = batch * seq * mc.vocab_size * 4 / 2 ** 20

@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from sbjax import presets  # noqa: E402
+from sbjax import configs  # noqa: E402
 from sbjax import sharding as shd  # noqa: E402
 from sbjax import train as train_lib  # noqa: E402
 from sbjax.config import MeshConfig  # noqa: E402
@@ -70,7 +70,7 @@ def time_mesh(cfg, mesh, params0, batches, steps: int) -> float:
 
 
 def v5e_estimate(name: str, mfu: float = 0.4) -> dict:
-  cfg = presets.build(presets.load(name))
+  cfg = configs.build(configs.load(name))
   mc, tc = cfg.model, cfg.train
   fpt = flops_per_token(mc, tc.seq_len)
   tokens = tc.batch_size * tc.seq_len
@@ -90,7 +90,7 @@ def main():
   ap.add_argument("--steps", type=int, default=20)
   ap.add_argument("--meshes", default="8,1,1;2,2,2;1,1,8")
   args = ap.parse_args()
-  cfg = presets.build(presets.load(args.preset))
+  cfg = configs.build(configs.load(args.preset))
   if cfg.model.vocab_size == 0:
     cfg = train_lib.resolve_vocab(cfg, cfg.data.planted_vocab)
   tc, mc = cfg.train, cfg.model

@@ -81,12 +81,12 @@ def main():
   import numpy as np
   import optax
 
-  from sbjax import losses, presets
+  from sbjax import losses, configs
   from sbjax.model import Model, attention_reference, flops_per_token
   from sbjax.optim import make_optimizer
   from sbjax.train import make_train_step
 
-  cfg = presets.build(presets.load(a.config))
+  cfg = configs.build(configs.load(a.config))
   mc = dataclasses.replace(cfg.model, loss_chunk=a.loss_chunk, dtype="float32")
   tc = dataclasses.replace(cfg.train, warmup_steps=0, steps=10_000)
   model = Model(mc)

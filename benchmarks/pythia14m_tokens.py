@@ -11,13 +11,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from sbjax import presets
+from sbjax import configs
 from sbjax.model import Model
 from sbjax.optim import make_optimizer
 from sbjax.train import make_train_step
 
 lc = int(sys.argv[1]) if len(sys.argv) > 1 else 0
-cfg = presets.build(presets.load("pythia-14m"))
+cfg = configs.build(configs.load("pythia-14m"))
 mc = dataclasses.replace(cfg.model, loss_chunk=lc)
 tc = dataclasses.replace(cfg.train, batch_size=8, seq_len=256, warmup_steps=0, steps=100)
 m = Model(mc)

@@ -41,9 +41,9 @@ ALIASES = {"d512": "pythia-70m"}  # d=512, L=6, H=8, V=50304: the issue's d=512 
 
 
 def model_config(name: str, dtype: str, loss_chunk: int, remat: str):
-  from sbjax import presets
+  from sbjax import configs
 
-  cfg = presets.build(presets.load(ALIASES.get(name, name)))
+  cfg = configs.build(configs.load(ALIASES.get(name, name)))
   return dataclasses.replace(cfg.model, dtype=dtype, loss_chunk=loss_chunk, remat=remat), cfg.train
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from sbjax import presets as sbjax_presets
+from sbjax import configs as sbjax_configs
 from sbjax.analysis.table import atomic_write_json, read_csv, write_csv
 from sbjax.config import Config
 
@@ -27,10 +27,10 @@ __all__ = ["REPO", "DEFAULT_TEXT", "config_from", "text_corpus", "write_rows", "
 
 
 def config_from(base: str, overrides: dict | None = None) -> Config:
-  """A validated Config: the sbjax preset ``base`` (``sbjax/presets.py``: tiny, planted, ...)
+  """A validated Config: the sbjax named config ``base`` (``sbjax/configs.py``: tiny, planted, ...)
   with dotted overrides applied, e.g. ``{"model.d_model": 64, "train.steps": 300}``.
   An experiment's PRESETS hold such overrides; an unknown key is a clear error."""
-  d = sbjax_presets.get_preset(base)
+  d = sbjax_configs.get(base)
   for key, value in (overrides or {}).items():
     section, _, field = key.partition(".")
     if not field:

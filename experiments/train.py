@@ -2,7 +2,7 @@ r"""Train (or resume) one sbjax run.
 
   python -m experiments.train --config=tiny --workdir=runs/tiny --config.train.steps=50
 
-``--config`` is a preset name (see sbjax/presets.py), a JSON file, or an
+``--config`` is a preset name (see sbjax/configs.py), a JSON file, or an
 ml_collections .py file; ``--config.section.key=value`` overrides any field.
 Rerunning the same command on an existing workdir continues from its latest
 checkpoint; the run may be killed at any moment (even mid-save) and the continued run
@@ -28,11 +28,11 @@ import sys
 from absl import app, flags
 
 from experiments import common
-from sbjax import presets
+from sbjax import configs
 from sbjax import train as train_lib
 from sbjax.train import population
 
-CONFIG = presets.DEFINE_config("config", default="tiny")
+CONFIG = configs.DEFINE_config("config", default="tiny")
 WORKDIR = flags.DEFINE_string("workdir", None, "run directory (created if missing)", required=True)
 STOP_AFTER = flags.DEFINE_integer("stop_after", None, "stop at this step (the run can be resumed)")
 POPULATION = flags.DEFINE_integer(
@@ -46,7 +46,7 @@ common.define_distributed_flags()
 def main(argv):
   del argv
   common.maybe_initialize_distributed()  # before any JAX computation (imports are fine)
-  cfg = presets.build(CONFIG.value)
+  cfg = configs.build(CONFIG.value)
   if POPULATION.value or POP_LRS.value or POP_SEEDS.value:
     try:
       lrs = [float(x) for x in POP_LRS.value] if POP_LRS.value else None

@@ -1,7 +1,7 @@
 """Typed, validated configuration: model, head, data and training.
 
 Configs are data, not code. The command line works on an ``ml_collections``
-ConfigDict (built from a preset name or a JSON file, see ``sbjax.presets``); it is
+ConfigDict (built from a config name or a JSON file, see ``sbjax.configs``); it is
 turned into the frozen dataclasses below with ``Config.from_dict``, which
 validates every field and raises ``ValueError`` naming the field and the allowed
 range. ``Config.to_dict`` gives the JSON that is written to ``WORKDIR/config.json``.

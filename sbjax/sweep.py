@@ -60,7 +60,7 @@ from typing import Any, Callable
 import jax
 
 from sbjax import checkpoint as ckpt
-from sbjax import presets
+from sbjax import configs
 from sbjax.config import Config
 from sbjax.train import make_dataset_for, summary_from_metrics, train
 from sbjax.train.done import DONE, finished, mark_finished
@@ -128,7 +128,7 @@ def load_grid(path) -> dict:
 def _base_dict(grid: dict) -> dict:
   base = grid.get("base", "tiny")
   if isinstance(base, dict):
-    d = presets._base()  # noqa: SLF001
+    d = configs._base()  # noqa: SLF001
     for k, v in base.items():
       if isinstance(v, dict) and k in d:
         d[k].update(v)
@@ -138,7 +138,7 @@ def _base_dict(grid: dict) -> dict:
   if str(base).endswith(".json") and not Path(base).is_absolute():
     cand = Path(grid.get("_dir", ".")) / base
     base = str(cand) if cand.exists() else base
-  return presets.load(str(base)).to_dict()
+  return configs.load(str(base)).to_dict()
 
 
 def _fmt(v: Any) -> str:

@@ -79,16 +79,16 @@ def free_port() -> int:
 
 def test_config(**sections):
   """The Config used by the scale-out tests (tiny + TEST_OVERRIDES + ``sections``)."""
-  from sbjax import presets  # noqa: PLC0415
+  from sbjax import configs  # noqa: PLC0415
 
-  d = presets.get_preset("tiny")
+  d = configs.get("tiny")
   for part in (TEST_OVERRIDES, sections):
     for k, v in part.items():
       if isinstance(v, dict):
         d[k].update(v)
       else:
         d[k] = v
-  return presets.build(d)
+  return configs.build(d)
 
 
 def tree_to_np(tree) -> dict:

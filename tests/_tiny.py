@@ -6,7 +6,7 @@ share one compiled step)."""
 
 import dataclasses
 
-from sbjax import presets
+from sbjax import configs
 
 TINY_RUN_TRAIN = {"steps": 24, "log_every": 1, "eval_every": 12, "ckpt_every": 12}
 TINY_RUN_STEPS = [0, 1, 2, 4, 8, 12, 16, 24]
@@ -14,6 +14,6 @@ TINY_RUN_STEPS = [0, 1, 2, 4, 8, 12, 16, 24]
 
 def tiny_run_config(**train_kw):
   """The tiny preset, vocab 64, TINY_RUN_TRAIN (and ``train_kw``)."""
-  cfg = presets.build(presets.load("tiny"))
+  cfg = configs.build(configs.load("tiny"))
   cfg = cfg.replace(model=dataclasses.replace(cfg.model, vocab_size=64))
   return cfg.replace(train=dataclasses.replace(cfg.train, **{**TINY_RUN_TRAIN, **train_kw}))

@@ -4,7 +4,7 @@ r"""Linguistic collapse (Wu & Papyan 2024): neural-collapse metrics vs validatio
   python -m experiments.collapse --preset=quick --out=/tmp/c --data=DIR_OF_TXT
   python -m experiments.collapse --preset=test --out=/tmp/c     # seconds, for the tests
 
-A grid of GPT-Neo-like models (``sbjax.presets.neo``: learned positions, tied head,
+A grid of GPT-Neo-like models (``sbjax.configs.neo``: learned positions, tied head,
 alternating global/local attention), depth L x width d, each trained with weight decay
 0 and 0.1 and measured after 1 and 3 epochs, plus a seed-only group (one architecture,
 >= 8 data-order seeds). Models of one architecture train together in one vmapped program

@@ -14,7 +14,7 @@ import numpy as np
 from experiments.collapse.presets import Preset
 from experiments.shared import config_from, read_rows
 from sbjax.config import ModelConfig, TrainConfig
-from sbjax.data.pipeline import Dataset
+from sbjax.data.dataset import Dataset
 from sbjax.data.tokenizer import Tokenizer
 from sbjax.model import Model
 from sbjax.studies import collapse_grid as cg

@@ -31,7 +31,7 @@ class Knobs:
 
 @dataclasses.dataclass(frozen=True)
 class Preset:
-  base: str  # an sbjax preset name (sbjax/presets.py)
+  base: str  # an sbjax named config (sbjax/configs.py)
   overrides: dict  # dotted Config overrides; the corpus path (--data) is added by run
   knobs: Knobs
 

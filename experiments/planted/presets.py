@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-BASE = "planted-knee"  # sbjax/presets.py; part 2 switches its data to the planted mixture
+BASE = "planted-knee"  # sbjax/configs.py; part 2 switches its data to the planted mixture
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,7 +31,7 @@ class Knobs:
 
 @dataclasses.dataclass(frozen=True)
 class Preset:
-  base: str  # an sbjax preset name (sbjax/presets.py)
+  base: str  # an sbjax named config (sbjax/configs.py)
   overrides: dict  # dotted Config overrides of part 1 (part 2 derives its own from them)
   knobs: Knobs
 

@@ -20,7 +20,7 @@ class Knobs:
 
 @dataclasses.dataclass(frozen=True)
 class Preset:
-  base: str  # an sbjax preset name (sbjax/presets.py)
+  base: str  # an sbjax named config (sbjax/configs.py)
   overrides: dict  # dotted Config overrides; data.vocab_size, the corpus and name are per V
   knobs: Knobs
 

@@ -21,7 +21,7 @@ import pytest
 from sbjax import checkpoint as ckpt
 from sbjax import heads
 from sbjax import metrics as M
-from sbjax import presets
+from sbjax import configs
 from sbjax import train as train_lib
 from sbjax.analysis import Settings, analyze_run, forward, grouped_apply, read_csv
 from sbjax.model import Model
@@ -38,7 +38,7 @@ COLLAPSE_KEYS = ("nc1_cdnv", "nc1_log10_cdnv", "nc2_norm_cov", "nc2_log_norm_cov
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
-  cfg = presets.build(presets.load("tiny"))
+  cfg = configs.build(configs.load("tiny"))
   cfg = cfg.replace(train=dataclasses.replace(cfg.train, steps=8, eval_every=8, log_every=4))
   wd = tmp_path_factory.mktemp("analysis") / "run"
   train_lib.train(cfg, wd, quiet=True)  # the real data path (make_dataset)

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from sbjax import checkpoint as ckpt
-from sbjax import presets
+from sbjax import configs
 from sbjax import sharding as shd
 from sbjax.config import Config, DataConfig, MeshConfig, ModelConfig
 from sbjax.data import make_dataset
@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def tiny_cfg(**train_kw) -> Config:
-  cfg = presets.build(presets.load("tiny"))
+  cfg = configs.build(configs.load("tiny"))
   cfg = cfg.replace(model=dataclasses.replace(cfg.model, vocab_size=64))
   return cfg.replace(train=dataclasses.replace(cfg.train, steps=2, **train_kw))
 
@@ -295,8 +295,8 @@ ROWS = [
      "data.planted_rank=0", "allowed: 1 .. planted_vocab=256"),
     ("n_mix 0", _model(head="mos", n_mix=0), ValueError, "model.n_mix=0",
      "allowed: an integer >= 1"),
-    ("unknown preset", lambda t, c: (lambda: presets.get_preset("pythia-7b")), ValueError,
-     "unknown preset 'pythia-7b'", "known: "),
+    ("unknown config name", lambda t, c: (lambda: configs.get("pythia-7b")), ValueError,
+     "unknown config name 'pythia-7b'", "known: "),
     ("unknown head", _model(head="softmax2"), ValueError, "model.head='softmax2'",
      "allowed: dense | tied | lowrank | mos"),
     ("workdir holding another model", other_model_workdir, ValueError,
@@ -390,8 +390,8 @@ def test_bad_input(name, setup, exc, problem, todo, tmp_path, caplog, ds, run_di
 
 # ----------------------------------------------------------------------------- CLI rows
 CLI = [
-    ("unknown preset", ["-m", "experiments.train", "--config=nope", "--workdir={tmp}/w"],
-     "error: flag --config=nope: unknown preset 'nope'"),
+    ("unknown config name", ["-m", "experiments.train", "--config=nope", "--workdir={tmp}/w"],
+     "error: flag --config=nope: unknown config name 'nope'"),
     ("head rank > d_model", ["-m", "experiments.train", "--config=tiny", "--workdir={tmp}/w",
                              "--config.model.head=lowrank", "--config.model.head_rank=99"],
      "error: invalid config: model.head_rank=99; allowed: 1 .. d_model=32"),

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from sbjax import checkpoint as ckpt
-from sbjax import presets
+from sbjax import configs
 from sbjax.data import make_dataset
 from sbjax.train import NonFiniteLossError, read_metrics, train
 
@@ -28,7 +28,7 @@ ALL = [0, 1, 2, 4, 8, 12, 16, 24]
 
 
 def tiny_cfg(**train_kw):
-  cfg = presets.build(presets.load("tiny"))
+  cfg = configs.build(configs.load("tiny"))
   cfg = cfg.replace(model=dataclasses.replace(cfg.model, vocab_size=64))
   return cfg.replace(train=dataclasses.replace(cfg.train, steps=STEPS, log_every=1, eval_every=12,
                                                ckpt_every=12, **train_kw))

@@ -17,7 +17,7 @@ from jax.sharding import AbstractMesh
 from jax.sharding import PartitionSpec as P
 
 from sbjax import checkpoint as ckpt
-from sbjax import heads, presets
+from sbjax import heads, configs
 from sbjax import sharding as shd
 from sbjax import train as train_lib
 from sbjax.config import Config, ModelConfig
@@ -74,7 +74,7 @@ def toy():
 
 
 def test_toy_head_trains_one_step(toy, tmp_path):
-  d = presets.get_preset("tiny")
+  d = configs.get("tiny")
   d["model"].update(head=toy.name)
   d["train"].update(steps=1, eval_every=1, log_every=1, ckpt_every=1)
   cfg = Config.from_dict(d)

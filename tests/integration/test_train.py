@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from sbjax import checkpoint as ckpt
-from sbjax import presets
+from sbjax import configs
 from sbjax.config import Config, TrainConfig
 from sbjax.data import make_dataset
 from sbjax.model import Model
@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def tiny_cfg(**train_kw) -> Config:
-  cfg = presets.build(presets.load("tiny"))
+  cfg = configs.build(configs.load("tiny"))
   cfg = cfg.replace(model=dataclasses.replace(cfg.model, vocab_size=64))
   return cfg.replace(train=dataclasses.replace(cfg.train, **train_kw)) if train_kw else cfg
 
@@ -215,7 +215,7 @@ def test_cli_unknown_preset_is_one_clear_line(tmp_path):
                       f"--workdir={tmp_path / 'w'}"], cwd=ROOT, capture_output=True, text=True,
                      timeout=120)
   assert r.returncode != 0
-  assert "unknown preset 'nope'" in r.stderr
+  assert "unknown config name 'nope'" in r.stderr
   assert not (tmp_path / "w").exists()
 
 
@@ -223,7 +223,7 @@ def test_saved_config_without_a_newer_field_still_resumes(tmp_path):
   """A config.json written before a field existed resumes (the field takes its default);
   a real shape difference in the same file is still refused with a diff."""
   from sbjax.train import check_workdir_config
-  cfg = presets.build(presets.load("tiny"))
+  cfg = configs.build(configs.load("tiny"))
   saved = cfg.to_dict()
   del saved["model"]["loss_chunk"]
   (tmp_path / "config.json").write_text(json.dumps(saved))
@@ -238,7 +238,7 @@ def test_saved_config_with_the_removed_nan_hook_still_resumes(tmp_path):
   """config.json files written while train.nan_at_step was a Config field (a test hook, now
   a keyword of train()) still resume."""
   from sbjax.train import check_workdir_config
-  cfg = presets.build(presets.load("tiny"))
+  cfg = configs.build(configs.load("tiny"))
   saved = cfg.to_dict()
   saved["train"]["nan_at_step"] = -1
   (tmp_path / "config.json").write_text(json.dumps(saved))

@@ -15,7 +15,7 @@ import pytest
 from jax.sharding import AbstractMesh
 from jax.sharding import PartitionSpec as P
 
-from sbjax import heads, presets
+from sbjax import heads, configs
 from sbjax import sharding as shd
 from sbjax.config import Config, ModelConfig, TrainConfig
 from sbjax.model import Model, flops_per_token
@@ -154,8 +154,8 @@ def _small(mc: ModelConfig, scan: bool) -> ModelConfig:
 
 
 def _preset_models():
-  names = list(presets.PRESETS) + ["neo-L4-d128"]
-  out = [Config.from_dict(presets.get_preset(n)).model for n in names]
+  names = list(configs.NAMED) + ["neo-L4-d128"]
+  out = [Config.from_dict(configs.get(n)).model for n in names]
   out += [CFGS[k] for k in ("lowrank", "mos", "tied")]
   return [dataclasses.replace(m, vocab_size=m.vocab_size or 64) for m in out]
 

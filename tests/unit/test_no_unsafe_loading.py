@@ -127,10 +127,10 @@ def test_package_has_no_unsafe_loading():
 
 def test_configs_are_data():
   """JSON configs are parsed as data; only an explicit .py path goes to ml_collections."""
-  src = (ROOT / "sbjax" / "presets.py").read_text()
+  src = (ROOT / "sbjax" / "configs.py").read_text()
   assert "json.loads" in src
   assert 'path.endswith(".py")' in src
-  from sbjax import presets
+  from sbjax import configs
 
-  with pytest.raises(ValueError, match="unknown preset"):
-    presets.load("__import__('os').system('true')")
+  with pytest.raises(ValueError, match="unknown config name"):
+    configs.load("__import__('os').system('true')")

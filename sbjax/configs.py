@@ -1,8 +1,12 @@
 """Named configurations, and the absl ``--config`` flag that selects them.
 
+(A *preset* in sbjax is only an experiment's scale: ``test``, ``quick``, ``cpu``, ``tpu``, in
+``experiments/NAME/presets.py``; the model/data/training configurations here are *named
+configs*.)
+
 ``--config`` takes one of:
-- a preset name (``tiny``, ``planted``, ``planted-knee``, ``planted-mix``, ``pythia-14m`` … ``pythia-410m``,
-  GPT-Neo TinyStories-like grids ``neo-L<layers>-d<width>``), see ``PRESETS``;
+- a config name (``tiny``, ``planted``, ``planted-knee``, ``planted-mix``, ``pythia-14m`` … ``pythia-410m``,
+  GPT-Neo TinyStories-like grids ``neo-L<layers>-d<width>``), see ``NAMED``;
 - a JSON file (e.g. a run's ``config.json``): data, never executed;
 - an ml_collections ``.py`` config file (``get_config()``) that the user chose to run.
 
@@ -125,18 +129,19 @@ def neo(n_layers: int, d: int) -> dict:
       train=dict(steps=10_000, batch_size=64, seq_len=512, lr=1e-3, warmup_steps=500))
 
 
-PRESETS = {"tiny": tiny, "planted": planted, "planted-knee": planted_knee,
+NAMED = {"tiny": tiny, "planted": planted, "planted-knee": planted_knee,
            "planted-mix": planted_mixture, **{k: (lambda k=k: pythia(k)) for k in PYTHIA}}
 NEO_RE = re.compile(r"^neo-L(\d+)-d(\d+)$")
 
 
-def get_preset(name: str) -> dict:
-  if name in PRESETS:
-    return PRESETS[name]()
+def get(name: str) -> dict:
+  """The named config ``name`` as a plain dict of sections."""
+  if name in NAMED:
+    return NAMED[name]()
   m = NEO_RE.match(name)
   if m:
     return neo(int(m.group(1)), int(m.group(2)))
-  raise ValueError(f"unknown preset {name!r}; known: {sorted(PRESETS)} and neo-L<layers>-d<width>"
+  raise ValueError(f"unknown config name {name!r}; known: {sorted(NAMED)} and neo-L<layers>-d<width>"
                    " (e.g. neo-L2-d128), or a path to a .json / .py config file")
 
 
@@ -146,7 +151,7 @@ def to_configdict(d: dict) -> ml_collections.ConfigDict:
 
 
 def load(spec: str) -> ml_collections.ConfigDict:
-  """A ConfigDict from a preset name or a JSON file (with all defaults filled in)."""
+  """A ConfigDict from a config name or a JSON file (with all defaults filled in)."""
   if spec.endswith(".json"):
     path = Path(spec)
     if not path.exists():
@@ -158,7 +163,7 @@ def load(spec: str) -> ml_collections.ConfigDict:
       else:
         d[k] = v
     return to_configdict(d)
-  return to_configdict(get_preset(spec))
+  return to_configdict(get(spec))
 
 
 def build(cd) -> Config:
@@ -167,7 +172,7 @@ def build(cd) -> Config:
   return Config.from_dict(d)
 
 
-class _PresetParser(config_flags.ConfigFileFlagParser):
+class _ConfigParser(config_flags.ConfigFileFlagParser):
   def parse(self, path):
     if isinstance(path, ml_collections.ConfigDict):
       return path
@@ -177,10 +182,10 @@ class _PresetParser(config_flags.ConfigFileFlagParser):
 
 
 def DEFINE_config(name: str = "config", default: str = "tiny",  # noqa: N802 - absl style
-                  help_string: str = "a preset name, a .json config, or an ml_collections .py "
+                  help_string: str = "a config name, a .json config, or an ml_collections .py "
                                      "file; override fields with --config.section.key=value"):
   flag = config_flags._ConfigFlag(  # pylint: disable=protected-access
-      parser=_PresetParser(name=name, lock_config=True),
+      parser=_ConfigParser(name=name, lock_config=True),
       serializer=flags.ArgumentSerializer(), name=name, default=default,
       help_string=help_string, flag_values=flags.FLAGS)
   return flags.DEFINE_flag(flag, flags.FLAGS)
