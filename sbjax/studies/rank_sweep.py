@@ -214,7 +214,7 @@ def best_rows(rows: Sequence[dict], protocol: str, head: str = "lowrank") -> lis
 def _row(plan: Plan, spec: RunSpec, cfg: Config, summary: dict, vocab_size: int) -> dict:
   mc = model_config(cfg.model, spec, vocab_size)
   params = head_param_count(mc)
-  explicit = "head_rank" in heads.get(spec.head).fields  # a rank-r head: no matching needed
+  explicit = "head_rank" in heads_lib.get(spec.head).fields  # a rank-r head: no matching needed
   mr, ratio = (spec.rank, 1.0) if explicit else matched_rank(mc, params, plan.ranks)
   return {"protocol": spec.protocol, "head": spec.head, "rank": spec.rank, "n_mix": spec.n_mix,
           "matched_rank": mr, "lr": spec.lr, "steps": cfg.train.steps, "params": params,
