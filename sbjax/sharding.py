@@ -15,7 +15,7 @@ sharding) and ``tensor`` (vocabulary / heads / MLP hidden). Sizes come from
 - MLP fc_in (D×F): D on ``fsdp``, F on ``tensor``; fc_out (F×D): the transpose;
 - vectors (biases, norms) and scalars are replicated;
 - scanned layers (``blocks``) get a leading unsharded layer axis; a population
-  (``sbjax.population``) gets a leading unsharded member axis (``leading=1``);
+  (``sbjax.train.population``) gets a leading unsharded member axis (``leading=1``);
 - the batch (B×T) shards over ``data`` × ``fsdp``; eval/train metrics are replicated;
 - the optimizer state follows the parameters (same trailing tree paths inside optax
   states, e.g. ``.../mu/block_0/attn/q_kernel``); scalars (adam's count) are replicated;

@@ -1,6 +1,6 @@
 """Groups of same-shape models trained in one vmapped program, and their collapse pass.
 
-Used by ``experiments/collapse.py`` (Wu & Papyan 2024). Two pieces:
+Used by ``experiments/collapse/`` (Wu & Papyan 2024). Two pieces:
 
 ``train_group(mc, tc, members, datasets, snapshot_steps)`` (``Member``, ``member_tx``)
   Trains M members of one architecture ``mc`` together, each with its own data order,

@@ -1,6 +1,6 @@
 """Correlation statistics across a population of models (numpy only).
 
-Used by the Wu & Papyan (2024) experiment (``experiments/collapse.py``) to relate each
+Used by the Wu & Papyan (2024) experiment (``experiments/collapse/``) to relate each
 collapse metric x to the validation loss y over models.
 
 * ``pearson(x, y)``: r = sum (x - x̄)(y - ȳ) / sqrt(sum (x - x̄)^2 sum (y - ȳ)^2).
