@@ -77,7 +77,7 @@ def run(main):
   def parse_flags(argv):
     try:
       return flags.FLAGS(argv)
-    except flags.Error as e:  # e.g. an unknown preset in --config, a missing --workdir
+    except flags.Error as e:  # e.g. an unknown config name in --config, a missing --workdir
       if os.environ.get("SBJAX_DEBUG"):
         raise
       sys.stderr.write(f"error: {e}; see --helpshort or --helpfull\n")

@@ -145,3 +145,13 @@ class SweepProgress:
     if self._open:
       self.progress.finish(trained=self._trained)
       self._open = False
+
+
+def pick_preset(presets: dict, name, experiment: str):
+  """``presets[name]`` of an experiment's PRESETS (a Preset object passes through), or one
+  clear error naming the experiment and its presets."""
+  if not isinstance(name, str):
+    return name
+  if name not in presets:
+    raise ValueError(f"unknown {experiment} preset {name!r}; known: {', '.join(presets)}")
+  return presets[name]

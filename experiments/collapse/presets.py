@@ -5,6 +5,7 @@ that are not Config fields (the grid, the seed group, token budgets, permutation
 from __future__ import annotations
 
 import dataclasses
+from experiments.shared import pick_preset
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,7 +62,5 @@ PRESETS: dict[str, Preset] = {
 }
 
 
-def get_preset(name: str) -> Preset:
-  if name not in PRESETS:
-    raise ValueError(f"unknown --preset={name!r}; use one of {sorted(PRESETS)}")
-  return PRESETS[name]
+def get_preset(name) -> Preset:
+  return pick_preset(PRESETS, name, "collapse")

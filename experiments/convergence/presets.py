@@ -5,6 +5,7 @@ knobs that are not Config fields (``ConvergenceSettings`` sizes)."""
 from __future__ import annotations
 
 import dataclasses
+from experiments.shared import pick_preset
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,7 +70,5 @@ PRESETS: dict[str, Preset] = {
 }
 
 
-def get_preset(name: str) -> Preset:
-  if name not in PRESETS:
-    raise ValueError(f"unknown preset {name!r}; known: {sorted(PRESETS)}")
-  return PRESETS[name]
+def get_preset(name) -> Preset:
+  return pick_preset(PRESETS, name, "convergence")

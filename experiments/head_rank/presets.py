@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from experiments.shared import pick_preset
 from sbjax.config import DataConfig, ModelConfig, TrainConfig
 
 BASE = "tiny"
@@ -79,8 +80,4 @@ PRESETS: dict[str, Preset] = {
 
 
 def get_preset(name) -> Preset:
-  if isinstance(name, Preset):
-    return name
-  if name not in PRESETS:
-    raise ValueError(f"unknown preset {name!r}; choose {', '.join(PRESETS)}")
-  return PRESETS[name]
+  return pick_preset(PRESETS, name, "head_rank")

@@ -4,6 +4,7 @@ plus the knobs that are not Config fields (head ranks, the mixture runs, toleran
 from __future__ import annotations
 
 import dataclasses
+from experiments.shared import pick_preset
 
 BASE = "planted-knee"  # sbjax/configs.py; part 2 switches its data to the planted mixture
 
@@ -77,8 +78,4 @@ PRESETS: dict[str, Preset] = {
 
 
 def get_preset(name) -> Preset:
-  if isinstance(name, Preset):
-    return name
-  if name not in PRESETS:
-    raise ValueError(f"unknown planted preset {name!r}; known: {', '.join(PRESETS)}")
-  return PRESETS[name]
+  return pick_preset(PRESETS, name, "planted")

@@ -4,6 +4,7 @@ training, data source) and the knobs that are not Config fields (widths, fit, an
 from __future__ import annotations
 
 import dataclasses
+from experiments.shared import pick_preset
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,7 +65,5 @@ PRESETS: dict[str, Preset] = {
 }
 
 
-def get_preset(name: str) -> Preset:
-  if name not in PRESETS:
-    raise ValueError(f"unknown saturation preset {name!r}; known: {', '.join(PRESETS)}")
-  return PRESETS[name]
+def get_preset(name) -> Preset:
+  return pick_preset(PRESETS, name, "saturation")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from experiments.head_rank.presets import BASE, TEXT_DATA
+from experiments.shared import pick_preset
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,11 +47,7 @@ PRESETS: dict[str, Preset] = {
 
 
 def get_preset(name) -> Preset:
-  if isinstance(name, Preset):
-    return name
-  if name not in PRESETS:
-    raise ValueError(f"unknown target_rank preset {name!r}; known: {', '.join(PRESETS)}")
-  return PRESETS[name]
+  return pick_preset(PRESETS, name, "target_rank")
 
 
 def fields(p: Preset) -> dict:

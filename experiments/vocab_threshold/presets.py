@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 from experiments.head_rank import presets as hr
+from experiments.shared import pick_preset
 
 TOL = 0.02  # r*: the smallest rank within 2% of the full-rank loss
 W_LEVEL = 0.6  # r_0.6: the smallest k with W-error(k) <= 0.6
@@ -52,8 +53,4 @@ VOCABS = {name: p.knobs.vocabs for name, p in PRESETS.items()}
 
 
 def get_preset(name) -> Preset:
-  if isinstance(name, Preset):
-    return name
-  if name not in PRESETS:
-    raise ValueError(f"unknown vocab_threshold preset {name!r}; known: {', '.join(PRESETS)}")
-  return PRESETS[name]
+  return pick_preset(PRESETS, name, "vocab_threshold")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from experiments.head_rank.presets import PRESETS as HEAD_RANK_PRESETS
+from experiments.shared import pick_preset
 
 THRESHOLD = 0.6  # Godey et al. (2024), Fig. 8
 TOL = 0.02  # "within 2% of the full-rank loss"
@@ -29,8 +30,4 @@ PRESETS: dict[str, Preset] = {name: Preset(p.base, p.overrides, Knobs())
 
 
 def get_preset(name) -> Preset:
-  if isinstance(name, Preset):
-    return name
-  if name not in PRESETS:
-    raise ValueError(f"unknown werror_loss preset {name!r}; known: {', '.join(PRESETS)}")
-  return PRESETS[name]
+  return pick_preset(PRESETS, name, "werror_loss")

@@ -303,7 +303,7 @@ def test_presets_and_bad_inputs(tmp_path):
   exp.settings_for("tpu")  # validates
   with pytest.raises(ValueError, match="series_tokens"):
     exp.run(tmp_path / "x", "quick", series=[str(tmp_path)])
-  with pytest.raises(ValueError, match="unknown preset"):
+  with pytest.raises(ValueError, match="unknown convergence preset 'huge'"):
     exp.configs("huge")
   with pytest.raises(ValueError, match="token_modes"):
     conv.ConvergenceSettings(token_modes=("first",))

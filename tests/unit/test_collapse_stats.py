@@ -67,5 +67,5 @@ def test_tpu_preset_configs_validate():
   assert len(collapse.groups(collapse.PRESETS["test"])) <= len(collapse.groups(
       collapse.PRESETS["quick"])) and test.epoch_tokens < quick.epoch_tokens
   assert len(collapse.validate(collapse.PRESETS["test"])) == 2
-  with pytest.raises(ValueError, match="unknown --preset"):
+  with pytest.raises(ValueError, match="unknown collapse preset"):
     collapse.get_preset("gpu")

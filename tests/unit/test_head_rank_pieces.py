@@ -60,7 +60,7 @@ def test_bad_inputs_are_refused(tmp_path):
     rs.Plan(plan.base, ranks=(0, 4))
   with pytest.raises(ValueError, match="lrs is empty"):
     rs.Plan(plan.base, lrs=())
-  with pytest.raises(ValueError, match="unknown preset 'huge'"):
+  with pytest.raises(ValueError, match="unknown head_rank preset 'huge'"):
     head_rank.base_config("huge", "corpus")
   with pytest.raises(FileNotFoundError, match=r"corpus directory not found \(--data=.*missing\); "
                      "pass --data=DIR"):
