@@ -2,7 +2,6 @@
 curves against a Counter + numpy SVD recomputation from the experiment's own token streams,
 the figures, the report's table read from the CSV, and a rerun that recomputes nothing."""
 
-import collections
 import struct
 
 import numpy as np
@@ -11,26 +10,9 @@ import pytest
 from experiments import target_rank as tr
 from sbjax.data import make_dataset
 from tests._corpus import generated_docs, write_corpus
+from tests._ngram_reference import counter_reference, np_w_error
 
 P = tr.PRESETS["test"]
-
-
-def _counter_reference(streams, n, min_count):
-  pairs, ctx = collections.Counter(), collections.Counter()
-  for s in streams:
-    s = [int(x) for x in s]
-    for t in range(n, len(s)):
-      c = tuple(s[t - n:t])
-      pairs[(c, s[t])] += 1
-      ctx[c] += 1
-  kept = {c: k for c, k in ctx.items() if k >= min_count}
-  return {(c, v): k for (c, v), k in pairs.items() if c in kept}, kept
-
-
-def _np_w_error(m, dims):
-  s = np.linalg.svd(m, compute_uv=False)
-  f2 = float((m ** 2).sum())
-  return np.array([np.sqrt((s[min(d, s.size):] ** 2).sum() / f2) for d in dims])
 
 
 def _png_ok(path):
@@ -62,7 +44,7 @@ def test_curves_match_counter_and_numpy_svd(run):
   ds = make_dataset(tr.data_config(P, v, out, str(corpus)), seq_len=16, global_batch_size=1,
                     workdir=str(out / "data" / f"V{v}"), process_index=0, process_count=1)
   streams = [np.asarray(ds.train_tokens), np.asarray(ds.val_tokens)]
-  ref_pairs, ref_ctx = _counter_reference(streams, n, k.min_count)
+  ref_pairs, ref_ctx = counter_reference(streams, n, k.min_count)
   ctxs = sorted(ref_ctx)
   dense = np.zeros((len(ctxs), v))
   index = {c: i for i, c in enumerate(ctxs)}
@@ -71,7 +53,7 @@ def test_curves_match_counter_and_numpy_svd(run):
   got = sorted((r for r in rows if r["variant"] == "raw" and r["V"] == v and r["n"] == n),
                key=lambda r: r["d"])
   assert got[0]["C"] == len(ctxs)
-  ref = _np_w_error(dense / dense.sum(1, keepdims=True), [r["d"] for r in got])
+  ref = np_w_error(dense / dense.sum(1, keepdims=True), [r["d"] for r in got])
   np.testing.assert_allclose([r["w_error"] for r in got], ref, atol=1e-6)
 
 

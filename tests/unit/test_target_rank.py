@@ -6,13 +6,13 @@ References are independent: collections.Counter for the counts, dense numpy form
 numpy.linalg.svd for the W-error, an analytic spectrum for the large sparse case.
 """
 
-import collections
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
 from sbjax.studies import lowrank_svd, ngram
+from tests._ngram_reference import counter_reference, np_w_error
 
 
 def _markov_tokens(seed, vocab, length, order=2):
@@ -31,24 +31,12 @@ def _markov_tokens(seed, vocab, length, order=2):
   return np.asarray(out, np.int64)
 
 
-def _counter_reference(streams, n, min_count):
-  pairs, ctx = collections.Counter(), collections.Counter()
-  for s in streams:
-    s = [int(x) for x in s]
-    for t in range(n, len(s)):
-      c = tuple(s[t - n:t])
-      pairs[(c, s[t])] += 1
-      ctx[c] += 1
-  kept = {c: k for c, k in ctx.items() if k >= min_count}
-  return {(c, v): k for (c, v), k in pairs.items() if c in kept}, kept
-
-
 @pytest.mark.parametrize("n,min_count", [(1, 1), (2, 1), (2, 3), (3, 2)])
 def test_ngram_counts_match_counter(n, min_count):
   rng = np.random.default_rng(n * 10 + min_count)
   streams = [rng.integers(0, 7, 300), rng.integers(0, 7, 5), rng.integers(0, 7, 120)]
   m = ngram.context_counts(streams, n, min_count, vocab_size=9)
-  ref_pairs, ref_ctx = _counter_reference(streams, n, min_count)
+  ref_pairs, ref_ctx = counter_reference(streams, n, min_count)
   assert m.counts.shape == (len(ref_ctx), 9)
   got = {}
   coo = m.counts.tocoo()
@@ -64,7 +52,7 @@ def test_ngram_counts_match_counter(n, min_count):
 
 def test_ngram_pairs_do_not_cross_streams_and_bad_input():
   m = ngram.context_counts([np.array([0, 1]), np.array([2, 3])], n=1)
-  ref, _ = _counter_reference([[0, 1], [2, 3]], 1, 1)
+  ref, _ = counter_reference([[0, 1], [2, 3]], 1, 1)
   assert m.counts.nnz == len(ref) == 2  # (1 -> 2) is not a pair
   with pytest.raises(ValueError, match="n=0"):
     ngram.context_counts([1, 2, 3], n=0)
@@ -81,12 +69,6 @@ def _dense_variants(counts, k):
   lp = np.log((n + k) / (tot + k * v))
   return {"raw": n / tot, "addk": (n + k) / (tot + k * v), "logp": lp,
           "logp_centered": lp - lp.mean(1, keepdims=True)}
-
-
-def _np_w_error(m, dims):
-  s = np.linalg.svd(m, compute_uv=False)
-  f2 = float((m ** 2).sum())
-  return np.array([np.sqrt((s[min(d, s.size):] ** 2).sum() / f2) for d in dims])
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +91,7 @@ def test_w_error_matches_numpy_svd(small_counts, variant):
   np.testing.assert_allclose(op.matmat(x), dense @ x, rtol=1e-10, atol=1e-10)
   np.testing.assert_allclose(op.rmatmat(y), dense.T @ y, rtol=1e-10, atol=1e-10)
   dims = [0, 1, 2, 4, 8, 16, 32, v, v + 5]
-  ref = _np_w_error(dense, dims)
+  ref = np_w_error(dense, dims)
   g = lowrank_svd.w_error_curve(op, dims, method="gram")
   np.testing.assert_allclose(g.w_error, ref, atol=1e-6)
   rz = lowrank_svd.w_error_curve(op, dims[:-2], method="randomized")  # top 32 of 60
@@ -119,7 +101,7 @@ def test_w_error_matches_numpy_svd(small_counts, variant):
   # the wide case (C < V) uses the C x C Gram
   wide = lowrank_svd.variant_matrix(small_counts.counts[:40], variant, k)
   np.testing.assert_allclose(lowrank_svd.w_error_curve(wide, [1, 4, 16], method="gram").w_error,
-                             _np_w_error(_dense_variants(small_counts.counts[:40], k)[variant],
+                             np_w_error(_dense_variants(small_counts.counts[:40], k)[variant],
                                          [1, 4, 16]), atol=1e-6)
 
 
