@@ -39,7 +39,9 @@ def env(n_devices: int = 8, cache_dir: str | os.PathLike | None = None, **extra)
   e = dict(os.environ)
   e.update({
       "JAX_PLATFORMS": "cpu",
-      "XLA_FLAGS": f"--xla_force_host_platform_device_count={n_devices}",
+      "XLA_FLAGS": " ".join([*(f for f in e.get("XLA_FLAGS", "").split()
+                                if "xla_force_host_platform_device_count" not in f),
+                             f"--xla_force_host_platform_device_count={n_devices}"]),
       "TF_CPP_MIN_LOG_LEVEL": "3",
       "PYTHONPATH": str(ROOT) + os.pathsep + e.get("PYTHONPATH", ""),
   })
