@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import io
-import math
 import time
 from pathlib import Path
 
 import numpy as np
 
 from experiments.saturation import planted_measure as pm
+from experiments.saturation.windows import validation_windows
 from experiments.saturation.planted_presets import PlantedPreset, arm_config, get_planted_preset
 from experiments.shared import RunsProgress, write_json, write_rows
 from sbjax.analysis.table import atomic_write_bytes
@@ -25,12 +25,6 @@ from sbjax.data import make_dataset
 from sbjax.studies.floor import floor_curve
 from sbjax.train import read_metrics, train_once
 from sbjax.train.done import finished
-
-
-def validation_windows(ds, n: int) -> np.ndarray:
-  """The first ``n`` fixed validation windows [n, seq_len + 1] (``Dataset.eval_batches``)."""
-  k = math.ceil(n / ds.global_batch_size)
-  return np.concatenate(ds.eval_batches(k))[:n]
 
 
 def _save_windows(path: Path, steps, losses) -> None:
