@@ -21,8 +21,8 @@ ACCOUNTS = {
     "width": "the **width** account: only the arms with d ≤ 16 rise, whatever λ",
     "gamma": "the **Γ** account: the rise follows λ·Ση (the arms at Γ ≈ 7.9 rise, those at "
              "Γ ≈ 2.4 do not), whatever d",
-    "neither": "**neither** account: no arm rises; the bottleneck sets the level (floor(d)), "
-               "not the trajectory",
+    "neither": "**neither** account: no arm rises, so width and Γ do not set the trajectory "
+               "(the gap-to-floor column says whether the bottleneck floor(d) sets the level)",
     "both": "both accounts at once: these arms do not separate width from Γ",
     "mixed": "no single account: the pattern of rises follows neither width nor Γ alone",
     "inconclusive": "no account yet: at least one arm's rise CI straddles the threshold",
@@ -122,7 +122,8 @@ def report_section(out: Path, rel: str = ".") -> str:
       f"**Reading.** {n_yes} of {len(arms)} arms show a late rise and {n_coin} a coincident "
       f"spectrum collapse. The data support {ACCOUNTS[meta['account']]}. Godey et al. report "
       "a late rise with head-spectrum collapse in the small models; "
-      + ("these arms reproduce a rise" if n_yes else
-         "these arms do not reproduce it: the small heads sit at or above their exact "
-         "rank-d floor without climbing away from their best loss") + ".", ""]
+      + ("these arms reproduce a rise (" + ", ".join(
+          a["arm"] for a in arms if a["rise_verdict"] == "yes") + ")" if n_yes else
+         "these arms do not reproduce it") + ". Final gaps to the exact floor(d): "
+      + ", ".join(f"{a['arm']} {fmt(a['gap_to_floor'], 3)} nats" for a in arms) + ".", ""]
   return "\n".join(lines)
