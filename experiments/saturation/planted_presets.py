@@ -99,9 +99,12 @@ PLANTED_PRESETS: dict[str, PlantedPreset] = {
                                   floor_max_iter=300),
     # 2 CPU cores: the recipe (η = 1e-2, λ = 0.1, 1% warm-up, cosine to 10%, Γ = 7.9
     # in 14,377 steps) at 8 x 64 tokens per step (7.4M fresh tokens per arm), one layer.
-    # Time: an ESTIMATE from a 1000-step d=8 / d=64 run on a loaded machine (4 ms / 80 ms per
-    # step): ~20-30 min for the five arms; not measured on a quiet machine (BUILD_NOTES).
-    "cpu-planted": PlantedPreset(arms=PYTHIA_ARMS),
+    # Time: an ESTIMATE from 500-1000-step probes on a machine with load ~12 on 2 cores (d=8:
+    # 4 ms/step, d=64: 61 ms/step, both at 8 x 64): 10-25 min for the five arms on 2 quiet
+    # cores; not measured (BUILD_NOTES).
+    # Floors: gtol 1e-4 / 1000 L-BFGS iterations reproduce the guide's floor(d) − H (8: 0.624,
+    # 16: 0.236, 64: 0.0068 nats) in ~2 min on the loaded machine (cached in OUT).
+    "cpu-planted": PlantedPreset(arms=PYTHIA_ARMS, floor_gtol=1e-4, floor_max_iter=1000),
     # Pythia-14m's learning rate (1e-3) and step count for Γ = 7.9 (143,770 steps, Pythia:
     # 143,000) at 32 x 64 tokens per step (294M fresh tokens per arm), 2 layers; not run yet
     "tpu-planted": PlantedPreset(arms=PYTHIA_ARMS, lr=1e-3, batch=32, n_layers=2,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import json
 import time
 from pathlib import Path
 
@@ -19,7 +20,7 @@ import numpy as np
 from experiments.saturation import planted_measure as pm
 from experiments.saturation.windows import validation_windows
 from experiments.saturation.planted_presets import PlantedPreset, arm_config, get_planted_preset
-from experiments.shared import RunsProgress, write_json, write_rows
+from experiments.shared import RunsProgress, read_rows, write_json, write_rows
 from sbjax.analysis.table import atomic_write_bytes
 from sbjax.data import make_dataset
 from sbjax.studies.floor import floor_curve
@@ -33,10 +34,20 @@ def _save_windows(path: Path, steps, losses) -> None:
   atomic_write_bytes(path, buf.getvalue())
 
 
-def _floors(lang, p: PlantedPreset) -> dict:
+def _floors(lang, p: PlantedPreset, out: Path) -> dict:
+  """floor(d) − H for every arm width: {d: row of planted_floor.csv}; kept in OUT and reused
+  while the language, the widths and the optimiser settings are the same."""
+  key = json.dumps({"lang": lang.info(), "ranks": sorted({a.d for a in p.arms}),
+                    "gtol": p.floor_gtol, "max_iter": p.floor_max_iter}, sort_keys=True)
+  path, kpath = out / "planted_floor.csv", out / "planted_floor.key"
+  if path.exists() and kpath.exists() and kpath.read_text() == key:
+    return {int(r["rank"]): r for r in read_rows(path)}
   res = floor_curve(lang, sorted({a.d for a in p.arms}), gtol=p.floor_gtol,
                     max_iter=p.floor_max_iter, restarts=2, require_converged=False)
-  return {r.rank: r for r in res}
+  rows = {r.rank: r.row() for r in res}
+  write_rows(path, [rows[d] for d in sorted(rows)])
+  kpath.write_text(key)
+  return rows
 
 
 def run_planted(out: Path, preset, verbose: bool = True) -> dict:
@@ -52,8 +63,7 @@ def run_planted(out: Path, preset, verbose: bool = True) -> dict:
   lang = ds.planted
   windows = validation_windows(ds, p.val_windows)
   t_floor = time.perf_counter()
-  floors = _floors(lang, p)
-  write_rows(out / "planted_floor.csv", [floors[d].row() for d in sorted(floors)])
+  floors = _floors(lang, p, out)
   timings = {"data_and_floor_s": round(time.perf_counter() - t0, 1),
              "floor_s": round(time.perf_counter() - t_floor, 1)}
   progress = RunsProgress(len(cfgs), "saturation-planted", disable=not verbose)
@@ -69,7 +79,8 @@ def run_planted(out: Path, preset, verbose: bool = True) -> dict:
     _save_windows(wd / "planted_windows.npz", [r["step"] for r in rows], losses)
     train_recs = [r for r in read_metrics(wd) if "loss" in r]
     fl = floors[arm.d]
-    arms.append(pm.arm_summary(rows, losses, train_recs, cfg, p, fl.value, fl.entropy))
+    arms.append(pm.arm_summary(rows, losses, train_recs, cfg, p, float(fl["floor"]),
+                               float(fl["H"])))
     ck_rows += [{"arm": arm.name, "d": arm.d, "weight_decay": arm.weight_decay, **r} for r in rows]
     timings[arm.name] = {"train_s": round(t2 - t1, 1),
                          "measure_s": round(time.perf_counter() - t2, 1)}
