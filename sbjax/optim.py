@@ -7,11 +7,24 @@ warmup then cosine decay to ``min_lr_ratio`` (10%) of the peak learning rate.
 Frozen trunk (Godey et al. E5): only the head's parameters are trained (its kind's
 ``param_keys``: ``head``, or the embedding for a tied head); every other update is
 exactly zero.
+
+Weight-decay timescales Γ (``gamma_schedule``, ``gamma_at``, ``steps_for_gamma``): AdamW
+(optax's decoupled form) applies p ← p − η_t (Adam(g)_t + λ p) at update t = 0, 1, ...
+with η_t = ``lr_schedule(tc)(t)``, so with zero gradients a decayed matrix shrinks by
+Π_t (1 − λ η_t) ≈ exp(−Γ). After s updates
+
+    Γ(s) = λ · Σ_{t < s} η_t          (λ = ``train.weight_decay``; 0 if λ = 0)
+
+the number of weight-decay timescales elapsed (Pythia-14m/70m reach Γ ≈ 7.9, 410m ≈ 2.4).
+Γ applies to the decayed leaves (matrices); a frozen trunk is not decayed at all.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
+import numpy as np
 import optax
 
 from sbjax import heads
@@ -48,3 +61,72 @@ def make_optimizer(tc: TrainConfig, mc: ModelConfig, params) -> optax.GradientTr
     tx = optax.multi_transform({"train": tx, "freeze": optax.set_to_zero()},
                                trainable_labels(params, mc, True))
   return tx
+
+
+# ------------------------------------------------------------------ weight-decay timescales
+def gamma_schedule(tc: TrainConfig) -> np.ndarray:
+  """G of length ``tc.steps + 1`` (float64): G[s] = λ Σ_{t<s} η_t, Γ after s updates, with
+  η_t the optimizer's own schedule (``lr_schedule``, evaluated in float32 as the update
+  uses it, summed in float64)."""
+  eta = np.asarray(jax.jit(lr_schedule(tc))(np.arange(tc.steps, dtype=np.int32)), np.float64)
+  return float(tc.weight_decay) * np.concatenate([[0.0], np.cumsum(eta)])
+
+
+def gamma_at(tc: TrainConfig, steps_done, table: np.ndarray | None = None):
+  """Γ after ``steps_done`` updates (int or array). Beyond ``tc.steps`` the schedule stays
+  at its end value η_end = lr · min_lr_ratio, so Γ grows by λ η_end per extra step."""
+  g = gamma_schedule(tc) if table is None else table
+  s = np.asarray(steps_done, np.int64)
+  if np.any(s < 0):
+    raise ValueError(f"gamma_at: steps_done must be >= 0, got {steps_done}")
+  end = float(tc.weight_decay) * tc.lr * tc.min_lr_ratio
+  out = g[np.minimum(s, tc.steps)] + end * np.maximum(s - tc.steps, 0)
+  return float(out) if out.ndim == 0 else out
+
+
+def gamma_fn(tc: TrainConfig):
+  """``f(steps_done) -> Γ`` with the table computed once (for the train log)."""
+  table = gamma_schedule(tc)
+  return lambda steps_done: gamma_at(tc, steps_done, table)
+
+
+def gamma_total(tc: TrainConfig) -> float:
+  """Γ at the end of the run: λ Σ_{t < steps} η_t."""
+  return float(gamma_schedule(tc)[-1])
+
+
+def _gamma_total_np(tc: TrainConfig) -> float:
+  """``gamma_total`` from the closed form of ``lr_schedule`` in numpy (optax's
+  warmup_cosine_decay_schedule: η_t = lr t / w for t < w, else
+  lr (m + (1 − m) (1 + cos(π min(t − w, D) / D)) / 2), D = decay_steps − w, m = min_lr_ratio);
+  used by the step search, where a jitted schedule per candidate would cost ~0.1 s each."""
+  warm = min(tc.warmup_steps, max(tc.steps - 1, 0))
+  dsteps = max(tc.steps, warm + 1) - warm
+  t = np.arange(tc.steps, dtype=np.float64)
+  cos = 0.5 * (1 + np.cos(np.pi * np.minimum(t - warm, dsteps) / dsteps))
+  eta = np.where(t < warm, tc.lr * t / max(warm, 1),
+                 tc.lr * (tc.min_lr_ratio + (1 - tc.min_lr_ratio) * cos))
+  return float(tc.weight_decay * eta.sum())
+
+
+def steps_for_gamma(tc: TrainConfig, target: float, warmup_frac: float = 0.01) -> TrainConfig:
+  """``tc`` with ``steps`` (and ``warmup_steps = round(warmup_frac * steps)``) chosen so
+  that ``gamma_total`` is the smallest value >= ``target`` (bisection on the integer step
+  count with the exact schedule; lr, min_lr_ratio and λ as in ``tc``). Pythia's recipe
+  (λ = 0.1, η = 1e-2, 1% warm-up, cosine to 10%) reaches Γ = 7.9 at ≈ 14.4k steps."""
+  if tc.weight_decay <= 0:
+    raise ValueError(f"steps_for_gamma: train.weight_decay={tc.weight_decay} gives Γ = 0 at "
+                     "every step; set a positive weight decay to specify a run by Γ")
+  if target <= 0:
+    raise ValueError(f"steps_for_gamma: the target Γ must be > 0, got {target}")
+
+  def with_steps(n: int) -> TrainConfig:
+    return dataclasses.replace(tc, steps=n, warmup_steps=int(round(warmup_frac * n)))
+
+  lo, hi = 1, 2
+  while _gamma_total_np(with_steps(hi)) < target:
+    lo, hi = hi, hi * 2
+  while hi - lo > 1:
+    mid = (lo + hi) // 2
+    lo, hi = (mid, hi) if _gamma_total_np(with_steps(mid)) < target else (lo, mid)
+  return with_steps(lo if _gamma_total_np(with_steps(lo)) >= target else hi)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 from experiments.shared import pick_preset
+from sbjax.config import TrainConfig
+from sbjax.optim import steps_for_gamma
 
 
 @dataclasses.dataclass(frozen=True)
@@ -17,6 +19,7 @@ class Knobs:
   grad_per: bool = True  # PER of the gradients on the fixed batch
   group_size: int = 4  # checkpoints per compiled forward
   chunk: int = 32
+  per_mlp_r: int = 0  # MLP PER over the top r singular values (0: all; head_dim: the authors')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,6 +47,16 @@ def _overrides(*, n_layers: int = 4, n_heads: int = 4, steps: int = 1000, ckpt_e
           "data.planted_train_tokens": pt, "data.planted_val_tokens": pval}
 
 
+def _gamma_overrides(target: float = 7.9, lr: float = 1e-2, batch: int = 8, seq_len: int = 64,
+                     ckpt_every: int = 250) -> dict:
+  """Pythia's recipe by Γ (λ = 0.1, 1% warm-up, cosine to 10%; ``sbjax.optim.steps_for_gamma``)
+  on the planted mixture (V = 256, M = 4, k = 8) with fresh tokens every step."""
+  tc = steps_for_gamma(TrainConfig(lr=lr, weight_decay=0.1), target)
+  return _overrides(n_layers=4, steps=tc.steps, ckpt_every=ckpt_every, batch=batch,
+                    seq_len=seq_len, lr=lr, warmup=tc.warmup_steps, source="planted_mix",
+                    planted=(256, 8, tc.steps * batch * seq_len + 1, 16_384))
+
+
 _TINY_DATA = dict(source="planted", vocab=512, planted=(64, 4, 50_000, 4096))
 _TINY_KNOBS = dict(n_sequences=16, all_sequences=4, grad_per=False, group_size=8, chunk=16)
 
@@ -59,6 +72,13 @@ PRESETS: dict[str, Preset] = {
                     Knobs(widths=(16, 32, 48), **_TINY_KNOBS)),
     # <= 30 min on 2 cores: three widths, 4 layers, 1000 steps, 31 checkpoints each
     "cpu": Preset("tiny", _overrides(), Knobs(widths=(32, 64, 128))),
+    # Γ like Pythia-14m/70m (7.9 weight-decay timescales: 14,377 steps at η = 1e-2, 8 x 64
+    # tokens, fresh every step) on the planted mixture: 4 layers, d ∈ {16, 64}, head_dim 8,
+    # MLP PER with r = head_dim (the authors' convention). Time: an ESTIMATE of 20-30 min on
+    # 2 quiet cores (not run here: > 5 min)
+    "cpu-gamma": Preset("tiny", _gamma_overrides(),
+                        Knobs(widths=(16, 64), per_width={"model.n_heads": (2, 8)},
+                              grad_per=False, all_sequences=32, per_mlp_r=8)),
     # the paper's scale (Pythia-70m/160m/410m shapes); validated in tests, not run on CPU
     "tpu": Preset("tiny", _overrides(steps=20000, ckpt_every=1000, batch=256, seq_len=2048,
                                      lr=1e-3, warmup=200, source="tfds", tfds_name="lm1b",

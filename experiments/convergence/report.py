@@ -14,7 +14,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from experiments.convergence.summary import (FRAC, PAPER_FRAC, cell,  # noqa: E402
+from experiments.convergence.summary import (FRAC, PAPER_FRAC, STAB_LEVEL, cell,  # noqa: E402
                                              layers_markdown, primary)
 from experiments.shared import read_rows  # noqa: E402
 from sbjax.studies import convergence as conv  # noqa: E402
@@ -122,8 +122,42 @@ def report_section(out: Path, rel: str) -> str:
   for c in pc:
     lines.append(f"| {c['model']} | {c['y']} | {int(c['n'])} | {cell(c['pearson'], 2)} | "
                  f"{cell(c['spearman'], 2)} |")
-  lines += ["", paragraph(models, pc)]
+  lines += ["", paragraph(models, pc), ""]
+  lines += stabilisation_lines(models, read_rows(out / "stabilisation.csv"), tok, est)
   return "\n".join(lines) + "\n"
+
+
+def stabilisation_lines(models, stab_rows, tok: str, est: str) -> list[str]:
+  """The stabilisation table (first checkpoint after which CKA stays ≥ 0.9) and the
+  within-(model, kind) Spearman(PER, stabilisation step) with permutation p-values."""
+  lines = ["Stabilisation (the first checkpoint after which CKA-to-final stays ≥ "
+           f"{STAB_LEVEL}, not the first crossing):", "",
+           "| model | median stabilisation step / final (all, MLP, OV) | layers stabilised by "
+           "20% |", "|---|---|---|"]
+  for m in models:
+    lines.append(f"| {m['model']} | {cell(m['median_stabilisation_frac'], 2)} "
+                 f"({cell(m['median_stabilisation_frac_mlp'], 2)}, "
+                 f"{cell(m['median_stabilisation_frac_ov'], 2)}) | "
+                 f"{100 * m['share_stabilised_by_paper_frac']:.0f}% |")
+  sel = [r for r in stab_rows if r["tokens"] == tok and r["estimator"] == est]
+  lines += ["", "Spearman(PER, stabilisation step) within each model and kind (exact "
+            "permutation p over the layers' orderings), and the test stratified by model and "
+            "kind (T = mean within-stratum ρ; permutations within strata):", "",
+            "| PER | model | kind | n | Spearman | p (permutation) |", "|---|---|---|---|---|---|"]
+  for r in sel:
+    lines.append(f"| {r['per']} | {r['model']} | {r['kind']} | {int(r['n'])} | "
+                 f"{cell(r['spearman'], 2)} | {cell(r['p_perm'], 3)} |")
+  strat = [r for r in sel if r["model"] == "stratified" and r["per"] == "per_weights_final"]
+  if strat and math.isfinite(strat[0]["spearman"]):
+    s, p = strat[0]["spearman"], strat[0]["p_perm"]
+    sig = p < 0.05
+    lines += ["", f"Stratified over models and kinds, mean Spearman(final PER, stabilisation "
+              f"step) = {s:.2f} (p = {p:.3f}): " + (
+                  ("low-PER layers stabilise later, as the paper reports" if s < 0 else
+                   "high-PER layers stabilise later, the opposite of the paper")
+                  if sig else "no significant PER link at this size (the paper reports one)")
+              + "."]
+  return lines
 
 
 def paragraph(models, pc) -> str:

@@ -37,7 +37,8 @@ def data_config(preset: str, data: str = "") -> DataConfig:
   if o["data.source"] == "text":
     log.warning("no text corpus (%s is missing; pass --data=DIR): using the planted language",
                 DEFAULT_TEXT)
-  return DataConfig(source="planted", **{k: o[f"data.{k}"] for k in PLANTED_KEYS})
+  source = o["data.source"] if o["data.source"] in ("planted", "planted_mix") else "planted"
+  return DataConfig(source=source, **{k: o[f"data.{k}"] for k in PLANTED_KEYS})
 
 
 def configs(preset: str, data: str = "", widths: tuple | None = None) -> list[tuple[str, Config]]:
@@ -64,7 +65,7 @@ def settings_for(preset: str, **over) -> conv.ConvergenceSettings:
   preset's)."""
   k = get_preset(preset).knobs
   kw = dict(n_sequences=k.n_sequences, all_sequences=k.all_sequences, grad_per=k.grad_per,
-            group_size=k.group_size, chunk=k.chunk)
+            group_size=k.group_size, chunk=k.chunk, per_mlp_r=k.per_mlp_r)
   kw.update({key: v for key, v in over.items() if v is not None})
   return conv.ConvergenceSettings(**kw)
 

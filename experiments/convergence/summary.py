@@ -1,5 +1,12 @@
 """From the long per-checkpoint CSVs (measure/<model>/) to the summaries: bands.csv,
-layers.csv / layers.md, correlations.csv and models.csv."""
+layers.csv / layers.md, correlations.csv, models.csv and stabilisation.csv.
+
+Stabilisation (``sbjax.studies.stabilisation``): a layer's ``stabilisation_step`` is the first
+checkpoint after which its CKA-to-final stays ≥ 0.9 (not the first crossing).
+``stabilisation.csv``: Spearman(PER, stabilisation step) within each (model, kind) stratum
+with its exact permutation p (n_layers! permutations), and the stratified test over all
+(model, kind) strata (T = mean within-stratum ρ, y permuted within strata), per token mode,
+estimator and PER column."""
 
 from __future__ import annotations
 
@@ -10,9 +17,11 @@ import numpy as np
 
 from experiments.shared import fmt, read_rows, write_rows
 from sbjax.studies import convergence as conv
+from sbjax.studies import stabilisation as stab
 
 PAPER_FRAC = 0.2  # "large models converge within the first ~20% of training"
 FRAC = 0.9  # a layer has converged at the first step with CKA >= 0.9 of its final value
+STAB_LEVEL = 0.9  # ... and has stabilised from the first step after which CKA stays >= 0.9
 
 
 def primary(settings: dict) -> tuple[str, str]:
@@ -47,7 +56,21 @@ def _model_row(m: dict, rows: list[dict], steps: list[dict]) -> dict:
           "median_first_frac_mlp": float(np.nanmedian(
               [r["first_frac"] for r in prim if r["kind"] == "mlp"])),
           "median_first_frac_ov": float(np.nanmedian(
-              [r["first_frac"] for r in prim if r["kind"] == "ov"]))}
+              [r["first_frac"] for r in prim if r["kind"] == "ov"])),
+          **_stab_cols(prim)}
+
+
+def _stab_cols(prim: list[dict]) -> dict:
+  """Median stabilisation fraction (all, MLP, OV) and the share stabilised by PAPER_FRAC."""
+  sf = np.array([r["stabilisation_frac"] for r in prim], float)
+  out = {"median_stabilisation_frac": float(np.nanmedian(sf)) if np.isfinite(sf).any()
+         else float("nan"),
+         "share_stabilised_by_paper_frac": float(np.mean(np.nan_to_num(sf, nan=2.0) <= PAPER_FRAC))}
+  for kind in conv.KINDS:
+    v = np.array([r["stabilisation_frac"] for r in prim if r["kind"] == kind], float)
+    out[f"median_stabilisation_frac_{kind}"] = float(np.nanmedian(v)) if np.isfinite(v).any() \
+        else float("nan")
+  return out
 
 
 def _correlations(layers: list[dict], models: list[str]) -> list[dict]:
@@ -63,6 +86,49 @@ def _correlations(layers: list[dict], models: list[str]) -> list[dict]:
   return corr
 
 
+def _with_stabilisation(rows: list[dict], cka: list[dict]) -> list[dict]:
+  """Adds stabilisation_step (CKA stays ≥ STAB_LEVEL from there on) and its fraction."""
+  mats = {}
+  for r in rows:
+    key = (r["kind"], r["tokens"], r["estimator"])
+    if key not in mats:
+      mats[key] = conv.cka_matrix(cka, *key)
+    steps, c = mats[key]
+    st = stab.stabilisation_step(steps, c[:, r["layer"]], STAB_LEVEL)
+    r["stabilisation_step"] = st
+    r["stabilisation_frac"] = st / r["final_step"] if st is not None and r["final_step"] else \
+        float("nan")
+  return rows
+
+
+PER_COLUMNS = ("per_weights_final", "per_weights_mean")
+
+
+def stabilisation_tests(layers: list[dict], n_perm: int = 10_000) -> list[dict]:
+  """Spearman(PER, stabilisation step) per (model, kind) with exact permutation p, and the
+  stratified permutation test over the (model, kind) strata; per token mode, estimator and
+  PER column."""
+  out = []
+  for t, e in sorted({(r["tokens"], r["estimator"]) for r in layers}):
+    sel = [r for r in layers if r["tokens"] == t and r["estimator"] == e]
+    for y in PER_COLUMNS:
+      if not any(r.get(y) is not None for r in sel):
+        continue
+      x = [float(r[y]) if r.get(y) is not None else math.nan for r in sel]
+      st = [float(r["stabilisation_step"]) if r.get("stabilisation_step") is not None
+            else math.nan for r in sel]
+      g = [f"{r['model']}/{r['kind']}" for r in sel]
+      res = stab.stratified_spearman_test(x, st, g, n_perm=n_perm)
+      base = {"tokens": t, "estimator": e, "per": y}
+      for srow in res["strata"]:
+        model, kind = srow["stratum"].split("/")
+        out.append({**base, "model": model, "kind": kind, "n": srow["n"],
+                    "spearman": srow["rho"], "p_perm": srow["p"], "exact": int(srow["exact"])})
+      out.append({**base, "model": "stratified", "kind": "mlp+ov", "n": len(sel),
+                  "spearman": res["statistic"], "p_perm": res["p"], "exact": int(res["exact"])})
+  return out
+
+
 def summarise(out: Path, metas: list[dict]) -> None:
   """bands.csv, layers.csv/.md, correlations.csv and models.csv from measure/<model>/."""
   out = Path(out)
@@ -73,13 +139,14 @@ def summarise(out: Path, metas: list[dict]) -> None:
     for r in cka + per:
       r["layer"] = int(r["layer"])
     bands += _bands(m, cka)
-    rows = conv.layer_table(cka, per, FRAC)
+    rows = _with_stabilisation(conv.layer_table(cka, per, FRAC), cka)
     layers += [{"model": m["model"], "width": m["width"], **r} for r in rows]
     models.append(_model_row(m, rows, steps))
   write_rows(out / "bands.csv", bands)
   write_rows(out / "layers.csv", layers)
   write_rows(out / "models.csv", models)
   write_rows(out / "correlations.csv", _correlations(layers, [m["model"] for m in metas]))
+  write_rows(out / "stabilisation.csv", stabilisation_tests(layers))
   tok, est = primary(metas[0]["settings"])
   (out / "layers.md").write_text(layers_markdown(layers, tok, est) + "\n")
 

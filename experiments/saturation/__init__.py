@@ -32,6 +32,17 @@ are cached, so a rerun resumes. ``report_section(out, rel)`` (report.py, from th
 only) draws ``fig_loss_anisotropy.png``, ``fig_spectrum_heatmap.png``, ``fig_kl_uniform.png``,
 ``fig_scaling.png`` and gives the markdown section.
 
+Late rise, paired: every width's per-window losses on the fixed validation windows
+(``windows.npz``, ``windows.py``) give the rise statistic of ``sbjax.studies.rise`` with a
+paired-bootstrap CI (``rise_stat``, ``rise_ci_lo``/``hi``, ``rise_verdict``) and the CI of the
+small widths' gap (``gap_final_ci_lo``/``hi``); N is reported with and without the head.
+
+The planted arms (``--preset=test-planted|cpu-planted|tpu-planted``; ``planted_presets``,
+``planted_run``, ``planted_measure``, ``planted_report``): arms of width d and weight decay λ
+on the planted mixture language, run by Γ = λ Σ η, with the Rao-Blackwellised expected loss
+on fixed validation windows at every checkpoint, the exact floor(d), and a per-arm table
+(rise with CI, coincidence with a KL jump and anisotropy, gap to floor, Γ at the rise).
+
 Modules: ``presets`` (PRESETS: test, quick, cpu, tpu), ``run`` (training, analysis),
 ``measure`` (late-rise test, scaling fits, the CSVs), ``report`` (figures, markdown),
 ``__main__`` (the CLI).

@@ -1,4 +1,5 @@
-"""python -m experiments.saturation --preset=test|quick|cpu|tpu --out=DIR [--data=DIR]"""
+"""python -m experiments.saturation --preset=test|quick|cpu|tpu --out=DIR [--data=DIR]
+python -m experiments.saturation --preset=test-planted|cpu-planted|tpu-planted --out=DIR"""
 
 from __future__ import annotations
 
@@ -10,12 +11,16 @@ from pathlib import Path
 from absl import flags
 
 from experiments import common
+from experiments.saturation.planted_presets import PLANTED_PRESETS
+from experiments.saturation.planted_report import report_section as planted_section
+from experiments.saturation.planted_run import run_planted
 from experiments.saturation.presets import PRESETS
 from experiments.saturation.report import report_section
 from experiments.saturation.run import run
 
 OUT = flags.DEFINE_string("out", "out/saturation", "output directory")
-PRESET = flags.DEFINE_enum("preset", "cpu", list(PRESETS), " | ".join(PRESETS))
+PRESET = flags.DEFINE_enum("preset", "cpu", list(PRESETS) + list(PLANTED_PRESETS),
+                           " | ".join(list(PRESETS) + list(PLANTED_PRESETS)))
 DATA = flags.DEFINE_string("data", "", "a directory of .txt files (default: the development "
                            "corpus ../shared/data/shakespeare), or a TFDS name for the tpu preset")
 
@@ -23,6 +28,12 @@ DATA = flags.DEFINE_string("data", "", "a directory of .txt files (default: the 
 def main(argv):
   del argv
   out = Path(OUT.value)
+  if PRESET.value in PLANTED_PRESETS:  # the planted arms (width x Γ)
+    run_planted(out, PRESET.value)
+    (out / "section.md").write_text(planted_section(out, "."))
+    print(json.dumps({"out": str(out), "arms": str(out / "planted_arms.csv"),
+                      "section": str(out / "section.md")}))
+    return
   run(out, PRESET.value, DATA.value or None)
   (out / "section.md").write_text(report_section(out, "."))
   print(json.dumps({"out": str(out), "runs": str(out / "saturation_runs.csv"),

@@ -1,5 +1,14 @@
 """From the analysed runs to the CSVs: one row per width (losses over checkpoints, the
-late-rise tests, head spectrum at best/final), the two scaling fits and the training loss."""
+late-rise tests, head spectrum at best/final), the scaling fits and the training loss.
+
+Two late-rise tests: the naive one (``detect_rise``: final − best > rise_tol, columns
+``rise``, ``late_rise``), which fires on batch noise, and the paired-bootstrap statistic of
+``sbjax.studies.rise`` on the fixed validation windows (``windows.npz``; columns
+``rise_stat``, ``rise_ci_lo``, ``rise_ci_hi``, ``rise_verdict``, ``rise_onset_step``;
+``train_rise_stat``: the same statistic of the train loss binned between checkpoints).
+N is reported without the head (``n_nonembedding``, the fits ``final`` and ``best``) and
+with it (``n_with_head``, the fit ``final_with_head``); the widths below the fit get a
+paired-bootstrap CI of their final gap (``gap_final_ci_lo``/``hi``, ``scaling.bootstrap_gap``)."""
 
 from __future__ import annotations
 
@@ -10,9 +19,12 @@ from pathlib import Path
 import numpy as np
 
 from experiments.saturation.presets import Knobs
+from experiments.saturation.windows import FILE as WINDOWS
 from experiments.shared import read_rows, write_rows
 from sbjax import checkpoint as ckpt
+from sbjax.heads import head_param_count
 from sbjax.model import Model, non_embedding_params
+from sbjax.studies import rise as rise_lib
 from sbjax.studies import scaling
 from sbjax.train import read_metrics
 
@@ -63,6 +75,7 @@ def run_summary(wd: Path, k: Knobs) -> dict:
   return {
       "width": cfg.model.d_model, "n_layers": cfg.model.n_layers,
       "n_nonembedding": non_embedding_params(cfg.model),
+      "n_with_head": non_embedding_params(cfg.model) + head_param_count(cfg.model),
       "n_params": model.param_count(model.abstract_params()),
       "vocab_size": cfg.model.vocab_size, "steps": ev["final_step"],
       "final_eval_loss": ev["final"], "best_eval_loss": ev["best"],
@@ -72,7 +85,31 @@ def run_summary(wd: Path, k: Knobs) -> dict:
       "kl_final": float(rows[i_f].get("head_kl_uniform", math.nan)),
       "anisotropy_best": float(rows[ib].get("anisotropy_last", math.nan)),
       "anisotropy_final": float(rows[i_f].get("anisotropy_last", math.nan)),
+      **paired_rise(wd, cfg.train.steps, k),
   }
+
+
+def paired_rise(wd: Path, total: int, k: Knobs) -> dict:
+  """The paired-bootstrap rise of the window losses (NaN columns without windows.npz or
+  without a checkpoint after rise_after of training)."""
+  out = {"rise_stat": math.nan, "rise_ci_lo": math.nan, "rise_ci_hi": math.nan,
+         "rise_verdict": "n/a", "rise_onset_step": None, "train_rise_stat": math.nan}
+  if not (wd / WINDOWS).exists():
+    return out
+  with np.load(wd / WINDOWS) as z:
+    steps, losses = z["steps"], z["loss_KxW"]
+  if steps[-1] < k.rise_after * total:
+    return out
+  r = rise_lib.rise_test(steps, losses, total, threshold=k.rise_threshold, after=k.rise_after,
+                         n_boot=k.n_boot)
+  out.update(rise_stat=r["rise"], rise_ci_lo=r["ci_lo"], rise_ci_hi=r["ci_hi"],
+             rise_verdict=r["verdict"], rise_onset_step=r["onset_step"])
+  tr = train_losses(wd)
+  b = rise_lib.binned_means([x["step"] + 1 for x in tr], [x["loss"] for x in tr], steps)
+  ok = np.isfinite(b)
+  if ok.any() and steps[ok][-1] >= k.rise_after * total:
+    out["train_rise_stat"] = float(rise_lib.rise_statistic(steps[ok], b[ok], total, k.rise_after))
+  return out
 
 
 def fit_rows(rows: list[dict], fit_min_width: int) -> tuple[list[dict], list[dict]]:
@@ -96,8 +133,39 @@ def fit_rows(rows: list[dict], fit_min_width: int) -> tuple[list[dict], list[dic
       r[f"pred_{key}"] = float(fits[key].predict(r["n_nonembedding"]))
       r[f"gap_{key}_pct"] = float(fits[key].gap_pct(r[f"{key}_eval_loss"], r["n_nonembedding"]))
   widths = "+".join(str(r["width"]) for r in rows if r["in_fit"])
-  return rows, [{"step": i, "fit_on": key, **fits[key].to_dict(), "widths": widths}
-                for i, key in enumerate(FITS)]
+  out = [{"step": i, "fit_on": key, **fits[key].to_dict(), "widths": widths}
+         for i, key in enumerate(FITS)]
+  if all("n_with_head" in r for r in rows):  # N with the head's parameters too
+    nh = np.array([r["n_with_head"] for r in rows], np.float64)
+    y = np.array([r["final_eval_loss"] for r in rows])
+    try:
+      fh = scaling.fit_power_law(nh[infit], y[infit])
+    except ValueError:
+      fh = scaling.nan_fit(int(infit.sum()))
+    for r in rows:
+      r["gap_final_with_head_pct"] = float(fh.gap_pct(r["final_eval_loss"], r["n_with_head"]))
+    out.append({"step": len(out), "fit_on": "final_with_head", **fh.to_dict(), "widths": widths})
+  return rows, out
+
+
+def gap_cis(rows: list[dict], wds: list[Path], k: Knobs) -> None:
+  """gap_final_ci_lo/hi: the paired-bootstrap CI of every width's final gap (in place; NaN
+  when a width has no windows.npz or the fit is undefined)."""
+  for r in rows:
+    r["gap_final_ci_lo"] = r["gap_final_ci_hi"] = math.nan
+  finals = []
+  for wd in wds:
+    if not (wd / WINDOWS).exists():
+      return
+    with np.load(wd / WINDOWS) as z:
+      finals.append(z["loss_KxW"][-1])
+  infit = np.array([bool(r["in_fit"]) for r in rows])
+  if infit.sum() < 3:
+    return
+  n = [r["n_nonembedding"] for r in rows]
+  g = scaling.bootstrap_gap(n, np.stack(finals), infit, n_boot=k.n_boot)
+  for r, lo, hi in zip(rows, g["lo"], g["hi"]):
+    r["gap_final_ci_lo"], r["gap_final_ci_hi"] = float(lo), float(hi)
 
 
 def summarize(out: Path, k: Knobs) -> None:
@@ -108,6 +176,7 @@ def summarize(out: Path, k: Knobs) -> None:
   if not wds:
     raise FileNotFoundError(f"no analysed runs in {out / 'runs'}; run the experiment first")
   rows, fits = fit_rows([run_summary(wd, k) for wd in wds], k.fit_min_width)
+  gap_cis(rows, wds, k)
   write_rows(out / "saturation_runs.csv", rows)
   write_rows(out / "saturation_fit.csv", fits)
   write_rows(out / "saturation_train_loss.csv",

@@ -14,8 +14,12 @@ class Knobs:
   head_dim: int = 32  # heads = max(1, d // head_dim)
   eval_sequences: int = 64  # analysis: validation windows of the fixed sample
   anisotropy_tokens: int = 1024
-  rise_tol: float = 0.01  # nats
+  rise_tol: float = 0.01  # nats (the naive test: final - best > rise_tol)
   smooth: int = 10  # train-loss moving average, in log records
+  # the paired-bootstrap rise (sbjax.studies.rise) over the eval_sequences fixed windows
+  rise_threshold: float = 0.02  # nats above the running minimum, after rise_after of training
+  rise_after: float = 0.3
+  n_boot: int = 1000  # rise CI and the gap CI of the widths below the fit
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,15 +51,18 @@ PRESETS: dict[str, Preset] = {
     "test": Preset("planted", _overrides(n_layers=1, vocab=64, seq_len=16, batch=4, steps=4,
                                          warmup=1, ckpt_every=4, eval_batches=1),
                    Knobs(widths=(8,), fit_min_width=8, eval_sequences=8,
-                         anisotropy_tokens=64, smooth=1)),
+                         anisotropy_tokens=64, smooth=1, n_boot=100)),
     # reproduce --quick (a smoke test, ~12 s of compilation per width): three widths, all
     # of them in the fit (the fit has three parameters), so no gap is measured
     "quick": Preset("planted", _overrides(n_layers=1, vocab=96, seq_len=32, batch=8, steps=32,
                                           warmup=4, ckpt_every=16, eval_batches=2),
                     Knobs(widths=(8, 16, 32), fit_min_width=8, eval_sequences=16,
-                          anisotropy_tokens=128, smooth=2)),
-    # 9 min on 2 CPU cores, measured once (BUILD_NOTES.md); ~1.2M tokens per run, 0.6 epoch
-    "cpu": Preset("planted", _overrides(), Knobs(widths=(16, 32, 64, 128, 256), fit_min_width=64)),
+                          anisotropy_tokens=128, smooth=2, n_boot=200)),
+    # eight widths, six of them (>= 48) in the fit (3 residual degrees of freedom); ~1.2M
+    # tokens per run, 0.6 epoch. The five-width version took 9 min on 2 cores (BUILD_NOTES.md);
+    # this one is an ESTIMATE of ~20 min (not measured)
+    "cpu": Preset("planted", _overrides(), Knobs(widths=(16, 32, 48, 64, 96, 128, 192, 256),
+                                                fit_min_width=48)),
     # Pythia-like: depth 6, V = 50304, 2048-token windows, 0.5M tokens per step (~15B tokens)
     "tpu": Preset("planted", _overrides(n_layers=6, vocab=50304, seq_len=2048, batch=256,
                                         steps=30_000, warmup=300, lr=1e-3, ckpt_every=1000,

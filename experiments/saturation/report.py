@@ -91,7 +91,9 @@ def report_section(out: Path, rel: str) -> str:
   fits = {r["fit_on"]: r for r in read_rows(out / "saturation_fit.csv")}
   meta_path = out / "saturation_meta.json"
   meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
-  tol = meta.get("knobs", {}).get("rise_tol", 0.01)
+  kn = meta.get("knobs", {})
+  paired = all(r.get("rise_verdict", "n/a") != "n/a" for r in rows)
+  tol = kn.get("rise_threshold", 0.02) if paired else kn.get("rise_tol", 0.01)
   lines = ["## saturation (Godey et al. 2024, E1/E3/E4)", ""]
   if meta:
     d = meta["data"]
@@ -105,9 +107,10 @@ def report_section(out: Path, rel: str) -> str:
                       ("kl_uniform", "KL(sigma||u) of the head (Fig. 5)"),
                       ("scaling", "scaling fit and training loss")):
     lines += [f"![{title}]({rel}/{FIGS[name]})", ""]
-  lines += ["| d | N (non-emb.) | final loss | best loss (step) | rise | late rise | "
-            "train rise | gap final % | gap best % | KL best → final | in fit |",
-            "|---|---|---|---|---|---|---|---|---|---|---|"]
+  lines += ["| d | N (non-emb.) | final loss | best loss (step) | naive rise | > rise_tol | "
+            "train rise | gap final % | gap best % | KL best → final | in fit | N with head | "
+            "gap final % 95% CI | paired rise [95% CI] | rise? | train rise stat |",
+            "|" + "---|" * 16]
   for r in rows:
     lines.append(
         f"| {int(r['width'])} | {int(r['n_nonembedding'])} | {_f(r['final_eval_loss'])} | "
@@ -115,9 +118,12 @@ def report_section(out: Path, rel: str) -> str:
         f"{'yes' if r['late_rise'] else 'no'} | {_f(r['train_rise'])} | "
         f"{_f(r['gap_final_pct'], '+.2f')} | {_f(r['gap_best_pct'], '+.2f')} | "
         f"{_f(r['kl_best'], '.3f')} → {_f(r['kl_final'], '.3f')} | "
-        f"{'yes' if r['in_fit'] else 'no'} |")
+        f"{'yes' if r['in_fit'] else 'no'} | {_f(r.get('n_with_head'))} | "
+        f"[{_f(r.get('gap_final_ci_lo'), '+.2f')}, {_f(r.get('gap_final_ci_hi'), '+.2f')}] | "
+        f"{_f(r.get('rise_stat'))} [{_f(r.get('rise_ci_lo'))}, {_f(r.get('rise_ci_hi'))}] | "
+        f"{r.get('rise_verdict', 'n/a')} | {_f(r.get('train_rise_stat'))} |")
   lines.append("")
-  for key in FITS:
+  for key in (*FITS, "final_with_head"):
     f = fits.get(key)
     if f is not None:
       lines.append(f"Fit on the {key} losses of widths {f['widths']}: L = {_f(f['A'], '.4g')}"
@@ -141,26 +147,40 @@ def _gap_text(rows: list[dict]) -> tuple[str, bool | None]:
   return gap, all(r["gap_final_pct"] > 0 and r["gap_best_pct"] > 0 for r in finite)
 
 
+def rising_rows(rows: list[dict]) -> list[dict]:
+  return [r for r in rows if r.get("rise_verdict") == "yes"]
+
+
 def paragraph(rows: list[dict], tol: float) -> str:
   """What the paper found, what these runs show, and whether they agree (from the CSV)."""
   small = [r for r in rows if not r["in_fit"]]
-  rising = [int(r["width"]) for r in rows if r["late_rise"]]
-  both = [int(r["width"]) for r in rows if r["late_rise"] and r["train_late_rise"]]
+  paired = all(r.get("rise_verdict", "n/a") != "n/a" for r in rows)
+  if paired:  # the paired-bootstrap statistic on the fixed windows
+    rising = [int(r["width"]) for r in rows if r["rise_verdict"] == "yes"]
+    both = [int(r["width"]) for r in rising_rows(rows) if r["train_rise_stat"] >= tol]
+  else:
+    rising = [int(r["width"]) for r in rows if r["late_rise"]]
+    both = [int(r["width"]) for r in rows if r["late_rise"] and r["train_late_rise"]]
   paper = ("Godey et al. (2024) found that small models saturate: late in training their "
            "loss stops improving and rises, while the head's singular values degenerate "
            "(KL(sigma||u) jumps) and the last layer becomes anisotropic, and their final loss "
            "lies above the scaling law fitted on larger models.")
+  what = (f"paired-bootstrap rise ≥ {tol} nats above the running minimum after 30% of "
+          "training, CI over the fixed validation windows" if paired else
+          f"> {tol} nats above its minimum over checkpoints")
   if rising:
-    found = (f"Here the eval loss rose late (> {tol} nats above its minimum over checkpoints) "
+    found = (f"Here the eval loss rose late ({what}) "
              f"at widths {rising}" + (f"; the smoothed training loss rose too at {both}" if both
                                       else "; the smoothed training loss did not rise") + ".")
   else:
-    found = (f"Here no width showed a late rise (final eval loss within {tol} nats of its "
-             "minimum over checkpoints): a null result for saturation at this scale.")
+    found = (f"Here no width showed a late rise ({what}): a null result for saturation at "
+             "this scale" + (" (verdicts: " + ", ".join(
+                 f"d={int(r['width'])} {r['rise_verdict']}" for r in rows) + ")" if paired
+                 else "") + ".")
   gap, gap_verdict = _gap_text(rows)
   kl = " ".join(f"Head KL(sigma||u) of d={int(r['width'])}: {r['kl_best']:.3f} at the best "
                 f"checkpoint, {r['kl_final']:.3f} at the final one." for r in rows
-                if r["late_rise"])
+                if int(r["width"]) in rising)
   v1 = {True: "The smaller widths lie above the law fitted on the larger ones, as in the paper.",
         False: "Not every smaller width lies above the law fitted on the larger ones, unlike "
                "the paper.", None: ""}[gap_verdict]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from experiments.saturation.measure import summarize
 from experiments.saturation.presets import Preset, get_preset
+from experiments.saturation.windows import validation_windows, window_losses
 from experiments.shared import RunsProgress, config_from, text_corpus, write_json
 from sbjax.analysis import Settings, analyze_run
 from sbjax.config import Config, DataConfig
@@ -62,6 +63,7 @@ def run(out: Path, preset, data: str | None = None, verbose: bool = True) -> Non
   if ds.tokenizer_path:  # the runs' configs name the shared tokenizer (for re-analysis)
     dc = dataclasses.replace(dc, tokenizer=str(ds.tokenizer_path))
   cfgs = run_configs(p, dc)
+  windows = validation_windows(ds, p.knobs.eval_sequences)  # the rise/gap bootstrap units
   timings, progress = {}, RunsProgress(len(cfgs), "saturation", disable=not verbose)
   for w, cfg in cfgs:
     wd = out / "runs" / f"d{w}"
@@ -71,6 +73,7 @@ def run(out: Path, preset, data: str | None = None, verbose: bool = True) -> Non
     train_once(cfg, wd, dataset=ds, quiet=True)
     t2 = time.perf_counter()
     analyze_run(wd, analysis_settings(p, w), dataset=ds)
+    window_losses(wd, windows)
     timings[w] = {"train_s": round(t2 - t1, 1), "analyze_s": round(time.perf_counter() - t2, 1)}
     progress.finish(trained)
   progress.close()

@@ -69,7 +69,7 @@ from sbjax.analysis import samples as samples_lib
 from sbjax.analysis.cache import Cache, digest, mtime_ns
 from sbjax.analysis.outputs import COLUMN_DOCS, write_outputs  # noqa: F401 - COLUMN_DOCS: public
 from sbjax.analysis.progress import CheckpointProgress
-from sbjax.analysis.rows import GroupResult, step_row
+from sbjax.analysis.rows import GroupResult, step_row, with_gamma
 from sbjax.analysis.samples import Samples
 from sbjax.analysis.settings import Settings
 from sbjax.model import Model
@@ -257,7 +257,7 @@ def analyze_run(workdir, settings: Settings | None = None, *, dataset=None,
   gsize = _group_size(settings, run.cfg, pbytes, max(len(plan.todo), 1))
   sm = samples_lib.build(run.cfg, run.workdir, settings, dataset, needed=bool(plan.todo))
   n_failed = _analyse_groups(run, plan, sm, settings, gsize, abstract, on_computed)
-  result = [plan.rows[s] for s in run.steps]
+  result = with_gamma([plan.rows[s] for s in run.steps], run.cfg, run.workdir)
   schedule = {"group_size": gsize, "param_bytes_per_checkpoint": pbytes,
               "computed_checkpoints": len(plan.todo),
               "seconds": round(time.perf_counter() - t_start, 3)}

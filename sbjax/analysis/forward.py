@@ -109,12 +109,15 @@ def make_weight_metrics(mc, settings: Settings):
     if settings.has("collapse"):
       out["w"] = heads_lib.head_matrix(p, mc).astype(jnp.float32)
     if settings.has("spectrum"):
-      s = M.singular_values(heads_lib.head_matrix(p, mc))
+      s, sc = M.spectrum.raw_and_centred_singular_values(heads_lib.head_matrix(p, mc))
       out.update(kl=M.kl_to_uniform(s), erank=M.effective_rank(s),
                  per=M.proportional_effective_rank(s), stable=M.stable_rank(s), smax=s[0],
                  top=M.normalized_top(s, settings.spectrum_top))
       if dims.size:
         out["w_error"] = M.w_error(s, jnp.asarray(dims))
+      out.update(kl_c=M.kl_to_uniform(sc), erank_c=M.effective_rank(sc))
+      if dims.size:
+        out["w_error_c"] = M.w_error(sc, jnp.asarray(dims))
     if settings.has("per"):
       pers = layerwise.layer_pers(p, mc, settings.per_mlp_r)
       out["per_mlp"], out["per_ov"] = pers["mlp"], pers["ov"]

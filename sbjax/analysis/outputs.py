@@ -18,6 +18,7 @@ from sbjax.analysis.settings import Settings
 
 COLUMN_DOCS = {
     "step": "checkpoint step",
+    "gamma": "weight-decay timescales lambda * sum_{t<step} lr_t (runs sbjax trained only)",
     "eval_loss": "mean next-token cross-entropy (nats) on the evaluation sample",
     "eval_acc": "next-token top-1 accuracy on the evaluation sample",
     "anisotropy_layer_<i>": "mean pairwise cosine of the residual stream after block i",
@@ -28,6 +29,9 @@ COLUMN_DOCS = {
     "head_stable_rank": "||W||_F^2 / sigma_1^2",
     "head_sigma_max": "largest singular value of the head",
     "head_w_error_<d>": "relative Frobenius error of the best rank-d approximation of W",
+    "head_kl_uniform_centred": "head_kl_uniform of the vocabulary-centred head (I - 11^T/V) W",
+    "head_erank_centred": "head_erank of (I - 11^T/V) W",
+    "head_w_error_centred_<d>": "head_w_error_<d> of (I - 11^T/V) W",
     "nc1_cdnv ... n_classes": "sbjax.metrics.collapse_metrics keys (train-sample means, "
                               "NC4 on the evaluation sample)",
     "cka_to_final_mlp_<i>": "linear CKA of block i's MLP output vs the final checkpoint's",

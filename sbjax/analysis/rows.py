@@ -1,19 +1,23 @@
 """One CSV row per checkpoint from a computed group (the columns of ``analyze.COLUMN_DOCS``).
 
-Column order (the CSV keeps first-seen order): step; eval_loss, eval_acc;
+Column order (the CSV keeps first-seen order): step; gamma (``with_gamma``); eval_loss, eval_acc;
 anisotropy_layer_<i>, anisotropy_last; head_kl_uniform, head_erank, head_per,
 head_stable_rank, head_sigma_max, head_w_error_<d>; the collapse keys;
 cka_to_final_mlp_<i>, cka_to_final_attn_<i>; per_mlp_<i>, per_ov_<i>.
+Centred head spectra (``head_kl_uniform_centred``, ``head_erank_centred``,
+``head_w_error_centred_<d>``) follow the raw ones.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+from pathlib import Path
 
 import numpy as np
 
 from sbjax import metrics as M
+from sbjax import optim
 from sbjax.analysis.samples import Samples
 from sbjax.analysis.settings import Settings
 
@@ -44,6 +48,10 @@ def _spectrum(wm: dict, k: int, wdims) -> tuple[dict, list]:
              head_sigma_max=_f(wm["smax"][k]))
   for j, dd in enumerate(wdims):
     row[f"head_w_error_{int(dd)}"] = _f(wm["w_error"][k][j])
+  if "kl_c" in wm:  # the vocabulary-centred head (I - 11^T/V) W
+    row.update(head_kl_uniform_centred=_f(wm["kl_c"][k]), head_erank_centred=_f(wm["erank_c"][k]))
+    for j, dd in enumerate(wdims):
+      row[f"head_w_error_centred_{int(dd)}"] = _f(wm["w_error_c"][k][j])
   return row, [float(x) for x in np.asarray(wm["top"][k])]
 
 
@@ -91,3 +99,13 @@ def step_row(step: int, k: int, g: GroupResult, sm: Samples, settings: Settings,
     row.update({f"per_mlp_{i}": _f(g.wm["per_mlp"][k][i]) for i in range(n_layers)})
     row.update({f"per_ov_{i}": _f(g.wm["per_ov"][k][i]) for i in range(n_layers)})
   return row, top, failed
+
+
+def with_gamma(rows: list[dict], cfg, workdir) -> list[dict]:
+  """``rows`` with ``gamma`` = Γ(step) = λ Σ_{t<step} η_t (``sbjax.optim.gamma_at`` of the
+  run's train config) after ``step``, for a run sbjax trained (``WORKDIR/metrics.jsonl``
+  exists); an imported series has no schedule of ours, so its rows are returned as they are."""
+  if not (Path(workdir) / "metrics.jsonl").exists():
+    return rows
+  g = optim.gamma_at(cfg.train, [int(r["step"]) for r in rows]) if rows else []
+  return [{"step": r["step"], "gamma": float(gk), **r} for r, gk in zip(rows, g)]

@@ -12,6 +12,10 @@ Conventions (see ``shared/reference/METRICS.md`` section 1):
   (as returned by :func:`singular_values`).  n = len(s) = min(V, d).
 * p_i = s_i / sum_j s_j is an L1 normalisation of sigma (not of sigma^2).
 * Natural log throughout; p_i = 0 contributes 0 to the entropy.
+* Centred spectra (:func:`center_vocab`): the softmax over the vocabulary is unchanged
+  by W -> W + 1 a^T (every logit of a context shifts by the same a.h), so the mean row of
+  W is a gauge direction. Wc = (I - 11^T/V) W removes it; the centred metrics are the
+  same functions of sigma(Wc) (:func:`head_spectra` gives both sets).
 * Degenerate input: an all-zero spectrum (zero matrix) gives
   KL = log n, erank = 0, PER = 0, stable rank = 0, W-error = 0,
   condition number = inf, normalized_top = 0.  Nothing returns NaN for a
@@ -41,6 +45,10 @@ __all__ = [
     "condition_number",
     "normalized_top",
     "spectrum_metrics",
+    "center_vocab",
+    "centred_singular_values",
+    "head_spectra",
+    "raw_and_centred_singular_values",
 ]
 
 _METHODS = ("auto", "gram", "gram_refine", "gram64", "svd")
@@ -313,4 +321,48 @@ def spectrum_metrics(s, d=None, r: int | None = None, k: int = 100):
     }
     if d is not None:
         out["w_error"] = w_error(s, d)
+    return out
+
+
+def center_vocab(w):
+    """Wc = (I - 11^T/V) W = W - 1 mean_v(W_v)^T for a (V, d) head (axis 0 = vocabulary).
+
+    Wc is the component of W that changes the softmax: (W + 1 a^T) centres to the same Wc
+    for every a in R^d (up to rounding). Computed as a mean subtraction, O(V d).
+    """
+    w = at_least_f32(w)
+    if w.ndim != 2:
+        raise ValueError(f"center_vocab expects a 2-D (V, d) matrix, got shape {w.shape}")
+    return w - jnp.mean(w, axis=0, keepdims=True)
+
+
+def centred_singular_values(w, method: str = "auto"):
+    """sigma((I - 11^T/V) W), descending, length min(V, d) (see :func:`singular_values`)."""
+    return singular_values(center_vocab(w), method)
+
+
+def raw_and_centred_singular_values(w, method: str = "auto"):
+    """(2, min(V, d)): sigma(W) and sigma((I - 11^T/V) W) from one vmapped
+    :func:`singular_values` (one compiled eigenvalue kernel, not two)."""
+    w = at_least_f32(w)
+    return jax.vmap(lambda x: singular_values(x, method))(jnp.stack([w, center_vocab(w)]))
+
+
+def head_spectra(w, d=None, method: str = "auto"):
+    """Raw and centred spectrum metrics of a (V, d) head (vmappable)::
+
+        {"raw": {...}, "centred": {...}}, each {"kl_to_uniform", "effective_rank",
+        "w_error" (only if ``d`` is given)} of sigma(W) and of sigma((I - 11^T/V) W)
+
+    with KL(p || u) = log n - H(p), erank = exp H(p), p = sigma / sum sigma, n = min(V, d),
+    and W-error(d) = sqrt(sum_{i>d} sigma_i^2) / sqrt(sum_i sigma_i^2). ``method``: see
+    :func:`singular_values`.
+    """
+    out = {}
+    both = raw_and_centred_singular_values(w, method)
+    for name, s in (("raw", both[0]), ("centred", both[1])):
+        m = {"kl_to_uniform": kl_to_uniform(s), "effective_rank": effective_rank(s)}
+        if d is not None:
+            m["w_error"] = w_error(s, d)
+        out[name] = m
     return out

@@ -94,11 +94,15 @@ class NanPolicy(Hook):
 class TrainLog(Hook):
   """Train records {step, loss, acc, grad_norm, lr, tokens_per_sec} every ``log_every``
   steps and at the last step; tokens/s over the steps since the previous record.
-  ``lr_fns[member](step)`` gives the logged learning rate."""
+  ``lr_fns[member](step)`` gives the logged learning rate. With ``gamma_fns`` the record
+  also has ``gamma`` = ``gamma_fns[member](i + 1)``: Γ = λ Σ_{t≤i} η_t, the weight-decay
+  timescales elapsed once step i's update is applied (``sbjax.optim.gamma_at``)."""
 
-  def __init__(self, records: Records, log_every: int, lr_fns, tokens_per_step: int):
+  def __init__(self, records: Records, log_every: int, lr_fns, tokens_per_step: int,
+               gamma_fns=None):
     self.records, self.every, self.lr_fns = records, log_every, lr_fns
     self.tokens_per_step = tokens_per_step
+    self.gamma_fns = gamma_fns
 
   def begin(self, state, start: int, end: int) -> None:
     self.end, self.t_last, self.tokens = end, time.perf_counter(), 0
@@ -118,7 +122,10 @@ class TrainLog(Hook):
       if not skip[j if len(skip) > 1 else 0]:
         self.records.write(j, {"step": i, "loss": float(loss[j]), "acc": float(acc[j]),
                                "grad_norm": float(gnorm[j]), "lr": float(self.lr_fns[j](i)),
-                               "tokens_per_sec": tps})
+                               "tokens_per_sec": tps, **self._gamma(j, i)})
+
+  def _gamma(self, j: int, i: int) -> dict:
+    return {"gamma": float(self.gamma_fns[j](i + 1))} if self.gamma_fns else {}
 
 
 def fmt_time(s: float) -> str:

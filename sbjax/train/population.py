@@ -49,7 +49,7 @@ from sbjax import checkpoint as ckpt
 from sbjax import sharding as shd
 from sbjax.config import Config
 from sbjax.model import Model
-from sbjax.optim import lr_schedule, make_optimizer
+from sbjax.optim import gamma_fn, lr_schedule, make_optimizer
 from sbjax.train import hooks as H
 from sbjax.train.loop import Schedule, run_loop
 from sbjax.train.single import make_dataset_for
@@ -214,7 +214,8 @@ def _hooks(cfg, members, dirs, fns, mngrs, ledger, eval_batches, name: str, quie
 
   tokens = tc.batch_size * tc.seq_len
   hooks = [H.NanPolicy(tc.skip_nonfinite_steps, ledger, stop, prefix=lambda j: f"member {j}: "),
-           H.TrainLog(records, tc.log_every, fns.lrs, tokens)]
+           H.TrainLog(records, tc.log_every, fns.lrs, tokens,
+                      [gamma_fn(m.train) for m in members])]
   if not quiet and records.enabled:  # process 0
     hooks.append(H.Progress(name, tc.steps, tc.log_every, tokens_per_step=tokens * n))
   ev = H.Evaluate(lambda p: evaluate_members(fns.eval, p, eval_batches), records, n)

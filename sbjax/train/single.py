@@ -21,7 +21,7 @@ from sbjax import data as data_lib
 from sbjax import sharding as shd
 from sbjax.config import Config
 from sbjax.model import Model
-from sbjax.optim import lr_schedule, make_optimizer
+from sbjax.optim import gamma_fn, lr_schedule, make_optimizer
 from sbjax.train import hooks as H
 from sbjax.train.done import finished, mark_finished
 from sbjax.train.loop import Schedule, run_loop
@@ -108,7 +108,7 @@ def _hooks(cfg: Config, workdir: Path, fns, mngr, ledger, eval_batches, *, quiet
 
   tokens = tc.batch_size * tc.seq_len
   hooks = [H.NanPolicy(tc.skip_nonfinite_steps, ledger, stop),
-           H.TrainLog(records, tc.log_every, [fns.lr], tokens)]
+           H.TrainLog(records, tc.log_every, [fns.lr], tokens, [gamma_fn(tc)])]
   if not quiet and records.enabled:  # process 0
     hooks.append(H.Progress(workdir.name, tc.steps, tc.log_every, tokens_per_step=tokens))
   ev = H.Evaluate(lambda p: [evaluate(fns.eval, p, eval_batches)], records, 1)

@@ -132,6 +132,8 @@ def test_first_steps_bands_and_correlations_from_csv(out):
         row = [r for r in layers if r["model"] == f"d{w}" and r["kind"] == kind
                and r["layer"] == layer and r["tokens"] == "last" and r["estimator"] == "biased"]
         assert len(row) == 1 and row[0]["first_step"] == first and row[0]["stable_step"] == stays
+        absolute = next(s for i, s in enumerate(steps) if all(v[i:] >= 0.9))  # CKA stays >= 0.9
+        assert row[0]["stabilisation_step"] == absolute
   corr = read_csv(out / "correlations.csv")
   sel = [r for r in layers if r["tokens"] == "last" and r["estimator"] == "biased"]
   x = [r["first_frac"] for r in sel]
@@ -141,6 +143,20 @@ def test_first_steps_bands_and_correlations_from_csv(out):
   assert row["n"] == len(sel)
   assert row["pearson"] == pytest.approx(scipy.stats.pearsonr(x, y)[0], abs=1e-9)
   assert row["spearman"] == pytest.approx(scipy.stats.spearmanr(x, y)[0], abs=1e-9)
+  # Spearman(PER, stabilisation step) within each model and kind, and the stratified row
+  stab = read_csv(out / "stabilisation.csv")
+  for w in WIDTHS:
+    for kind in ("mlp", "ov"):
+      lay = [r for r in sel if r["model"] == f"d{w}" and r["kind"] == kind]
+      srow = [c for c in stab if c["model"] == f"d{w}" and c["kind"] == kind
+              and c["tokens"] == "last" and c["estimator"] == "biased"
+              and c["per"] == "per_weights_final"][0]
+      px, sy = [r["per_weights_final"] for r in lay], [r["stabilisation_step"] for r in lay]
+      if len(lay) < 3 or len(set(px)) < 2 or len(set(sy)) < 2:  # undefined: fewer than 3 layers
+        assert math.isnan(srow["spearman"]) and math.isnan(srow["p_perm"])
+      else:
+        assert srow["spearman"] == pytest.approx(scipy.stats.spearmanr(px, sy)[0], abs=1e-9)
+  assert any(c["model"] == "stratified" for c in stab)
 
 
 def test_ov_activation_and_cka_against_numpy(out):

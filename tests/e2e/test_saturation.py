@@ -55,6 +55,7 @@ def test_writes_figures_and_csvs(done):
     n = sum(int(np.size(x)) for k, v in params.items() if k not in ("embed", "head")
             for x in jax.tree.leaves(v))
     assert int(r["n_nonembedding"]) == n
+    assert int(r["n_with_head"]) == n + sum(int(np.size(x)) for x in jax.tree.leaves(params["head"]))
     # best / final / rise from the analysis CSV, by plain python
     a = read_rows(wd / "analysis" / "metrics.csv")
     final = max(a, key=lambda x: x["step"])
@@ -67,7 +68,7 @@ def test_writes_figures_and_csvs(done):
       assert _close(r[f"gap_{key}_pct"], 100 * (r[f"{key}_eval_loss"] - r[f"pred_{key}"])
                     / r[f"pred_{key}"], rel=1e-9)
   fits = {f["fit_on"]: f for f in read_rows(out / "saturation_fit.csv")}
-  assert set(fits) == {"final", "best"}
+  assert set(fits) == {"final", "best", "final_with_head"}  # N without and with the head
   for f in fits.values():  # < 3 widths: too few points, the fit is NaN (and says how many)
     assert int(f["n_points"]) == sum(r["in_fit"] for r in rows) == len(PRESET.knobs.widths)
     assert math.isnan(f["A"])
@@ -91,7 +92,14 @@ def test_report_section_reads_the_csv(done):
     assert float(cells[2]) == pytest.approx(r["final_eval_loss"], abs=5e-5)
     assert (cells[7] == "–") if math.isnan(r["gap_final_pct"]) else (
         float(cells[7]) == pytest.approx(r["gap_final_pct"], abs=5e-3))
-  assert ("null result" in text) == (not any(r["late_rise"] for r in rows.values()))
+  assert ("null result" in text) == (not any(r["rise_verdict"] == "yes" for r in rows.values()))
+  # the paired-bootstrap rise (sbjax.studies.rise) of the saved window losses
+  from sbjax.studies import rise as rise_lib
+  with np.load(out / "runs" / "d8" / "windows.npz") as z:
+    st, lw = z["steps"], z["loss_KxW"]
+  assert rows[8]["rise_stat"] == pytest.approx(
+      rise_lib.rise_statistic(st, lw.mean(1), PRESET.overrides["train.steps"]))
+  assert lw.mean(1)[-1] == pytest.approx(rows[8]["final_eval_loss"], abs=1e-4)
   assert "Preset `test`" in text
 
 

@@ -22,6 +22,7 @@ from sbjax import checkpoint as ckpt
 from sbjax import heads
 from sbjax import metrics as M
 from sbjax import configs
+from sbjax import optim
 from sbjax import train as train_lib
 from sbjax.analysis import Settings, analyze_run, forward, grouped_apply, read_csv
 from sbjax.model import Model
@@ -67,8 +68,10 @@ def _jit_apply(mc):
 
 def _required_columns(cfg):
   cols = ["step", "eval_loss", "eval_acc", "anisotropy_last", "head_kl_uniform", "head_erank",
-          "head_stable_rank", *COLLAPSE_KEYS]
+          "head_stable_rank", *COLLAPSE_KEYS, "gamma", "head_kl_uniform_centred",
+          "head_erank_centred"]
   cols += [f"head_w_error_{d}" for d in (1, 2, 4, 8, 16, 32)]  # 64 > d_model=32 is dropped
+  cols += [f"head_w_error_centred_{d}" for d in (1, 2, 4, 8, 16, 32)]
   for i in range(cfg.model.n_layers):
     cols += [f"anisotropy_layer_{i}", f"cka_to_final_mlp_{i}", f"cka_to_final_attn_{i}",
              f"per_mlp_{i}", f"per_ov_{i}"]
@@ -138,6 +141,14 @@ def test_values_equal_direct_metric_calls(run_dir, analysed):
   _close(row["head_stable_rank"], M.stable_rank(s))
   for dd in (1, 4, 16):
     _close(row[f"head_w_error_{dd}"], M.w_error(s, dd))
+  # the vocabulary-centred head (numpy SVD of W - mean row) and Γ = λ Σ η of the schedule
+  sc = np.linalg.svd(np.asarray(w, np.float64) - np.asarray(w, np.float64).mean(0), compute_uv=False)
+  pc = sc / sc.sum()
+  _close(row["head_kl_uniform_centred"], np.log(len(sc)) + (pc * np.log(pc)).sum(), atol=1e-4)
+  _close(row["head_erank_centred"], np.exp(-(pc * np.log(pc)).sum()))
+  _close(row["head_w_error_centred_4"], np.sqrt((sc[4:] ** 2).sum() / (sc ** 2).sum()))
+  _close(row["gamma"], tc.weight_decay * sum(float(optim.lr_schedule(tc)(t)) for t in range(step)),
+         rtol=1e-6)
   # CKA to the final checkpoint, last token of the 12 sequences
   for i in range(mc.n_layers):
     _close(row[f"cka_to_final_mlp_{i}"],

@@ -44,7 +44,7 @@ def test_tensorboard_mirror_equals_metrics_jsonl(tiny_run):
     for k, v in rec.items():
       if k != "step":
         want[(k, rec["step"])] = v
-  assert {k for k, _ in want} == {"loss", "acc", "grad_norm", "lr", "tokens_per_sec",
+  assert {k for k, _ in want} == {"loss", "acc", "grad_norm", "lr", "tokens_per_sec", "gamma",
                                   "eval_loss", "eval_acc"}
   assert set(tb) == set(want)
   for key, v in want.items():  # TensorBoard stores float32

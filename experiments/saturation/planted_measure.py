@@ -1,0 +1,136 @@
+"""Measurements of the planted arms: per checkpoint, per validation window, and the per-arm
+readout (rise with its paired-bootstrap CI, coincidence, gap to the floor, Γ at the rise).
+
+Per checkpoint s of an arm, on the FIXED validation windows x_w (w = 1..W, seq_len + 1
+tokens each, the same for every checkpoint and every arm):
+
+* ``L[s, w]`` = mean over the positions t of window w of Σ_v P(v | c_t) (−log q_t(v)), the
+  Rao-Blackwellised expected loss (P = the language's exact next-token distribution, q the
+  model's); E[L] − H is the mean KL(P ‖ q). ``expected_loss`` = mean_w L[s, w];
+  ``eval_loss`` = the sampled next-token loss of the same windows.
+* ``anisotropy_last``: mean pairwise cosine of the final-norm features h over all positions;
+* head spectra (``sbjax.metrics.spectrum.head_spectra``, singular values by SVD, exact at
+  these sizes): ``kl_raw``, ``erank_raw`` of W and ``kl_centred``, ``erank_centred`` of
+  (I − 11ᵀ/V) W;
+* ``ln_f_bias_norm``: ‖b‖₂ of the final LayerNorm bias; ``gamma`` = λ Σ_{t<s} η_t.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from sbjax import checkpoint as ckpt
+from sbjax import heads as heads_lib
+from sbjax import optim
+from sbjax.metrics import anisotropy as aniso_lib
+from sbjax.metrics import spectrum
+from sbjax.model import Model
+from sbjax.studies import rise as rise_lib
+
+
+@functools.lru_cache(maxsize=8)
+def _checkpoint_fn(mc):
+  """jit(params, x_WxT, y_WxT, c_WxT, probs_CxV) -> per-window losses and the metrics."""
+  model = Model(mc)
+
+  def f(params, x, y, c, probs):
+    scores, ex = model.apply(params, x, ("h",))
+    logq = jax.nn.log_softmax(scores.astype(jnp.float32), axis=-1)
+    rb = -jnp.sum(probs[c] * logq, axis=-1)  # (W, T)
+    nll = -jnp.take_along_axis(logq, y[..., None], axis=-1)[..., 0]
+    h = ex["h"].reshape(-1, ex["h"].shape[-1])
+    sp = spectrum.head_spectra(heads_lib.head_matrix(params, mc), method="svd")
+    return {"rb_W": rb.mean(-1), "nll_W": nll.mean(-1), "anisotropy_last": aniso_lib.anisotropy(h),
+            "kl_raw": sp["raw"]["kl_to_uniform"], "erank_raw": sp["raw"]["effective_rank"],
+            "kl_centred": sp["centred"]["kl_to_uniform"],
+            "erank_centred": sp["centred"]["effective_rank"]}
+
+  return jax.jit(f)
+
+
+def measure_arm(wd, windows_WxT1: np.ndarray, lang) -> tuple[list[dict], np.ndarray]:
+  """(one row per checkpoint, L[K, W]) of the run in ``wd`` (context-1 language: c_t = x_t)."""
+  if lang.context != 1:
+    raise ValueError(f"the planted arms measure a context-1 language, got context={lang.context}")
+  cfg = ckpt.load_config(wd)
+  x, y = windows_WxT1[:, :-1], windows_WxT1[:, 1:]
+  fn = _checkpoint_fn(cfg.model)
+  probs = jnp.asarray(lang.probs, jnp.float32)
+  table = optim.gamma_schedule(cfg.train)
+  rows, losses = [], []
+  for s in ckpt.list_steps(wd):
+    _, params, _ = ckpt.load_params(wd, s)
+    m = jax.device_get(fn(params, x, y, x, probs))
+    losses.append(np.asarray(m["rb_W"], np.float64))
+    bias = params.get("ln_f", {}).get("bias")
+    rows.append({"step": int(s), "gamma": float(optim.gamma_at(cfg.train, s, table)),
+                 "expected_loss": float(losses[-1].mean()),
+                 "eval_loss": float(np.mean(m["nll_W"])),
+                 **{k: float(m[k]) for k in ("anisotropy_last", "kl_raw", "kl_centred",
+                                             "erank_raw", "erank_centred")},
+                 "ln_f_bias_norm": float(np.linalg.norm(np.asarray(bias))) if bias is not None
+                 else float("nan")})
+  return rows, np.stack(losses)
+
+
+def _jump(vals: np.ndarray, i: int) -> float:
+  """max over j ∈ {i−1, i, i+1} of vals[j] − vals[j−1] (the largest one-checkpoint increase
+  within ±1 checkpoint of i); NaN if none exists."""
+  js = [j for j in (i - 1, i, i + 1) if 1 <= j < len(vals)]
+  return float(max(vals[j] - vals[j - 1] for j in js)) if js else float("nan")
+
+
+def arm_summary(rows: list[dict], losses_KxW: np.ndarray, train_recs: list[dict], cfg, p,
+                floor: float, entropy: float) -> dict:
+  """The per-arm readout (the report's table row); ``p``: the PlantedPreset."""
+  steps = np.array([r["step"] for r in rows])
+  total = cfg.train.steps
+  rt = rise_lib.rise_test(steps, losses_KxW, total, threshold=p.threshold, after=p.after,
+                          n_boot=p.n_boot)
+  tr = rise_lib.binned_means([r["step"] + 1 for r in train_recs], [r["loss"] for r in train_recs],
+                             steps)  # a train record of step i is the state after i + 1 steps
+  ok = np.isfinite(tr)
+  train_rise = float(rise_lib.rise_statistic(steps[ok], tr[ok], total, p.after)) if ok.any() \
+      else float("nan")
+  out = {"arm": f"d{cfg.model.d_model}-wd{cfg.train.weight_decay:g}", "d": cfg.model.d_model,
+         "weight_decay": cfg.train.weight_decay, "steps": total,
+         "gamma_total": optim.gamma_total(cfg.train), "rise": rt["rise"], "rise_ci_lo": rt["ci_lo"],
+         "rise_ci_hi": rt["ci_hi"], "rise_verdict": rt["verdict"],
+         "rise_onset_step": rt["onset_step"], "rise_peak_step": rt["peak_step"],
+         "train_rise": train_rise, "train_rise_moves": int(train_rise >= p.threshold)}
+  i = int(np.nonzero(steps == rt["onset_step"])[0][0]) if rt["onset_step"] is not None else None
+  out["gamma_at_rise"] = rows[i]["gamma"] if i is not None else float("nan")
+  for kind in ("raw", "centred"):
+    kl = np.array([r[f"kl_{kind}"] for r in rows])
+    out[f"kl_jump_{kind}"] = _jump(kl, i) if i is not None else float("nan")
+  an = np.array([r["anisotropy_last"] for r in rows])
+  out["anisotropy_at_rise"] = float(an[max(i - 1, 0):i + 2].max()) if i is not None else float("nan")
+  which = [k for k in ("raw", "centred") if out[f"kl_jump_{k}"] >= p.kl_jump]
+  out["coincidence"] = ("n/a" if i is None else
+                        "yes" if which and out["anisotropy_at_rise"] >= p.anisotropy_level else "no")
+  out["coincidence_kl"] = "+".join(which) or "none"
+  final = rows[-1]
+  out.update(final_expected_loss=final["expected_loss"], floor=floor, H=entropy,
+             floor_gap=floor - entropy, gap_to_floor=final["expected_loss"] - floor,
+             final_kl_raw=final["kl_raw"], final_kl_centred=final["kl_centred"],
+             final_anisotropy=final["anisotropy_last"], final_ln_f_bias_norm=final["ln_f_bias_norm"])
+  return out
+
+
+def account(arms: list[dict], gamma_split: float = 5.0, small_d: int = 16) -> str:
+  """Which account the verdicts support: "width" (exactly the arms with d ≤ small_d rise,
+  whatever λ), "gamma" (exactly the arms with Γ_total ≥ gamma_split rise, whatever d),
+  "neither" (no arm rises: the bottleneck sets the level, not the trajectory), "both" (the
+  arms do not separate them), else "mixed" (or "inconclusive" when a verdict is)."""
+  if any(a["rise_verdict"] == "inconclusive" for a in arms):
+    return "inconclusive"
+  rises = [a["rise_verdict"] == "yes" for a in arms]
+  if not any(rises):
+    return "neither"
+  width = all(r == (a["d"] <= small_d) for r, a in zip(rises, arms))
+  gamma = all(r == (a["gamma_total"] >= gamma_split) for r, a in zip(rises, arms))
+  return "both" if width and gamma else "width" if width else "gamma" if gamma else "mixed"
