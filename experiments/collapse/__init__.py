@@ -31,11 +31,12 @@ Modules: ``presets`` (PRESETS: test, quick, cpu, tpu), ``run`` (corpus, groups, 
 ``__main__`` (the CLI).
 """
 
-from experiments.collapse.measure import COUNT_KEYS, METRICS, SETTINGS, model_config, run_group
+from experiments.collapse.measure import ANCHORS, COUNT_KEYS, METRICS, SETTINGS, model_config, run_group
 from experiments.collapse.presets import PRESETS, Knobs, Preset, get_preset
 from experiments.collapse.report import report_section
 from experiments.collapse.run import check_same_experiment, groups, run, validate
+from experiments.collapse.tables import anchor_rows, model_rows
 
-__all__ = ["COUNT_KEYS", "METRICS", "PRESETS", "SETTINGS", "Knobs", "Preset",
+__all__ = ["ANCHORS", "COUNT_KEYS", "anchor_rows", "model_rows", "METRICS", "PRESETS", "SETTINGS", "Knobs", "Preset",
            "check_same_experiment", "get_preset", "groups", "model_config", "report_section",
            "run", "run_group", "validate"]

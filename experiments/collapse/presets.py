@@ -21,6 +21,7 @@ class Knobs:
   val_tokens: int = 16_384  # 0 = the whole validation split
   chunk: int = 32  # windows per forward chunk of the collapse pass
   n_perm: int = 10_000  # permutations of the seed group's p-values
+  min_counts: tuple = (1, 20)  # the analysed classes: N_c >= min_count, each reported
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,12 +53,20 @@ PRESETS: dict[str, Preset] = {
     "quick": Preset("neo", _overrides(vocab=128, seq_len=32, batch=8, lr=3e-3, warmup=5),
                     Knobs(depths=(1, 2), widths=(16,), weight_decays=(0.0, 0.05, 0.1), seeds=3,
                           seed_arch=(1, 16), epoch_tokens=4096, val_tokens=2048)),
-    "cpu": Preset("neo", _overrides(), Knobs(depths=(1, 2, 4), widths=(32, 64, 128, 256))),
+    # cpu (issue 19, item 2): Shakespeare at V=256, an epoch of 524,288 tokens (512 steps of
+    # 16 x 64), snapshots after 2 and 6 epochs (3072 steps), constant LR 2e-3 after 100
+    # warm-up steps, so Γ = λ·Σ lr ≈ 0.6 at λ=0.1 (collapse_meta.json: weight_decay). Grid
+    # L ∈ {1, 2} × d ∈ {32, 64, 128} × λ ∈ {0, 0.1} (12 runs) and 16 data-order seeds of
+    # L1-d32 for the permutation test; min_count 1 and 20. Designed for ≤ 30 min on 2
+    # cores; its time is to be measured on a quiet machine (BUILD_NOTES).
+    "cpu": Preset("neo", _overrides(vocab=256, seq_len=64, batch=16, lr=2e-3, warmup=100),
+                  Knobs(depths=(1, 2), widths=(32, 64, 128), epochs=(2, 6), seeds=16,
+                        seed_arch=(1, 32), epoch_tokens=524_288, val_tokens=32_768)),
     # The paper's grid (230 TinyStories models; GPT-Neo tokenizer size 50257).
     "tpu": Preset("neo", _overrides(vocab=50257, seq_len=512, batch=64, lr=1e-3, warmup=500,
                                     source="tfds", tfds_name="lm1b"),
                   Knobs(depths=(1, 2, 4, 8, 12), widths=(64, 128, 256, 512, 768, 1024),
-                        seeds=10, seed_arch=(4, 256), epoch_tokens=0, val_tokens=1 << 22,
+                        seeds=16, seed_arch=(4, 256), epoch_tokens=0, val_tokens=1 << 22,
                         chunk=16)),
 }
 
