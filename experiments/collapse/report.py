@@ -14,6 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import matplotlib.ticker  # noqa: E402
 import numpy as np  # noqa: E402
 
+from experiments.collapse.report_ceiling import ceiling_lines  # noqa: E402
 from experiments.collapse.measure import ANCHOR_SOURCE, METRICS, POINTS  # noqa: E402
 from experiments.collapse.tables import column, min_counts, model_rows  # noqa: E402
 from experiments.shared import fmt, read_rows  # noqa: E402
@@ -155,5 +156,5 @@ def report_section(out: Path, rel: str) -> str:
   an = read_rows(out / "collapse_anchors.csv")
   lines += _anchor_lines(an) + _seed_lines(out, meta)
   tk = read_rows(out / "collapse_tokens.csv")
-  lines += _token_lines(tk) + ["", _paragraph(an, tk, meta)]
+  lines += _token_lines(tk) + ["", _paragraph(an, tk, meta)] + ceiling_lines(out, rel)
   return "\n".join(lines) + "\n"

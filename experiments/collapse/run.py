@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from experiments.collapse.ceiling import run_ceiling
 from experiments.collapse.measure import POINTS, SETTINGS, model_config, run_group, train_config
 from experiments.collapse.tables import anchor_rows, r2_rows, seed_rows, token_table
 from experiments.collapse.presets import Preset, get_preset
@@ -123,6 +124,7 @@ def run(out: Path, preset: str, data: str | None = None, verbose: bool = True) -
     write_rows(out / "collapse_models.csv", rows)
     progress.finish(trained=not cached)
   progress.close()
+  run_ceiling(out, p, verbose)  # the planted language's ceiling and models trained towards it
   tok = Path(tok_path).resolve() if tok_path else None
   write_json(out / "collapse_meta.json", {
       "preset": preset, "base": p.base, "overrides": p.overrides,
