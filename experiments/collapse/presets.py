@@ -47,12 +47,14 @@ def _overrides(*, vocab: int = 1024, seq_len: int = 64, batch: int = 16, lr: flo
 
 PRESETS: dict[str, Preset] = {
     # the test suite and `reproduce --preset=test`: one architecture of 3 members and a seed
-    # group of 3 of the same shape (one compiled step), 8 steps per epoch
+    # group of 3 of the same shape (one compiled step), 8 steps per epoch; the ceiling's
+    # language has the grid's V=64 and width k+1 = 8 and trains 24 steps (the grid's run
+    # length), so it reuses the grid's compiled step and forward
     "test": Preset("neo", _overrides(vocab=64, seq_len=16, batch=8, lr=3e-3, warmup=2),
                    Knobs(depths=(1,), widths=(8,), weight_decays=(0.0, 0.05, 0.1), seeds=3,
                          seed_arch=(1, 8), epoch_tokens=1024, val_tokens=512, chunk=16,
-                         n_perm=2000, ceiling=(32, 7), ceiling_arch=(1, 8),
-                         ceiling_steps=(4, 16), ceiling_tokens=2048)),
+                         n_perm=2000, ceiling=(64, 7), ceiling_arch=(1, 8),
+                         ceiling_steps=(8, 24), ceiling_tokens=2048)),
     # quick: 3 weight decays and 3 seeds, so the seed group (M=3, L1-d16) reuses the
     # compiled step of the L1-d16 grid group.
     "quick": Preset("neo", _overrides(vocab=128, seq_len=32, batch=8, lr=3e-3, warmup=5),

@@ -10,6 +10,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402
 import numpy as np  # noqa: E402
 
 from experiments.shared import fmt, read_rows  # noqa: E402
@@ -31,6 +32,7 @@ def figure(out: Path, ceil: list[dict], trained: list[dict]) -> Path:
     for c, ls in zip(ceil, ("--", ":")):
       ax.axhline(float(c[k]), color="k", ls=ls, lw=1, label=f"ceiling ({c['variant']})")
     ax.set_xscale("log")
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.invert_xaxis()
     ax.set_title(k, fontsize=9)
     ax.set_xlabel("gap to H (nats)", fontsize=8)
