@@ -1,6 +1,7 @@
 """experiments/collapse (Wu & Papyan 2024) end to end at the `test` preset on generated text:
 the vmapped pass against a direct computation, the CSVs and tables, the report, a rerun, the
-CLI. (Statistics and presets: tests/unit/test_collapse_stats.py; the 32k-class memory bound:
+CLI, the like-for-like anchor table, min_count 1 and 20, one point per run, and the
+collapse ceiling of a planted language. (Statistics and presets: tests/unit/test_collapse_stats.py; the 32k-class memory bound:
 tests/integration/test_collapse_pass_memory.py.)"""
 
 import csv
@@ -16,8 +17,10 @@ import pytest
 
 from experiments import collapse
 from experiments.shared import REPO
+from sbjax.data.planted import PlantedLanguage
 from sbjax.metrics import collapse as C
 from sbjax.model import Model
+from sbjax.studies import collapse_ceiling as CC
 from sbjax.studies import collapse_grid as cg
 from tests._corpus import generated_docs, write_corpus
 
@@ -146,6 +149,22 @@ def test_preset_end_to_end(test_out):
   assert md.startswith("## ") and "](collapse/fig_collapse_vs_loss.png)" in md
   assert "min_count 20, 1 point/run" in md and "all snapshots" in md
   assert f"{float(table[('1', 'last', 'nc1_log10_mean_cdnv')]['r2']):.3g}" in md
+  # the collapse ceiling of the planted language, and models trained towards it
+  ceil = _read(test_out / "collapse_ceiling.csv")
+  assert [r["variant"] for r in ceil] == ["balanced", "planted"]
+  lang = PlantedLanguage(vocab=p.ceiling[0], rank=p.ceiling[1], seed=0)
+  want = CC.ceiling_metrics(lang, "balanced")
+  assert float(ceil[0]["nc1_log10_mean_cdnv"]) == pytest.approx(want["nc1_log10_mean_cdnv"], rel=1e-6)
+  assert float(ceil[0]["nc4_agreement"]) == pytest.approx(want["nc4_agreement"], rel=1e-9)
+  assert float(ceil[0]["entropy"]) == pytest.approx(lang.entropy)
+  tr = _read(test_out / "collapse_ceiling_trained.csv")
+  assert len(tr) == len(p.ceiling_steps) * len(p.weight_decays)
+  assert {int(r["step"]) for r in tr} == set(p.ceiling_steps)
+  for r in tr:
+    assert float(r["gap"]) == pytest.approx(float(r["val_loss"]) - float(r["val_true_nll"]))
+    assert float(r["gap"]) > 0  # a 24-step model is far from the Bayes-optimal one
+  assert "### The collapse ceiling of a planted language" in md
+  assert (test_out / "fig_collapse_ceiling.png").stat().st_size > 10_000
 
 
 def test_rerun_skips_finished_groups(test_out):
