@@ -77,7 +77,6 @@ single-token classes have sigma^2 = 0 (fine); log(0) never reaches a sum.
 
 from __future__ import annotations
 
-
 import jax
 import jax.numpy as jnp
 import numpy as np

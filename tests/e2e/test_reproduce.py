@@ -138,7 +138,8 @@ def test_test_preset_runs_and_reports(preset_test_report):
   for title in ("## saturation", "## Linguistic collapse", "## convergence"):
     assert title in md
   figs = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)
-  assert len(figs) == 4 + 1 + 2 and all((out / f).is_file() for f in figs), figs
+  # saturation 4, collapse 2 (vs loss, the planted ceiling), convergence 2
+  assert len(figs) == 4 + 2 + 2 and all((out / f).is_file() for f in figs), figs
   assert {json.loads((out / n / m).read_text())["preset"] for n, m in (
       ("saturation", "saturation_meta.json"), ("collapse", "collapse_meta.json"),
       ("convergence", "summary.json"))} == {"test"}
