@@ -93,6 +93,11 @@ def _r2_lines(r2: list[dict]) -> list[str]:
   return lines
 
 
+def _txt(v) -> str:
+  """A text cell read back from CSV ('' comes back as NaN): '–' when empty."""
+  return v if isinstance(v, str) and v else "–"
+
+
 def _anchor_lines(an: list[dict]) -> list[str]:
   lines = ["", f"Like for like with the authors (their R² {ANCHOR_SOURCE}: the released results "
            "table of 230 TinyStories models, not a figure printed in the paper; ours: one point "
@@ -101,8 +106,8 @@ def _anchor_lines(an: list[dict]) -> list[str]:
            "authors' sign | verdict |", "|---|---|---|---|---|---|---|---|---|"]
   for r in an:
     lines.append(f"| {r['metric']} | {int(r['min_count'])} | {int(r['n_runs'])} | {_f(r['r2'])} | "
-                 f"{r['sign'] or '–'} | {_f(r['r2_all_snapshots'])} | {_f(r['authors_r2'])} | "
-                 f"{r['authors_sign'] or '–'} | {r['verdict']} |")
+                 f"{_txt(r['sign'])} | {_f(r['r2_all_snapshots'])} | {_f(r['authors_r2'])} | "
+                 f"{_txt(r['authors_sign'])} | {r['verdict']} |")
   return lines
 
 
@@ -123,8 +128,8 @@ def _paragraph(an: list[dict], tk: list[dict], meta: dict) -> str:
   top_l = float(np.mean([r["log10_cdnv"] for r in top]))
   top_i = float(np.mean([r["interference"] for r in top]))
   mc0 = min(int(r["min_count"]) for r in an)
-  parts = [f"{r['metric']}: R² {_f(r['r2'])} ({r['sign'] or '–'}) -> {r['verdict']}"
-           for r in an if int(r["min_count"]) == mc0 and r["authors_r2"] != ""]
+  parts = [f"{r['metric']}: R² {_f(r['r2'])} ({_txt(r['sign'])}) -> {r['verdict']}"
+           for r in an if int(r["min_count"]) == mc0 and _f(r["authors_r2"]) != "–"]
   gam = ", ".join(f"λ={k}: Γ={v:.2f}" for k, v in meta["weight_decay"]["gamma"].items())
   return ("Wu & Papyan's released results give, over 230 TinyStories models, R² ≈ 0.92 for "
           "log10 of the mean CDNV, ≈ 0.89 for NC4, ≈ 0.69 for UNC3 and ≈ 0.08 for the CoV of "
