@@ -5,37 +5,51 @@ r"""Linguistic collapse (Wu & Papyan 2024): neural-collapse metrics vs validatio
   python -m experiments.collapse --preset=test --out=/tmp/c     # seconds, for the tests
 
 A grid of GPT-Neo-like models (``sbjax.configs.neo``: learned positions, tied head,
-alternating global/local attention), depth L x width d, each trained with weight decay
-0 and 0.1 and measured after 1 and 3 epochs, plus a seed-only group (one architecture,
->= 8 data-order seeds). Models of one architecture train together in one vmapped program
+alternating global/local attention), depth L x width d x weight decay λ, each measured at two
+snapshots (cpu: after 2 and 6 epochs), plus a seed-only group (one architecture, >= 16
+data-order seeds at cpu). Models of one architecture train together in one vmapped program
 (``sbjax.studies.collapse_grid.train_group``: per-member data order, init seed and weight
-decay). The learning rate is constant after warm-up, so the 1-epoch model is exactly the
-3-epoch run's snapshot at the end of epoch 1. An "epoch" is one pass over a fixed token
-budget (the first ``epoch_tokens`` tokens of the training split).
+decay). The learning rate is constant after warm-up, so an earlier snapshot is exactly the
+model of a shorter run. An "epoch" is one pass over a fixed token budget (the first
+``epoch_tokens`` tokens of the training split). ``collapse_meta.json`` records the
+weight-decay strength Γ = λ·Σ lr (a decay with Γ << 1 does nothing).
 
-For every model: the three streaming passes (train-split class means and variances, NC4
-and the loss on validation), every key of ``sbjax.metrics.collapse_metrics``, and the
-settings min_count / cdnv_exponent / weighted_mean / nc4_search, one CSV row per model.
+For every snapshot: the three streaming passes (train-split class means and variances, NC4
+and the loss on validation) once, then every key of ``sbjax.metrics.collapse_metrics`` at
+each ``min_count`` of the preset (1 and 20), one CSV row per (snapshot, min_count).
 
-Outputs of ``run`` in OUT: ``collapse_models.csv`` (one row per model), ``collapse_r2.csv``
-(R² and Pearson r of every metric vs validation loss over the grid), ``collapse_seeds.csv``
-(seed-only group: r, R² and the permutation p-value with ``n_perm`` = 10^4 permutations,
-Table 1), ``collapse_tokens.csv`` (per-class CDNV and interference of the most frequent
-tokens vs the average token of the best model, Table 5), ``perclass/`` and
-``collapse_meta.json``. Finished architecture groups are kept in ``OUT/groups/`` and skipped
-on a rerun. ``report_section(out, rel)`` (report.py, from the CSVs only) draws
-``fig_collapse_vs_loss.png`` (Fig. 1) and gives the markdown section.
+Counting: a run (one member of a group) gives one point per R² (its last snapshot,
+``points=last``); the R² over all snapshots (``points=all``) is reported beside it, labelled
+as such (snapshots of one run are not independent models).
+
+Outputs of ``run`` in OUT: ``collapse_models.csv`` (one row per snapshot and min_count;
+columns ``run``, ``last_snapshot``, ``min_count``, every metric, ``unc3_reason``),
+``collapse_r2.csv`` (R² and Pearson r of every metric vs validation loss per (min_count,
+points)), ``collapse_anchors.csv`` (the like-for-like table: our R² and sign, one point per
+run, against the authors' R² "computed from the authors' results", agree/disagree; log10 of
+the mean CDNV, NC4, UNC3 raw and guarded, raw and bias-corrected norm CoV, NC3, GNC2),
+``collapse_seeds.csv`` (seed-only group: r, R² and the permutation p-value with ``n_perm``
+= 10^4 permutations, Table 1), ``collapse_tokens.csv`` (per-class CDNV and interference of
+the most frequent tokens vs the average token of the best model, Table 5), ``perclass/``,
+``collapse_meta.json``, and with ``Knobs.ceiling`` the collapse ceiling of a planted
+language (``ceiling.py``: ``collapse_ceiling.csv``, ``collapse_ceiling_trained.csv``).
+Finished architecture groups are kept in ``OUT/groups/`` and skipped on a rerun.
+``report_section(out, rel)`` (report.py, from the CSVs only) draws
+``fig_collapse_vs_loss.png`` (Fig. 1) and ``fig_collapse_ceiling.png`` and gives the
+markdown section.
 
 Modules: ``presets`` (PRESETS: test, quick, cpu, tpu), ``run`` (corpus, groups, tables),
-``measure`` (one group trained and measured; the R² and token tables), ``report``,
-``__main__`` (the CLI).
+``measure`` (one group trained and measured; metric lists and the authors' anchors),
+``tables`` (R², anchors, seeds, tokens), ``ceiling`` (the planted language's ceiling),
+``report`` / ``report_ceiling``, ``__main__`` (the CLI).
 """
 
-from experiments.collapse.measure import COUNT_KEYS, METRICS, SETTINGS, model_config, run_group
+from experiments.collapse.measure import ANCHORS, COUNT_KEYS, METRICS, SETTINGS, model_config, run_group
 from experiments.collapse.presets import PRESETS, Knobs, Preset, get_preset
 from experiments.collapse.report import report_section
 from experiments.collapse.run import check_same_experiment, groups, run, validate
+from experiments.collapse.tables import anchor_rows, model_rows
 
-__all__ = ["COUNT_KEYS", "METRICS", "PRESETS", "SETTINGS", "Knobs", "Preset",
+__all__ = ["ANCHORS", "COUNT_KEYS", "anchor_rows", "model_rows", "METRICS", "PRESETS", "SETTINGS", "Knobs", "Preset",
            "check_same_experiment", "get_preset", "groups", "model_config", "report_section",
            "run", "run_group", "validate"]

@@ -21,6 +21,11 @@ class Knobs:
   val_tokens: int = 16_384  # 0 = the whole validation split
   chunk: int = 32  # windows per forward chunk of the collapse pass
   n_perm: int = 10_000  # permutations of the seed group's p-values
+  min_counts: tuple = (1, 20)  # the analysed classes: N_c >= min_count, each reported
+  ceiling: tuple = ()  # (V, k) of the planted language of the collapse ceiling; () = none
+  ceiling_arch: tuple = (1, 32)  # (L, d) trained on it (one member per weight decay)
+  ceiling_steps: tuple = ()  # snapshot steps measured against the ceiling; () = table only
+  ceiling_tokens: int = 65_536  # sampled training tokens (validation: 1/8 of it)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,22 +47,38 @@ def _overrides(*, vocab: int = 1024, seq_len: int = 64, batch: int = 16, lr: flo
 
 PRESETS: dict[str, Preset] = {
     # the test suite and `reproduce --preset=test`: one architecture of 3 members and a seed
-    # group of 3 of the same shape (one compiled step), 8 steps per epoch
+    # group of 3 of the same shape (one compiled step), 8 steps per epoch; the ceiling's
+    # language has the grid's V=64 and width k+1 = 8 and trains 24 steps (the grid's run
+    # length), so it reuses the grid's compiled step and forward
     "test": Preset("neo", _overrides(vocab=64, seq_len=16, batch=8, lr=3e-3, warmup=2),
                    Knobs(depths=(1,), widths=(8,), weight_decays=(0.0, 0.05, 0.1), seeds=3,
                          seed_arch=(1, 8), epoch_tokens=1024, val_tokens=512, chunk=16,
-                         n_perm=2000)),
+                         n_perm=2000, ceiling=(64, 7), ceiling_arch=(1, 8),
+                         ceiling_steps=(8, 24), ceiling_tokens=2048)),
     # quick: 3 weight decays and 3 seeds, so the seed group (M=3, L1-d16) reuses the
     # compiled step of the L1-d16 grid group.
     "quick": Preset("neo", _overrides(vocab=128, seq_len=32, batch=8, lr=3e-3, warmup=5),
                     Knobs(depths=(1, 2), widths=(16,), weight_decays=(0.0, 0.05, 0.1), seeds=3,
-                          seed_arch=(1, 16), epoch_tokens=4096, val_tokens=2048)),
-    "cpu": Preset("neo", _overrides(), Knobs(depths=(1, 2, 4), widths=(32, 64, 128, 256))),
+                          seed_arch=(1, 16), epoch_tokens=4096, val_tokens=2048,
+                          ceiling=(64, 4), ceiling_arch=(1, 16), ceiling_steps=(25, 100, 400),
+                          ceiling_tokens=32_768)),
+    # cpu (issue 19, item 2): Shakespeare at V=256, an epoch of 524,288 tokens (512 steps of
+    # 16 x 64), snapshots after 2 and 6 epochs (3072 steps), constant LR 2e-3 after 100
+    # warm-up steps, so Γ = λ·Σ lr ≈ 0.6 at λ=0.1 (collapse_meta.json: weight_decay). Grid
+    # L ∈ {1, 2} × d ∈ {32, 64, 128} × λ ∈ {0, 0.1} (12 runs) and 16 data-order seeds of
+    # L1-d32 for the permutation test; min_count 1 and 20. Designed for ≤ 30 min on 2
+    # cores; its time is to be measured on a quiet machine (BUILD_NOTES).
+    "cpu": Preset("neo", _overrides(vocab=256, seq_len=64, batch=16, lr=2e-3, warmup=100),
+                  Knobs(depths=(1, 2), widths=(32, 64, 128), epochs=(2, 6), seeds=16,
+                        seed_arch=(1, 32), epoch_tokens=524_288, val_tokens=32_768,
+                        ceiling=(256, 8), ceiling_arch=(1, 32),
+                        ceiling_steps=(50, 100, 200, 400, 800, 1600, 3200),
+                        ceiling_tokens=524_288)),
     # The paper's grid (230 TinyStories models; GPT-Neo tokenizer size 50257).
     "tpu": Preset("neo", _overrides(vocab=50257, seq_len=512, batch=64, lr=1e-3, warmup=500,
                                     source="tfds", tfds_name="lm1b"),
                   Knobs(depths=(1, 2, 4, 8, 12), widths=(64, 128, 256, 512, 768, 1024),
-                        seeds=10, seed_arch=(4, 256), epoch_tokens=0, val_tokens=1 << 22,
+                        seeds=16, seed_arch=(4, 256), epoch_tokens=0, val_tokens=1 << 22,
                         chunk=16)),
 }
 

@@ -14,18 +14,20 @@ import matplotlib.pyplot as plt  # noqa: E402
 import matplotlib.ticker  # noqa: E402
 import numpy as np  # noqa: E402
 
-from experiments.collapse.measure import ANCHORS, METRICS, column, model_rows  # noqa: E402
+from experiments.collapse.report_ceiling import ceiling_lines  # noqa: E402
+from experiments.collapse.measure import ANCHOR_SOURCE, METRICS, POINTS  # noqa: E402
+from experiments.collapse.tables import column, min_counts, model_rows  # noqa: E402
 from experiments.shared import fmt, read_rows  # noqa: E402
 from sbjax.studies import stats  # noqa: E402
 
-NAMES = {"nc1_log10_cdnv": "log10 CDNV (NC1)", "nc4_agreement": "NC4 agreement",
-         "unc3_cos_cov": "UNC3 (CoV of self-duality)", "nc2_norm_cov": "CoV of norms (NC2)"}
 FIGURE = "fig_collapse_vs_loss.png"
 
 
 def figure(out: Path) -> Path:
-  """Fig. 1 analogue: every metric vs validation loss, R² and r on each panel."""
-  grid, seeds = model_rows(out, "grid"), model_rows(out, "seeds")
+  """Fig. 1 analogue: every metric vs validation loss at the smallest min_count, R² and r
+  (one point per run) on each panel; earlier snapshots drawn open."""
+  mc0 = min_counts(out)[0]
+  grid, seeds = model_rows(out, "grid", mc0), model_rows(out, "seeds", mc0, "last")
   y = column(grid, "val_loss")
   depths = sorted({int(r["n_layers"]) for r in grid})
   cmap = plt.get_cmap("viridis")
@@ -36,11 +38,13 @@ def figure(out: Path) -> Path:
     x = column(grid, k)
     for r, xi, yi in zip(grid, x, y):
       c = cmap(depths.index(int(r["n_layers"])) / max(len(depths) - 1, 1))
-      ax.scatter(xi, yi, s=10 + 40 * math.log2(int(r["d_model"]) / 16 + 1) / 5, color=c,
-                 marker="o" if int(r["epochs"]) == 1 else "^", alpha=0.8)
+      last = int(r["last_snapshot"]) == 1
+      ax.scatter(xi, yi, s=10 + 40 * math.log2(int(r["d_model"]) / 16 + 1) / 5,
+                 color=c if last else "none", edgecolors=c, marker="o", alpha=0.8)
     if seeds:
       ax.scatter(column(seeds, k), column(seeds, "val_loss"), s=12, color="red", marker="x")
-    s = stats.correlation_summary(x, y)
+    lm = np.asarray([int(r["last_snapshot"]) == 1 for r in grid], bool)
+    s = stats.correlation_summary(x[lm], y[lm])
     ax.set_title(f"{k}\nR²={s['r2']:.2f}  r={s['pearson_r']:+.2f}", fontsize=9)
     ax.set_ylabel("val loss", fontsize=8)
     ax.tick_params(labelsize=7)
@@ -49,8 +53,8 @@ def figure(out: Path) -> Path:
       ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
   for ax in axes.ravel()[len(METRICS):]:
     ax.axis("off")
-  fig.suptitle("collapse metrics vs validation loss (colour: depth; o: 1 epoch, ^: 3 epochs; "
-               "size: width; x: seed group)", fontsize=10)
+  fig.suptitle(f"collapse metrics vs validation loss (min_count {mc0}; colour: depth; filled: "
+               "last snapshot, open: earlier; size: width; x: seed group)", fontsize=10)
   fig.tight_layout()
   path = Path(out) / FIGURE
   fig.savefig(path, dpi=100)
@@ -62,29 +66,49 @@ def _f(v) -> str:
   return fmt(v, 3)
 
 
-def _verdict(k: str, r2: float, r: float) -> str:
-  anchor, sign = ANCHORS[k]
-  if not np.isfinite(r2):
-    return "undefined here"
-  if sign == 0:
-    return "agrees (no relation)" if r2 <= 0.3 else f"disagrees (R² {r2:.2f} is not negligible)"
-  if np.sign(r) != sign:
-    return "disagrees (opposite sign)"
-  if r2 >= anchor - 0.25:
-    return "agrees"
-  return "same sign, weaker"
-
-
 def _seed_lines(out: Path, meta: dict) -> list[str]:
   if not (out / "collapse_seeds.csv").exists():
     return []
   sd = read_rows(out / "collapse_seeds.csv")
   n = int(sd[0]["n"]) if sd else 0
-  return (["", f"Seed-only group ({n} data-order seeds of one architecture; two-sided "
-           f"permutation p-values, {meta['n_permutations']} permutations; their Table 1):", "",
-           "| metric | Pearson r | R² | p |", "|---|---|---|---|"]
-          + [f"| {r['metric']} | {_f(r['pearson_r'])} | {_f(r['r2'])} | {_f(r['p_perm'])} |"
-             for r in sd])
+  return (["", f"Seed-only group ({n} data-order seeds of one architecture, last snapshot; "
+           f"two-sided permutation p-values, {meta['n_permutations']} permutations; their "
+           "Table 1):", "", "| metric | min_count | Pearson r | R² | p |", "|---|---|---|---|---|"]
+          + [f"| {r['metric']} | {int(r['min_count'])} | {_f(r['pearson_r'])} | {_f(r['r2'])} | "
+             f"{_f(r['p_perm'])} |" for r in sd])
+
+
+def _r2_lines(r2: list[dict]) -> list[str]:
+  """Every metric's R² side by side: min_count x (one point per run | all snapshots)."""
+  by = {(int(r["min_count"]), r["points"], r["metric"]): r for r in r2}
+  mcs = sorted({k[0] for k in by})
+  cols = [(m, p) for p in POINTS for m in mcs]
+  head = " | ".join(f"R² (r), min_count {m}, {'1 point/run' if p == 'last' else 'all snapshots'}"
+                    for m, p in cols)
+  lines = [f"| metric | {head} |", "|---" * (len(cols) + 1) + "|"]
+  for k in METRICS:
+    cells = " | ".join(f"{_f(by[(m, p, k)]['r2'])} ({_f(by[(m, p, k)]['pearson_r'])})"
+                       for m, p in cols)
+    lines.append(f"| {k} | {cells} |")
+  return lines
+
+
+def _txt(v) -> str:
+  """A text cell read back from CSV ('' comes back as NaN): '–' when empty."""
+  return v if isinstance(v, str) and v else "–"
+
+
+def _anchor_lines(an: list[dict]) -> list[str]:
+  lines = ["", f"Like for like with the authors (their R² {ANCHOR_SOURCE}: the released results "
+           "table of 230 TinyStories models, not a figure printed in the paper; ours: one point "
+           "per run, its last snapshot; the all-snapshot R² beside it):", "",
+           "| metric | min_count | runs | our R² | our sign | R² all snapshots | authors' R² | "
+           "authors' sign | verdict |", "|---|---|---|---|---|---|---|---|---|"]
+  for r in an:
+    lines.append(f"| {r['metric']} | {int(r['min_count'])} | {int(r['n_runs'])} | {_f(r['r2'])} | "
+                 f"{_txt(r['sign'])} | {_f(r['r2_all_snapshots'])} | {_f(r['authors_r2'])} | "
+                 f"{_txt(r['authors_sign'])} | {r['verdict']} |")
+  return lines
 
 
 def _token_lines(tk: list[dict]) -> list[str]:
@@ -99,25 +123,23 @@ def _token_lines(tk: list[dict]) -> list[str]:
   return lines
 
 
-def _paragraph(r2: dict, tk: list[dict]) -> str:
+def _paragraph(an: list[dict], tk: list[dict], meta: dict) -> str:
   avg, top = tk[-1], tk[:-1]
   top_l = float(np.mean([r["log10_cdnv"] for r in top]))
   top_i = float(np.mean([r["interference"] for r in top]))
-  parts = []
-  for k, (a, sgn) in ANCHORS.items():
-    rr = r2[k]
-    parts.append(f"{NAMES[k]}: R² {rr['r2']:.2f}, r {rr['pearson_r']:+.2f} (paper R² {a}"
-                 f"{'' if sgn == 0 else ', r ' + ('+' if sgn > 0 else '-')}) -> "
-                 f"{_verdict(k, float(rr['r2']), float(rr['pearson_r']))}")
-  return ("Wu & Papyan found, over 230 TinyStories models, that validation loss falls as "
-          "collapse grows: log CDNV (R² ≈ 0.92) and NC4 (≈ 0.89) track it closely, uniform "
-          "duality UNC3 less (≈ 0.69) and the CoV of norms not at all (≈ 0.08). Here: "
-          + "; ".join(parts) + ". The most frequent tokens have mean log10 CDNV_c "
-          f"{top_l:.2f} vs {float(avg['log10_cdnv']):.2f} for the average token and "
+  mc0 = min(int(r["min_count"]) for r in an)
+  parts = [f"{r['metric']}: R² {_f(r['r2'])} ({_txt(r['sign'])}) -> {r['verdict']}"
+           for r in an if int(r["min_count"]) == mc0 and _f(r["authors_r2"]) != "–"]
+  gam = ", ".join(f"λ={k}: Γ={v:.2f}" for k, v in meta["weight_decay"]["gamma"].items())
+  return ("Wu & Papyan's released results give, over 230 TinyStories models, R² ≈ 0.92 for "
+          "log10 of the mean CDNV, ≈ 0.89 for NC4, ≈ 0.69 for UNC3 and ≈ 0.08 for the CoV of "
+          f"norms. Here (min_count {mc0}, one point per run): " + "; ".join(parts) + ". "
+          f"Weight-decay strength Γ = λ·Σ lr: {gam}. The most frequent tokens have mean log10 "
+          f"CDNV_c {top_l:.2f} vs {float(avg['log10_cdnv']):.2f} for the average token and "
           f"interference {top_i:.3f} vs {float(avg['interference']):.3f}. These models are "
-          "orders of magnitude smaller and shorter-trained than the paper's, so agreement "
-          "in sign matters more than in R²; where a verdict above says 'disagrees' or "
-          "'weaker', sbjax does not reproduce the paper's finding at this scale.")
+          "orders of magnitude smaller and shorter-trained than the authors', so agreement in "
+          "sign matters more than in R²; where a verdict says 'disagrees' or 'weaker', sbjax "
+          "does not reproduce their finding at this scale.")
 
 
 def report_section(out: Path, rel: str) -> str:
@@ -125,19 +147,19 @@ def report_section(out: Path, rel: str) -> str:
   out = Path(out)
   figure(out)
   meta = json.loads((out / "collapse_meta.json").read_text())
-  r2 = {r["metric"]: r for r in read_rows(out / "collapse_r2.csv")}
-  grid = model_rows(out, "grid")
+  r2 = read_rows(out / "collapse_r2.csv")
+  grid = model_rows(out, "grid", min_counts(out)[0])
+  n_runs = len({r["run"] for r in grid})
   lines = ["## Linguistic collapse (Wu & Papyan 2024)", "",
-           f"{len(grid)} grid models (preset `{meta['preset']}`, vocabulary "
+           f"{n_runs} grid runs, {len(grid)} snapshots (preset `{meta['preset']}`, vocabulary "
            f"{meta['vocab_size']}, {meta['train_tokens']} training tokens per epoch, "
-           f"{meta['val_tokens']} validation tokens; settings: "
+           f"{meta['val_tokens']} validation tokens, min_count "
+           + " and ".join(str(m) for m in meta["min_counts"]) + "; settings: "
            + ", ".join(f"{k}={v}" for k, v in meta["settings"].items()) + ").", "",
-           f"![collapse metrics vs validation loss]({rel}/{FIGURE})", "",
-           "| metric | R² vs val loss | Pearson r | paper R² |", "|---|---|---|---|"]
-  for k in METRICS:
-    r = r2[k]
-    lines.append(f"| {k} | {_f(r['r2'])} | {_f(r['pearson_r'])} | {_f(r['paper_r2'])} |")
-  lines += _seed_lines(out, meta)
+           f"![collapse metrics vs validation loss]({rel}/{FIGURE})", ""]
+  lines += _r2_lines(r2)
+  an = read_rows(out / "collapse_anchors.csv")
+  lines += _anchor_lines(an) + _seed_lines(out, meta)
   tk = read_rows(out / "collapse_tokens.csv")
-  lines += _token_lines(tk) + ["", _paragraph(r2, tk)]
+  lines += _token_lines(tk) + ["", _paragraph(an, tk, meta)] + ceiling_lines(out, rel)
   return "\n".join(lines) + "\n"

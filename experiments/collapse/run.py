@@ -8,12 +8,16 @@ import json
 import time
 from pathlib import Path
 
-from experiments.collapse.measure import (SETTINGS, model_config, model_rows, r2_table, run_group,
-                                          token_table, train_config)
+import numpy as np
+
+from experiments.collapse.ceiling import run_ceiling
+from experiments.collapse.measure import POINTS, SETTINGS, model_config, run_group, train_config
+from experiments.collapse.tables import anchor_rows, r2_rows, seed_rows, token_table
 from experiments.collapse.presets import Preset, get_preset
 from experiments.shared import RunsProgress, text_corpus, write_json, write_rows
 from sbjax.config import DataConfig
 from sbjax.data import make_dataset
+from sbjax.optim import lr_schedule
 from sbjax.studies.collapse_grid import Member
 
 
@@ -71,14 +75,31 @@ def check_same_experiment(out: Path, key: dict) -> None:
 
 
 def write_tables(out: Path, n_perm: int) -> None:
-  """collapse_r2.csv (grid), collapse_seeds.csv (seed group, with permutation p-values) and
-  collapse_tokens.csv (the best grid model's most frequent tokens)."""
+  """collapse_r2.csv (grid: every min_count, one point per run and all snapshots),
+  collapse_seeds.csv (seed group, with permutation p-values), collapse_anchors.csv (the
+  like-for-like comparison with the authors) and collapse_tokens.csv (the best grid model's
+  most frequent tokens)."""
   out = Path(out)
-  write_rows(out / "collapse_r2.csv", r2_table(model_rows(out, "grid")))
-  seeds = model_rows(out, "seeds")
-  if len(seeds) >= 3:
-    write_rows(out / "collapse_seeds.csv", r2_table(seeds, n_perm=n_perm))
+  r2 = r2_rows(out)
+  write_rows(out / "collapse_r2.csv", r2)
+  seeds = seed_rows(out, n_perm)
+  if seeds:
+    write_rows(out / "collapse_seeds.csv", seeds)
+  write_rows(out / "collapse_anchors.csv", anchor_rows(r2))
   write_rows(out / "collapse_tokens.csv", token_table(out))
+
+
+def weight_decay_strength(p: Preset, n_train_tokens: int) -> dict:
+  """Γ = λ · Σ_t lr(t) over the run (decoupled decay shrinks weights by ~exp(-Γ)): a decay
+  with Γ << 1 does nothing."""
+  o = p.overrides
+  spe = max(1, (n_train_tokens // o["train.seq_len"]) // o["train.batch_size"])
+  steps = spe * max(p.knobs.epochs)
+  sched = lr_schedule(train_config(p, steps))
+  sum_lr = float(np.sum(np.asarray(sched(np.arange(steps)), np.float64)))
+  lams = sorted(set(p.knobs.weight_decays) | {p.knobs.seed_weight_decay})
+  return {"steps_per_epoch": spe, "steps": steps, "sum_lr": sum_lr,
+          "gamma": {f"{lam:g}": lam * sum_lr for lam in lams}}
 
 
 def run(out: Path, preset: str, data: str | None = None, verbose: bool = True) -> None:
@@ -103,11 +124,13 @@ def run(out: Path, preset: str, data: str | None = None, verbose: bool = True) -
     write_rows(out / "collapse_models.csv", rows)
     progress.finish(trained=not cached)
   progress.close()
+  run_ceiling(out, p, verbose)  # the planted language's ceiling and models trained towards it
   tok = Path(tok_path).resolve() if tok_path else None
   write_json(out / "collapse_meta.json", {
       "preset": preset, "base": p.base, "overrides": p.overrides,
       "knobs": dataclasses.asdict(p.knobs), "settings": SETTINGS, "vocab_size": vocab,
-      "n_permutations": p.knobs.n_perm,
+      "n_permutations": p.knobs.n_perm, "min_counts": list(p.knobs.min_counts),
+      "points": POINTS, "weight_decay": weight_decay_strength(p, int(len(tr) - 1)),
       "tokenizer": (str(tok.relative_to(out.resolve())) if tok and
                     tok.is_relative_to(out.resolve()) else tok_path),
       "train_tokens": int(len(tr) - 1), "val_tokens": int(len(va) - 1),

@@ -8,6 +8,8 @@ Submodules (no flax anywhere):
 * :mod:`sbjax.metrics.cka` -- linear CKA (biased / debiased HSIC).
 * :mod:`sbjax.metrics.collapse` -- streaming neural-collapse accumulators
   and NC1-NC4 metrics (blocked pair streaming, never K x K).
+* :mod:`sbjax.metrics.collapse_variants` -- bias-corrected class-mean norms
+  and the guarded UNC3 (used by ``collapse``; NamedTuple results).
 
 Each metric works on one checkpoint and composes with ``jax.vmap`` over a
 leading checkpoint/head axis.  Formulas and the authors' code variants are in

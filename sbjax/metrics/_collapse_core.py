@@ -10,6 +10,7 @@ mean(n_c); NC3 cos(w_c, mu~_c); ||G||_F^2 = ||M~^T M~||_F^2 (d x d); dual error 
 
 from __future__ import annotations
 
+import math
 from functools import partial
 
 import jax
@@ -19,8 +20,11 @@ from jax import lax
 
 from ._pairs import chan_result, lse_log_mean, lse_mean, pair_pass
 from .accumulators import mean_update, nc4_update, var_update
+from .collapse_variants import corrected_sq_norms, norm_cov, unc3_guarded
 
 _HI = lax.Precision.HIGHEST
+VARIANT_KEYS = ("unc3_cos_cov_guarded", "nc3_cos_se", "unc3_ill_conditioned", "nc2_norm_cov_corrected",
+                "nc2_corrected_n_classes", "nc2_corrected_n_clipped")
 
 
 def mstd(x, m, ddof):
@@ -35,7 +39,7 @@ def cov(x, m, ddof):
     return jnp.where(mean != 0, std / jnp.where(mean != 0, mean, 1.0), jnp.inf)
 
 
-def global_stats(mu, w, cnt, valid, *, weighted_mean, norm_variant, ddof):
+def global_stats(mu, w, cnt, valid, *, weighted_mean, norm_variant, ddof, var=None):
     dt = mu.dtype
     vf = valid.astype(dt)
     kf = jnp.sum(vf)
@@ -77,6 +81,23 @@ def global_stats(mu, w, cnt, valid, *, weighted_mean, norm_variant, ddof):
         "dual_error": jnp.sqrt(jnp.maximum(dual2, 0.0)),
         "etf_diag": etf_diag,
         "k": kf,
+        **_variant_stats(mu, var, cnt, valid, cos3, weighted_mean=weighted_mean, norm_variant=norm_variant, ddof=ddof),
+    }
+
+
+def _variant_stats(mu, var, cnt, valid, cos3, *, weighted_mean, norm_variant, ddof):
+    """The corrected norm CoV and the guarded UNC3 (``collapse_variants``); NaN without ``var``."""
+    u3 = unc3_guarded(cos3, valid, ddof=ddof)
+    out = {"unc3_cos_cov_guarded": u3.value, "nc3_cos_se": u3.cos_se, "unc3_ill_conditioned": u3.ill_conditioned}
+    if var is None:
+        nan = jnp.full((), jnp.nan, mu.dtype)
+        return {**out, "nc2_norm_cov_corrected": nan, "nc2_corrected_n_classes": jnp.zeros((), jnp.int32), "nc2_corrected_n_clipped": jnp.zeros((), jnp.int32)}
+    cn = corrected_sq_norms(mu, var, cnt, valid, weighted_mean=weighted_mean)
+    return {
+        **out,
+        "nc2_norm_cov_corrected": norm_cov(cn.sq_norms, cn.valid, variant=norm_variant, ddof=ddof),
+        "nc2_corrected_n_classes": cn.n_valid,
+        "nc2_corrected_n_clipped": cn.n_clipped,
     }
 
 
@@ -98,7 +119,7 @@ def pad_rows(x, kpad):
 )
 def core(mu, var, w, cnt, valid, k, *, weighted_mean, norm_variant, ddof, block, cdnv_exponent, angle_variant, gnc2_centered, coincide_rtol, riesz_s=1.0):
     """Everything after the class selection, in one jit (keyed by the padded K)."""
-    gs = global_stats(mu, w, cnt, valid, weighted_mean=weighted_mean, norm_variant=norm_variant, ddof=ddof)
+    gs = global_stats(mu, w, cnt, valid, weighted_mean=weighted_mean, norm_variant=norm_variant, ddof=ddof, var=var)
     pp = pair_pass(
         gs["mt"], mu, var, valid, gs["g_fro"], k,
         block=block, cdnv_exponent=cdnv_exponent, angle_variant=angle_variant,
@@ -109,6 +130,7 @@ def core(mu, var, w, cnt, valid, k, *, weighted_mean, norm_variant, ddof, block,
     ang_mean, ang_std, _ = chan_result(st["angle"], ddof)
     ker_mean, ker_std, ker_n = chan_result(st["kernel"], ddof)
     out = {key: gs[key] for key in ("max_norm", "nc2_norm_cov", "nc2_log_norm_cov", "nc3_cos_mean", "unc3_cos_cov", "dual_error")}
+    out.update({key: gs[key] for key in VARIANT_KEYS})
     out.update(
         cdnv=lse_mean(st["cdnv_lse"], st["cdnv_n"]), cdnv_n=st["cdnv_n"], cdnv_coinc=st["cdnv_coinc"],
         cdnv_zero=st["cdnv_zero"], kernel_coinc=st["kernel_coinc"],
@@ -161,3 +183,51 @@ def check_inputs(name, feats, labels, v, d):
     if labels.size and (labels.min() < 0 or labels.max() >= v):
         raise ValueError(f"{name} labels must lie in [0, V={v}); found values in [{labels.min()}, {labels.max()}]")
     check_finite(f"{name} features", np.asarray(feats, np.float32) if feats.dtype.itemsize < 4 else feats)
+
+
+def scalar_metrics(res, k: int) -> dict:
+    """The scalar keys of :func:`metrics_from_stats` from the jitted core's result."""
+    cdnv = float(res["cdnv"])
+    mean_log10 = float(res["l10_mean"]) if float(res["l10_n"]) > 0 else float("-inf")
+    return {
+        "nc1_cdnv": cdnv if int(res["cdnv_n"]) > 0 else float("inf"),
+        "nc1_log10_mean_cdnv": math.log10(cdnv) if cdnv > 0 else float("-inf"),
+        "nc1_mean_log10_cdnv": mean_log10,
+        "nc1_mean_log10_cdnv_std": float(res["l10_std"]),
+        "nc1_log10_cdnv": mean_log10,  # old name of nc1_mean_log10_cdnv (kept for old CSVs)
+        "nc1_log10_cdnv_std": float(res["l10_std"]),  # old name of nc1_mean_log10_cdnv_std
+        "nc1_n_pairs": k * (k - 1) // 2,
+        "nc1_n_coincident_pairs": int(res["cdnv_coinc"]),
+        "nc1_n_zero_pairs": int(res["cdnv_zero"]),
+        "nc2_norm_cov": float(res["nc2_norm_cov"]),
+        "nc2_log_norm_cov": float(res["nc2_log_norm_cov"]),
+        "nc2_norm_cov_corrected": float(res["nc2_norm_cov_corrected"]),
+        "nc2_corrected_n_classes": int(res["nc2_corrected_n_classes"]),
+        "nc2_corrected_n_clipped": int(res["nc2_corrected_n_clipped"]),
+        "nc2_cos_mean": float(res["ang_mean"]),
+        "nc2_cos_std": float(res["ang_std"]),
+        "etf_error": float(res["etf"]),
+        "gnc2_log_kernel_mean": float(res["ker_mean"]),
+        "gnc2_log_kernel_var": float(res["ker_std"]) ** 2,
+        "gnc2_n_coincident_pairs": int(res["kernel_coinc"]),
+        "gnc2_riesz_log_mean": float(res["riesz_log_mean"]),
+        "gnc2_riesz_mean": float(np.exp(np.float64(res["riesz_log_mean"]))),
+        "nc3_cos_mean": float(res["nc3_cos_mean"]),
+        "unc3_cos_cov": float(res["unc3_cos_cov"]),
+        "unc3_cos_cov_guarded": float(res["unc3_cos_cov_guarded"]),
+        "nc3_cos_se": float(res["nc3_cos_se"]),
+        "unc3_ill_conditioned": int(res["unc3_ill_conditioned"]),
+        "dual_error": float(res["dual_error"]),
+        "n_classes": k,
+    }
+
+
+def per_class_rows(rows, k: int) -> dict:
+    """per_class_cdnv = CDNV row sums / counts (NaN without a partner), interference =
+    cos row sums / (K - 1)."""
+    out = {}
+    cnt = np.asarray(rows["cdnv_cnt"][:k])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out["per_class_cdnv"] = np.where(cnt > 0, np.asarray(rows["cdnv_sum"][:k]) / np.maximum(cnt, 1), np.nan)
+    out["per_class_interference"] = np.asarray(rows["cos_sum"][:k]) / (k - 1)
+    return out

@@ -11,11 +11,16 @@ mu~_c = mu_c - mu_G; W is restricted to the analysed rows.
 * ``nc1_cdnv``: mean over unordered pairs c < c' of
   s(c,c') = ((sigma_c^2 + sigma_c'^2) / 2) / ||mu_c - mu_c'||^(2k),
   k = ``cdnv_exponent`` (authors: **k = 2**, distance^4; k = 1 is Galanti
-  et al.'s original CDNV).  ``nc1_log10_cdnv``: mean over pairs of log10 s
-  (the authors' log-CDNV, R^2 ~ 0.92 vs val loss); pairs with s = 0 (both
-  classes have zero spread, e.g. two single-token classes) are excluded from
-  the log mean only and counted in ``nc1_n_zero_pairs``.  Also
-  ``nc1_log10_mean_cdnv`` = log10(nc1_cdnv) and ``nc1_log10_cdnv_std``.
+  et al.'s original CDNV).  Two logs, two different statistics:
+  ``nc1_log10_mean_cdnv`` = log10(nc1_cdnv), the log of the mean -- **the
+  authors' "log CDNV"** (R^2 ~ 0.92 vs val loss, computed from their released
+  results); ``nc1_mean_log10_cdnv`` = mean over pairs of log10 s, the mean of
+  the logs (<= the former by Jensen), with ``nc1_mean_log10_cdnv_std``.
+  ``nc1_log10_cdnv`` / ``nc1_log10_cdnv_std`` are the old names of the mean
+  of the logs, kept so old CSVs and callers keep working (not the authors'
+  statistic).  Pairs with s = 0 (both classes have zero spread, e.g. two
+  single-token classes) are excluded from the mean of logs only and counted
+  in ``nc1_n_zero_pairs``.
 * Coincident class means (||mu_c - mu_c'||^2 <= rtol (||mu~_c||^2 + ||mu~_c'||^2),
   rtol = ``coincide_rtol``, default 8 eps of the compute dtype, i.e. equal up
   to rounding of the matmul-form distance): s = inf there; such pairs are
@@ -25,6 +30,11 @@ mu~_c = mu_c - mu_G; W is restricted to the analysed rows.
 * ``nc2_norm_cov``: std(n_c) / mean(n_c), n_c = ||mu~_c|| (default
   ``norm_variant="norm"``; ``"squared"`` = the paper-era code's ||mu~_c||^2).
   ``nc2_log_norm_cov``: std(log n_c) / mean(log n_c) (current code).
+  ``nc2_norm_cov_corrected``: the same CoV of the bias-corrected norms
+  sqrt(max(||mu_c - mu_G||^2 - b_c, 0)), b_c ~ sigma_c^2 / N_c with the
+  unbiased sigma_c^2 (N_c - 1), over the analysed classes with N_c >= 2
+  (``nc2_corrected_n_classes``; ``nc2_corrected_n_clipped`` clipped at 0); the
+  exact b_c and what it does not remove: :mod:`sbjax.metrics.collapse_variants`.
 * ``nc2_cos_mean`` / ``nc2_cos_std``: over c < c' of cos(mu~_c, mu~_c')
   (``angle_variant="cos"``, paper-era default); ``"inner"`` = unnormalised
   <mu~_c, mu~_c'> (current code).
@@ -42,7 +52,10 @@ mu~_c = mu_c - mu_G; W is restricted to the analysed rows.
   directions cannot overflow float32; ``gnc2_riesz_mean`` is its exp in
   float64 on the host (+inf only beyond ~1.8e308).  Coincident pairs are
   excluded as for the log kernel.
-* ``nc3_cos_mean``: mean_c cos(w_c, mu~_c); ``unc3_cos_cov``: std/mean of it.
+* ``nc3_cos_mean``: mean_c cos(w_c, mu~_c); ``unc3_cos_cov``: std/mean of it
+  (unguarded, as the authors); ``unc3_cos_cov_guarded``: NaN when |mean| <
+  3 standard errors (``nc3_cos_se`` = std/sqrt(K); ``unc3_ill_conditioned`` =
+  1 then; the reason as text: ``unc3_reason(nc3_cos_mean, nc3_cos_se)``).
 * ``dual_error`` = ||W M~^T/||W M~^T||_F - (I - 11^T/K)/sqrt(K-1)||_F via the exact
   identities ||W M~^T||_F^2 = <W^T W, M~^T M~> and <W M~^T, I - 11^T/K> =
   sum_c <w_c, mu~_c> - <sum w, sum mu~>/K (absolute accuracy ~sqrt(eps)).
@@ -64,13 +77,13 @@ single-token classes have sigma^2 = 0 (fine); log(0) never reaches a sum.
 
 from __future__ import annotations
 
-import math
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from ._collapse_core import (
+    per_class_rows,
+    scalar_metrics,
     batches,
     check_finite,
     check_inputs,
@@ -97,27 +110,13 @@ from .accumulators import (
     var_init,
     var_update,
 )
+from .collapse_variants import CorrectedNorms, Unc3, corrected_sq_norms, norm_cov, unc3_guarded, unc3_reason
 
 __all__ = [
-    "MeanState",
-    "VarState",
-    "NC4State",
-    "mean_init",
-    "mean_update",
-    "class_means",
-    "var_init",
-    "var_update",
-    "class_variances",
-    "one_pass_variances",
-    "nc4_init",
-    "nc4_update",
-    "nc4_agreement",
-    "merge",
-    "analyzed_classes",
-    "nc4_search_set",
-    "metrics_from_stats",
-    "per_class_stats",
-    "collapse_metrics",
+    "MeanState", "VarState", "NC4State", "mean_init", "mean_update", "class_means", "var_init", "var_update",
+    "class_variances", "one_pass_variances", "nc4_init", "nc4_update", "nc4_agreement", "merge",
+    "analyzed_classes", "nc4_search_set", "metrics_from_stats", "per_class_stats", "collapse_metrics",
+    "CorrectedNorms", "Unc3", "corrected_sq_norms", "norm_cov", "unc3_guarded", "unc3_reason",
 ]
 
 def analyzed_classes(counts, min_count: int = 1) -> np.ndarray:
@@ -183,45 +182,6 @@ def _select_and_pad(means, variances, counts, w, min_count, block_size):
     return idx, (mu_p, var_p, w_p, cnt_p), valid, blk, dt
 
 
-def _scalar_metrics(res, k: int) -> dict:
-    """The scalar keys of :func:`metrics_from_stats` from the jitted core's result."""
-    cdnv = float(res["cdnv"])
-    return {
-        "nc1_cdnv": cdnv if int(res["cdnv_n"]) > 0 else float("inf"),
-        "nc1_log10_cdnv": float(res["l10_mean"]) if float(res["l10_n"]) > 0 else float("-inf"),
-        "nc1_log10_cdnv_std": float(res["l10_std"]),
-        "nc1_log10_mean_cdnv": math.log10(cdnv) if cdnv > 0 else float("-inf"),
-        "nc1_n_pairs": k * (k - 1) // 2,
-        "nc1_n_coincident_pairs": int(res["cdnv_coinc"]),
-        "nc1_n_zero_pairs": int(res["cdnv_zero"]),
-        "nc2_norm_cov": float(res["nc2_norm_cov"]),
-        "nc2_log_norm_cov": float(res["nc2_log_norm_cov"]),
-        "nc2_cos_mean": float(res["ang_mean"]),
-        "nc2_cos_std": float(res["ang_std"]),
-        "etf_error": float(res["etf"]),
-        "gnc2_log_kernel_mean": float(res["ker_mean"]),
-        "gnc2_log_kernel_var": float(res["ker_std"]) ** 2,
-        "gnc2_n_coincident_pairs": int(res["kernel_coinc"]),
-        "gnc2_riesz_log_mean": float(res["riesz_log_mean"]),
-        "gnc2_riesz_mean": float(np.exp(np.float64(res["riesz_log_mean"]))),
-        "nc3_cos_mean": float(res["nc3_cos_mean"]),
-        "unc3_cos_cov": float(res["unc3_cos_cov"]),
-        "dual_error": float(res["dual_error"]),
-        "n_classes": k,
-    }
-
-
-def _per_class_rows(rows, k: int) -> dict:
-    """per_class_cdnv = CDNV row sums / counts (NaN without a partner), interference =
-    cos row sums / (K - 1)."""
-    out = {}
-    cnt = np.asarray(rows["cdnv_cnt"][:k])
-    with np.errstate(invalid="ignore", divide="ignore"):
-        out["per_class_cdnv"] = np.where(cnt > 0, np.asarray(rows["cdnv_sum"][:k]) / np.maximum(cnt, 1), np.nan)
-    out["per_class_interference"] = np.asarray(rows["cos_sum"][:k]) / (k - 1)
-    return out
-
-
 def metrics_from_stats(
     means,
     variances,
@@ -252,10 +212,11 @@ def metrics_from_stats(
         :func:`nc4_update` (use :func:`nc4_search_set` for the search set).
       See the module docstring for every keyword and its variants.
 
-    Returns a dict of Python floats/ints: nc1_cdnv, nc1_log10_cdnv,
-    nc1_log10_cdnv_std, nc1_log10_mean_cdnv, nc1_n_pairs,
+    Returns a dict of Python floats/ints: nc1_cdnv, nc1_log10_mean_cdnv,
+    nc1_mean_log10_cdnv(_std) (old names nc1_log10_cdnv(_std)), nc1_n_pairs,
     nc1_n_coincident_pairs, nc1_n_zero_pairs, nc2_norm_cov, nc2_log_norm_cov,
-    nc2_cos_mean, nc2_cos_std, etf_error, gnc2_log_kernel_mean,
+    nc2_norm_cov_corrected, nc2_corrected_n_classes, nc2_corrected_n_clipped,
+    unc3_cos_cov_guarded, nc3_cos_se, unc3_ill_conditioned, nc2_cos_mean, nc2_cos_std, etf_error, gnc2_log_kernel_mean,
     gnc2_log_kernel_var, gnc2_n_coincident_pairs, nc3_cos_mean, unc3_cos_cov,
     dual_error, n_classes, (nc4_agreement if nc4 given), and with
     ``per_class=True`` numpy arrays class_ids, per_class_cdnv,
@@ -283,11 +244,11 @@ def metrics_from_stats(
     res = jax.device_get(res)
     if float(res["max_norm"]) == 0.0:
         raise ValueError("all analysed class means are identical (every centred mean is zero); collapse metrics are undefined")
-    out = _scalar_metrics(res, k)
+    out = scalar_metrics(res, k)
     if nc4 is not None:
         out["nc4_agreement"] = float(nc4_agreement(nc4, weighted=nc4_weighted))
     if per_class:
-        out.update(_per_class_rows(res["rows"], k), class_ids=idx)
+        out.update(per_class_rows(res["rows"], k), class_ids=idx)
     return out
 
 

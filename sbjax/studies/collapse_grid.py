@@ -17,6 +17,9 @@ Used by ``experiments/collapse/`` (Wu & Papyan 2024). Two pieces:
   3. validation: NC4 hits (``nc4_update``, search set per ``nc4_search``) and the
      validation loss −(1/N_val) Σ log softmax(z_i)[y_i].
 
+  ``collapse_pass_multi(..., min_counts=(1, 20))`` gives the metrics at several min_counts
+  from the same forward passes (the class statistics do not depend on min_count).
+
   Pass 2 re-uses the features of pass 1 when they fit in ``feature_cache_bytes`` (host
   memory), otherwise it recomputes the forward, so memory is O(M·V·d) whatever the
   number of tokens. Then ``sbjax.metrics.collapse.metrics_from_stats`` per member
@@ -92,26 +95,26 @@ def _nc4_upd_fn(chunk_size: int):
 
 
 def collapse_pass(mc: ModelConfig, stacked_params, train_windows: np.ndarray,
-                  val_windows: np.ndarray, *, min_count: int = 1, cdnv_exponent: float = 2.0,
-                  weighted_mean: bool = False, nc4_search: str = "analyzed",
-                  chunk: int = 32, block_size: int = 512, nc4_chunk_size: int = 4096,
-                  feature_cache_bytes: int = 1 << 30) -> list[dict]:
-  """Collapse metrics and validation loss of every member (see the module doc).
+                  val_windows: np.ndarray, *, min_count: int = 1, **kw) -> list[dict]:
+  """Collapse metrics and validation loss of every member at one ``min_count`` (see the
+  module doc and :func:`collapse_pass_multi`, whose keywords it takes).
 
   ``train_windows`` / ``val_windows``: packed windows [n, T+1] (the same for every
   member). Returns one dict per member: every scalar key of ``collapse_metrics``,
-  ``val_loss``, ``val_tokens``, ``train_tokens``, and numpy arrays ``class_ids``,
-  ``per_class_cdnv``, ``per_class_interference``, ``class_counts`` (N_c of all V).
+  ``val_loss``, ``val_tokens``, ``train_tokens``, ``error`` ('' or why the metrics are
+  undefined) and numpy arrays ``class_ids``, ``per_class_cdnv``,
+  ``per_class_interference``, ``class_counts`` (N_c of all V).
   """
-  fwd, fwd_loss = _forward_fn(mc, False), _forward_fn(mc, True)
-  v, d = mc.vocab_size, mc.d_model
-  m = int(jax.tree.leaves(stacked_params)[0].shape[0])
-  params = jax.device_put(stacked_params)
+  res = collapse_pass_multi(mc, stacked_params, train_windows, val_windows,
+                            min_counts=(min_count,), **kw)
+  return [r[min_count] for r in res]
+
+
+def _class_stats(fwd, params, train_windows, chunk, v, d, m, feature_cache_bytes):
+  """Passes 1 and 2: (means, variances, counts numpy) of every member (train split)."""
   n_train = int(train_windows.shape[0] * (train_windows.shape[1] - 1))
   cache_ok = n_train * d * 4 * m <= feature_cache_bytes
   cache = []
-
-  # pass 1: class sums and counts
   st = jax.vmap(lambda _: C.mean_init(v, d))(jnp.arange(m))
   for x, y, valid in _chunks(train_windows, chunk):
     h, _ = fwd(params, x, y)
@@ -120,51 +123,95 @@ def collapse_pass(mc: ModelConfig, stacked_params, train_windows: np.ndarray,
       cache.append((h, y, valid))
   means, counts = jax.vmap(C.class_means)(st)
   counts_np = np.asarray(counts[0])
-  C.analyzed_classes(counts_np, min_count)  # a clear error before the other passes
-
-  # pass 2: per-class squared deviations from the class means
   vs = jax.vmap(lambda _: C.var_init(v))(jnp.arange(m))
   feats = cache if cache_ok else ((fwd(params, x, y)[0], y, valid)
                                   for x, y, valid in _chunks(train_windows, chunk))
   for h, y, valid in feats:
     vs = _var_upd(vs, h, y, means, valid)
-  variances = jax.vmap(C.class_variances)(vs)
-  del cache
+  return means, jax.vmap(C.class_variances)(vs), counts_np, n_train
 
-  # pass 3: NC4 and the loss on validation tokens
+
+def _usable(counts_np, min_counts) -> dict:
+  """{min_count: '' or why it has < 2 analysed classes}; the smallest must be usable."""
+  why = {}
+  for mcount in min_counts:
+    try:
+      C.analyzed_classes(counts_np, mcount)
+      why[mcount] = ""
+    except ValueError as e:
+      why[mcount] = str(e)[:300]
+  if why[min(min_counts)]:
+    C.analyzed_classes(counts_np, min(min_counts))  # a clear error before the other passes
+  return why
+
+
+def collapse_pass_multi(mc: ModelConfig, stacked_params, train_windows: np.ndarray,
+                        val_windows: np.ndarray, *, min_counts=(1,), cdnv_exponent: float = 2.0,
+                        weighted_mean: bool = False, nc4_search: str = "analyzed",
+                        chunk: int = 32, block_size: int = 512, nc4_chunk_size: int = 4096,
+                        feature_cache_bytes: int = 1 << 30) -> list[dict]:
+  """:func:`collapse_pass` at several ``min_counts`` from one set of forward passes: per
+  member a dict {min_count: result dict}. The class statistics (passes 1-2) and the
+  validation loss are shared; NC4 (its search set depends on min_count) and the metrics
+  are per min_count. A min_count with < 2 analysed classes gives a row with ``error`` set
+  (the smallest one raises, as :func:`collapse_pass`)."""
+  fwd, fwd_loss = _forward_fn(mc, False), _forward_fn(mc, True)
+  v, d = mc.vocab_size, mc.d_model
+  m = int(jax.tree.leaves(stacked_params)[0].shape[0])
+  params = jax.device_put(stacked_params)
+  means, variances, counts_np, n_train = _class_stats(fwd, params, train_windows, chunk, v, d, m,
+                                                      feature_cache_bytes)
+  why = _usable(counts_np, min_counts)
+  ok = [mcount for mcount in min_counts if not why[mcount]]
+
+  # pass 3: NC4 (per min_count) and the loss on validation tokens
   w = _head_fn(mc)(params)
-  rows = [C.nc4_search_set(means[i], counts_np, w[i], min_count=min_count, search=nc4_search)
-          for i in range(m)]
-  w_rows = jnp.stack([r[0] for r in rows])
-  mu_rows = jnp.stack([r[1] for r in rows])
-  wv, mv = rows[0][2], rows[0][3]
+  sets = {}
+  for mcount in ok:
+    rows = [C.nc4_search_set(means[i], counts_np, w[i], min_count=mcount, search=nc4_search)
+            for i in range(m)]
+    sets[mcount] = (jnp.stack([r[0] for r in rows]), jnp.stack([r[1] for r in rows]),
+                    rows[0][2], rows[0][3])
   nc4_upd = _nc4_upd_fn(nc4_chunk_size)
-  nc4 = jax.vmap(lambda _: C.nc4_init(v))(jnp.arange(m))
+  nc4 = {mcount: jax.vmap(lambda _: C.nc4_init(v))(jnp.arange(m)) for mcount in ok}
   nll_sum = np.zeros(m, np.float64)
   n_val = 0
   for x, y, valid in _chunks(val_windows, chunk):
     h, nll = fwd_loss(params, x, y)
-    nc4 = nc4_upd(nc4, h, y, w_rows, mu_rows, wv, mv, valid)
+    for mcount in ok:
+      nc4[mcount] = nc4_upd(nc4[mcount], h, y, *sets[mcount], valid)
     nll_sum += np.asarray(jnp.sum(jnp.where(valid[None], nll, 0.0), axis=1), np.float64)
     n_val += int(np.asarray(valid).sum())
 
-  means_np, var_np, w_np = (np.asarray(a) for a in (means, variances, w))
+  arrays = tuple(np.asarray(a) for a in (means, variances, w))
+  common = {"val_tokens": n_val, "train_tokens": n_train, "class_counts": counts_np}
   out = []
   for i in range(m):
-    st_i = C.NC4State(hits=nc4.hits[i], counts=nc4.counts[i])
-    try:
-      r = C.metrics_from_stats(means_np[i], var_np[i], counts_np, w_np[i], nc4=st_i,
-                               min_count=min_count, cdnv_exponent=cdnv_exponent,
-                               weighted_mean=weighted_mean, block_size=block_size,
-                               per_class=True)
-      r["error"] = ""
-    except ValueError as e:  # e.g. non-finite features of a diverged member: a NaN row
-      log.warning("member %d: collapse metrics undefined: %s", i, e)
-      r = {"error": str(e)[:300], "class_ids": np.zeros(0, np.int64),
-           "per_class_cdnv": np.zeros(0), "per_class_interference": np.zeros(0)}
-    r["val_loss"] = float(nll_sum[i] / max(n_val, 1))
-    r["val_tokens"] = n_val
-    r["train_tokens"] = n_train
-    r["class_counts"] = counts_np
-    out.append(r)
+    per = {}
+    for mcount in min_counts:
+      st_i = C.NC4State(hits=nc4[mcount].hits[i], counts=nc4[mcount].counts[i]) if mcount in nc4 else None
+      r = _member_metrics(i, arrays, counts_np, st_i, why[mcount], min_count=mcount,
+                          cdnv_exponent=cdnv_exponent, weighted_mean=weighted_mean,
+                          block_size=block_size)
+      r.update(common, val_loss=float(nll_sum[i] / max(n_val, 1)))
+      per[mcount] = r
+    out.append(per)
   return out
+
+
+def _member_metrics(i, arrays, counts_np, nc4_state, why: str, **kw) -> dict:
+  """metrics_from_stats of member i (per_class=True), or an error row (never raises)."""
+  means_np, var_np, w_np = arrays
+  empty = {"class_ids": np.zeros(0, np.int64), "per_class_cdnv": np.zeros(0),
+           "per_class_interference": np.zeros(0)}
+  if why:
+    return {"error": why, **empty}
+  try:
+    r = C.metrics_from_stats(means_np[i], var_np[i], counts_np, w_np[i], nc4=nc4_state,
+                             per_class=True, **kw)
+    r["error"] = ""
+    r["unc3_reason"] = C.unc3_reason(r["nc3_cos_mean"], r["nc3_cos_se"])
+  except ValueError as e:  # e.g. non-finite features of a diverged member: a NaN row
+    log.warning("member %d: collapse metrics undefined: %s", i, e)
+    r = {"error": str(e)[:300], **empty}
+  return r

@@ -1,6 +1,7 @@
 """experiments/collapse (Wu & Papyan 2024) end to end at the `test` preset on generated text:
 the vmapped pass against a direct computation, the CSVs and tables, the report, a rerun, the
-CLI. (Statistics and presets: tests/unit/test_collapse_stats.py; the 32k-class memory bound:
+CLI, the like-for-like anchor table, min_count 1 and 20, one point per run, and the
+collapse ceiling of a planted language. (Statistics and presets: tests/unit/test_collapse_stats.py; the 32k-class memory bound:
 tests/integration/test_collapse_pass_memory.py.)"""
 
 import csv
@@ -16,8 +17,10 @@ import pytest
 
 from experiments import collapse
 from experiments.shared import REPO
+from sbjax.data.planted import PlantedLanguage
 from sbjax.metrics import collapse as C
 from sbjax.model import Model
+from sbjax.studies import collapse_ceiling as CC
 from sbjax.studies import collapse_grid as cg
 from tests._corpus import generated_docs, write_corpus
 
@@ -64,8 +67,8 @@ def test_collapse_pass_matches_direct_computation(test_out):
     w = np.asarray(p_i["embed"])  # tied head: W = the token embedding
     ref = C.collapse_metrics(h_all[:37 * t], tr[:, 1:].ravel(), w, h_all[37 * t:],
                              va[:, 1:].ravel())
-    for k, v in ref.items():
-      assert res[i][k] == pytest.approx(v, rel=2e-4, abs=1e-5), k
+    for k, v in ref.items():  # (UNC3 guarded is NaN where the mean cos is unresolved)
+      assert res[i][k] == pytest.approx(v, rel=2e-4, abs=1e-5, nan_ok=True), k
     z = np.asarray(sv, np.float64)
     lse = np.log(np.exp(z - z.max(-1, keepdims=True)).sum(-1)) + z.max(-1)
     nll = lse - np.take_along_axis(z, va[:, 1:, None], -1)[..., 0]
@@ -82,36 +85,58 @@ def _read(path):
 def test_preset_end_to_end(test_out):
   p = P.knobs
   rows = _read(test_out / "collapse_models.csv")
+  n_mc = len(p.min_counts)
   grid = [r for r in rows if r["kind"] == "grid"]
   seeds = [r for r in rows if r["kind"] == "seeds"]
   n_grid = len(p.depths) * len(p.widths) * len(p.weight_decays) * len(p.epochs)
-  assert len(grid) == n_grid and len(seeds) == p.seeds
-  assert len({r["model"] for r in rows}) == len(rows)  # one row per model
+  assert len(grid) == n_grid * n_mc and len(seeds) == p.seeds * n_mc
+  assert len({(r["model"], r["min_count"]) for r in rows}) == len(rows)  # one row per model
   keys = set(collapse.METRICS) | set(collapse.COUNT_KEYS) | set(collapse.SETTINGS) | {
-      "val_loss", "n_layers", "d_model", "weight_decay", "epochs", "data_seed"}
+      "val_loss", "n_layers", "d_model", "weight_decay", "epochs", "data_seed", "min_count",
+      "run", "last_snapshot", "unc3_reason"}
   for r in rows:
     assert keys <= set(r), keys - set(r)
-    assert r["min_count"] == "1" and float(r["cdnv_exponent"]) == 2.0
+    assert int(r["min_count"]) in p.min_counts and float(r["cdnv_exponent"]) == 2.0
+    assert int(r["last_snapshot"]) == (int(r["epochs"]) == max(p.epochs))
   assert len({r["data_seed"] for r in seeds}) == p.seeds
-  # 3 epochs of training lower the loss of every member
+  # min_count 20 analyses fewer classes than min_count 1, on the same models
+  g1 = {r["model"]: r for r in grid if r["min_count"] == "1"}
   for r in grid:
+    if r["min_count"] == "20" and not r["error"]:
+      assert int(r["n_classes"]) < int(g1[r["model"]]["n_classes"])
+      assert float(r["val_loss"]) == float(g1[r["model"]]["val_loss"])
+  # 3 epochs of training lower the loss of every member
+  for r in g1.values():
     if r["epochs"] == "1":
-      r3 = next(q for q in grid if q["group"] == r["group"] and q["epochs"] == "3"
-                and q["weight_decay"] == r["weight_decay"])
+      r3 = next(q for q in g1.values() if q["run"] == r["run"] and q["epochs"] == "3")
       assert float(r3["val_loss"]) < float(r["val_loss"])
-  # R² table == numpy on the CSV
-  y = np.array([float(r["val_loss"]) for r in grid])
-  table = {r["metric"]: r for r in _read(test_out / "collapse_r2.csv")}
-  for k in collapse.METRICS:
-    x = np.array([float(r[k]) for r in grid])
+  # R² table == numpy on the CSV, for every (min_count, points) selection
+  table = {(r["min_count"], r["points"], r["metric"]): r for r in _read(test_out / "collapse_r2.csv")}
+  assert {(k[0], k[1]) for k in table} == {(str(m), pt) for m in p.min_counts for pt in ("last", "all")}
+  for (mcount, pts, k), t in table.items():
+    sel = [r for r in grid if r["min_count"] == mcount and (pts == "all" or r["last_snapshot"] == "1")]
+    assert int(t["n"]) <= len(sel) == len(grid) // n_mc // (1 if pts == "all" else len(p.epochs))
+    x = np.array([float(r[k]) for r in sel])
+    y = np.array([float(r["val_loss"]) for r in sel])
     ok = np.isfinite(x)
+    if ok.sum() < 3 or np.ptp(x[ok]) == 0:
+      continue
     b, a = np.polyfit(x[ok], y[ok], 1)
     r2 = 1 - np.sum((y[ok] - a - b * x[ok]) ** 2) / np.sum((y[ok] - y[ok].mean()) ** 2)
-    assert float(table[k]["r2"]) == pytest.approx(r2, rel=1e-6, abs=1e-9), k
-    assert float(table[k]["pearson_r"]) == pytest.approx(np.corrcoef(x[ok], y[ok])[0, 1],
-                                                         rel=1e-6, abs=1e-9)
+    assert float(t["r2"]) == pytest.approx(r2, rel=1e-6, abs=1e-9), k
+    assert float(t["pearson_r"]) == pytest.approx(np.corrcoef(x[ok], y[ok])[0, 1],
+                                                  rel=1e-6, abs=1e-9)
+  # the anchor table: ours (one point per run) against the authors', labelled as computed
+  an = _read(test_out / "collapse_anchors.csv")
+  assert {r["metric"] for r in an} == set(collapse.ANCHORS) and len(an) == len(collapse.ANCHORS) * n_mc
+  for r in an:
+    t = table[(r["min_count"], "last", r["metric"])]
+    assert r["r2"] == t["r2"] and int(r["n_runs"]) == int(t["n"])
+    assert r["r2_all_snapshots"] == table[(r["min_count"], "all", r["metric"])]["r2"]
+    a = collapse.ANCHORS[r["metric"]][0]
+    assert (r["authors_source"] == "computed from the authors' results") == (a is not None)
   sd = _read(test_out / "collapse_seeds.csv")
-  assert all(0 < float(r["p_perm"]) <= 1 for r in sd)
+  assert all(0 < float(r["p_perm"]) <= 1 for r in sd if r["p_perm"] not in ("", "nan"))
   tok = _read(test_out / "collapse_tokens.csv")
   counts = [float(r["count"]) for r in tok[:-1]]
   assert counts == sorted(counts, reverse=True) and tok[-1]["rank"] == "average"
@@ -119,9 +144,27 @@ def test_preset_end_to_end(test_out):
   assert (test_out / "fig_collapse_vs_loss.png").stat().st_size > 10_000
   meta = json.loads((test_out / "collapse_meta.json").read_text())
   assert meta["preset"] == "test" and meta["n_permutations"] == p.n_perm
-  assert f"{p.n_perm} permutations" in md
+  assert meta["min_counts"] == list(p.min_counts) and "gamma" in meta["weight_decay"]
+  assert f"{p.n_perm} permutations" in md and "computed from the authors' results" in md
   assert md.startswith("## ") and "](collapse/fig_collapse_vs_loss.png)" in md
-  assert f"{float(table['nc1_log10_cdnv']['r2']):.3g}" in md
+  assert "min_count 20, 1 point/run" in md and "all snapshots" in md
+  assert f"{float(table[('1', 'last', 'nc1_log10_mean_cdnv')]['r2']):.3g}" in md
+  # the collapse ceiling of the planted language, and models trained towards it
+  ceil = _read(test_out / "collapse_ceiling.csv")
+  assert [r["variant"] for r in ceil] == ["balanced", "planted"]
+  lang = PlantedLanguage(vocab=p.ceiling[0], rank=p.ceiling[1], seed=0)
+  want = CC.ceiling_metrics(lang, "balanced")
+  assert float(ceil[0]["nc1_log10_mean_cdnv"]) == pytest.approx(want["nc1_log10_mean_cdnv"], rel=1e-6)
+  assert float(ceil[0]["nc4_agreement"]) == pytest.approx(want["nc4_agreement"], rel=1e-9)
+  assert float(ceil[0]["entropy"]) == pytest.approx(lang.entropy)
+  tr = _read(test_out / "collapse_ceiling_trained.csv")
+  assert len(tr) == len(p.ceiling_steps) * len(p.weight_decays)
+  assert {int(r["step"]) for r in tr} == set(p.ceiling_steps)
+  for r in tr:
+    assert float(r["gap"]) == pytest.approx(float(r["val_loss"]) - float(r["val_true_nll"]))
+    assert float(r["gap"]) > 0  # a 24-step model is far from the Bayes-optimal one
+  assert "### The collapse ceiling of a planted language" in md
+  assert (test_out / "fig_collapse_ceiling.png").stat().st_size > 10_000
 
 
 def test_rerun_skips_finished_groups(test_out):

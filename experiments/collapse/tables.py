@@ -1,0 +1,133 @@
+"""The tables of the collapse experiment, from collapse_models.csv: R² per metric (one point
+per run, and all snapshots, labelled as such) at every min_count, the seed group's
+permutation p-values, the like-for-like anchor table and the token-level view."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from experiments.collapse.measure import ANCHOR_SOURCE, ANCHORS, METRICS, POINTS, TOP_TOKENS
+from experiments.shared import read_rows
+from sbjax.data.tokenizer import Tokenizer
+from sbjax.studies import stats
+
+
+def model_rows(out: Path, kind: str, min_count=None, points: str = "all") -> list[dict]:
+  """The rows of collapse_models.csv of one kind (grid | seeds); with ``min_count`` only
+  those measured at it; ``points="last"``: only each run's last snapshot."""
+  rows = [r for r in read_rows(Path(out) / "collapse_models.csv") if r.get("kind") == kind]
+  if min_count is not None:
+    rows = [r for r in rows if int(r["min_count"]) == int(min_count)]
+  if points == "last":
+    rows = [r for r in rows if int(r["last_snapshot"]) == 1]
+  return rows
+
+
+def min_counts(out: Path) -> list[int]:
+  return sorted({int(r["min_count"]) for r in read_rows(Path(out) / "collapse_models.csv")})
+
+
+def column(rows, key) -> np.ndarray:
+  return np.asarray([float(r.get(key, np.nan)) for r in rows], np.float64)
+
+
+def r2_table(rows: list[dict], n_perm: int = 0) -> list[dict]:
+  """Per metric: n, R², Pearson r (and the permutation p) of the metric vs val_loss."""
+  y = column(rows, "val_loss")
+  out = []
+  for i, k in enumerate(METRICS):
+    s = stats.correlation_summary(column(rows, k), y, n_perm=n_perm, seed=i)
+    a = ANCHORS.get(k, (None,))[0]
+    out.append({"metric": k, **s, "paper_r2": "" if a is None else a})
+  return out
+
+
+def r2_rows(out: Path) -> list[dict]:
+  """collapse_r2.csv: the grid's R² table at every (min_count, points) selection."""
+  rows = []
+  for mcount in min_counts(out):
+    for pts in POINTS:
+      sel = model_rows(out, "grid", mcount, pts)
+      rows += [{"min_count": mcount, "points": pts, **r} for r in r2_table(sel)]
+  return rows
+
+
+def seed_rows(out: Path, n_perm: int) -> list[dict]:
+  """collapse_seeds.csv: the seed-only group (last snapshot) with permutation p-values."""
+  rows = []
+  for mcount in min_counts(out):
+    sel = model_rows(out, "seeds", mcount, "last")
+    if len(sel) >= 3:
+      rows += [{"min_count": mcount, **r} for r in r2_table(sel, n_perm=n_perm)]
+  return rows
+
+
+def verdict(metric: str, r2: float, r: float) -> str:
+  """Our R² and sign against the authors' (ANCHORS)."""
+  anchor, sign, _ = ANCHORS[metric]
+  if anchor is None:
+    return "no reference value"
+  if not np.isfinite(r2):
+    return "undefined here"
+  if sign == 0:
+    return "agrees (no relation)" if r2 <= 0.3 else f"disagrees (R² {r2:.2f} is not negligible)"
+  if np.sign(r) != sign:
+    return "disagrees (opposite sign)"
+  if r2 >= anchor - 0.25:
+    return "agrees"
+  return "same sign, weaker"
+
+
+def anchor_rows(r2: list[dict]) -> list[dict]:
+  """collapse_anchors.csv: per anchor metric and min_count, ours (one point per run; the
+  all-snapshot R² beside it) against the authors' value, and the verdict."""
+  by = {(int(r["min_count"]), r["points"], r["metric"]): r for r in r2}
+  out = []
+  for mcount in sorted({k[0] for k in by}):
+    for k, (a, sign, what) in ANCHORS.items():
+      last, allp = by[(mcount, "last", k)], by[(mcount, "all", k)]
+      r2v, rv = float(last["r2"]), float(last["pearson_r"])
+      out.append({"metric": k, "what": what, "min_count": mcount, "n_runs": last["n"],
+                  "r2": r2v, "sign": "" if not np.isfinite(rv) else ("+" if rv > 0 else "-"),
+                  "r2_all_snapshots": float(allp["r2"]), "n_all_snapshots": allp["n"],
+                  "authors_r2": "" if a is None else a,
+                  "authors_sign": "" if sign is None else {1: "+", -1: "-", 0: "none"}[sign],
+                  "authors_source": "" if a is None else ANCHOR_SOURCE,
+                  "verdict": verdict(k, r2v, rv)})
+  return out
+
+
+def _piece(out: Path, meta: dict):
+  """Token id -> its piece with the experiment's tokenizer (the id itself without one)."""
+  tok = meta.get("tokenizer")
+  if tok:
+    tp = Path(tok) if Path(tok).is_absolute() else Path(out) / tok
+    if tp.exists():
+      return Tokenizer(tp).id_to_piece
+  return str
+
+
+def token_table(out: Path, top: int = TOP_TOKENS) -> list[dict]:
+  """Table 5: per-class CDNV and interference of the most frequent tokens of the grid's
+  best model (lowest val loss; its smallest min_count) vs the average analysed token."""
+  ok = [r for r in model_rows(out, "grid", min_counts(out)[0]) if math.isfinite(r["val_loss"])
+        and math.isfinite(r.get("nc1_mean_log10_cdnv", math.nan))]
+  best = min(ok, key=lambda r: r["val_loss"])
+  z = np.load(Path(out) / "perclass" / f"{best['model']}.npz")
+  ids, cdnv, itf = z["class_ids"], z["per_class_cdnv"], z["per_class_interference"]
+  cnt = z["counts"][ids]
+  piece = _piece(out, json.loads((Path(out) / "collapse_meta.json").read_text()))
+  rows = []
+  for rank, j in enumerate(np.argsort(-cnt, kind="stable")[:top], 1):
+    rows.append({"model": best["model"], "rank": rank, "token_id": int(ids[j]),
+                 "token": piece(int(ids[j])), "count": int(cnt[j]), "cdnv": float(cdnv[j]),
+                 "log10_cdnv": float(np.log10(cdnv[j])), "interference": float(itf[j])})
+  rows.append({"model": best["model"], "rank": "average", "token_id": "", "token": "(mean over "
+               f"{ids.size} classes)", "count": float(cnt.mean()),
+               "cdnv": float(np.nanmean(cdnv)), "log10_cdnv": float(np.nanmean(np.log10(cdnv))),
+               "interference": float(np.mean(itf))})
+  return rows

@@ -1,0 +1,183 @@
+"""Tests of sbjax.metrics.collapse_variants (bias-corrected norms, guarded UNC3) and of the
+two NC1 log statistics, against numpy references and analytic populations (issue 19)."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from sbjax.metrics import collapse as C
+from sbjax.metrics.collapse_variants import corrected_sq_norms, norm_cov, unc3_guarded, unc3_reason
+
+K = 64
+KM = 32  # metrics_from_stats calls all see KM analysed rows of d=8: one compile of the core
+_cn = jax.jit(corrected_sq_norms, static_argnames=("weighted_mean",))
+_ncov = jax.jit(norm_cov, static_argnames=("variant", "ddof"))
+_u3 = jax.jit(unc3_guarded, static_argnames=("ddof", "n_se"))
+
+
+# ----------------------------------------------------------------- numpy references
+def ref_corrected(means, var_biased, counts, weighted=False):
+  """Direct numpy form of the module doc: classes with N_c >= 2, unbiased sigma^2 (N_c - 1),
+  b_c = (1 - 2 a_c) s_c + sum a^2 s, clipped at 0."""
+  ok = counts >= 2
+  mu, n = means[ok].astype(np.float64), counts[ok].astype(np.float64)
+  s = var_biased[ok] * n / (n - 1) / n
+  a = n / n.sum() if weighted else np.full(n.size, 1.0 / n.size)
+  mt = mu - (a[:, None] * mu).sum(0)
+  raw = (mt ** 2).sum(1)
+  corr = np.maximum(raw - ((1 - 2 * a) * s + (a * a * s).sum()), 0.0)
+  return ok, raw, corr
+
+
+def _cov(x):
+  return x.std(ddof=1) / x.mean()
+
+
+def test_corrected_norms_match_numpy_with_singletons_and_weights():
+  rng = np.random.default_rng(0)
+  v, d = KM + 8, 8
+  means = rng.normal(size=(v, d)) * 2
+  var = rng.uniform(0.5, 3.0, v)
+  counts = rng.integers(3, 30, v)
+  counts[:5] = 1  # singletons: left out of the corrected statistics
+  counts[5:8] = 2
+  for weighted in (False, True):
+    ok, raw, corr = ref_corrected(means, var, counts, weighted)
+    got = _cn(jnp.asarray(means, jnp.float32), jnp.asarray(var, jnp.float32),
+                             jnp.asarray(counts), weighted_mean=weighted)
+    np.testing.assert_array_equal(np.asarray(got.valid), ok)
+    np.testing.assert_allclose(np.asarray(got.sq_norms)[ok], corr, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(got.raw_sq_norms)[ok], raw, rtol=1e-4)
+    assert int(got.n_valid) == ok.sum() and int(got.n_clipped) == 0
+    np.testing.assert_allclose(float(_ncov(got.sq_norms, got.valid)), _cov(np.sqrt(corr)), rtol=1e-4)
+    np.testing.assert_allclose(float(_ncov(got.sq_norms, got.valid, variant="squared")), _cov(corr), rtol=1e-4)
+  # metrics_from_stats: the same numbers over the analysed classes (min_count 3 drops more)
+  w = rng.normal(size=(v, d))
+  r = C.metrics_from_stats(means, var, counts, w, min_count=3)
+  keep = counts >= 3
+  ok, _, corr = ref_corrected(means[keep], var[keep], counts[keep])
+  assert r["nc2_corrected_n_classes"] == ok.sum()
+  assert r["nc2_norm_cov_corrected"] == pytest.approx(_cov(np.sqrt(corr)), rel=1e-4)
+
+
+def _population(rng, d, norms):
+  """K centred means of the given norms: K/2 random directions and their negatives."""
+  u = rng.standard_normal((K // 2, d))
+  u /= np.linalg.norm(u, axis=1, keepdims=True)
+  return np.concatenate([u, -u]) * np.concatenate([norms, norms])[:, None]
+
+
+def _draws(rng, mu, sig2_trace, counts, n_draws):
+  """Exact sampling distribution of (class mean, biased sigma^2) for Gaussian tokens with
+  isotropic covariance (trace sig2_trace): mu^ ~ N(mu, sig2/(N d) I),
+  sigma^2_biased ~ (sig2 / d) chi^2_{(N-1) d} / N."""
+  d = mu.shape[1]
+  e = rng.standard_normal((n_draws,) + mu.shape) * np.sqrt(sig2_trace / (counts * d))[None, :, None]
+  vb = sig2_trace / d * rng.chisquare((counts - 1) * d, size=(n_draws, mu.shape[0])) / counts
+  return jnp.asarray(mu[None] + e, jnp.float32), jnp.asarray(vb, jnp.float32)
+
+
+@jax.jit
+def _vmapped(m, v, c):
+  def one(mm, vv):
+    cn = corrected_sq_norms(mm, vv, c)
+    return cn.sq_norms, cn.raw_sq_norms, norm_cov(cn.sq_norms, cn.valid), norm_cov(cn.raw_sq_norms, cn.valid)
+  return jax.vmap(one)(m, v)
+
+
+@pytest.mark.parametrize("n_c", [2, 10, 1000])
+def test_corrected_norms_unbiased_raw_not(n_c):
+  """Known mu_c (norms 1..2, true CoV 0.200) and sigma_c (trace 2.25) in d=256, N_c tokens per
+  class, 400 draws: each corrected squared norm is unbiased (|z| < 4.5 over the 64 classes) and
+  the corrected CoV reads the true one within 0.012 (a ratio of noisy terms: the small excess
+  at N_c=2, +0.008, is estimation noise, not count bias); the raw norms are biased by
+  sigma_c^2/N_c and their CoV is off by more than 0.015 at N_c = 2 and 10."""
+  rng = np.random.default_rng(1)
+  mu = _population(rng, 256, np.linspace(1, 2, K // 2))
+  true_sq = (mu ** 2).sum(1)
+  true_cov = _cov(np.sqrt(true_sq))
+  counts = np.full(K, n_c)
+  sq, raw, cc, rc = (np.asarray(a, np.float64) for a in _vmapped(*_draws(rng, mu, 2.25, counts, 400), jnp.asarray(counts)))
+  z = (sq.mean(0) - true_sq) / (sq.std(0, ddof=1) / math.sqrt(sq.shape[0]))
+  assert np.abs(z).max() < 4.5
+  z_raw = (raw.mean(0) - true_sq) / (raw.std(0, ddof=1) / math.sqrt(raw.shape[0]))
+  assert abs(cc.mean() - true_cov) < 0.012
+  if n_c < 1000:
+    assert np.abs(z_raw).min() > 5.0  # every raw norm is biased upward
+    assert abs(rc.mean() - true_cov) > 0.015
+  else:
+    assert abs(rc.mean() - true_cov) < 0.002
+
+
+def test_issue_case_equal_norms_heterogeneous_counts():
+  """The issue's measurement: 64 means of exactly equal norm 3 (true CoV 0) in d=64, counts
+  2..200, within-class spread 3 per coordinate. The raw CoV reads ~0.46 (count heterogeneity);
+  the corrected squared norms average the true 9 (unbiased), and the corrected CoV drops, but
+  keeps a noise floor (~0.29 here: at N_c=2, s_c = 288 against ||mu_c||^2 = 9)."""
+  rng = np.random.default_rng(2)
+  mu = _population(rng, 64, np.full(K // 2, 3.0))
+  counts = np.round(np.linspace(2, 200, K)).astype(np.int64)
+  sq, raw, cc, rc = (np.asarray(a, np.float64) for a in _vmapped(*_draws(rng, mu, 9.0 * 64, counts, 200), jnp.asarray(counts)))
+  assert rc.mean() == pytest.approx(0.46, abs=0.03)
+  assert cc.mean() < 0.75 * rc.mean()
+  clipped = (sq == 0).mean()
+  # unbiased up to the clipping at 0 (which only raises the mean)
+  assert sq.mean() == pytest.approx(9.0, rel=0.1 + clipped)
+  assert raw.mean() > 2 * 9.0
+
+
+def test_unc3_guard():
+  rng = np.random.default_rng(3)
+  valid = np.ones(K, bool)
+  # well conditioned: cos ~ 0.5 +- 0.1 -> the raw CoV
+  cos = 0.5 + 0.1 * rng.standard_normal(K)
+  u = _u3(jnp.asarray(cos), valid)
+  assert not bool(u.ill_conditioned)
+  assert float(u.value) == pytest.approx(cos.std(ddof=1) / cos.mean(), rel=1e-5)
+  assert float(u.cos_se) == pytest.approx(cos.std(ddof=1) / math.sqrt(K), rel=1e-5)
+  assert unc3_reason(u.cos_mean, u.cos_se) == ""
+  # mean 0.05 with std 1 (SE 0.125): |mean| < 3 SE -> NaN and a reason; raw still finite
+  cos = rng.standard_normal(K)
+  cos = (cos - cos.mean()) / cos.std(ddof=1) + 0.05
+  u = _u3(jnp.asarray(cos), valid)
+  assert bool(u.ill_conditioned) and math.isnan(float(u.value))
+  assert float(u.raw) == pytest.approx(1 / 0.05, rel=1e-4)
+  assert "3 standard errors" in unc3_reason(u.cos_mean, u.cos_se)
+  # the boundary: mean exactly 3.1 SE passes, 2.9 SE does not; padded rows are ignored
+  base = rng.standard_normal(K)
+  base = (base - base.mean()) / base.std(ddof=1)
+  se = 1 / math.sqrt(K)
+  for f, bad in ((3.1, False), (2.9, True)):
+    x = np.concatenate([base + f * se, [100.0, -100.0]])
+    u = _u3(jnp.asarray(x), np.r_[valid, False, False])
+    assert bool(u.ill_conditioned) is bad
+  # through metrics_from_stats: w_c = +-mu~_c gives cos = +-1, mean 0 -> guarded NaN
+  means = rng.normal(size=(KM, 8))
+  mt = means - means.mean(0)
+  w = mt * np.where(np.arange(KM) % 2 == 0, 1.0, -1.0)[:, None]
+  r = C.metrics_from_stats(means, np.ones(KM), np.full(KM, 5), w)
+  assert r["unc3_ill_conditioned"] == 1 and math.isnan(r["unc3_cos_cov_guarded"])
+  assert abs(r["nc3_cos_mean"]) < 1e-5 and r["nc3_cos_se"] == pytest.approx(1 / math.sqrt(KM - 1), rel=1e-3)
+  r = C.metrics_from_stats(means, np.ones(KM), np.full(KM, 5), mt + 0.1 * rng.normal(size=mt.shape))
+  assert r["unc3_ill_conditioned"] == 0 and r["unc3_cos_cov_guarded"] == pytest.approx(r["unc3_cos_cov"])
+
+
+def test_two_nc1_logs_are_named_apart():
+  """nc1_log10_mean_cdnv = log10 of the mean CDNV (the authors' log CDNV);
+  nc1_mean_log10_cdnv = mean of log10 over pairs (old name nc1_log10_cdnv)."""
+  rng = np.random.default_rng(4)
+  v, d = KM, 8
+  means = rng.normal(size=(v, d)) * 2
+  var = rng.uniform(0.2, 4.0, v)
+  r = C.metrics_from_stats(means, var, np.full(v, 7), rng.normal(size=(v, d)))
+  mt = means - means.mean(0)
+  iu = np.triu_indices(v, 1)
+  d2 = ((mt[:, None] - mt[None]) ** 2).sum(-1)[iu]
+  s = ((var[:, None] + var[None]) / 2)[iu] / d2 ** 2
+  assert r["nc1_log10_mean_cdnv"] == pytest.approx(np.log10(s.mean()), rel=1e-5)
+  assert r["nc1_mean_log10_cdnv"] == pytest.approx(np.log10(s).mean(), rel=1e-5)
+  assert r["nc1_log10_cdnv"] == r["nc1_mean_log10_cdnv"]
+  assert r["nc1_mean_log10_cdnv"] < r["nc1_log10_mean_cdnv"]  # Jensen, strict for unequal s
