@@ -149,7 +149,7 @@ class DataConfig:
   tfds_name: str = ""  # e.g. "lm1b", "tiny_shakespeare" (source=tfds)
   tfds_data_dir: str = ""  # TFDS data_dir; "" = WORKDIR/tfds for builders sbjax prepares
   text_key: str = "text"
-  tokenizer: str = ""  # path of an existing sentencepiece model; "" = train one
+  tokenizer: str = ""  # an existing sentencepiece .model or HF tokenizer.json; "" = train one
   tokenizer_type: str = "unigram"  # unigram | bpe
   vocab_size: int = 1024  # tokenizer vocab (text/tfds)
   val_fraction: float = 0.1  # fraction of documents in the validation split
