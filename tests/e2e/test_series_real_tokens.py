@@ -1,0 +1,106 @@
+"""A public-suite-style series on real tokens, end to end, as a new user would run it:
+
+a 4-revision GPT-NeoX series built with transformers (random weights, one revision a
+duplicate of another) in the HF cache layout; a tokenizer.json trained on a local corpus;
+a few files tokenised to an .npy [n, T+1]; ``convert --from_hf`` -> ``analyze --tokens``.
+The CSV's eval loss of every revision equals transformers' loss on the same tokens (1e-4),
+the duplicate is flagged, and ``analyze`` without tokens fails with the clear error."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import transformers
+
+from experiments import convert as convert_cli
+from sbjax.analysis import analyze_run
+from sbjax.analysis.settings import Settings
+from sbjax.data import hf_tokenizer
+from tests._corpus import generated_docs, write_corpus
+from tests._hf_cache import write_hf_cache
+
+ROOT = Path(__file__).resolve().parents[2]
+V, T, N = 320, 16, 12
+transformers.logging.set_verbosity_error()
+
+
+def _neox(path, seed):
+  torch.manual_seed(seed)
+  c = transformers.GPTNeoXConfig(
+      vocab_size=V, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+      intermediate_size=32, max_position_embeddings=32, rotary_pct=0.5, initializer_range=0.3,
+      bos_token_id=0, eos_token_id=0)
+  m = transformers.GPTNeoXForCausalLM(c).eval()
+  m.save_pretrained(str(path))
+  return m
+
+
+def _hf_loss(m, windows):
+  with torch.no_grad():
+    logits = m(torch.tensor(windows[:, :-1], dtype=torch.long)).logits.double()
+  logp = torch.log_softmax(logits, -1)
+  y = torch.tensor(windows[:, 1:], dtype=torch.long)
+  return float(-logp.gather(-1, y[..., None]).mean())
+
+
+@pytest.fixture(scope="module")
+def series(tmp_path_factory):
+  d = tmp_path_factory.mktemp("series")
+  models = {s: _neox(d / f"m{s}", seed=s) for s in (0, 1, 3)}
+  revs = {"step0": d / "m0", "step1000-tokens2M": d / "m1",
+          "step2000-tokens4M": d / "m1",  # an aliased branch: step 1000's weights
+          "step3000-tokens6M": d / "m3"}
+  repo = write_hf_cache(d / "hub", "EleutherAI/pythia-tiny", revs)
+  # the user's tokenizer and corpus: a byte-level BPE tokenizer.json trained locally
+  docs = generated_docs(7, 4, 30)
+  corpus = write_corpus(d / "corpus", docs)
+  tok = hf_tokenizer.train_bpe(docs, d / "tokenizer.json", vocab_size=300)
+  ids = []
+  for f in sorted(corpus.glob("*.txt")):  # tokenise a few files, Pythia-style rows of T+1
+    ids += tok.encode(f.read_text()) + [tok.separator_id]
+  rows = np.asarray(ids[:N * (T + 1)], np.uint16).reshape(N, T + 1)
+  np.save(d / "batch.npy", rows)
+  return d, repo, models, rows
+
+
+def test_convert_analyze_on_tokens_matches_transformers(series):
+  d, repo, models, rows = series
+  work = d / "work"
+  assert convert_cli.import_to_workdir(str(repo.parent), str(work)) == [0, 1000, 2000, 3000]
+  base = dict(progress=False, figures=False, eval_sequences=N, cka_sequences=N,
+              collapse_sequences=N, anisotropy_tokens=0)
+  # without tokens: refused, naming the flag; nothing analysed
+  with pytest.raises(ValueError, match=r"imported checkpoint series .* synthetic default data "
+                                       r"\(data.source='planted'\).*Pass --tokens=FILE"):
+    analyze_run(work, Settings(**base))
+  assert not (work / "analysis" / "metrics.csv").exists()
+  # the duplicate is refused unless allowed
+  with pytest.raises(ValueError, match=r"revision\(s\) \[2000\] hold the same weights as "
+                                       r"step\(s\) \[1000\].*--allow_duplicates"):
+    analyze_run(work, Settings(tokens=str(d / "batch.npy"), **base))
+  r = subprocess.run(
+      [sys.executable, "-m", "experiments.analyze", f"--workdir={work}",
+       f"--tokens={d / 'batch.npy'}", "--allow_duplicates", "--noprogress", "--nofigures",
+       f"--eval_sequences={N}", f"--cka_sequences={N}", f"--collapse_sequences={N}",
+       "--anisotropy_tokens=0"],
+      cwd=ROOT, capture_output=True, text=True, timeout=600,
+      env={**os.environ, "JAX_PLATFORMS": "cpu"})
+  assert r.returncode == 0, r.stderr[-3000:]
+  with open(work / "analysis" / "metrics.csv") as f:
+    got = {int(row["step"]): row for row in csv.DictReader(f)}
+  ref = {0: models[0], 1000: models[1], 2000: models[1], 3000: models[3]}
+  losses = {s: _hf_loss(m, rows) for s, m in ref.items()}
+  for s, loss in losses.items():
+    assert abs(float(got[s]["eval_loss"]) - loss) <= 1e-4, (s, got[s]["eval_loss"], loss)
+  assert abs(losses[0] - losses[3000]) > 1e-2  # the revisions are distinguishable
+  assert {s: got[s]["duplicate_of"] for s in got} == {0: "", 1000: "", 2000: "1000", 3000: ""}
+  assert float(got[3000]["cka_to_final_mlp_1"]) == pytest.approx(1.0, abs=1e-5)
+  info = json.loads((work / "analysis" / "metrics.json").read_text())
+  assert info["samples"]["data"]["tokens_path"] == str(d / "batch.npy")
+  assert info["samples"]["seq_len"] == T
