@@ -87,8 +87,7 @@ def test_convert_analyze_on_tokens_matches_transformers(series):
   r = subprocess.run(
       [sys.executable, "-m", "experiments.analyze", f"--workdir={work}",
        f"--tokens={d / 'batch.npy'}", "--allow_duplicates", "--noprogress", "--nofigures",
-       f"--eval_sequences={N}", f"--cka_sequences={N}", f"--collapse_sequences={N}",
-       "--anisotropy_tokens=0"],
+       "--groups=loss,cka", f"--eval_sequences={N}", f"--cka_sequences={N}"],
       cwd=ROOT, capture_output=True, text=True, timeout=600,
       env={**os.environ, "JAX_PLATFORMS": "cpu"})
   assert r.returncode == 0, r.stderr[-3000:]
