@@ -70,9 +70,9 @@ PROGRESS = flags.DEFINE_bool("progress", True, "progress on stderr: a bar on a t
 TOKENS = flags.DEFINE_string("tokens", "", "measure on these tokens: an integer .npy [n, T+1] "
                              "(rows set T) or a flat .bin, ids in the model's vocabulary; "
                              "needed for an imported series (experiments.convert --from_hf)")
-DATA = flags.DEFINE_multi_string("data", [], "a data override KEY=VALUE (repeatable), e.g. "
-                                 "--data=source=text --data=path=DIR --data=tokenizer=tok.json; "
-                                 "also spelled --data.KEY=VALUE")
+DATA = flags.DEFINE_multi_string("data_override", [], "a data override KEY=VALUE (repeatable), "
+                                 "usually spelled --data.KEY=VALUE, e.g. --data.source=text "
+                                 "--data.path=DIR --data.tokenizer=tokenizer.json")
 ALLOW_DUP = flags.DEFINE_bool("allow_duplicates", False, "analyse revisions of an imported "
                               "series that duplicate another's weights (import.json)")
 
@@ -92,8 +92,9 @@ def settings_from_flags() -> Settings:
 
 
 def data_dot_flags(argv: list) -> list:
-  """``--data.KEY=VALUE`` spelled as ``--data=KEY=VALUE`` (absl has no dotted flag names)."""
-  return [f"--data={a[len('--data.'):]}" if a.startswith("--data.") else a for a in argv]
+  """``--data.KEY=VALUE`` as ``--data_override=KEY=VALUE`` (absl has no dotted flag names)."""
+  return [f"--data_override={a[len('--data.'):]}" if a.startswith("--data.") else a
+          for a in argv]
 
 
 def main(argv):

@@ -7,7 +7,7 @@ Import (one HF directory, a directory of ``stepN`` revisions, or the HF cache th
     python -m experiments.convert --from_hf=pythia-70m --to=WORKDIR     # every revision
     python -m experiments.convert --from_hf=DIR --to=WORKDIR --step=5 [--allow_pickle]
     python -m experiments.convert --from_hf=CACHE/models--EleutherAI--pythia-70m --to=WORKDIR \
-        --steps=0,1000:143000:10000      # revisions step1000, step1000-tokens4B, stage1-step...
+        --revisions=0,1000:143000:10000      # revisions step1000, step1000-tokens4B, stage1-step...
 
 Every imported revision's weight files are hashed (sha256) and checked before anything is
 written; WORKDIR/import.json records the hashes and which revisions duplicate another
@@ -45,7 +45,7 @@ flags.DEFINE_string("from_workdir", None, "sbjax workdir to export from")
 flags.DEFINE_string("to_hf", None, "HF directory to export to")
 flags.DEFINE_integer("step", None, "checkpoint step (import: the step to write / the revision "
                      "to take from a series; export: the step to read, default latest)")
-flags.DEFINE_string("steps", None, "import: the revisions to take from a series, e.g. "
+flags.DEFINE_string("revisions", None, "import: the revisions to take from a series, e.g. "
                     "'0,1000,5000', '0:10000' (a range) or '0:143000:10000' (every 10000)")
 flags.DEFINE_bool("allow_pickle", False, "allow PyTorch pickle (.bin) weights, loaded with "
                   "torch.load(weights_only=True); only for checkpoints you trust")
@@ -168,7 +168,7 @@ def main(argv):
   if imp:
     if not (FLAGS.from_hf and FLAGS.to):
       raise app.UsageError("import needs both --from_hf and --to")
-    steps = import_to_workdir(FLAGS.from_hf, FLAGS.to, step=FLAGS.step, steps=FLAGS.steps,
+    steps = import_to_workdir(FLAGS.from_hf, FLAGS.to, step=FLAGS.step, steps=FLAGS.revisions,
                               allow_pickle=FLAGS.allow_pickle, dtype=FLAGS.dtype, name=FLAGS.name)
     print(f"wrote steps {steps} to {FLAGS.to}")
   else:
