@@ -73,6 +73,8 @@ TOKENS = flags.DEFINE_string("tokens", "", "measure on these tokens: an integer 
 DATA = flags.DEFINE_multi_string("data_override", [], "a data override KEY=VALUE (repeatable), "
                                  "usually spelled --data.KEY=VALUE, e.g. --data.source=text "
                                  "--data.path=DIR --data.tokenizer=tokenizer.json")
+JOIN_EVALS = flags.DEFINE_string("join_evals", "", "lm-eval results JSON (or a directory of "
+                                 "them, one per step) joined onto metrics.csv by step")
 ALLOW_DUP = flags.DEFINE_bool("allow_duplicates", False, "analyse revisions of an imported "
                               "series that duplicate another's weights (import.json)")
 
@@ -88,7 +90,8 @@ def settings_from_flags() -> Settings:
       spectrum_top=TOP.value, seed=SEED.value, batch_sequences=BATCH_SEQ.value,
       group_size=GROUP_SIZE.value, max_group_bytes=MAX_BYTES.value, out_dir=OUT_DIR.value,
       use_cache=CACHE.value, figures=FIGURES.value, progress=PROGRESS.value,
-      tokens=TOKENS.value, data=tuple(DATA.value), allow_duplicates=ALLOW_DUP.value)
+      tokens=TOKENS.value, data=tuple(DATA.value), allow_duplicates=ALLOW_DUP.value,
+      join_evals=JOIN_EVALS.value)
 
 
 def data_dot_flags(argv: list) -> list:

@@ -63,7 +63,7 @@ import numpy as np
 
 import sbjax
 from sbjax import checkpoint as ckpt
-from sbjax.analysis import data_source
+from sbjax.analysis import data_source, evals
 from sbjax.analysis import forward as fw
 from sbjax.analysis import layerwise
 from sbjax.analysis import samples as samples_lib
@@ -268,6 +268,7 @@ def analyze_run(workdir, settings: Settings | None = None, *, dataset=None,
   settings = settings or Settings()
   t_start = time.perf_counter()
   run = _open_run(workdir, settings)
+  joined = evals.read_all(settings.join_evals) if settings.join_evals else None  # read first
   plan = _plan(run, settings, dataset)
   abstract = ckpt.abstract_with_shardings(Model(run.cfg.model).abstract_params())
   for s in plan.todo:  # checkpoints of another model: refused with a diff (sbjax.checkpoint)
@@ -281,6 +282,8 @@ def analyze_run(workdir, settings: Settings | None = None, *, dataset=None,
   if run.duplicates is not None:  # an imported series: which revisions repeat another's weights
     result = [dict(r, duplicate_of="" if run.duplicates.get(s) is None else run.duplicates[s])
               for r, s in zip(result, run.steps)]
+  if joined is not None:  # downstream evaluations by step (sbjax.analysis.evals)
+    result = evals.join(result, joined)
   schedule = {"group_size": gsize, "param_bytes_per_checkpoint": pbytes,
               "computed_checkpoints": len(plan.todo),
               "seconds": round(time.perf_counter() - t_start, 3)}

@@ -14,7 +14,7 @@ DEFAULT_W_ERROR_DIMS = (1, 2, 4, 8, 16, 32, 64)
 # scheduling-only fields, excluded from the cache key
 EXEC_FIELDS = ("batch_sequences", "group_size", "max_group_bytes", "steps", "out_dir", "use_cache",
                "progress", "figures")
-EXEC_FIELDS += ("allow_duplicates",)
+EXEC_FIELDS += ("allow_duplicates", "join_evals")
 # the data measured on: part of the cache key through the effective config (and the token
 # file's content hash, sbjax.analysis.data_source), so not repeated in cache_fields
 DATA_FIELDS = ("tokens", "data")
@@ -60,6 +60,7 @@ class Settings:
   tokens: str = ""
   data: tuple = ()
   allow_duplicates: bool = False  # analyse revisions that duplicate another's weights
+  join_evals: str = ""  # lm-eval results JSON(s) joined onto the rows by step (analysis.evals)
 
   def __post_init__(self):
     object.__setattr__(self, "data", tuple(str(x) for x in self.data))

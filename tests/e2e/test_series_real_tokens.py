@@ -84,10 +84,17 @@ def test_convert_analyze_on_tokens_matches_transformers(series):
   with pytest.raises(ValueError, match=r"revision\(s\) \[2000\] hold the same weights as "
                                        r"step\(s\) \[1000\].*--allow_duplicates"):
     analyze_run(work, Settings(tokens=str(d / "batch.npy"), **base))
+  ev = d / "evals"  # lm-eval results, one directory per revision
+  for s, acc in ((1000, 0.25), (3000, 0.5)):
+    (ev / f"step{s}").mkdir(parents=True, exist_ok=True)
+    (ev / f"step{s}" / "results_2026.json").write_text(json.dumps(
+        {"results": {"lambada_openai": {"alias": "lambada", "acc,none": acc,
+                                        "acc_stderr,none": 0.01}}}))
   r = subprocess.run(
       [sys.executable, "-m", "experiments.analyze", f"--workdir={work}",
        f"--tokens={d / 'batch.npy'}", "--allow_duplicates", "--noprogress", "--nofigures",
-       "--groups=loss,cka", f"--eval_sequences={N}", f"--cka_sequences={N}"],
+       "--groups=loss,cka", f"--eval_sequences={N}", f"--cka_sequences={N}",
+       f"--join_evals={ev}"],
       cwd=ROOT, capture_output=True, text=True, timeout=600,
       env={**os.environ, "JAX_PLATFORMS": "cpu"})
   assert r.returncode == 0, r.stderr[-3000:]
@@ -100,6 +107,7 @@ def test_convert_analyze_on_tokens_matches_transformers(series):
   assert abs(losses[0] - losses[3000]) > 1e-2  # the revisions are distinguishable
   assert {s: got[s]["duplicate_of"] for s in got} == {0: "", 1000: "", 2000: "1000", 3000: ""}
   assert float(got[3000]["cka_to_final_mlp_1"]) == pytest.approx(1.0, abs=1e-5)
+  assert [got[s]["lmeval_lambada_openai_acc"] for s in sorted(got)] == ["", "0.25", "", "0.5"]
   info = json.loads((work / "analysis" / "metrics.json").read_text())
   assert info["samples"]["data"]["tokens_path"] == str(d / "batch.npy")
   assert info["samples"]["seq_len"] == T
