@@ -23,7 +23,10 @@ Export (a dense, tied or lowrank-head checkpoint)::
     python -m experiments.convert --from_workdir=WORKDIR --step=N --to_hf=DIR
 
 writes DIR/config.json + DIR/model.safetensors for
-``transformers.AutoModelForCausalLM.from_pretrained(DIR)`` (latest step if no --step).
+``transformers.AutoModelForCausalLM.from_pretrained(DIR)`` (latest step if no --step), and,
+when the run has a tokenizer (WORKDIR/tokenizer.json, or a sentencepiece unigram
+tokenizer.model, converted), DIR/tokenizer.json + tokenizer_config.json for
+``AutoTokenizer.from_pretrained(DIR)`` (so ``lm-eval --model hf`` can run on it).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from absl import app, flags, logging
 from experiments import common
 from sbjax import checkpoint
 from sbjax.config import Config
+from sbjax.data import hf_tokenizer
 from sbjax.convert import hf_export, hf_import, integrity, revisions, series
 
 FLAGS = flags.FLAGS
@@ -153,6 +157,9 @@ def export_from_workdir(workdir: str, out_dir: str, *, step: int | None = None,
   """Export the params of ``workdir`` at ``step`` (latest if None); returns the step."""
   config, params, step = checkpoint.load_params(workdir, step)
   hf_export.export_hf(config.model, params, out_dir, dtype=dtype)
+  kind = hf_tokenizer.export_tokenizer(workdir, out_dir, config.model.max_len)
+  if kind:
+    logging.info("exported the run's tokenizer (%s) -> %s/tokenizer.json", kind, out_dir)
   logging.info("exported %s step %d -> %s", workdir, step, out_dir)
   return step
 

@@ -12,20 +12,30 @@ GPT-Neo's) tokenises a text corpus with that tokenizer: ``load_or_train`` copies
   ``<eos>``, ``<|end_of_text|>`` present, else the first special added token, else 0.
 * ``encode`` adds no special tokens (the separator is added by the packer).
 
+``export_tokenizer`` writes the tokenizer of a run for transformers (``--to_hf``):
+``tokenizer.json`` (the run's own, or one built from its sentencepiece unigram model:
+``from_sentencepiece``) and ``tokenizer_config.json`` (``PreTrainedTokenizerFast``), so
+``AutoTokenizer.from_pretrained(DIR)`` gives the ids sbjax trained on.
+
 ``train_bpe`` trains a byte-level BPE ``tokenizer.json`` on local text (the tests' way to
 get a GPT-NeoX-like tokenizer without a hub); deterministic for a given input.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 from pathlib import Path
 from typing import Iterable, Sequence
 
 import numpy as np
+import sentencepiece as spm
+from sentencepiece import sentencepiece_model_pb2 as sp_pb
+from tokenizers import AddedToken, decoders, models, pre_tokenizers, trainers
 from tokenizers import Tokenizer as _HFTok
-from tokenizers import decoders, models, pre_tokenizers, trainers
 
+log = logging.getLogger("sbjax")
 JSON_NAME = "tokenizer.json"
 EOS_NAMES = ("<|endoftext|>", "</s>", "<eos>", "<|end_of_text|>")
 
@@ -112,3 +122,52 @@ def copy_into(src: str | os.PathLike, workdir: str | os.PathLike) -> HFTokenizer
     tmp.write_bytes(source.read_bytes())
     os.replace(tmp, path)
   return HFTokenizer(path)
+
+
+def from_sentencepiece(model_path: str | os.PathLike) -> _HFTok:
+  """A tokenizers ``Tokenizer`` equal to an sbjax sentencepiece UNIGRAM model
+  (``sbjax.data.tokenizer``: identity normaliser, no dummy prefix, ``"\\n"`` a user symbol,
+  unk=0, eos=1): the same pieces and scores in a Unigram model, ``▁`` for spaces with a
+  split before each (sentencepiece's split_by_whitespace), ``"\\n"`` an added token.
+  ValueError for a BPE model (its merges are not stored in the .model file)."""
+  proto = sp_pb.ModelProto()
+  proto.ParseFromString(Path(model_path).read_bytes())
+  sp = spm.SentencePieceProcessor(model_file=str(model_path))
+  pieces = [(sp.id_to_piece(i), sp.get_score(i)) for i in range(sp.get_piece_size())]
+  if proto.trainer_spec.model_type != sp_pb.TrainerSpec.UNIGRAM:
+    raise ValueError(f"{model_path}: not a sentencepiece unigram model; only unigram models "
+                     "are converted to tokenizer.json")
+  tok = _HFTok(models.Unigram(pieces, sp.unk_id(), False))
+  tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="never",
+                                               split=True)
+  tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="never", split=True)
+  tok.add_tokens([AddedToken("\n", normalized=False, special=False)])
+  tok.add_special_tokens([AddedToken(sp.id_to_piece(sp.eos_id()), special=True)])
+  return tok
+
+
+def export_tokenizer(workdir: str | os.PathLike, out_dir: str | os.PathLike,
+                     max_len: int) -> str | None:
+  """Write OUT/tokenizer.json + tokenizer_config.json for the run's tokenizer (WORKDIR/
+  tokenizer.json, or tokenizer.model converted); returns the kind, None if the run has none."""
+  wd, out = Path(workdir), Path(out_dir)
+  if (wd / JSON_NAME).is_file():
+    tok, kind = HFTokenizer(wd / JSON_NAME), "tokenizer.json"
+    raw = tok.tok
+  elif (wd / "tokenizer.model").is_file():
+    try:
+      raw, kind = from_sentencepiece(wd / "tokenizer.model"), "sentencepiece unigram"
+    except ValueError as e:
+      log.warning("the run's tokenizer is not exported (%s); the weights are", e)
+      return None
+  else:
+    return None
+  out.mkdir(parents=True, exist_ok=True)
+  raw.save(str(out / JSON_NAME))
+  eos = HFTokenizer(out / JSON_NAME)
+  sep = eos.tok.id_to_token(eos.separator_id)
+  conf = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": int(max_len),
+          "eos_token": sep, "unk_token": eos.tok.id_to_token(0), "clean_up_tokenization_spaces":
+          False, "add_bos_token": False, "add_eos_token": False}
+  (out / "tokenizer_config.json").write_text(json.dumps(conf, indent=2))
+  return kind
