@@ -104,6 +104,15 @@ def _shared_config(chosen: list, dtype: str, src: str):
   return c0
 
 
+def _copy_tokenizer(revision_dir: str, workdir: str) -> None:
+  """WORKDIR/tokenizer.json from the (last) revision, when the series ships one: the
+  analysis tokenises a text corpus with it (never with a newly trained tokenizer)."""
+  src = os.path.join(revision_dir, hf_tokenizer.JSON_NAME)
+  dst = os.path.join(workdir, hf_tokenizer.JSON_NAME)
+  if os.path.isfile(src) and not os.path.exists(dst):
+    hf_tokenizer.copy_into(src, workdir)
+
+
 def _import_series(src, workdir, revs, selection, *, allow_pickle, dtype, name) -> list[int]:
   chosen = revisions.select(revs, selection, where=f"{src}: ")
   for r in chosen:
@@ -117,6 +126,7 @@ def _import_series(src, workdir, revs, selection, *, allow_pickle, dtype, name) 
     _, params = hf_import.import_hf(r.path, dtype=dtype, allow_pickle=allow_pickle)
     checkpoint.write_params(workdir, config, params, r.step)
     logging.info("imported %s revision %s (step %d) -> %s", src, r.name, r.step, workdir)
+  _copy_tokenizer(chosen[-1].path, workdir)
   layout = "hf_cache" if revisions.cache_repo(src) is not None else "revision_dirs"
   rec = integrity.merge_record(workdir, os.path.abspath(src), layout, records)
   integrity.warn_duplicates([r for r in rec["revisions"] if r["duplicate_of"] is not None],
@@ -147,6 +157,7 @@ def import_to_workdir(src: str, workdir: str, *, step: int | None = None,
   config = hf_import.full_config(model_cfg, name)
   _check_workdir_config(workdir, config)
   checkpoint.write_params(workdir, config, params, step)
+  _copy_tokenizer(src, workdir)
   integrity.merge_record(workdir, os.path.abspath(src), "single", [{"step": step, **record}])
   logging.info("imported %s -> %s at step %d", src, workdir, step)
   return [step]

@@ -12,7 +12,9 @@ synthetic data silently.
   params-only checkpoint) whose config still holds the synthetic default data
   (``data.source`` planted / planted_mix) is refused when a metric group reads data (loss,
   anisotropy, collapse, cka): a pretrained model measured on planted tokens gives
-  plausible, meaningless numbers. Weight-only groups (spectrum, per) need no data.
+  plausible, meaningless numbers. Weight-only groups (spectrum, per) need no data. A text
+  corpus for an import is tokenised with the model's tokenizer: ``--data.tokenizer``, else
+  the ``WORKDIR/tokenizer.json`` the import copied from the series; never a new one.
 
 With overrides, data files (tokenizer copy, token caches) go to ``OUT/data``, not the
 workdir; the effective config (and the token file's content hash) enter the cache key.
@@ -109,6 +111,15 @@ def effective_config(cfg: Config, workdir, tokens: str = "", data_items=(),
   if over["seq_len"]:
     train = dataclasses.replace(train, seq_len=over["seq_len"])
   overridden = bool(tokens or over["data"] or over["seq_len"])
-  if needs_data and data.source in SYNTHETIC and is_import(workdir):
-    raise ValueError(refusal(workdir, data.source))
+  if needs_data and is_import(workdir):
+    if data.source in SYNTHETIC:
+      raise ValueError(refusal(workdir, data.source))
+    if data.source in ("text", "tfds") and not data.tokenizer:
+      imported = Path(workdir) / "tokenizer.json"  # copied from the series by the import
+      if not imported.is_file():
+        raise ValueError(
+            f"{workdir} is an imported model: a text corpus must be tokenised with the "
+            "model's own tokenizer (a newly trained one's ids would not match its "
+            "embeddings), and the import holds none. Pass --data.tokenizer=tokenizer.json")
+      data = dataclasses.replace(data, tokenizer=str(imported))
   return cfg.replace(data=data, train=train), key, overridden

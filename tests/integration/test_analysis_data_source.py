@@ -75,6 +75,10 @@ def test_bad_token_files_and_tokenizer(imported):
                                        rf"\(model.vocab_size={V}\)"):
     analyze_run(work, Settings(data=over, **QUIET))
   assert not (work / "tokenizer.json").exists()  # data files go to OUT/data, not the workdir
+  # a text corpus without the model's tokenizer: refused (a new tokenizer's ids are meaningless)
+  with pytest.raises(ValueError, match=r"imported model: a text corpus must be tokenised with "
+                                       r"the model's own tokenizer.*--data.tokenizer"):
+    analyze_run(work, Settings(data=over[:2], **QUIET))
   with pytest.raises(ValueError, match="unknown data override 'nope'"):
     data_source.parse_overrides(["nope=1"])
   assert analyze_cli.data_dot_flags(["x", "--data.source=text", "--tokens=a"]) == [

@@ -14,6 +14,7 @@ from experiments import convert as convert_cli
 from sbjax import checkpoint
 from sbjax.config import ModelConfig
 from sbjax.convert import export_hf, import_hf, revisions
+from sbjax.data import hf_tokenizer
 from sbjax.model import Model
 from tests._hf_cache import write_hf_cache
 
@@ -36,6 +37,7 @@ def _neox(path, seed):
 def cache(tmp_path_factory):
   d = tmp_path_factory.mktemp("hf")
   saved = {s: _neox(d / f"m{s}", seed=s) for s in (1, 2, 3)}
+  hf_tokenizer.train_bpe(["a local corpus for the tokenizer"] * 3, saved[3] / "tokenizer.json", 270)
   revs = {"step0-tokens0": saved[3],  # step 0 aliased to the final model
           "step1000-tokens2M": saved[1], "stage1-step2000-tokens4.2M": saved[2],
           "stage1-step3000-tokens6M": saved[3], "main": saved[3]}
@@ -71,6 +73,7 @@ def test_import_hashes_and_duplicates(cache, tmp_path, caplog):
   ref = import_hf(str(saved[1]))[1]
   np.testing.assert_array_equal(np.asarray(params["embed"]), ref["embed"])
   assert cfg.name == "tiny-neox"
+  assert (work / "tokenizer.json").read_bytes() == (saved[3] / "tokenizer.json").read_bytes()
   # a later import of another revision merges into the record
   assert convert_cli.import_to_workdir(str(repo), str(work), steps="2000") == [2000]
   rec = json.loads((work / "import.json").read_text())
