@@ -85,6 +85,14 @@ def build(cfg, workdir, settings: Settings, dataset=None, needed: bool = True) -
           f"exceeds the model's (model.vocab_size={mc.vocab_size}): ids >= {mc.vocab_size} "
           "cannot be embedded. Tokenise with the model's own tokenizer (e.g. "
           "--data.tokenizer=.../tokenizer.json) or a vocabulary that fits")
+    n_val = getattr(ds, "n_val_windows", None)
+    if getattr(ds, "source", "") == "tokens" and n_val < settings.sample_sequences:
+      raise ValueError(
+          f"the token file {cfg.data.tokens_val_path or cfg.data.tokens_path} holds {n_val} "
+          f"windows of T+1={cfg.train.seq_len + 1} tokens, fewer than the "
+          f"{settings.sample_sequences} the analysis samples (max of --eval_sequences="
+          f"{settings.eval_sequences}, --cka_sequences={settings.cka_sequences}); pass "
+          f"smaller values or more tokens (windows are never repeated)")
     ev = eval_sample(ds, settings.sample_sequences)
     if settings.has("collapse"):
       tr = train_sample(ds, settings.collapse_sequences)

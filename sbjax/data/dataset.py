@@ -254,14 +254,14 @@ class TokenWindows(Dataset):
     self.n_train_windows, self.n_val_windows = len(self._train_starts), len(self._val_starts)
 
   def eval_windows(self, n: int) -> np.ndarray:
-    """The first n * B validation windows in file order, [n, B] (module doc)."""
+    """The first n * B validation windows in file order, [n, B] (cycling, with a warning, when
+    the file has fewer; the analysis refuses that: sbjax.analysis.samples)."""
     total = int(n) * self.global_batch_size
     if total > self.n_val_windows:
-      raise DataError(f"token data {self.name!r}: {n} evaluation batches of "
-                      f"{self.global_batch_size} need {total} validation windows, the file "
-                      f"gives {self.n_val_windows}; ask for fewer (e.g. --eval_sequences / "
-                      "--cka_sequences, train.eval_batches) or give more tokens")
-    return np.arange(total, dtype=np.int64).reshape(int(n), self.global_batch_size)
+      warnings.warn(f"{n} eval batches need {total} validation windows but {self.name!r} has "
+                    f"{self.n_val_windows}: windows repeat", stacklevel=3)
+    return (np.arange(total, dtype=np.int64) % self.n_val_windows).reshape(
+        int(n), self.global_batch_size)
 
   def info(self) -> dict:
     d = super().info()

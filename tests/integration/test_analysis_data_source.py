@@ -62,6 +62,11 @@ def test_bad_token_files_and_tokenizer(imported):
   with pytest.raises(DataError, match=rf"--tokens=.*big.npy: token id {V + 7} at row 2, column 4 "
                                       rf"is outside \[0, model.vocab_size={V}\)"):
     analyze_run(work, Settings(tokens=str(d / "big.npy"), **QUIET))
+  rows[2, 4] = 0
+  np.save(d / "few.npy", rows)  # 6 windows, the analysis asks for 8: never repeated
+  with pytest.raises(ValueError, match=r"few.npy holds 6 windows of T\+1=9 tokens, fewer than "
+                                       r"the 8 the analysis samples"):
+    analyze_run(work, Settings(tokens=str(d / "few.npy"), **dict(QUIET, eval_sequences=8)))
   np.save(d / "long.npy", np.zeros((4, 40), np.int32))
   with pytest.raises(ValueError, match=r"rows of 40 tokens make windows of T=39 > the model's "
                                        r"max_len=32"):
