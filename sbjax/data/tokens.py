@@ -23,7 +23,8 @@ Order (``sbjax.data.dataset.TokenWindows``): training batches follow ``Dataset``
 windows per epoch from ``(seed, epoch)``, process p takes rows ``[p B/P, (p+1) B/P)``: a pure
 function of (seed, step, process), so a resumed run reads the same batches bit for bit).
 Evaluation windows are the FIRST ``n * B`` validation windows in file order (a fixed batch,
-as the papers' ``[n, T+1]`` batches), not spread over the split; fewer than that is an error.
+as the papers' ``[n, T+1]`` batches), not spread over the split; with fewer windows they
+repeat, with a warning (the analysis refuses that instead: ``sbjax.analysis.samples``).
 
 Checks (``DataError``, naming the file and what to do): a row shorter than T+1, fewer
 windows than one global batch, token ids outside [0, vocab) (``check_ids``: the first bad
