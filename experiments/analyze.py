@@ -2,6 +2,10 @@ r"""Analyse every checkpoint of a run (or of an imported Hugging Face series).
 
   python -m experiments.analyze --workdir=runs/tiny
   python -m experiments.analyze --workdir=runs/tiny --groups=loss,spectrum --eval_sequences=32
+  # an imported series: say which tokens to measure on (refused on the synthetic default)
+  python -m experiments.analyze --workdir=runs/p70m --tokens=batch.npy --eval_sequences=64
+  python -m experiments.analyze --workdir=runs/p70m --data.source=text --data.path=DIR \
+      --data.tokenizer=tokenizer.json
 
 Writes OUT/metrics.csv (one row per checkpoint step), OUT/spectrum.npz
 (sigma_i/sigma_1, top k, per step), OUT/metrics.json (flags, sample sizes, metric
@@ -63,6 +67,16 @@ CACHE = flags.DEFINE_bool("cache", True, "reuse / write the per-step cache")
 FIGURES = flags.DEFINE_bool("figures", True, "draw the figures")
 PROGRESS = flags.DEFINE_bool("progress", True, "progress on stderr: a bar on a terminal, "
                               "log lines otherwise")
+TOKENS = flags.DEFINE_string("tokens", "", "measure on these tokens: an integer .npy [n, T+1] "
+                             "(rows set T) or a flat .bin, ids in the model's vocabulary; "
+                             "needed for an imported series (experiments.convert --from_hf)")
+DATA = flags.DEFINE_multi_string("data_override", [], "a data override KEY=VALUE (repeatable), "
+                                 "usually spelled --data.KEY=VALUE, e.g. --data.source=text "
+                                 "--data.path=DIR --data.tokenizer=tokenizer.json")
+JOIN_EVALS = flags.DEFINE_string("join_evals", "", "lm-eval results JSON (or a directory of "
+                                 "them, one per step) joined onto metrics.csv by step")
+ALLOW_DUP = flags.DEFINE_bool("allow_duplicates", False, "analyse revisions of an imported "
+                              "series that duplicate another's weights (import.json)")
 
 
 def settings_from_flags() -> Settings:
@@ -75,7 +89,15 @@ def settings_from_flags() -> Settings:
       w_error_dims=tuple(int(x) for x in W_DIMS.value), per_mlp_r=PER_R.value,
       spectrum_top=TOP.value, seed=SEED.value, batch_sequences=BATCH_SEQ.value,
       group_size=GROUP_SIZE.value, max_group_bytes=MAX_BYTES.value, out_dir=OUT_DIR.value,
-      use_cache=CACHE.value, figures=FIGURES.value, progress=PROGRESS.value)
+      use_cache=CACHE.value, figures=FIGURES.value, progress=PROGRESS.value,
+      tokens=TOKENS.value, data=tuple(DATA.value), allow_duplicates=ALLOW_DUP.value,
+      join_evals=JOIN_EVALS.value)
+
+
+def data_dot_flags(argv: list) -> list:
+  """``--data.KEY=VALUE`` as ``--data_override=KEY=VALUE`` (absl has no dotted flag names)."""
+  return [f"--data_override={a[len('--data.'):]}" if a.startswith("--data.") else a
+          for a in argv]
 
 
 def main(argv):
@@ -89,4 +111,5 @@ def main(argv):
 
 if __name__ == "__main__":
   logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+  sys.argv = data_dot_flags(sys.argv)
   common.run(main)

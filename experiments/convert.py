@@ -1,10 +1,18 @@
 r"""Convert between Hugging Face GPT-NeoX/GPT-Neo directories and sbjax workdirs.
 
-Import (one HF directory, or a directory of ``stepN`` revisions)::
+Import (one HF directory, a directory of ``stepN`` revisions, or the HF cache that
+``from_pretrained(..., revision=..., cache_dir=...)`` fills; no network)::
 
     python -m experiments.convert --from_hf=pythia-70m/step1000 --to=WORKDIR
     python -m experiments.convert --from_hf=pythia-70m --to=WORKDIR     # every revision
     python -m experiments.convert --from_hf=DIR --to=WORKDIR --step=5 [--allow_pickle]
+    python -m experiments.convert --from_hf=CACHE/models--EleutherAI--pythia-70m --to=WORKDIR \
+        --revisions=0,1000:143000:10000      # revisions step1000, step1000-tokens4B, stage1-step...
+
+Every imported revision's weight files are hashed (sha256) and checked before anything is
+written; WORKDIR/import.json records the hashes and which revisions duplicate another
+(``duplicate_of``; warned, and refused by ``experiments.analyze`` unless
+``--allow_duplicates``).
 
 writes WORKDIR/config.json and an orbax params checkpoint per step (the step is
 --step, else parsed from a ``stepN`` directory name, else 0; for a series, each
@@ -15,7 +23,10 @@ Export (a dense, tied or lowrank-head checkpoint)::
     python -m experiments.convert --from_workdir=WORKDIR --step=N --to_hf=DIR
 
 writes DIR/config.json + DIR/model.safetensors for
-``transformers.AutoModelForCausalLM.from_pretrained(DIR)`` (latest step if no --step).
+``transformers.AutoModelForCausalLM.from_pretrained(DIR)`` (latest step if no --step), and,
+when the run has a tokenizer (WORKDIR/tokenizer.json, or a sentencepiece unigram
+tokenizer.model, converted), DIR/tokenizer.json + tokenizer_config.json for
+``AutoTokenizer.from_pretrained(DIR)`` (so ``lm-eval --model hf`` can run on it).
 """
 
 from __future__ import annotations
@@ -28,7 +39,8 @@ from absl import app, flags, logging
 from experiments import common
 from sbjax import checkpoint
 from sbjax.config import Config
-from sbjax.convert import hf_export, hf_import, series
+from sbjax.data import hf_tokenizer
+from sbjax.convert import hf_export, hf_import, integrity, revisions, series
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("from_hf", None, "HF model directory (or a directory of stepN revisions)")
@@ -37,6 +49,8 @@ flags.DEFINE_string("from_workdir", None, "sbjax workdir to export from")
 flags.DEFINE_string("to_hf", None, "HF directory to export to")
 flags.DEFINE_integer("step", None, "checkpoint step (import: the step to write / the revision "
                      "to take from a series; export: the step to read, default latest)")
+flags.DEFINE_string("revisions", None, "import: the revisions to take from a series, e.g. "
+                    "'0,1000,5000', '0:10000' (a range) or '0:143000:10000' (every 10000)")
 flags.DEFINE_bool("allow_pickle", False, "allow PyTorch pickle (.bin) weights, loaded with "
                   "torch.load(weights_only=True); only for checkpoints you trust")
 flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16", "float16"],
@@ -58,28 +72,93 @@ def _check_workdir_config(workdir: str, config: Config):
                      f"{diff}. Use an empty workdir.")
 
 
+def _source_name(src: str) -> str:
+  base = os.path.basename(os.path.normpath(src))
+  repo = revisions.cache_repo(src)
+  if repo is not None:  # models--EleutherAI--pythia-70m -> pythia-70m
+    return repo.name.split("--")[-1]
+  return base
+
+
+def _series_revisions(src: str) -> list:
+  """The revisions of an HF cache or a directory of revisions; [] for one HF directory."""
+  if revisions.cache_repo(src) is not None:
+    return revisions.find(src)
+  if os.path.isdir(src) and not os.path.isfile(os.path.join(src, "config.json")):
+    return revisions.find(src)
+  return []
+
+
+def _shared_config(chosen: list, dtype: str, src: str):
+  """The one ModelConfig of the chosen revisions; ValueError naming any that differ."""
+  cfgs = [(r, hf_import.model_config_from_hf(hf_import.read_hf_config(r.path), param_dtype=dtype,
+                                             where=f"{r.name}: ")) for r in chosen]
+  r0, c0 = cfgs[0]
+  diffs = [f"{r.name}: " + ", ".join(f"{k}={getattr(c, k)!r} (vs {getattr(c0, k)!r})"
+                                     for k in c.__dataclass_fields__
+                                     if getattr(c, k) != getattr(c0, k))
+           for r, c in cfgs[1:] if c != c0]
+  if diffs:
+    raise ValueError(f"{src}: revisions do not share one config (reference {r0.name}): "
+                     + "; ".join(diffs))
+  return c0
+
+
+def _copy_tokenizer(revision_dir: str, workdir: str) -> None:
+  """WORKDIR/tokenizer.json from the (last) revision, when the series ships one: the
+  analysis tokenises a text corpus with it (never with a newly trained tokenizer)."""
+  src = os.path.join(revision_dir, hf_tokenizer.JSON_NAME)
+  dst = os.path.join(workdir, hf_tokenizer.JSON_NAME)
+  if os.path.isfile(src) and not os.path.exists(dst):
+    hf_tokenizer.copy_into(src, workdir)
+
+
+def _import_series(src, workdir, revs, selection, *, allow_pickle, dtype, name) -> list[int]:
+  chosen = revisions.select(revs, selection, where=f"{src}: ")
+  for r in chosen:
+    revisions.check_present(r, f"{src}: ")
+  config = hf_import.full_config(_shared_config(chosen, dtype, src), name)
+  _check_workdir_config(workdir, config)
+  # every revision is hashed and checked (truncation, blob names) before anything is written
+  records = [{"step": r.step, "name": r.name, "commit": r.commit, "tokens": r.tokens,
+              **integrity.check_revision(r.name, r.path, allow_pickle)} for r in chosen]
+  for r in chosen:
+    _, params = hf_import.import_hf(r.path, dtype=dtype, allow_pickle=allow_pickle)
+    checkpoint.write_params(workdir, config, params, r.step)
+    logging.info("imported %s revision %s (step %d) -> %s", src, r.name, r.step, workdir)
+  _copy_tokenizer(chosen[-1].path, workdir)
+  layout = "hf_cache" if revisions.cache_repo(src) is not None else "revision_dirs"
+  rec = integrity.merge_record(workdir, os.path.abspath(src), layout, records)
+  integrity.warn_duplicates([r for r in rec["revisions"] if r["duplicate_of"] is not None],
+                            rec["revisions"], f"{src}: ")
+  return [r.step for r in chosen]
+
+
 def import_to_workdir(src: str, workdir: str, *, step: int | None = None,
                       allow_pickle: bool = False, dtype: str = "float32",
-                      name: str | None = None) -> list[int]:
-  """Import a HF directory (or series) into ``workdir``; returns the steps written."""
-  name = name or os.path.basename(os.path.normpath(src))
-  written = []
-  if series.is_series(src):
-    model_cfg = series.series_config(src, dtype=dtype)
-    config = hf_import.full_config(model_cfg, name)
-    _check_workdir_config(workdir, config)
-    steps = None if step is None else [step]
-    for s, params in series.iter_series(src, dtype=dtype, allow_pickle=allow_pickle, steps=steps):
-      checkpoint.write_params(workdir, config, params, s)
-      logging.info("imported %s step %d -> %s", src, s, workdir)
-      written.append(s)
-    return written
+                      name: str | None = None, steps=None) -> list[int]:
+  """Import a HF directory, a directory of revisions or an HF cache into ``workdir``;
+  ``steps``: a selection (``sbjax.convert.revisions.select``: a list, or "0,1000:5000:1000");
+  ``step``: one revision of a series, or the step to write a single directory at. Returns
+  the steps written; WORKDIR/import.json records the hashes and duplicates."""
+  name = name or _source_name(src)
+  revs = _series_revisions(src)
+  if revs:
+    selection = steps if steps not in (None, "", []) else (None if step is None else [step])
+    return _import_series(src, workdir, revs, selection, allow_pickle=allow_pickle,
+                          dtype=dtype, name=name)
+  if not os.path.isdir(src):
+    raise FileNotFoundError(f"--from_hf={src} does not exist")
+  record = {"name": os.path.basename(os.path.normpath(src)), "commit": "", "tokens": None,
+            **integrity.check_revision(src, src, allow_pickle)}
   model_cfg, params = hf_import.import_hf(src, dtype=dtype, allow_pickle=allow_pickle)
   if step is None:
     step = series.parse_step(src) or 0
   config = hf_import.full_config(model_cfg, name)
   _check_workdir_config(workdir, config)
   checkpoint.write_params(workdir, config, params, step)
+  _copy_tokenizer(src, workdir)
+  integrity.merge_record(workdir, os.path.abspath(src), "single", [{"step": step, **record}])
   logging.info("imported %s -> %s at step %d", src, workdir, step)
   return [step]
 
@@ -89,6 +168,9 @@ def export_from_workdir(workdir: str, out_dir: str, *, step: int | None = None,
   """Export the params of ``workdir`` at ``step`` (latest if None); returns the step."""
   config, params, step = checkpoint.load_params(workdir, step)
   hf_export.export_hf(config.model, params, out_dir, dtype=dtype)
+  kind = hf_tokenizer.export_tokenizer(workdir, out_dir, config.model.max_len)
+  if kind:
+    logging.info("exported the run's tokenizer (%s) -> %s/tokenizer.json", kind, out_dir)
   logging.info("exported %s step %d -> %s", workdir, step, out_dir)
   return step
 
@@ -104,7 +186,7 @@ def main(argv):
   if imp:
     if not (FLAGS.from_hf and FLAGS.to):
       raise app.UsageError("import needs both --from_hf and --to")
-    steps = import_to_workdir(FLAGS.from_hf, FLAGS.to, step=FLAGS.step,
+    steps = import_to_workdir(FLAGS.from_hf, FLAGS.to, step=FLAGS.step, steps=FLAGS.revisions,
                               allow_pickle=FLAGS.allow_pickle, dtype=FLAGS.dtype, name=FLAGS.name)
     print(f"wrote steps {steps} to {FLAGS.to}")
   else:

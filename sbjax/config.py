@@ -22,6 +22,8 @@ REMAT_KINDS = ("none", "full", "dots")
 ATTN_KINDS = ("global", "local")
 DTYPES = ("float32", "bfloat16", "float16", "float64")
 DATA_SOURCES = ("planted", "planted_mix", "text", "tfds")
+DATA_SOURCES += ("tokens",)  # token files on disk (sbjax.data.tokens)
+TOKEN_DTYPES = ("uint16", "int32", "uint32", "int64", "int16", "uint8")
 
 
 def _err(field: str, value: Any, allowed: str) -> ValueError:
@@ -147,7 +149,7 @@ class DataConfig:
   tfds_name: str = ""  # e.g. "lm1b", "tiny_shakespeare" (source=tfds)
   tfds_data_dir: str = ""  # TFDS data_dir; "" = WORKDIR/tfds for builders sbjax prepares
   text_key: str = "text"
-  tokenizer: str = ""  # path of an existing sentencepiece model; "" = train one
+  tokenizer: str = ""  # an existing sentencepiece .model or HF tokenizer.json; "" = train one
   tokenizer_type: str = "unigram"  # unigram | bpe
   vocab_size: int = 1024  # tokenizer vocab (text/tfds)
   val_fraction: float = 0.1  # fraction of documents in the validation split
@@ -162,6 +164,11 @@ class DataConfig:
   planted_seed: int = 0
   planted_train_tokens: int = 2_000_000
   planted_val_tokens: int = 65_536
+  # source=tokens (sbjax.data.tokens): an integer .npy [n, T+1] / [N], or a flat .bin
+  tokens_path: str = ""
+  tokens_val_path: str = ""  # "" = hold out the last val_fraction of the windows
+  tokens_dtype: str = "uint16"  # item type of a flat .bin file
+  tokens_vocab: int = 0  # 0 = the largest id + 1; else ids must lie in [0, tokens_vocab)
 
   def __post_init__(self):
     if self.source not in DATA_SOURCES:
@@ -185,6 +192,13 @@ class DataConfig:
       raise _err("data.path", self.path, "a directory of .txt files when data.source=text")
     if self.source == "tfds" and not self.tfds_name:
       raise _err("data.tfds_name", self.tfds_name, "a TFDS dataset name when data.source=tfds")
+    if self.source == "tokens" and not self.tokens_path:
+      raise _err("data.tokens_path", self.tokens_path,
+                 "an integer .npy [n, T+1] or a flat token .bin when data.source=tokens")
+    if self.tokens_dtype not in TOKEN_DTYPES:
+      raise _err("data.tokens_dtype", self.tokens_dtype, " | ".join(TOKEN_DTYPES))
+    if self.tokens_vocab < 0:
+      raise _err("data.tokens_vocab", self.tokens_vocab, "0 (largest id + 1) or an integer >= 1")
 
 
 @dataclasses.dataclass(frozen=True)

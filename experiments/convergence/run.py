@@ -19,6 +19,7 @@ from experiments.shared import (DEFAULT_TEXT, RunsProgress, config_from, text_co
 from sbjax.analysis import samples
 from sbjax.config import Config, DataConfig
 from sbjax.data import make_dataset
+from sbjax.data import tokens as tokens_lib
 from sbjax.studies import convergence as conv
 from sbjax.train import train_once
 from sbjax.train.done import finished
@@ -127,8 +128,11 @@ def _series(series: list, series_tokens: str):
                      "token windows in the series' vocabulary (the fixed batch)")
   if not Path(series_tokens).is_file():
     raise FileNotFoundError(f"--series_tokens={series_tokens} does not exist")
-  batch = np.load(series_tokens, allow_pickle=False)
+  batch = np.asarray(tokens_lib.read_tokens(series_tokens), np.int32)  # checked [n, T+1] ids
   sources = [conv.series_source(p) for p in series]
+  for s in sources:  # issue 20: ids must lie in each series' vocabulary
+    tokens_lib.check_ids(batch, s.model.vocab_size, f"--series_tokens={series_tokens}: ",
+                         f"{s.name} model.vocab_size")
   info = {"source": "series", "series": [Path(p).name for p in series],
           "tokens_file": Path(series_tokens).name}
   return sources, batch, info

@@ -63,6 +63,7 @@ import numpy as np
 
 import sbjax
 from sbjax import checkpoint as ckpt
+from sbjax.analysis import data_source, evals
 from sbjax.analysis import forward as fw
 from sbjax.analysis import layerwise
 from sbjax.analysis import samples as samples_lib
@@ -72,6 +73,7 @@ from sbjax.analysis.progress import CheckpointProgress
 from sbjax.analysis.rows import GroupResult, step_row, with_gamma
 from sbjax.analysis.samples import Samples
 from sbjax.analysis.settings import Settings
+from sbjax.convert import integrity
 from sbjax.model import Model
 
 
@@ -83,6 +85,9 @@ class _Run:
   cfg: object  # sbjax.config.Config
   steps: list  # the steps to analyse
   final_step: int  # the last checkpoint (the CKA reference)
+  data_key: str | None = None  # content hash of a token file given for the analysis
+  data_dir: Path | None = None  # where make_dataset keeps tokenizer / token caches
+  duplicates: dict | None = None  # imported series: {step: duplicate_of} (import.json)
 
 
 def _check_out_dir(out: Path) -> None:
@@ -108,8 +113,11 @@ def _open_run(workdir, settings: Settings) -> _Run:
     raise FileNotFoundError(f"no checkpoints to analyse in {workdir}: "
                             f"{ckpt.ckpt_dir(workdir)} has no step directories")
   out = Path(settings.out_dir) if settings.out_dir else workdir / "analysis"
-  _check_out_dir(out)
   cfg = ckpt.load_config(workdir)
+  # the data measured on: --tokens / --data.* overrides; an import left on planted data is refused
+  cfg, data_key, overridden = data_source.effective_config(cfg, workdir, settings.tokens,
+                                                           settings.data, settings.needs_data)
+  _check_out_dir(out)
   if cfg.model.vocab_size < 1:
     raise ValueError(f"{workdir}/config.json has model.vocab_size={cfg.model.vocab_size}; "
                      "the analysis needs the resolved vocabulary size")
@@ -119,7 +127,17 @@ def _open_run(workdir, settings: Settings) -> _Run:
     if missing:
       raise ValueError(f"steps {missing} are not checkpointed in {workdir}; available: {all_steps}")
     steps = sorted(set(settings.steps))
-  return _Run(workdir, out, cfg, steps, all_steps[-1])
+  dups = integrity.duplicates_of(workdir) if data_source.is_import(workdir) else None
+  bad = {s: d for s, d in (dups or {}).items() if s in steps}
+  if bad and not settings.allow_duplicates:
+    raise ValueError(
+        f"{workdir}: revision(s) {sorted(bad)} hold the same weights as step(s) "
+        f"{[bad[s] for s in sorted(bad)]} (import.json duplicate_of; e.g. a step branch that "
+        "holds another step's weights); their rows would repeat that step's numbers (CKA to "
+        "the final 1.0). Nothing was analysed. Pass --allow_duplicates to analyse them anyway "
+        "(the CSV column duplicate_of marks them), or leave them out with --steps")
+  return _Run(workdir, out, cfg, steps, all_steps[-1], data_key,
+              out / "data" if overridden else workdir, dups)
 
 
 # ------------------------------------------------------------------------------------ the cache
@@ -141,7 +159,8 @@ def _plan(run: _Run, settings: Settings, dataset) -> _Plan:
   run_key = digest({"settings": settings.cache_fields(), "config": run.cfg.to_dict(),
                     "version": sbjax.__version__,
                     "final_step": run.final_step if cka_on else None,
-                    "custom_dataset": None if dataset is None else type(dataset).__name__})
+                    "custom_dataset": None if dataset is None else type(dataset).__name__,
+                    **({"data_key": run.data_key} if run.data_key else {})})
   cache = Cache(run.out / "cache", run_key, enabled=settings.use_cache)
   keys = {s: cache.step_key(s, mtime_ns(ckpt.ckpt_dir(run.workdir) / str(s))) for s in run.steps}
   rows, tops = {}, {}
@@ -249,15 +268,22 @@ def analyze_run(workdir, settings: Settings | None = None, *, dataset=None,
   settings = settings or Settings()
   t_start = time.perf_counter()
   run = _open_run(workdir, settings)
+  joined = evals.read_all(settings.join_evals) if settings.join_evals else None  # read first
   plan = _plan(run, settings, dataset)
   abstract = ckpt.abstract_with_shardings(Model(run.cfg.model).abstract_params())
   for s in plan.todo:  # checkpoints of another model: refused with a diff (sbjax.checkpoint)
     ckpt.check_params_match(run.workdir, s, abstract)
   pbytes = _param_bytes(abstract)
   gsize = _group_size(settings, run.cfg, pbytes, max(len(plan.todo), 1))
-  sm = samples_lib.build(run.cfg, run.workdir, settings, dataset, needed=bool(plan.todo))
+  sm = samples_lib.build(run.cfg, run.data_dir or run.workdir, settings, dataset,
+                         needed=bool(plan.todo))
   n_failed = _analyse_groups(run, plan, sm, settings, gsize, abstract, on_computed)
   result = with_gamma([plan.rows[s] for s in run.steps], run.cfg, run.workdir)
+  if run.duplicates is not None:  # an imported series: which revisions repeat another's weights
+    result = [dict(r, duplicate_of="" if run.duplicates.get(s) is None else run.duplicates[s])
+              for r, s in zip(result, run.steps)]
+  if joined is not None:  # downstream evaluations by step (sbjax.analysis.evals)
+    result = evals.join(result, joined)
   schedule = {"group_size": gsize, "param_bytes_per_checkpoint": pbytes,
               "computed_checkpoints": len(plan.todo),
               "seconds": round(time.perf_counter() - t_start, 3)}

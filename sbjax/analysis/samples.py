@@ -79,7 +79,20 @@ def build(cfg, workdir, settings: Settings, dataset=None, needed: bool = True) -
   if settings.needs_data and needed:
     ds = dataset if dataset is not None else open_dataset(cfg, workdir)
     if ds.vocab_size > mc.vocab_size:
-      raise ValueError(f"the data has {ds.vocab_size} tokens but model.vocab_size={mc.vocab_size}")
+      tok = getattr(ds, "tokenizer_path", None)
+      raise ValueError(
+          f"the data's vocabulary ({ds.vocab_size} tokens{f', tokenizer {tok}' if tok else ''}) "
+          f"exceeds the model's (model.vocab_size={mc.vocab_size}): ids >= {mc.vocab_size} "
+          "cannot be embedded. Tokenise with the model's own tokenizer (e.g. "
+          "--data.tokenizer=.../tokenizer.json) or a vocabulary that fits")
+    n_val = getattr(ds, "n_val_windows", None)
+    if getattr(ds, "source", "") == "tokens" and n_val < settings.sample_sequences:
+      raise ValueError(
+          f"the token file {cfg.data.tokens_val_path or cfg.data.tokens_path} holds {n_val} "
+          f"windows of T+1={cfg.train.seq_len + 1} tokens, fewer than the "
+          f"{settings.sample_sequences} the analysis samples (max of --eval_sequences="
+          f"{settings.eval_sequences}, --cka_sequences={settings.cka_sequences}); pass "
+          f"smaller values or more tokens (windows are never repeated)")
     ev = eval_sample(ds, settings.sample_sequences)
     if settings.has("collapse"):
       tr = train_sample(ds, settings.collapse_sequences)
@@ -96,6 +109,7 @@ def describe(cfg, settings: Settings, dataset, t_len: int, aniso_pos) -> dict:
   cka_on, coll = settings.has("cka"), settings.has("collapse")
   return {
       "data": {"source": cfg.data.source, "data_seed": cfg.train.data_seed,
+               **({"tokens_path": cfg.data.tokens_path} if cfg.data.tokens_path else {}),
                "batch_size": cfg.train.batch_size,
                "dataset": "sbjax.data.make_dataset" if dataset is None else type(dataset).__name__,
                "eval_split": "validation", "collapse_split": "train"},

@@ -14,6 +14,10 @@ DEFAULT_W_ERROR_DIMS = (1, 2, 4, 8, 16, 32, 64)
 # scheduling-only fields, excluded from the cache key
 EXEC_FIELDS = ("batch_sequences", "group_size", "max_group_bytes", "steps", "out_dir", "use_cache",
                "progress", "figures")
+EXEC_FIELDS += ("allow_duplicates", "join_evals")
+# the data measured on: part of the cache key through the effective config (and the token
+# file's content hash, sbjax.analysis.data_source), so not repeated in cache_fields
+DATA_FIELDS = ("tokens", "data")
 
 
 def _err(field, value, allowed) -> ValueError:
@@ -52,8 +56,14 @@ class Settings:
   use_cache: bool = True
   progress: bool = True
   figures: bool = True
+  # the data (sbjax.analysis.data_source): a token file, DataConfig overrides "KEY=VALUE"
+  tokens: str = ""
+  data: tuple = ()
+  allow_duplicates: bool = False  # analyse revisions that duplicate another's weights
+  join_evals: str = ""  # lm-eval results JSON(s) joined onto the rows by step (analysis.evals)
 
   def __post_init__(self):
+    object.__setattr__(self, "data", tuple(str(x) for x in self.data))
     for f in ("groups", "w_error_dims", "steps"):
       v = getattr(self, f)
       if isinstance(v, str):
@@ -107,7 +117,7 @@ class Settings:
 
   def cache_fields(self) -> dict:
     """The settings that change results (the cache key); unused groups' knobs are dropped."""
-    d = {k: v for k, v in self.to_dict().items() if k not in EXEC_FIELDS}
+    d = {k: v for k, v in self.to_dict().items() if k not in EXEC_FIELDS + DATA_FIELDS}
     if not self.needs_data:
       for k in ("eval_sequences", "cka_sequences"):
         d.pop(k)

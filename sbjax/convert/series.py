@@ -28,7 +28,7 @@ import jax
 import numpy as np
 
 from sbjax.config import ModelConfig
-from sbjax.convert import hf_import
+from sbjax.convert import hf_import, revisions
 
 _STEP_RE = re.compile(r"^(?:.*?[^A-Za-z0-9])?step[-_]?(\d+)$|^(\d+)$", re.IGNORECASE)
 
@@ -36,8 +36,9 @@ _STEP_RE = re.compile(r"^(?:.*?[^A-Za-z0-9])?step[-_]?(\d+)$|^(\d+)$", re.IGNORE
 def parse_step(name: str) -> int | None:
   """The training step encoded in a revision name (``step1000`` -> 1000), else None."""
   m = _STEP_RE.match(os.path.basename(os.path.normpath(name)))
-  if not m:
-    return None
+  if not m:  # names with stage / token parts: step1000-tokens4B, stage1-step101000-tokens424B
+    info = revisions.parse_revision(name)
+    return None if info is None else info["step"]
   return int(m.group(1) if m.group(1) is not None else m.group(2))
 
 

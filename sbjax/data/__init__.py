@@ -6,6 +6,8 @@
     ds.eval_batches(n)     # n fixed validation batches
 
 Modules: ``planted`` (PlantedLanguage, PlantedMixture), ``tokenizer`` (sentencepiece),
+``hf_tokenizer`` (HF ``tokenizer.json`` files), ``tokens`` (token files on disk: ``.npy``
+[n, T+1] or flat ``.bin``, the ``tokens`` source),
 ``text`` (directory corpora, document split, token caches), ``builders`` (TFDS array_record
 builders ``local_text`` and ``planted_rank``, catalog reader), ``dataset`` (packing,
 batching, ``make_dataset``). TensorFlow is not needed (TFDS array_record sources work without it).

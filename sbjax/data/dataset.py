@@ -32,6 +32,7 @@ import numpy as np
 from sbjax.data import builders
 from sbjax.data import planted as planted_lib
 from sbjax.data import tokenizer as tokenizer_lib
+from sbjax.data import tokens as tokens_source
 from sbjax.data.text import DataError, cached_array, encode_documents, slug
 
 log = logging.getLogger(__name__)
@@ -182,6 +183,9 @@ def make_dataset(cfg, *, seq_len: int, global_batch_size: int, seed: int = 0,
   p_idx, p_cnt = _process(process_index, process_count)
   common = dict(seq_len=seq_len, global_batch_size=global_batch_size, seed=seed,
                 process_index=p_idx, process_count=p_cnt)
+  if cfg.source == "tokens":  # token files on disk (sbjax.data.tokens)
+    return TokenWindows(**tokens_source.open_token_splits(cfg, seq_len, global_batch_size),
+                        **common)
   if cfg.source in ("planted", "planted_mix"):
     lang = planted_lib.from_config(cfg)
     params = builders.planted_params(cfg)
@@ -221,3 +225,46 @@ def make_dataset(cfg, *, seq_len: int, global_batch_size: int, seed: int = 0,
   tok, streams = _tokenize_splits(docs, wd, cfg, repr(corpus_key), name)
   return Dataset(streams["train"], streams["validation"], vocab_size=tok.vocab_size, name=name,
                  source=cfg.source, tokenizer_path=tok.path, extra_info=extra, **common)
+
+
+class TokenWindows(Dataset):
+  """A ``Dataset`` over windows of token files (flat arrays + window start offsets)."""
+
+  def __init__(self, train_arr, train_starts, val_arr, val_starts, *, seq_len: int,
+               global_batch_size: int, vocab_size: int, name: str, seed: int = 0,
+               process_index: int = 0, process_count: int = 1, source: str = "tokens",
+               extra_info: dict | None = None):
+    for split, starts in (("train", train_starts), ("validation", val_starts)):
+      if len(starts) < global_batch_size:
+        raise DataError(
+            f"token data {name!r}, split {split!r}: {len(starts)} windows of seq_len+1="
+            f"{seq_len + 1} tokens, fewer than one global batch of {global_batch_size}. Use a "
+            "smaller train.batch_size or train.seq_len, or more tokens")
+    # Dataset's argument checks on a stand-in of exactly one batch of tokens; the real
+    # (memory-mapped) arrays and window starts replace it below
+    need = global_batch_size * seq_len + 1
+    super().__init__(np.zeros(need, np.int32), np.zeros(need, np.int32), seq_len=seq_len,
+                     global_batch_size=global_batch_size, seed=seed,
+                     process_index=process_index, process_count=process_count,
+                     vocab_size=vocab_size, name=name, source=source, extra_info=extra_info)
+    self.train_tokens = np.asarray(train_arr).reshape(-1)
+    self.val_tokens = np.asarray(val_arr).reshape(-1)
+    self._train_starts = np.asarray(train_starts, np.int64)
+    self._val_starts = np.asarray(val_starts, np.int64)
+    self.n_train_windows, self.n_val_windows = len(self._train_starts), len(self._val_starts)
+
+  def eval_windows(self, n: int) -> np.ndarray:
+    """The first n * B validation windows in file order, [n, B] (cycling, with a warning, when
+    the file has fewer; the analysis refuses that: sbjax.analysis.samples)."""
+    total = int(n) * self.global_batch_size
+    if total > self.n_val_windows:
+      warnings.warn(f"{n} eval batches need {total} validation windows but {self.name!r} has "
+                    f"{self.n_val_windows}: windows repeat", stacklevel=3)
+    return (np.arange(total, dtype=np.int64) % self.n_val_windows).reshape(
+        int(n), self.global_batch_size)
+
+  def info(self) -> dict:
+    d = super().info()
+    d["n_train_tokens"] = int(self.train_tokens.shape[0])
+    d["n_val_tokens"] = int(self.val_tokens.shape[0])
+    return d

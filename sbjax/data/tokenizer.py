@@ -14,6 +14,7 @@ raises ``ValueError`` naming the largest size sentencepiece would accept.
 
 from __future__ import annotations
 
+import collections
 import io
 import logging
 import os
@@ -23,6 +24,8 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 import sentencepiece as spm
+
+from sbjax.data import hf_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +92,84 @@ def _read_files(files: Iterable[str | os.PathLike]) -> Iterator[str]:
     yield Path(f).read_text(encoding="utf-8")
 
 
+# meta pieces of the trained models: unk, eos and the user-defined "\n"
+N_META = 3
+# the least share of the corpus's characters a vocabulary must cover (below it: "too small")
+MIN_COVERAGE = 0.98
+
+
+def _train_sp(sentences: Iterator[str], coverage: float, *, vocab_size: int, model_type: str,
+              input_sentence_size: int) -> io.BytesIO:
+  model = io.BytesIO()
+  spm.SentencePieceTrainer.train(
+      sentence_iterator=sentences, model_writer=model, vocab_size=vocab_size,
+      model_type=model_type, character_coverage=coverage,
+      input_sentence_size=input_sentence_size, shuffle_input_sentence=False,
+      num_threads=1, normalization_rule_name="identity", remove_extra_whitespaces=False,
+      add_dummy_prefix=False, split_digits=False, user_defined_symbols=[NEWLINE],
+      unk_id=0, eos_id=1, bos_id=-1, pad_id=-1, hard_vocab_limit=True,
+      max_sentence_length=MAX_SENTENCE_BYTES, minloglevel=2,
+      train_extremely_large_corpus=False)
+  return model
+
+
+def _vocab_error(vocab_size: int, msg: str) -> Exception:
+  if "required_chars" in msg:
+    m = re.search(r"(\d+) vs (\d+)", msg)
+    need = f" ({m.group(2)} pieces needed)" if m else ""
+    return ValueError(
+        f"tokenizer vocab_size={vocab_size} is too small for this corpus's characters{need}: "
+        f"set a larger data.vocab_size. sentencepiece said: {msg.strip()}")
+  if "Vocabulary size" in msg or "vocab_size" in msg:
+    m = re.search(r"<=\s*(\d+)", msg)
+    hint = f" (this corpus supports at most {m.group(1)})" if m else ""
+    return ValueError(
+        f"tokenizer vocab_size={vocab_size} is too large for this corpus{hint}: set a smaller "
+        f"data.vocab_size or use more text. sentencepiece said: {msg.strip()}")
+  return RuntimeError(msg)
+
+
+def _train_covering(lines: list, vocab_size: int, requested: float, opts: dict):
+  """(model, coverage) with the most frequent characters that fit ``vocab_size`` (a few
+  tries: sentencepiece's float32 coverage may admit one character more than asked)."""
+  max_chars = int(vocab_size) - N_META - 1
+  for _ in range(3):
+    coverage = coverage_for(lines, max_chars, vocab_size, requested)
+    try:
+      return _train_sp(iter(lines), coverage, **opts), coverage
+    except RuntimeError as e:
+      m = re.search(r"(\d+) vs (\d+)", str(e))
+      if "required_chars" not in str(e) or not m:
+        raise _vocab_error(vocab_size, str(e)) from e
+      max_chars -= max(1, int(m.group(2)) - int(m.group(1)))
+  raise _vocab_error(vocab_size, str(e))
+
+
+def coverage_for(lines: Sequence[str], max_chars: int, vocab_size: int,
+                 requested: float = 1.0) -> float:
+  """The character_coverage that makes sentencepiece keep the ``max_chars`` most frequent
+  characters (spaces count as its ``▁``): it adds characters by decreasing count while the
+  covered share is below the coverage, so a value between the shares of the top
+  ``max_chars - 1`` and ``max_chars`` characters keeps exactly ``max_chars``. ValueError
+  ("too small") when those cover less than ``MIN_COVERAGE`` of the corpus."""
+  counts = collections.Counter()
+  for line in lines:
+    counts.update(line)
+  total = sum(counts.values())
+  cum = np.cumsum(sorted(counts.values(), reverse=True), dtype=np.float64) / max(total, 1)
+  k = min(max_chars, len(cum))
+  if k < 1 or cum[k - 1] < MIN_COVERAGE:
+    covered = 0.0 if k < 1 else float(cum[k - 1])
+    need = int(np.searchsorted(cum, MIN_COVERAGE) + 1) + N_META + 1
+    raise ValueError(
+        f"tokenizer vocab_size={vocab_size} is too small for this corpus: its {len(counts)} "
+        f"distinct characters need at least {need} pieces to cover {MIN_COVERAGE:.0%} of the "
+        f"text ({max(k, 0)} characters fit, covering {covered:.1%}); set data.vocab_size >= "
+        f"{need}")
+  lo = float(cum[k - 2]) if k >= 2 else 0.0
+  return min(requested, (lo + float(cum[k - 1])) / 2)
+
+
 def train_tokenizer(texts: Iterable[str] | None = None, *, files: Sequence[str | os.PathLike] = (),
                     out_path: str | os.PathLike, vocab_size: int,
                     model_type: str = "unigram", input_sentence_size: int = 300_000,
@@ -126,30 +207,28 @@ def train_tokenizer(texts: Iterable[str] | None = None, *, files: Sequence[str |
   if first is None:
     raise ValueError(f"cannot train a tokenizer for {out_path}: the corpus has no text")
 
+  seen: list[str] = []
+
   def chained() -> Iterator[str]:
     yield first
-    yield from it
+    for line in it:
+      seen.append(line)
+      yield line
 
-  model = io.BytesIO()
+  opts = dict(vocab_size=int(vocab_size), model_type=model_type,
+              input_sentence_size=int(input_sentence_size))
   try:
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=chained(), model_writer=model, vocab_size=int(vocab_size),
-        model_type=model_type, character_coverage=character_coverage,
-        input_sentence_size=int(input_sentence_size), shuffle_input_sentence=False,
-        num_threads=1, normalization_rule_name="identity", remove_extra_whitespaces=False,
-        add_dummy_prefix=False, split_digits=False, user_defined_symbols=[NEWLINE],
-        unk_id=0, eos_id=1, bos_id=-1, pad_id=-1, hard_vocab_limit=True,
-        max_sentence_length=MAX_SENTENCE_BYTES, minloglevel=2,
-        train_extremely_large_corpus=False)
+    model = _train_sp(chained(), character_coverage, **opts)
   except RuntimeError as e:
     msg = str(e)
-    m = re.search(r"<=\s*(\d+)", msg)
-    if "Vocabulary size" in msg or "vocab_size" in msg:
-      hint = f" (this corpus supports at most {m.group(1)})" if m else ""
-      raise ValueError(
-          f"tokenizer vocab_size={vocab_size} is too large for this corpus{hint}: set a smaller "
-          f"data.vocab_size or use more text. sentencepiece said: {msg.strip()}") from e
-    raise
+    if "smaller than required_chars" not in msg:
+      raise _vocab_error(vocab_size, msg) from e
+    # the rarest characters do not fit: cover fewer (they become unk), never silently too few
+    lines = [first] + seen
+    model, coverage = _train_covering(lines, vocab_size, character_coverage, opts)
+    log.warning("tokenizer vocab_size=%d cannot hold every character of the corpus; trained "
+                "with character_coverage=%.6f (the rarest characters map to unk)",
+                vocab_size, coverage)
   out_path.parent.mkdir(parents=True, exist_ok=True)
   tmp = out_path.with_name(out_path.name + f".tmp{os.getpid()}")
   tmp.write_bytes(model.getvalue())
@@ -173,6 +252,8 @@ def load_or_train(workdir: str | os.PathLike, texts_fn, *, vocab_size: int, mode
   ``vocab_size``. Else, if ``existing`` names a model, that model is copied into the workdir;
   else one is trained on ``texts_fn()`` (an iterable of strings).
   """
+  if existing and hf_tokenizer.is_hf_tokenizer(existing):  # a tokenizer.json (HF tokenizers)
+    return hf_tokenizer.copy_into(existing, workdir)
   path = Path(workdir) / MODEL_NAME
   if path.is_file():
     tok = Tokenizer(path)

@@ -1,0 +1,223 @@
+"""Analysing a checkpoint series: the authors' way vs sbjax, end to end (NOT a test).
+
+A series of K revisions of a GPT-NeoX model (random weights; default pythia-70m-shaped,
+K=16) is saved with transformers in the HF cache layout (``models--org--name/{refs,
+snapshots, blobs}``), and a fixed batch of N x T real tokens (the development corpus
+tokenised with a byte-level BPE tokenizer.json trained on it) in an .npy [N, T+1]. Both
+sides compute, per revision: eval loss (mean next-token NLL over the N*T targets), the head
+spectrum (effective rank and KL(sigma/sum sigma || uniform) of embed_out), last-layer
+anisotropy (mean pairwise cosine of the final-norm features at all N*T positions) and
+linear CKA (biased HSIC) to the final revision of every block's MLP output and OV-circuit
+output (sum_h v_h W_O,h, no attention weighting) at the last position of each sequence:
+
+- ``authors``: the convergence paper's script style: for each revision,
+  ``GPTNeoXForCausalLM.from_pretrained(snapshot)``, forward hooks on each block's MLP and
+  query_key_value, torch forwards in chunks, numpy/float64 metrics (SVD, CKA);
+- ``sbjax``: ``experiments.convert.import_to_workdir`` (hashes every revision, writes orbax
+  checkpoints) then ``analyze_run(--tokens)`` (vmapped groups of checkpoints).
+
+Each side runs in its own subprocess (wall time and peak RSS of that process, imports
+included); values must agree to ``--tol`` (max abs difference per metric is printed).
+
+    PYTHONPATH=. python benchmarks/series_analysis.py                    # K=16 pythia-70m, 128x256
+    PYTHONPATH=. python benchmarks/series_analysis.py --small            # minutes on 2 cores
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import _bench  # noqa: F401 - puts the repository on sys.path
+from _bench import emit, machine
+
+SHAPES = {"pythia-70m": dict(hidden_size=512, num_hidden_layers=6, num_attention_heads=8,
+                             intermediate_size=2048, vocab_size=50304),
+          "small": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=256, vocab_size=2048)}
+
+
+def build(root: Path, a) -> None:
+  """The series (HF cache layout) and the token batch, once."""
+  import numpy as np
+  import torch
+  import transformers
+
+  from sbjax.data import hf_tokenizer
+
+  shape = SHAPES[a.shape]
+  repo = root / "hub" / "models--bench--series"
+  if not (root / "tokens.npy").exists():
+    texts = [p.read_text(errors="replace") for p in sorted(Path(a.text).rglob("*.txt"))]
+    tok = hf_tokenizer.train_bpe(texts, root / "tokenizer.json", shape["vocab_size"] - 64)
+    ids = []
+    for t in texts:
+      ids += tok.encode(t) + [tok.separator_id]
+      if len(ids) >= a.n * (a.t + 1):
+        break
+    np.save(root / "tokens.npy", np.asarray(ids[:a.n * (a.t + 1)], np.uint16).reshape(a.n, a.t + 1))
+  if repo.exists():
+    return
+  for k in range(a.k):
+    torch.manual_seed(k)
+    cfg = transformers.GPTNeoXConfig(max_position_embeddings=2048, rotary_pct=0.25,
+                                     initializer_range=0.02, **shape)
+    d = root / "saved" / f"r{k}"
+    transformers.GPTNeoXForCausalLM(cfg).save_pretrained(str(d))
+    commit = hashlib.sha1(f"rev{k}".encode()).hexdigest()
+    snap = repo / "snapshots" / commit
+    snap.mkdir(parents=True)
+    for f in d.iterdir():
+      blob = repo / "blobs" / hashlib.sha256(f.read_bytes()).hexdigest()
+      blob.parent.mkdir(parents=True, exist_ok=True)
+      shutil.move(str(f), blob)
+      os.symlink(os.path.relpath(blob, snap), snap / f.name)
+    (repo / "refs").mkdir(exist_ok=True)
+    (repo / "refs" / f"step{1000 * k}").write_text(commit)
+  shutil.rmtree(root / "saved")
+
+
+def _np_cka(x, y):
+  import numpy as np
+  x = x - x.mean(0)
+  y = y - y.mean(0)
+  return float(np.linalg.norm(x.T @ y) ** 2 / (np.linalg.norm(x.T @ x) * np.linalg.norm(y.T @ y)))
+
+
+def side_authors(root: Path, a) -> dict:
+  """Per revision: from_pretrained, hooked torch forwards, numpy metrics."""
+  import numpy as np
+  import torch
+  import transformers
+
+  from sbjax.convert import revisions
+
+  torch.set_num_threads(os.cpu_count() or 1)
+  revs = revisions.find(root / "hub")
+  toks = np.load(root / "tokens.npy").astype(np.int64)
+  out, ref = {}, None
+  for r in [revs[-1]] + revs[:-1]:  # the final revision first: the CKA reference
+    m = transformers.GPTNeoXForCausalLM.from_pretrained(r.path, dtype=torch.float32).eval()
+    acts = {"mlp": [[] for _ in m.gpt_neox.layers], "ov": [[] for _ in m.gpt_neox.layers]}
+    hooks = []
+    for i, layer in enumerate(m.gpt_neox.layers):
+      hooks.append(layer.mlp.register_forward_hook(
+          lambda mod, inp, o, i=i: acts["mlp"][i].append(o[:, -1].double().numpy())))
+
+      def qkv_hook(mod, inp, o, i=i, layer=layer):
+        b, t, _ = o.shape
+        h = m.config.num_attention_heads
+        v = o.view(b, t, h, 3, -1)[:, -1, :, 2, :].reshape(b, -1)
+        acts["ov"][i].append((v @ layer.attention.dense.weight.T).double().numpy())
+      hooks.append(layer.attention.query_key_value.register_forward_hook(qkv_hook))
+    nll, feats = 0.0, []
+    with torch.no_grad():
+      for c0 in range(0, len(toks), a.chunk):
+        x = torch.tensor(toks[c0:c0 + a.chunk])
+        o = m(x[:, :-1], output_hidden_states=True)
+        logp = torch.log_softmax(o.logits.double(), -1)
+        nll -= float(logp.gather(-1, x[:, 1:, None]).sum())
+        feats.append(o.hidden_states[-1].double().reshape(-1, o.hidden_states[-1].shape[-1]).numpy())
+    for hk in hooks:
+      hk.remove()
+    h = np.concatenate(feats)
+    u = h / np.linalg.norm(h, axis=1, keepdims=True)
+    s_ = u.sum(0)
+    aniso = float((s_ @ s_ - len(u)) / (len(u) * (len(u) - 1)))
+    sv = np.linalg.svd(m.get_output_embeddings().weight.detach().double().numpy(),
+                       compute_uv=False)
+    p = sv / sv.sum()
+    ent = -(p * np.log(np.where(p > 0, p, 1))).sum()
+    row = {"eval_loss": nll / toks[:, 1:].size, "anisotropy_last": aniso,
+           "head_erank": float(np.exp(ent)), "head_kl_uniform": float(np.log(len(p)) - ent)}
+    layer_acts = {k: [np.concatenate(v) for v in vs] for k, vs in acts.items()}
+    if ref is None:
+      ref = layer_acts
+    for kind, name in (("mlp", "mlp"), ("ov", "attn")):
+      for i, x in enumerate(layer_acts[kind]):
+        row[f"cka_to_final_{name}_{i}"] = _np_cka(x, ref[kind][i])
+    out[r.step] = row
+    del m
+  return out
+
+
+def side_sbjax(root: Path, a) -> dict:
+  from experiments import convert as convert_cli
+  from sbjax.analysis import analyze_run
+  from sbjax.analysis.settings import Settings
+
+  work = root / "work"
+  shutil.rmtree(work, ignore_errors=True)
+  convert_cli.import_to_workdir(str(root / "hub"), str(work))
+  rows = analyze_run(work, Settings(
+      groups=("loss", "anisotropy", "spectrum", "cka"), tokens=str(root / "tokens.npy"),
+      eval_sequences=a.n, cka_sequences=a.n, anisotropy_tokens=0, batch_sequences=a.chunk,
+      progress=False, figures=False, use_cache=False))
+  return {r["step"]: {k: v for k, v in r.items() if k != "step"} for r in rows}
+
+
+def run_side(name: str, root: Path, a) -> dict:
+  t0 = time.perf_counter()
+  p = subprocess.run([sys.executable, __file__, f"--side={name}", f"--root={root}",
+                      *[f"--{k}={v}" for k, v in vars(a).items() if k not in ("side", "root", "small")]],
+                     capture_output=True, text=True)
+  if p.returncode:
+    raise SystemExit(f"{name} failed:\n{p.stderr[-4000:]}")
+  res = json.loads(p.stdout.strip().splitlines()[-1])
+  res["wall_s"] = round(time.perf_counter() - t0, 2)
+  return res
+
+
+def main():
+  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  ap.add_argument("--k", type=int, default=16)
+  ap.add_argument("--n", type=int, default=128, help="sequences of the fixed batch")
+  ap.add_argument("--t", type=int, default=256, help="tokens per sequence (T)")
+  ap.add_argument("--shape", default="pythia-70m", choices=sorted(SHAPES))
+  ap.add_argument("--chunk", type=int, default=32, help="sequences per forward chunk")
+  ap.add_argument("--tol", type=float, default=1e-4)
+  ap.add_argument("--text", default="", help="corpus directory (default: the development one)")
+  ap.add_argument("--root", default="/tmp/sbjax_series_bench")
+  ap.add_argument("--side", default="", choices=["", "authors", "sbjax"])
+  ap.add_argument("--small", action="store_true", help="K=4, small shape, 32x64 tokens")
+  a = ap.parse_args()
+  root = Path(a.root)
+  if a.side:  # one side, in its own process
+    res = (side_authors if a.side == "authors" else side_sbjax)(root, a)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"values": {str(k): v for k, v in res.items()}, "peak_rss_mb": round(rss)}))
+    return
+  if a.small:
+    a.k, a.n, a.t, a.shape, a.chunk = 4, 32, 64, "small", 16
+  if not a.text:
+    from experiments.shared import DEFAULT_TEXT
+    a.text = str(DEFAULT_TEXT)
+  root.mkdir(parents=True, exist_ok=True)
+  build(root, a)
+  res = {s: run_side(s, root, a) for s in ("authors", "sbjax")}
+  va, vs = res["authors"]["values"], res["sbjax"]["values"]
+  diffs = {}
+  for step, row in va.items():
+    for col, v in row.items():
+      diffs[col.rstrip("0123456789").rstrip("_")] = max(
+          diffs.get(col.rstrip("0123456789").rstrip("_"), 0.0), abs(float(vs[step][col]) - v))
+  rec = emit({"bench": "series_analysis", "k": a.k, "n": a.n, "t": a.t, "shape": a.shape,
+              "authors_s": res["authors"]["wall_s"], "sbjax_s": res["sbjax"]["wall_s"],
+              "speedup": round(res["authors"]["wall_s"] / res["sbjax"]["wall_s"], 2),
+              "authors_peak_rss_mb": res["authors"]["peak_rss_mb"],
+              "sbjax_peak_rss_mb": res["sbjax"]["peak_rss_mb"],
+              "max_abs_diff": {k: float(f"{v:.2e}") for k, v in sorted(diffs.items())},
+              "equal_within_tol": all(v <= a.tol for v in diffs.values()), **machine()})
+  print(json.dumps(rec, indent=1))
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,125 @@
+"""The data an analysis measures on: the run's own, or tokens / data overrides, never
+synthetic data silently.
+
+* ``--tokens=FILE`` (``Settings.tokens``): the evaluation sample (and the collapse train
+  sample) are windows of FILE (``sbjax.data.tokens``: an integer ``.npy`` [n, T+1], whose
+  rows set T, or a flat ``.bin``/``[N]`` stream cut at the run's train.seq_len), in file
+  order. Ids must lie below model.vocab_size.
+* ``--data.KEY=VALUE`` (``Settings.data``): DataConfig fields, e.g. ``--data.source=text
+  --data.path=DIR --data.tokenizer=tokenizer.json`` (a text corpus tokenised with the
+  model's tokenizer); ``--data.train.seq_len=...`` is not a data key: use ``seq_len=N``.
+* An **imported** workdir (``experiments.convert --from_hf``: ``WORKDIR/import.json``, or a
+  params-only checkpoint) whose config still holds the synthetic default data
+  (``data.source`` planted / planted_mix) is refused when a metric group reads data (loss,
+  anisotropy, collapse, cka): a pretrained model measured on planted tokens gives
+  plausible, meaningless numbers. Weight-only groups (spectrum, per) need no data. A text
+  corpus for an import is tokenised with the model's tokenizer: ``--data.tokenizer``, else
+  the ``WORKDIR/tokenizer.json`` the import copied from the series; never a new one.
+
+With overrides, data files (tokenizer copy, token caches) go to ``OUT/data``, not the
+workdir; the effective config (and the token file's content hash) enter the cache key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from sbjax import checkpoint as ckpt
+from sbjax.config import Config, DataConfig
+from sbjax.data import tokens as tokens_lib
+
+SYNTHETIC = ("planted", "planted_mix")
+
+
+def is_import(workdir) -> bool:
+  """True for a workdir written by ``experiments.convert --from_hf`` (an import record,
+  or a finished checkpoint without optimizer state)."""
+  workdir = Path(workdir)
+  if (workdir / "import.json").is_file():
+    return True
+  steps = ckpt.list_steps(workdir)
+  if not steps:
+    return False
+  d = ckpt.ckpt_dir(workdir) / str(steps[-1])
+  return (d / ckpt.COMMIT_FILE).is_file() and not (d / "opt").exists()
+
+
+def _coerce(field: dataclasses.Field, key: str, value: str):
+  kind = type(field.default)
+  if kind is bool:
+    if value.lower() not in ("true", "false", "1", "0"):
+      raise ValueError(f"--data.{key}={value!r}: expected true or false")
+    return value.lower() in ("true", "1")
+  try:
+    return kind(value)
+  except ValueError:
+    raise ValueError(f"--data.{key}={value!r}: expected a {kind.__name__}") from None
+
+
+def parse_overrides(items) -> dict:
+  """{"data": {field: value}, "seq_len": int | None} of ``KEY=VALUE`` strings."""
+  fields = {f.name: f for f in dataclasses.fields(DataConfig)}
+  data, seq_len = {}, None
+  for item in items:
+    key, sep, value = str(item).partition("=")
+    key = key.strip().removeprefix("data.")
+    if not sep:
+      raise ValueError(f"data override {item!r}: expected KEY=VALUE (e.g. source=text)")
+    if key == "seq_len":
+      seq_len = int(value)
+    elif key in fields:
+      data[key] = _coerce(fields[key], key, value)
+    else:
+      raise ValueError(f"unknown data override {key!r}; known: seq_len, {', '.join(fields)}")
+  return {"data": data, "seq_len": seq_len}
+
+
+def refusal(workdir, source: str) -> str:
+  return (f"{workdir} is an imported checkpoint series (experiments.convert --from_hf) and its "
+          f"config.json still holds the synthetic default data (data.source={source!r}): "
+          "measuring a pretrained model on planted tokens gives meaningless numbers, so "
+          "nothing was analysed. Pass --tokens=FILE (an integer .npy [n, T+1] of token ids "
+          "from the model's tokenizer, or a flat .bin) or --data.source=text --data.path=DIR "
+          "--data.tokenizer=tokenizer.json")
+
+
+def effective_config(cfg: Config, workdir, tokens: str = "", data_items=(),
+                     needs_data: bool = True) -> tuple:
+  """(the config the analysis measures with, a content key of the token file or None,
+  overridden?); ValueError for an imported workdir left on synthetic data."""
+  mc = cfg.model
+  over = parse_overrides(data_items)
+  data, train, key = cfg.data, cfg.train, None
+  if tokens:
+    arr = tokens_lib.read_tokens(tokens, over["data"].get("tokens_dtype", "uint16"))
+    tokens_lib.check_ids(arr, mc.vocab_size, f"--tokens={tokens}: ", "model.vocab_size")
+    t_len = arr.shape[1] - 1 if arr.ndim == 2 else train.seq_len
+    if t_len > mc.max_len:
+      raise ValueError(f"--tokens={tokens}: rows of {t_len + 1} tokens make windows of "
+                       f"T={t_len} > the model's max_len={mc.max_len}; cut the rows to at most "
+                       f"{mc.max_len + 1} tokens")
+    data = dataclasses.replace(data, source="tokens", tokens_path=str(tokens),
+                               tokens_val_path=str(tokens), tokens_vocab=mc.vocab_size)
+    train = dataclasses.replace(train, seq_len=t_len, batch_size=1)
+    key = tokens_lib.file_identity(tokens)
+  if over["data"]:
+    data = dataclasses.replace(data, **over["data"])
+    if data.source == "tokens" and data.tokens_path:
+      key = tokens_lib.file_identity(data.tokens_path)
+      train = dataclasses.replace(train, batch_size=1)
+  if over["seq_len"]:
+    train = dataclasses.replace(train, seq_len=over["seq_len"])
+  overridden = bool(tokens or over["data"] or over["seq_len"])
+  if needs_data and is_import(workdir):
+    if data.source in SYNTHETIC:
+      raise ValueError(refusal(workdir, data.source))
+    if data.source in ("text", "tfds") and not data.tokenizer:
+      imported = Path(workdir) / "tokenizer.json"  # copied from the series by the import
+      if not imported.is_file():
+        raise ValueError(
+            f"{workdir} is an imported model: a text corpus must be tokenised with the "
+            "model's own tokenizer (a newly trained one's ids would not match its "
+            "embeddings), and the import holds none. Pass --data.tokenizer=tokenizer.json")
+      data = dataclasses.replace(data, tokenizer=str(imported))
+  return cfg.replace(data=data, train=train), key, overridden

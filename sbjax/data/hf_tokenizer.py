@@ -1,0 +1,173 @@
+"""Hugging Face ``tokenizers`` files (``tokenizer.json``) beside sentencepiece.
+
+``data.tokenizer=path/to/tokenizer.json`` (e.g. the GPT-NeoX-20B tokenizer of Pythia, or
+GPT-Neo's) tokenises a text corpus with that tokenizer: ``load_or_train`` copies it to
+``WORKDIR/tokenizer.json`` and ``HFTokenizer`` gives the interface of
+``sbjax.data.tokenizer.Tokenizer`` (``vocab_size``, ``separator_id``, ``encode``,
+``decode``, ``serialized``), so packing, caching and batching are unchanged.
+
+* ``vocab_size`` = ``get_vocab_size(with_added_tokens=True)``: every id the tokenizer can
+  emit is below it (Pythia: 50277 ids for a 50304-row embedding; the extra rows are padding).
+* ``separator_id``: the id joining documents, the first of ``<|endoftext|>``, ``</s>``,
+  ``<eos>``, ``<|end_of_text|>`` present, else the first special added token, else 0.
+* ``encode`` adds no special tokens (the separator is added by the packer).
+
+``export_tokenizer`` writes the tokenizer of a run for transformers (``--to_hf``):
+``tokenizer.json`` (the run's own, or one built from its sentencepiece unigram model:
+``from_sentencepiece``) and ``tokenizer_config.json`` (``PreTrainedTokenizerFast``), so
+``AutoTokenizer.from_pretrained(DIR)`` gives the ids sbjax trained on.
+
+``train_bpe`` trains a byte-level BPE ``tokenizer.json`` on local text (the tests' way to
+get a GPT-NeoX-like tokenizer without a hub); deterministic for a given input.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+import sentencepiece as spm
+from sentencepiece import sentencepiece_model_pb2 as sp_pb
+from tokenizers import AddedToken, decoders, models, pre_tokenizers, trainers
+from tokenizers import Tokenizer as _HFTok
+
+log = logging.getLogger("sbjax")
+JSON_NAME = "tokenizer.json"
+EOS_NAMES = ("<|endoftext|>", "</s>", "<eos>", "<|end_of_text|>")
+
+
+def is_hf_tokenizer(path: str | os.PathLike) -> bool:
+  return str(path).endswith(".json")
+
+
+class HFTokenizer:
+  """A loaded ``tokenizer.json`` with the interface of ``sbjax.data.tokenizer.Tokenizer``."""
+
+  def __init__(self, path: str | os.PathLike):
+    self.path = str(path)
+    if not Path(self.path).is_file():
+      raise FileNotFoundError(f"tokenizer.json not found: {self.path}")
+    try:
+      self.tok = _HFTok.from_file(self.path)
+    except Exception as e:  # noqa: BLE001 - the tokenizers library raises its own exception type
+      raise ValueError(f"{self.path} is not a Hugging Face tokenizers file: {e}") from None
+
+  @property
+  def vocab_size(self) -> int:
+    return int(self.tok.get_vocab_size(with_added_tokens=True))
+
+  @property
+  def separator_id(self) -> int:
+    for name in EOS_NAMES:
+      i = self.tok.token_to_id(name)
+      if i is not None:
+        return int(i)
+    special = [a for a in self.tok.get_added_tokens_decoder().items() if a[1].special]
+    return int(min(special)[0]) if special else 0
+
+  @property
+  def eos_id(self) -> int:
+    return self.separator_id
+
+  def encode(self, text: str | Sequence[str], num_threads: int = -1):
+    del num_threads
+    if isinstance(text, str):
+      return self.tok.encode(text, add_special_tokens=False).ids
+    return [e.ids for e in self.tok.encode_batch(list(text), add_special_tokens=False)]
+
+  def decode(self, ids) -> str:
+    if isinstance(ids, np.ndarray):
+      ids = ids.tolist()
+    return self.tok.decode(list(ids), skip_special_tokens=False)
+
+  def id_to_piece(self, i: int) -> str:
+    return self.tok.id_to_token(int(i))
+
+  def serialized(self) -> bytes:
+    return Path(self.path).read_bytes()
+
+
+def train_bpe(texts: Iterable[str], out_path: str | os.PathLike, vocab_size: int,
+              eos: str = "<|endoftext|>") -> HFTokenizer:
+  """A byte-level BPE tokenizer.json (GPT-2/NeoX style, ``eos`` = id 0) trained on ``texts``."""
+  tok = _HFTok(models.BPE())
+  tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+  tok.decoder = decoders.ByteLevel()
+  trainer = trainers.BpeTrainer(vocab_size=int(vocab_size), special_tokens=[eos],
+                                initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                show_progress=False)
+  tok.train_from_iterator(list(texts), trainer=trainer)
+  out_path = Path(out_path)
+  out_path.parent.mkdir(parents=True, exist_ok=True)
+  tmp = out_path.with_name(out_path.name + f".tmp{os.getpid()}")
+  tok.save(str(tmp))
+  os.replace(tmp, out_path)
+  return HFTokenizer(out_path)
+
+
+def copy_into(src: str | os.PathLike, workdir: str | os.PathLike) -> HFTokenizer:
+  """``WORKDIR/tokenizer.json``: reloaded if present (resume), else copied from ``src``."""
+  path = Path(workdir) / JSON_NAME
+  if not path.is_file():
+    source = Path(src)
+    if not source.is_file():
+      raise FileNotFoundError(f"data.tokenizer={src!r}: no such tokenizer.json")
+    HFTokenizer(source)  # a readable tokenizer before anything is written
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    tmp.write_bytes(source.read_bytes())
+    os.replace(tmp, path)
+  return HFTokenizer(path)
+
+
+def from_sentencepiece(model_path: str | os.PathLike) -> _HFTok:
+  """A tokenizers ``Tokenizer`` equal to an sbjax sentencepiece UNIGRAM model
+  (``sbjax.data.tokenizer``: identity normaliser, no dummy prefix, ``"\\n"`` a user symbol,
+  unk=0, eos=1): the same pieces and scores in a Unigram model, ``▁`` for spaces with a
+  split before each (sentencepiece's split_by_whitespace), ``"\\n"`` an added token.
+  ValueError for a BPE model (its merges are not stored in the .model file)."""
+  proto = sp_pb.ModelProto()
+  proto.ParseFromString(Path(model_path).read_bytes())
+  sp = spm.SentencePieceProcessor(model_file=str(model_path))
+  pieces = [(sp.id_to_piece(i), sp.get_score(i)) for i in range(sp.get_piece_size())]
+  if proto.trainer_spec.model_type != sp_pb.TrainerSpec.UNIGRAM:
+    raise ValueError(f"{model_path}: not a sentencepiece unigram model; only unigram models "
+                     "are converted to tokenizer.json")
+  tok = _HFTok(models.Unigram(pieces, sp.unk_id(), False))
+  tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="never",
+                                               split=True)
+  tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="never", split=True)
+  tok.add_tokens([AddedToken("\n", normalized=False, special=False)])
+  tok.add_special_tokens([AddedToken(sp.id_to_piece(sp.eos_id()), special=True)])
+  return tok
+
+
+def export_tokenizer(workdir: str | os.PathLike, out_dir: str | os.PathLike,
+                     max_len: int) -> str | None:
+  """Write OUT/tokenizer.json + tokenizer_config.json for the run's tokenizer (WORKDIR/
+  tokenizer.json, or tokenizer.model converted); returns the kind, None if the run has none."""
+  wd, out = Path(workdir), Path(out_dir)
+  if (wd / JSON_NAME).is_file():
+    tok, kind = HFTokenizer(wd / JSON_NAME), "tokenizer.json"
+    raw = tok.tok
+  elif (wd / "tokenizer.model").is_file():
+    try:
+      raw, kind = from_sentencepiece(wd / "tokenizer.model"), "sentencepiece unigram"
+    except ValueError as e:
+      log.warning("the run's tokenizer is not exported (%s); the weights are", e)
+      return None
+  else:
+    return None
+  out.mkdir(parents=True, exist_ok=True)
+  raw.save(str(out / JSON_NAME))
+  eos = HFTokenizer(out / JSON_NAME)
+  sep = eos.tok.id_to_token(eos.separator_id)
+  conf = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": int(max_len),
+          "eos_token": sep, "unk_token": eos.tok.id_to_token(0), "clean_up_tokenization_spaces":
+          False, "add_bos_token": False, "add_eos_token": False}
+  (out / "tokenizer_config.json").write_text(json.dumps(conf, indent=2))
+  return kind

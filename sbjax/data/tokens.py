@@ -1,0 +1,146 @@
+"""The ``tokens`` data source: token ids already on disk, cut into windows of T+1 tokens.
+
+Two file kinds (``data.tokens_path``, and ``data.tokens_val_path`` for validation):
+
+* an integer ``.npy`` (loaded memory-mapped, never unpickled). Shape ``[n, W]``: rows of
+  W >= T+1 tokens, e.g. Pythia's batch-viewer output ``[n, 2049]``; each row gives
+  ``(W - 1) // T`` windows starting at columns ``0, T, 2T, ...`` (consecutive windows share
+  one token, as in packed streams), rows in file order. Shape ``[N]``: one flat stream;
+* a flat binary token file (any other suffix, e.g. ``.bin``) of ``data.tokens_dtype``
+  (``uint16`` for vocabularies up to 65536, as GPT-NeoX/Megatron ``.bin`` files), read with
+  ``np.memmap``; a stream cut like the packed text streams (windows every T tokens).
+
+Window ``k`` of a file is ``flat[start_k : start_k + T + 1]`` with ``flat`` the file's tokens
+in C order and ``start_k = r * W + c * T`` (row r, window c of the row) or ``k * T`` (stream).
+
+Splits: with ``data.tokens_val_path`` the validation windows are that file's; without it,
+the last ``max(B, round(val_fraction * n_windows))`` windows of the train file are held out
+(a contiguous tail, so no window of one split overlaps the other). ``tokens_val_path`` may
+name the train file itself (the analysis does this for ``--tokens=FILE``: every window is
+measured).
+
+Order (``sbjax.data.dataset.TokenWindows``): training batches follow ``Dataset`` (a permutation of the train
+windows per epoch from ``(seed, epoch)``, process p takes rows ``[p B/P, (p+1) B/P)``: a pure
+function of (seed, step, process), so a resumed run reads the same batches bit for bit).
+Evaluation windows are the FIRST ``n * B`` validation windows in file order (a fixed batch,
+as the papers' ``[n, T+1]`` batches), not spread over the split; with fewer windows they
+repeat, with a warning (the analysis refuses that instead: ``sbjax.analysis.samples``).
+
+Checks (``DataError``, naming the file and what to do): a row shorter than T+1, fewer
+windows than one global batch, token ids outside [0, vocab) (``check_ids``: the first bad
+position is named), a non-integer or unsupported array.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import numpy as np
+
+from sbjax.data.text import DataError
+
+DTYPES = ("uint16", "int32", "uint32", "int64", "int16", "uint8")
+
+
+def read_tokens(path: str | os.PathLike, dtype: str = "uint16") -> np.ndarray:
+  """The token array of a file, memory-mapped: ``[n, W]`` or ``[N]`` (see the module doc)."""
+  p = Path(path)
+  if not p.is_file():
+    raise DataError(f"token file not found: {path}; pass an integer .npy [n, T+1] or a flat "
+                    "token .bin (data.tokens_path / --tokens)")
+  if p.suffix == ".npy":
+    try:
+      arr = np.load(p, mmap_mode="r", allow_pickle=False)
+    except ValueError as e:
+      raise DataError(f"token file {path} is not a plain numpy array ({e})") from None
+    if arr.dtype.kind not in "iu":
+      raise DataError(f"token file {path} holds {arr.dtype} values; token ids must be integers")
+    if arr.ndim not in (1, 2):
+      raise DataError(f"token file {path} has shape {arr.shape}; expected [n, T+1] windows or "
+                      "a flat [N] stream")
+    return arr
+  if dtype not in DTYPES:
+    raise DataError(f"data.tokens_dtype={dtype!r} is not supported; allowed: {' | '.join(DTYPES)}")
+  size = p.stat().st_size
+  item = np.dtype(dtype).itemsize
+  if size % item:
+    raise DataError(f"token file {path} has {size} bytes, not a multiple of the {dtype} item "
+                    f"size {item}: a truncated file or another dtype (data.tokens_dtype)")
+  if size == 0:
+    raise DataError(f"token file {path} is empty")
+  return np.memmap(p, dtype=np.dtype(dtype), mode="r")
+
+
+def window_starts(arr: np.ndarray, seq_len: int, where: str = "") -> np.ndarray:
+  """Flat start offsets (int64) of the windows of T+1 = seq_len+1 tokens of ``arr``."""
+  t = int(seq_len)
+  if arr.ndim == 2:
+    n, w = arr.shape
+    if w < t + 1:
+      raise DataError(f"{where}rows hold {w} tokens, shorter than seq_len+1={t + 1}: each "
+                      f"window needs T+1 tokens (T inputs and their next tokens). Use "
+                      f"--config.train.seq_len={w - 1} or less (analysis: the rows' length "
+                      "sets T), or a file with longer rows")
+    per_row = (w - 1) // t
+    return (np.arange(n, dtype=np.int64)[:, None] * w
+            + np.arange(per_row, dtype=np.int64)[None, :] * t).reshape(-1)
+  return np.arange(max(0, (arr.shape[0] - 1) // t), dtype=np.int64) * t
+
+
+def check_ids(arr: np.ndarray, vocab_size: int, where: str = "", what: str = "vocab_size",
+              chunk: int = 1 << 24) -> None:
+  """DataError naming the first id outside [0, vocab_size) (scanned in chunks, mmap-friendly)."""
+  flat = arr.reshape(-1)
+  for c0 in range(0, flat.shape[0], chunk):
+    part = np.asarray(flat[c0:c0 + chunk])
+    bad = np.flatnonzero((part >= vocab_size) | (part < 0)) if part.dtype.kind == "i" else \
+        np.flatnonzero(part >= vocab_size)
+    if bad.size:
+      i = c0 + int(bad[0])
+      pos = f"row {i // arr.shape[1]}, column {i % arr.shape[1]}" if arr.ndim == 2 else f"index {i}"
+      raise DataError(
+          f"{where}token id {int(flat[i])} at {pos} is outside [0, {what}={vocab_size}) "
+          f"(max id {int(np.max(flat))}): the tokens are not in this model's vocabulary. Use "
+          "token ids from the model's own tokenizer (or a larger vocabulary)")
+
+
+def file_identity(path: str | os.PathLike) -> str:
+  """A content hash of a token file (blake2b, 16 bytes): part of cache keys."""
+  h = hashlib.blake2b(digest_size=16)
+  with open(path, "rb") as f:
+    for block in iter(lambda: f.read(1 << 22), b""):
+      h.update(block)
+  return h.hexdigest()
+
+
+def open_token_splits(cfg, seq_len: int, global_batch_size: int) -> dict:
+  """The ``tokens`` source of a DataConfig (``tokens_path``, ``tokens_val_path``,
+  ``tokens_dtype``, ``tokens_vocab``: 0 = the largest id + 1), checked: the keyword
+  arguments of ``sbjax.data.dataset.TokenWindows`` (arrays, window starts, vocab, info)."""
+  train = read_tokens(cfg.tokens_path, cfg.tokens_dtype)
+  t_starts = window_starts(train, seq_len, f"token file {cfg.tokens_path}: ")
+  if cfg.tokens_val_path:
+    val = read_tokens(cfg.tokens_val_path, cfg.tokens_dtype)
+    v_starts = window_starts(val, seq_len, f"token file {cfg.tokens_val_path}: ")
+  else:
+    n_val = min(max(global_batch_size, int(round(cfg.val_fraction * len(t_starts)))),
+                len(t_starts))
+    val, v_starts, t_starts = train, t_starts[len(t_starts) - n_val:], t_starts[:len(t_starts) - n_val]
+  vocab = int(cfg.tokens_vocab)
+  files = [(cfg.tokens_path, train)] + ([(cfg.tokens_val_path, val)] if cfg.tokens_val_path
+                                        and cfg.tokens_val_path != cfg.tokens_path else [])
+  if vocab:
+    for path, arr in files:
+      check_ids(arr, vocab, f"token file {path}: ", "data.tokens_vocab")
+  else:
+    vocab = max(int(np.max(arr)) for _, arr in files) + 1
+    for path, arr in files:
+      if int(np.min(arr)) < 0:
+        check_ids(arr, vocab, f"token file {path}: ")
+  extra = {"tokens_path": cfg.tokens_path, "tokens_val_path": cfg.tokens_val_path,
+           "tokens_shape": list(train.shape), "tokens_dtype": str(train.dtype)}
+  return dict(train_arr=train, train_starts=t_starts, val_arr=val, val_starts=v_starts,
+              vocab_size=vocab, name=Path(cfg.tokens_path).name, source="tokens",
+              extra_info=extra)

@@ -1,0 +1,90 @@
+"""The data of an analysis of an imported series (sbjax.analysis.data_source): refusal of the
+synthetic default, --tokens and --data overrides, and the bad inputs (ids >= vocab_size,
+rows longer than max_len, a tokenizer larger than the model's vocabulary). Everything here
+fails before any compilation; weight-only groups need no data."""
+
+import jax
+import numpy as np
+import pytest
+
+from experiments import analyze as analyze_cli
+from experiments import convert as convert_cli
+from sbjax import checkpoint as ckpt
+from sbjax.analysis import analyze_run, data_source
+from sbjax.analysis.settings import Settings
+from sbjax.config import ModelConfig
+from sbjax.convert import export_hf
+from sbjax.data import DataError, hf_tokenizer
+from sbjax.model import Model
+from tests._corpus import generated_docs, write_corpus
+
+V = 53
+MC = ModelConfig(vocab_size=V, d_model=16, n_layers=1, n_heads=2, max_len=32)
+QUIET = dict(progress=False, figures=False, eval_sequences=4, cka_sequences=4)
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory):
+  d = tmp_path_factory.mktemp("imp")
+  rng = np.random.default_rng(0)
+  params = jax.tree.map(lambda a: (0.1 * rng.standard_normal(a.shape)).astype(np.float32),
+                        Model(MC).abstract_params())
+  export_hf(MC, params, str(d / "series" / "step5"))
+  assert convert_cli.import_to_workdir(str(d / "series"), str(d / "work")) == [5]
+  return d, d / "work"
+
+
+def test_refused_on_synthetic_data_unless_data_is_given(imported):
+  d, work = imported
+  assert data_source.is_import(work)
+  with pytest.raises(ValueError, match=r"imported checkpoint series .*data.source='planted'.*"
+                                       r"nothing was analysed\. Pass --tokens=FILE"):
+    analyze_run(work, Settings(groups=("loss",), **QUIET))
+  assert not (work / "analysis").exists()
+  # weight-only groups need no data: allowed
+  cfg = data_source.effective_config(
+      ckpt.load_config(work), work, needs_data=False)[0]
+  assert cfg.data.source == "planted"
+  rows = np.random.default_rng(1).integers(0, V, (6, 9)).astype(np.int32)
+  np.save(d / "ok.npy", rows)
+  cfg, key, over = data_source.effective_config(
+      ckpt.load_config(work), work,
+      tokens=str(d / "ok.npy"))
+  assert over and key and cfg.data.source == "tokens" and cfg.train.seq_len == 8
+  assert cfg.data.tokens_val_path == str(d / "ok.npy") and cfg.data.tokens_vocab == V
+
+
+def test_bad_token_files_and_tokenizer(imported):
+  d, work = imported
+  rows = np.random.default_rng(1).integers(0, V, (6, 9)).astype(np.int32)
+  rows[2, 4] = V + 7
+  np.save(d / "big.npy", rows)
+  with pytest.raises(DataError, match=rf"--tokens=.*big.npy: token id {V + 7} at row 2, column 4 "
+                                      rf"is outside \[0, model.vocab_size={V}\)"):
+    analyze_run(work, Settings(tokens=str(d / "big.npy"), **QUIET))
+  rows[2, 4] = 0
+  np.save(d / "few.npy", rows)  # 6 windows, the analysis asks for 8: never repeated
+  with pytest.raises(ValueError, match=r"few.npy holds 6 windows of T\+1=9 tokens, fewer than "
+                                       r"the 8 the analysis samples"):
+    analyze_run(work, Settings(tokens=str(d / "few.npy"), **dict(QUIET, eval_sequences=8)))
+  np.save(d / "long.npy", np.zeros((4, 40), np.int32))
+  with pytest.raises(ValueError, match=r"rows of 40 tokens make windows of T=39 > the model's "
+                                       r"max_len=32"):
+    analyze_run(work, Settings(tokens=str(d / "long.npy"), **QUIET))
+  docs = generated_docs(3, 4, 20)
+  corpus = write_corpus(d / "corpus", docs)
+  tok = hf_tokenizer.train_bpe(docs, d / "tokenizer.json", vocab_size=300)
+  over = ("source=text", f"path={corpus}", f"tokenizer={tok.path}", "seq_len=8")
+  with pytest.raises(ValueError, match=r"the data's vocabulary \(300 tokens, tokenizer .*"
+                                       r"tokenizer.json\) exceeds the model's "
+                                       rf"\(model.vocab_size={V}\)"):
+    analyze_run(work, Settings(data=over, **QUIET))
+  assert not (work / "tokenizer.json").exists()  # data files go to OUT/data, not the workdir
+  # a text corpus without the model's tokenizer: refused (a new tokenizer's ids are meaningless)
+  with pytest.raises(ValueError, match=r"imported model: a text corpus must be tokenised with "
+                                       r"the model's own tokenizer.*--data.tokenizer"):
+    analyze_run(work, Settings(data=over[:2], **QUIET))
+  with pytest.raises(ValueError, match="unknown data override 'nope'"):
+    data_source.parse_overrides(["nope=1"])
+  assert analyze_cli.data_dot_flags(["x", "--data.source=text", "--tokens=a"]) == [
+      "x", "--data_override=source=text", "--tokens=a"]

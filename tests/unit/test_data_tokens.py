@@ -1,0 +1,116 @@
+"""The ``tokens`` data source (sbjax.data.tokens, dataset.TokenWindows): .npy rows, flat .bin
+streams, order, process slices, resume purity, and the bad-input errors."""
+
+import numpy as np
+import pytest
+
+from sbjax.config import DataConfig
+from sbjax.data import DataError, Dataset, make_dataset
+from sbjax.data import tokens as tokens_lib
+
+T, B = 8, 4
+
+
+def _ds(path, *, val="", seq_len=T, batch=B, p=0, P=1, seed=0, **kw):
+  cfg = DataConfig(source="tokens", tokens_path=str(path), tokens_val_path=str(val), **kw)
+  return make_dataset(cfg, seq_len=seq_len, global_batch_size=batch, seed=seed,
+                      process_index=p, process_count=P)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+  d = tmp_path_factory.mktemp("tok")
+  rng = np.random.default_rng(0)
+  rows = rng.integers(0, 50, (24, T + 1)).astype(np.int32)  # Pythia-style [n, T+1]
+  long_rows = rng.integers(0, 50, (6, 3 * T + 3)).astype(np.int64)  # 3 windows per row
+  stream = rng.integers(0, 500, 40 * T + 1).astype(np.uint16)
+  val = rng.integers(0, 500, 12 * T + 1).astype(np.uint16)
+  np.save(d / "rows.npy", rows)
+  np.save(d / "long.npy", long_rows)
+  stream.tofile(d / "train.bin")
+  val.tofile(d / "val.bin")
+  return d, rows, long_rows, stream, val
+
+
+def test_npy_rows_are_windows_and_eval_is_in_file_order(files):
+  d, rows, *_ = files
+  ds = _ds(d / "rows.npy", val=d / "rows.npy", batch=4)
+  assert ds.n_train_windows == ds.n_val_windows == 24 and ds.vocab_size == int(rows.max()) + 1
+  ev = np.concatenate(ds.eval_batches(3))
+  np.testing.assert_array_equal(ev, rows[:12])  # the first 12 rows, in order
+  tr = np.concatenate([ds.train_batch(i) for i in range(6)])  # one epoch
+  perm = np.random.default_rng([0, 0]).permutation(24)
+  np.testing.assert_array_equal(tr, rows[perm])
+  with pytest.warns(UserWarning, match="need 28 validation windows but 'rows.npy' has 24"):
+    again = np.concatenate(ds.eval_batches(7))  # training: cycles, like the packed sources
+  np.testing.assert_array_equal(again, rows[np.arange(28) % 24])
+
+
+def test_long_rows_are_cut_inside_rows(files):
+  d, _, long_rows, *_ = files
+  ds = _ds(d / "long.npy", val=d / "long.npy", batch=2)
+  assert ds.n_val_windows == 6 * 3
+  ev = np.concatenate(ds.eval_batches(9))
+  expect = np.stack([long_rows[r, c * T:c * T + T + 1] for r in range(6) for c in range(3)])
+  np.testing.assert_array_equal(ev, expect)
+
+
+def test_flat_bin_equals_the_packed_stream_dataset(files):
+  d, _, _, stream, val = files
+  tok = _ds(d / "train.bin", val=d / "val.bin", seed=3, tokens_vocab=500)
+  ref = Dataset(stream.astype(np.int64), val.astype(np.int64), seq_len=T, global_batch_size=B,
+                seed=3, vocab_size=500)
+  assert tok.n_train_windows == ref.n_train_windows == 40
+  for i in (0, 7, 9, 10, 33):  # batch 10 crosses an epoch
+    np.testing.assert_array_equal(tok.train_batch(i), ref.train_batch(i))
+  np.testing.assert_array_equal(np.concatenate(tok.eval_batches(3)),
+                                np.stack([val[k * T:k * T + T + 1] for k in range(12)]))
+
+
+def test_resume_purity_and_process_slices(files):
+  d = files[0]
+  glob = _ds(d / "train.bin", val=d / "val.bin", seed=5)
+  parts = [_ds(d / "train.bin", val=d / "val.bin", seed=5, p=p, P=2) for p in range(2)]
+  fresh = _ds(d / "train.bin", val=d / "val.bin", seed=5)
+  for i in (12, 0, 31, 12):  # any order, any process: a pure function of (seed, i, p)
+    np.testing.assert_array_equal(fresh.train_batch(i), glob.train_batch(i))
+    np.testing.assert_array_equal(np.concatenate([p.train_batch(i) for p in parts]),
+                                  glob.train_batch(i))
+  for k, g in enumerate(glob.eval_batches(2)):
+    np.testing.assert_array_equal(np.concatenate([p.eval_batches(2)[k] for p in parts]), g)
+
+
+def test_held_out_tail_without_a_validation_file(files):
+  d, rows, *_ = files
+  ds = _ds(d / "rows.npy", batch=4, val_fraction=0.25)
+  assert (ds.n_train_windows, ds.n_val_windows) == (18, 6)
+  np.testing.assert_array_equal(np.concatenate(ds.eval_batches(1)), rows[18:22])
+  starts = np.concatenate([ds.train_batch(i) for i in range(4)])  # no validation row in train
+  assert not {r.tobytes() for r in starts} & {r.tobytes() for r in rows[18:]}
+
+
+def test_bad_token_files(tmp_path, files):
+  d, rows, *_ = files
+  with pytest.raises(DataError, match=r"token id \d+ at row \d+, column \d+ is outside "
+                                      r"\[0, data.tokens_vocab=10\)"):
+    _ds(d / "rows.npy", val=d / "rows.npy", tokens_vocab=10)
+  with pytest.raises(DataError, match=r"rows hold 9 tokens, shorter than seq_len\+1=17.*"
+                                      r"train.seq_len=8 or less"):
+    _ds(d / "rows.npy", val=d / "rows.npy", seq_len=16)
+  (tmp_path / "odd.bin").write_bytes(b"\0" * 7)
+  with pytest.raises(DataError, match="7 bytes, not a multiple of the uint16 item size 2"):
+    _ds(tmp_path / "odd.bin")
+  with pytest.raises(DataError, match="token file not found"):
+    _ds(tmp_path / "missing.npy")
+  np.save(tmp_path / "f.npy", rows.astype(np.float32))
+  with pytest.raises(DataError, match="token ids must be integers"):
+    _ds(tmp_path / "f.npy")
+  with pytest.raises(DataError, match="24 windows of seq_len\\+1=9 tokens, fewer than one "
+                                      "global batch of 32"):
+    _ds(d / "rows.npy", val=d / "rows.npy", batch=32)
+  with pytest.raises(ValueError, match="data.tokens_path"):
+    DataConfig(source="tokens")
+  neg = rows.astype(np.int32).copy()
+  neg[3, 2] = -1
+  with pytest.raises(DataError, match="token id -1 at row 3, column 2"):
+    tokens_lib.check_ids(neg, 50)
