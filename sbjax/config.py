@@ -22,6 +22,8 @@ REMAT_KINDS = ("none", "full", "dots")
 ATTN_KINDS = ("global", "local")
 DTYPES = ("float32", "bfloat16", "float16", "float64")
 DATA_SOURCES = ("planted", "planted_mix", "text", "tfds")
+DATA_SOURCES += ("planted_mos",)  # sbjax.data.planted_mos (a shared-W mixture of softmaxes)
+PLANTED_GATES = ("uniform", "dirichlet")  # data.planted_gate of source=planted_mos
 
 
 def _err(field: str, value: Any, allowed: str) -> ValueError:
@@ -55,6 +57,8 @@ class ModelConfig:
   head_rank: int = 0  # lowrank only (required there, 1 .. d_model); ignored by other heads
   head_init: str = "scaled"  # lowrank: "scaled" (trains from scratch) or "godey" (N(0,1))
   n_mix: int = 1  # mos only
+  mos_dim: int = 0  # mos only: component dimension e (d -> e per component, W is V×e); 0 = d_model
+  mos_act: str = "tanh"  # mos only: the component map's activation, tanh | linear
   # numerics / memory
   init_std: float = 0.02
   param_dtype: str = "float32"
@@ -162,6 +166,9 @@ class DataConfig:
   planted_seed: int = 0
   planted_train_tokens: int = 2_000_000
   planted_val_tokens: int = 65_536
+  # source=planted_mos (n_mix = planted_mix): gates uniform, or Dir(planted_gate_conc) per context
+  planted_gate: str = "uniform"
+  planted_gate_conc: float = 1.0
 
   def __post_init__(self):
     if self.source not in DATA_SOURCES:
@@ -185,6 +192,10 @@ class DataConfig:
       raise _err("data.path", self.path, "a directory of .txt files when data.source=text")
     if self.source == "tfds" and not self.tfds_name:
       raise _err("data.tfds_name", self.tfds_name, "a TFDS dataset name when data.source=tfds")
+    if self.planted_gate not in PLANTED_GATES:
+      raise _err("data.planted_gate", self.planted_gate, " | ".join(PLANTED_GATES))
+    if not self.planted_gate_conc > 0:
+      raise _err("data.planted_gate_conc", self.planted_gate_conc, "> 0")
 
 
 @dataclasses.dataclass(frozen=True)

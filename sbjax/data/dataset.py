@@ -182,9 +182,11 @@ def make_dataset(cfg, *, seq_len: int, global_batch_size: int, seed: int = 0,
   p_idx, p_cnt = _process(process_index, process_count)
   common = dict(seq_len=seq_len, global_batch_size=global_batch_size, seed=seed,
                 process_index=p_idx, process_count=p_cnt)
-  if cfg.source in ("planted", "planted_mix"):
+  if cfg.source in ("planted", "planted_mix", "planted_mos"):
     lang = planted_lib.from_config(cfg)
     params = builders.planted_params(cfg)
+    if cfg.source == "planted_mos":  # its mixture size and gates key the streams too
+      params.update(planted_lib.mos_params(cfg))
     if workdir or cfg.tfds_data_dir:
       data_dir = cfg.tfds_data_dir or str(Path(workdir) / "tfds")
       streams = builders.prepare_planted(params, data_dir, lang)
