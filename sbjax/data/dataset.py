@@ -31,6 +31,7 @@ import numpy as np
 
 from sbjax.data import builders
 from sbjax.data import planted as planted_lib
+from sbjax.data import planted_mos as planted_mos_lib
 from sbjax.data import tokenizer as tokenizer_lib
 from sbjax.data.text import DataError, cached_array, encode_documents, slug
 
@@ -183,10 +184,10 @@ def make_dataset(cfg, *, seq_len: int, global_batch_size: int, seed: int = 0,
   common = dict(seq_len=seq_len, global_batch_size=global_batch_size, seed=seed,
                 process_index=p_idx, process_count=p_cnt)
   if cfg.source in ("planted", "planted_mix", "planted_mos"):
-    lang = planted_lib.from_config(cfg)
+    lang = planted_mos_lib.from_config(cfg)  # planted, planted_mix or planted_mos
     params = builders.planted_params(cfg)
     if cfg.source == "planted_mos":  # its mixture size and gates key the streams too
-      params.update(planted_lib.mos_params(cfg))
+      params.update(planted_mos_lib.mos_params(cfg))
     if workdir or cfg.tfds_data_dir:
       data_dir = cfg.tfds_data_dir or str(Path(workdir) / "tfds")
       streams = builders.prepare_planted(params, data_dir, lang)

@@ -243,28 +243,15 @@ class PlantedMixture(_MarkovLanguage):
 
 
 def from_params(kind: str, vocab: int, rank: int, alpha: float, zipf: float, context: int,
-                n_mix: int, seed: int, gate: str = "uniform", gate_conc: float = 1.0,
-                **_) -> _MarkovLanguage:
-  """A planted language from plain parameters (kind: "planted", "planted_mix" or
-  "planted_mos"; ``gate``/``gate_conc`` are read by planted_mos only)."""
+                n_mix: int, seed: int, **_) -> _MarkovLanguage:
+  """A planted language from plain parameters (kind: "planted" or "planted_mix")."""
   kw = dict(vocab=vocab, rank=rank, alpha=alpha, zipf=zipf, context=context, seed=seed)
   if kind == "planted_mix":
     return PlantedMixture(n_mix=n_mix, **kw)
-  if kind == "planted_mos":
-    from sbjax.data import planted_mos  # deferred: planted_mos subclasses this module's chain
-    return planted_mos.PlantedMoS(n_mix=n_mix, gate=gate, gate_conc=gate_conc, **kw)
   return PlantedLanguage(**kw)
 
 
-def mos_params(cfg) -> dict:
-  """The DataConfig fields of a planted_mos language beyond the shared planted ones."""
-  return {"n_mix": cfg.planted_mix, "gate": cfg.planted_gate,
-          "gate_conc": float(cfg.planted_gate_conc)}
-
-
 def from_config(cfg) -> _MarkovLanguage:
-  """The planted language of a ``DataConfig`` (source planted, planted_mix or planted_mos)."""
-  extra = mos_params(cfg) if cfg.source == "planted_mos" else {}
+  """The planted language of a ``DataConfig`` (source planted or planted_mix)."""
   return from_params(cfg.source, cfg.planted_vocab, cfg.planted_rank, cfg.planted_alpha,
-                     cfg.planted_zipf, cfg.planted_context,
-                     extra.pop("n_mix", cfg.planted_mix), cfg.planted_seed, **extra)
+                     cfg.planted_zipf, cfg.planted_context, cfg.planted_mix, cfg.planted_seed)
