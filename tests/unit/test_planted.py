@@ -170,7 +170,12 @@ def test_presets_validate_and_match_parameters():
   assert max(p.knobs.ranks) <= d and k + 1 in p.knobs.ranks
   confs = dict(exp.mix_configs(p))
   mos, low = head_param_count(confs["mos"].model), head_param_count(confs["lowrank"].model)
-  assert confs["mos"].data.source == "planted_mix" and confs["mos"].model.n_mix == p.knobs.mix_m
+  assert confs["mos"].data.source == "planted_mos" and confs["mos"].model.n_mix == p.knobs.mix_m
+  assert confs["mos"].model.mos_dim == p.knobs.mix_k + 1 and confs["mos"].model.mos_act == "linear"
+  assert {c.model.d_model for c in confs.values()} == {16}  # the same trunk width for every head
+  assert confs["lowrank"].model.head_rank == 13  # 256·13 + 13·16 = 3536 vs MoS 3664
+  sig = head_param_count(confs["sigsoftmax"].model)
+  assert abs(sig - mos) <= (vocab + 16) / 2 and confs["sigsoftmax"].data.planted_alpha == 8.0
   assert confs["mos"].data.planted_rank == p.knobs.mix_k
   assert confs["mos"].train.steps == p.knobs.mix_steps
   assert abs(mos - low) <= (vocab + confs["lowrank"].model.d_model) / 2
