@@ -3,15 +3,25 @@
 independent Adam fit of X·Yᵀ from a random start reaches (+1e-4), every best fit converged to
 its tolerance, and the curve is non-increasing. r = 2 is the case where the former one-start
 fit reported 1.3428 against Adam's ≈ 1.302. From r = k + 1 = 9 on floor = H, which no fit can
-go below (Gibbs), so Adam runs on ranks 1..8 only. Slow: ~8 min on a loaded 2-core machine."""
+go below (Gibbs), so Adam runs on ranks 1..8 only.
 
-import numpy as np
+Slow: the multi-start floor curve took 458 s alone and 1128 s (+ 43 s of Adam) among other
+jobs on the shared 2-core machine, far over the suite's e2e budget, so it runs only with
+SBJAX_SLOW_TESTS=1 (it passed so, session 7). The always-on check is r = 2 of the same
+language in the fast layer (tests/unit/test_planted.py)."""
+
+import os
+
 import pytest
 
 from sbjax.data.planted import PlantedLanguage
 from sbjax.studies import floor as fl
 from sbjax.studies.blas_threads import single_thread_blas
 from tests._adam_reference import adam_fit
+
+
+pytestmark = pytest.mark.skipif(os.environ.get("SBJAX_SLOW_TESTS") != "1",
+                                reason="~8-20 min on 2 CPU cores: set SBJAX_SLOW_TESTS=1 to run")
 
 
 @pytest.fixture(scope="module")
