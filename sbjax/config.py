@@ -21,9 +21,11 @@ ATTN_IMPLS = ("auto", "dpa", "einsum")
 REMAT_KINDS = ("none", "full", "dots")
 ATTN_KINDS = ("global", "local")
 DTYPES = ("float32", "bfloat16", "float16", "float64")
-DATA_SOURCES = ("planted", "planted_mix", "text", "tfds")
-DATA_SOURCES += ("tokens",)  # token files on disk (sbjax.data.tokens)
+# tokens: token files on disk (sbjax.data.tokens); planted_mos: sbjax.data.planted_mos (a
+# shared-W mixture of softmaxes)
+DATA_SOURCES = ("planted", "planted_mix", "planted_mos", "text", "tfds", "tokens")
 TOKEN_DTYPES = ("uint16", "int32", "uint32", "int64", "int16", "uint8")
+PLANTED_GATES = ("uniform", "dirichlet")  # data.planted_gate of source=planted_mos
 
 
 def _err(field: str, value: Any, allowed: str) -> ValueError:
@@ -57,6 +59,8 @@ class ModelConfig:
   head_rank: int = 0  # lowrank only (required there, 1 .. d_model); ignored by other heads
   head_init: str = "scaled"  # lowrank: "scaled" (trains from scratch) or "godey" (N(0,1))
   n_mix: int = 1  # mos only
+  mos_dim: int = 0  # mos only: component dimension e (d -> e per component, W is V×e); 0 = d_model
+  mos_act: str = "tanh"  # mos only: the component map's activation, tanh | linear
   # numerics / memory
   init_std: float = 0.02
   param_dtype: str = "float32"
@@ -169,6 +173,9 @@ class DataConfig:
   tokens_val_path: str = ""  # "" = hold out the last val_fraction of the windows
   tokens_dtype: str = "uint16"  # item type of a flat .bin file
   tokens_vocab: int = 0  # 0 = the largest id + 1; else ids must lie in [0, tokens_vocab)
+  # source=planted_mos (n_mix = planted_mix): gates uniform, or Dir(planted_gate_conc) per context
+  planted_gate: str = "uniform"
+  planted_gate_conc: float = 1.0
 
   def __post_init__(self):
     if self.source not in DATA_SOURCES:
@@ -199,6 +206,10 @@ class DataConfig:
       raise _err("data.tokens_dtype", self.tokens_dtype, " | ".join(TOKEN_DTYPES))
     if self.tokens_vocab < 0:
       raise _err("data.tokens_vocab", self.tokens_vocab, "0 (largest id + 1) or an integer >= 1")
+    if self.planted_gate not in PLANTED_GATES:
+      raise _err("data.planted_gate", self.planted_gate, " | ".join(PLANTED_GATES))
+    if not self.planted_gate_conc > 0:
+      raise _err("data.planted_gate_conc", self.planted_gate_conc, "> 0")
 
 
 @dataclasses.dataclass(frozen=True)

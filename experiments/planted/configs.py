@@ -33,10 +33,21 @@ def matched_rank(head_params: int, vocab: int, d_model: int) -> int:
 def mix_overrides(p: Preset) -> dict:
   """Part 2's overrides: part 1's, with the data switched to a mixture of ``mix_m`` softmaxes
   of planted rank ``mix_k`` and its own step count."""
-  steps = p.knobs.mix_steps
-  return {**p.overrides, "data.source": "planted_mix", "data.planted_mix": p.knobs.mix_m,
-          "data.planted_rank": p.knobs.mix_k, "train.steps": steps, "train.eval_every": steps,
-          "train.ckpt_every": steps, "train.log_every": max(1, steps // 10)}
+  steps, kn = p.knobs.mix_steps, p.knobs
+  extra = {"data.planted_alpha": float(kn.mix_alpha)} if kn.mix_alpha else {}
+  if kn.mix_source == "planted_mos":
+    extra["data.planted_gate"] = kn.mix_gate
+  return {**p.overrides, "data.source": kn.mix_source, "data.planted_mix": kn.mix_m,
+          "data.planted_rank": kn.mix_k, "train.steps": steps, "train.eval_every": steps,
+          "train.ckpt_every": steps, "train.log_every": max(1, steps // 10), **extra}
+
+
+def _matched(base: str, o: dict, head_params: int, d_model: int) -> int:
+  """The model.head_rank in 1..d whose head parameter count (the head kind's own formula,
+  ``sbjax.heads``) is closest to ``head_params`` (ties: the smaller rank)."""
+  def count(r):
+    return head_param_count(config_from(base, {**o, "model.head_rank": r}).model)
+  return min(range(1, d_model + 1), key=lambda r: (abs(count(r) - head_params), r))
 
 
 def mix_configs(p: Preset) -> list:
@@ -49,12 +60,13 @@ def mix_configs(p: Preset) -> list:
          "model.n_heads": _n_heads(int(d_model), p.overrides["model.n_heads"]),
          "name": f"planted-mix-{label}"}
     if head == "mos":
-      o.update({"model.n_mix": int(n), "model.init_std": float(p.knobs.mos_init_std)})
+      o.update({"model.n_mix": int(n), "model.init_std": float(p.knobs.mos_init_std),
+                "model.mos_dim": int(p.knobs.mos_dim), "model.mos_act": p.knobs.mos_act})
     else:
       if n == 0:
         if mos_params is None:
-          raise ValueError("planted preset: a matched lowrank run needs a mos run before it")
-        n = matched_rank(mos_params, vocab, int(d_model))
+          raise ValueError(f"planted preset: a matched {head} run needs a mos run before it")
+        n = _matched(p.base, o, mos_params, int(d_model))
       o["model.head_rank"] = int(n)
     cfg = config_from(p.base, o)
     if head == "mos" and mos_params is None:

@@ -17,6 +17,7 @@ class Knobs:
   margin: float = 0.02  # r <= k/2: loss - H >= floor gap - margin
   floor_gtol: float = 1e-6
   floor_max_iter: int = 3000
+  floor_random: int = 4  # random small-scale starts per rank of the floor fits (sbjax.studies.floor)
   # part 2: (label, head, d_model, n_mix); lowrank ranks are matched to the first mos run
   mix_m: int = 4
   mix_k: int = 2
@@ -28,6 +29,14 @@ class Knobs:
   # nearly identical, so the prior collapses onto one component and the tanh saturates: the
   # cpu run ended 0.50 nats above H; at 0.2 (≈ GPT-2's 0.02·√(768/d)) it ends 0.10 above H.
   mos_init_std: float = 0.2
+  # the mixture language and the MoS shape (issue 18): source planted_mix (independent output
+  # embeddings per component) or planted_mos (one shared Y, rotations R_m; a MoS head with
+  # mos_dim = k+1 and linear components is exact); mix_alpha 0 = part 1's alpha
+  mix_source: str = "planted_mix"
+  mix_alpha: float = 0.0
+  mix_gate: str = "uniform"
+  mos_dim: int = 0  # model.mos_dim of the mos runs (0 = d_model)
+  mos_act: str = "tanh"  # model.mos_act of the mos runs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,8 +72,16 @@ PRESETS: dict[str, Preset] = {
                           mix_runs=(("mos", "mos", 16, 4), ("lowrank", "lowrank", 64, 0)),
                           mix_steps=600)),
     # <= 20 min on 2 CPU cores
+    # part 2 on the planted MoS language (V=256, M=8, k=8, alpha=8), every head at d=16: MoS
+    # with e=k+1=9 linear components, the parameter-matched lowrank (r=13), r=d=16 and a
+    # parameter-matched sigsoftmax. Designed, not yet timed on a quiet machine.
     "cpu": Preset(BASE, overrides(steps=1000),
-                  Knobs(ranks=(1, 2, 3, 4, 6, 8, 9, 10, 16, 32, 64), mix_steps=1000)),
+                  Knobs(ranks=(1, 2, 3, 4, 6, 8, 9, 10, 16, 32, 64), mix_steps=1000,
+                        mix_m=8, mix_k=8, mix_source="planted_mos", mix_alpha=8.0,
+                        mos_dim=9, mos_act="linear",
+                        mix_runs=(("mos", "mos", 16, 8), ("lowrank", "lowrank", 16, 0),
+                                  ("lowrank-d16", "lowrank", 16, 16),
+                                  ("sigsoftmax", "sigsoftmax", 16, 0)))),
     # the paper's scale in spirit: a larger vocabulary and planted rank, a 2-layer d=256 model
     "tpu": Preset(BASE, overrides(vocab=1024, k=32, d_model=256, n_layers=2, n_heads=4,
                                   steps=20_000, batch=256, seq_len=128, lr=3e-3, warmup=500,

@@ -106,9 +106,11 @@ def _knee_text(out: Path, s: dict) -> str:
   fits = [r for name in (CSV_FLOOR, CSV_MIX_FLOOR) if (out / name).exists()
           for r in read_rows(out / name)]
   bad = [int(r["rank"]) for r in fits if str(r["converged"]) != "True"]
-  fit_txt = (f"The {len(fits)} floor fits (L-BFGS, float64) "
+  fit_txt = (f"The {len(fits)} floor fits (L-BFGS, float64, best of several starts) "
              + ("all converged" if not bad else f"did not all converge (ranks {bad})")
-             + f": largest tangent-gradient norm {max(r['grad_norm'] for r in fits):.1e}.")
+             + f": largest tangent-gradient norm {max(r['grad_norm'] for r in fits):.1e}"
+             + (f"; largest spread across starts {max(float(r['spread']) for r in fits):.4f} "
+                "nats." if fits and "spread" in fits[0] else "."))
   return (f"Knee (smallest r with loss − H ≤ {s['tol']}): **{kn if kn is not None else 'none'}**"
           f" (k + 1 = {s['k'] + 1}; within ±1: {YES[s['knee_ok']]}); with sampled targets: "
           f"{s['knee_sampled'] if s['knee_sampled'] is not None else 'none'}. "
@@ -116,6 +118,18 @@ def _knee_text(out: Path, s: dict) -> str:
           f"{_f(s['high_max_gap'])}). All r ≤ k/2 above H by at least floor(r) − H − "
           f"{s['margin']}: {YES[s['low_ok']]} (smallest excess over the floor gap "
           f"{_f(s['low_min_excess'])}). {fit_txt}")
+
+
+def below_floor_lines(rows, tol: float = 1e-4) -> list[str]:
+  """A loud warning for every trained rank-limited head whose loss is below its exact floor:
+  the floor is then not the minimum (a floor bug), not a result."""
+  bad = [r for r in rows if math.isfinite(float(r["floor"]))
+         and float(r["expected_loss"]) < float(r["floor"]) - tol]
+  return ["", "**WARNING — FLOOR BUG: a trained head went below its reported exact floor "
+          "(rank " + ", ".join(f"{int(r['rank'])}: loss {_f(r['expected_loss'])} < floor "
+                              f"{_f(r['floor'])}" for r in bad)
+          + "). The floor fit did not find the minimum; the floor comparisons are invalid.**"
+          ] if bad else []
 
 
 def _mix_lines(out: Path, rel: str) -> list[str]:
@@ -141,7 +155,7 @@ def _mix_lines(out: Path, rel: str) -> list[str]:
                            for v in matched)
                + f". mos beats them: {YES[beat] if beat is not None else 'n/a'}.")
     lines += ["", mix_txt]
-  return lines
+  return lines + below_floor_lines(m)
 
 
 def report_section(out: Path, rel: str) -> str:
@@ -158,6 +172,7 @@ def report_section(out: Path, rel: str) -> str:
     lines.append("| " + " | ".join([str(int(r["rank"]))] + [_f(r[c]) for c in (
         "eval_loss", "eval_acc", "expected_loss", "floor", "H", "gap", "floor_gap")]) + " |")
   lines += ["", _knee_text(out, s)]
+  lines += below_floor_lines(rows)
   if (out / CSV_MIX).exists():
     lines += _mix_lines(out, rel)
   kn = s["knee"]

@@ -51,13 +51,14 @@ def _dataset(cfg):
 
 def _floors(lang, ranks, p: Preset, path: Path) -> dict:
   """floor(r) for ranks (cached in path, keyed by the language and the ranks)."""
-  key = json.dumps({"lang": lang.info(), "ranks": sorted(set(ranks)), "gtol": p.knobs.floor_gtol})
+  key = json.dumps({"lang": lang.info(), "ranks": sorted(set(ranks)), "gtol": p.knobs.floor_gtol,
+                    "method": "multi-start", "n_random": p.knobs.floor_random})
   meta = path.with_suffix(".json")
   if path.exists() and meta.exists() and meta.read_text() == key:
     return {int(r["rank"]): r for r in read_rows(path)}
   # Convergence is recorded per rank (planted_floor.csv, column converged) and reported.
   res = floor_curve(lang, ranks, gtol=p.knobs.floor_gtol, max_iter=p.knobs.floor_max_iter,
-                    restarts=2, require_converged=False)
+                    restarts=2, require_converged=False, n_random=p.knobs.floor_random)
   rows = [{**r.row(), "converged": str(bool(r.converged))} for r in res]
   write_rows(path, rows)
   meta.write_text(key)
@@ -92,7 +93,8 @@ def _knee(out: Path, confs, p: Preset, progress, verbose: bool):
 
 def _has_rank(cfg) -> bool:
   """A head with an explicit rank (``model.head_rank``): its exact low-rank floor applies."""
-  return "head_rank" in heads.get(cfg.model.head).fields
+  kind = heads.get(cfg.model.head)
+  return kind.rank_limited and "head_rank" in kind.fields
 
 
 def _mixture(out: Path, mconfs, p: Preset, progress, verbose: bool):

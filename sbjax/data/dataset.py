@@ -30,7 +30,7 @@ import jax
 import numpy as np
 
 from sbjax.data import builders
-from sbjax.data import planted as planted_lib
+from sbjax.data import planted_mos as planted_mos_lib
 from sbjax.data import tokenizer as tokenizer_lib
 from sbjax.data import tokens as tokens_source
 from sbjax.data.text import DataError, cached_array, encode_documents, slug
@@ -186,9 +186,11 @@ def make_dataset(cfg, *, seq_len: int, global_batch_size: int, seed: int = 0,
   if cfg.source == "tokens":  # token files on disk (sbjax.data.tokens)
     return TokenWindows(**tokens_source.open_token_splits(cfg, seq_len, global_batch_size),
                         **common)
-  if cfg.source in ("planted", "planted_mix"):
-    lang = planted_lib.from_config(cfg)
+  if cfg.source in ("planted", "planted_mix", "planted_mos"):
+    lang = planted_mos_lib.from_config(cfg)  # planted, planted_mix or planted_mos
     params = builders.planted_params(cfg)
+    if cfg.source == "planted_mos":  # its mixture size and gates key the streams too
+      params.update(planted_mos_lib.mos_params(cfg))
     if workdir or cfg.tfds_data_dir:
       data_dir = cfg.tfds_data_dir or str(Path(workdir) / "tfds")
       streams = builders.prepare_planted(params, data_dir, lang)

@@ -62,6 +62,9 @@ class HeadKind:
   fields: tuple = ()
   hf_tied: bool | None = None
   hf_imports: bool = False
+  # True: log-probs = log_softmax(x·Mᵀ) with M of rank ``rank(cfg)``, so the exact rank-r
+  # floor (sbjax.studies.floor) bounds its loss; False for heads that break the bottleneck
+  rank_limited: bool = True
 
   def module(self, cfg):
     raise NotImplementedError(f"head kind {self.name!r} defines no module")

@@ -1,9 +1,15 @@
 """Mixture of softmaxes (Yang et al., 2018).
 
 p(w|h) = Σ_m π_m(h) softmax(W g_m(h))_w with π(h) = softmax(h P + p0) and
-g_m(h) = tanh(h U_m + c_m); W (V×d) is shared by the components. Computed in log
-space: log p = logsumexp_m [log π_m + log_softmax(W g_m)], in float32; the scores are
-these normalised log-probabilities. Parameters: V d + M d² + 2 M d + M.
+g_m(h) = act(h U_m + c_m), U_m (d×e), act = tanh (``model.mos_act``, default) or the
+identity (``linear``); W (V×e) is shared by the components. e = ``model.mos_dim`` is the
+component dimension (0, the default, means e = d: the original head of Yang et al.). Computed
+in log space: log p = logsumexp_m [log π_m + log_softmax(W g_m)], in float32; the scores are
+these normalised log-probabilities. Parameters: V e + M d e + M e + M d + M
+(e = d: V d + M d² + 2 M d + M).
+
+With e = k + 1 and linear components the head represents a ``PlantedMoS`` language exactly
+(``sbjax.data.planted_mos``: W = [αY/√k, b], U_m, c_m giving g_m = [R_m u_c, 1]).
 """
 
 from __future__ import annotations
@@ -20,25 +26,34 @@ if TYPE_CHECKING:  # only for annotations: a head module must not import sbjax.c
   from sbjax.config import ModelConfig
 
 
+ACTS = ("tanh", "linear")
+
+
+def component_dim(cfg) -> int:
+  """e: ``model.mos_dim``, or d_model when it is 0."""
+  return cfg.mos_dim or cfg.d_model
+
+
 class MoSHead(nn.Module):
   cfg: ModelConfig
 
   @nn.compact
   def __call__(self, h):
     c = self.cfg
-    m, d = c.n_mix, c.d_model
+    m, d, e = c.n_mix, c.d_model, component_dim(c)
     pd = jnp.dtype(c.param_dtype)
     init = nn.initializers.normal(c.init_std)
     prior_w = self.param("prior_w", init, (d, m), pd)
     prior_b = self.param("prior_b", nn.initializers.zeros, (m,), pd)
-    proj_w = self.param("proj_w", init, (d, m, d), pd)
-    proj_b = self.param("proj_b", nn.initializers.zeros, (m, d), pd)
-    w = self.param("w", init, (c.vocab_size, d), pd)
+    proj_w = self.param("proj_w", init, (d, m, e), pd)
+    proj_b = self.param("proj_b", nn.initializers.zeros, (m, e), pd)
+    w = self.param("w", init, (c.vocab_size, e), pd)
     dt = h.dtype
     log_prior = jax.nn.log_softmax(
         (jnp.einsum("...d,dm->...m", h, prior_w.astype(dt)) + prior_b.astype(dt))
         .astype(jnp.float32), axis=-1)
-    g = jnp.tanh(jnp.einsum("...d,dme->...me", h, proj_w.astype(dt)) + proj_b.astype(dt))
+    g = jnp.einsum("...d,dme->...me", h, proj_w.astype(dt)) + proj_b.astype(dt)
+    g = jnp.tanh(g) if c.mos_act == "tanh" else g
     logits = jnp.einsum("...me,ve->...mv", g, w.astype(dt)).astype(jnp.float32)
     comp = jax.nn.log_softmax(logits, axis=-1)
     return jax.nn.logsumexp(comp + log_prior[..., None], axis=-2)
@@ -52,21 +67,30 @@ class MoS(HeadKind):
   # their input D on fsdp; the biases are replicated
   leaf_specs = {"w": ("tensor", "fsdp"), "prior_w": ("fsdp", None),
                 "proj_w": ("fsdp", None, None), "prior_b": (), "proj_b": ()}
-  fields = ("n_mix",)
+  fields = ("n_mix", "mos_dim", "mos_act")
+  rank_limited = False
 
   def module(self, cfg):
     return MoSHead(cfg, name=HEAD_KEY)
 
   def matrix(self, params, cfg):
-    return params[HEAD_KEY]["w"]  # the shared output matrix
+    return params[HEAD_KEY]["w"]  # the shared output matrix (V×e)
 
   def param_count(self, cfg) -> int:
-    v, d, m = cfg.vocab_size, cfg.d_model, cfg.n_mix
-    return d * m + m + d * m * d + m * d + v * d
+    v, d, m, e = cfg.vocab_size, cfg.d_model, cfg.n_mix, component_dim(cfg)
+    return d * m + m + d * m * e + m * e + v * e
+
+  def rank(self, cfg) -> int:
+    return component_dim(cfg)
 
   def validate(self, cfg) -> None:
     if not isinstance(cfg.n_mix, int) or cfg.n_mix < 1:
       raise invalid("model.n_mix", cfg.n_mix, "an integer >= 1")
+    if not isinstance(cfg.mos_dim, int) or cfg.mos_dim < 0:
+      raise invalid("model.mos_dim", cfg.mos_dim,
+                    "0 (component dimension e = d_model) or an integer >= 1")
+    if cfg.mos_act not in ACTS:
+      raise invalid("model.mos_act", cfg.mos_act, " | ".join(ACTS))
 
 
 register(MoS())

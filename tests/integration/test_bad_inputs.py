@@ -298,7 +298,7 @@ ROWS = [
     ("unknown config name", lambda t, c: (lambda: configs.get("pythia-7b")), ValueError,
      "unknown config name 'pythia-7b'", "known: "),
     ("unknown head", _model(head="softmax2"), ValueError, "model.head='softmax2'",
-     "allowed: dense | tied | lowrank | mos"),
+     "allowed: dense | tied | lowrank | mos | sigsoftmax"),
     ("workdir holding another model", other_model_workdir, ValueError,
      "holds a run with a different configuration",
      ("model.d_model: saved 32 -> now 64", "model.head: saved 'dense' -> now 'tied'",

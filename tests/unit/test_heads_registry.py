@@ -52,12 +52,12 @@ def test_registered_kinds_are_the_files_of_the_package():
   files = {m.name for m in pkgutil.iter_modules(heads.__path__)} - {"base"}
   by_module = {k.__class__.__module__.rsplit(".", 1)[1]: k.name for k in heads.kinds()}
   assert set(by_module) == {f for f in files if not f.startswith("_")}
-  assert heads.names() == ("dense", "tied", "lowrank", "mos")
+  assert heads.names() == ("dense", "tied", "lowrank", "mos", "sigsoftmax")
 
 
 def test_unknown_head_and_field_messages():
   with pytest.raises(ValueError, match=re.escape(
-      "invalid config: model.head='x'; allowed: dense | tied | lowrank | mos")):
+      "invalid config: model.head='x'; allowed: dense | tied | lowrank | mos | sigsoftmax")):
     heads.get("x")
   with pytest.raises(ValueError, match=re.escape("model.head='x'; allowed: dense | tied")):
     ModelConfig(head="x")
@@ -117,7 +117,7 @@ def test_param_counts_match_the_formulas_and_the_trees(params):
 def test_rank_and_fields():
   assert [CFGS[k].rank for k in CFGS] == [16, 16, 3, 16]
   assert heads.get("lowrank").fields == ("head_rank", "head_init")
-  assert heads.get("mos").fields == ("n_mix",)
+  assert heads.get("mos").fields == ("n_mix", "mos_dim", "mos_act")
 
 
 def test_frozen_trunk_trains_exactly_the_head_keys():

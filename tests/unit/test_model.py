@@ -216,7 +216,7 @@ def test_bf16_compute_keeps_f32_params_and_loss():
     (dict(head="lowrank", head_rank=33), "model.head_rank=33; allowed: 1 .. d_model=32"),
     (dict(head="lowrank", head_rank=-1), "model.head_rank=-1"),
     (dict(head="mos", n_mix=0), "model.n_mix=0; allowed: an integer >= 1"),
-    (dict(head="softmax2"), "model.head='softmax2'; allowed: dense | tied | lowrank | mos"),
+    (dict(head="softmax2"), "model.head='softmax2'; allowed: dense | tied | lowrank | mos | sigsoftmax"),
     (dict(n_heads=5), "model.n_heads=5; allowed: a divisor of model.d_model=32"),
     (dict(pos="alibi"), "model.pos='alibi'"),
     (dict(attention_layers=("global",)), "model.attention_layers"),
