@@ -39,8 +39,8 @@ Once a start reaches H (to 1e-12) it is the global minimum and no further start 
 ladder of ranks that includes the exact rank of M when it lies below the largest requested
 rank, then a last warm start wherever a rank is above the rank below it. Without a global
 guarantee below rank M the value is the best found, an upper bound on the true minimum;
-tests check it against an independent Adam fit from random starts (measured on the main job's
-language: at r = 3 a random start outside this set once reached 0.7863 against 0.8058 here).
+the fast tests (r = 2) and ``benchmarks/floor_vs_adam.py`` (every r ≤ 16) check it against
+an independent Adam fit from random starts (measured on the main job's language: at r = 3 a random start outside this set once reached 0.7863 against 0.8058 here).
 
 Optimisation: ``scipy.optimize`` L-BFGS in float64 (numpy, BLAS on one thread) on
 ``(diag(√π) X, Y)`` (the √π rescaling preconditions contexts of very different weight) with
