@@ -33,6 +33,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.experimental.pallas.ops.tpu import splash_attention as splash_lib
 from jax.sharding import PartitionSpec as P
 
@@ -147,9 +148,13 @@ def _splash_kernel(t: int, heads: int, window: int | None, interpret: bool):
   sizes = splash_lib.BlockSizes(block_q=b, block_kv=b, block_kv_compute=b, block_q_dkv=b,
                                 block_kv_dkv=b, block_kv_dkv_compute=b,
                                 use_fused_bwd_kernel=True)  # dq, dk, dv in one kernel
-  return splash_lib.make_splash_mha(splash_lib.MultiHeadMask([mask] * heads),
-                                    block_sizes=sizes, head_shards=1, q_seq_shards=1,
-                                    interpret=interpret)
+  # built when first traced: its mask tables are made concrete (compile-time eval) and kept
+  # as numpy, so the cached kernel holds no tracer and no jax.Array constant of any trace
+  with jax.ensure_compile_time_eval():
+    kern = splash_lib.make_splash_mha(splash_lib.MultiHeadMask([mask] * heads),
+                                      block_sizes=sizes, head_shards=1, q_seq_shards=1,
+                                      interpret=interpret)
+    return jax.tree.map(np.asarray, kern)
 
 
 def _splash_local(q, k, v, scale: float, window: int | None, interpret: bool):
