@@ -225,7 +225,7 @@ def _parse(argv):
   ap.add_argument("--platforms", default=",".join(low.PLATFORMS))
   ap.add_argument("--entries", default=",".join(ENTRIES))
   ap.add_argument("--dtype", default="bfloat16")
-  ap.add_argument("--attn_impl", default="auto")
+  ap.add_argument("--attn_impl", default="auto", help="splash: on tpu (cuda keeps auto)")
   ap.add_argument("--json", default="", help="also write the rows to this JSON file")
   return ap.parse_args(argv)
 
@@ -237,10 +237,11 @@ def main(argv=None) -> int:
     for mesh in a.meshes.split(","):
       shape = tuple(int(x) for x in mesh.split("x"))
       dp = shape[0] * shape[1]
-      cfg = suite_config(name, dtype=a.dtype, attn_impl=a.attn_impl, grad_accum=4,
-                         batch_size=dp * 4)
       for entry in a.entries.split(","):
         for plat in a.platforms.split(","):
+          impl = a.attn_impl if plat == "tpu" or a.attn_impl != "splash" else "auto"
+          cfg = suite_config(name, dtype=a.dtype, attn_impl=impl, grad_accum=4,
+                             batch_size=dp * 4)
           try:
             row = lower_entry(entry, cfg, shape, plat)
           except low.LoweringError as e:
