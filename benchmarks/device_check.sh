@@ -108,7 +108,7 @@ step "metrics benchmark"
 run metrics 90 python benchmarks/metrics_bench.py "${METRICS[@]}"
 
 step "1-vs-N-device equality (${NDEV} devices)"
-run device_equal 60 python benchmarks/device_equal.py "${EQUAL[@]}"
+run device_equal 120 python benchmarks/device_equal.py "${EQUAL[@]}"
 
 step "series analysis throughput (stacked checkpoints)"
 run series 60 python benchmarks/stacked_forward.py "${SERIES[@]}"

@@ -24,13 +24,14 @@ from sbjax import checkpoint as ckpt
 from sbjax import configs
 from sbjax import sharding as shd
 from sbjax.config import MeshConfig
+from sbjax.data import make_dataset
 from sbjax.train import train
 from sbjax.train.workdir import read_metrics
 
 
-def run(cfg, workdir: Path, devices) -> tuple[list, dict]:
+def run(cfg, workdir: Path, devices, dataset) -> tuple[list, dict]:
   mesh = shd.make_mesh(cfg.mesh, devices)
-  train(cfg, workdir, mesh=mesh, quiet=True, tensorboard=False)
+  train(cfg, workdir, dataset=dataset, mesh=mesh, quiet=True, tensorboard=False)
   losses = [r["loss"] for r in read_metrics(workdir) if "loss" in r]
   _, params, _ = ckpt.load_params(workdir, cfg.train.steps)
   return losses, jax.tree.map(np.asarray, params)
@@ -49,10 +50,13 @@ def main():
       train=dataclasses.replace(cfg.train, steps=a.steps, log_every=1, eval_every=a.steps,
                                 eval_batches=1, ckpt_every=a.steps, ckpt_log_spaced=False,
                                 batch_size=8 * max(1, n // 8) if n > 8 else 8))
+  tc = cfg.train
+  data = make_dataset(cfg.data, seq_len=tc.seq_len, global_batch_size=tc.batch_size,
+                      seed=tc.data_seed, workdir=None)  # one planted language for both runs
   with tempfile.TemporaryDirectory() as tmp:
-    one = run(cfg.replace(mesh=MeshConfig(1, 1, 1)), Path(tmp) / "one", jax.devices()[:1])
+    one = run(cfg.replace(mesh=MeshConfig(1, 1, 1)), Path(tmp) / "one", jax.devices()[:1], data)
     many = run(cfg.replace(mesh=MeshConfig(-1, a.fsdp, a.tensor)), Path(tmp) / "many",
-               jax.devices())
+               jax.devices(), data)
   dl = float(np.max(np.abs(np.subtract(one[0], many[0]))))
   dp = max(float(np.max(np.abs(x - y))) for x, y in zip(jax.tree.leaves(one[1]),
                                                          jax.tree.leaves(many[1])))
