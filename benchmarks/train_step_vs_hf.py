@@ -129,6 +129,8 @@ def main():
                   help="also time sbjax with model.attn_impl=dpa (jax.nn.dot_product_attention)")
   ap.add_argument("--remat", default="none")
   ap.add_argument("--attn_impl", default="auto", help="sbjax model.attn_impl (e.g. splash)")
+  ap.add_argument("--shrink", default="", help="model field overrides for smoke runs, e.g. "
+                  "n_layers=1,vocab_size=512 (integers; device_check.sh --dry-run)")
   ap.add_argument("--peak_tflops", type=float, default=0.0,
                   help="device peak for MFU; 0 = measure a 2048² f32 matmul (CPU)")
   a = ap.parse_args()
@@ -147,6 +149,9 @@ def main():
   sides = a.sides.split(",")
   for name in a.configs.split(","):
     mc, tc = model_config(name, a.dtype, a.loss_chunk, a.remat, a.attn_impl)
+    if a.shrink:
+      mc = dataclasses.replace(mc, **{k: int(v) for k, v in
+                                      (kv.split("=") for kv in a.shrink.split(","))})
     batch_np = np.random.default_rng(0).integers(0, mc.vocab_size, (a.batch, a.seq + 1),
                                                  dtype=np.int32)
     tokens = a.batch * a.seq
