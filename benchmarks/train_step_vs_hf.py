@@ -40,11 +40,12 @@ from _bench import emit, interleaved_procs, machine, median, peak_flops_cpu, tab
 ALIASES = {"d512": "pythia-70m"}  # d=512, L=6, H=8, V=50304: the d=512 config
 
 
-def model_config(name: str, dtype: str, loss_chunk: int, remat: str):
+def model_config(name: str, dtype: str, loss_chunk: int, remat: str, attn_impl: str = "auto"):
   from sbjax import configs
 
   cfg = configs.build(configs.load(ALIASES.get(name, name)))
-  return dataclasses.replace(cfg.model, dtype=dtype, loss_chunk=loss_chunk, remat=remat), cfg.train
+  return dataclasses.replace(cfg.model, dtype=dtype, loss_chunk=loss_chunk, remat=remat,
+                             attn_impl=attn_impl), cfg.train
 
 
 def sbjax_side(mc, tc, batch_np):
@@ -127,6 +128,9 @@ def main():
   ap.add_argument("--sbjax_dpa", action="store_true",
                   help="also time sbjax with model.attn_impl=dpa (jax.nn.dot_product_attention)")
   ap.add_argument("--remat", default="none")
+  ap.add_argument("--attn_impl", default="auto", help="sbjax model.attn_impl (e.g. splash)")
+  ap.add_argument("--shrink", default="", help="model field overrides for smoke runs, e.g. "
+                  "n_layers=1,vocab_size=512 (integers; device_check.sh --dry-run)")
   ap.add_argument("--peak_tflops", type=float, default=0.0,
                   help="device peak for MFU; 0 = measure a 2048² f32 matmul (CPU)")
   a = ap.parse_args()
@@ -144,7 +148,10 @@ def main():
         f"{peak['peak_flops'] / 1e9:.1f} GFLOP/s ({peak['peak_source']})", flush=True)
   sides = a.sides.split(",")
   for name in a.configs.split(","):
-    mc, tc = model_config(name, a.dtype, a.loss_chunk, a.remat)
+    mc, tc = model_config(name, a.dtype, a.loss_chunk, a.remat, a.attn_impl)
+    if a.shrink:
+      mc = dataclasses.replace(mc, **{k: int(v) for k, v in
+                                      (kv.split("=") for kv in a.shrink.split(","))})
     batch_np = np.random.default_rng(0).integers(0, mc.vocab_size, (a.batch, a.seq + 1),
                                                  dtype=np.int32)
     tokens = a.batch * a.seq

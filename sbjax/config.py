@@ -17,7 +17,7 @@ from sbjax.heads import base as head_registry
 
 POS_KINDS = ("rotary", "learned")
 GELU_KINDS = ("exact", "tanh")
-ATTN_IMPLS = ("auto", "dpa", "einsum")
+ATTN_IMPLS = ("auto", "dpa", "einsum", "cudnn", "splash")  # sbjax.attention
 REMAT_KINDS = ("none", "full", "dots")
 ATTN_KINDS = ("global", "local")
 DTYPES = ("float32", "bfloat16", "float16", "float64")
@@ -70,6 +70,8 @@ class ModelConfig:
   # attention core: "dpa" = jax.nn.dot_product_attention (cuDNN flash on GPU, a Pallas
   # kernel on TPU), "einsum" = the plain einsum reference, "auto" = einsum on CPU (measured
   # 1.9-2.7x faster fwd+bwd there, benchmarks/profile_step.py) and dpa elsewhere. Same values.
+  # "cudnn" (GPU) and "splash" (the Pallas TPU kernel): see sbjax.attention, which also
+  # says what "auto" picks on a GPU.
   attn_impl: str = "auto"
   # tokens per chunk of the training/eval cross-entropy (sbjax.losses): the B·T×V logits
   # are never formed at once; 0 = off (full logits). Same loss and gradients either way.

@@ -39,9 +39,11 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from sbjax import attention
 from sbjax import heads as heads_lib
 from sbjax import losses
 from sbjax import sharding
+from sbjax.attention import attention_reference  # noqa: F401 - re-exported (tests, benchmarks)
 from sbjax.config import ModelConfig
 
 COLLECTABLE = ("resid", "attn", "mlp", "ov", "h")
@@ -85,31 +87,10 @@ def rotary(x_BxTxHxK, positions_T, rotary_dim: int, base: float):
   return jnp.concatenate([out, x_pass], axis=-1)
 
 
-def attention_reference(q, k, v, *, scale: float, window: int | None):
-  """Plain einsum causal attention (float32 softmax), the reference for tests.
-
-  The softmax is normalised after the P·V product: o = (e·V) / Σ e with e = exp(s − max s),
-  the same values as softmax(s)·V. XLA:CPU otherwise fuses the whole softmax into the P·V
-  matmul, which measured 1.5× slower for the pythia-14m forward (BUILD_NOTES.md, issue 8)."""
-  t = q.shape[1]
-  s = jnp.einsum("bqhk,bshk->bhqs", q.astype(jnp.float32), k.astype(jnp.float32)) * scale
-  i = jnp.arange(t)[:, None]
-  j = jnp.arange(t)[None, :]
-  mask = j <= i
-  if window is not None:
-    mask = mask & (i - j < window)
-  s = jnp.where(mask[None, None], s, jnp.finfo(jnp.float32).min)
-  e = jnp.exp(s - jax.lax.stop_gradient(jnp.max(s, axis=-1, keepdims=True)))  # the diagonal is kept
-  o = jnp.einsum("bhqs,bshk->bqhk", e, v.astype(jnp.float32))
-  return (o / jnp.moveaxis(jnp.sum(e, axis=-1), 1, 2)[..., None]).astype(q.dtype)
-
-
 def use_einsum_attention(c: ModelConfig) -> bool:
-  """``model.attn_impl`` resolved at trace time: float64 always takes the einsum path
-  (dot_product_attention has no float64 kernel); "auto" takes it on CPU only."""
-  if c.param_dtype == "float64" or c.dtype == "float64" or c.attn_impl == "einsum":
-    return True
-  return c.attn_impl == "auto" and jax.default_backend() == "cpu"
+  """``model.attn_impl`` resolved at trace time is the einsum kernel (``sbjax.attention``:
+  float64 always; "auto" on CPU)."""
+  return attention.resolve(c) == "einsum"
 
 
 class Attention(nn.Module):
@@ -135,12 +116,7 @@ class Attention(nn.Module):
     q = rotary(q, positions_T, c.rotary_dim, c.rotary_base)
     kk = rotary(kk, positions_T, c.rotary_dim, c.rotary_base)
     scale = 1.0 / math.sqrt(k) if c.attn_scale else 1.0
-    if use_einsum_attention(c):
-      ctx = attention_reference(q, kk, v, scale=scale, window=c.window_size if self.local else None)
-    else:
-      ctx = jax.nn.dot_product_attention(q, kk, v, scale=scale, is_causal=True,
-                                         local_window_size=(c.window_size - 1, 0) if self.local
-                                         else None)
+    ctx = attention.attend(c, q, kk, v, scale=scale, local=self.local)  # sbjax.attention
     wo = self.param("o_kernel", out_init, (h, k, c.d_model), pd).astype(dt)
     bo = self.param("o_bias", nn.initializers.zeros, (c.d_model,), pd).astype(dt)
     out = jnp.einsum("bthk,hkd->btd", ctx, wo) + bo
