@@ -64,7 +64,14 @@ def run_series(workdir, out, tokens: str = "", data_items=(), steps=(),
   settings = series_settings(out, tokens, data_items, steps, allow_duplicates,
                              collapse_sequences, eval_sequences)
   run = open_run(workdir, settings)  # refusals: planted data of an import, duplicates
-  sm = samples_lib.build(run.cfg, run.data_dir or run.workdir, settings)
+  ds = samples_lib.open_dataset(run.cfg, run.data_dir or run.workdir)
+  n_train = getattr(ds, "n_train_windows", None)
+  if n_train is not None and n_train < collapse_sequences:
+    raise ValueError(f"the data of {workdir} holds {n_train} train windows of T+1="
+                     f"{run.cfg.train.seq_len + 1} tokens, fewer than --collapse_sequences="
+                     f"{collapse_sequences}; pass a smaller value or more tokens (windows are "
+                     "never repeated)")
+  sm = samples_lib.build(run.cfg, run.data_dir or run.workdir, settings, ds)
   mc = run.cfg.model
   abstract = ckpt.abstract_with_shardings(Model(mc).abstract_params())
   for s in run.steps:

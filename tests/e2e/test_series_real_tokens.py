@@ -190,6 +190,9 @@ def test_collapse_and_saturation_series_on_tokens_match_transformers(series, tmp
     coll.run_series(work, tmp_path / "c0")
   with pytest.raises(ValueError, match=r"revision\(s\) \[2000\].*--allow_duplicates"):
     coll.run_series(work, tmp_path / "c0", tokens=batch)
+  with pytest.raises(ValueError, match=r"holds 12 train windows .* fewer than "
+                                       r"--collapse_sequences=13"):
+    coll.run_series(work, tmp_path / "c0", tokens=batch, steps=(0,), collapse_sequences=13)
   ref = {0: models[0], 1000: models[1], 2000: models[1], 3000: models[3]}
   got = coll.run_series(work, tmp_path / "coll", tokens=batch, steps=(0, 1000, 3000),
                         collapse_sequences=N, eval_sequences=N, group_size=2)
