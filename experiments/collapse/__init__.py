@@ -41,7 +41,8 @@ markdown section.
 Modules: ``presets`` (PRESETS: test, quick, cpu, tpu), ``run`` (corpus, groups, tables),
 ``measure`` (one group trained and measured; metric lists and the authors' anchors),
 ``tables`` (R², anchors, seeds, tokens), ``ceiling`` (the planted language's ceiling),
-``report`` / ``report_ceiling``, ``__main__`` (the CLI).
+``report`` / ``report_ceiling``, ``series`` (``--series=WORKDIR --tokens=FILE``: the collapse
+pass over the checkpoints of an imported series or a run, no training), ``__main__`` (the CLI).
 """
 
 from experiments.collapse.measure import ANCHORS, COUNT_KEYS, METRICS, SETTINGS, model_config, run_group

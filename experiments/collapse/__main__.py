@@ -1,4 +1,5 @@
-"""python -m experiments.collapse --preset=test|quick|cpu|tpu --out=DIR [--data=DIR]"""
+"""python -m experiments.collapse --preset=test|quick|cpu|tpu --out=DIR [--data=DIR]
+python -m experiments.collapse --series=WORKDIR --tokens=FILE --out=DIR  (series.py)"""
 
 from __future__ import annotations
 
@@ -8,21 +9,36 @@ from pathlib import Path
 
 from absl import flags
 
-from experiments import common
+from experiments import common, series_flags as sf
 from experiments.collapse.presets import PRESETS
 from experiments.collapse.report import report_section
 from experiments.collapse.run import run
+from experiments.collapse.series import run_series, series_section
 
 PRESET = flags.DEFINE_string("preset", "cpu", " | ".join(PRESETS))
 OUT = flags.DEFINE_string("out", "out/collapse", "output directory")
 DATA = flags.DEFINE_string("data", None, "a directory of .txt files (text presets; default: "
                            "the development corpus ../shared/data/shakespeare) or a TFDS name "
                            "(tpu preset)")
+COLL_SEQ = flags.DEFINE_integer("collapse_sequences", 64, "series: train-split windows for the "
+                                "class means / variances")
+MIN_COUNTS = flags.DEFINE_list("min_counts", ["1"], "series: analysed classes have N_c >= each")
+
+
+def main_series(out: Path) -> None:
+  run_series(sf.SERIES.value, out, sf.TOKENS.value, sf.DATA.value, sf.steps(),
+             sf.ALLOW_DUP.value, COLL_SEQ.value, sf.EVAL_SEQ.value,
+             tuple(int(m) for m in MIN_COUNTS.value))
+  section = series_section(out)
+  (out / "section.md").write_text(section)
+  print(section)
 
 
 def main(argv):
   del argv
   out = Path(OUT.value)
+  if sf.SERIES.value:
+    return main_series(out)
   run(out, PRESET.value, DATA.value)
   section = report_section(out, ".")
   (out / "section.md").write_text(section)
@@ -31,4 +47,5 @@ def main(argv):
 
 if __name__ == "__main__":
   logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+  sys.argv = sf.data_dot_flags(sys.argv)
   common.run(main)

@@ -45,7 +45,8 @@ on fixed validation windows at every checkpoint, the exact floor(d), and a per-a
 
 Modules: ``presets`` (PRESETS: test, quick, cpu, tpu), ``run`` (training, analysis),
 ``measure`` (late-rise test, scaling fits, the CSVs), ``report`` (figures, markdown),
-``__main__`` (the CLI).
+``series`` (``--series=WORKDIR --tokens=FILE``: the analysis half on the checkpoints of an
+imported series or a run, no training), ``__main__`` (the CLI).
 """
 
 from experiments.saturation.measure import detect_rise, fit_rows

@@ -1,5 +1,6 @@
 """python -m experiments.saturation --preset=test|quick|cpu|tpu --out=DIR [--data=DIR]
-python -m experiments.saturation --preset=test-planted|cpu-planted|tpu-planted --out=DIR"""
+python -m experiments.saturation --preset=test-planted|cpu-planted|tpu-planted --out=DIR
+python -m experiments.saturation --series=WORKDIR --tokens=FILE --out=DIR  (series.py)"""
 
 from __future__ import annotations
 
@@ -10,24 +11,37 @@ from pathlib import Path
 
 from absl import flags
 
-from experiments import common
+from experiments import common, series_flags as sf
 from experiments.saturation.planted_presets import PLANTED_PRESETS
 from experiments.saturation.planted_report import report_section as planted_section
 from experiments.saturation.planted_run import run_planted
 from experiments.saturation.presets import PRESETS
 from experiments.saturation.report import report_section
 from experiments.saturation.run import run
+from experiments.saturation.series import run_series, series_section
 
 OUT = flags.DEFINE_string("out", "out/saturation", "output directory")
 PRESET = flags.DEFINE_enum("preset", "cpu", list(PRESETS) + list(PLANTED_PRESETS),
                            " | ".join(list(PRESETS) + list(PLANTED_PRESETS)))
 DATA = flags.DEFINE_string("data", "", "a directory of .txt files (default: the development "
                            "corpus ../shared/data/shakespeare), or a TFDS name for the tpu preset")
+ANISO_TOK = flags.DEFINE_integer("anisotropy_tokens", 4096, "series: token positions sampled "
+                                 "for anisotropy; 0 = all")
+
+
+def main_series(out: Path) -> None:
+  run_series(sf.SERIES.value, out, sf.TOKENS.value, sf.DATA.value, sf.steps(),
+             sf.ALLOW_DUP.value, sf.EVAL_SEQ.value, ANISO_TOK.value)
+  (out / "section.md").write_text(series_section(out, "."))
+  print(json.dumps({"out": str(out), "series": str(out / "saturation_series.csv"),
+                    "section": str(out / "section.md")}))
 
 
 def main(argv):
   del argv
   out = Path(OUT.value)
+  if sf.SERIES.value:
+    return main_series(out)
   if PRESET.value in PLANTED_PRESETS:  # the planted arms (width x Γ)
     run_planted(out, PRESET.value)
     (out / "section.md").write_text(planted_section(out, "."))
@@ -42,4 +56,5 @@ def main(argv):
 
 if __name__ == "__main__":
   logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+  sys.argv = sf.data_dot_flags(sys.argv)
   common.run(main)

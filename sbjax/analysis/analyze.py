@@ -140,6 +140,15 @@ def _open_run(workdir, settings: Settings) -> _Run:
               out / "data" if overridden else workdir, dups)
 
 
+def open_run(workdir, settings: Settings) -> _Run:
+  """The checks of ``analyze_run`` for other drivers of a checkpoint pass (the collapse
+  series): the workdir, the data measured on (``data_source``: an import on planted data is
+  refused), the output directory, the steps and the duplicated revisions (refused unless
+  ``settings.allow_duplicates``). Returns the run (``.cfg`` effective, ``.steps``,
+  ``.duplicates``, ``.data_dir``)."""
+  return _open_run(workdir, settings)
+
+
 # ------------------------------------------------------------------------------------ the cache
 @dataclasses.dataclass
 class _Plan:

@@ -158,3 +158,73 @@ def test_export_with_tokenizer_loads_in_transformers_with_the_same_log_probs(tmp
     hf_lp = torch.log_softmax(model(torch.tensor([ids])).logits.double(), -1).numpy()
   ours = np.asarray(jax.nn.log_softmax(Model(cfg.model).apply(params, np.asarray([ids])), -1))
   np.testing.assert_allclose(ours, hf_lp, atol=1e-4)
+
+
+def _hf_features(m, windows):
+  """Final-norm features [n*T, d] (float64) of transformers' GPT-NeoX and its head W [V, d]."""
+  with torch.no_grad():
+    h = m.base_model(torch.tensor(windows[:, :-1], dtype=torch.long)).last_hidden_state
+    w = m.get_output_embeddings().weight
+  return h.double().reshape(-1, h.shape[-1]).numpy(), w.detach().double().numpy()
+
+
+def test_collapse_and_saturation_series_on_tokens_match_transformers(series, tmp_path):
+  """``experiments.collapse`` and ``experiments.saturation`` in series mode on the imported
+  series: refused without tokens (the CLI) and on the duplicate; with tokens, the collapse
+  metrics equal ``collapse_metrics`` of transformers' own features, the eval loss equals
+  transformers' loss, anisotropy and the centred head spectrum equal numpy's."""
+  from experiments.collapse import series as coll  # deferred: experiment drivers
+  from experiments.collapse.measure import METRICS
+  from experiments.saturation import series as sat
+  from sbjax.metrics import collapse as C
+  d, repo, models, rows = series
+  work = tmp_path / "work"
+  convert_cli.import_to_workdir(str(repo.parent), str(work))
+  batch = str(d / "batch.npy")
+  r = subprocess.run([sys.executable, "-m", "experiments.saturation", f"--series={work}",
+                      f"--out={tmp_path / 'sat0'}"], cwd=ROOT, capture_output=True, text=True,
+                     timeout=600, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+  assert r.returncode != 0 and "Pass --tokens=FILE" in r.stderr, r.stderr[-2000:]
+  assert not (tmp_path / "sat0" / "saturation_series.csv").exists()
+  with pytest.raises(ValueError, match=r"synthetic default data.*Pass --tokens=FILE"):
+    coll.run_series(work, tmp_path / "c0")
+  with pytest.raises(ValueError, match=r"revision\(s\) \[2000\].*--allow_duplicates"):
+    coll.run_series(work, tmp_path / "c0", tokens=batch)
+  with pytest.raises(ValueError, match=r"holds 12 train windows .* fewer than "
+                                       r"--collapse_sequences=13"):
+    coll.run_series(work, tmp_path / "c0", tokens=batch, steps=(0,), collapse_sequences=13)
+  ref = {0: models[0], 1000: models[1], 2000: models[1], 3000: models[3]}
+  got = coll.run_series(work, tmp_path / "coll", tokens=batch, steps=(0, 1000, 3000),
+                        collapse_sequences=N, eval_sequences=N, group_size=2)
+  assert [g["step"] for g in got] == [0, 1000, 3000]
+  for g in got:
+    h, w = _hf_features(ref[g["step"]], rows)
+    y = rows[:, 1:].reshape(-1)
+    want = C.collapse_metrics(h, y, w, h, y, cdnv_exponent=2.0, nc4_search="analyzed")
+    assert g["val_loss"] == pytest.approx(_hf_loss(ref[g["step"]], rows), abs=1e-4)
+    assert g["n_classes"] == len(np.unique(y)) and not g["error"]
+    for k in METRICS:
+      np.testing.assert_allclose(g[k], float(want[k]), rtol=2e-3, atol=1e-5, equal_nan=True,
+                                 err_msg=k)
+  assert "| 3000 |" in coll.series_section(tmp_path / "coll")
+  out = tmp_path / "sat"
+  got = sat.run_series(work, out, tokens=batch, allow_duplicates=True, eval_sequences=N,
+                       anisotropy_tokens=0)
+  assert [g["step"] for g in got] == [0, 1000, 2000, 3000]
+  for g in got:
+    m = ref[g["step"]]
+    h, w = _hf_features(m, rows)
+    u = h / np.linalg.norm(h, axis=1, keepdims=True)
+    n = len(u)
+    assert g["eval_loss"] == pytest.approx(_hf_loss(m, rows), abs=1e-4)
+    assert g["anisotropy_last"] == pytest.approx(((u @ u.T).sum() - n) / (n * (n - 1)), abs=1e-4)
+    s = np.linalg.svd(w - w.mean(0), compute_uv=False)
+    p = s / s.sum()
+    assert g["head_kl_uniform_centred"] == pytest.approx(np.log(len(s)) + (p * np.log(p)).sum(),
+                                                         abs=1e-4)
+  assert [g["duplicate_of"] for g in got] == ["", "", 1000, ""]
+  summary = json.loads((out / "saturation_series.json").read_text())
+  assert summary["final_step"] == 3000 and summary["best"] == pytest.approx(
+      min(g["eval_loss"] for g in got))
+  assert all((out / f).stat().st_size > 0 for f in sat.FIGS.values() if "scaling" not in f)
+  assert "step 3000" in sat.series_section(out)
