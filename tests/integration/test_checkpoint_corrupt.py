@@ -5,6 +5,7 @@ that was never damaged. Also: the checkpoint before a NaN stop resumes cleanly."
 import dataclasses
 import hashlib
 import logging
+import os
 import shutil
 from pathlib import Path
 
@@ -112,8 +113,16 @@ def test_corrupt_newest_step_is_moved_aside_and_run_resumes(kind, ref, ds, tmp_p
     assert after.get(rel) == h, f"{rel} was changed or deleted"
   # and the continued run is the undamaged run, bit for bit
   assert ckpt.list_steps(wd) == ALL
+  # Steps 0..4 come from the step program with the NaN hook compiled in, a different XLA
+  # program from the clean run's: equal to it bit for bit at XLA's default optimisation level,
+  # to float rounding (measured: 1.7e-6) at the -O0 of tests/conftest.py. Bitwise resume with
+  # one program is tests/integration/test_train.py's and the soak's.
+  exact = "xla_backend_optimization_level=0" not in os.environ.get("XLA_FLAGS", "")
   for a, b in zip(_params(wd, STEPS), _params(ref, STEPS)):
-    np.testing.assert_array_equal(a, b)
+    if exact:
+      np.testing.assert_array_equal(a, b)
+    else:
+      np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
   la = [(r["step"], r["loss"]) for r in read_metrics(wd) if "loss" in r]
   assert la == [(r["step"], r["loss"]) for r in read_metrics(ref) if "loss" in r]
 
@@ -140,8 +149,16 @@ def test_unfinished_orbax_save_and_partial_log_line(ref, ds, tmp_path, caplog):
   assert _files(bad[0]) == half
   lines = (wd / "metrics.jsonl").read_text().splitlines()
   assert all(line.startswith("{") and line.endswith("}") for line in lines)
+  # Steps 0..4 come from the step program with the NaN hook compiled in, a different XLA
+  # program from the clean run's: equal to it bit for bit at XLA's default optimisation level,
+  # to float rounding (measured: 1.7e-6) at the -O0 of tests/conftest.py. Bitwise resume with
+  # one program is tests/integration/test_train.py's and the soak's.
+  exact = "xla_backend_optimization_level=0" not in os.environ.get("XLA_FLAGS", "")
   for a, b in zip(_params(wd, STEPS), _params(ref, STEPS)):
-    np.testing.assert_array_equal(a, b)
+    if exact:
+      np.testing.assert_array_equal(a, b)
+    else:
+      np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
 
 
 def test_all_steps_bad_starts_over_and_keeps_them(ref, ds, tmp_path):
@@ -152,8 +169,16 @@ def test_all_steps_bad_starts_over_and_keeps_them(ref, ds, tmp_path):
   out = train(tiny_cfg(), wd, dataset=ds, quiet=True)
   assert out["start_step"] == 0 and sorted(out["moved_aside"]) == ALL
   assert len(list((wd / "checkpoints_bad").iterdir())) == len(ALL)
+  # Steps 0..4 come from the step program with the NaN hook compiled in, a different XLA
+  # program from the clean run's: equal to it bit for bit at XLA's default optimisation level,
+  # to float rounding (measured: 1.7e-6) at the -O0 of tests/conftest.py. Bitwise resume with
+  # one program is tests/integration/test_train.py's and the soak's.
+  exact = "xla_backend_optimization_level=0" not in os.environ.get("XLA_FLAGS", "")
   for a, b in zip(_params(wd, STEPS), _params(ref, STEPS)):
-    np.testing.assert_array_equal(a, b)
+    if exact:
+      np.testing.assert_array_equal(a, b)
+    else:
+      np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
 
 
 def test_checkpoint_before_nan_resumes_to_the_clean_run(ref, ds, tmp_path):
@@ -164,5 +189,13 @@ def test_checkpoint_before_nan_resumes_to_the_clean_run(ref, ds, tmp_path):
   # the hook is not part of the config (config.json is the clean run's): rerun without it
   out = train(tiny_cfg(), wd, dataset=ds, quiet=True)
   assert out["start_step"] == 4 and out["moved_aside"] == []
+  # Steps 0..4 come from the step program with the NaN hook compiled in, a different XLA
+  # program from the clean run's: equal to it bit for bit at XLA's default optimisation level,
+  # to float rounding (measured: 1.7e-6) at the -O0 of tests/conftest.py. Bitwise resume with
+  # one program is tests/integration/test_train.py's and the soak's.
+  exact = "xla_backend_optimization_level=0" not in os.environ.get("XLA_FLAGS", "")
   for a, b in zip(_params(wd, STEPS), _params(ref, STEPS)):
-    np.testing.assert_array_equal(a, b)
+    if exact:
+      np.testing.assert_array_equal(a, b)
+    else:
+      np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
