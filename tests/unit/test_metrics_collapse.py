@@ -295,9 +295,9 @@ def test_float32_overflow_in_cdnv_is_handled():
     want2 = ref_from_stats(means, var2, counts, w)
     r2 = C.metrics_from_stats(means.astype(np.float32), var2.astype(np.float32), counts, w.astype(np.float32), block_size=4)
     # rel 3e-3: the pair at distance 1e-2 loses ~1e-3 of d⁴ to float32 rounding of the Gram
-  # distances ‖a‖² + ‖b‖² − 2a·b (eps·‖a‖²/d² ≈ 6e-4 on d², doubled in d⁴); the exact digits
-  # depend on XLA's code generation (1.1e-3 at -O0)
-  assert r2["nc1_cdnv"] == pytest.approx(want2["nc1_cdnv"], rel=3e-3)
+    # distances ‖a‖² + ‖b‖² − 2a·b (eps·‖a‖²/d² ≈ 6e-4 on d², doubled in d⁴); the exact digits
+    # depend on XLA's code generation (1.1e-3 at -O0)
+    assert r2["nc1_cdnv"] == pytest.approx(want2["nc1_cdnv"], rel=3e-3)
 
 
 def test_float32_riesz_kernel_on_nearly_coincident_directions():

@@ -23,6 +23,8 @@ def _dotted(node) -> str:
     node = node.value
   if isinstance(node, ast.Name):
     parts.append(node.id)
+  elif parts:  # a method of a computed value, e.g. jax.jit(f).lower(x).compile(): not a builtin
+    parts.append("<expr>")
   return ".".join(reversed(parts))
 
 
@@ -94,6 +96,7 @@ BAD = [
     "import numpy\nnumpy.load('x.npz', allow_pickle=flag)",
     "cfg = eval(open('c.txt').read())",
     "exec(text)",
+    "code = compile(src, 'f', 'exec')",
     "import yaml\nyaml.load(s)",
     "import dill\ndill.load(f)",
 ]
@@ -103,6 +106,7 @@ GOOD = [
     "import json\njson.loads(s)",
     "import yaml\nyaml.safe_load(s)\nyaml.load(s, Loader=yaml.SafeLoader)",
     "model.eval()\nx.load('a')",
+    "jax.jit(f).lower(x).compile()",
 ]
 
 
