@@ -2,7 +2,6 @@
 
 import json
 import os
-import time
 import warnings
 from pathlib import Path
 
@@ -70,9 +69,7 @@ def test_local_text_builder_writes_array_record(corpus, tmp_path):
 
 def test_make_dataset_text_generated(corpus, tmp_path):
   wd = tmp_path / "wd"
-  t0 = time.time()
   ds = mk(corpus, wd)
-  first = time.time() - t0
   assert ds.vocab_size == 200
   assert ds.tokenizer_path == str(wd / "tokenizer.model") and Path(ds.tokenizer_path).is_file()
   assert ds.planted is None
@@ -94,9 +91,7 @@ def test_make_dataset_text_generated(corpus, tmp_path):
   caches = sorted((wd / "tokens").glob("*.npy"))
   assert len(caches) == 2
   m = os.stat(ds.tokenizer_path).st_mtime_ns
-  t0 = time.time()
-  ds2 = mk(corpus, wd)
-  assert time.time() - t0 < max(first, 1.0)
+  ds2 = mk(corpus, wd)  # no retraining: the tokenizer file is untouched
   assert os.stat(ds2.tokenizer_path).st_mtime_ns == m
   assert np.array_equal(ds2.train_batch(3), b)
   for x, y in zip(ds.eval_batches(2), ds2.eval_batches(2)):
@@ -154,10 +149,7 @@ def test_vocab_too_large_for_corpus(tmp_path):
 
 @pytest.mark.skipif(not SHAKESPEARE.is_dir(), reason="../shared/data/shakespeare not present")
 def test_shakespeare(tmp_path):
-  t0 = time.time()
   ds = mk(SHAKESPEARE, tmp_path / "wd", seq_len=128, batch=32, vocab=1024)
-  elapsed = time.time() - t0
-  assert elapsed < 60, elapsed  # ~10 s on 2 cores (tokenizer training dominates)
   info = ds.info()
   assert ds.vocab_size == 1024
   assert info["n_train_docs"] + info["n_val_docs"] == 42 and info["n_val_docs"] == 4
