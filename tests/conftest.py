@@ -35,7 +35,9 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
 
 # Layers: tests/unit (pure functions, small jits), tests/integration (real parts wired
 # together: orbax on disk, subprocess meshes, tokenizers), tests/e2e (whole experiments and
-# CLIs). Each test gets the marker of its folder, so `-m "not e2e"` is the fast layer.
+# CLIs). Each test gets the marker of its folder, so `-m "not e2e"` is the fast layer. A test
+# in unit/ or integration/ that starts a command-line process (a fresh interpreter: JAX start-up
+# plus compiles) also carries @pytest.mark.e2e, beside the tests of the same part it checks.
 LAYERS = ("unit", "integration", "e2e")
 
 

@@ -321,6 +321,7 @@ def test_bad_inputs(run_dir, analysed, tmp_path):
     Settings(cka_tokens="first")
 
 
+@pytest.mark.e2e  # starts a CLI process (the e2e layer; tests/conftest.py)
 def test_cli(run_dir, tmp_path):
   out = tmp_path / "cli"
   env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}

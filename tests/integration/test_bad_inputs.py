@@ -400,6 +400,7 @@ CLI = [
 ]
 
 
+@pytest.mark.e2e  # starts a CLI process (the e2e layer; tests/conftest.py)
 @pytest.mark.parametrize("name,argv,needle", CLI, ids=[c[0] for c in CLI])
 def test_cli_one_error_line(name, argv, needle, tmp_path):
   (tmp_path / "keep.txt").write_text("keep me\n")

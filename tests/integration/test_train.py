@@ -181,6 +181,7 @@ def test_seq_len_longer_than_max_len_is_refused():
     cfg.replace(train=dataclasses.replace(cfg.train, seq_len=128))
 
 
+@pytest.mark.e2e  # starts a CLI process (the e2e layer; tests/conftest.py)
 def test_cli_tiny_run_writes_metrics_and_log_spaced_checkpoints(tmp_path):
   wd = tmp_path / "w"
   env = dict(os.environ, JAX_PLATFORMS="cpu")
@@ -210,6 +211,7 @@ def test_cli_tiny_run_writes_metrics_and_log_spaced_checkpoints(tmp_path):
   assert "--workdir" in h.stdout and "--config" in h.stdout
 
 
+@pytest.mark.e2e  # starts a CLI process (the e2e layer; tests/conftest.py)
 def test_cli_unknown_preset_is_one_clear_line(tmp_path):
   r = subprocess.run([sys.executable, "-m", "experiments.train", "--config=nope",
                       f"--workdir={tmp_path / 'w'}"], cwd=ROOT, capture_output=True, text=True,
