@@ -16,6 +16,7 @@ from experiments.convergence.presets import Preset, get_preset
 from experiments.convergence.summary import FRAC, summarise
 from experiments.shared import (DEFAULT_TEXT, RunsProgress, config_from, text_corpus, write_json,
                                 write_rows)
+from sbjax import optim
 from sbjax.analysis import samples
 from sbjax.config import Config, DataConfig
 from sbjax.data import make_dataset
@@ -118,7 +119,8 @@ def train_all(out: Path, preset: str, data: str, widths, progress: RunsProgress)
     sources.append(conv.workdir_source(wd, name))
   batch = samples.eval_sample(ds, get_preset(preset).knobs.n_sequences)
   info = {"source": dc.source, "corpus": Path(dc.path).name if dc.path else ds.name,
-          "vocab_size": ds.vocab_size, "train_seconds": timings}
+          "vocab_size": ds.vocab_size, "train_seconds": timings,
+          "gamma_total": {name: optim.gamma_total(cfg.train) for name, cfg in cfgs}}
   return sources, batch, info
 
 
