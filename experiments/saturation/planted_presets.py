@@ -48,6 +48,7 @@ class PlantedPreset:
   head_dim: int = 8  # heads = max(1, d // head_dim)
   ckpt_every: int = 250  # besides the log-spaced 0, 1, 2, 4, ..., 512
   log_every: int = 25
+  streaming: bool = False  # train batches sampled on demand (data.planted_train_tokens = 0)
   # the planted mixture language
   vocab: int = 256
   rank: int = 8
@@ -83,7 +84,7 @@ def arm_config(p: PlantedPreset, arm: Arm) -> Config:
       "data.source": "planted_mix", "data.planted_vocab": p.vocab, "data.planted_rank": p.rank,
       "data.planted_mix": p.n_mix, "data.planted_alpha": p.alpha, "data.planted_context": 1,
       "data.planted_seed": p.lang_seed,
-      "data.planted_train_tokens": steps * p.batch * p.seq_len + 1,
+      "data.planted_train_tokens": 0 if p.streaming else steps * p.batch * p.seq_len + 1,
       "data.planted_val_tokens": max(p.val_windows, p.batch) * p.seq_len + 1,
       "train.steps": steps, "train.batch_size": p.batch, "train.seq_len": p.seq_len,
       "train.lr": p.lr, "train.warmup_steps": int(round(p.warmup_frac * steps)),
@@ -118,9 +119,11 @@ PLANTED_PRESETS: dict[str, PlantedPreset] = {
     "cpu-planted": PlantedPreset(arms=PYTHIA_ARMS + (BF16_ARM,), floor_gtol=1e-4,
                                  floor_max_iter=1000),
     # Pythia-14m's learning rate (1e-3) and step count for Γ = 7.9 (143,770 steps, Pythia:
-    # 143,000) at 32 x 64 tokens per step (294M fresh tokens per arm), 2 layers; not run yet
+    # 143,000) at 32 x 64 tokens per step (294M fresh tokens per arm, sampled on demand:
+    # sbjax.data.planted_stream), 2 layers; not run yet
     "tpu-planted": PlantedPreset(arms=PYTHIA_ARMS + (BF16_ARM,), lr=1e-3, batch=32, n_layers=2,
-                                 ckpt_every=1000, log_every=100, val_windows=256),
+                                 ckpt_every=1000, log_every=100, val_windows=256,
+                                 streaming=True),
 }
 
 

@@ -89,7 +89,9 @@ def _claims(arms: list[dict], tr: dict, k: dict) -> tuple[list[str], list[str], 
   gaps = [a["gap_to_floor"] for a in arms]
   spread = max(a["floor"] for a in arms) - min(a["floor"] for a in arms)
   c5 = "a low-rank head costs loss (the softmax bottleneck sets the level)"
-  if all(x["final_expected_loss"] <= y["final_expected_loss"] + 1e-9 or x["floor"] == y["floor"]
+  if len({a["floor"] for a in fp32}) < 2:
+    unt.append(f"{c5}: the arms share one width")
+  elif all(x["final_expected_loss"] <= y["final_expected_loss"] + 1e-9 or x["floor"] == y["floor"]
          for x, y in zip(order, order[1:])) and max(gaps) < spread:
     sup.append(f"{c5}: the final losses are ordered by floor(d), and every arm ends "
                f"{fmt(min(gaps), 3)}–{fmt(max(gaps), 3)} nats above its own floor while the "
@@ -133,8 +135,8 @@ CAUSE = {
              "the head's rank, is the cause on this language",
     "neither": "neither Γ (at fixed width) nor width (at fixed Γ) produces a late rise: on "
                "this language the head's rank sets the level of the loss through floor(d), "
-               "not its trajectory, and Γ up to Pythia-14m's 7.9 does not cause saturation by "
-               "itself",
+               "not its trajectory, and Γ up to {gmax} (Pythia-14m's whole run: 7.9) does not "
+               "cause saturation by itself",
     "both": "width and Γ change together in the rising arms, so these arms cannot tell them "
             "apart",
     "mixed": "the rises follow neither width nor Γ alone",
@@ -156,5 +158,8 @@ def reading(arms: list[dict], ck_by_arm: dict, knobs: dict, account: str) -> str
   pairs = _pairs(arms)
   if pairs:
     parts.append("The arms: " + "; ".join(pairs) + ".")
-  parts.append(f"Cause: {CAUSE[account]}.")
+  gmax = fmt(max(a["gamma_total"] for a in arms), 3)
+  parts.append(f"Cause: {CAUSE[account].format(gmax=gmax)}." if pairs else
+               "Cause: these arms hold no width or Γ contrast, so they say nothing about "
+               "cause.")
   return " ".join(parts)
