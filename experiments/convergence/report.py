@@ -241,15 +241,21 @@ def claims_text(models: list[dict], stab_rows: list[dict], tok: str, est: str,
     else:
       und.append(f"{c2}: some model has no stabilised layer (median fraction {vals})")
   sel = [r for r in stab_rows if r["tokens"] == tok and r["estimator"] == est]
-  strat = [r for r in sel if r["model"] == "stratified" and r["per"] == "per_weights_final"]
+  # the authors' convention (r = head_dim) when measured, else the preset's PER
+  col = "per_head_dim_final" if any(r["per"] == "per_head_dim_final" for r in sel) else \
+      "per_weights_final"
+  strat = [r for r in sel if r["model"] == "stratified" and r["per"] == col]
   c3 = "low-PER layers stabilise later (a negative PER–step link)"
   per_cells = ", ".join(f"{r['model']}/{r['kind']} ρ={cell(r['spearman'], 2)} "
                         f"p={cell(r['p_perm'], 2)}" for r in sel
-                        if r["per"] == "per_weights_final" and r["model"] != "stratified")
+                        if r["per"] == col and r["model"] != "stratified")
+  others = "; ".join(f"{r['per']}: ρ={cell(r['spearman'], 2)} p={cell(r['p_perm'], 3)}"
+                     for r in sel if r["model"] == "stratified" and r["per"] != col)
   if strat and math.isfinite(strat[0]["spearman"]):
     s, p = strat[0]["spearman"], strat[0]["p_perm"]
-    txt = (f"{c3}: stratified mean Spearman(final PER, stabilisation step) = {s:.2f}, "
-           f"permutation p = {p:.3f} (per model and kind: {per_cells})")
+    txt = (f"{c3}: stratified mean Spearman({col}, stabilisation step) = {s:.2f}, "
+           f"permutation p = {p:.3f} (per model and kind: {per_cells}"
+           + (f"; other PER conventions, stratified: {others}" if others else "") + ")")
     (sup if p < 0.05 and s < 0 else con if p < 0.05 else und).append(
         txt + ("" if p < 0.05 else "; not significant"))
   else:
