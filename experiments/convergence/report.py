@@ -236,8 +236,10 @@ def claims_text(models: list[dict], stab_rows: list[dict], tok: str, est: str,
     vals = ", ".join(f"{m['model']} {cell(m['median_stabilisation_frac'], 2)}" for m in ms)
     if all(math.isfinite(x) for x in fr):
       rho = conv.spearman([m["width"] for m in ms], fr) if len(ms) >= 3 else \
-          float(np.sign(fr[0] - fr[-1]) * -1)
-      (sup if rho < 0 else con if rho > 0 else und).append(f"{c2} (median fraction {vals})")
+          float(np.sign(fr[-1] - fr[0]))
+      (sup if rho == -1 else con if rho == 1 else und).append(
+          f"{c2} (median fraction {vals}" + ("" if abs(rho) == 1 else
+                                              f"; no monotone order, Spearman {rho:.2f}") + ")")
     else:
       und.append(f"{c2}: some model has no stabilised layer (median fraction {vals})")
   sel = [r for r in stab_rows if r["tokens"] == tok and r["estimator"] == est]

@@ -110,3 +110,6 @@ def test_convergence_claims():
   sup, con = t.split("Contradicted:")
   assert "within ~20%" in con and "larger models stabilise earlier" in con
   assert "not significant" in t and "far below" in t
+  ms.insert(1, model("d32", 32, 0.6, 0.0))  # d16 0.3, d32 0.6, d64 0.5: no monotone order
+  t = conv_claims(ms, stab(0.2, 0.4), "last", "biased", {})
+  assert "no monotone order, Spearman 0.50" in t.split("Not decided:")[1] and "Cause" not in t
