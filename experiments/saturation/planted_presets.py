@@ -111,9 +111,9 @@ PLANTED_PRESETS: dict[str, PlantedPreset] = {
                                   floor_max_iter=300),
     # 2 CPU cores: the recipe (η = 1e-2, λ = 0.1, 1% warm-up, cosine to 10%, Γ = 7.9
     # in 14,377 steps) at 8 x 64 tokens per step (7.4M fresh tokens per arm), one layer.
-    # Time: an ESTIMATE from 500-1000-step probes on a machine with load ~12 on 2 cores (d=8:
-    # 4 ms/step, d=64: 61 ms/step, both at 8 x 64): 10-25 min for the five arms on 2 quiet
-    # cores; not measured (BUILD_NOTES).
+    # Time (BUILD_NOTES): the five float32 arms took 832 s user + 57 s system CPU in session 7
+    # (67 min wall under heavy contention; quiet wall not measured); the bf16 arm is new and
+    # not yet timed at this scale.
     # Floors: gtol 1e-4 / 1000 L-BFGS iterations reproduce the guide's floor(d) − H (8: 0.624,
     # 16: 0.236, 64: 0.0068 nats) in ~2 min on the loaded machine (cached in OUT).
     "cpu-planted": PlantedPreset(arms=PYTHIA_ARMS + (BF16_ARM,), floor_gtol=1e-4,
