@@ -16,6 +16,7 @@ from experiments.convergence.presets import Preset, get_preset
 from experiments.convergence.summary import FRAC, summarise
 from experiments.shared import (DEFAULT_TEXT, RunsProgress, config_from, text_corpus, write_json,
                                 write_rows)
+from sbjax import optim
 from sbjax.analysis import samples
 from sbjax.config import Config, DataConfig
 from sbjax.data import make_dataset
@@ -100,6 +101,17 @@ def measure_one(src, batch, settings, mdir: Path) -> dict:
   return meta
 
 
+def per_variants_one(src, mdir: Path) -> None:
+  """measure/<model>/per_variants.csv: PER of the weights with r = every singular value and
+  with r = head_dim (``conv.per_variants``), skipped when its key file matches."""
+  key = _digest({"steps": src.steps, "model": str(src.model), "what": "per_variants"})
+  kpath = mdir / "per_variants.key"
+  if kpath.exists() and kpath.read_text() == key and (mdir / "per_variants.csv").exists():
+    return
+  write_rows(mdir / "per_variants.csv", conv.per_variants(src))
+  kpath.write_text(key)
+
+
 def train_all(out: Path, preset: str, data: str, widths, progress: RunsProgress):
   """Train (or skip) each width; returns (sources, fixed batch, data info)."""
   cfgs = configs(preset, data, widths)
@@ -118,7 +130,8 @@ def train_all(out: Path, preset: str, data: str, widths, progress: RunsProgress)
     sources.append(conv.workdir_source(wd, name))
   batch = samples.eval_sample(ds, get_preset(preset).knobs.n_sequences)
   info = {"source": dc.source, "corpus": Path(dc.path).name if dc.path else ds.name,
-          "vocab_size": ds.vocab_size, "train_seconds": timings}
+          "vocab_size": ds.vocab_size, "train_seconds": timings,
+          "gamma_total": {name: optim.gamma_total(cfg.train) for name, cfg in cfgs}}
   return sources, batch, info
 
 
@@ -159,6 +172,7 @@ def run(out: Path, preset: str, *, data: str = "", series: list | None = None,
   for s in sources:
     progress.start(f"measure {s.name} ({len(s.steps)} checkpoints)")
     metas.append(measure_one(s, batch, settings, out / "measure" / s.name))
+    per_variants_one(s, out / "measure" / s.name)
     progress.finish()
   progress.close()
   summarise(out, metas)

@@ -6,7 +6,9 @@ checkpoint after which its CKA-to-final stays ≥ 0.9 (not the first crossing).
 ``stabilisation.csv``: Spearman(PER, stabilisation step) within each (model, kind) stratum
 with its exact permutation p (n_layers! permutations), and the stratified test over all
 (model, kind) strata (T = mean within-stratum ρ, y permuted within strata), per token mode,
-estimator and PER column."""
+estimator and PER column. PER columns: ``per_weights_*`` (the preset's r), and, from
+``measure/<model>/per_variants.csv``, ``per_full_final`` (every singular value) and
+``per_head_dim_final`` (top head_dim, the authors' convention) of the same run."""
 
 from __future__ import annotations
 
@@ -101,7 +103,23 @@ def _with_stabilisation(rows: list[dict], cka: list[dict]) -> list[dict]:
   return rows
 
 
-PER_COLUMNS = ("per_weights_final", "per_weights_mean")
+PER_COLUMNS = ("per_weights_final", "per_weights_mean", "per_full_final", "per_head_dim_final")
+
+
+def _with_per_variants(rows: list[dict], variants: list[dict]) -> list[dict]:
+  """Adds per_<variant>_final and per_<variant>_r (the final checkpoint's PER under each
+  convention of ``conv.per_variant_ranks``) to each layer row."""
+  if not variants:
+    return rows
+  final = max(int(v["step"]) for v in variants)
+  got = {(v["variant"], v["kind"], int(v["layer"])): v for v in variants
+         if int(v["step"]) == final}
+  for r in rows:
+    for variant in ("full", "head_dim"):
+      v = got.get((variant, r["kind"], int(r["layer"])))
+      if v is not None:
+        r[f"per_{variant}_final"], r[f"per_{variant}_r"] = float(v["per"]), int(v["r"])
+  return rows
 
 
 def stabilisation_tests(layers: list[dict], n_perm: int = 10_000) -> list[dict]:
@@ -140,6 +158,8 @@ def summarise(out: Path, metas: list[dict]) -> None:
       r["layer"] = int(r["layer"])
     bands += _bands(m, cka)
     rows = _with_stabilisation(conv.layer_table(cka, per, FRAC), cka)
+    pv = mdir / "per_variants.csv"
+    rows = _with_per_variants(rows, read_rows(pv) if pv.exists() else [])
     layers += [{"model": m["model"], "width": m["width"], **r} for r in rows]
     models.append(_model_row(m, rows, steps))
   write_rows(out / "bands.csv", bands)

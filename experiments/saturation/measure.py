@@ -22,6 +22,7 @@ from experiments.saturation.presets import Knobs
 from experiments.saturation.windows import FILE as WINDOWS
 from experiments.shared import read_rows, write_rows
 from sbjax import checkpoint as ckpt
+from sbjax import optim
 from sbjax.heads import head_param_count
 from sbjax.model import Model, non_embedding_params
 from sbjax.studies import rise as rise_lib
@@ -78,6 +79,7 @@ def run_summary(wd: Path, k: Knobs) -> dict:
       "n_with_head": non_embedding_params(cfg.model) + head_param_count(cfg.model),
       "n_params": model.param_count(model.abstract_params()),
       "vocab_size": cfg.model.vocab_size, "steps": ev["final_step"],
+      "gamma_total": optim.gamma_total(cfg.train),
       "final_eval_loss": ev["final"], "best_eval_loss": ev["best"],
       "best_step": ev["best_step"], "rise": ev["rise"], "late_rise": int(ev["late_rise"]),
       "train_rise": train_rise, "train_late_rise": int(train_rise > k.rise_tol),

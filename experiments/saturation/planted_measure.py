@@ -12,6 +12,8 @@ tokens each, the same for every checkpoint and every arm):
 * head spectra (``sbjax.metrics.spectrum.head_spectra``, singular values by SVD, exact at
   these sizes): ``kl_raw``, ``erank_raw`` of W and ``kl_centred``, ``erank_centred`` of
   (I − 11ᵀ/V) W;
+* ``w_error_raw_<r>``, ``w_error_centred_<r>`` (r ∈ ``W_ERROR_DIMS``): W-error(r) =
+  sqrt(Σ_{i>r} σ_i²) / sqrt(Σ σ_i²) of W and of (I − 11ᵀ/V) W (0 when r ≥ d);
 * ``ln_f_bias_norm``: ‖b‖₂ of the final LayerNorm bias; ``gamma`` = λ Σ_{t<s} η_t.
 """
 
@@ -23,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from experiments.saturation.planted_presets import arm_name
 from sbjax import checkpoint as ckpt
 from sbjax import heads as heads_lib
 from sbjax import optim
@@ -30,6 +33,15 @@ from sbjax.metrics import anisotropy as aniso_lib
 from sbjax.metrics import spectrum
 from sbjax.model import Model
 from sbjax.studies import rise as rise_lib
+
+
+W_ERROR_DIMS = (2, 4, 8)  # W-error(r) columns (r >= d gives 0: the head has rank <= d)
+
+
+def _w_error_cols(m: dict) -> dict:
+  """w_error_raw_<r>, w_error_centred_<r> for r in W_ERROR_DIMS."""
+  return {f"w_error_{kind}_{r}": float(m[f"w_error_{kind}"][j])
+          for kind in ("raw", "centred") for j, r in enumerate(W_ERROR_DIMS)}
 
 
 @functools.lru_cache(maxsize=8)
@@ -43,8 +55,10 @@ def _checkpoint_fn(mc):
     rb = -jnp.sum(probs[c] * logq, axis=-1)  # (W, T)
     nll = -jnp.take_along_axis(logq, y[..., None], axis=-1)[..., 0]
     h = ex["h"].reshape(-1, ex["h"].shape[-1])
-    sp = spectrum.head_spectra(heads_lib.head_matrix(params, mc), method="svd")
-    return {"rb_W": rb.mean(-1), "nll_W": nll.mean(-1), "anisotropy_last": aniso_lib.anisotropy(h),
+    sp = spectrum.head_spectra(heads_lib.head_matrix(params, mc), d=jnp.asarray(W_ERROR_DIMS),
+                               method="svd")
+    return {"w_error_raw": sp["raw"]["w_error"], "w_error_centred": sp["centred"]["w_error"],
+            "rb_W": rb.mean(-1), "nll_W": nll.mean(-1), "anisotropy_last": aniso_lib.anisotropy(h),
             "kl_raw": sp["raw"]["kl_to_uniform"], "erank_raw": sp["raw"]["effective_rank"],
             "kl_centred": sp["centred"]["kl_to_uniform"],
             "erank_centred": sp["centred"]["effective_rank"]}
@@ -72,6 +86,7 @@ def measure_arm(wd, windows_WxT1: np.ndarray, lang) -> tuple[list[dict], np.ndar
                  "eval_loss": float(np.mean(m["nll_W"])),
                  **{k: float(m[k]) for k in ("anisotropy_last", "kl_raw", "kl_centred",
                                              "erank_raw", "erank_centred")},
+                 **_w_error_cols(m),
                  "ln_f_bias_norm": float(np.linalg.norm(np.asarray(bias))) if bias is not None
                  else float("nan")})
   return rows, np.stack(losses)
@@ -96,8 +111,9 @@ def arm_summary(rows: list[dict], losses_KxW: np.ndarray, train_recs: list[dict]
   ok = np.isfinite(tr)
   train_rise = float(rise_lib.rise_statistic(steps[ok], tr[ok], total, p.after)) if ok.any() \
       else float("nan")
-  out = {"arm": f"d{cfg.model.d_model}-wd{cfg.train.weight_decay:g}", "d": cfg.model.d_model,
-         "weight_decay": cfg.train.weight_decay, "steps": total,
+  out = {"arm": arm_name(cfg.model.d_model, cfg.train.weight_decay, cfg.model.dtype),
+         "d": cfg.model.d_model, "weight_decay": cfg.train.weight_decay,
+         "dtype": cfg.model.dtype, "steps": total,
          "gamma_total": optim.gamma_total(cfg.train), "rise": rt["rise"], "rise_ci_lo": rt["ci_lo"],
          "rise_ci_hi": rt["ci_hi"], "rise_verdict": rt["verdict"],
          "rise_onset_step": rt["onset_step"], "rise_peak_step": rt["peak_step"],

@@ -21,10 +21,17 @@ from sbjax.config import Config, TrainConfig
 class Arm:
   d: int  # model width = head rank bound
   weight_decay: float  # λ
+  dtype: str = "float32"  # compute dtype (model.dtype); softmax and loss stay float32
 
   @property
   def name(self) -> str:
-    return f"d{self.d}-wd{self.weight_decay:g}"
+    return arm_name(self.d, self.weight_decay, self.dtype)
+
+
+def arm_name(d: int, weight_decay: float, dtype: str = "float32") -> str:
+  """d<d>-wd<λ>, with a -bf16 / -fp16 suffix for a reduced-precision arm."""
+  suffix = {"float32": "", "bfloat16": "-bf16", "float16": "-fp16"}.get(dtype, f"-{dtype}")
+  return f"d{d}-wd{weight_decay:g}{suffix}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +48,7 @@ class PlantedPreset:
   head_dim: int = 8  # heads = max(1, d // head_dim)
   ckpt_every: int = 250  # besides the log-spaced 0, 1, 2, 4, ..., 512
   log_every: int = 25
+  streaming: bool = False  # train batches sampled on demand (data.planted_train_tokens = 0)
   # the planted mixture language
   vocab: int = 256
   rank: int = 8
@@ -72,10 +80,11 @@ def arm_config(p: PlantedPreset, arm: Arm) -> Config:
   return config_from("planted", {
       "model.vocab_size": p.vocab, "model.d_model": arm.d, "model.n_layers": p.n_layers,
       "model.n_heads": max(1, arm.d // p.head_dim), "model.max_len": p.seq_len,
+      "model.dtype": arm.dtype,
       "data.source": "planted_mix", "data.planted_vocab": p.vocab, "data.planted_rank": p.rank,
       "data.planted_mix": p.n_mix, "data.planted_alpha": p.alpha, "data.planted_context": 1,
       "data.planted_seed": p.lang_seed,
-      "data.planted_train_tokens": steps * p.batch * p.seq_len + 1,
+      "data.planted_train_tokens": 0 if p.streaming else steps * p.batch * p.seq_len + 1,
       "data.planted_val_tokens": max(p.val_windows, p.batch) * p.seq_len + 1,
       "train.steps": steps, "train.batch_size": p.batch, "train.seq_len": p.seq_len,
       "train.lr": p.lr, "train.warmup_steps": int(round(p.warmup_frac * steps)),
@@ -89,6 +98,9 @@ def arm_config(p: PlantedPreset, arm: Arm) -> Config:
 # Pythia's arms: d ∈ {8, 16, 64} at Γ ≈ 7.9; d = 8 at λ = 0.03 (Γ ≈ 2.4, Pythia-410m); d = 64
 # at the same λ = 0.03, so that width and Γ are decoupled.
 PYTHIA_ARMS = (Arm(8, 0.1), Arm(16, 0.1), Arm(64, 0.1), Arm(8, 0.03), Arm(64, 0.03))
+# ... and d = 8 at Γ ≈ 7.9 computed in bfloat16 (Pythia trained in fp16; parameters, softmax
+# and loss stay float32): the precision arm
+BF16_ARM = Arm(8, 0.1, "bfloat16")
 
 PLANTED_PRESETS: dict[str, PlantedPreset] = {
     # the e2e test: a tiny language, one arm (each arm costs ~15 s of compilation on CPU;
@@ -99,16 +111,19 @@ PLANTED_PRESETS: dict[str, PlantedPreset] = {
                                   floor_max_iter=300),
     # 2 CPU cores: the issue's recipe (η = 1e-2, λ = 0.1, 1% warm-up, cosine to 10%, Γ = 7.9
     # in 14,377 steps) at 8 x 64 tokens per step (7.4M fresh tokens per arm), one layer.
-    # Time: an ESTIMATE from 500-1000-step probes on a machine with load ~12 on 2 cores (d=8:
-    # 4 ms/step, d=64: 61 ms/step, both at 8 x 64): 10-25 min for the five arms on 2 quiet
-    # cores; not measured (BUILD_NOTES).
+    # Time (BUILD_NOTES): the five float32 arms took 832 s user + 57 s system CPU in session 7
+    # (67 min wall under heavy contention; quiet wall not measured); the bf16 arm is new and
+    # not yet timed at this scale.
     # Floors: gtol 1e-4 / 1000 L-BFGS iterations reproduce the guide's floor(d) − H (8: 0.624,
     # 16: 0.236, 64: 0.0068 nats) in ~2 min on the loaded machine (cached in OUT).
-    "cpu-planted": PlantedPreset(arms=PYTHIA_ARMS, floor_gtol=1e-4, floor_max_iter=1000),
+    "cpu-planted": PlantedPreset(arms=PYTHIA_ARMS + (BF16_ARM,), floor_gtol=1e-4,
+                                 floor_max_iter=1000),
     # Pythia-14m's learning rate (1e-3) and step count for Γ = 7.9 (143,770 steps, Pythia:
-    # 143,000) at 32 x 64 tokens per step (294M fresh tokens per arm), 2 layers; not run yet
-    "tpu-planted": PlantedPreset(arms=PYTHIA_ARMS, lr=1e-3, batch=32, n_layers=2,
-                                 ckpt_every=1000, log_every=100, val_windows=256),
+    # 143,000) at 32 x 64 tokens per step (294M fresh tokens per arm, sampled on demand:
+    # sbjax.data.planted_stream), 2 layers; not run yet
+    "tpu-planted": PlantedPreset(arms=PYTHIA_ARMS + (BF16_ARM,), lr=1e-3, batch=32, n_layers=2,
+                                 ckpt_every=1000, log_every=100, val_windows=256,
+                                 streaming=True),
 }
 
 

@@ -12,6 +12,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from experiments.saturation.planted_reading import reading  # noqa: E402
 from experiments.shared import fmt, read_rows  # noqa: E402
 
 PLANTED_FIGS = {"loss": "fig_planted_loss_gamma.png",
@@ -99,6 +100,7 @@ def report_section(out: Path, rel: str = ".") -> str:
   out = Path(out)
   draw(out)
   arms = read_rows(out / "planted_arms.csv")
+  ck = _by_arm(read_rows(out / "planted_checkpoints.csv"))
   meta = json.loads((out / "planted_meta.json").read_text())
   k, lang = meta["knobs"], meta["language"]
   n_yes = sum(a["rise_verdict"] == "yes" for a in arms)
@@ -119,11 +121,7 @@ def report_section(out: Path, rel: str = ".") -> str:
       *_table(arms), "",
       f"![expected loss vs Γ]({rel}/{PLANTED_FIGS['loss']})",
       f"![KL and anisotropy vs Γ]({rel}/{PLANTED_FIGS['kl_anisotropy']})", "",
-      f"**Reading.** {n_yes} of {len(arms)} arms show a late rise and {n_coin} a coincident "
-      f"spectrum collapse. The data support {ACCOUNTS[meta['account']]}. Godey et al. report "
-      "a late rise with head-spectrum collapse in the small models; "
-      + ("these arms reproduce a rise (" + ", ".join(
-          a["arm"] for a in arms if a["rise_verdict"] == "yes") + ")" if n_yes else
-         "these arms do not reproduce it") + ". Final gaps to the exact floor(d): "
-      + ", ".join(f"{a['arm']} {fmt(a['gap_to_floor'], 3)} nats" for a in arms) + ".", ""]
+      f"{n_yes} of {len(arms)} arms show a late rise and {n_coin} a coincident spectrum "
+      f"collapse; account: {meta['account']} ({ACCOUNTS[meta['account']]}).", "",
+      reading(arms, ck, k, meta["account"]), ""]
   return "\n".join(lines)

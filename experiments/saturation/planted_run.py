@@ -81,7 +81,8 @@ def run_planted(out: Path, preset, verbose: bool = True) -> dict:
     fl = floors[arm.d]
     arms.append(pm.arm_summary(rows, losses, train_recs, cfg, p, float(fl["floor"]),
                                float(fl["H"])))
-    ck_rows += [{"arm": arm.name, "d": arm.d, "weight_decay": arm.weight_decay, **r} for r in rows]
+    ck_rows += [{"arm": arm.name, "d": arm.d, "weight_decay": arm.weight_decay,
+                 "dtype": arm.dtype, **r} for r in rows]
     timings[arm.name] = {"train_s": round(t2 - t1, 1),
                          "measure_s": round(time.perf_counter() - t2, 1)}
     progress.finish(trained)

@@ -31,6 +31,7 @@ import numpy as np
 
 from sbjax.data import builders
 from sbjax.data import planted_mos as planted_mos_lib
+from sbjax.data import planted_stream
 from sbjax.data import tokenizer as tokenizer_lib
 from sbjax.data import tokens as tokens_source
 from sbjax.data.text import DataError, cached_array, encode_documents, slug
@@ -144,6 +145,38 @@ class Dataset:
     return d
 
 
+class StreamingPlanted(Dataset):
+  """A planted source with ``planted_train_tokens = 0``: train batches sampled on demand,
+  pure in (planted_seed, data_seed, i) (``sbjax.data.planted_stream``); no stored train
+  stream, no epochs. The validation split is stored as usual."""
+
+  def __init__(self, lang, val_tokens: np.ndarray, *, planted_seed: int, **kw):
+    n = kw["global_batch_size"] * kw["seq_len"] + 1  # a placeholder for Dataset's checks
+    super().__init__(np.zeros(n, np.int32), val_tokens, planted=lang, **kw)
+    self.planted_seed = int(planted_seed)
+    self._extra.update(streaming=True)
+
+  def train_windows(self, i: int) -> np.ndarray:
+    raise ValueError(f"{self.name}: a streaming planted source (data.planted_train_tokens=0) "
+                     "has no stored train windows; use train_batch(i)")
+
+  def train_batch(self, i: int) -> np.ndarray:
+    """int32 [global_batch / process_count, seq_len + 1]; pure in (seeds, i)."""
+    full = planted_stream.global_train_batch(self.planted, self.planted_seed, self.seed, i,
+                                             self.global_batch_size, self.seq_len)
+    lo = self.process_index * self.batch_size
+    return full[lo:lo + self.batch_size]
+
+  @property
+  def steps_per_epoch(self) -> float:
+    return float("inf")  # fresh tokens every step
+
+  def info(self) -> dict[str, Any]:
+    d = super().info()
+    d.update(n_train_tokens=None, n_train_windows=None, steps_per_epoch=None)
+    return d
+
+
 def _process(process_index, process_count) -> tuple[int, int]:
   if process_index is None or process_count is None:
     process_index = jax.process_index() if process_index is None else process_index
@@ -191,6 +224,13 @@ def make_dataset(cfg, *, seq_len: int, global_batch_size: int, seed: int = 0,
     params = builders.planted_params(cfg)
     if cfg.source == "planted_mos":  # its mixture size and gates key the streams too
       params.update(planted_mos_lib.mos_params(cfg))
+    if cfg.planted_train_tokens == 0:  # train batches on demand (sbjax.data.planted_stream)
+      val = lang.sample([params["seed"], 2], int(params["val_tokens"]))
+      return StreamingPlanted(
+          lang, val, planted_seed=cfg.planted_seed, vocab_size=cfg.planted_vocab, source=cfg.source,
+          name=f"{cfg.source}(v={cfg.planted_vocab}, k={cfg.planted_rank}, seed="
+          f"{cfg.planted_seed}, streaming)", extra_info={"planted": lang.info(),
+                                                        "entropy_nats": lang.entropy}, **common)
     if workdir or cfg.tfds_data_dir:
       data_dir = cfg.tfds_data_dir or str(Path(workdir) / "tfds")
       streams = builders.prepare_planted(params, data_dir, lang)

@@ -318,3 +318,33 @@ def measure(source: Source, batch: np.ndarray, settings: ConvergenceSettings | N
       progress(f"{source.name}: {min(g0 + k, len(order))}/{len(order)} checkpoints")
   key = lambda r: (r["step"],)  # noqa: E731
   return tuple(sorted(rows, key=key) for rows in out)
+
+
+# ------------------------------------------------------------------------------ PER variants
+def per_variant_ranks(mc: ModelConfig) -> dict:
+  """{variant: (r_mlp, r_ov)}: ``full`` = every singular value (MLP: min(F, D); OV: D, so
+  the head_dim nonzero ones over D, a fixed rescale of the head_dim PER within a model) and
+  ``head_dim`` = the top head_dim for MLP and OV (the authors' notebook convention)."""
+  return {"full": (min(mc.ff_dim, mc.d_model), mc.d_model),
+          "head_dim": (min(mc.head_dim, mc.ff_dim, mc.d_model), mc.head_dim)}
+
+
+def per_variants(source: Source, steps: Iterable[int] | None = None, group: int = 8) -> list:
+  """PER of the weights under both conventions (``per_variant_ranks``) at every checkpoint
+  (float64 host spectra, ``sbjax.analysis.layerwise.layer_pers``); no forward pass. Rows:
+  step, kind, layer, variant, per, r."""
+  mc = source.model
+  steps = sorted(source.steps if steps is None else steps)
+  ranks = per_variant_ranks(mc)
+  rows = []
+  for g0 in range(0, len(steps), group):
+    ss = steps[g0:g0 + group]
+    for s, p in zip(ss, source.load(ss)):
+      for variant, (rm, ro) in ranks.items():
+        pers = layerwise.layer_pers(p, mc, rm, ro, host=True)
+        for kind in KINDS:
+          r = rm if kind == "mlp" else ro
+          rows += [{"step": int(s), "kind": kind, "layer": layer, "variant": variant,
+                    "per": float(pers[kind][layer]), "r": int(r)}
+                   for layer in range(mc.n_layers)]
+  return rows

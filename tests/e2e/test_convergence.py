@@ -229,6 +229,24 @@ def test_per_against_numpy_svd(out):
       assert row[0]["per"] == pytest.approx(v, rel=2e-4), (kind, i)
   meta = json.loads((out / "measure" / f"d{w}" / "meta.json").read_text())
   assert meta["per_r"] == {"mlp": w, "ov": mc.head_dim, "grad_mlp": w, "grad_ov": 2 * mc.head_dim}
+  # both PER conventions of the same run (per_variants.csv -> layers.csv) at the final step
+  final = max(r["step"] for r in per)
+  _, p, _ = ckpt.load_params(wd, final)
+  layers = [r for r in read_csv(out / "layers.csv") if r["model"] == f"d{w}"
+            and r["tokens"] == "last" and r["estimator"] == "biased"]
+  for i in range(mc.n_layers):
+    b = p[f"block_{i}"]
+    s2 = np.linalg.svd(np.asarray(b["mlp"]["fc_out_kernel"], np.float64), compute_uv=False)
+    wv = np.asarray(b["attn"]["v_kernel"], np.float64)
+    wo = np.asarray(b["attn"]["o_kernel"], np.float64)
+    sov = [np.linalg.svd(wv[:, h] @ wo[h], compute_uv=False) for h in range(mc.n_heads)]
+    want = {("mlp", "full"): _np_per(s2, min(s2.size, w)),
+            ("mlp", "head_dim"): _np_per(s2, mc.head_dim),
+            ("ov", "full"): np.mean([_np_per(s, w) for s in sov]),
+            ("ov", "head_dim"): np.mean([_np_per(s, mc.head_dim) for s in sov])}
+    for (kind, variant), v in want.items():
+      row = [r for r in layers if r["layer"] == i and r["kind"] == kind]
+      assert len(row) == 1 and row[0][f"per_{variant}_final"] == pytest.approx(v, rel=2e-4)
 
 
 def test_gradient_per_against_numpy_svd():

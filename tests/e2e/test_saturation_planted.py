@@ -14,6 +14,7 @@ from experiments.saturation.planted_report import PLANTED_FIGS, report_section
 from experiments.saturation.planted_run import run_planted, validation_windows
 from experiments.shared import read_rows
 from sbjax import checkpoint as ckpt
+from sbjax import heads
 from sbjax import optim
 from sbjax.data import make_dataset
 from sbjax.model import Model
@@ -56,6 +57,14 @@ def test_checkpoints_gamma_and_expected_loss(done):
   with np.load(out / "runs" / P.arms[0].name / "planted_windows.npz") as z:
     losses = z["expected_loss_KxW"]
   np.testing.assert_allclose(losses[-1], by_window, rtol=2e-5)
+  # the W-error columns of the last checkpoint: numpy SVDs of W and (I − 11ᵀ/V) W
+  w = np.asarray(heads.head_matrix(params, cfg.model), np.float64)  # V x d
+  last = [r for r in read_rows(out / "planted_checkpoints.csv") if r["arm"] == P.arms[0].name][-1]
+  for kind, m in (("raw", w), ("centred", w - w.mean(0))):
+    s = np.linalg.svd(m, compute_uv=False)
+    for r in pm.W_ERROR_DIMS:
+      want = np.sqrt((s[r:] ** 2).sum() / (s ** 2).sum())
+      assert last[f"w_error_{kind}_{r}"] == pytest.approx(want, rel=1e-4, abs=1e-6)
   # Gibbs: never below the entropy of the same positions
   h = ds.planted.row_entropy[win[:, :-1]].mean(-1)
   assert np.all(losses >= h[None, :] - 1e-5)
@@ -79,7 +88,8 @@ def test_arm_table(done):
   for f in PLANTED_FIGS.values():
     b = (out / f).read_bytes()
     assert b[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", b[16:24])[0] > 100
-  assert "| d8-wd0.03 | 8 | 0.03 |" in section and "The data support" in section
+  assert "| d8-wd0.03 | 8 | 0.03 |" in section and f"account: {meta['account']}" in section
+  assert "Supported here:" in section and "Contradicted here:" in section
 
 
 def test_account_rules():
