@@ -37,6 +37,9 @@ class Knobs:
   mix_gate: str = "uniform"
   mos_dim: int = 0  # model.mos_dim of the mos runs (0 = d_model)
   mos_act: str = "tanh"  # model.mos_act of the mos runs
+  # train.seed (the init; the data stream is shared) of every part-2 run: each (label, seed) is one run, labelled
+  # "label" for seed 0 and "label-s<seed>" otherwise; the report gives the seed spread
+  mix_seeds: tuple = (0,)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,7 +81,7 @@ PRESETS: dict[str, Preset] = {
     "cpu": Preset(BASE, overrides(steps=1000),
                   Knobs(ranks=(1, 2, 3, 4, 6, 8, 9, 10, 16, 32, 64), mix_steps=1000,
                         mix_m=8, mix_k=8, mix_source="planted_mos", mix_alpha=8.0,
-                        mos_dim=9, mos_act="linear",
+                        mos_dim=9, mos_act="linear", mix_seeds=(0, 1),
                         mix_runs=(("mos", "mos", 16, 8), ("lowrank", "lowrank", 16, 0),
                                   ("lowrank-d16", "lowrank", 16, 16),
                                   ("sigsoftmax", "sigsoftmax", 16, 0)))),

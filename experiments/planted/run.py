@@ -8,7 +8,8 @@ import time
 from pathlib import Path
 
 from experiments.planted import report
-from experiments.planted.configs import knee_configs, mix_configs, settings, validate
+from experiments.planted.configs import (arm_label, knee_configs, mix_configs, settings,
+                                        validate)
 from experiments.planted.measure import measure
 from experiments.planted.presets import Preset, get_preset
 from experiments.shared import RunsProgress, read_rows, write_json, write_rows
@@ -108,7 +109,8 @@ def _mixture(out: Path, mconfs, p: Preset, progress, verbose: bool):
     res = _measured(progress, f"mix {label}", cfg, out / "runs" / f"mix-{label}", mds, p, verbose)
     lowrank = _has_rank(cfg)
     fl = float(mfloors[cfg.model.rank]["floor"]) if lowrank else float("nan")
-    mrows.append({"label": label, "head": cfg.model.head, "d_model": cfg.model.d_model,
+    mrows.append({"label": label, "arm": arm_label(label, cfg.train.seed),
+                  "seed": cfg.train.seed, "head": cfg.model.head, "d_model": cfg.model.d_model,
                   "rank": cfg.model.rank if lowrank else 0,
                   "n_mix": cfg.model.n_mix if not lowrank else 0,
                   "head_params": res["head_params"], "eval_loss": res["eval_loss"],
