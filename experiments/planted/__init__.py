@@ -17,23 +17,29 @@ knee is the smallest r with ``expected_loss − H ≤ tol`` (0.05 nats). Checks 
 knee = k + 1 ± 1; every r ≥ k + 1 within tol of H; every r ≤ k/2 above H by at least
 floor(r) − H − 0.02.
 
-Part 2 (high rank). A mixture of M softmaxes of planted rank k each (``PlantedMixture``) has a
-high-rank log-probability matrix. ``mos`` heads (M components) are compared with ``lowrank``
-heads whose head parameter count is matched (``sbjax.heads.head_param_count``), plus the
-lowrank floor at that rank. The mos runs use their own ``model.init_std`` (``mos_init_std``;
-see the Knobs). At matched head parameters the lowrank rank r is about the mos width d, so
-r ≥ M k + 1 spans every component and only the log-sum-exp nonlinearity is out of its reach:
-the floor gap at r is small (0.03 nats for the cpu mixture, at most ~0.08 over mixtures a d=16
-mos head can represent), and whether mos beats lowrank is reported, not assumed.
+Part 2 (breaking the bottleneck). A high-rank language, by default (quick and cpu presets)
+the planted MoS language (``source=planted_mos``: P(w|c) = Σ_m π_m softmax(α(R_m u_c)·y_w/√k
++ b_w), one shared Y, M rotations R_m) which a MoS head with component dimension e = k + 1
+and linear components represents exactly, while its centred log P has rank ≈ V − 1. Every
+head gets the same trunk (d = 16): ``mos`` (e = k + 1) against ``lowrank`` at the matched head
+parameter count (``sbjax.heads.head_param_count``; r = 13 at V = 256, k = 8), plus r = d and
+a matched ``sigsoftmax`` (cpu), each at the init seeds ``mix_seeds``, and the exact lowrank
+floor at each rank. The report gives per head the mean gap to H over seeds, the seed spread
+(max − min), and the verdict (``mix_stats``): MoS − H ≤ 0.03, matched lowrank − H ≥ its floor
+gap, and whether the margin exceeds 5× the spread. Whether MoS wins is reported, not assumed.
+The test preset keeps the older ``planted_mix`` (independent output embeddings per
+component). ``--parts=mix`` runs part 2 alone.
 
 Outputs in OUT: ``planted.csv`` (rank, eval_loss, eval_acc, expected_loss, floor, H, gap,
 floor_gap), ``planted_floor.csv`` (the floor fit with its convergence record),
-``planted_mix.csv``, ``planted_meta.json``, ``fig_planted_knee.png``, ``fig_planted_mix.png``,
+``planted_mix.csv`` (one row per run, with its arm and seed), ``planted_mix_floor.csv``,
+``planted_meta.json``, ``fig_planted_knee.png``, ``fig_planted_mix.png``,
 ``runs/`` (workdirs; finished runs are skipped on a rerun).
 
 Layout: ``presets.py`` (PRESETS: config overrides + Knobs), ``configs.py`` (the Configs of
 both parts), ``measure.py`` (the Rao-Blackwellised loss), ``run.py`` (``run``: floors, training,
-CSVs), ``report.py`` (``report_section`` and the figures, from the CSVs only).
+CSVs), ``mix_stats.py`` (part 2's seed statistics), ``report.py`` (``report_section`` and the
+figures, from the CSVs only).
 """
 
 from experiments.planted.configs import knee_configs, matched_rank, mix_configs, validate

@@ -13,12 +13,13 @@ from experiments.planted import PRESETS, run, summarize
 
 OUT = flags.DEFINE_string("out", "out/planted", "output directory")
 PRESET = flags.DEFINE_enum("preset", "cpu", list(PRESETS), " | ".join(PRESETS))
+PARTS = flags.DEFINE_list("parts", ["knee", "mix"], "knee,mix (part 1, part 2) or one of them")
 
 
 def main(argv):
   del argv
   out = Path(OUT.value)
-  run(out, PRESET.value)
+  run(out, PRESET.value, parts=tuple(PARTS.value))
   print(json.dumps({"out": str(out), **summarize(out)}))
 
 

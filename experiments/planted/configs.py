@@ -50,9 +50,29 @@ def _matched(base: str, o: dict, head_params: int, d_model: int) -> int:
   return min(range(1, d_model + 1), key=lambda r: (abs(count(r) - head_params), r))
 
 
+def seed_label(label: str, seed: int) -> str:
+  """The label of run (label, seed) of part 2: ``label`` for seed 0, else ``label-s<seed>``."""
+  return label if int(seed) == 0 else f"{label}-s{int(seed)}"
+
+
+def arm_label(label: str, seed: int) -> str:
+  """The inverse of ``seed_label``: the run's label without its seed suffix."""
+  suffix = f"-s{int(seed)}"
+  return label[:-len(suffix)] if int(seed) != 0 and label.endswith(suffix) else label
+
+
 def mix_configs(p: Preset) -> list:
-  """(label, Config) of part 2, validated; a lowrank run with n_mix=0 gets the rank whose head
-  parameter count matches the first mos run."""
+  """(label, Config) of part 2, validated, for every run of ``mix_runs`` and seed of
+  ``mix_seeds`` (``seed_label``); a lowrank run with n_mix=0 gets the rank whose head
+  parameter count matches the first mos run. The seed is ``train.seed`` (the init); the data stream is shared
+  (one dataset for part 2, as ``run`` builds it)."""
+  return [(seed_label(label, s),
+           dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, seed=int(s))))
+          for label, cfg in _mix_arms(p) for s in p.knobs.mix_seeds]
+
+
+def _mix_arms(p: Preset) -> list:
+  """(label, Config) of part 2 at seed 0 (see ``mix_configs``)."""
   out, mos_params = [], None
   base, vocab = mix_overrides(p), p.overrides["model.vocab_size"]
   for label, head, d_model, n in p.knobs.mix_runs:

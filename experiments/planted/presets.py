@@ -37,6 +37,9 @@ class Knobs:
   mix_gate: str = "uniform"
   mos_dim: int = 0  # model.mos_dim of the mos runs (0 = d_model)
   mos_act: str = "tanh"  # model.mos_act of the mos runs
+  # train.seed (the init; the data stream is shared) of every part-2 run: each (label, seed) is one run, labelled
+  # "label" for seed 0 and "label-s<seed>" otherwise; the report gives the seed spread
+  mix_seeds: tuple = (0,)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,19 +69,23 @@ PRESETS: dict[str, Preset] = {
                    Knobs(ranks=(1, 16), measure_batches=2, mix_m=2, mix_k=2,
                          mix_runs=(("mos", "mos", 16, 2), ("lowrank", "lowrank", 16, 0)),
                          mix_steps=30)),
-    # `reproduce --quick`: 7 ranks, 600 steps each, no mixture runs beyond two
+    # `reproduce --quick`: 7 ranks, 600 steps each; part 2 on the planted MoS language of the
+    # cpu preset (V=256, M=8, k=8, alpha=8): MoS e=k+1=9 linear vs the parameter-matched
+    # lowrank (r=13), both at d=16, two init seeds each
     "quick": Preset(BASE, overrides(steps=600),
                     Knobs(ranks=(1, 2, 4, 8, 9, 16, 64), measure_batches=16,
-                          mix_runs=(("mos", "mos", 16, 4), ("lowrank", "lowrank", 64, 0)),
+                          mix_m=8, mix_k=8, mix_source="planted_mos", mix_alpha=8.0,
+                          mos_dim=9, mos_act="linear", mix_seeds=(0, 1),
+                          mix_runs=(("mos", "mos", 16, 8), ("lowrank", "lowrank", 16, 0)),
                           mix_steps=600)),
     # <= 20 min on 2 CPU cores
     # part 2 on the planted MoS language (V=256, M=8, k=8, alpha=8), every head at d=16: MoS
     # with e=k+1=9 linear components, the parameter-matched lowrank (r=13), r=d=16 and a
-    # parameter-matched sigsoftmax. Designed, not yet timed on a quiet machine.
+    # parameter-matched sigsoftmax; two init seeds per head (mix_seeds).
     "cpu": Preset(BASE, overrides(steps=1000),
                   Knobs(ranks=(1, 2, 3, 4, 6, 8, 9, 10, 16, 32, 64), mix_steps=1000,
                         mix_m=8, mix_k=8, mix_source="planted_mos", mix_alpha=8.0,
-                        mos_dim=9, mos_act="linear",
+                        mos_dim=9, mos_act="linear", mix_seeds=(0, 1),
                         mix_runs=(("mos", "mos", 16, 8), ("lowrank", "lowrank", 16, 0),
                                   ("lowrank-d16", "lowrank", 16, 16),
                                   ("sigsoftmax", "sigsoftmax", 16, 0)))),

@@ -13,6 +13,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - after choosing the non-interactive backend
 import numpy as np  # noqa: E402
 
+from experiments.planted.mix_stats import MOS_TOL, arms, verdict  # noqa: E402
 from experiments.shared import fmt, read_rows  # noqa: E402
 from sbjax.studies.floor import knee  # noqa: E402
 
@@ -49,6 +50,7 @@ def summarize(out: Path) -> dict:
       "high_max_gap": max((r["gap"] for r in high), default=float("nan")),
       "low_ok": bool(low) and all(r["gap"] >= r["floor_gap"] - margin for r in low),
       "low_min_excess": min((r["gap"] - r["floor_gap"] for r in low), default=float("nan")),
+      "mix": verdict(read_rows(Path(out) / CSV_MIX)) if (Path(out) / CSV_MIX).exists() else None,
   }
 
 
@@ -142,19 +144,21 @@ def _mix_lines(out: Path, rel: str) -> list[str]:
     lines.append(f"| {v['label']} | {v['head']} | {int(v['d_model'])} | {int(v['rank'])} | "
                  f"{int(v['n_mix'])} | {int(v['head_params'])} | {_f(v['expected_loss'])} | "
                  f"{_f(v['floor'])} | {_f(v['H'])} | {_f(v['gap'])} |")
-  mos = [v for v in m if v["head"] == "mos"]
-  lows = [v for v in m if v["head"] == "lowrank"]
-  if mos and lows:
-    mos0 = mos[0]
-    matched = [v for v in lows if v["head_params"] <= mos0["head_params"] * 1.05]
-    beat = all(mos0["expected_loss"] < v["expected_loss"] for v in matched) if matched else None
-    mix_txt = (f"On the mixture (H = {_f(mos0['H'])}), the mos head ({int(mos0['head_params'])} "
-               f"head parameters) reaches gap {_f(mos0['gap'])}; lowrank heads with at most as "
-               "many head parameters reach "
-               + ", ".join(f"{_f(v['gap'])} (r = {int(v['rank'])}, floor gap {_f(v['floor_gap'])})"
-                           for v in matched)
-               + f". mos beats them: {YES[beat] if beat is not None else 'n/a'}.")
-    lines += ["", mix_txt]
+  v = verdict(m)
+  if v is not None:
+    lines += ["", "| arm | head | rank | head_params | seeds | mean gap | seed spread | floor gap |",
+              "|---|---|---|---|---|---|---|---|"]
+    for a in arms(m):
+      lines.append(f"| {a['arm']} | {a['head']} | {a['rank']} | {a['head_params']} | {a['n']} | "
+                   f"{_f(a['mean'])} | {_f(a['spread'])} | {_f(a['floor_gap'])} |")
+    lines += ["", f"On the mixture (H = {_f(m[0]['H'])}), over {v['seeds']} seed(s): "
+              f"{v['mos_arm']} − H = {_f(v['mos_gap'])} (≤ {MOS_TOL}: "
+              f"{YES[v['mos_within_tol']]}); the best parameter-matched lowrank arm "
+              f"{v['lowrank_arm']} − H = {_f(v['lowrank_gap'])} (its exact floor gap "
+              f"{_f(v['lowrank_floor_gap'])}; at or above it: "
+              f"{YES[v['lowrank_at_or_above_floor']]}). MoS beats lowrank: "
+              f"{YES[v['mos_beats']]} by {_f(v['margin'])} nats; seed spread {_f(v['spread'])}; "
+              f"margin > 5 × spread: {YES[v['margin_over_5_spread']]}."]
   return lines + below_floor_lines(m)
 
 

@@ -8,7 +8,8 @@ import time
 from pathlib import Path
 
 from experiments.planted import report
-from experiments.planted.configs import knee_configs, mix_configs, settings, validate
+from experiments.planted.configs import (arm_label, knee_configs, mix_configs, settings,
+                                        validate)
 from experiments.planted.measure import measure
 from experiments.planted.presets import Preset, get_preset
 from experiments.shared import RunsProgress, read_rows, write_json, write_rows
@@ -108,7 +109,8 @@ def _mixture(out: Path, mconfs, p: Preset, progress, verbose: bool):
     res = _measured(progress, f"mix {label}", cfg, out / "runs" / f"mix-{label}", mds, p, verbose)
     lowrank = _has_rank(cfg)
     fl = float(mfloors[cfg.model.rank]["floor"]) if lowrank else float("nan")
-    mrows.append({"label": label, "head": cfg.model.head, "d_model": cfg.model.d_model,
+    mrows.append({"label": label, "arm": arm_label(label, cfg.train.seed),
+                  "seed": cfg.train.seed, "head": cfg.model.head, "d_model": cfg.model.d_model,
                   "rank": cfg.model.rank if lowrank else 0,
                   "n_mix": cfg.model.n_mix if not lowrank else 0,
                   "head_params": res["head_params"], "eval_loss": res["eval_loss"],
@@ -119,17 +121,25 @@ def _mixture(out: Path, mconfs, p: Preset, progress, verbose: bool):
   return mix
 
 
-def run(out: Path, preset, verbose: bool = True) -> None:
-  """Runs both parts into ``out`` (finished runs and floors are reused) and draws the figures."""
+PARTS = ("knee", "mix")
+
+
+def run(out: Path, preset, verbose: bool = True, parts=PARTS) -> None:
+  """Runs both parts into ``out`` (finished runs and floors are reused) and draws the figures;
+  ``parts`` = ("mix",) runs part 2 alone (part 1's CSV is then whatever ``out`` holds)."""
+  if not parts or set(parts) - set(PARTS):
+    raise ValueError(f"planted: parts={tuple(parts)}; allowed: a non-empty subset of {PARTS}")
   p = get_preset(preset)
   validate(p)
   out = Path(out)
   out.mkdir(parents=True, exist_ok=True)
-  confs, mconfs = knee_configs(p), mix_configs(p)
-  progress = RunsProgress(len(confs) + len(mconfs), "planted", disable=not verbose)
+  confs, mconfs = knee_configs(p), mix_configs(p) if "mix" in parts else []
+  n_runs = (len(confs) if "knee" in parts else 0) + len(mconfs)
+  progress = RunsProgress(n_runs, "planted", disable=not verbose)
   try:
     t0 = time.perf_counter()
-    lang = _knee(out, confs, p, progress, verbose)
+    lang = (_knee(out, confs, p, progress, verbose) if "knee" in parts
+            else _dataset(confs[0][1]).planted)
     t1 = time.perf_counter()
     mix = _mixture(out, mconfs, p, progress, verbose) if mconfs else None
   finally:

@@ -8,21 +8,23 @@ in the preset's list a sentencepiece tokenizer of V pieces is trained, and a hea
 (protocol b: from scratch, rank-r heads, plus the dense full-rank reference; see
 sbjax/studies/rank_sweep.py) is run in ``OUT/V<V>/``. Per V:
 
-* r*(V) = the smallest rank whose best-LR validation loss L(r) <= 1.02 L_full, the dense
-  run's loss counting as rank d (r* = d means no low-rank head came within 2%: censored);
-* r_0.6(V) = the smallest k with W-error(k) <= 0.6 of the dense head
-  (W-error(k) = sqrt(sum_{i>k} sigma_i^2) / ||W||_F).
+* r*(V) = the smallest rank whose best-LR validation loss L(r) <= L_ref + TOL_CHAR · c(V),
+  c(V) = characters per token of this V's validation stream (a tolerance in nats per
+  character, ``tolerance.py``), L_ref = the protocol-(a) rank-d head when the plan has
+  protocol a (same parameterisation and steps as the rank-r heads), else the dense head
+  (the dense run counts as rank d; r* = d means censored);
+* r_0.6(V) = the smallest k with W-error(k) <= 0.6 of the centred dense head W − 1 w̄ᵀ
+  (W-error(k) = sqrt(sum_{i>k} sigma_i^2) / ||W||_F); the uncentred one is r_werror06_raw.
 
 Fit, by least squares on logs: log r = beta log V + c. With n points, x = log V,
 y = log r: beta = S_xy / S_xx, se(beta) = sqrt(SSR / (n - 2) / S_xx) (NaN for n < 3).
 Outputs: ``vocab_threshold.csv`` (one row per V), ``runs.csv`` (every run, with V),
 ``fit.json`` and ``fig_vocab_threshold.png``.
 
-Trade-offs of the cpu preset (29 min on 2 cores, measured once: BUILD_NOTES.md): a d=32,
-2-layer model, 300 steps, one learning rate, ranks {2, 4, 8, 16} and the dense head (d=32);
-the rank grid is a factor of 2, so r* is known to within a factor of 2 and beta's standard
-error understates that quantisation. In that run no rank came within tol of the dense head
-at any V (r* censored everywhere): the preset is too small to locate r*.
+The cpu preset (issue 18): V in {256, 512, 1024, 2048}, one d=64, 2-layer trunk per V (the
+dense run), then protocol (a) heads r in {2, 4, 8, 12, 16, 24, 32, 48, 64} on that frozen
+trunk; it has not been run or timed yet. (The older preset, V = 512..8192 with protocol b
+against the dense head, took 29 min and was censored at every V.)
 
 Layout: ``presets.py`` (overrides as in head_rank; knobs: the vocabulary sizes and the sweep
 plan), ``measure.py`` (r*, r_0.6, the fit), ``run.py`` (``run``), ``report.py``
@@ -30,10 +32,10 @@ plan), ``measure.py`` (r*, r_0.6, the fit), ``run.py`` (``run``), ``report.py``
 """
 
 from experiments.vocab_threshold.measure import loglog_fit, thresholds
-from experiments.vocab_threshold.presets import (PRESETS, TOL, VOCABS, W_LEVEL, Knobs, Preset,
-                                                get_preset)
+from experiments.vocab_threshold.presets import (PRESETS, TOL, TOL_CHAR, VOCABS, W_LEVEL, Knobs,
+                                                Preset, get_preset)
 from experiments.vocab_threshold.report import draw, report_section
 from experiments.vocab_threshold.run import make_plan, run
 
-__all__ = ["PRESETS", "VOCABS", "TOL", "W_LEVEL", "Knobs", "Preset", "get_preset", "loglog_fit",
+__all__ = ["PRESETS", "VOCABS", "TOL", "TOL_CHAR", "W_LEVEL", "Knobs", "Preset", "get_preset", "loglog_fit",
            "thresholds", "make_plan", "run", "draw", "report_section"]

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.vocab_threshold.presets import TOL, W_LEVEL
+from experiments.vocab_threshold import tolerance
+from experiments.vocab_threshold.presets import TOL, TOL_CHAR, W_LEVEL
 from experiments.werror_loss.measure import rank_at, threshold_rank, w_error_curve
 from sbjax.studies import rank_sweep as rs
 
@@ -31,18 +32,38 @@ def loglog_fit(v, r) -> dict:
   return {"beta": beta, "beta_se": se, "log_c": c, "n": n}
 
 
-def thresholds(sub: Path) -> dict:
-  """r* and r_0.6 of one V's sweep directory (the dense run counts as rank d)."""
+def thresholds(sub: Path, cpt: float | None = None, tol_char: float = TOL_CHAR) -> dict:
+  """r* and r_0.6 of one V's sweep directory. With ``cpt`` (characters per token of this V's
+  validation text) r* uses the per-character tolerance against the protocol-(a) rank-d head
+  when the sweep has one (``tolerance``); without it, the older rule (within TOL of the dense
+  head, relative). The dense run counts as rank d. W-error on the centred dense head."""
   sub = Path(sub)
   rows = rs.read_rows(sub)
   full = [r for r in rows if r["protocol"] == "full" and int(r["best"])][0]
   lf, d = float(full["eval_loss"]), int(full["rank"])
-  best = rs.best_rows(rows, "b")
-  ranks = [int(r["rank"]) for r in best] + [d]
-  losses = [float(r["eval_loss"]) for r in best] + [lf]
-  rstar = threshold_rank(ranks, losses, lf, TOL)
-  _, curve = w_error_curve(np.load(sub / rs.FULL_HEAD, allow_pickle=False))
+  proto = "a" if rs.best_rows(rows, "a") else "b"
+  best = rs.best_rows(rows, proto)
+  ranks = [int(r["rank"]) for r in best]
+  losses = [float(r["eval_loss"]) for r in best]
+  ref = {"kind": "dense", "loss": lf}
+  if proto == "a" and d in ranks:
+    ref = {"kind": "a-r=d", "loss": losses[ranks.index(d)]}
+  if d not in ranks:
+    ranks, losses = ranks + [d], losses + [lf]
+  if cpt is None:
+    tol_token = TOL * ref["loss"]
+    rstar = threshold_rank(ranks, losses, ref["loss"], TOL)
+  else:
+    tol_token = tolerance.token_tolerance(tol_char, cpt)
+    rstar = tolerance.r_star(ranks, losses, ref["loss"], tol_token)
+  rstar = d if rstar is None else rstar
+  w = np.load(sub / rs.FULL_HEAD, allow_pickle=False)
+  _, curve = w_error_curve(tolerance.centred(w))
+  _, raw = w_error_curve(w)
   plan = json.loads((sub / "plan.json").read_text())
-  return {"V": int(plan["vocab_size"]), "d_model": d, "full_loss": lf, "r_star": rstar,
-          "loss_at_r_star": losses[ranks.index(rstar)], "censored": int(rstar == d),
-          "r_werror06": rank_at(curve, W_LEVEL), "ranks": " ".join(map(str, ranks))}
+  return {"V": int(plan["vocab_size"]), "d_model": d, "full_loss": lf, "protocol": proto,
+          "reference": ref["kind"], "ref_loss": ref["loss"],
+          "chars_per_token": math.nan if cpt is None else cpt, "tol_token": tol_token,
+          "r_star": rstar, "loss_at_r_star": losses[ranks.index(rstar)],
+          "censored": int(rstar == d), "r_werror06": rank_at(curve, W_LEVEL),
+          "r_werror06_raw": rank_at(raw, W_LEVEL), "ranks": " ".join(map(str, ranks))}

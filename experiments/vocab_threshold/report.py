@@ -75,11 +75,14 @@ def report_section(out: Path, rel: str) -> str:
   table = read_rows(out / TABLE_CSV)
   fit = json.loads((out / FIT).read_text())
   lines = [f"## {NAME}", "", f"![rank vs V]({rel}/{FIGURE})", "",
-           "| V | d | full-rank val loss | r* | loss at r* | r at W-error 0.6 |",
-           "|---|---|---|---|---|---|"]
+           "| V | d | full-rank val loss | reference | chars/token | tol (nats/token) | r* | "
+           "loss at r* | r at W-error 0.6 (centred) |",
+           "|---|---|---|---|---|---|---|---|---|"]
   for t in table:
     cens = " (censored)" if int(t["censored"]) else ""
     lines.append(f"| {int(t['V'])} | {int(t['d_model'])} | {fmt(t['full_loss'], spec='.4f')} | "
+                 f"{t.get('reference', 'dense')} | {fmt(t.get('chars_per_token'), spec='.3f')} | "
+                 f"{fmt(t.get('tol_token'), spec='.4f')} | "
                  f"{int(t['r_star'])}{cens} | {fmt(t['loss_at_r_star'], spec='.4f')} | "
                  f"{int(t['r_werror06'])} |")
   b, w = fit["r_star"], fit["r_werror06"]
@@ -89,6 +92,9 @@ def report_section(out: Path, rel: str) -> str:
             f"(n = {b['n']}, {fit['n_censored']} censored at d); the rank at W-error 0.6 gives "
             f"beta = {w['beta']:.3f} ± {w['beta_se']:.3f}.",
             f"A constant threshold (beta = 0) is {'rejected' if rejected else 'not rejected'} at "
-            "two standard errors for r*. These are small models (d far below V), so the rank "
+            "two standard errors for r*. r* is the smallest rank within "
+            f"{fit.get('tol_char', '?')} nats per character (converted per V through its "
+            "tokenizer) of the reference head (the protocol-(a) rank-d head when the sweep has "
+            "one, else the dense head); the W-error is that of the centred dense head. These are small models (d far below V), so the rank "
             "grid is coarse (factors of 2) and the runs are short; read beta as a trend."]
   return "\n".join(lines) + "\n"

@@ -89,7 +89,8 @@ def test_presets_have_test_quick_cpu_tpu_and_test_is_smallest():
   assert plan.base.data.vocab_size == 1024 and plan.base.train.eval_every == plan.base.train.steps
   vt = vocab_threshold.make_plan("cpu", "corpus", 2048, "tfds")
   assert vt.base.data.vocab_size == 2048 and vt.base.name == "vocab_threshold-cpu-V2048"
-  assert vt.protocols == ("b",) and vt.base.model.d_model == 32
+  assert vt.protocols == ("a",) and vt.base.model.d_model == 64 and max(vt.ranks) == 64
+  assert vocab_threshold.VOCABS["cpu"] == (256, 512, 1024, 2048)  # issue 18
   assert vt.base.data.tfds_data_dir == "tfds"
 
 

@@ -185,6 +185,12 @@ def test_presets_validate_and_match_parameters():
   # the knee runs: a bias-free rank-r head on the planted language of the overrides
   for r, cfg in exp.knee_configs(p):
     assert cfg.model.head == "lowrank" and cfg.model.rank == r and cfg.data.planted_rank == k
+  # the main job (quick) runs the same MoS-vs-matched-lowrank comparison, two seeds per arm
+  q = dict(exp.mix_configs(exp.get_preset("quick")))
+  assert set(q) == {"mos", "mos-s1", "lowrank", "lowrank-s1"}
+  assert q["mos-s1"].train.seed == 1 and q["lowrank"].train.seed == 0
+  assert q["mos"].data.source == "planted_mos" and q["lowrank"].model.head_rank == 13
+  assert {c.model.d_model for c in q.values()} == {16}
   with pytest.raises(ValueError, match="unknown planted preset"):
     exp.get_preset("huge")
 

@@ -40,3 +40,33 @@ def test_checks_fail_when_a_low_rank_beats_its_floor(tmp_path):
   s = exp.summarize(tmp_path)
   assert s["knee"] is None and not s["knee_ok"] and not s["high_ok"] and not s["low_ok"]
   assert "do not meet every check above" in exp.report_section(tmp_path, "pl")
+
+
+def test_mixture_seed_spread_and_verdict(tmp_path):
+  # two seeds per arm: mos gaps 0.01, 0.02 (spread 0.01), matched lowrank 0.10, 0.11 (floor gap
+  # 0.09); margin 0.09 > 5 × 0.01; an unmatched lowrank-d16 arm (more parameters) is ignored
+  from experiments.planted import mix_stats
+  def row(label, arm, seed, head, rank, params, gap, fg):
+    return {"label": label, "arm": arm, "seed": seed, "head": head, "rank": rank,
+            "head_params": params, "gap": gap, "floor_gap": fg}
+  nan = float("nan")
+  rows = [row("mos", "mos", 0, "mos", 0, 100, 0.01, nan),
+          row("mos-s1", "mos", 1, "mos", 0, 100, 0.02, nan),
+          row("lr", "lr", 0, "lowrank", 3, 99, 0.10, 0.09),
+          row("lr-s1", "lr", 1, "lowrank", 3, 99, 0.11, 0.09),
+          row("big", "big", 0, "lowrank", 8, 200, 0.001, 0.0)]
+  a = {x["arm"]: x for x in mix_stats.arms(rows)}
+  assert a["mos"]["n"] == 2 and abs(a["mos"]["mean"] - 0.015) < 1e-12
+  assert abs(a["lr"]["spread"] - 0.01) < 1e-12
+  v = mix_stats.verdict(rows)
+  assert v["lowrank_arm"] == "lr" and abs(v["margin"] - 0.09) < 1e-12
+  assert v["mos_beats"] and v["mos_within_tol"] and v["lowrank_at_or_above_floor"]
+  assert v["margin_over_5_spread"]
+  rows[1]["gap"] = 0.08  # spread 0.07: margin 0.055 < 5 × 0.07; mos mean 0.045 > 0.03
+  v = mix_stats.verdict(rows)
+  assert v["mos_beats"] and not v["margin_over_5_spread"] and not v["mos_within_tol"]
+  one = mix_stats.verdict(rows[:1] + rows[2:3])  # one seed: no spread, no 5× claim
+  assert one["seeds"] == 1 and one["mos_beats"] and not one["margin_over_5_spread"]
+  assert mix_stats.verdict(rows[:1] + rows[4:5]) is None  # no matched lowrank arm
+  old = {k: x for k, x in rows[0].items() if k not in ("arm", "seed")}  # a pre-seed CSV row
+  assert mix_stats.arms([old])[0]["arm"] == "mos"

@@ -1,0 +1,60 @@
+"""Part 2's statistics over seeds: per arm (a head at one shape, several init seeds) the mean
+gap to H and the seed spread, and the verdict MoS vs the parameter-matched lowrank head.
+
+For arm a with gaps g_s = expected_loss_s − H over seeds s:
+    mean_a = Σ_s g_s / n,   spread_a = max_s g_s − min_s g_s   (0 with one seed).
+The comparison of the first mos arm with every lowrank arm of at most 1.05× its head parameters:
+    margin = mean_lowrank − mean_mos,   spread = max(spread_mos, spread_lowrank),
+and the issue's criteria: MoS − H ≤ ``mos_tol`` (0.03), matched lowrank − H ≥ its exact floor
+gap (− ``floor_tol`` 1e-4 for numerical ties), margin > 5 × spread (needs ≥ 2 seeds).
+"""
+
+from __future__ import annotations
+
+import math
+
+MOS_TOL = 0.03
+FLOOR_TOL = 1e-4
+SPREAD_FACTOR = 5.0
+
+
+def arms(rows) -> list[dict]:
+  """One record per arm, in the order of first appearance (rows from planted_mix.csv)."""
+  out: dict[str, dict] = {}
+  for r in rows:
+    a = str(r.get("arm", r["label"]))
+    rec = out.setdefault(a, {"arm": a, "head": r["head"], "rank": int(r["rank"]),
+                             "head_params": int(r["head_params"]),
+                             "floor_gap": float(r["floor_gap"]), "gaps": [], "seeds": []})
+    rec["gaps"].append(float(r["gap"]))
+    rec["seeds"].append(int(r.get("seed", 0)))
+  for rec in out.values():
+    g = rec["gaps"]
+    rec["n"] = len(g)
+    rec["mean"] = sum(g) / len(g)
+    rec["spread"] = max(g) - min(g)
+  return list(out.values())
+
+
+def verdict(rows, mos_tol: float = MOS_TOL) -> dict | None:
+  """The MoS vs matched-lowrank verdict of the module docstring; None without both arms."""
+  a = arms(rows)
+  mos = next((x for x in a if x["head"] == "mos"), None)
+  if mos is None:
+    return None
+  matched = [x for x in a if x["head"] == "lowrank"
+             and x["head_params"] <= 1.05 * mos["head_params"]]
+  if not matched:
+    return None
+  low = min(matched, key=lambda x: x["mean"])  # the best matched lowrank arm
+  spread = max(mos["spread"], low["spread"])
+  margin = low["mean"] - mos["mean"]
+  n = min(mos["n"], low["n"])
+  return {"mos_arm": mos["arm"], "lowrank_arm": low["arm"], "seeds": n,
+          "mos_gap": mos["mean"], "lowrank_gap": low["mean"],
+          "lowrank_floor_gap": low["floor_gap"], "margin": margin, "spread": spread,
+          "mos_beats": margin > 0,
+          "mos_within_tol": mos["mean"] <= mos_tol,
+          "lowrank_at_or_above_floor": (math.isfinite(low["floor_gap"])
+                                        and min(low["gaps"]) >= low["floor_gap"] - FLOOR_TOL),
+          "margin_over_5_spread": n >= 2 and margin > SPREAD_FACTOR * spread}

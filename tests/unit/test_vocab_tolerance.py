@@ -1,0 +1,48 @@
+"""vocab_threshold's per-character tolerance, r* against a reference head and the centred
+W-error (issue 18): a toy tokenizer with a known number of characters per token."""
+
+import numpy as np
+import pytest
+
+from experiments.vocab_threshold import tolerance as tl
+
+
+def _encode(text):  # a toy tokenizer: 3 characters per token (the last one may be shorter)
+  return [text[i:i + 3] for i in range(0, len(text), 3)]
+
+
+def test_per_character_tolerance_converts_through_a_toy_tokenizer():
+  texts = ["abcdefghi", "abcdef"]  # 15 characters, 3 + 2 = 5 tokens
+  c = tl.text_chars_per_token(_encode, texts)
+  assert c == pytest.approx(3.0)
+  tol = tl.token_tolerance(0.005, c)
+  assert tol == pytest.approx(0.015)
+  # a loss excess of tol nats per token over the 5 tokens is 0.005 nats per character
+  assert tol * 5 / 15 == pytest.approx(0.005)
+  # the same through a token stream and a decoder (ids -> text, 3 characters each)
+  assert tl.stream_chars_per_token(lambda ids: "xyz" * len(ids), np.arange(7)) == 3.0
+  # a tokenizer with longer pieces (a larger V) gets a larger per-token tolerance
+  assert tl.token_tolerance(0.005, tl.text_chars_per_token(lambda t: t[::6], texts)) > tol
+  with pytest.raises(ValueError, match="n_tokens > 0"):
+    tl.chars_per_token(3, 0)
+
+
+def w_error_curve(w):  # numpy: W-error(k) = sqrt(Σ_{i>k} σ_i²) / ‖W‖_F, k = 0..n
+  s = np.linalg.svd(np.asarray(w, np.float64), compute_uv=False)
+  tail = np.sqrt(np.concatenate([np.cumsum((s ** 2)[::-1])[::-1], [0.0]]))
+  return s, tail / np.linalg.norm(s)
+
+
+def test_r_star_against_the_reference_and_the_centred_head():
+  ranks, losses = [2, 4, 8, 16], [3.10, 3.03, 3.012, 3.0]
+  assert tl.r_star(ranks, losses, 3.0, 0.015) == 8
+  assert tl.r_star(ranks, losses, 3.0, 0.2) == 2
+  assert tl.r_star(ranks, losses, 2.9, 0.015) is None
+  rng = np.random.default_rng(0)
+  w = rng.standard_normal((32, 2)) @ rng.standard_normal((2, 6))  # rank 2
+  shifted = w + np.ones((32, 1)) * rng.standard_normal((1, 6)) * 5  # + 1 aᵀ: same softmax
+  _, raw = w_error_curve(shifted)
+  _, cen = w_error_curve(tl.centred(shifted))
+  _, ref = w_error_curve(tl.centred(w))
+  assert np.allclose(cen, ref, atol=1e-5) and cen[2] < 1e-3  # the shift is gone: rank 2
+  assert raw[2] > 1e-2  # the uncentred head counts the shift as a third direction
