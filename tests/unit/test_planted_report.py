@@ -3,6 +3,8 @@ knee, the three checks and the markdown table (no training)."""
 
 import json
 
+import pytest
+
 from experiments import planted as exp
 from experiments.shared import write_rows
 
@@ -70,3 +72,12 @@ def test_mixture_seed_spread_and_verdict(tmp_path):
   assert mix_stats.verdict(rows[:1] + rows[4:5]) is None  # no matched lowrank arm
   old = {k: x for k, x in rows[0].items() if k not in ("arm", "seed")}  # a pre-seed CSV row
   assert mix_stats.arms([old])[0]["arm"] == "mos"
+
+
+def test_unknown_part_is_refused_before_any_work(tmp_path):
+  out = tmp_path / "never"
+  with pytest.raises(ValueError, match=r"parts=\('foo',\); allowed: a non-empty subset"):
+    exp.run(out, "test", verbose=False, parts=("foo",))
+  with pytest.raises(ValueError, match="allowed: a non-empty subset"):
+    exp.run(out, "test", verbose=False, parts=())
+  assert not out.exists()
