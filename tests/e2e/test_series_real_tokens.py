@@ -32,24 +32,13 @@ from sbjax.data import hf_tokenizer
 from sbjax.data import tokenizer as tok_lib
 from sbjax.model import Model
 from tests._corpus import generated_docs, write_corpus
-from tests._hf_cache import write_hf_cache
+from tests._hf_cache import tiny_neox, write_hf_cache
 from tests._unicode_corpus import unicode_docs
 
 ROOT = Path(__file__).resolve().parents[2]
 V, T, N = 320, 16, 12
 V_EXPORT = 128
 transformers.logging.set_verbosity_error()
-
-
-def _neox(path, seed):
-  torch.manual_seed(seed)
-  c = transformers.GPTNeoXConfig(
-      vocab_size=V, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-      intermediate_size=32, max_position_embeddings=32, rotary_pct=0.5, initializer_range=0.3,
-      bos_token_id=0, eos_token_id=0)
-  m = transformers.GPTNeoXForCausalLM(c).eval()
-  m.save_pretrained(str(path))
-  return m
 
 
 def _hf_loss(m, windows):
@@ -63,7 +52,7 @@ def _hf_loss(m, windows):
 @pytest.fixture(scope="module")
 def series(tmp_path_factory):
   d = tmp_path_factory.mktemp("series")
-  models = {s: _neox(d / f"m{s}", seed=s) for s in (0, 1, 3)}
+  models = {s: tiny_neox(d / f"m{s}", s, vocab_size=V) for s in (0, 1, 3)}
   revs = {"step0": d / "m0", "step1000-tokens2M": d / "m1",
           "step2000-tokens4M": d / "m1",  # an aliased branch: step 1000's weights
           "step3000-tokens6M": d / "m3"}

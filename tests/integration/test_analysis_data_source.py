@@ -9,6 +9,7 @@ import pytest
 
 from experiments import analyze as analyze_cli
 from experiments import convert as convert_cli
+from experiments import series_flags
 from sbjax import checkpoint as ckpt
 from sbjax.analysis import analyze_run, data_source
 from sbjax.analysis.settings import Settings
@@ -88,3 +89,6 @@ def test_bad_token_files_and_tokenizer(imported):
     data_source.parse_overrides(["nope=1"])
   assert analyze_cli.data_dot_flags(["x", "--data.source=text", "--tokens=a"]) == [
       "x", "--data_override=source=text", "--tokens=a"]
+  # analyze and the series modes share one set of data flags: importable in one process
+  assert series_flags.TOKENS is analyze_cli.TOKENS and series_flags.DATA is analyze_cli.DATA
+  assert series_flags.ALLOW_DUP is analyze_cli.ALLOW_DUP
