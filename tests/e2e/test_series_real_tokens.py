@@ -69,6 +69,14 @@ def series(tmp_path_factory):
   return d, repo, models, rows
 
 
+@pytest.fixture(scope="module")
+def imported(series, tmp_path_factory):
+  """The series imported once for the experiments' series modes."""
+  work = tmp_path_factory.mktemp("imported") / "work"
+  convert_cli.import_to_workdir(str(series[1].parent), str(work))
+  return work
+
+
 def test_convert_analyze_on_tokens_matches_transformers(series):
   d, repo, models, rows = series
   work = d / "work"
@@ -157,9 +165,9 @@ def _hf_features(m, windows):
   return h.double().reshape(-1, h.shape[-1]).numpy(), w.detach().double().numpy()
 
 
-def test_collapse_and_saturation_series_on_tokens_match_transformers(series, tmp_path):
+def test_collapse_and_saturation_series_on_tokens_match_transformers(series, imported, tmp_path):
   """``experiments.collapse`` and ``experiments.saturation`` in series mode on the imported
-  series: refused without tokens (the CLI) and on the duplicate; with tokens, the collapse
+  series: refused without tokens and on the duplicate; with tokens, the collapse
   metrics equal ``collapse_metrics`` of transformers' own features, the eval loss equals
   transformers' loss, anisotropy and the centred head spectrum equal numpy's."""
   from experiments.collapse import series as coll  # deferred: experiment drivers
@@ -167,13 +175,10 @@ def test_collapse_and_saturation_series_on_tokens_match_transformers(series, tmp
   from experiments.saturation import series as sat
   from sbjax.metrics import collapse as C
   d, repo, models, rows = series
-  work = tmp_path / "work"
-  convert_cli.import_to_workdir(str(repo.parent), str(work))
+  work = imported
   batch = str(d / "batch.npy")
-  r = subprocess.run([sys.executable, "-m", "experiments.saturation", f"--series={work}",
-                      f"--out={tmp_path / 'sat0'}"], cwd=ROOT, capture_output=True, text=True,
-                     timeout=600, env={**os.environ, "JAX_PLATFORMS": "cpu"})
-  assert r.returncode != 0 and "Pass --tokens=FILE" in r.stderr, r.stderr[-2000:]
+  with pytest.raises(ValueError, match=r"synthetic default data.*Pass --tokens=FILE"):
+    sat.run_series(work, tmp_path / "sat0")  # in process: the CLI costs a jax import (5 s)
   assert not (tmp_path / "sat0" / "saturation_series.csv").exists()
   with pytest.raises(ValueError, match=r"synthetic default data.*Pass --tokens=FILE"):
     coll.run_series(work, tmp_path / "c0")
@@ -217,3 +222,50 @@ def test_collapse_and_saturation_series_on_tokens_match_transformers(series, tmp
       min(g["eval_loss"] for g in got))
   assert all((out / f).stat().st_size > 0 for f in sat.FIGS.values() if "scaling" not in f)
   assert "step 3000" in sat.series_section(out)
+
+
+def _hf_mlp_last(m, windows):
+  """Each block's MLP output at the last position, [L] x [n, d] float64 (forward hooks)."""
+  outs = []
+  hooks = [layer.mlp.register_forward_hook(
+      lambda mod, inp, o: outs.append(o[:, -1].double().numpy())) for layer in m.gpt_neox.layers]
+  with torch.no_grad():
+    m(torch.tensor(windows[:, :-1], dtype=torch.long))
+  for h in hooks:
+    h.remove()
+  return outs
+
+
+def _np_cka(x, y):
+  x, y = x - x.mean(0), y - y.mean(0)
+  return np.linalg.norm(x.T @ y) ** 2 / (np.linalg.norm(x.T @ x) * np.linalg.norm(y.T @ y))
+
+
+def test_convergence_series_on_an_imported_workdir_matches_transformers(series, imported,
+                                                                        tmp_path):
+  """``experiments.convergence --series=IMPORTED_WORKDIR --tokens=FILE``: the duplicate is
+  refused unless allowed; the eval loss equals transformers', the last-token MLP CKA to the
+  final equals numpy's on transformers' hooked MLP outputs, the duplicate reads as its twin."""
+  from experiments.convergence.run import run as convergence  # deferred: experiment driver
+  d, _, models, rows = series
+  kw = dict(series=[str(imported)], series_tokens=str(d / "batch.npy"), verbose=False,
+            n_sequences=N, all_sequences=4)
+  with pytest.raises(ValueError, match=r"revision\(s\) \[2000\].*--allow_duplicates"):
+    convergence(tmp_path / "c0", "test", **kw)
+  convergence(tmp_path / "c", "test", allow_duplicates=True, **kw)
+  mdir = tmp_path / "c" / "measure" / "work"
+  with open(mdir / "steps.csv") as f:
+    loss = {int(r["step"]): float(r["eval_loss"]) for r in csv.DictReader(f)}
+  with open(mdir / "cka.csv") as f:
+    cka = {(int(r["step"]), int(r["layer"])): float(r["cka"]) for r in csv.DictReader(f)
+           if (r["kind"], r["tokens"], r["estimator"]) == ("mlp", "last", "biased")}
+  ref = {0: models[0], 1000: models[1], 2000: models[1], 3000: models[3]}
+  final = _hf_mlp_last(models[3], rows)
+  for s, m in ref.items():
+    assert loss[s] == pytest.approx(_hf_loss(m, rows), abs=1e-4)
+    for layer, x in enumerate(_hf_mlp_last(m, rows)):
+      assert cka[(s, layer)] == pytest.approx(_np_cka(x, final[layer]), abs=1e-4), (s, layer)
+  assert cka[(2000, 1)] == cka[(1000, 1)] and cka[(3000, 1)] == pytest.approx(1.0, abs=1e-6)
+  assert cka[(0, 1)] < 0.99  # the revisions differ
+  summary = json.loads((tmp_path / "c" / "summary.json").read_text())
+  assert summary["data"]["duplicate_of"] == {"work": {"2000": 1000}}
