@@ -64,8 +64,9 @@ def build(root: Path, a) -> None:
       if len(ids) >= a.n * (a.t + 1):
         break
     np.save(root / "tokens.npy", np.asarray(ids[:a.n * (a.t + 1)], np.uint16).reshape(a.n, a.t + 1))
-  if repo.exists():
+  if (root / "series.done").exists():
     return
+  shutil.rmtree(repo, ignore_errors=True)  # a build cut short is redone, never half-used
   for k in range(a.k):
     torch.manual_seed(k)
     cfg = transformers.GPTNeoXConfig(max_position_embeddings=2048, rotary_pct=0.25,
@@ -83,6 +84,7 @@ def build(root: Path, a) -> None:
     (repo / "refs").mkdir(exist_ok=True)
     (repo / "refs" / f"step{1000 * k}").write_text(commit)
   shutil.rmtree(root / "saved")
+  (root / "series.done").write_text(json.dumps({"k": a.k, "shape": a.shape, "n": a.n, "t": a.t}))
 
 
 def _np_cka(x, y):
@@ -156,16 +158,21 @@ def side_sbjax(root: Path, a) -> dict:
 
   work = root / "work"
   shutil.rmtree(work, ignore_errors=True)
+  t0 = time.perf_counter()
   convert_cli.import_to_workdir(str(root / "hub"), str(work))
+  print(f"import_s={time.perf_counter() - t0:.1f}", file=sys.stderr)
+  t0 = time.perf_counter()
   rows = analyze_run(work, Settings(
       groups=("loss", "anisotropy", "spectrum", "cka"), tokens=str(root / "tokens.npy"),
       eval_sequences=a.n, cka_sequences=a.n, anisotropy_tokens=0, batch_sequences=a.chunk,
       progress=False, figures=False, use_cache=False))
+  print(f"analyze_s={time.perf_counter() - t0:.1f}", file=sys.stderr)
   return {r["step"]: {k: v for k, v in r.items() if k != "step"} for r in rows}
 
 
 def run_side(name: str, root: Path, a) -> dict:
-  t0 = time.perf_counter()
+  """Wall time and user+sys CPU time of one side's process (imports included)."""
+  t0, r0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
   p = subprocess.run([sys.executable, __file__, f"--side={name}", f"--root={root}",
                       *[f"--{k}={v}" for k, v in vars(a).items() if k not in ("side", "root", "small")]],
                      capture_output=True, text=True)
@@ -173,6 +180,11 @@ def run_side(name: str, root: Path, a) -> dict:
     raise SystemExit(f"{name} failed:\n{p.stderr[-4000:]}")
   res = json.loads(p.stdout.strip().splitlines()[-1])
   res["wall_s"] = round(time.perf_counter() - t0, 2)
+  r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+  res["cpu_s"] = round(r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime, 2)
+  res["phases"] = [ln for ln in p.stderr.splitlines() if ln.startswith(("import_s=", "analyze_s="))]
+  print(f"{name}: wall {res['wall_s']} s, cpu {res['cpu_s']} s, {res['phases']}", file=sys.stderr,
+        flush=True)
   return res
 
 
@@ -212,6 +224,9 @@ def main():
   rec = emit({"bench": "series_analysis", "k": a.k, "n": a.n, "t": a.t, "shape": a.shape,
               "authors_s": res["authors"]["wall_s"], "sbjax_s": res["sbjax"]["wall_s"],
               "speedup": round(res["authors"]["wall_s"] / res["sbjax"]["wall_s"], 2),
+              "authors_cpu_s": res["authors"]["cpu_s"], "sbjax_cpu_s": res["sbjax"]["cpu_s"],
+              "cpu_ratio": round(res["authors"]["cpu_s"] / res["sbjax"]["cpu_s"], 2),
+              "sbjax_phases": res["sbjax"]["phases"],
               "authors_peak_rss_mb": res["authors"]["peak_rss_mb"],
               "sbjax_peak_rss_mb": res["sbjax"]["peak_rss_mb"],
               "max_abs_diff": {k: float(f"{v:.2e}") for k, v in sorted(diffs.items())},

@@ -24,6 +24,7 @@ import sys
 from absl import flags
 
 from experiments import common
+from experiments.data_flags import ALLOW_DUP, DATA, TOKENS, data_dot_flags, eval_sequences, steps
 from sbjax.analysis import analyze_run
 from sbjax.analysis.settings import ALL_GROUPS, DEFAULT_W_ERROR_DIMS, Settings
 
@@ -32,9 +33,6 @@ WORKDIR = flags.DEFINE_string("workdir", None, "the run (or imported series) to 
                               required=True)
 OUT_DIR = flags.DEFINE_string("out_dir", "", "output directory; '' = WORKDIR/analysis")
 GROUPS = flags.DEFINE_list("groups", list(ALL_GROUPS), "metric groups: " + ",".join(ALL_GROUPS))
-STEPS = flags.DEFINE_list("steps", [], "analyse only these checkpoint steps (default: all)")
-EVAL_SEQ = flags.DEFINE_integer("eval_sequences", _D.eval_sequences,
-                                "validation windows for loss, anisotropy and NC4")
 ANISO_TOK = flags.DEFINE_integer("anisotropy_tokens", _D.anisotropy_tokens,
                                  "token positions sampled for anisotropy; 0 = all")
 COLL_SEQ = flags.DEFINE_integer("collapse_sequences", _D.collapse_sequences,
@@ -67,22 +65,14 @@ CACHE = flags.DEFINE_bool("cache", True, "reuse / write the per-step cache")
 FIGURES = flags.DEFINE_bool("figures", True, "draw the figures")
 PROGRESS = flags.DEFINE_bool("progress", True, "progress on stderr: a bar on a terminal, "
                               "log lines otherwise")
-TOKENS = flags.DEFINE_string("tokens", "", "measure on these tokens: an integer .npy [n, T+1] "
-                             "(rows set T) or a flat .bin, ids in the model's vocabulary; "
-                             "needed for an imported series (experiments.convert --from_hf)")
-DATA = flags.DEFINE_multi_string("data_override", [], "a data override KEY=VALUE (repeatable), "
-                                 "usually spelled --data.KEY=VALUE, e.g. --data.source=text "
-                                 "--data.path=DIR --data.tokenizer=tokenizer.json")
 JOIN_EVALS = flags.DEFINE_string("join_evals", "", "lm-eval results JSON (or a directory of "
                                  "them, one per step) joined onto metrics.csv by step")
-ALLOW_DUP = flags.DEFINE_bool("allow_duplicates", False, "analyse revisions of an imported "
-                              "series that duplicate another's weights (import.json)")
 
 
 def settings_from_flags() -> Settings:
   return Settings(
-      groups=tuple(GROUPS.value), steps=tuple(int(s) for s in STEPS.value),
-      eval_sequences=EVAL_SEQ.value, anisotropy_tokens=ANISO_TOK.value,
+      groups=tuple(GROUPS.value), steps=steps(), eval_sequences=eval_sequences(_D.eval_sequences),
+      anisotropy_tokens=ANISO_TOK.value,
       collapse_sequences=COLL_SEQ.value, min_count=MIN_COUNT.value, cdnv_exponent=CDNV_EXP.value,
       weighted_mean=WEIGHTED.value, nc4_search=NC4_SEARCH.value, cka_sequences=CKA_SEQ.value,
       cka_tokens=CKA_TOK.value, cka_debiased=CKA_DEB.value,
@@ -92,12 +82,6 @@ def settings_from_flags() -> Settings:
       use_cache=CACHE.value, figures=FIGURES.value, progress=PROGRESS.value,
       tokens=TOKENS.value, data=tuple(DATA.value), allow_duplicates=ALLOW_DUP.value,
       join_evals=JOIN_EVALS.value)
-
-
-def data_dot_flags(argv: list) -> list:
-  """``--data.KEY=VALUE`` as ``--data_override=KEY=VALUE`` (absl has no dotted flag names)."""
-  return [f"--data_override={a[len('--data.'):]}" if a.startswith("--data.") else a
-          for a in argv]
 
 
 def main(argv):

@@ -28,3 +28,18 @@ def write_hf_cache(cache: Path, repo_id: str, revisions: dict) -> Path:
     ref.parent.mkdir(parents=True, exist_ok=True)
     ref.write_text(commit)
   return repo
+
+
+def tiny_neox(path, seed: int, **sizes):
+  """A randomly initialised transformers GPT-NeoX (``torch.manual_seed(seed)``), saved to
+  ``path`` as ``save_pretrained`` does and returned in eval mode. ``sizes``: GPTNeoXConfig
+  fields over the small defaults below (vocab_size, hidden_size, initializer_range, ...)."""
+  import torch  # deferred: only the tests that build HF models pay for torch
+  import transformers  # deferred: as torch
+  torch.manual_seed(seed)
+  kw = dict(vocab_size=64, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+            intermediate_size=32, max_position_embeddings=32, rotary_pct=0.5,
+            initializer_range=0.3, bos_token_id=0, eos_token_id=0)
+  m = transformers.GPTNeoXForCausalLM(transformers.GPTNeoXConfig(**{**kw, **sizes})).eval()
+  m.save_pretrained(str(path))
+  return m

@@ -27,7 +27,7 @@ MIN_COUNTS = flags.DEFINE_list("min_counts", ["1"], "series: analysed classes ha
 
 def main_series(out: Path) -> None:
   run_series(sf.SERIES.value, out, sf.TOKENS.value, sf.DATA.value, sf.steps(),
-             sf.ALLOW_DUP.value, COLL_SEQ.value, sf.EVAL_SEQ.value,
+             sf.ALLOW_DUP.value, COLL_SEQ.value, sf.eval_sequences(),
              tuple(int(m) for m in MIN_COUNTS.value))
   section = series_section(out)
   (out / "section.md").write_text(section)

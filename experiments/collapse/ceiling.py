@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.collapse.measure import METRICS, _scalar, model_config, train_config, windows
+from experiments.collapse.measure import METRICS, model_config, scalar, train_config, windows
 from experiments.collapse.presets import Preset
 from experiments.shared import write_rows
 from sbjax.data.dataset import Dataset
@@ -46,7 +46,7 @@ def ceiling_rows(lang: PlantedLanguage) -> list[dict]:
   for v in CC.VARIANTS:
     r = CC.ceiling_metrics(lang, v)
     rows.append({"vocab": lang.vocab, "planted_rank": lang.rank, "alpha": lang.alpha,
-                 "zipf": lang.zipf, **{k: _scalar(r[k]) if k != "variant" else r[k]
+                 "zipf": lang.zipf, **{k: scalar(r[k]) if k != "variant" else r[k]
                                        for k in r if np.ndim(r[k]) == 0}})
   return rows
 
@@ -76,7 +76,7 @@ def trained_rows(p: Preset, lang: PlantedLanguage, verbose: bool = True) -> list
       rows.append({"run": f"ceiling-L{n_layers}-d{d}-wd{m.weight_decay:g}", "step": s,
                    "n_layers": n_layers, "d_model": d, "weight_decay": m.weight_decay,
                    "val_loss": r["val_loss"], "val_true_nll": h, "gap": r["val_loss"] - h,
-                   **{kk: _scalar(r.get(kk, float("nan"))) for kk in METRICS},
+                   **{kk: scalar(r.get(kk, float("nan"))) for kk in METRICS},
                    "n_classes": r.get("n_classes", 0), "error": r["error"],
                    "seconds": round(time.perf_counter() - t0, 1)})
   return rows

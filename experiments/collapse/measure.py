@@ -79,7 +79,8 @@ def windows(tokens: np.ndarray, seq_len: int) -> np.ndarray:
   return tokens[np.arange(n)[:, None] * seq_len + np.arange(seq_len + 1)].astype(np.int32)
 
 
-def _scalar(v):
+def scalar(v):
+  """A metric value as a plain Python bool, int or float (for CSV rows and JSON)."""
   if isinstance(v, (bool, np.bool_)):
     return bool(v)
   if isinstance(v, (int, np.integer)):
@@ -99,7 +100,7 @@ def _row(g, m, e: int, spe: int, p: Preset, mc: ModelConfig, n_params: int, r: d
          "min_count": min_count, "steps": spe * e,
          "train_tokens_seen": spe * e * batch * seq_len, "val_loss": r["val_loss"],
          "val_tokens": r["val_tokens"], "train_tokens": r["train_tokens"]}
-  row.update({k: _scalar(r.get(k, float("nan"))) for k in METRICS + COUNT_KEYS})
+  row.update({k: scalar(r.get(k, float("nan"))) for k in METRICS + COUNT_KEYS})
   row.update(SETTINGS)
   row["unc3_reason"] = r.get("unc3_reason", "")
   return row

@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from experiments.collapse.measure import COUNT_KEYS, METRICS, PASS_KEYS, SETTINGS, _scalar
+from experiments.collapse.measure import COUNT_KEYS, METRICS, PASS_KEYS, SETTINGS, scalar
 from experiments.shared import fmt, read_rows, write_json, write_rows
 from sbjax import checkpoint as ckpt
 from sbjax.analysis import samples as samples_lib
@@ -47,7 +47,7 @@ def series_settings(out, tokens: str = "", data_items=(), steps=(), allow_duplic
 def _row(step: int, r: dict, min_count: int, dup) -> dict:
   row = {"step": step, "min_count": min_count, "val_loss": r["val_loss"],
          "val_tokens": r["val_tokens"], "train_tokens": r["train_tokens"]}
-  row.update({k: _scalar(r.get(k, float("nan"))) for k in METRICS + COUNT_KEYS})
+  row.update({k: scalar(r.get(k, float("nan"))) for k in METRICS + COUNT_KEYS})
   row.update(SETTINGS)
   row.update(unc3_reason=r.get("unc3_reason", ""), error=r["error"],
              duplicate_of="" if dup is None else dup)

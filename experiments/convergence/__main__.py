@@ -1,5 +1,9 @@
 """python -m experiments.convergence --preset=test|quick|cpu|tpu --out=DIR [--data=DIR]
-[--series=DIR,... --series_tokens=FILE.npy] [--widths=...] [measurement options]"""
+[--series=DIR,... --tokens=FILE.npy [--allow_duplicates]] [--widths=...] [measurement options]
+
+``--series``: sbjax workdirs (an imported series, ``experiments.convert --from_hf``, or a
+run) or directories of HF revisions, measured on the fixed batch ``--tokens`` (an .npy
+[n, T+1]; ``--series_tokens`` is the older name) instead of training."""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ from pathlib import Path
 from absl import flags
 
 from experiments import common
+from experiments import data_flags as df
 from experiments.convergence.presets import PRESETS
 from experiments.convergence.report import report_section
 from experiments.convergence.run import run
@@ -20,10 +25,10 @@ PRESET = flags.DEFINE_enum("preset", "cpu", list(PRESETS), "size preset")
 DATA = flags.DEFINE_string("data", "", "a directory of .txt files for the text presets "
                            "('' = ../shared/data/shakespeare if present, else the planted "
                            "language)")
-SERIES = flags.DEFINE_list("series", [], "imported HF series directories (step<N>/ revisions) "
-                           "to measure instead of training")
-SERIES_TOKENS = flags.DEFINE_string("series_tokens", "", "with --series: an .npy int array "
-                                    "[n, T+1] of token windows (the fixed batch)")
+SERIES = flags.DEFINE_list("series", [], "sbjax workdirs (an imported series: experiments."
+                           "convert --from_hf, or a run) or HF series directories (step<N>/ "
+                           "revisions) to measure instead of training; needs --tokens")
+SERIES_TOKENS = flags.DEFINE_string("series_tokens", "", "the older name of --tokens")
 TOKEN_MODES = flags.DEFINE_list("token_modes", ["last", "all"], "CKA token modes computed; the "
                                 "first is the primary one (figure, table)")
 ESTIMATORS = flags.DEFINE_list("estimators", ["biased", "debiased"], "CKA estimators computed; "
@@ -37,11 +42,24 @@ GRAD_PER = flags.DEFINE_enum("grad_per", "preset", ["preset", "on", "off"],
                              "PER of the gradients on the fixed batch")
 
 
+def _series_tokens() -> str:
+  """--tokens (or --series_tokens); the analysis-only data flags are refused, not ignored."""
+  unused = [f for f, v in (("--steps", df.STEPS.value), ("--data.*", df.DATA.value),
+                           ("--eval_sequences", df.EVAL_SEQ.value is not None)) if v]
+  if unused:
+    raise ValueError(f"{', '.join(unused)}: not used by convergence, which measures every "
+                     "checkpoint of --series on the fixed batch --tokens=FILE.npy")
+  a, b = df.TOKENS.value, SERIES_TOKENS.value
+  if a and b and a != b:
+    raise ValueError(f"--tokens={a} and --series_tokens={b} differ: give one")
+  return a or b
+
+
 def main(argv):
   del argv
   grad = {"preset": None, "on": True, "off": False}[GRAD_PER.value]
   run(Path(OUT.value), PRESET.value, data=DATA.value, series=SERIES.value,
-      series_tokens=SERIES_TOKENS.value,
+      series_tokens=_series_tokens(), allow_duplicates=df.ALLOW_DUP.value,
       widths=tuple(int(w) for w in WIDTHS.value) if WIDTHS.value else None,
       token_modes=tuple(TOKEN_MODES.value), estimators=tuple(ESTIMATORS.value),
       per_mlp_r=PER_MLP_R.value, per_ov_r=PER_OV_R.value, grad_per=grad)

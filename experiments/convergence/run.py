@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from experiments.convergence.presets import Preset, get_preset
+from experiments.convergence.series import series_sources
 from experiments.convergence.summary import FRAC, summarise
 from experiments.shared import (DEFAULT_TEXT, RunsProgress, config_from, text_corpus, write_json,
                                 write_rows)
@@ -20,7 +21,6 @@ from sbjax import optim
 from sbjax.analysis import samples
 from sbjax.config import Config, DataConfig
 from sbjax.data import make_dataset
-from sbjax.data import tokens as tokens_lib
 from sbjax.studies import convergence as conv
 from sbjax.train import train_once
 from sbjax.train.done import finished
@@ -135,27 +135,14 @@ def train_all(out: Path, preset: str, data: str, widths, progress: RunsProgress)
   return sources, batch, info
 
 
-def _series(series: list, series_tokens: str):
-  if not series_tokens:
-    raise ValueError("--series needs --series_tokens=FILE.npy: an int array [n, T+1] of "
-                     "token windows in the series' vocabulary (the fixed batch)")
-  if not Path(series_tokens).is_file():
-    raise FileNotFoundError(f"--series_tokens={series_tokens} does not exist")
-  batch = np.asarray(tokens_lib.read_tokens(series_tokens), np.int32)  # checked [n, T+1] ids
-  sources = [conv.series_source(p) for p in series]
-  for s in sources:  # issue 20: ids must lie in each series' vocabulary
-    tokens_lib.check_ids(batch, s.model.vocab_size, f"--series_tokens={series_tokens}: ",
-                         f"{s.name} model.vocab_size")
-  info = {"source": "series", "series": [Path(p).name for p in series],
-          "tokens_file": Path(series_tokens).name}
-  return sources, batch, info
-
-
 def run(out: Path, preset: str, *, data: str = "", series: list | None = None,
         series_tokens: str = "", widths: tuple | None = None, verbose: bool = True,
-        **settings_over) -> None:
-  """Train (or read the series), measure and summarise into ``out``. ``widths``: a subset
-  of the preset's widths; ``settings_over``: ConvergenceSettings fields."""
+        allow_duplicates: bool = False, **settings_over) -> None:
+  """Train (or read the series), measure and summarise into ``out``. ``series``: sbjax
+  workdirs (imports, runs) or HF revision directories measured on the token file
+  ``series_tokens`` instead of training (``experiments.convergence.series``; duplicated
+  revisions of an import refused unless ``allow_duplicates``). ``widths``: a subset of the
+  preset's widths; ``settings_over``: ConvergenceSettings fields."""
   out = Path(out)
   t0 = time.perf_counter()
   p: Preset = get_preset(preset)
@@ -165,7 +152,7 @@ def run(out: Path, preset: str, *, data: str = "", series: list | None = None,
   progress = RunsProgress(n_train + len(series or widths or p.knobs.widths), "convergence",
                           disable=not verbose)
   if series:
-    sources, batch, info = _series(series, series_tokens)
+    sources, batch, info = series_sources(series, series_tokens, allow_duplicates, out)
   else:
     sources, batch, info = train_all(out, preset, data, widths, progress)
   metas = []

@@ -31,7 +31,7 @@ ANISO_TOK = flags.DEFINE_integer("anisotropy_tokens", 4096, "series: token posit
 
 def main_series(out: Path) -> None:
   run_series(sf.SERIES.value, out, sf.TOKENS.value, sf.DATA.value, sf.steps(),
-             sf.ALLOW_DUP.value, sf.EVAL_SEQ.value, ANISO_TOK.value)
+             sf.ALLOW_DUP.value, sf.eval_sequences(), ANISO_TOK.value)
   (out / "section.md").write_text(series_section(out, "."))
   print(json.dumps({"out": str(out), "series": str(out / "saturation_series.csv"),
                     "section": str(out / "section.md")}))

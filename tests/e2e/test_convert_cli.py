@@ -15,21 +15,13 @@ import transformers
 from experiments import convert as convert_cli
 from sbjax import checkpoint
 from sbjax.convert import import_hf
+from tests._hf_cache import tiny_neox
 
 ROOT = Path(__file__).resolve().parents[2]
 V = 61
+SIZES = dict(vocab_size=V, hidden_size=32, num_attention_heads=4, intermediate_size=64,
+             initializer_range=0.2)  # tiny_neox's GPT-NeoX config
 transformers.logging.set_verbosity_error()
-
-
-def _hf_model(path, seed):
-  torch.manual_seed(seed)
-  c = transformers.GPTNeoXConfig(
-      vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-      intermediate_size=64, max_position_embeddings=32, rotary_pct=0.5, initializer_range=0.2,
-      bos_token_id=0, eos_token_id=0)
-  m = transformers.GPTNeoXForCausalLM(c).eval()
-  m.save_pretrained(str(path))
-  return m
 
 
 def _logits(m, tok):
@@ -46,7 +38,7 @@ def _assert_same(a, b):
 
 def test_cli_series_import_and_export(tmp_path):
   series = tmp_path / "tiny-series"
-  models = {s: _hf_model(series / f"step{s}", seed=s) for s in (0, 64)}
+  models = {s: tiny_neox(series / f"step{s}", s, **SIZES) for s in (0, 64)}
   work = tmp_path / "work"
   r = subprocess.run([sys.executable, "-m", "experiments.convert", f"--from_hf={series}",
                       f"--to={work}"], cwd=ROOT, capture_output=True, text=True, timeout=300,
@@ -65,7 +57,7 @@ def test_cli_series_import_and_export(tmp_path):
 
 
 def test_import_single_dir_step_from_name(tmp_path):
-  _hf_model(tmp_path / "rev-step12", seed=3)
+  tiny_neox(tmp_path / "rev-step12", 3, **SIZES)
   work = tmp_path / "w"
   assert convert_cli.import_to_workdir(str(tmp_path / "rev-step12"), str(work)) == [12]
   assert convert_cli.import_to_workdir(str(tmp_path / "rev-step12"), str(work), step=5) == [5]
@@ -73,7 +65,7 @@ def test_import_single_dir_step_from_name(tmp_path):
   assert step == 12 and cfg.name == "rev-step12"
   _assert_same(params, import_hf(str(tmp_path / "rev-step12"))[1])
   # a workdir holding a different model is refused
-  _hf_model(tmp_path / "other", seed=4)
+  tiny_neox(tmp_path / "other", 4, **SIZES)
   conf = json.loads((tmp_path / "other" / "config.json").read_text())
   conf["use_parallel_residual"] = False
   (tmp_path / "other" / "config.json").write_text(json.dumps(conf))

@@ -32,24 +32,13 @@ from sbjax.data import hf_tokenizer
 from sbjax.data import tokenizer as tok_lib
 from sbjax.model import Model
 from tests._corpus import generated_docs, write_corpus
-from tests._hf_cache import write_hf_cache
+from tests._hf_cache import tiny_neox, write_hf_cache
 from tests._unicode_corpus import unicode_docs
 
 ROOT = Path(__file__).resolve().parents[2]
 V, T, N = 320, 16, 12
 V_EXPORT = 128
 transformers.logging.set_verbosity_error()
-
-
-def _neox(path, seed):
-  torch.manual_seed(seed)
-  c = transformers.GPTNeoXConfig(
-      vocab_size=V, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-      intermediate_size=32, max_position_embeddings=32, rotary_pct=0.5, initializer_range=0.3,
-      bos_token_id=0, eos_token_id=0)
-  m = transformers.GPTNeoXForCausalLM(c).eval()
-  m.save_pretrained(str(path))
-  return m
 
 
 def _hf_loss(m, windows):
@@ -63,7 +52,7 @@ def _hf_loss(m, windows):
 @pytest.fixture(scope="module")
 def series(tmp_path_factory):
   d = tmp_path_factory.mktemp("series")
-  models = {s: _neox(d / f"m{s}", seed=s) for s in (0, 1, 3)}
+  models = {s: tiny_neox(d / f"m{s}", s, vocab_size=V) for s in (0, 1, 3)}
   revs = {"step0": d / "m0", "step1000-tokens2M": d / "m1",
           "step2000-tokens4M": d / "m1",  # an aliased branch: step 1000's weights
           "step3000-tokens6M": d / "m3"}
@@ -78,6 +67,14 @@ def series(tmp_path_factory):
   rows = np.asarray(ids[:N * (T + 1)], np.uint16).reshape(N, T + 1)
   np.save(d / "batch.npy", rows)
   return d, repo, models, rows
+
+
+@pytest.fixture(scope="module")
+def imported(series, tmp_path_factory):
+  """The series imported once for the experiments' series modes."""
+  work = tmp_path_factory.mktemp("imported") / "work"
+  convert_cli.import_to_workdir(str(series[1].parent), str(work))
+  return work
 
 
 def test_convert_analyze_on_tokens_matches_transformers(series):
@@ -168,9 +165,9 @@ def _hf_features(m, windows):
   return h.double().reshape(-1, h.shape[-1]).numpy(), w.detach().double().numpy()
 
 
-def test_collapse_and_saturation_series_on_tokens_match_transformers(series, tmp_path):
+def test_collapse_and_saturation_series_on_tokens_match_transformers(series, imported, tmp_path):
   """``experiments.collapse`` and ``experiments.saturation`` in series mode on the imported
-  series: refused without tokens (the CLI) and on the duplicate; with tokens, the collapse
+  series: refused without tokens and on the duplicate; with tokens, the collapse
   metrics equal ``collapse_metrics`` of transformers' own features, the eval loss equals
   transformers' loss, anisotropy and the centred head spectrum equal numpy's."""
   from experiments.collapse import series as coll  # deferred: experiment drivers
@@ -178,13 +175,10 @@ def test_collapse_and_saturation_series_on_tokens_match_transformers(series, tmp
   from experiments.saturation import series as sat
   from sbjax.metrics import collapse as C
   d, repo, models, rows = series
-  work = tmp_path / "work"
-  convert_cli.import_to_workdir(str(repo.parent), str(work))
+  work = imported
   batch = str(d / "batch.npy")
-  r = subprocess.run([sys.executable, "-m", "experiments.saturation", f"--series={work}",
-                      f"--out={tmp_path / 'sat0'}"], cwd=ROOT, capture_output=True, text=True,
-                     timeout=600, env={**os.environ, "JAX_PLATFORMS": "cpu"})
-  assert r.returncode != 0 and "Pass --tokens=FILE" in r.stderr, r.stderr[-2000:]
+  with pytest.raises(ValueError, match=r"synthetic default data.*Pass --tokens=FILE"):
+    sat.run_series(work, tmp_path / "sat0")  # in process: the CLI costs a jax import (5 s)
   assert not (tmp_path / "sat0" / "saturation_series.csv").exists()
   with pytest.raises(ValueError, match=r"synthetic default data.*Pass --tokens=FILE"):
     coll.run_series(work, tmp_path / "c0")
@@ -228,3 +222,50 @@ def test_collapse_and_saturation_series_on_tokens_match_transformers(series, tmp
       min(g["eval_loss"] for g in got))
   assert all((out / f).stat().st_size > 0 for f in sat.FIGS.values() if "scaling" not in f)
   assert "step 3000" in sat.series_section(out)
+
+
+def _hf_mlp_last(m, windows):
+  """Each block's MLP output at the last position, [L] x [n, d] float64 (forward hooks)."""
+  outs = []
+  hooks = [layer.mlp.register_forward_hook(
+      lambda mod, inp, o: outs.append(o[:, -1].double().numpy())) for layer in m.gpt_neox.layers]
+  with torch.no_grad():
+    m(torch.tensor(windows[:, :-1], dtype=torch.long))
+  for h in hooks:
+    h.remove()
+  return outs
+
+
+def _np_cka(x, y):
+  x, y = x - x.mean(0), y - y.mean(0)
+  return np.linalg.norm(x.T @ y) ** 2 / (np.linalg.norm(x.T @ x) * np.linalg.norm(y.T @ y))
+
+
+def test_convergence_series_on_an_imported_workdir_matches_transformers(series, imported,
+                                                                        tmp_path):
+  """``experiments.convergence --series=IMPORTED_WORKDIR --tokens=FILE``: the duplicate is
+  refused unless allowed; the eval loss equals transformers', the last-token MLP CKA to the
+  final equals numpy's on transformers' hooked MLP outputs, the duplicate reads as its twin."""
+  from experiments.convergence.run import run as convergence  # deferred: experiment driver
+  d, _, models, rows = series
+  kw = dict(series=[str(imported)], series_tokens=str(d / "batch.npy"), verbose=False,
+            n_sequences=N, all_sequences=4)
+  with pytest.raises(ValueError, match=r"revision\(s\) \[2000\].*--allow_duplicates"):
+    convergence(tmp_path / "c0", "test", **kw)
+  convergence(tmp_path / "c", "test", allow_duplicates=True, **kw)
+  mdir = tmp_path / "c" / "measure" / "work"
+  with open(mdir / "steps.csv") as f:
+    loss = {int(r["step"]): float(r["eval_loss"]) for r in csv.DictReader(f)}
+  with open(mdir / "cka.csv") as f:
+    cka = {(int(r["step"]), int(r["layer"])): float(r["cka"]) for r in csv.DictReader(f)
+           if (r["kind"], r["tokens"], r["estimator"]) == ("mlp", "last", "biased")}
+  ref = {0: models[0], 1000: models[1], 2000: models[1], 3000: models[3]}
+  final = _hf_mlp_last(models[3], rows)
+  for s, m in ref.items():
+    assert loss[s] == pytest.approx(_hf_loss(m, rows), abs=1e-4)
+    for layer, x in enumerate(_hf_mlp_last(m, rows)):
+      assert cka[(s, layer)] == pytest.approx(_np_cka(x, final[layer]), abs=1e-4), (s, layer)
+  assert cka[(2000, 1)] == cka[(1000, 1)] and cka[(3000, 1)] == pytest.approx(1.0, abs=1e-6)
+  assert cka[(0, 1)] < 0.99  # the revisions differ
+  summary = json.loads((tmp_path / "c" / "summary.json").read_text())
+  assert summary["data"]["duplicate_of"] == {"work": {"2000": 1000}}
