@@ -14,8 +14,8 @@ clipping at 1.0 and AdamW (β = 0.9, 0.95, weight decay 0.1):
 Every side runs in its own spawned process (``_bench.interleaved_procs``: two runtimes in
 one process slow each other on 2 cores; a single side, e.g. ``--sides=sbjax`` on an
 accelerator, runs in this process, which has opened the device); the sides take turns, one
-step each per round, ``--reps`` rounds after warm-up (with all three sides alive the sbjax d512 step has been seen
-to slow 2× in some runs, never in pairs: compare pairs, e.g. ``--sides=sbjax,hf_eager``,
+step each per round, ``--reps`` rounds after warm-up (with all three sides alive the sbjax
+d512 step has been seen to slow 2× in some runs, never in pairs: compare pairs, e.g. ``--sides=sbjax,hf_eager``,
 see BUILD_NOTES.md); the table
 reports median tokens/s, the ratio to ``hf_eager`` and MFU = analytic FLOPs
 (``sbjax.model.flops_per_token``: 6·N_matmul + causal attention) × tokens/s over the peak:
