@@ -15,11 +15,11 @@ Every side runs in its own spawned process (``_bench.interleaved_procs``: two ru
 one process slow each other on 2 cores; a single side, e.g. ``--sides=sbjax`` on an
 accelerator, runs in this process, which has opened the device); the sides take turns, one
 step each per round, ``--reps`` rounds after warm-up (with all three sides alive the sbjax
-d512 step has been seen to slow 2× in some runs, never in pairs: compare pairs, e.g. ``--sides=sbjax,hf_eager``,
-see BUILD_NOTES.md); the table
-reports median tokens/s, the ratio to ``hf_eager`` and MFU = analytic FLOPs
-(``sbjax.model.flops_per_token``: 6·N_matmul + causal attention) × tokens/s over the peak:
-on CPU the best 2048² float32 matmul measured in this process (jax or torch); on an
+d512 step has been seen to slow 2× in some runs, never in pairs: compare pairs, e.g.
+``--sides=sbjax,hf_eager``, see BUILD_NOTES.md); the table reports median tokens/s, the
+ratio to ``hf_eager`` and MFU = analytic FLOPs (``sbjax.model.flops_per_token``: 6·N_matmul
++ causal attention) × tokens/s over the peak: on CPU the best 2048² float32 matmul measured
+in this process (jax or torch); on an
 accelerator ``--peak_tflops`` (the device's datasheet peak for the dtype).
 
 Run (CPU, from the repo root):
