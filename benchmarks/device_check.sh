@@ -89,7 +89,8 @@ if [[ "${DRY}" == 1 && "${PEAK}" == 0 ]]; then PEAK_ARG=(--peak_tflops=1); fi  #
 if [[ "${DRY}" == 1 ]]; then
   TRAIN=(--configs=pythia-14m --batch=1 --seq=32 --reps=1 --loss_chunk=32
          "--shrink=n_layers=1,vocab_size=512")
-  METRICS=(--cases=spectra --heads=2 --spec-v=256 --spec-d=32 --reps=1)
+  METRICS=(--cases=spectra --heads=2 --spec-v=256 --spec-d=32 --reps=1
+           --spec-methods=auto)
   EQUAL=(--steps=1)
   SERIES=(--k=2 --batch=2 --seq=32 --reps=1)
 else
