@@ -8,7 +8,7 @@
 # 4. 1-vs-N-device equality (benchmarks/device_equal.py); 5. the series-analysis
 #    throughput (benchmarks/stacked_forward.py: K checkpoints in one vmapped forward).
 # Writes device_check/results.json (every BENCH row, per-section exit codes and times) and
-# device_check/*.log. --dry-run: tiny sizes, no install, for the CPU test
+# device_check/*.log. --dry-run: tiny sizes, no install, XLA at -O0, for the CPU test
 # (tests/e2e/test_device_check.py). PEAK_TFLOPS=<bf16 TFLOP/s per device> overrides the
 # table below; OUT=<dir> changes the output directory; SECTIONS=train_step,metrics,...
 # runs only those (default: all).
@@ -76,8 +76,10 @@ else
   step "install (tpu)"
   python -m pip install -q -e '.[tpu,test]' 2>&1 | tail -n 3
 fi
-DEVICE=$(python -c 'import jax; print(jax.devices()[0].device_kind)')
-NDEV=$(python -c 'import jax; print(jax.device_count())')
+if [[ "${DRY}" == 1 ]]; then  # a dry run checks the script, not speed: skip LLVM's passes
+  export XLA_FLAGS="${XLA_FLAGS:+${XLA_FLAGS} }--xla_backend_optimization_level=0"
+fi
+read -r NDEV DEVICE < <(python -c 'import jax; print(jax.device_count(), jax.devices()[0].device_kind)')
 PEAK="${PEAK_TFLOPS:-$(peak_for "${DEVICE}")}"
 step "devices: ${NDEV} x ${DEVICE}; bf16 peak ${PEAK} TFLOP/s per device"
 PEAK_ARG=()
@@ -87,7 +89,8 @@ if [[ "${DRY}" == 1 && "${PEAK}" == 0 ]]; then PEAK_ARG=(--peak_tflops=1); fi  #
 if [[ "${DRY}" == 1 ]]; then
   TRAIN=(--configs=pythia-14m --batch=1 --seq=32 --reps=1 --loss_chunk=32
          "--shrink=n_layers=1,vocab_size=512")
-  METRICS=(--cases=spectra --heads=2 --spec-v=1024 --spec-d=64 --reps=1)
+  METRICS=(--cases=spectra --heads=2 --spec-v=256 --spec-d=32 --reps=1
+           --spec-methods=auto)
   EQUAL=(--steps=1)
   SERIES=(--k=2 --batch=2 --seq=32 --reps=1)
 else

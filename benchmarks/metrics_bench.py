@@ -68,7 +68,7 @@ def bench_spectra(a):
     ref = np.stack(numpy_svd_loop(heads[:2])).astype(np.float64)  # reference for accuracy (heads 0,1)
     emit({"case": "spectra", "impl": "numpy.linalg.svd loop", "shape": [h, v, d], "median_s": t_base, "reps": len(ts)})
     xh = jnp.asarray(heads)
-    for method in ["gram", "auto", "gram_refine", "svd"]:
+    for method in a.spec_methods.split(",") + ["svd"]:
         if method == "svd" and not a.jax_svd:
             continue
         f = jax.jit(jax.vmap(lambda w: singular_values(w, method)))
@@ -302,6 +302,8 @@ def main():
     p.add_argument("--heads", type=int, default=16)
     p.add_argument("--spec-v", type=int, default=50_000)
     p.add_argument("--spec-d", type=int, default=512)
+    p.add_argument("--spec-methods", default="gram,auto,gram_refine",
+                   help="singular_values methods to time (device_check.sh --dry-run: one)")
     p.add_argument("--x64-spectra", action="store_true", help="also time method='gram64' under x64")
     p.add_argument("--jax-svd", action="store_true", help="also time jnp.linalg.svd")
     p.add_argument("--n", type=int, default=1_000_000)

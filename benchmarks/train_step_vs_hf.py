@@ -12,13 +12,14 @@ clipping at 1.0 and AdamW (β = 0.9, 0.95, weight decay 0.1):
   fails here).
 
 Every side runs in its own spawned process (``_bench.interleaved_procs``: two runtimes in
-one process slow each other on 2 cores); the sides take turns, one step each per round,
-``--reps`` rounds after warm-up (with all three sides alive the sbjax d512 step has been seen
-to slow 2× in some runs, never in pairs: compare pairs, e.g. ``--sides=sbjax,hf_eager``,
-see BUILD_NOTES.md); the table
-reports median tokens/s, the ratio to ``hf_eager`` and MFU = analytic FLOPs
-(``sbjax.model.flops_per_token``: 6·N_matmul + causal attention) × tokens/s over the peak:
-on CPU the best 2048² float32 matmul measured in this process (jax or torch); on an
+one process slow each other on 2 cores; a single side, e.g. ``--sides=sbjax`` on an
+accelerator, runs in this process, which has opened the device); the sides take turns, one
+step each per round, ``--reps`` rounds after warm-up (with all three sides alive the sbjax
+d512 step has been seen to slow 2× in some runs, never in pairs: compare pairs, e.g.
+``--sides=sbjax,hf_eager``, see BUILD_NOTES.md); the table reports median tokens/s, the
+ratio to ``hf_eager`` and MFU = analytic FLOPs (``sbjax.model.flops_per_token``: 6·N_matmul
++ causal attention) × tokens/s over the peak: on CPU the best 2048² float32 matmul measured
+in this process (jax or torch); on an
 accelerator ``--peak_tflops`` (the device's datasheet peak for the dtype).
 
 Run (CPU, from the repo root):
@@ -58,9 +59,10 @@ def sbjax_side(mc, tc, batch_np):
 
   tc = dataclasses.replace(tc, warmup_steps=0, steps=10_000)
   model = Model(mc)
-  state = {"p": model.init(jax.random.key(0), 1, batch_np.shape[1] - 1)}
+  # jitted: one compile instead of the forward's ops one by one (seconds saved per side)
+  state = {"p": jax.jit(lambda k: model.init(k, 1, batch_np.shape[1] - 1))(jax.random.key(0))}
   tx = make_optimizer(tc, mc, state["p"])
-  state["o"] = tx.init(state["p"])
+  state["o"] = jax.jit(tx.init)(state["p"])
   step = jax.jit(make_train_step(model, tx, 1, False), donate_argnums=(0, 1))
   batch = jnp.asarray(batch_np)
   t = time.perf_counter()

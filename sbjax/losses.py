@@ -12,7 +12,7 @@ those) and is what ``Model.loss`` uses with ``model.loss_chunk=0``.
 ``chunked_matrix_xent(x, w, y, chunk)`` never forms more than ``chunk``×V logits. Its
 custom VJP is *fused*: while the forward pass holds a chunk's logits it also forms
 
-    ∂nll_sum/∂z = softmax(z) − onehot(y)          (chunk×V, then dropped)
+    ∂nll_sum/∂z = softmax(z) − onehot(y)          (never formed: see below)
     ∂/∂x_c = (softmax(z_c) − onehot(y_c)) W        (chunk×K, kept)
     ∂/∂W  += (softmax(z_c) − onehot(y_c))ᵀ x_c     (V×K, accumulated in float32)
 
@@ -30,8 +30,11 @@ rows (``v_tile_for``: about 2^20 logits, 4 MB), each tile's logits *transposed*
 vectorises across tokens, and a tile's elementwise work (online logsumexp, target logit,
 first argmax) runs while it is in cache: 1.55× (d=512) to 2.9× (d=128) the untiled row
 layout on 2 CPU cores, at V=50304.
-The same sweep inside the fused gradient measured no faster (0.94× at d=512, 1.08× at
-d=128), so training keeps the row layout (BUILD_NOTES.md, issue 8).
+The same tiled sweep inside the fused gradient measured no faster (0.94× at d=512, 1.08×
+at d=128; issue 8). The fused gradient instead takes ``TRAIN_CHUNK`` (512) tokens at a
+time, untiled, in column layout (V×c logits), applies the one-hot part of ∂z outside the
+sweep (a gather and a scatter-add), and picks the fastest XLA:CPU matmul layouts; see
+``_matrix_xent_fwd`` (BUILD_NOTES.md, issue 21).
 
 ``chunked_scores_xent(score_fn, x, y, chunk)`` is the generic version for any head
 (e.g. mos): a scan over token chunks whose body is ``jax.checkpoint``-ed, so the
@@ -183,30 +186,51 @@ def _matrix_xent(x, w, targets, chunk, vb):
   return _forward(x, w, targets, chunk, vb)
 
 
+TRAIN_CHUNK = 512  # tokens per sweep of the fused gradient (at most loss_chunk)
+
+
+def _softmax_cols(z, v):
+  """Column statistics of transposed logits z (V×c, float32): (lse, first argmax) per
+  column, the argmax compare-free as in ``_pass1``."""
+  m = jnp.max(z, axis=0)
+  lse = m + jnp.log(jnp.sum(jnp.exp(z - m[None, :]), axis=0))
+  rev = (v - jnp.arange(v, dtype=jnp.float32))[:, None]
+  first = v - jnp.max((jnp.sign(z - m[None, :]) + 1.0) * rev, axis=0)
+  return lse, first
+
+
 def _matrix_xent_fwd(x, w, targets, chunk, vb):
-  """The fused forward + gradient in row layout (chunk×V logits, untiled): in the train
-  step this measured faster than the tiled column sweep at d=512 and about even at d=128
-  (BUILD_NOTES.md, issue 8), so ``vb`` only serves the evaluation path."""
+  """The fused forward + gradient, ``min(chunk, TRAIN_CHUNK)`` tokens at a time, in column
+  layout: each sweep forms the logits transposed, z = W·x_cᵀ (V×c), so every reduction over
+  V runs down columns (vectorised by XLA:CPU), and the softmax p = exp(z − lse) is used by
+  the two gradient matmuls in the layouts XLA:CPU runs fastest: ∂x_cᵀ = Wᵀ·p (K×c) and
+  ∂W += p·x_c. The one-hot part of ∂z = p − onehot(y) is applied once, outside the sweep:
+  ∂x −= W[y] (a gather) and ∂W[y] −= x (a scatter-add), so no V-sized one-hot is formed.
+  Padded tokens have x = 0: they add nothing to ∂W, and their ∂x rows are dropped. The
+  row layout this replaced (chunk×V logits, row reductions, (p − onehot) formed): 1.25× the
+  head time at pythia-14m shapes (BUILD_NOTES.md, issue 21). ``vb`` only serves evaluation."""
   del vb
-  n = targets.shape[0]
-  xs, ts, vs, _ = _pad_chunks(x, targets, chunk)
+  n, k = x.shape
+  xs, ts, vs, _ = _pad_chunks(x, targets, min(chunk, TRAIN_CHUNK))
   v = w.shape[0]
+  wc = w.astype(x.dtype)
 
   def body(carry, inp):
     nll_acc, cor_acc, dw_acc = carry
     x_c, t_c, v_c = inp
-    logits = jnp.einsum("nk,vk->nv", x_c, w.astype(x_c.dtype)).astype(jnp.float32)
-    lse, nll, cor = _chunk_stats(logits, t_c, v_c)
-    onehot = jnp.arange(v)[None, :] == t_c[:, None]
-    dz = jnp.where(v_c[:, None], jnp.exp(logits - lse[:, None]) - onehot, 0.0)  # chunk×V
-    dz = dz.astype(x_c.dtype)
-    dx_c = jnp.einsum("nv,vk->nk", dz, w.astype(x_c.dtype))
-    dw_acc = dw_acc + jnp.einsum("nv,nk->vk", dz, x_c, preferred_element_type=jnp.float32)
-    return (nll_acc + nll, cor_acc + cor, dw_acc), dx_c
+    z = jnp.einsum("vk,nk->vn", wc, x_c).astype(jnp.float32)  # V×c logits
+    lse, first = _softmax_cols(z, v)
+    tgt = z[t_c, jnp.arange(x_c.shape[0])]
+    nll, cor = _chunk_sums(lse, tgt, first, t_c.astype(jnp.float32), v_c)  # float index
+    p = jnp.exp(z - lse[None, :]).astype(x_c.dtype)  # softmax, V×c
+    dxt_c = jnp.einsum("vk,vn->kn", wc, p)
+    dw_acc = dw_acc + jnp.einsum("vn,nk->vk", p, x_c, preferred_element_type=jnp.float32)
+    return (nll_acc + nll, cor_acc + cor, dw_acc), dxt_c
 
   init = (jnp.float32(0), jnp.float32(0), jnp.zeros(w.shape, jnp.float32))
-  (nll, cor, dw), dxs = jax.lax.scan(body, init, (xs, ts, vs))
-  dx = dxs.reshape(-1, x.shape[-1])[:n]
+  (nll, cor, dw), dxts = jax.lax.scan(body, init, (xs, ts, vs))
+  dx = jnp.swapaxes(dxts, 1, 2).reshape(-1, k)[:n] - wc[targets]
+  dw = dw.at[targets].add(-x.astype(jnp.float32))
   return (nll, cor), (dx.astype(x.dtype), dw.astype(w.dtype))
 
 

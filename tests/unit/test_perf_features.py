@@ -48,8 +48,11 @@ def _numpy_xent(x, w, y):
 
 
 @pytest.mark.parametrize("chunk,v_tile", [(7, None), (1000, None), (16, 43), (16, 64)])
-def test_chunked_matrix_xent_matches_numpy(chunk, v_tile):
-  """v_tile 43 divides V = 301 (7 tiles); 64 does not (5 tiles, the last padded)."""
+def test_chunked_matrix_xent_matches_numpy(chunk, v_tile, monkeypatch):
+  """v_tile 43 divides V = 301 (7 tiles); 64 does not (5 tiles, the last padded). With
+  chunk 1000 the forward takes all 50 tokens at once, and the fused gradient, capped at
+  TRAIN_CHUNK tokens a sweep (here 32), two sweeps, the second padded."""
+  monkeypatch.setattr(losses, "TRAIN_CHUNK", 32)
   rng = np.random.default_rng(0)
   n, k, v = 50, 8, 301  # 50 tokens: chunks of 7 leave a padded remainder
   x = rng.normal(size=(n, k)).astype(np.float32)
