@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import matplotlib.ticker  # noqa: E402
 import numpy as np  # noqa: E402
 
+from experiments.collapse.findings import ceiling_sentence  # noqa: E402
 from experiments.shared import fmt, read_rows  # noqa: E402
 
 FIGURE = "fig_collapse_ceiling.png"
@@ -76,4 +77,5 @@ def ceiling_lines(out: Path, rel: str) -> list[str]:
       if int(r["step"]) == last:
         lines.append(f"| {r['run']} | {fmt(r['gap'], 3)} | "
                      + " | ".join(fmt(r[k], 3) for k in SHOWN) + " |")
+    lines += ["", ceiling_sentence(ceil, trained, SHOWN)]
   return lines
