@@ -81,13 +81,14 @@ def norm_cov_sentence(an: list[dict], seeds: list[dict]) -> str:
   return (f"{head} (strong: R² > {STRONG}; the authors' ≈ 0.08): " + "; ".join(parts) + ".")
 
 
-def counting_sentence(r2: list[dict]) -> str:
-  """Metrics whose sign differs between one point per run and all snapshots."""
+def counting_sentence(r2: list[dict], metrics: tuple | None = None) -> str:
+  """Metrics (of ``metrics``; None = all) whose sign of r differs between one point per run
+  and all snapshots."""
   by = _by(r2, "min_count", "points", "metric")
   flips = []
   for (m, pts, k), r in sorted(by.items()):
     other = by.get((m, "all", k))
-    if pts != "last" or other is None:
+    if pts != "last" or other is None or (metrics is not None and k not in metrics):
       continue
     a, b = _num(r["pearson_r"]), _num(other["pearson_r"])
     if math.isfinite(a) and math.isfinite(b) and a * b < 0:

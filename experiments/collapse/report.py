@@ -137,7 +137,7 @@ def _paragraph(an: list[dict], tk: list[dict], meta: dict, r2: list[dict],
   anchor_metrics = tuple(k for k, v in ANCHORS.items() if v[0] is not None)
   sents = [f"The authors' released results give, over 230 TinyStories models, {refs}."]
   sents += [F.anchor_sentence(an, m) for m in mcs]
-  sents += [F.norm_cov_sentence(an, seeds), F.counting_sentence(r2),
+  sents += [F.norm_cov_sentence(an, seeds), F.counting_sentence(r2, tuple(ANCHORS)),
             F.seed_sentence(seeds, anchor_metrics)]
   sents += [f"Weight-decay strength Γ = λ·Σ lr: {gam} "
             f"({meta['weight_decay']['steps']} steps per run).",

@@ -41,6 +41,7 @@ def test_anchor_counting_and_seed_sentences():
   assert F.counting_sentence(r2) == ("Counting every snapshot as a model flips the sign of r for "
                                      "a at min_count 1 (r +0.50 per run, -0.30 over snapshots).")
   assert "changes no sign" in F.counting_sentence(r2[2:])
+  assert "changes no sign" in F.counting_sentence(r2, ("b",))
   seeds = [{"min_count": 1, "metric": "a", "p_perm": 0.01, "pearson_r": 0.7, "n": 16},
            {"min_count": 1, "metric": "b", "p_perm": 0.2, "pearson_r": 0.3, "n": 16},
            {"min_count": 20, "metric": "a", "p_perm": 0.07, "pearson_r": 0.4, "n": 16}]
