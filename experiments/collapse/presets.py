@@ -76,9 +76,10 @@ PRESETS: dict[str, Preset] = {
                         ceiling=(256, 8), ceiling_arch=(1, 32),
                         ceiling_steps=(50, 100, 200, 400, 800, 1600),
                         ceiling_tokens=262_144)),
-    # The paper's grid (230 TinyStories models; GPT-Neo tokenizer size 50257).
+    # The paper's grid (230 TinyStories models; GPT-Neo tokenizer size 50257): trains on
+    # token files, --data=TRAIN.bin[,VAL.bin] of TinyStories ids (nothing is downloaded).
     "tpu": Preset("neo", _overrides(vocab=50257, seq_len=512, batch=64, lr=1e-3, warmup=500,
-                                    source="tfds", tfds_name="lm1b"),
+                                    source="tokens"),
                   Knobs(depths=(1, 2, 4, 8, 12), widths=(64, 128, 256, 512, 768, 1024),
                         seeds=16, seed_arch=(4, 256), epoch_tokens=0, val_tokens=1 << 22,
                         chunk=16)),
