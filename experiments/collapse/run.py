@@ -23,15 +23,16 @@ from sbjax.studies.collapse_grid import Member
 
 
 def groups(p: Preset) -> list:
-  """[(name, kind, L, d, [Member], snapshot epochs)]: the grid, then the seed group."""
+  """[(name, kind, L, d, [Member], snapshot epochs)]: the seed group, then the grid by
+  increasing cost (an interrupted run has the permutation test and the cheap models)."""
   k, out = p.knobs, []
-  for n_layers in k.depths:
-    for d in k.widths:
-      ms = [Member(seed=0, data_seed=0, weight_decay=float(wd)) for wd in k.weight_decays]
-      out.append((f"L{n_layers}-d{d}", "grid", n_layers, d, ms, tuple(k.epochs)))
   n_layers, d = k.seed_arch
   ms = [Member(seed=s, data_seed=s, weight_decay=k.seed_weight_decay) for s in range(k.seeds)]
   out.append((f"seeds-L{n_layers}-d{d}", "seeds", n_layers, d, ms, (max(k.epochs),)))
+  for d in k.widths:
+    for n_layers in k.depths:
+      ms = [Member(seed=0, data_seed=0, weight_decay=float(wd)) for wd in k.weight_decays]
+      out.append((f"L{n_layers}-d{d}", "grid", n_layers, d, ms, tuple(k.epochs)))
   return out
 
 
