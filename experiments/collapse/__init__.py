@@ -6,7 +6,7 @@ r"""Linguistic collapse (Wu & Papyan 2024): neural-collapse metrics vs validatio
 
 A grid of GPT-Neo-like models (``sbjax.configs.neo``: learned positions, tied head,
 alternating global/local attention), depth L x width d x weight decay λ, each measured at two
-snapshots (cpu: after 2 and 6 epochs), plus a seed-only group (one architecture, >= 16
+snapshots (cpu: after 1 and 3 epochs of 262k tokens, 1536 steps of 8 x 64), plus a seed-only group (one architecture, >= 16
 data-order seeds at cpu). Models of one architecture train together in one vmapped program
 (``sbjax.studies.collapse_grid.train_group``: per-member data order, init seed and weight
 decay). The learning rate is constant after warm-up, so an earlier snapshot is exactly the

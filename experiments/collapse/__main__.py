@@ -18,8 +18,9 @@ from experiments.collapse.series import run_series, series_section
 PRESET = flags.DEFINE_string("preset", "cpu", " | ".join(PRESETS))
 OUT = flags.DEFINE_string("out", "out/collapse", "output directory")
 DATA = flags.DEFINE_string("data", None, "a directory of .txt files (text presets; default: "
-                           "the development corpus ../shared/data/shakespeare) or a TFDS name "
-                           "(tpu preset)")
+                           "the development corpus ../shared/data/shakespeare), token files "
+                           "TRAIN.bin[,VAL.bin] or .npy (tpu preset: TinyStories ids of the "
+                           "GPT-Neo tokenizer), or a TFDS name (a tfds preset)")
 COLL_SEQ = flags.DEFINE_integer("collapse_sequences", 64, "series: train-split windows for the "
                                 "class means / variances")
 MIN_COUNTS = flags.DEFINE_list("min_counts", ["1"], "series: analysed classes have N_c >= each")

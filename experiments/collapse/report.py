@@ -15,7 +15,8 @@ import matplotlib.ticker  # noqa: E402
 import numpy as np  # noqa: E402
 
 from experiments.collapse.report_ceiling import ceiling_lines  # noqa: E402
-from experiments.collapse.measure import ANCHOR_SOURCE, METRICS, POINTS  # noqa: E402
+from experiments.collapse import findings as F  # noqa: E402
+from experiments.collapse.measure import ANCHOR_SOURCE, ANCHORS, METRICS, POINTS  # noqa: E402
 from experiments.collapse.tables import column, min_counts, model_rows  # noqa: E402
 from experiments.shared import fmt, read_rows  # noqa: E402
 from sbjax.studies import stats  # noqa: E402
@@ -123,23 +124,30 @@ def _token_lines(tk: list[dict]) -> list[str]:
   return lines
 
 
-def _paragraph(an: list[dict], tk: list[dict], meta: dict) -> str:
+def _paragraph(an: list[dict], tk: list[dict], meta: dict, r2: list[dict],
+               seeds: list[dict]) -> str:
+  """What the data support and contradict, in words computed from the tables (findings.py)."""
   avg, top = tk[-1], tk[:-1]
   top_l = float(np.mean([r["log10_cdnv"] for r in top]))
   top_i = float(np.mean([r["interference"] for r in top]))
-  mc0 = min(int(r["min_count"]) for r in an)
-  parts = [f"{r['metric']}: R² {_f(r['r2'])} ({_txt(r['sign'])}) -> {r['verdict']}"
-           for r in an if int(r["min_count"]) == mc0 and _f(r["authors_r2"]) != "–"]
+  refs = ", ".join(f"R² ≈ {a:g} for {k}" for k, (a, _, _) in ANCHORS.items()
+                   if a is not None and not k.endswith(("_guarded", "_corrected")))
   gam = ", ".join(f"λ={k}: Γ={v:.2f}" for k, v in meta["weight_decay"]["gamma"].items())
-  return ("Wu & Papyan's released results give, over 230 TinyStories models, R² ≈ 0.92 for "
-          "log10 of the mean CDNV, ≈ 0.89 for NC4, ≈ 0.69 for UNC3 and ≈ 0.08 for the CoV of "
-          f"norms. Here (min_count {mc0}, one point per run): " + "; ".join(parts) + ". "
-          f"Weight-decay strength Γ = λ·Σ lr: {gam}. The most frequent tokens have mean log10 "
-          f"CDNV_c {top_l:.2f} vs {float(avg['log10_cdnv']):.2f} for the average token and "
-          f"interference {top_i:.3f} vs {float(avg['interference']):.3f}. These models are "
-          "orders of magnitude smaller and shorter-trained than the authors', so agreement in "
-          "sign matters more than in R²; where a verdict says 'disagrees' or 'weaker', sbjax "
-          "does not reproduce their finding at this scale.")
+  mcs = sorted({int(r["min_count"]) for r in an})
+  anchor_metrics = tuple(k for k, v in ANCHORS.items() if v[0] is not None)
+  sents = [f"The authors' released results give, over 230 TinyStories models, {refs}."]
+  sents += [F.anchor_sentence(an, m) for m in mcs]
+  sents += [F.norm_cov_sentence(an, seeds), F.counting_sentence(r2, tuple(ANCHORS)),
+            F.seed_sentence(seeds, anchor_metrics)]
+  sents += [f"Weight-decay strength Γ = λ·Σ lr: {gam} "
+            f"({meta['weight_decay']['steps']} steps per run).",
+            f"The most frequent tokens have mean log10 CDNV_c {top_l:.2f} vs "
+            f"{float(avg['log10_cdnv']):.2f} for the average token and interference "
+            f"{top_i:.3f} vs {float(avg['interference']):.3f}.",
+            "These models are orders of magnitude smaller and shorter-trained than the "
+            "authors'; where a verdict says 'disagrees' or 'weaker', sbjax does not reproduce "
+            "their finding at this scale, and where it says 'agrees' it does."]
+  return " ".join(s for s in sents if s)
 
 
 def report_section(out: Path, rel: str) -> str:
@@ -155,11 +163,14 @@ def report_section(out: Path, rel: str) -> str:
            f"{meta['vocab_size']}, {meta['train_tokens']} training tokens per epoch, "
            f"{meta['val_tokens']} validation tokens, min_count "
            + " and ".join(str(m) for m in meta["min_counts"]) + "; settings: "
-           + ", ".join(f"{k}={v}" for k, v in meta["settings"].items()) + ").", "",
+           + ", ".join(f"{k}={v}" for k, v in meta["settings"].items()) + "). Run time "
+           f"of the run call: {meta['seconds']} s wall, {meta.get('cpu_seconds', '–')} s CPU of "
+           "this process (groups reused from an earlier call cost nothing here).", "",
            f"![collapse metrics vs validation loss]({rel}/{FIGURE})", ""]
   lines += _r2_lines(r2)
   an = read_rows(out / "collapse_anchors.csv")
   lines += _anchor_lines(an) + _seed_lines(out, meta)
   tk = read_rows(out / "collapse_tokens.csv")
-  lines += _token_lines(tk) + ["", _paragraph(an, tk, meta)] + ceiling_lines(out, rel)
+  seeds = read_rows(out / "collapse_seeds.csv") if (out / "collapse_seeds.csv").exists() else []
+  lines += _token_lines(tk) + ["", _paragraph(an, tk, meta, r2, seeds)] + ceiling_lines(out, rel)
   return "\n".join(lines) + "\n"

@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import matplotlib.ticker  # noqa: E402
 import numpy as np  # noqa: E402
 
+from experiments.collapse.findings import ceiling_sentence  # noqa: E402
 from experiments.shared import fmt, read_rows  # noqa: E402
 
 FIGURE = "fig_collapse_ceiling.png"
@@ -58,9 +59,11 @@ def ceiling_lines(out: Path, rel: str) -> list[str]:
   lines = ["", "### The collapse ceiling of a planted language", "",
            f"Planted-rank language V={int(c0['vocab'])}, k={int(c0['planted_rank'])} (context 1, "
            f"entropy H = {fmt(c0['entropy'])} nats). Its Bayes-optimal model (features of width "
-           f"{int(c0['width'])} = k+1, loss = H) is known exactly; its collapse metrics are the "
-           "most collapse a perfect model of this language shows (the factorisation is not "
-           "unique: two canonical ones).", "",
+           f"{int(c0['width'])} = k+1, loss = H) is known exactly; its collapse metrics are "
+           "those of a perfect model of this language. The optimal factorisation is not unique "
+           "(H A, W A⁻ᵀ are optimal too): two canonical ones are shown, the least-norm "
+           "(balanced, what weight decay favours) and the planted one; NC1–NC3 of other optimal "
+           "factorisations can differ, so these are reference points, not bounds.", "",
            "| variant | " + " | ".join(SHOWN) + " |", "|---" * (len(SHOWN) + 1) + "|"]
   for c in ceil:
     lines.append(f"| {c['variant']} | " + " | ".join(fmt(c[k], 3) for k in SHOWN) + " |")
@@ -76,4 +79,5 @@ def ceiling_lines(out: Path, rel: str) -> list[str]:
       if int(r["step"]) == last:
         lines.append(f"| {r['run']} | {fmt(r['gap'], 3)} | "
                      + " | ".join(fmt(r[k], 3) for k in SHOWN) + " |")
+    lines += ["", ceiling_sentence(ceil, trained, SHOWN)]
   return lines

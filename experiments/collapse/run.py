@@ -17,20 +17,22 @@ from experiments.collapse.presets import Preset, get_preset
 from experiments.shared import RunsProgress, text_corpus, write_json, write_rows
 from sbjax.config import DataConfig
 from sbjax.data import make_dataset
+from sbjax.data import tokens as tok_lib
 from sbjax.optim import lr_schedule
 from sbjax.studies.collapse_grid import Member
 
 
 def groups(p: Preset) -> list:
-  """[(name, kind, L, d, [Member], snapshot epochs)]: the grid, then the seed group."""
+  """[(name, kind, L, d, [Member], snapshot epochs)]: the seed group, then the grid by
+  increasing cost (an interrupted run has the permutation test and the cheap models)."""
   k, out = p.knobs, []
-  for n_layers in k.depths:
-    for d in k.widths:
-      ms = [Member(seed=0, data_seed=0, weight_decay=float(wd)) for wd in k.weight_decays]
-      out.append((f"L{n_layers}-d{d}", "grid", n_layers, d, ms, tuple(k.epochs)))
   n_layers, d = k.seed_arch
   ms = [Member(seed=s, data_seed=s, weight_decay=k.seed_weight_decay) for s in range(k.seeds)]
   out.append((f"seeds-L{n_layers}-d{d}", "seeds", n_layers, d, ms, (max(k.epochs),)))
+  for d in k.widths:
+    for n_layers in k.depths:
+      ms = [Member(seed=0, data_seed=0, weight_decay=float(wd)) for wd in k.weight_decays]
+      out.append((f"L{n_layers}-d{d}", "grid", n_layers, d, ms, tuple(k.epochs)))
   return out
 
 
@@ -41,22 +43,58 @@ def validate(p: Preset, vocab: int | None = None) -> list:
           for _, _, n_layers, d, _, _ in groups(p)]
 
 
+TOKEN_SUFFIXES = (".bin", ".npy")
+
+
+def is_token_files(data: str | None) -> bool:
+  """``--data=TRAIN[,VAL]`` names token files (.bin / .npy) rather than a text directory."""
+  return bool(data) and Path(str(data).split(",")[0]).suffix in TOKEN_SUFFIXES
+
+
+def token_file_corpus(data: str | None, vocab: int, dtype: str = "uint16"):
+  """(train, val) flat token streams of ``--data=TRAIN[,VAL]``: token files of ids in
+  [0, vocab) (a flat .bin of ``dtype``, or an integer .npy [N] or [n, W] whose rows are
+  concatenated in file order), e.g. TinyStories through the GPT-Neo tokenizer; without VAL
+  the last tenth of TRAIN is the validation stream (a contiguous tail)."""
+  if not is_token_files(data):
+    raise ValueError(f"--data={data!r}: this preset trains on token files; pass "
+                     "--data=TRAIN.bin[,VAL.bin] (flat uint16 ids, or an integer .npy) of "
+                     f"token ids in [0, {vocab}), e.g. TinyStories through the GPT-Neo "
+                     "tokenizer; nothing is downloaded")
+  paths = str(data).split(",")
+  arrs = [tok_lib.read_tokens(q, dtype).reshape(-1) for q in paths[:2]]
+  for q, a in zip(paths, arrs):
+    tok_lib.check_ids(a, vocab, f"token file {q}: ", "data.vocab_size of the preset")
+  if len(arrs) == 2:
+    return arrs[0], arrs[1]
+  n_val = len(arrs[0]) // 10
+  return arrs[0][:len(arrs[0]) - n_val], arrs[0][len(arrs[0]) - n_val:]
+
+
 def load_corpus(p: Preset, out: Path, corpus: str | None):
-  """(train_tokens, val_tokens, vocab_size, tokenizer_path) of the preset's corpus subset."""
+  """(train_tokens, val_tokens, vocab_size, tokenizer_path) of the preset's corpus subset:
+  token files (source ``tokens``, or any preset given ``--data=FILE.bin|.npy``), a TFDS
+  name, or a directory of .txt files (tokenized here)."""
   o, k = p.overrides, p.knobs
-  if o["data.source"] == "tfds":
-    dc = DataConfig(source="tfds", tfds_name=corpus or o["data.tfds_name"],
-                    vocab_size=o["data.vocab_size"])
+  if o["data.source"] == "tokens" or is_token_files(corpus):
+    vocab = o["data.vocab_size"]
+    tr, va = token_file_corpus(corpus, vocab)
+    tok_path = None
   else:
-    dc = DataConfig(source="text", path=str(text_corpus(corpus)), vocab_size=o["data.vocab_size"])
-  ds = make_dataset(dc, seq_len=o["train.seq_len"], global_batch_size=o["train.batch_size"],
-                    seed=0, workdir=str(out / "data"), process_index=0, process_count=1)
-  tr, va = ds.train_tokens, ds.val_tokens
+    if o["data.source"] == "tfds":
+      dc = DataConfig(source="tfds", tfds_name=corpus or o["data.tfds_name"],
+                      vocab_size=o["data.vocab_size"])
+    else:
+      dc = DataConfig(source="text", path=str(text_corpus(corpus)),
+                      vocab_size=o["data.vocab_size"])
+    ds = make_dataset(dc, seq_len=o["train.seq_len"], global_batch_size=o["train.batch_size"],
+                      seed=0, workdir=str(out / "data"), process_index=0, process_count=1)
+    tr, va, vocab, tok_path = ds.train_tokens, ds.val_tokens, ds.vocab_size, ds.tokenizer_path
   if k.epoch_tokens and len(tr) > k.epoch_tokens + 1:
     tr = tr[:k.epoch_tokens + 1]
   if k.val_tokens and len(va) > k.val_tokens + 1:
     va = va[:k.val_tokens + 1]
-  return tr, va, ds.vocab_size, ds.tokenizer_path
+  return np.asarray(tr), np.asarray(va), vocab, tok_path
 
 
 def check_same_experiment(out: Path, key: dict) -> None:
@@ -104,8 +142,9 @@ def weight_decay_strength(p: Preset, n_train_tokens: int) -> dict:
 
 def run(out: Path, preset: str, data: str | None = None, verbose: bool = True) -> None:
   """Run the experiment into ``out`` (finished groups are skipped); see the package doc.
-  ``data``: a directory of .txt files (default: the development corpus), or a TFDS name
-  (tpu preset)."""
+  ``data``: a directory of .txt files (default: the development corpus), token files
+  ``TRAIN.bin[,VAL.bin]`` / ``.npy`` (the tpu preset: TinyStories ids of the GPT-Neo
+  tokenizer), or a TFDS name (a preset whose source is tfds)."""
   p = get_preset(preset)
   out = Path(out)
   out.mkdir(parents=True, exist_ok=True)

@@ -149,6 +149,9 @@ def test_preset_end_to_end(test_out):
   assert md.startswith("## ") and "](collapse/fig_collapse_vs_loss.png)" in md
   assert "min_count 20, 1 point/run" in md and "all snapshots" in md
   assert f"{float(table[('1', 'last', 'nc1_log10_mean_cdnv')]['r2']):.3g}" in md
+  # the findings in words, from the same tables (their logic: tests/unit/test_collapse_findings.py)
+  assert "bias-corrected norm CoV" in md and "Counting every snapshot as a model" in md
+  assert f"Among {p.seeds} data-order seeds" in md
   # the collapse ceiling of the planted language, and models trained towards it
   ceil = _read(test_out / "collapse_ceiling.csv")
   assert [r["variant"] for r in ceil] == ["balanced", "planted"]
@@ -164,6 +167,7 @@ def test_preset_end_to_end(test_out):
     assert float(r["gap"]) == pytest.approx(float(r["val_loss"]) - float(r["val_true_nll"]))
     assert float(r["gap"]) > 0  # a 24-step model is far from the Bayes-optimal one
   assert "### The collapse ceiling of a planted language" in md
+  assert "As the gap to H falls" in md
   assert (test_out / "fig_collapse_ceiling.png").stat().st_size > 10_000
 
 
