@@ -66,6 +66,23 @@ def write_json(path, obj) -> None:
   atomic_write_json(path, obj)
 
 
+def claims_sentences(sup: list, con: list, und: list,
+                     und_label: str = "Not decided") -> list[str]:
+  """A report's verdict on a paper's claims: "Supported: a; b." "Contradicted: none." and,
+  when some claims are undecided, "<und_label>: c."."""
+  out = ["Supported: " + ("; ".join(sup) or "none") + ".",
+         "Contradicted: " + ("; ".join(con) or "none") + "."]
+  if und:
+    out.append(f"{und_label}: " + "; ".join(und) + ".")
+  return out
+
+
+def span(values) -> str:
+  """'a' when the values are (numerically) one, else 'min–max' (3 significant digits)."""
+  lo, hi = min(values), max(values)
+  return f"{lo:.3g}" + ("" if hi - lo < 1e-9 else f"–{hi:.3g}")
+
+
 def fmt(v, nd: int = 4, spec: str | None = None) -> str:
   """A number for a report table: '–' for None/''/NaN/inf, integers without decimals,
   floats with ``nd`` significant digits (or the format ``spec``), anything else as str."""

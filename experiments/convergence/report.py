@@ -16,7 +16,7 @@ import numpy as np  # noqa: E402
 
 from experiments.convergence.summary import (FRAC, PAPER_FRAC, STAB_LEVEL, cell,  # noqa: E402
                                              layers_markdown, primary)
-from experiments.shared import read_rows  # noqa: E402
+from experiments.shared import claims_sentences, read_rows, span  # noqa: E402
 from sbjax import checkpoint as ckpt  # noqa: E402
 from sbjax import optim  # noqa: E402
 from sbjax.studies import convergence as conv  # noqa: E402
@@ -262,17 +262,13 @@ def claims_text(models: list[dict], stab_rows: list[dict], tok: str, est: str,
         txt + ("" if p < 0.05 else "; not significant"))
   else:
     und.append(f"{c3}: the test is undefined (too few stabilised layers)")
-  out = ["Supported: " + ("; ".join(sup) or "none") + ".",
-         "Contradicted: " + ("; ".join(con) or "none") + "."]
-  if und:
-    out.append("Not decided: " + "; ".join(und) + ".")
+  out = claims_sentences(sup, con, und)
   g = [gammas[m["model"]] for m in ms if m["model"] in gammas]
   if g:
     lo, hi = PYTHIA_LARGE_GAMMA
     out.append(
-        f"Cause: every model trains with one recipe (Γ_total = λΣη = {min(g):.3g}"
-        + ("" if max(g) - min(g) < 1e-9 else f"–{max(g):.3g}") + "), so differences between "
-        "them are the width's, not the optimisation's. "
+        f"Cause: every model trains with one recipe (Γ_total = λΣη = {span(g)}), so "
+        "differences between them are the width's, not the optimisation's. "
         + (f"Γ_total is far below the {lo}–{hi} that Pythia's larger models reach, so these "
            "runs test the 20% claim at an early stage of optimisation, not at Pythia's."
            if max(g) < lo else "Γ_total is in Pythia's range, so the optimisation stage "

@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from experiments.saturation.measure import FITS, smooth  # noqa: E402
-from experiments.shared import fmt, read_rows  # noqa: E402
+from experiments.shared import claims_sentences, fmt, read_rows, span  # noqa: E402
 from sbjax.analysis import figures  # noqa: E402
 from sbjax.studies.scaling import ScalingFit  # noqa: E402
 
@@ -225,16 +225,12 @@ def claims_text(rows: list[dict], paired: bool) -> str:
     (sup if aniso >= 0.9 else con).append(
         f"the last layer turns anisotropic (largest final anisotropy {aniso:.3f}, against → 1)")
   g = [r.get("gamma_total", math.nan) for r in rows]
-  out = ["Supported: " + ("; ".join(sup) or "none") + ".",
-         "Contradicted: " + ("; ".join(con) or "none") + "."]
-  if und:
-    out.append("Undecided (a CI straddles the threshold): " + "; ".join(und) + ".")
+  out = claims_sentences(sup, con, und, "Undecided (a CI straddles the threshold)")
   if all(math.isfinite(x) for x in g):
     lo_g, hi_g = PYTHIA_SATURATION_GAMMA
     out.append(
-        f"Cause: every width trains with one recipe (Γ_total = λΣη = {min(g):.3g}"
-        + ("" if max(g) - min(g) < 1e-9 else f"–{max(g):.3g}") + "), so width is not "
-        "confounded with Γ here and any difference between widths is the width's. "
+        f"Cause: every width trains with one recipe (Γ_total = λΣη = {span(g)}), so width "
+        "is not confounded with Γ here and any difference between widths is the width's. "
         + (f"But Γ_total is below the Γ ≈ {lo_g}–{hi_g} where Pythia's small models "
            "saturate, so these runs cannot test the Γ account (the planted arms, "
            "--preset=cpu-planted, do)." if max(g) < lo_g else
