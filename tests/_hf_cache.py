@@ -6,6 +6,12 @@ import os
 import shutil
 from pathlib import Path
 
+import jax
+import numpy as np
+
+from sbjax.convert import export_hf
+from sbjax.model import Model
+
 
 def write_hf_cache(cache: Path, repo_id: str, revisions: dict) -> Path:
   """``cache/models--org--name/{blobs/<sha256>, snapshots/<commit>/<file> -> blob,
@@ -43,3 +49,13 @@ def tiny_neox(path, seed: int, **sizes):
   m = transformers.GPTNeoXForCausalLM(transformers.GPTNeoXConfig(**{**kw, **sizes})).eval()
   m.save_pretrained(str(path))
   return m
+
+
+def exported_neox(mc, path, seed: int):
+  """A random GPT-NeoX directory of ModelConfig ``mc`` written by sbjax's exporter (weights
+  N(0, 0.1²) from ``seed``; no torch needed); returns ``path``."""
+  rng = np.random.default_rng(seed)
+  params = jax.tree.map(lambda a: (0.1 * rng.standard_normal(a.shape)).astype(np.float32),
+                        Model(mc).abstract_params())
+  export_hf(mc, params, str(path))
+  return path

@@ -3,7 +3,6 @@ synthetic default, --tokens and --data overrides, and the bad inputs (ids >= voc
 rows longer than max_len, a tokenizer larger than the model's vocabulary). Everything here
 fails before any compilation; weight-only groups need no data."""
 
-import jax
 import numpy as np
 import pytest
 
@@ -14,10 +13,9 @@ from sbjax import checkpoint as ckpt
 from sbjax.analysis import analyze_run, data_source
 from sbjax.analysis.settings import Settings
 from sbjax.config import ModelConfig
-from sbjax.convert import export_hf
 from sbjax.data import DataError
-from sbjax.model import Model
 from tests._corpus import generated_docs, write_corpus
+from tests._hf_cache import exported_neox
 
 V = 53
 MC = ModelConfig(vocab_size=V, d_model=16, n_layers=1, n_heads=2, max_len=32)
@@ -27,10 +25,7 @@ QUIET = dict(progress=False, figures=False, eval_sequences=4, cka_sequences=4)
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory):
   d = tmp_path_factory.mktemp("imp")
-  rng = np.random.default_rng(0)
-  params = jax.tree.map(lambda a: (0.1 * rng.standard_normal(a.shape)).astype(np.float32),
-                        Model(MC).abstract_params())
-  export_hf(MC, params, str(d / "series" / "step5"))
+  exported_neox(MC, d / "series" / "step5", 0)
   assert convert_cli.import_to_workdir(str(d / "series"), str(d / "work")) == [5]
   return d, d / "work"
 

@@ -6,7 +6,6 @@ an import was aimed at) keeps its bytes (``assert_nothing_lost``)."""
 
 import shutil
 
-import jax
 import numpy as np
 import pytest
 
@@ -14,11 +13,9 @@ from experiments import convert as convert_cli
 from sbjax.analysis import analyze_run
 from sbjax.analysis.settings import Settings
 from sbjax.config import DataConfig, ModelConfig
-from sbjax.convert import export_hf
 from sbjax.data import hf_tokenizer, make_dataset
-from sbjax.model import Model
 from tests._corpus import generated_docs, write_corpus
-from tests._hf_cache import write_hf_cache
+from tests._hf_cache import exported_neox, write_hf_cache
 from tests._unicode_corpus import unicode_docs
 from tests.integration.test_bad_inputs import assert_nothing_lost, snapshot
 
@@ -32,10 +29,7 @@ def series(tmp_path_factory):
   """An HF cache of two revisions (written by sbjax's exporter) and its import."""
   d = tmp_path_factory.mktemp("series")
   for s in (0, 1):
-    rng = np.random.default_rng(s)
-    params = jax.tree.map(lambda a: (0.1 * rng.standard_normal(a.shape)).astype(np.float32),
-                          Model(MC).abstract_params())
-    export_hf(MC, params, str(d / f"m{s}"))
+    exported_neox(MC, d / f"m{s}", s)
   repo = write_hf_cache(d / "cache", "EleutherAI/tiny", {"step0": d / "m0", "step1000": d / "m1"})
   convert_cli.import_to_workdir(str(repo), str(d / "work"))
   return repo, d / "work"

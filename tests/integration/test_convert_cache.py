@@ -8,15 +8,13 @@ import shutil
 
 import numpy as np
 import pytest
-import jax
 
 from experiments import convert as convert_cli
 from sbjax import checkpoint
 from sbjax.config import ModelConfig
-from sbjax.convert import export_hf, import_hf, revisions
+from sbjax.convert import import_hf, revisions
 from sbjax.data import hf_tokenizer
-from sbjax.model import Model
-from tests._hf_cache import write_hf_cache
+from tests._hf_cache import exported_neox, write_hf_cache
 
 V = 53
 
@@ -24,19 +22,10 @@ V = 53
 MC = ModelConfig(vocab_size=V, d_model=16, n_layers=1, n_heads=2, max_len=32)
 
 
-def _neox(path, seed):
-  """A random GPT-NeoX directory written by sbjax's exporter (no torch needed here)."""
-  rng = np.random.default_rng(seed)
-  params = jax.tree.map(lambda a: (0.1 * rng.standard_normal(a.shape)).astype(np.float32),
-                        Model(MC).abstract_params())
-  export_hf(MC, params, str(path))
-  return path
-
-
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):
   d = tmp_path_factory.mktemp("hf")
-  saved = {s: _neox(d / f"m{s}", seed=s) for s in (1, 2, 3)}
+  saved = {s: exported_neox(MC, d / f"m{s}", seed=s) for s in (1, 2, 3)}
   hf_tokenizer.train_bpe(["a local corpus for the tokenizer"] * 3, saved[3] / "tokenizer.json", 270)
   revs = {"step0-tokens0": saved[3],  # step 0 aliased to the final model
           "step1000-tokens2M": saved[1], "stage1-step2000-tokens4.2M": saved[2],
