@@ -77,7 +77,7 @@ else
   python -m pip install -q -e '.[tpu,test]' 2>&1 | tail -n 3
 fi
 if [[ "${DRY}" == 1 ]]; then  # a dry run checks the script, not speed: skip LLVM's passes
-  export XLA_FLAGS="${XLA_FLAGS:+${XLA_FLAGS} }--xla_backend_optimization_level=0"
+  export XLA_FLAGS="${XLA_FLAGS:+${XLA_FLAGS} }--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
 fi
 read -r NDEV DEVICE < <(python -c 'import jax; print(jax.device_count(), jax.devices()[0].device_kind)')
 PEAK="${PEAK_TFLOPS:-$(peak_for "${DEVICE}")}"

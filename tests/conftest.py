@@ -14,14 +14,20 @@ if str(ROOT) not in sys.path:
   sys.path.insert(0, str(ROOT))
 SHAKESPEARE = ROOT.parent / "shared" / "data" / "shakespeare"
 
-# XLA's CPU backend at optimisation level 0 (LLVM -O0) for the tests and their subprocesses:
-# compilation, not execution, is most of the time of tiny-model tests, and -O0 compiles ~35%
-# faster (measured: test_model + test_perf_features, 3 min 40 s -> 2 min 18 s of CPU). It
-# changes no result beyond float rounding: the golden one-step test (rtol 2e-6) holds at both
-# levels, and every bitwise comparison compares runs made at the same level. Set XLA_FLAGS
-# yourself to test another level.
+from tests._xla import TEST_XLA_FLAGS  # noqa: E402  (needs ROOT on sys.path)
+
+# XLA's CPU backend tuned for compile time, for the tests and their subprocesses: compilation,
+# not execution, is most of the time of tiny-model tests.
+# - Optimisation level 0 (LLVM -O0): ~35% less compile time (measured: test_model +
+#   test_perf_features, 3 min 40 s -> 2 min 18 s of CPU).
+# - The legacy elemental emitters instead of XLA's MLIR fusion emitters
+#   (--xla_cpu_use_fusion_emitters=false): a tiny train step's forward + gradient compiles in
+#   0.7 s instead of 2.2 s at -O0 (test_model.py: 78 -> 46 s of CPU).
+# Neither changes a result beyond float rounding: the golden one-step test (rtol 2e-6) holds
+# with and without them, and every bitwise comparison compares runs made with the same flags.
+# Set XLA_FLAGS yourself to test other flags (e.g. XLA_FLAGS= for XLA's defaults).
 if "XLA_FLAGS" not in os.environ:
-  os.environ["XLA_FLAGS"] = "--xla_backend_optimization_level=0"
+  os.environ["XLA_FLAGS"] = TEST_XLA_FLAGS
 
 # A persistent XLA compilation cache shared by the tests of one session and their
 # subprocesses: many tests compile the same tiny train step.

@@ -25,6 +25,7 @@ from sbjax.optim import gamma_fn, lr_schedule, make_optimizer
 from sbjax.train import hooks as H
 from sbjax.train.done import finished, mark_finished
 from sbjax.train.loop import Schedule, run_loop
+from sbjax.train.programs import cached
 from sbjax.train.step import (TrainState, all_finite_jit, evaluate, make_eval_step,
                               make_train_step, state_step)
 from sbjax.train.workdir import (clean_for_resume, init_trunk_from, prepare_workdir,
@@ -39,8 +40,10 @@ def make_dataset_for(cfg: Config, workdir: Path):
                                seed=tc.data_seed, workdir=str(workdir))
 
 
+@cached
 def _build(cfg: Config, mesh, nan_at_step: int) -> types.SimpleNamespace:
-  """The model, shardings and jitted functions of one run (called under ``set_mesh``)."""
+  """The model, shardings and jitted functions of one run (called under ``set_mesh``); one
+  build per process for runs that share their programs (``sbjax.train.programs``)."""
   tc, mc = cfg.train, cfg.model
   model = Model(mc)
   abstract = model.abstract_params(tc.seq_len)

@@ -20,6 +20,7 @@ import numpy as np
 from sbjax.config import ModelConfig
 from sbjax.model import Model
 from sbjax.studies import collapse_grid as cg
+from tests._xla import TEST_XLA_FLAGS
 
 
 def _stacked_random_params(mc, m, t=16):
@@ -88,10 +89,10 @@ def _measure() -> dict:
 
 
 def test_32k_class_pass_memory_bound():
-  """See _measure; run at XLA's default optimisation level in a fresh interpreter."""
+  """See _measure; run with XLA's default flags (not the suite's) in a fresh interpreter."""
   env = dict(os.environ)
-  flags = env.get("XLA_FLAGS", "").replace("--xla_backend_optimization_level=0", "").strip()
-  env["XLA_FLAGS"] = flags
+  env["XLA_FLAGS"] = " ".join(f for f in env.get("XLA_FLAGS", "").split()
+                              if f not in TEST_XLA_FLAGS.split())
   root = Path(__file__).resolve().parents[2]
   env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH")) if p)
   out = subprocess.run([sys.executable, __file__], env=env, cwd=root, check=True,
