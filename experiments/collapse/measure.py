@@ -17,9 +17,9 @@ from sbjax.data.dataset import Dataset
 from sbjax.model import Model
 from sbjax.studies import collapse_grid as cg
 
-# The authors' R² against validation loss and the sign of r they imply (METRICS.md section 5:
+# The authors' R² against validation loss and the sign of r they imply (docs/metrics.md section 5:
 # computed by us from the authors' released results table over 230 TinyStories models, not
-# figures printed in the paper). None: no number in our reference (METRICS.md), so no verdict.
+# figures printed in the paper). None: no number in our reference (docs/metrics.md), so no verdict.
 # Keys: our metric -> (authors' R², authors' sign, what it is).
 ANCHORS = {
     "nc1_log10_mean_cdnv": (0.92, +1, "log10 of the mean CDNV, k=2 (the authors' log CDNV)"),

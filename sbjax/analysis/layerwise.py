@@ -1,7 +1,8 @@
 """Per-layer measures over checkpoints, the one implementation shared by the run analysis
 (``analyze_run``: the ``per`` and ``cka`` groups) and the studies (``sbjax.studies.convergence``).
 
-PER (proportional effective rank, ``sbjax.metrics.proportional_effective_rank``): with
+PER (proportional effective rank, ``sbjax.metrics.proportional_effective_rank``;
+``docs/metrics.md`` sections 4.2 and 4.3): with
 sigma the singular values (descending) and p_i = sigma_i / sum_{j<=r} sigma_j over the top r,
 
     PER = exp(-sum_{i<=r} p_i log p_i) / r.

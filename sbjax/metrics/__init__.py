@@ -13,7 +13,7 @@ Submodules (no flax anywhere):
 
 Each metric works on one checkpoint and composes with ``jax.vmap`` over a
 leading checkpoint/head axis.  Formulas and the authors' code variants are in
-each docstring and in ``shared/reference/METRICS.md``.
+each docstring and in ``docs/metrics.md``.
 """
 
 from . import anisotropy, cka, collapse, spectrum

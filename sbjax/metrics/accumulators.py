@@ -9,7 +9,7 @@ carried through ``jax.jit``/``lax.scan``, combined across batches and hosts
     upd = jax.jit(jax.vmap(mean_update, in_axes=(0, 0, None)))
     st = upd(st, feats_KxBxd, labels_B)                             # same tokens
 
-The three passes of the authors (METRICS.md section 3):
+The three passes of the authors (``docs/metrics.md`` section 3.1):
 
 1. :class:`MeanState` -- per-class sums, counts (via ``jax.ops.segment_sum``,
    no one-hot) and per-class sums of ||h||^2 (for the float64-only one-pass

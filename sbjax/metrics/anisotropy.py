@@ -7,7 +7,7 @@ the N x N cosine matrix: with unit vectors hhat_i and s = sum_i hhat_i,
 
 (sum_i ||hhat_i||^2 = N up to rounding; subtracting the computed value removes
 the diagonal exactly).  The paper does not state the number of sampled token
-positions; pass your sample in and report N yourself.
+positions; pass your sample in and report N yourself.  (``docs/metrics.md`` section 2.)
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Linear CKA between activation matrices (Kornblith et al. 2019; Diehl Martinez et al. 2024).
 
-Feature-space linear CKA with the biased HSIC estimator: centre the columns of
+Feature-space linear CKA with the biased HSIC estimator (``docs/metrics.md`` section 4.1): centre the columns of
 X (n x d1) and Y (n x d2), then
 
     CKA(X, Y) = ||X^T Y||_F^2 / (||X^T X||_F ||Y^T Y||_F).

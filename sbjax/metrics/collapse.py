@@ -1,6 +1,6 @@
 """Neural-collapse metrics for LM heads (Wu & Papyan 2024; the `neural-collapse` library).
 
-Definitions (``shared/reference/METRICS.md`` section 3).  mu_c = class mean of
+Definitions (``docs/metrics.md`` section 3).  mu_c = class mean of
 the last-layer features h_i with next token y_i = c; sigma_c^2 =
 (1/N_c) sum_{y_i=c} ||h_i - mu_c||^2 (biased trace of the class covariance);
 the analysed classes are those with N_c >= ``min_count`` (authors' default 1);

@@ -1,4 +1,5 @@
-"""Variants of the neural-collapse metrics that correct or guard the plain estimators.
+"""Variants of the neural-collapse metrics that correct or guard the plain estimators
+(``docs/metrics.md`` sections 3.3 and 3.5).
 
 Pure jax.numpy on the analysed class statistics of one checkpoint (a leading checkpoint
 axis composes with ``jax.vmap``); results are ``NamedTuple`` pytrees. The keys that

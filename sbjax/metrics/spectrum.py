@@ -6,7 +6,7 @@ and compose with ``jax.vmap`` over a leading checkpoint or head axis, e.g.::
     s = jax.jit(jax.vmap(singular_values))(heads_HxVxd)      # (H, min(V, d))
     kl = jax.vmap(kl_to_uniform)(s)
 
-Conventions (see ``shared/reference/METRICS.md`` section 1):
+Conventions (see ``docs/metrics.md`` section 1):
 
 * ``s`` is a 1-D array of singular values in *descending* order, all >= 0
   (as returned by :func:`singular_values`).  n = len(s) = min(V, d).
