@@ -6,9 +6,12 @@ a checkout; the tests import ``experiments.*``). The wheel installs it as
 top-level module named ``experiments``; the console scripts (``sbjax-train``, ...) run it.
 """
 
+from pathlib import Path
+
 from setuptools import find_packages, setup
 
-SBJAX = find_packages(include=["sbjax", "sbjax.*"])
-EXPERIMENTS = ["sbjax_" + p for p in find_packages(include=["experiments", "experiments.*"])]
+HERE = str(Path(__file__).resolve().parent)
+SBJAX = find_packages(HERE, include=["sbjax", "sbjax.*"])
+EXPERIMENTS = ["sbjax_" + p for p in find_packages(HERE, include=["experiments", "experiments.*"])]
 
 setup(packages=SBJAX + EXPERIMENTS, package_dir={"sbjax_experiments": "experiments"})
