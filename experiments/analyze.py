@@ -97,7 +97,7 @@ def cli():
   """The ``sbjax-analyze`` console script (and ``python -m experiments.analyze``)."""
   logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
   sys.argv = data_dot_flags(sys.argv)
-  common.run(main)
+  common.run_script(main, __name__)
 
 
 if __name__ == "__main__":

@@ -198,7 +198,7 @@ def main(argv):
 
 def cli():
   """The ``sbjax-convert`` console script (and ``python -m experiments.convert``)."""
-  common.run(main)  # user mistakes (bad dirs, refused configs) -> one "error: ..." line, exit 2
+  common.run_script(main, __name__)  # user mistakes -> one "error: ..." line, exit 2
 
 
 if __name__ == "__main__":

@@ -192,7 +192,7 @@ def cli():
   """The ``sbjax-reproduce`` console script (and ``python -m experiments.reproduce``)."""
   logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
   define_flags()
-  common.run(main)
+  common.run_script(main, __name__)
 
 
 if __name__ == "__main__":

@@ -65,7 +65,7 @@ def main(argv):
 def cli():
   """The ``sbjax-train`` console script (and ``python -m experiments.train``)."""
   logging.basicConfig(level=logging.INFO, stream=sys.stderr)
-  common.run(main)
+  common.run_script(main, __name__)
 
 
 if __name__ == "__main__":

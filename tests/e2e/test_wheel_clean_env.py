@@ -9,7 +9,8 @@ downloaded and the repository is not on the path. Every command runs from an emp
 outside the repository. Then:
 
 - ``import experiments`` fails (the wheel installs the experiments as ``sbjax_experiments``),
-  ``import sbjax.metrics`` works from the venv, and the sample corpus is package data there;
+  ``import sbjax.metrics`` works from the venv, the sample corpus is package data there, and
+  ``sbjax-reproduce --helpshort`` lists its flags;
 - ``sbjax-train --config=tiny`` trains a few steps on the sample corpus (text, a
   sentencepiece tokenizer trained into the workdir) and writes its checkpoint and log;
 - ``sbjax-reproduce --preset=test --only=planted`` runs the planted experiment and writes
@@ -92,6 +93,10 @@ def test_wheel_installs_sbjax_and_no_experiments_module(venv):
   r = subprocess.run([py, "-c", "import experiments"], cwd=cwd, env=env, capture_output=True,
                      text=True, timeout=60)
   assert r.returncode != 0 and "No module named 'experiments'" in r.stderr
+  # the console script's own flags are its --helpshort (absl lists those of sys.argv[0])
+  r = subprocess.run([py.parent / "sbjax-reproduce", "--helpshort"], cwd=cwd, env=env,
+                     capture_output=True, text=True, timeout=60)
+  assert "--only" in r.stdout and "--data" in r.stdout and "--quick" in r.stdout, r.stdout
 
 
 def test_sbjax_train_on_the_sample_corpus(venv):
