@@ -23,8 +23,8 @@ import sys
 
 from absl import flags
 
-from experiments import common
-from experiments.data_flags import ALLOW_DUP, DATA, TOKENS, data_dot_flags, eval_sequences, steps
+from . import common
+from .data_flags import ALLOW_DUP, DATA, TOKENS, data_dot_flags, eval_sequences, steps
 from sbjax.analysis import analyze_run
 from sbjax.analysis.settings import ALL_GROUPS, DEFAULT_W_ERROR_DIMS, Settings
 
@@ -93,7 +93,12 @@ def main(argv):
                     "steps": [r["step"] for r in rows], "csv": f"{out}/metrics.csv"}))
 
 
-if __name__ == "__main__":
+def cli():
+  """The ``sbjax-analyze`` console script (and ``python -m experiments.analyze``)."""
   logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
   sys.argv = data_dot_flags(sys.argv)
-  common.run(main)
+  common.run_script(main, __name__)
+
+
+if __name__ == "__main__":
+  cli()

@@ -84,3 +84,13 @@ def run(main):
       sys.exit(2)
 
   app.run(wrapped, flags_parser=parse_flags)
+
+
+def run_script(main, module: str):
+  """``run(main)`` for a console script (``sbjax-train`` -> ``cli()`` of ``module``): absl's
+  ``--helpshort`` lists the flags of the program file ``sys.argv[0]``, which for a script is
+  not the module that defined them, so they are registered for it first. Under
+  ``python -m experiments.X`` (``module`` == "__main__") this adds nothing."""
+  for flag in flags.FLAGS.get_key_flags_for_module(module):
+    flags.FLAGS.register_key_flag_for_module(sys.argv[0], flag)
+  run(main)

@@ -36,7 +36,7 @@ import os
 
 from absl import app, flags, logging
 
-from experiments import common
+from . import common
 from sbjax import checkpoint
 from sbjax.config import Config
 from sbjax.data import hf_tokenizer
@@ -196,5 +196,10 @@ def main(argv):
     print(f"wrote step {step} of {FLAGS.from_workdir} to {FLAGS.to_hf}")
 
 
+def cli():
+  """The ``sbjax-convert`` console script (and ``python -m experiments.convert``)."""
+  common.run_script(main, __name__)  # user mistakes -> one "error: ..." line, exit 2
+
+
 if __name__ == "__main__":
-  common.run(main)  # user mistakes (bad dirs, refused configs) -> one "error: ..." line, exit 2
+  cli()

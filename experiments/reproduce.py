@@ -24,6 +24,8 @@ finished ``OUT/NAME/``). An experiment that fails is reported as failed and the 
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import inspect
 import json
 import logging
 import platform
@@ -34,17 +36,19 @@ from pathlib import Path
 
 from absl import flags
 
-from experiments import common
+from . import common
 
+# module names relative to this package (``experiments`` in a checkout, ``sbjax_experiments``
+# in a wheel)
 EXPERIMENTS = {
-    "planted": "experiments.planted",
-    "head_rank": "experiments.head_rank",
-    "werror_loss": "experiments.werror_loss",
-    "vocab_threshold": "experiments.vocab_threshold",
-    "saturation": "experiments.saturation",
-    "target_rank": "experiments.target_rank",
-    "collapse": "experiments.collapse",
-    "convergence": "experiments.convergence",
+    "planted": ".planted",
+    "head_rank": ".head_rank",
+    "werror_loss": ".werror_loss",
+    "vocab_threshold": ".vocab_threshold",
+    "saturation": ".saturation",
+    "target_rank": ".target_rank",
+    "collapse": ".collapse",
+    "convergence": ".convergence",
 }
 QUICK_DEFAULT = ("planted",)
 PRESETS = ("test", "quick", "cpu", "tpu")
@@ -71,6 +75,7 @@ def load(name: str):
   modname = EXPERIMENTS.get(name)
   if modname is None:
     raise ValueError(f"unknown experiment {name!r}; known: {', '.join(EXPERIMENTS)}")
+  modname = importlib.util.resolve_name(modname, __package__)
   try:
     mod = importlib.import_module(modname)
   except ModuleNotFoundError as e:
@@ -95,8 +100,10 @@ def _write_timings(out: Path, timings: dict) -> None:
   tmp.replace(out / TIMINGS)
 
 
-def run_all(out, names, preset: str, verbose: bool = True) -> dict:
+def run_all(out, names, preset: str, verbose: bool = True, data: str = "") -> dict:
   """Runs the experiments ``names`` at ``preset`` into OUT/NAME/, then writes the report.
+  ``data`` (a directory of .txt files, default the packaged sample corpus) goes to every
+  experiment whose ``run`` takes a ``data`` argument (the text experiments).
   Returns the timings ({name: {"seconds", "preset", "status", "error"}})."""
   out = Path(out)
   if preset not in PRESETS:
@@ -110,7 +117,8 @@ def run_all(out, names, preset: str, verbose: bool = True) -> dict:
       mod = load(name)
       if verbose:
         sys.stderr.write(f"== {name} ({preset}) -> {out / name}\n")
-      mod.run(out / name, preset)
+      kw = {"data": data} if data and "data" in inspect.signature(mod.run).parameters else {}
+      mod.run(out / name, preset, **kw)
     except Exception as e:  # noqa: BLE001 - reported, the other experiments go on
       rec.update(status="failed", error=f"{type(e).__name__}: {e}")
       if verbose:
@@ -161,6 +169,8 @@ def define_flags():
                     + ", ".join(EXPERIMENTS))
   flags.DEFINE_enum("preset", "cpu", list(PRESETS), "preset when --quick is not given (test: "
                     "the tiny preset of the test suite)")
+  flags.DEFINE_string("data", "", "a directory of .txt files for the text experiments (default: "
+                      "the sample corpus shipped in sbjax/data/sample_text)")
 
 
 def main(argv):
@@ -168,7 +178,7 @@ def main(argv):
   f = flags.FLAGS
   out, quick, only, preset = Path(f.out), bool(f.quick), list(f.only), f.preset
   names = select(only, quick)
-  timings = run_all(out, names, "quick" if quick else preset)
+  timings = run_all(out, names, "quick" if quick else preset, data=f.data)
   report = out / "report.md"
   failed = [n for n in names if timings[n]["status"] != "ok"]
   print(json.dumps({"report": str(report), "seconds": {n: timings[n]["seconds"] for n in names},
@@ -178,7 +188,12 @@ def main(argv):
         f"{n}: {timings[n]['error']}" for n in failed) + f" (see {report})")
 
 
-if __name__ == "__main__":
+def cli():
+  """The ``sbjax-reproduce`` console script (and ``python -m experiments.reproduce``)."""
   logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
   define_flags()
-  common.run(main)
+  common.run_script(main, __name__)
+
+
+if __name__ == "__main__":
+  cli()

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from absl import flags
 
-from experiments.data_flags import ALLOW_DUP, DATA, STEPS, TOKENS, data_dot_flags, steps
-from experiments.data_flags import eval_sequences as _eval_sequences
+from .data_flags import ALLOW_DUP, DATA, STEPS, TOKENS, data_dot_flags, steps
+from .data_flags import eval_sequences as _eval_sequences
 
 __all__ = ["SERIES", "TOKENS", "DATA", "ALLOW_DUP", "STEPS", "data_dot_flags", "steps",
            "eval_sequences", "SERIES_EVAL_SEQUENCES"]

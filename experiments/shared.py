@@ -7,6 +7,7 @@ experiment-level progress (run i of n, total ETA).
 
 from __future__ import annotations
 
+import logging
 import math
 import sys
 import time
@@ -17,10 +18,13 @@ from tqdm.auto import tqdm
 from sbjax import configs as sbjax_configs
 from sbjax.analysis.table import atomic_write_json, read_csv, write_csv
 from sbjax.config import Config
+from sbjax.data.sample_corpus import sample_corpus_dir
 
+log = logging.getLogger("sbjax")
 REPO = Path(__file__).resolve().parents[1]
-# The development corpus beside a checkout (../shared/data/shakespeare); users pass --data.
-DEFAULT_TEXT = REPO.parent / "shared" / "data" / "shakespeare"
+# The default corpus of every preset: the public-domain sample shipped in the package
+# (sbjax/data/sample_text: five Shakespeare plays, ~590 KB); larger corpora: --data=DIR.
+DEFAULT_TEXT = sample_corpus_dir()
 
 __all__ = ["REPO", "DEFAULT_TEXT", "config_from", "text_corpus", "write_rows", "read_rows", "write_json",
            "fmt", "RunsProgress"]
@@ -43,8 +47,12 @@ def config_from(base: str, overrides: dict | None = None) -> Config:
 
 
 def text_corpus(data: str | Path | None = "") -> Path:
-  """The corpus directory: ``data`` if given, else the development corpus beside the
-  repository. A clear error names the flag when neither exists."""
+  """The corpus directory: ``data`` if given, else the packaged sample corpus
+  (``sbjax.data.sample_corpus``). A clear error names the flag when ``data`` does not exist."""
+  if not data:
+    log.info("no --data given: using the sample corpus shipped with sbjax (%s; 5 plays, ~590 "
+             "KB); published cpu-preset numbers used a larger corpus, pass --data=DIR",
+             DEFAULT_TEXT)
   path = Path(data) if data else DEFAULT_TEXT
   if not path.is_dir():
     where = f"--data={data}" if data else f"the default corpus {DEFAULT_TEXT}"

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from absl import flags
 
-from experiments import common
+from . import common
 from sbjax import sweep
 
 GRID = flags.DEFINE_string("grid", None, "sweep grid JSON file", required=True)

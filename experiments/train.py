@@ -27,7 +27,7 @@ import sys
 
 from absl import app, flags
 
-from experiments import common
+from . import common
 from sbjax import configs
 from sbjax import train as train_lib
 from sbjax.train import population
@@ -62,6 +62,11 @@ def main(argv):
   print(json.dumps(summary))
 
 
-if __name__ == "__main__":
+def cli():
+  """The ``sbjax-train`` console script (and ``python -m experiments.train``)."""
   logging.basicConfig(level=logging.INFO, stream=sys.stderr)
-  common.run(main)
+  common.run_script(main, __name__)
+
+
+if __name__ == "__main__":
+  cli()

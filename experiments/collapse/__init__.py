@@ -45,11 +45,11 @@ Modules: ``presets`` (PRESETS: test, quick, cpu, tpu), ``run`` (corpus, groups, 
 pass over the checkpoints of an imported series or a run, no training), ``__main__`` (the CLI).
 """
 
-from experiments.collapse.measure import ANCHORS, COUNT_KEYS, METRICS, SETTINGS, model_config, run_group
-from experiments.collapse.presets import PRESETS, Knobs, Preset, get_preset
-from experiments.collapse.report import report_section
-from experiments.collapse.run import check_same_experiment, groups, run, validate
-from experiments.collapse.tables import anchor_rows, model_rows
+from .measure import ANCHORS, COUNT_KEYS, METRICS, SETTINGS, model_config, run_group
+from .presets import PRESETS, Knobs, Preset, get_preset
+from .report import report_section
+from .run import check_same_experiment, groups, run, validate
+from .tables import anchor_rows, model_rows
 
 __all__ = ["ANCHORS", "COUNT_KEYS", "anchor_rows", "model_rows", "METRICS", "PRESETS", "SETTINGS", "Knobs", "Preset",
            "check_same_experiment", "get_preset", "groups", "model_config", "report_section",

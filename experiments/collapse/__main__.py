@@ -9,16 +9,16 @@ from pathlib import Path
 
 from absl import flags
 
-from experiments import common, series_flags as sf
-from experiments.collapse.presets import PRESETS
-from experiments.collapse.report import report_section
-from experiments.collapse.run import run
-from experiments.collapse.series import run_series, series_section
+from .. import common, series_flags as sf
+from .presets import PRESETS
+from .report import report_section
+from .run import run
+from .series import run_series, series_section
 
 PRESET = flags.DEFINE_string("preset", "cpu", " | ".join(PRESETS))
 OUT = flags.DEFINE_string("out", "out/collapse", "output directory")
 DATA = flags.DEFINE_string("data", None, "a directory of .txt files (text presets; default: "
-                           "the development corpus ../shared/data/shakespeare), token files "
+                           "the sample corpus shipped in sbjax/data/sample_text), token files "
                            "TRAIN.bin[,VAL.bin] or .npy (tpu preset: TinyStories ids of the "
                            "GPT-Neo tokenizer), or a TFDS name (a tfds preset)")
 COLL_SEQ = flags.DEFINE_integer("collapse_sequences", 64, "series: train-split windows for the "

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.collapse.measure import METRICS, model_config, scalar, train_config, windows
-from experiments.collapse.presets import Preset
-from experiments.shared import write_rows
+from .measure import METRICS, model_config, scalar, train_config, windows
+from .presets import Preset
+from ..shared import write_rows
 from sbjax.data.dataset import Dataset
 from sbjax.data.planted import PlantedLanguage
 from sbjax.studies import collapse_ceiling as CC

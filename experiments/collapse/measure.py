@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.collapse.presets import Preset
-from experiments.shared import config_from
+from .presets import Preset
+from ..shared import config_from
 from sbjax.config import ModelConfig, TrainConfig
 from sbjax.data.dataset import Dataset
 from sbjax.model import Model

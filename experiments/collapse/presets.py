@@ -5,7 +5,7 @@ that are not Config fields (the grid, the seed group, token budgets, permutation
 from __future__ import annotations
 
 import dataclasses
-from experiments.shared import pick_preset
+from ..shared import pick_preset
 
 
 @dataclasses.dataclass(frozen=True)

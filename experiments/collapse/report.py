@@ -14,11 +14,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import matplotlib.ticker  # noqa: E402
 import numpy as np  # noqa: E402
 
-from experiments.collapse.report_ceiling import ceiling_lines  # noqa: E402
-from experiments.collapse import findings as F  # noqa: E402
-from experiments.collapse.measure import ANCHOR_SOURCE, ANCHORS, METRICS, POINTS  # noqa: E402
-from experiments.collapse.tables import column, min_counts, model_rows  # noqa: E402
-from experiments.shared import fmt, read_rows  # noqa: E402
+from .report_ceiling import ceiling_lines  # noqa: E402
+from . import findings as F  # noqa: E402
+from .measure import ANCHOR_SOURCE, ANCHORS, METRICS, POINTS  # noqa: E402
+from .tables import column, min_counts, model_rows  # noqa: E402
+from ..shared import fmt, read_rows  # noqa: E402
 from sbjax.studies import stats  # noqa: E402
 
 FIGURE = "fig_collapse_vs_loss.png"

@@ -13,8 +13,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import matplotlib.ticker  # noqa: E402
 import numpy as np  # noqa: E402
 
-from experiments.collapse.findings import ceiling_sentence  # noqa: E402
-from experiments.shared import fmt, read_rows  # noqa: E402
+from .findings import ceiling_sentence  # noqa: E402
+from ..shared import fmt, read_rows  # noqa: E402
 
 FIGURE = "fig_collapse_ceiling.png"
 SHOWN = ("nc1_log10_mean_cdnv", "nc2_norm_cov", "etf_error", "gnc2_log_kernel_mean",

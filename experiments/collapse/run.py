@@ -10,11 +10,11 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.collapse.ceiling import run_ceiling
-from experiments.collapse.measure import POINTS, SETTINGS, model_config, run_group, train_config
-from experiments.collapse.tables import anchor_rows, r2_rows, seed_rows, token_table
-from experiments.collapse.presets import Preset, get_preset
-from experiments.shared import RunsProgress, text_corpus, write_json, write_rows
+from .ceiling import run_ceiling
+from .measure import POINTS, SETTINGS, model_config, run_group, train_config
+from .tables import anchor_rows, r2_rows, seed_rows, token_table
+from .presets import Preset, get_preset
+from ..shared import RunsProgress, text_corpus, write_json, write_rows
 from sbjax.config import DataConfig
 from sbjax.data import make_dataset
 from sbjax.data import tokens as tok_lib
@@ -142,7 +142,7 @@ def weight_decay_strength(p: Preset, n_train_tokens: int) -> dict:
 
 def run(out: Path, preset: str, data: str | None = None, verbose: bool = True) -> None:
   """Run the experiment into ``out`` (finished groups are skipped); see the package doc.
-  ``data``: a directory of .txt files (default: the development corpus), token files
+  ``data``: a directory of .txt files (default: the packaged sample corpus), token files
   ``TRAIN.bin[,VAL.bin]`` / ``.npy`` (the tpu preset: TinyStories ids of the GPT-Neo
   tokenizer), or a TFDS name (a preset whose source is tfds)."""
   p = get_preset(preset)

@@ -21,8 +21,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from experiments.collapse.measure import COUNT_KEYS, METRICS, PASS_KEYS, SETTINGS, scalar
-from experiments.shared import fmt, read_rows, write_json, write_rows
+from .measure import COUNT_KEYS, METRICS, PASS_KEYS, SETTINGS, scalar
+from ..shared import fmt, read_rows, write_json, write_rows
 from sbjax import checkpoint as ckpt
 from sbjax.analysis import samples as samples_lib
 from sbjax.analysis.analyze import open_run

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.collapse.measure import ANCHOR_SOURCE, ANCHORS, METRICS, POINTS, TOP_TOKENS
-from experiments.shared import read_rows
+from .measure import ANCHOR_SOURCE, ANCHORS, METRICS, POINTS, TOP_TOKENS
+from ..shared import read_rows
 from sbjax.data.tokenizer import Tokenizer
 from sbjax.studies import stats
 

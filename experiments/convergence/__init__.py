@@ -29,10 +29,10 @@ measurement), ``summary`` (the summary CSVs), ``report`` (figures, markdown), ``
 (the CLI).
 """
 
-from experiments.convergence.presets import PRESETS, Knobs, Preset, get_preset
-from experiments.convergence.report import report_section
-from experiments.convergence.run import configs, data_config, run, settings_for
-from experiments.convergence.summary import FRAC, PAPER_FRAC, layers_markdown
+from .presets import PRESETS, Knobs, Preset, get_preset
+from .report import report_section
+from .run import configs, data_config, run, settings_for
+from .summary import FRAC, PAPER_FRAC, layers_markdown
 
 __all__ = ["FRAC", "PAPER_FRAC", "PRESETS", "Knobs", "Preset", "configs", "data_config",
            "get_preset", "layers_markdown", "report_section", "run", "settings_for"]

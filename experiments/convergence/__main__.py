@@ -14,17 +14,16 @@ from pathlib import Path
 
 from absl import flags
 
-from experiments import common
-from experiments import data_flags as df
-from experiments.convergence.presets import PRESETS
-from experiments.convergence.report import report_section
-from experiments.convergence.run import run
+from .. import common
+from .. import data_flags as df
+from .presets import PRESETS
+from .report import report_section
+from .run import run
 
 OUT = flags.DEFINE_string("out", "out/convergence", "output directory")
 PRESET = flags.DEFINE_enum("preset", "cpu", list(PRESETS), "size preset")
 DATA = flags.DEFINE_string("data", "", "a directory of .txt files for the text presets "
-                           "('' = ../shared/data/shakespeare if present, else the planted "
-                           "language)")
+                           "('' = the sample corpus shipped in sbjax/data/sample_text)")
 SERIES = flags.DEFINE_list("series", [], "sbjax workdirs (an imported series: experiments."
                            "convert --from_hf, or a run) or HF series directories (step<N>/ "
                            "revisions) to measure instead of training; needs --tokens")

@@ -5,7 +5,7 @@ knobs that are not Config fields (``ConvergenceSettings`` sizes)."""
 from __future__ import annotations
 
 import dataclasses
-from experiments.shared import pick_preset
+from ..shared import pick_preset
 from sbjax.config import TrainConfig
 from sbjax.optim import steps_for_gamma
 

@@ -14,9 +14,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from experiments.convergence.summary import (FRAC, PAPER_FRAC, STAB_LEVEL, cell,  # noqa: E402
+from .summary import (FRAC, PAPER_FRAC, STAB_LEVEL, cell,  # noqa: E402
                                              layers_markdown, primary)
-from experiments.shared import claims_sentences, read_rows, span  # noqa: E402
+from ..shared import claims_sentences, read_rows, span  # noqa: E402
 from sbjax import checkpoint as ckpt  # noqa: E402
 from sbjax import optim  # noqa: E402
 from sbjax.studies import convergence as conv  # noqa: E402

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.convergence.presets import Preset, get_preset
-from experiments.convergence.series import series_sources
-from experiments.convergence.summary import FRAC, summarise
-from experiments.shared import (DEFAULT_TEXT, RunsProgress, config_from, text_corpus, write_json,
+from .presets import Preset, get_preset
+from .series import series_sources
+from .summary import FRAC, summarise
+from ..shared import (DEFAULT_TEXT, RunsProgress, config_from, text_corpus, write_json,
                                 write_rows)
 from sbjax import optim
 from sbjax.analysis import samples

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.shared import fmt, read_rows, write_rows
+from ..shared import fmt, read_rows, write_rows
 from sbjax.studies import convergence as conv
 from sbjax.studies import stabilisation as stab
 

@@ -3,7 +3,7 @@ r"""Head rank (Godey et al. 2024, E5): validation loss and top-1 accuracy vs hea
   python -m experiments.head_rank --preset=cpu --out=out/head_rank
   python -m experiments.head_rank --preset=quick --out=/tmp/hr --data=DIR_OF_TXT
 
-On a text corpus (default: the development corpus beside the repository, see
+On a text corpus (default: the packaged sample corpus ``sbjax/data/sample_text``, see
 ``experiments.shared.text_corpus``; any directory of .txt files with ``--data``), a
 sentencepiece tokenizer is trained and:
 
@@ -28,9 +28,9 @@ Layout: ``presets.py``, ``run.py`` (``run``: the sweep, summary.json), ``report.
 (``report_section``, the figure and the summary, from the CSV only).
 """
 
-from experiments.head_rank.presets import PRESETS, Knobs, Preset, get_preset
-from experiments.head_rank.report import draw, report_section, summarize
-from experiments.head_rank.run import base_config, make_plan, run, sweep_units
+from .presets import PRESETS, Knobs, Preset, get_preset
+from .report import draw, report_section, summarize
+from .run import base_config, make_plan, run, sweep_units
 
 __all__ = ["PRESETS", "Knobs", "Preset", "get_preset", "base_config", "make_plan", "run",
            "sweep_units", "summarize", "draw", "report_section"]

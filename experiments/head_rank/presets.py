@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from experiments.shared import pick_preset
+from ..shared import pick_preset
 from sbjax.config import DataConfig, ModelConfig, TrainConfig
 
 BASE = "tiny"

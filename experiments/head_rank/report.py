@@ -10,7 +10,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - after choosing the non-interactive backend
 
-from experiments.shared import fmt  # noqa: E402
+from ..shared import fmt  # noqa: E402
 from sbjax.studies import rank_sweep as rs  # noqa: E402
 
 NAME = "head_rank"

@@ -6,9 +6,9 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from experiments.head_rank import report
-from experiments.head_rank.presets import get_preset
-from experiments.shared import RunsProgress, SweepProgress, config_from, text_corpus, write_json
+from . import report
+from .presets import get_preset
+from ..shared import RunsProgress, SweepProgress, config_from, text_corpus, write_json
 from sbjax.config import Config
 from sbjax.data import make_dataset
 from sbjax.studies import rank_sweep

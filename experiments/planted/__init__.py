@@ -42,11 +42,11 @@ CSVs), ``mix_stats.py`` (part 2's seed statistics), ``report.py`` (``report_sect
 figures, from the CSVs only).
 """
 
-from experiments.planted.configs import knee_configs, matched_rank, mix_configs, validate
-from experiments.planted.measure import context_index, expected_nll_sum, measure
-from experiments.planted.presets import PRESETS, Knobs, Preset, get_preset
-from experiments.planted.report import draw, report_section, summarize
-from experiments.planted.run import run
+from .configs import knee_configs, matched_rank, mix_configs, validate
+from .measure import context_index, expected_nll_sum, measure
+from .presets import PRESETS, Knobs, Preset, get_preset
+from .report import draw, report_section, summarize
+from .run import run
 
 __all__ = ["PRESETS", "Knobs", "Preset", "get_preset", "knee_configs", "mix_configs",
            "matched_rank", "validate", "context_index", "expected_nll_sum", "measure", "run",

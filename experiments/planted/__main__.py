@@ -8,8 +8,8 @@ from pathlib import Path
 
 from absl import flags
 
-from experiments import common
-from experiments.planted import PRESETS, run, summarize
+from .. import common
+from . import PRESETS, run, summarize
 
 OUT = flags.DEFINE_string("out", "out/planted", "output directory")
 PRESET = flags.DEFINE_enum("preset", "cpu", list(PRESETS), " | ".join(PRESETS))

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from experiments.planted.presets import Preset, get_preset
-from experiments.shared import config_from
+from .presets import Preset, get_preset
+from ..shared import config_from
 from sbjax.heads import head_param_count
 
 

@@ -4,7 +4,7 @@ plus the knobs that are not Config fields (head ranks, the mixture runs, toleran
 from __future__ import annotations
 
 import dataclasses
-from experiments.shared import pick_preset
+from ..shared import pick_preset
 
 BASE = "planted-knee"  # sbjax/configs.py; part 2 switches its data to the planted mixture
 

@@ -13,8 +13,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - after choosing the non-interactive backend
 import numpy as np  # noqa: E402
 
-from experiments.planted.mix_stats import MOS_TOL, arms, verdict  # noqa: E402
-from experiments.shared import fmt, read_rows  # noqa: E402
+from .mix_stats import MOS_TOL, arms, verdict  # noqa: E402
+from ..shared import fmt, read_rows  # noqa: E402
 from sbjax.studies.floor import knee  # noqa: E402
 
 FIG_KNEE = "fig_planted_knee.png"

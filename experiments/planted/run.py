@@ -7,12 +7,12 @@ import json
 import time
 from pathlib import Path
 
-from experiments.planted import report
-from experiments.planted.configs import (arm_label, knee_configs, mix_configs, settings,
+from . import report
+from .configs import (arm_label, knee_configs, mix_configs, settings,
                                         validate)
-from experiments.planted.measure import measure
-from experiments.planted.presets import Preset, get_preset
-from experiments.shared import RunsProgress, read_rows, write_json, write_rows
+from .measure import measure
+from .presets import Preset, get_preset
+from ..shared import RunsProgress, read_rows, write_json, write_rows
 from sbjax import checkpoint as ckpt
 from sbjax.data import make_dataset
 from sbjax import heads

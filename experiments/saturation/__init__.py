@@ -5,7 +5,7 @@ r"""Saturation of small language models (Godey et al. 2024, E1/E3/E4): a width s
   python -m experiments.saturation --preset=test --out=/tmp/sat   # seconds, for the tests
 
 Models of widths d (cpu: 16, 32, 64, 128, 256) at a fixed depth and vocabulary are trained
-on one text corpus (default ``../shared/data/shakespeare``, one sentencepiece tokenizer for
+on one text corpus (default: the sample corpus ``sbjax/data/sample_text``, one sentencepiece tokenizer for
 all widths) for the same number of steps, with log-spaced checkpoints (0, 1, 2, 4, ..., 512)
 and then one every ``ckpt_every`` steps up to the end. Every run is analysed with
 ``sbjax.analysis.analyze_run`` (groups loss, anisotropy, spectrum; one fixed validation
@@ -49,10 +49,10 @@ Modules: ``presets`` (PRESETS: test, quick, cpu, tpu), ``run`` (training, analys
 imported series or a run, no training), ``__main__`` (the CLI).
 """
 
-from experiments.saturation.measure import detect_rise, fit_rows
-from experiments.saturation.presets import PRESETS, Knobs, Preset, get_preset
-from experiments.saturation.report import FIGS, report_section
-from experiments.saturation.run import run, run_configs
+from .measure import detect_rise, fit_rows
+from .presets import PRESETS, Knobs, Preset, get_preset
+from .report import FIGS, report_section
+from .run import run, run_configs
 
 __all__ = ["FIGS", "PRESETS", "Knobs", "Preset", "detect_rise", "fit_rows", "get_preset",
            "report_section", "run", "run_configs"]

@@ -11,20 +11,20 @@ from pathlib import Path
 
 from absl import flags
 
-from experiments import common, series_flags as sf
-from experiments.saturation.planted_presets import PLANTED_PRESETS
-from experiments.saturation.planted_report import report_section as planted_section
-from experiments.saturation.planted_run import run_planted
-from experiments.saturation.presets import PRESETS
-from experiments.saturation.report import report_section
-from experiments.saturation.run import run
-from experiments.saturation.series import run_series, series_section
+from .. import common, series_flags as sf
+from .planted_presets import PLANTED_PRESETS
+from .planted_report import report_section as planted_section
+from .planted_run import run_planted
+from .presets import PRESETS
+from .report import report_section
+from .run import run
+from .series import run_series, series_section
 
 OUT = flags.DEFINE_string("out", "out/saturation", "output directory")
 PRESET = flags.DEFINE_enum("preset", "cpu", list(PRESETS) + list(PLANTED_PRESETS),
                            " | ".join(list(PRESETS) + list(PLANTED_PRESETS)))
-DATA = flags.DEFINE_string("data", "", "a directory of .txt files (default: the development "
-                           "corpus ../shared/data/shakespeare), or a TFDS name for the tpu preset")
+DATA = flags.DEFINE_string("data", "", "a directory of .txt files (default: the sample corpus "
+                           "shipped in sbjax/data/sample_text), or a TFDS name for the tpu preset")
 ANISO_TOK = flags.DEFINE_integer("anisotropy_tokens", 4096, "series: token positions sampled "
                                  "for anisotropy; 0 = all")
 

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.saturation.presets import Knobs
-from experiments.saturation.windows import FILE as WINDOWS
-from experiments.shared import read_rows, write_rows
+from .presets import Knobs
+from .windows import FILE as WINDOWS
+from ..shared import read_rows, write_rows
 from sbjax import checkpoint as ckpt
 from sbjax import optim
 from sbjax.heads import head_param_count

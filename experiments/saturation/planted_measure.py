@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments.saturation.planted_presets import arm_name
+from .planted_presets import arm_name
 from sbjax import checkpoint as ckpt
 from sbjax import heads as heads_lib
 from sbjax import optim

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from experiments.shared import config_from, pick_preset
+from ..shared import config_from, pick_preset
 from sbjax import optim
 from sbjax.config import Config, TrainConfig
 

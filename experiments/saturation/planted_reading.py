@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from experiments.shared import fmt
+from ..shared import fmt
 from sbjax.studies import rise as rise_lib
 
 SMALL_D = 16  # Godey et al.'s saturating models have small heads; here d ≤ 16

@@ -12,8 +12,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from experiments.saturation.planted_reading import reading  # noqa: E402
-from experiments.shared import fmt, read_rows  # noqa: E402
+from .planted_reading import reading  # noqa: E402
+from ..shared import fmt, read_rows  # noqa: E402
 
 PLANTED_FIGS = {"loss": "fig_planted_loss_gamma.png",
                 "kl_anisotropy": "fig_planted_kl_anisotropy_gamma.png"}

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.saturation import planted_measure as pm
-from experiments.saturation.windows import validation_windows
-from experiments.saturation.planted_presets import PlantedPreset, arm_config, get_planted_preset
-from experiments.shared import RunsProgress, read_rows, write_json, write_rows
+from . import planted_measure as pm
+from .windows import validation_windows
+from .planted_presets import PlantedPreset, arm_config, get_planted_preset
+from ..shared import RunsProgress, read_rows, write_json, write_rows
 from sbjax.analysis.table import atomic_write_bytes
 from sbjax.data import make_dataset
 from sbjax.studies.floor import floor_curve

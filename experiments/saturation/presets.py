@@ -4,7 +4,7 @@ training, data source) and the knobs that are not Config fields (widths, fit, an
 from __future__ import annotations
 
 import dataclasses
-from experiments.shared import pick_preset
+from ..shared import pick_preset
 
 
 @dataclasses.dataclass(frozen=True)

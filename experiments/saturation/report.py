@@ -13,8 +13,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from experiments.saturation.measure import FITS, smooth  # noqa: E402
-from experiments.shared import claims_sentences, fmt, read_rows, span  # noqa: E402
+from .measure import FITS, smooth  # noqa: E402
+from ..shared import claims_sentences, fmt, read_rows, span  # noqa: E402
 from sbjax.analysis import figures  # noqa: E402
 from sbjax.studies.scaling import ScalingFit  # noqa: E402
 

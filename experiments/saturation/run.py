@@ -6,10 +6,10 @@ import dataclasses
 import time
 from pathlib import Path
 
-from experiments.saturation.measure import summarize
-from experiments.saturation.presets import Preset, get_preset
-from experiments.saturation.windows import validation_windows, window_losses
-from experiments.shared import RunsProgress, config_from, text_corpus, write_json
+from .measure import summarize
+from .presets import Preset, get_preset
+from .windows import validation_windows, window_losses
+from ..shared import RunsProgress, config_from, text_corpus, write_json
 from sbjax.analysis import Settings, analyze_run
 from sbjax.config import Config, DataConfig
 from sbjax.data import make_dataset
@@ -18,7 +18,7 @@ from sbjax.train.done import finished
 
 
 def data_config(p: Preset, out: Path, data: str | None) -> DataConfig:
-  """The corpus of the preset: a text directory (``data`` or the development corpus) with
+  """The corpus of the preset: a text directory (``data`` or the packaged sample corpus) with
   the preset's vocabulary, or a TFDS name (``data`` overrides the preset's)."""
   o = p.overrides  # the data.* overrides; the base preset's data section is not used
   if o["data.source"] == "tfds":

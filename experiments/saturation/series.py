@@ -20,9 +20,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from experiments.saturation.measure import detect_rise
-from experiments.saturation.report import FIGS
-from experiments.shared import fmt, read_rows, write_json, write_rows
+from .measure import detect_rise
+from .report import FIGS
+from ..shared import fmt, read_rows, write_json, write_rows
 from sbjax import checkpoint as ckpt
 from sbjax.analysis import analyze_run, figures
 from sbjax.analysis.settings import Settings

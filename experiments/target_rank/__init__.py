@@ -4,7 +4,7 @@ r"""The rank of the target (Godey et al. 2024, E6): W-error of empirical next-to
   python -m experiments.target_rank --preset=quick --out=/tmp/tr --data=DIR_OF_TXT
 
 For each vocabulary size V (cpu: 512, 1024, 2048, 4096) a sentencepiece tokenizer is
-trained on the corpus (default: the development corpus beside the repository) by the text
+trained on the corpus (default: the packaged sample corpus, ``sbjax/data/sample_text``) by the text
 pipeline (``sbjax.data.make_dataset``; both splits are used, as two streams). For each context
 length n = 1..4 the C x V next-token count matrix of the contexts seen >= min_count times
 is built (``sbjax.studies.ngram``, sparse), and for each variant
@@ -34,11 +34,11 @@ count matrices and W-error curves of one (V, n)), ``run.py`` (``run``), ``report
 (``report_section`` and the figures, from the CSVs and the meta record only).
 """
 
-from experiments.target_rank.measure import curves, data_config, dims_for, part_key
-from experiments.target_rank.presets import PRESETS, Knobs, Preset, get_preset
-from experiments.target_rank.report import (CONTEXTS_CSV, CSV, FIELDS, draw, findings,
+from .measure import curves, data_config, dims_for, part_key
+from .presets import PRESETS, Knobs, Preset, get_preset
+from .report import (CONTEXTS_CSV, CSV, FIELDS, draw, findings,
                                             read_table, report_section)
-from experiments.target_rank.run import run
+from .run import run
 
 __all__ = ["PRESETS", "Knobs", "Preset", "get_preset", "CSV", "CONTEXTS_CSV", "FIELDS",
            "data_config", "dims_for", "part_key", "curves", "run", "read_table", "findings",

@@ -7,13 +7,13 @@ from pathlib import Path
 
 from absl import flags
 
-from experiments import common
-from experiments.target_rank import CSV, PRESETS, run
+from .. import common
+from . import CSV, PRESETS, run
 
 OUT = flags.DEFINE_string("out", "out/target_rank", "output directory")
 PRESET = flags.DEFINE_enum("preset", "cpu", list(PRESETS), " | ".join(PRESETS))
-DATA = flags.DEFINE_string("data", "", "a directory of .txt files (default: the development "
-                           "corpus beside the repository), or a TFDS name for the tpu preset")
+DATA = flags.DEFINE_string("data", "", "a directory of .txt files (default: the sample corpus "
+                           "shipped in sbjax/data/sample_text), or a TFDS name for the tpu preset")
 
 
 def main(argv):

@@ -9,8 +9,8 @@ import logging
 import time
 from pathlib import Path
 
-from experiments.shared import config_from, text_corpus
-from experiments.target_rank.presets import Preset, fields
+from ..shared import config_from, text_corpus
+from .presets import Preset, fields
 from sbjax.config import DataConfig
 from sbjax.studies import lowrank_svd, ngram
 

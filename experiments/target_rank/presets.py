@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from experiments.head_rank.presets import BASE, TEXT_DATA
-from experiments.shared import pick_preset
+from ..head_rank.presets import BASE, TEXT_DATA
+from ..shared import pick_preset
 
 
 @dataclasses.dataclass(frozen=True)

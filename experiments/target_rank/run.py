@@ -10,10 +10,10 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.shared import DEFAULT_TEXT, REPO, RunsProgress, write_json, write_rows
-from experiments.target_rank import report
-from experiments.target_rank.measure import curves, data_config, part_key
-from experiments.target_rank.presets import Preset, fields, get_preset
+from ..shared import DEFAULT_TEXT, REPO, RunsProgress, write_json, write_rows
+from . import report
+from .measure import curves, data_config, part_key
+from .presets import Preset, fields, get_preset
 from sbjax.data import make_dataset
 
 CONTEXT_FIELDS = ("V", "n", "min_count", "n_pairs", "n_contexts_seen", "n_contexts_kept",

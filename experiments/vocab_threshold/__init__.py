@@ -3,7 +3,7 @@ rank a head needs grow with the vocabulary V?
 
   python -m experiments.vocab_threshold --preset=cpu --out=out/vocab_threshold [--data=DIR]
 
-On one corpus (default: the development corpus beside the repository), for each V
+On one corpus (default: the packaged sample corpus, ``sbjax/data/sample_text``), for each V
 in the preset's list a sentencepiece tokenizer of V pieces is trained, and a head-rank sweep
 (protocol b: from scratch, rank-r heads, plus the dense full-rank reference; see
 sbjax/studies/rank_sweep.py) is run in ``OUT/V<V>/``. Per V:
@@ -31,11 +31,11 @@ plan), ``measure.py`` (r*, r_0.6, the fit), ``run.py`` (``run``), ``report.py``
 (``report_section`` and the figure, from the CSV/JSON files only).
 """
 
-from experiments.vocab_threshold.measure import loglog_fit, thresholds
-from experiments.vocab_threshold.presets import (PRESETS, TOL, TOL_CHAR, VOCABS, W_LEVEL, Knobs,
+from .measure import loglog_fit, thresholds
+from .presets import (PRESETS, TOL, TOL_CHAR, VOCABS, W_LEVEL, Knobs,
                                                 Preset, get_preset)
-from experiments.vocab_threshold.report import draw, report_section
-from experiments.vocab_threshold.run import make_plan, run
+from .report import draw, report_section
+from .run import make_plan, run
 
 __all__ = ["PRESETS", "VOCABS", "TOL", "TOL_CHAR", "W_LEVEL", "Knobs", "Preset", "get_preset", "loglog_fit",
            "thresholds", "make_plan", "run", "draw", "report_section"]

@@ -7,14 +7,14 @@ from pathlib import Path
 
 from absl import flags
 
-from experiments import common
-from experiments.vocab_threshold import PRESETS, run
-from experiments.vocab_threshold.report import FIT
+from .. import common
+from . import PRESETS, run
+from .report import FIT
 
 PRESET = flags.DEFINE_enum("preset", "cpu", list(PRESETS), "experiment size")
 OUT = flags.DEFINE_string("out", "out/vocab_threshold", "output directory")
 DATA = flags.DEFINE_string("data", "", "directory of .txt files (default: the Shakespeare "
-                           "corpus ../shared/data/shakespeare next to the repository)")
+                           "sample corpus shipped in sbjax/data/sample_text)")
 
 
 def main(argv):

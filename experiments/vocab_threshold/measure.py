@@ -12,9 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.vocab_threshold import tolerance
-from experiments.vocab_threshold.presets import TOL, TOL_CHAR, W_LEVEL
-from experiments.werror_loss.measure import rank_at, threshold_rank, w_error_curve
+from . import tolerance
+from .presets import TOL, TOL_CHAR, W_LEVEL
+from ..werror_loss.measure import rank_at, threshold_rank, w_error_curve
 from sbjax.studies import rank_sweep as rs
 
 

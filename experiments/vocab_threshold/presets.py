@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from experiments.head_rank import presets as hr
-from experiments.shared import pick_preset
+from ..head_rank import presets as hr
+from ..shared import pick_preset
 
 TOL = 0.02  # the older r*: the smallest rank within 2% of the dense head's loss
 # r* (issue 18): the smallest rank within TOL_CHAR nats per character of the protocol-(a)

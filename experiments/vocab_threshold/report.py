@@ -13,7 +13,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - after choosing the non-interactive backend
 import numpy as np  # noqa: E402
 
-from experiments.shared import fmt, read_rows  # noqa: E402
+from ..shared import fmt, read_rows  # noqa: E402
 
 NAME = "vocab_threshold"
 FIGURE = "fig_vocab_threshold.png"

@@ -6,11 +6,11 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from experiments.head_rank.run import run_sweep, sweep_units
-from experiments.shared import RunsProgress, config_from, text_corpus, write_json, write_rows
-from experiments.vocab_threshold import report, tolerance
-from experiments.vocab_threshold.measure import loglog_fit, thresholds
-from experiments.vocab_threshold.presets import TOL, TOL_CHAR, W_LEVEL, get_preset
+from ..head_rank.run import run_sweep, sweep_units
+from ..shared import RunsProgress, config_from, text_corpus, write_json, write_rows
+from . import report, tolerance
+from .measure import loglog_fit, thresholds
+from .presets import TOL, TOL_CHAR, W_LEVEL, get_preset
 from sbjax.data import make_dataset
 from sbjax.data.tokenizer import Tokenizer
 from sbjax.studies.rank_sweep import Plan

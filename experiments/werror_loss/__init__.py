@@ -24,10 +24,10 @@ Layout: ``presets.py`` (the head-rank presets + threshold and tolerance), ``meas
 (``report_section`` and the figure, from those files only).
 """
 
-from experiments.werror_loss.measure import rank_at, threshold_rank, w_error_curve
-from experiments.werror_loss.presets import PRESETS, THRESHOLD, TOL, Knobs, Preset, get_preset
-from experiments.werror_loss.report import draw, report_section
-from experiments.werror_loss.run import compute, head_rank_dir, run
+from .measure import rank_at, threshold_rank, w_error_curve
+from .presets import PRESETS, THRESHOLD, TOL, Knobs, Preset, get_preset
+from .report import draw, report_section
+from .run import compute, head_rank_dir, run
 
 __all__ = ["PRESETS", "THRESHOLD", "TOL", "Knobs", "Preset", "get_preset", "w_error_curve",
            "rank_at", "threshold_rank", "compute", "head_rank_dir", "run", "draw",

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from absl import flags
 
-from experiments import common
-from experiments.werror_loss import PRESETS, run
-from experiments.werror_loss.report import CSV, FIGURE, SUMMARY
+from .. import common
+from . import PRESETS, run
+from .report import CSV, FIGURE, SUMMARY
 
 PRESET = flags.DEFINE_enum("preset", "cpu", list(PRESETS),
                            "preset of the head-rank sweep, if it has to be run")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from experiments.werror_loss.presets import TOL
+from .presets import TOL
 from sbjax.metrics import spectrum
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from experiments.head_rank.presets import PRESETS as HEAD_RANK_PRESETS
-from experiments.shared import pick_preset
+from ..head_rank.presets import PRESETS as HEAD_RANK_PRESETS
+from ..shared import pick_preset
 
 THRESHOLD = 0.6  # Godey et al. (2024), Fig. 8
 TOL = 0.02  # "within 2% of the full-rank loss"

@@ -11,8 +11,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - after choosing the non-interactive backend
 
-from experiments.shared import fmt, read_rows  # noqa: E402
-from experiments.werror_loss.presets import THRESHOLD  # noqa: E402
+from ..shared import fmt, read_rows  # noqa: E402
+from .presets import THRESHOLD  # noqa: E402
 
 NAME = "werror_loss"
 FIGURE = "fig_werror_loss.png"

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments import head_rank
-from experiments.shared import write_json, write_rows
-from experiments.werror_loss import report
-from experiments.werror_loss.measure import rank_at, threshold_rank, w_error_curve
-from experiments.werror_loss.presets import Knobs, get_preset
+from .. import head_rank
+from ..shared import write_json, write_rows
+from . import report
+from .measure import rank_at, threshold_rank, w_error_curve
+from .presets import Knobs, get_preset
 from sbjax.studies import rank_sweep as rs
 
 NAME = "werror_loss"

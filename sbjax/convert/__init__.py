@@ -8,7 +8,8 @@
 - ``iter_series(dir)`` / ``stack_series(...)`` load a directory of ``stepN``
   revisions as a sorted sequence of (step, params) and stack it for ``jax.vmap``.
 
-Nothing here imports torch or transformers (torch only for allowed pickles).
+Nothing here imports torch or transformers (torch only for allowed pickles, in
+``torch_pickle``: without torch that is one error naming the package to install).
 """
 
 from sbjax.convert.hf_export import export_hf, export_problems, hf_config, hf_tensors

@@ -39,6 +39,7 @@ import numpy as np
 from sbjax import heads
 from sbjax.config import Config, ModelConfig, TrainConfig
 from sbjax.convert import st_io
+from sbjax.convert.torch_pickle import load_pickle
 
 SUPPORTED_MODEL_TYPES = ("gpt_neox", "gpt_neo")
 SUPPORTED_ARCHITECTURES = ("GPTNeoXForCausalLM", "GPTNeoForCausalLM")
@@ -254,19 +255,6 @@ def check_tensors(tensors: dict, cfg: ModelConfig, model_type: str, where: str =
 # ----------------------------------------------------------------------------- weights
 
 
-def _load_pickle(path: str) -> dict:
-  import torch  # noqa: PLC0415 - deferred: optional, only for explicitly allowed pickles
-
-  sd = torch.load(path, map_location="cpu", weights_only=True)
-  out = {}
-  for k, t in sd.items():
-    t = t.detach()
-    if t.dtype == torch.bfloat16:
-      t = t.float()
-    out[k] = t.numpy()
-  return out
-
-
 def _shards(path: str, index_name: str) -> list[str]:
   with open(os.path.join(path, index_name)) as fh:
     index = json.load(fh)
@@ -313,7 +301,7 @@ def load_hf_tensors(path: str, *, allow_pickle: bool = False) -> dict[str, np.nd
   files = _shards(path, PICKLE_INDEX) if pickles == [PICKLE_INDEX] else pickles
   out = {}
   for f in files:
-    out.update(_load_pickle(os.path.join(path, f)))
+    out.update(load_pickle(os.path.join(path, f)))
   return out
 
 

@@ -1,0 +1,118 @@
+"""Hugging Face import and export without torch (issue 22, must-show 2).
+
+``sbjax[hf]`` is transformers + safetensors + tokenizers with no torch: the dependency closure
+of ``sbjax[hf]`` (pyproject.toml, then the installed packages' own requirements) holds no
+torch. In a fresh interpreter where ``import torch`` raises ImportError (a meta-path finder),
+a model exported to safetensors reads back bit for bit, the file's tensors equal what the
+independent ``safetensors`` reader sees, and pickle weights are one clear error naming torch.
+"""
+
+import importlib.metadata as md
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import tomllib
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+REPO = Path(__file__).resolve().parents[2]
+
+BLOCK_TORCH = textwrap.dedent("""
+  import importlib.abc, sys
+  class NoTorch(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+      if name == "torch" or name.startswith("torch."):
+        raise ImportError("torch is blocked in this test: " + name)
+  sys.meta_path.insert(0, NoTorch())
+""")
+
+CHECK = textwrap.dedent("""
+  import json
+  from pathlib import Path
+  import numpy as np
+  import jax
+  import safetensors.numpy
+  from sbjax.config import ModelConfig
+  from sbjax.convert import export_hf, import_hf
+  from sbjax.convert.hf_export import hf_tensors
+  from sbjax.model import Model
+
+  out = Path(sys.argv[1])
+  try:
+    import torch
+    raise SystemExit("torch was not blocked")
+  except ImportError:
+    pass
+  mc = ModelConfig(vocab_size=64, d_model=16, n_layers=2, n_heads=2, max_len=32, d_ff=32)
+  rng = np.random.default_rng(3)  # as tests/_hf_cache.py exported_neox
+  params = jax.tree.map(lambda a: (0.1 * rng.standard_normal(a.shape)).astype(np.float32),
+                        Model(mc).abstract_params())
+  export_hf(mc, params, str(out / "hf"))
+  theirs = safetensors.numpy.load_file(str(out / "hf" / "model.safetensors"))
+  mine, _ = hf_tensors(mc, params)
+  assert sorted(theirs) == sorted(mine), (sorted(theirs), sorted(mine))
+  for k in mine:
+    assert np.array_equal(theirs[k], np.asarray(mine[k], np.float32)), k
+  cfg2, p2 = import_hf(str(out / "hf"))
+  assert cfg2 == mc, (cfg2, mc)
+  same = jax.tree.map(lambda a, b: bool(np.array_equal(np.asarray(a), np.asarray(b))), params, p2)
+  assert all(jax.tree.leaves(same)), same
+  pk = out / "pickle"
+  pk.mkdir()
+  (pk / "config.json").write_text((out / "hf" / "config.json").read_text())
+  (pk / "pytorch_model.bin").write_bytes(b"not read")
+  try:
+    import_hf(str(pk), allow_pickle=True)
+    raise SystemExit("a pickle was read without torch")
+  except RuntimeError as e:
+    msg = str(e)
+  print(json.dumps({"n_tensors": len(mine), "torch_loaded": "torch" in sys.modules,
+                    "pickle_error": msg}))
+""")
+
+
+def _closure(reqs: list[str]) -> set[str]:
+  """Canonical names of every distribution ``reqs`` pull in (no extras of the dependencies),
+  from the installed packages' metadata."""
+  seen, todo = set(), [(Requirement(r), "") for r in reqs]
+  while todo:
+    r, extra = todo.pop()
+    if r.marker and not r.marker.evaluate({"extra": extra}):
+      continue
+    key = (canonicalize_name(r.name), tuple(sorted(r.extras)))
+    if key in seen:
+      continue
+    seen.add(key)
+    try:
+      deps = [Requirement(s) for s in md.requires(r.name) or []]
+    except md.PackageNotFoundError:
+      continue  # not installed here: its own requirements are unknown
+    todo += [(d, e) for d in deps for e in ("", *r.extras)]
+  return {name for name, _ in seen}
+
+
+def test_the_hf_extra_brings_no_torch():
+  proj = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+  hf = proj["optional-dependencies"]["hf"]
+  assert {canonicalize_name(Requirement(r).name) for r in hf} == {
+      "transformers", "safetensors", "tokenizers"}
+  pulled = _closure(proj["dependencies"] + hf)
+  assert {"transformers", "safetensors", "tokenizers", "jax"} <= pulled
+  assert "torch" not in pulled, sorted(pulled)
+  # the walk can find torch: transformers' own `torch` extra pulls it
+  assert "torch" in _closure(["transformers[torch]"])
+
+
+def test_hf_import_and_export_without_torch(tmp_path):
+  env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+  r = subprocess.run([sys.executable, "-c", BLOCK_TORCH + CHECK, str(tmp_path)], cwd=REPO,
+                     capture_output=True, text=True, timeout=300, env=env)
+  assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+  res = json.loads(r.stdout.strip().splitlines()[-1])
+  assert res["n_tensors"] > 10 and not res["torch_loaded"]
+  assert "pip install torch" in res["pickle_error"]
+  assert "pytorch_model.bin" in res["pickle_error"]
