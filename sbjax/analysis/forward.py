@@ -127,10 +127,19 @@ def make_weight_metrics(mc, settings: Settings):
 
 
 # ------------------------------------------------------------------------------ passes
+def chunk_size(chunk: int, n_rows: int) -> int:
+  """Sequences per forward: ``chunk`` (``Settings.batch_sequences``), or ``n_rows`` when
+  fewer rows are measured (a sample of 8 sequences is one forward of 8, not of 32 padded)."""
+  return max(1, min(chunk, n_rows))
+
+
 def padded_chunks(rows: np.ndarray, chunk: int, n_rows: int | None = None):
-  """(c0, rows[c0:c0 + chunk] padded to ``chunk`` rows by repeating its first, real) for
-  c0 = 0, chunk, ... < n_rows (default: all rows); padding rows are never read."""
-  for c0 in range(0, rows.shape[0] if n_rows is None else n_rows, chunk):
+  """(c0, rows[c0:c0 + c] padded to c rows by repeating its first, real) for c0 = 0, c, ...
+  < n_rows (default: all rows), c = ``chunk_size(chunk, n_rows)``; padding rows are never
+  read."""
+  n_rows = rows.shape[0] if n_rows is None else n_rows
+  chunk = chunk_size(chunk, n_rows)
+  for c0 in range(0, n_rows, chunk):
     r = rows[c0:c0 + chunk]
     real = r.shape[0]
     if real < chunk:  # pad to the static chunk shape
