@@ -194,7 +194,7 @@ def _param_bytes(abstract) -> int:
 def _group_size(settings: Settings, cfg, pbytes: int, n_todo: int) -> int:
   if settings.group_size:  # as given: a short last group is padded, not recompiled
     return settings.group_size
-  mc = cfg.model
+  mc = fw.eval_model_config(cfg.model)
   logits = 0 if mc.loss_chunk else 2 * mc.vocab_size  # chunked: V tiles of ~4 MB only
   rows = max(settings.sample_sequences,
              settings.collapse_sequences if settings.has("collapse") else 0)
