@@ -12,7 +12,9 @@ output (sum_h v_h W_O,h, no attention weighting) at the last position of each se
 
 - ``authors``: the convergence paper's script style: for each revision,
   ``GPTNeoXForCausalLM.from_pretrained(snapshot)``, forward hooks on each block's MLP and
-  query_key_value, torch forwards in chunks, numpy/float64 metrics (SVD, CKA);
+  query_key_value, torch forwards in chunks, the loss as torch's float32 cross_entropy (what
+  ``labels=`` gives; session 8 used a float64 log-softmax, a handicap sbjax does not carry),
+  numpy/float64 metrics (SVD, anisotropy, CKA);
 - ``sbjax``: ``experiments.convert.import_to_workdir`` (hashes every revision, writes orbax
   checkpoints) then ``analyze_run(--tokens)`` (vmapped groups of checkpoints).
 
@@ -160,13 +162,13 @@ def side_authors(root: Path, a) -> dict:
         t0 = time.perf_counter()
         o = m(x[:, :-1], output_hidden_states=True)
         t1 = time.perf_counter()
-        logp = torch.log_softmax(o.logits.double(), -1)
-        nll -= float(logp.gather(-1, x[:, 1:, None]).sum())
+        nll += float(torch.nn.functional.cross_entropy(  # float32, as HF's labels= loss
+            o.logits.reshape(-1, o.logits.shape[-1]), x[:, 1:].reshape(-1), reduction="sum"))
         t2 = time.perf_counter()
         feats.append(o.hidden_states[-1].double().reshape(-1, o.hidden_states[-1].shape[-1]).numpy())
         ph.add("forward(+hooks)", t1 - t0)
-        ph.add("loss(float64 log_softmax)", t2 - t1)
-        del o, logp
+        ph.add("loss (float32 cross_entropy)", t2 - t1)
+        del o
     for hk in hooks:
       hk.remove()
     t0 = time.perf_counter()
