@@ -91,15 +91,17 @@ def build(root: Path, a) -> None:
 
 
 class Phases:
-  """Seconds per named phase (``--profile``): ``wrap(obj, attr, name)`` times every call of
+  """[seconds, calls] per named phase (``--profile``): ``wrap(obj, attr, name)`` times every call of
   ``obj.attr`` (blocking on jax results, so asynchronous dispatch is charged to its phase);
   a jitted function's first call (compile + run) is kept apart as ``NAME:first``."""
 
   def __init__(self):
     self.s: dict = {}
+    self.n: dict = {}
 
   def add(self, name: str, dt: float) -> None:
     self.s[name] = self.s.get(name, 0.0) + dt
+    self.n[name] = self.n.get(name, 0) + 1
 
   def wrap(self, obj, attr: str, name: str, first: bool = False):
     f = getattr(obj, attr)
@@ -116,8 +118,8 @@ class Phases:
     return timed
 
   def report(self, side: str) -> None:
-    print(f"phases_{side}=" + json.dumps({k: round(v, 2) for k, v in sorted(self.s.items())}),
-          file=sys.stderr)
+    print(f"phases_{side}=" + json.dumps({k: [round(v, 2), self.n[k]]  # [seconds, calls]
+                                          for k, v in sorted(self.s.items())}), file=sys.stderr)
 
 
 def _np_cka(x, y):
@@ -213,12 +215,13 @@ def _instrument_sbjax(ph: Phases) -> None:
   ph.wrap(checkpoint.ParamsReader, "read", "load (orbax restore)")
   ph.wrap(fw, "stack_params", "load (stack)")
   ph.wrap(an.samples_lib, "build", "samples")
-  forward = fw.cached_forward
+  forward, timed = fw.cached_forward, {}
 
-  def cached_forward(*args):
+  def cached_forward(*args):  # one timed wrapper per compiled forward: ":first" = its compile
     f = forward(*args)
-    holder = type("F", (), {"f": staticmethod(f)})
-    return ph.wrap(holder, "f", "forward", first=True)
+    if id(f) not in timed:
+      timed[id(f)] = ph.wrap(type("F", (), {"f": staticmethod(f)}), "f", "forward", first=True)
+    return timed[id(f)]
   fw.cached_forward = cached_forward
   ph.wrap(fw, "eval_pass", "eval pass (forward + host copies)")
   weights = fw.cached_weight_metrics
