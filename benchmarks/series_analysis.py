@@ -91,17 +91,20 @@ def build(root: Path, a) -> None:
 
 
 class Phases:
-  """[seconds, calls] per named phase (``--profile``): ``wrap(obj, attr, name)`` times every call of
+  """[wall s, CPU s of the process (all threads), calls] per named phase (``--profile`` for
+  sbjax; always for the authors' side): ``wrap(obj, attr, name)`` times every call of
   ``obj.attr`` (blocking on jax results, so asynchronous dispatch is charged to its phase);
   a jitted function's first call (compile + run) is kept apart as ``NAME:first``."""
 
   def __init__(self):
     self.s: dict = {}
     self.n: dict = {}
+    self.cpu: dict = {}
 
-  def add(self, name: str, dt: float) -> None:
+  def add(self, name: str, dt: float, cpu: float = 0.0) -> None:
     self.s[name] = self.s.get(name, 0.0) + dt
     self.n[name] = self.n.get(name, 0) + 1
+    self.cpu[name] = self.cpu.get(name, 0.0) + cpu
 
   def wrap(self, obj, attr: str, name: str, first: bool = False):
     f = getattr(obj, attr)
@@ -109,16 +112,17 @@ class Phases:
 
     def timed(*args, **kw):
       import jax
-      t0 = time.perf_counter()
+      t0, c0 = time.perf_counter(), time.process_time()
       out = jax.block_until_ready(f(*args, **kw))
-      self.add(f"{name}:first" if first and not seen else name, time.perf_counter() - t0)
+      self.add(f"{name}:first" if first and not seen else name, time.perf_counter() - t0,
+               time.process_time() - c0)
       seen.append(1)
       return out
     setattr(obj, attr, timed)
     return timed
 
   def report(self, side: str) -> None:
-    print(f"phases_{side}=" + json.dumps({k: [round(v, 2), self.n[k]]  # [seconds, calls]
+    print(f"phases_{side}=" + json.dumps({k: [round(v, 2), round(self.cpu[k], 2), self.n[k]]
                                           for k, v in sorted(self.s.items())}), file=sys.stderr)
 
 
@@ -127,6 +131,16 @@ def _np_cka(x, y):
   x = x - x.mean(0)
   y = y - y.mean(0)
   return float(np.linalg.norm(x.T @ y) ** 2 / (np.linalg.norm(x.T @ x) * np.linalg.norm(y.T @ y)))
+
+
+def _now() -> tuple:
+  return time.perf_counter(), time.process_time()
+
+
+def _since(t0: tuple, t1: tuple | None = None) -> tuple:
+  """(wall s, CPU s) from ``t0`` to ``t1`` (default: now), both ``_now()``."""
+  t1 = t1 or _now()
+  return t1[0] - t0[0], t1[1] - t0[1]
 
 
 def side_authors(root: Path, a) -> dict:
@@ -142,9 +156,9 @@ def side_authors(root: Path, a) -> dict:
   toks = np.load(root / "tokens.npy").astype(np.int64)
   out, ref, ph = {}, None, Phases()
   for r in [revs[-1]] + revs[:-1]:  # the final revision first: the CKA reference
-    t0 = time.perf_counter()
+    t0 = _now()
     m = transformers.GPTNeoXForCausalLM.from_pretrained(r.path, dtype=torch.float32).eval()
-    ph.add("load", time.perf_counter() - t0)
+    ph.add("load", *_since(t0))
     acts = {"mlp": [[] for _ in m.gpt_neox.layers], "ov": [[] for _ in m.gpt_neox.layers]}
     hooks = []
     for i, layer in enumerate(m.gpt_neox.layers):
@@ -161,33 +175,33 @@ def side_authors(root: Path, a) -> dict:
     with torch.no_grad():
       for c0 in range(0, len(toks), a.chunk):
         x = torch.tensor(toks[c0:c0 + a.chunk])
-        t0 = time.perf_counter()
+        t0 = _now()
         o = m(x[:, :-1], output_hidden_states=True)
-        t1 = time.perf_counter()
+        t1 = _now()
         nll += float(torch.nn.functional.cross_entropy(  # float32, as HF's labels= loss
             o.logits.reshape(-1, o.logits.shape[-1]), x[:, 1:].reshape(-1), reduction="sum"))
-        t2 = time.perf_counter()
+        t2 = _now()
         feats.append(o.hidden_states[-1].double().reshape(-1, o.hidden_states[-1].shape[-1]).numpy())
-        ph.add("forward(+hooks)", t1 - t0)
-        ph.add("loss (float32 cross_entropy)", t2 - t1)
+        ph.add("forward(+hooks)", *_since(t0, t1))
+        ph.add("loss (float32 cross_entropy)", *_since(t1, t2))
         del o
     for hk in hooks:
       hk.remove()
-    t0 = time.perf_counter()
+    t0 = _now()
     h = np.concatenate(feats)
     u = h / np.linalg.norm(h, axis=1, keepdims=True)
     s_ = u.sum(0)
     aniso = float((s_ @ s_ - len(u)) / (len(u) * (len(u) - 1)))
-    t1 = time.perf_counter()
+    t1 = _now()
     sv = np.linalg.svd(m.get_output_embeddings().weight.detach().double().numpy(),
                        compute_uv=False)
     p = sv / sv.sum()
     ent = -(p * np.log(np.where(p > 0, p, 1))).sum()
     row = {"eval_loss": nll / toks[:, 1:].size, "anisotropy_last": aniso,
            "head_erank": float(np.exp(ent)), "head_kl_uniform": float(np.log(len(p)) - ent)}
-    t2 = time.perf_counter()
-    ph.add("anisotropy", t1 - t0)
-    ph.add("head spectrum (float64 SVD)", t2 - t1)
+    t2 = _now()
+    ph.add("anisotropy", *_since(t0, t1))
+    ph.add("head spectrum (float64 SVD)", *_since(t1, t2))
     layer_acts = {k: [np.concatenate(v) for v in vs] for k, vs in acts.items()}
     if ref is None:
       ref = layer_acts
@@ -195,7 +209,7 @@ def side_authors(root: Path, a) -> dict:
       for i, x in enumerate(layer_acts[kind]):
         row[f"cka_to_final_{name}_{i}"] = _np_cka(x, ref[kind][i])
     out[r.step] = row
-    ph.add("cka", time.perf_counter() - t2)
+    ph.add("cka", *_since(t2))
     del m
   ph.report("authors")
   return out
