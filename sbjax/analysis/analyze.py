@@ -194,9 +194,12 @@ def _param_bytes(abstract) -> int:
 def _group_size(settings: Settings, cfg, pbytes: int, n_todo: int) -> int:
   if settings.group_size:  # as given: a short last group is padded, not recompiled
     return settings.group_size
-  mc = cfg.model
+  mc = fw.eval_model_config(cfg.model)
   logits = 0 if mc.loss_chunk else 2 * mc.vocab_size  # chunked: V tiles of ~4 MB only
-  acts = 4 * settings.batch_sequences * cfg.train.seq_len * (
+  rows = max(settings.sample_sequences,
+             settings.collapse_sequences if settings.has("collapse") else 0)
+  chunk = fw.chunk_size(settings.batch_sequences, rows)  # sequences per forward
+  acts = 4 * chunk * cfg.train.seq_len * (
       logits + mc.d_model * (2 + 3 * mc.n_layers)) if settings.needs_data else 0
   per_ckpt = pbytes + acts
   return int(max(1, min(n_todo, settings.max_group_bytes // max(per_ckpt, 1))))
