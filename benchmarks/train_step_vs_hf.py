@@ -140,6 +140,7 @@ def main():
   import jax
   import numpy as np
 
+  import sbjax.train  # noqa: F401  (sets the host allocator before the first op: sbjax.hostmem)
   from sbjax.model import flops_per_token
 
   if a.peak_tflops > 0:
