@@ -133,14 +133,17 @@ def main():
   ap.add_argument("--attn_impl", default="auto", help="sbjax model.attn_impl (e.g. splash)")
   ap.add_argument("--shrink", default="", help="model field overrides for smoke runs, e.g. "
                   "n_layers=1,vocab_size=512 (integers; device_check.sh --dry-run)")
+  ap.add_argument("--hf_keep_host_memory", action="store_true",
+                  help="give the HF sides sbjax's host allocator setting too (sbjax.hostmem); "
+                  "by default they run with glibc's, as HF ships")
   ap.add_argument("--peak_tflops", type=float, default=0.0,
                   help="device peak for MFU; 0 = measure a 2048² f32 matmul (CPU)")
   a = ap.parse_args()
 
+  import sbjax  # noqa: F401  (first: it sets the host allocator before any thread starts)
   import jax
   import numpy as np
 
-  import sbjax.train  # noqa: F401  (sets the host allocator before the first op: sbjax.hostmem)
   from sbjax.model import flops_per_token
 
   if a.peak_tflops > 0:
@@ -173,7 +176,9 @@ def main():
         builders[side] = (hf_side, (mc, tc, batch_np, side == "hf_compile"))
       else:
         raise ValueError(f"unknown side {side!r}; use sbjax, hf_eager, hf_compile")
-    times, info = interleaved_procs(builders, a.reps)
+    keep = {"SBJAX_KEEP_HOST_MEMORY": "1" if a.hf_keep_host_memory else "0"}  # HF imports sbjax
+    times, info = interleaved_procs(builders, a.reps,
+                                    env={s: keep for s in builders if s.startswith("hf_")})
     for side, inf in info.items():  # e.g. torch.compile unavailable here: reported, not fatal
       if "skipped" in inf:
         emit({"bench": "train_step", "config": name, "side": side, "skipped": inf["skipped"]})

@@ -6,12 +6,8 @@ log, TensorBoard mirror, progress, evaluation, checkpoint save, NaN policy, in-m
 snapshots), ``workdir`` (config.json checks, metrics.jsonl), ``single`` (``train``,
 ``train_once``), ``population`` (N members in one vmapped step), ``group`` (the collapse
 grid's per-member data order and weight decay), ``done`` (the "already trained?" rule).
-
-Importing it configures the host allocator to keep freed memory (``sbjax.hostmem``: no page
-faults on each CPU step's temporaries; ``SBJAX_KEEP_HOST_MEMORY=0`` turns this off).
 """
 
-from sbjax import hostmem
 from sbjax.train.loop import Boundary, Hook, Schedule, run_loop
 from sbjax.train.single import make_dataset_for, train, train_once
 from sbjax.train.step import (TrainState, evaluate, make_eval_step, make_train_step,
@@ -19,8 +15,6 @@ from sbjax.train.step import (TrainState, evaluate, make_eval_step, make_train_s
 from sbjax.train.workdir import (RESUME_MUTABLE, ConfigMismatchError, NonFiniteLossError,
                                  check_workdir_config, config_diff, init_trunk_from,
                                  read_metrics, repair_jsonl, resolve_vocab, summary_from_metrics)
-
-hostmem.keep_freed_host_memory()  # before JAX starts its CPU client (the first array op)
 
 __all__ = ["train", "train_once", "make_dataset_for", "run_loop", "Schedule", "Boundary", "Hook",
            "TrainState", "evaluate",

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from sbjax import hostmem
+
 ROOT = Path(__file__).resolve().parents[2]
 
 _PROBE = r"""
@@ -57,3 +59,12 @@ def test_freed_step_block_is_reused_without_page_faults():
   applied, faults = _probe("0")  # the glibc default: unmapped on free, faulted in each step
   assert applied == 0
   assert faults > pages // 2
+
+
+def test_only_when_jax_computes_on_the_cpu(monkeypatch):
+  for platforms, expected in (("cpu", True), ("cuda,cpu", False), ("tpu", False)):
+    monkeypatch.setenv("JAX_PLATFORMS", platforms)
+    assert hostmem.cpu_is_the_device() is expected, platforms
+  monkeypatch.delenv("JAX_PLATFORMS")
+  monkeypatch.setattr(hostmem, "_ACCELERATOR_PLUGINS", ("json",))  # an importable stand-in
+  assert hostmem.cpu_is_the_device() is False
