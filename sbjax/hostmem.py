@@ -9,7 +9,7 @@ CPU in all), measured with ``getrusage`` (BUILD_NOTES.md, issue 21). With
 
     M_ARENA_MAX = 1        every thread allocates from the main (brk-grown) heap,
     M_MMAP_MAX = 0         no chunk is mmap'd,
-    M_TRIM_THRESHOLD = 2³¹−1   a freed top of the heap is not given back,
+    M_TRIM_THRESHOLD = −1  the heap is never trimmed (a freed top is not given back),
 
 the block is reused from step to step: 0.05 s of system CPU and 0–24k faults per step.
 
@@ -35,7 +35,7 @@ import platform
 
 ENV = "SBJAX_KEEP_HOST_MEMORY"
 M_TRIM_THRESHOLD, M_MMAP_MAX, M_ARENA_MAX = -1, -4, -8  # glibc <malloc.h>
-_SETTINGS = ((M_ARENA_MAX, 1), (M_MMAP_MAX, 0), (M_TRIM_THRESHOLD, 2 ** 31 - 1))
+_SETTINGS = ((M_ARENA_MAX, 1), (M_MMAP_MAX, 0), (M_TRIM_THRESHOLD, -1))  # -1: never trim
 _applied: bool | None = None
 _ACCELERATOR_PLUGINS = ("libtpu", "jax_cuda12_plugin", "jax_cuda13_plugin", "jax_rocm7_plugin",
                         "jax_plugins")
