@@ -7,6 +7,7 @@ interleaved (A, B, A, B, ...) in one process so that a noisy machine slows them 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -56,7 +57,7 @@ def _side_worker(conn, builder, args):
     conn.send(time.perf_counter() - t)
 
 
-def interleaved_procs(builders: dict, reps: int) -> tuple[dict, dict]:
+def interleaved_procs(builders: dict, reps: int, env: dict | None = None) -> tuple[dict, dict]:
   """Like :func:`interleaved`, but every side lives in its own (spawned) process.
 
   ``builders`` maps a side name to ``(builder, args)``: a module-level function that
@@ -64,6 +65,7 @@ def interleaved_procs(builders: dict, reps: int) -> tuple[dict, dict]:
   timed round-robin ``reps`` times; only the side being timed is busy. Sides in one process
   slow each other (two runtimes' thread pools and allocators on 2 cores: measured 374 vs
   268 tokens/s for the sbjax d512 step alone vs interleaved with HF in-process).
+  ``env`` maps a side name to environment variables its process starts with.
   Returns ``({name: [seconds]}, {name: info or {"skipped": reason}})``.
   """
   import multiprocessing as mp
@@ -76,7 +78,8 @@ def interleaved_procs(builders: dict, reps: int) -> tuple[dict, dict]:
     for name, (builder, args) in builders.items():
       parent, child = ctx.Pipe()
       p = ctx.Process(target=_side_worker, args=(child, builder, args), daemon=True)
-      p.start()
+      with _environ((env or {}).get(name, {})):
+        p.start()
       procs.append(p)
       status, val = parent.recv()
       if status == "ok":
@@ -96,6 +99,21 @@ def interleaved_procs(builders: dict, reps: int) -> tuple[dict, dict]:
       p.join(timeout=30)
       if p.is_alive():
         p.kill()
+
+
+@contextlib.contextmanager
+def _environ(overrides: dict):
+  """os.environ with ``overrides`` for the duration (a spawned child inherits it at start)."""
+  saved = {k: os.environ.get(k) for k in overrides}
+  os.environ.update(overrides)
+  try:
+    yield
+  finally:
+    for k, v in saved.items():
+      if v is None:
+        os.environ.pop(k, None)
+      else:
+        os.environ[k] = v
 
 
 def _in_process(builders: dict, reps: int) -> tuple[dict, dict]:

@@ -38,6 +38,8 @@ import time
 import _bench  # noqa: F401  (puts the repo root on sys.path)
 from _bench import emit, interleaved_procs, machine, median, peak_flops_cpu, table
 
+from sbjax.hostmem import keep_freed_host_memory  # the host allocator setting (import sbjax)
+
 ALIASES = {"d512": "pythia-70m"}  # d=512, L=6, H=8, V=50304: the d=512 config
 
 
@@ -75,7 +77,7 @@ def sbjax_side(mc, tc, batch_np):
     m["loss"].block_until_ready()
 
   return run, {"compile_s": round(compile_s, 2), "n_params": model.param_count(state["p"]),
-               "loss_chunk": mc.loss_chunk}
+               "loss_chunk": mc.loss_chunk, "keep_host_memory": keep_freed_host_memory()}
 
 
 def hf_side(mc, tc, batch_np, compile_: bool):
@@ -114,7 +116,8 @@ def hf_side(mc, tc, batch_np, compile_: bool):
   t = time.perf_counter()
   run()
   return run, {"compile_s": round(time.perf_counter() - t, 2),
-               "n_params": sum(p.numel() for p in model.parameters()), "loss_chunk": 0}
+               "n_params": sum(p.numel() for p in model.parameters()), "loss_chunk": 0,
+               "keep_host_memory": keep_freed_host_memory()}
 
 
 def main():
@@ -133,6 +136,9 @@ def main():
   ap.add_argument("--attn_impl", default="auto", help="sbjax model.attn_impl (e.g. splash)")
   ap.add_argument("--shrink", default="", help="model field overrides for smoke runs, e.g. "
                   "n_layers=1,vocab_size=512 (integers; device_check.sh --dry-run)")
+  ap.add_argument("--hf_keep_host_memory", action="store_true",
+                  help="give the HF sides sbjax's host allocator setting too (sbjax.hostmem); "
+                  "by default they run with glibc's, as HF ships")
   ap.add_argument("--peak_tflops", type=float, default=0.0,
                   help="device peak for MFU; 0 = measure a 2048² f32 matmul (CPU)")
   a = ap.parse_args()
@@ -172,7 +178,9 @@ def main():
         builders[side] = (hf_side, (mc, tc, batch_np, side == "hf_compile"))
       else:
         raise ValueError(f"unknown side {side!r}; use sbjax, hf_eager, hf_compile")
-    times, info = interleaved_procs(builders, a.reps)
+    keep = {"SBJAX_KEEP_HOST_MEMORY": "1" if a.hf_keep_host_memory else "0"}  # HF imports sbjax
+    times, info = interleaved_procs(builders, a.reps,
+                                    env={s: keep for s in builders if s.startswith("hf_")})
     for side, inf in info.items():  # e.g. torch.compile unavailable here: reported, not fatal
       if "skipped" in inf:
         emit({"bench": "train_step", "config": name, "side": side, "skipped": inf["skipped"]})
@@ -188,7 +196,7 @@ def main():
             "all_s": [round(t, 4) for t in ts], **info[side], **machine(),
             "peak_gflops": round(peak["peak_flops"] / 1e9, 1)})
   print(table(["config", "side", "tokens_per_s", "vs_hf_eager", "mfu", "step_s", "compile_s",
-               "load_avg_1m", "skipped"]))
+               "keep_host_memory", "load_avg_1m", "skipped"]))
 
 
 if __name__ == "__main__":
