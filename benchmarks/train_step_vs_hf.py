@@ -178,9 +178,13 @@ def main():
         builders[side] = (hf_side, (mc, tc, batch_np, side == "hf_compile"))
       else:
         raise ValueError(f"unknown side {side!r}; use sbjax, hf_eager, hf_compile")
-    keep = {"SBJAX_KEEP_HOST_MEMORY": "1" if a.hf_keep_host_memory else "0"}  # HF imports sbjax
-    times, info = interleaved_procs(builders, a.reps,
-                                    env={s: keep for s in builders if s.startswith("hf_")})
+    # sbjax's sides run with the host allocator setting (sbjax.hostmem, opt-in for users:
+    # SBJAX_KEEP_HOST_MEMORY=1); the HF sides (which import sbjax for the config) without it,
+    # as HF ships, unless --hf_keep_host_memory
+    keep = {"SBJAX_KEEP_HOST_MEMORY": "1" if a.hf_keep_host_memory else "0"}
+    times, info = interleaved_procs(
+        builders, a.reps, env={s: keep if s.startswith("hf_") else {"SBJAX_KEEP_HOST_MEMORY": "1"}
+                               for s in builders})
     for side, inf in info.items():  # e.g. torch.compile unavailable here: reported, not fatal
       if "skipped" in inf:
         emit({"bench": "train_step", "config": name, "side": side, "skipped": inf["skipped"]})

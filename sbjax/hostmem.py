@@ -13,17 +13,19 @@ CPU in all), measured with ``getrusage`` (BUILD_NOTES.md, issue 21). With
 
 the block is reused from step to step: 0.05 s of system CPU and 0–24k faults per step.
 
-``keep_freed_host_memory()`` sets these with ``mallopt`` when JAX will compute on the CPU
-(``JAX_PLATFORMS`` starts with ``cpu``, or is unset and no TPU/GPU plugin is installed). It is
-a no-op outside glibc, on accelerators (whose step temporaries live on the device, and whose
-host input pipelines keep glibc's per-thread arenas) and when the environment sets
-``SBJAX_KEEP_HOST_MEMORY=0``. It acts only on threads that have
+``keep_freed_host_memory()`` sets these with ``mallopt`` when the environment asks for it
+(``SBJAX_KEEP_HOST_MEMORY=1``; off by default, because of the memory cost below and because it
+changes the allocator of the whole process) and JAX will compute on the CPU (``JAX_PLATFORMS``
+starts with ``cpu``, or is unset and no TPU/GPU plugin is installed). It is a no-op outside
+glibc and on accelerators (whose step temporaries live on the device, and whose host input
+pipelines keep glibc's per-thread arenas). It acts only on threads that have
 not yet allocated (a thread that already has its own arena keeps it, and with one arena
 allowed, later threads may share that one), so it must run before other threads start
 (numpy's BLAS pool, JAX's CPU client): ``import sbjax`` calls it first. The cost: the process keeps its peak heap
 resident: pythia-14m, 8×256 tokens, 2.07 GB RSS from the 4th step on (0 faults) against
 1.15–1.21 GB (118k faults per step) without; the heap holds about three step blocks, because
-the next step is dispatched before the last one's block is freed.
+the next step is dispatched before the last one's block is freed. Long CPU training runs that
+can afford that memory gain 10-15% of step CPU (BUILD_NOTES.md, issue 21).
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ def keep_freed_host_memory() -> bool:
   global _applied
   if _applied is None:
     _applied = False
-    if (os.environ.get(ENV, "1") != "0" and platform.libc_ver()[0] == "glibc"
+    if (os.environ.get(ENV, "0") == "1" and platform.libc_ver()[0] == "glibc"
         and cpu_is_the_device()):
       try:
         mallopt = ctypes.CDLL(None).mallopt

@@ -42,8 +42,8 @@ print(int(applied), faults[-1])
 """
 
 
-def _probe(keep: str) -> tuple[int, int]:
-  env = {"SBJAX_KEEP_HOST_MEMORY": keep, "PATH": "/usr/bin:/bin"}
+def _probe(keep: str | None) -> tuple[int, int]:
+  env = {"PATH": "/usr/bin:/bin", **({} if keep is None else {"SBJAX_KEEP_HOST_MEMORY": keep})}
   out = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True,
                        env=env, cwd=str(ROOT),
                        check=True).stdout.split()
@@ -59,6 +59,7 @@ def test_freed_step_block_is_reused_without_page_faults():
   applied, faults = _probe("0")  # the glibc default: unmapped on free, faulted in each step
   assert applied == 0
   assert faults > pages // 2
+  assert _probe(None)[0] == 0  # opt-in: unset means glibc's default
 
 
 def test_only_when_jax_computes_on_the_cpu(monkeypatch):
