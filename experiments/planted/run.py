@@ -53,7 +53,7 @@ def _dataset(cfg):
 def _floors(lang, ranks, p: Preset, path: Path) -> dict:
   """floor(r) for ranks (cached in path, keyed by the language and the ranks)."""
   key = json.dumps({"lang": lang.info(), "ranks": sorted(set(ranks)), "gtol": p.knobs.floor_gtol,
-                    "method": "multi-start", "n_random": p.knobs.floor_random})
+                    "method": "multi-start-wide", "n_random": p.knobs.floor_random})
   meta = path.with_suffix(".json")
   if path.exists() and meta.exists() and meta.read_text() == key:
     return {int(r["rank"]): r for r in read_rows(path)}

@@ -32,7 +32,12 @@ them all (``FloorResult.starts``, ``spread`` = worst − best):
   and only descends, so the curve is non-increasing;
 * ``down``: the best solution of the next higher rank, row-centred and truncated to rank r
   by the π-weighted SVD (a homotopy down from the exact solution at rank M);
-* ``random<j>``: ``n_random`` (default 4) small-scale Gaussian starts, N(0, 0.01²) entries.
+* ``random<j>``: ``n_random`` (default 4) Gaussian starts, alternately small-scale
+  (even j: N(0, 0.01²) entries, which leave the saddle at 0 along the top singular
+  directions, much as the svd start does) and wide (odd j: N(0, 0.5²), the scale of a
+  first-order fit's init; they reach other basins: on the main job's language at r = 3 a
+  wide start reaches floor − H = 0.8009 where svd, warm and small starts stop at 0.8058, and
+  an independent Adam fit from a wide start reaches 0.8009 too).
 
 Once a start reaches H (to 1e-12) it is the global minimum and no further start runs.
 ``floor_curve`` runs an upward pass (svd, warm, random) and a downward pass (down) over a
@@ -67,8 +72,9 @@ from scipy.optimize import minimize
 from sbjax.studies.blas_threads import single_thread_blas
 
 DEFAULT_GTOL = 1e-6
-N_RANDOM = 4  # random small-scale starts per rank
-RANDOM_SCALE = 0.01  # their entries: N(0, RANDOM_SCALE²)
+N_RANDOM = 4  # random starts per rank
+RANDOM_SCALE = 0.01  # entries of the even-numbered (small-scale) random starts: N(0, scale²)
+WIDE_SCALE = 0.5  # entries of the odd-numbered (wide) random starts
 AT_H = 1e-12  # F − H below this: the global minimum (Gibbs); no further start is needed
 STALL, STALL_ITERS = 1e-10, 50  # a fit stops when F fell by < STALL in STALL_ITERS iterations
 PERTURB = 1e-3  # scale of the new columns of a warm (padded) start
@@ -289,8 +295,9 @@ def _up(rk: _Rank, lower: _Rank | None, n_random: int, seed: int) -> None:
     rk.run("warm", *pad(*lower.best[1:3], rk.r, [seed, rk.r]))
   for j in range(n_random):
     rng = np.random.default_rng([seed, rk.r, j])
-    rk.run(f"random{j}", RANDOM_SCALE * rng.standard_normal((C, rk.r)),
-           RANDOM_SCALE * rng.standard_normal((V, rk.r)))
+    scale = WIDE_SCALE if j % 2 else RANDOM_SCALE
+    rk.run(f"random{j}", scale * rng.standard_normal((C, rk.r)),
+           scale * rng.standard_normal((V, rk.r)))
 
 
 def rank_floor(lang_or_probs, r: int, *, weights=None, gtol: float = DEFAULT_GTOL,
@@ -300,7 +307,7 @@ def rank_floor(lang_or_probs, r: int, *, weights=None, gtol: float = DEFAULT_GTO
   """floor(r) for one rank r: the best of the starts of the module docstring.
 
   ``warm``: (X, Y) of a lower rank; ``down``: (X, Y) of a higher rank; ``n_random`` random
-  small-scale starts drawn from ``(seed, r, j)``."""
+  starts (small-scale and wide alternately) drawn from ``(seed, r, j)``."""
   p, pi = _as_problem(lang_or_probs, weights)
   C, V = p.shape
   if not isinstance(r, (int, np.integer)) or r < 1:
