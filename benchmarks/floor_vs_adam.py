@@ -34,7 +34,7 @@ MAIN = dict(vocab=256, rank=8, alpha=4.0, zipf=1.0, seed=0)  # reproduce --quick
 
 def search_settings() -> dict:
   """floor.py's multi-start settings a cache was made with (the test checks they still hold)."""
-  return {"n_random": fl.N_RANDOM, "random_scale": fl.RANDOM_SCALE,
+  return {"n_random": fl.N_RANDOM, "random_scale": fl.RANDOM_SCALE, "n_wide": fl.N_WIDE,
           "wide_scale": fl.WIDE_SCALE, "gtol": fl.DEFAULT_GTOL, "max_iter": 3000, "restarts": 2}
 
 

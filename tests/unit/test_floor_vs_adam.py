@@ -64,6 +64,6 @@ def test_floor_at_most_adam_at_every_rank_up_to_16(lang):
   vals = [floors[r] for r in range(1, 17)]
   assert all(b <= a + 1e-12 for a, b in zip(vals, vals[1:]))
   # the old one-start floor (svd start only) fails this check at r = 2
-  old = fl.rank_floor(lang, 2, n_random=0)
+  old = fl.rank_floor(lang, 2, n_random=0, n_wide=0)
   assert old.start == "svd" and old.gap > 1.34
   assert old.value > adam[1] + 1e-4 > floors[2]
