@@ -309,8 +309,7 @@ def rank_floor(lang_or_probs, r: int, *, weights=None, gtol: float = DEFAULT_GTO
                seed: int = 0, n_wide: int = N_WIDE) -> FloorResult:
   """floor(r) for one rank r: the best of the starts of the module docstring.
 
-  ``warm``: (X, Y) of a lower rank; ``down``: (X, Y) of a higher rank; ``n_random`` small
-  and ``n_wide`` wide random starts (module docstring)."""
+  ``warm``/``down``: (X, Y) of a lower/higher rank; random starts: the module docstring."""
   p, pi = _as_problem(lang_or_probs, weights)
   C, V = p.shape
   if not isinstance(r, (int, np.integer)) or r < 1:
