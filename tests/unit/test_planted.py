@@ -13,7 +13,8 @@ from experiments import planted as exp
 from sbjax.studies import floor as fl
 from sbjax.data.planted import PlantedLanguage, PlantedMixture
 from sbjax.heads import head_param_count
-from tests._adam_reference import adam_best, xent
+from sbjax.studies.blas_threads import single_thread_blas
+from tests._adam_reference import adam_best, adam_fit, xent
 
 K = 3
 V = 16
@@ -95,6 +96,18 @@ def test_floor_records_every_start(lang, curve):
     else:
       assert {"svd", "random0", "random1", "random2", "random3"} <= set(names), names
       assert res.rank == 1 or "warm" in names
+
+
+def test_main_language_rank_2_floor_is_below_adam():
+  """The main job's language (V=256, k=8): the one-start SVD fit stopped at floor(2) − H =
+  1.3428 where Adam from a random start reaches ≈ 1.302; the multi-start floor must not be
+  above an independent Adam fit (all ranks <= 16: benchmarks/floor_vs_adam.py)."""
+  main = PlantedLanguage(vocab=256, rank=8, alpha=4.0, zipf=1.0, seed=0)
+  res = fl.floor_curve(main, [2], max_iter=3000, restarts=2)[0]
+  with single_thread_blas():
+    adam = adam_fit(main.probs, main.stationary, 2, seed=0, steps=2000)
+  assert res.converged and res.value <= adam + 1e-4, (res.gap, adam - main.entropy)
+  assert res.gap < 1.3428 - 0.03
 
 
 def test_floor_analytic_no_context_dependence():
