@@ -18,6 +18,7 @@ class Knobs:
   floor_gtol: float = 1e-6
   floor_max_iter: int = 3000
   floor_random: int = 4  # random small-scale starts per rank of the floor fits (sbjax.studies.floor)
+  floor_wide: int = 2  # random wide starts per rank of the floor fits (floor.N_WIDE)
   # part 2: (label, head, d_model, n_mix); lowrank ranks are matched to the first mos run
   mix_m: int = 4
   mix_k: int = 2

@@ -53,13 +53,15 @@ def _dataset(cfg):
 def _floors(lang, ranks, p: Preset, path: Path) -> dict:
   """floor(r) for ranks (cached in path, keyed by the language and the ranks)."""
   key = json.dumps({"lang": lang.info(), "ranks": sorted(set(ranks)), "gtol": p.knobs.floor_gtol,
-                    "method": "multi-start", "n_random": p.knobs.floor_random})
+                    "method": "multi-start", "n_random": p.knobs.floor_random,
+                    "n_wide": p.knobs.floor_wide})
   meta = path.with_suffix(".json")
   if path.exists() and meta.exists() and meta.read_text() == key:
     return {int(r["rank"]): r for r in read_rows(path)}
   # Convergence is recorded per rank (planted_floor.csv, column converged) and reported.
   res = floor_curve(lang, ranks, gtol=p.knobs.floor_gtol, max_iter=p.knobs.floor_max_iter,
-                    restarts=2, require_converged=False, n_random=p.knobs.floor_random)
+                    restarts=2, require_converged=False, n_random=p.knobs.floor_random,
+                    n_wide=p.knobs.floor_wide)
   rows = [{**r.row(), "converged": str(bool(r.converged))} for r in res]
   write_rows(path, rows)
   meta.write_text(key)

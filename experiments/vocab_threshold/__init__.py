@@ -16,15 +16,19 @@ sbjax/studies/rank_sweep.py) is run in ``OUT/V<V>/``. Per V:
 * r_0.6(V) = the smallest k with W-error(k) <= 0.6 of the centred dense head W − 1 w̄ᵀ
   (W-error(k) = sqrt(sum_{i>k} sigma_i^2) / ||W||_F); the uncentred one is r_werror06_raw.
 
+* with the preset's n-gram knobs (cpu): the exact add-k bigram r*(V) beside it, no training
+  (``ngram.py``: floor.py's rank-r fits of the smoothed bigram of the train tokens, scored on
+  the validation counts, the same tolerance; per-rank rows in ``ngram.csv``).
+
 Fit, by least squares on logs: log r = beta log V + c. With n points, x = log V,
 y = log r: beta = S_xy / S_xx, se(beta) = sqrt(SSR / (n - 2) / S_xx) (NaN for n < 3).
 Outputs: ``vocab_threshold.csv`` (one row per V), ``runs.csv`` (every run, with V),
-``fit.json`` and ``fig_vocab_threshold.png``.
+``fit.json``, ``fig_vocab_threshold.png`` and, with n-gram knobs, ``ngram.csv``.
 
 The cpu preset (issue 18): V in {256, 512, 1024, 2048}, one d=64, 2-layer trunk per V (the
 dense run), then protocol (a) heads r in {2, 4, 8, 12, 16, 24, 32, 48, 64} on that frozen
-trunk; it has not been run or timed yet. (The older preset, V = 512..8192 with protocol b
-against the dense head, took 29 min and was censored at every V.)
+trunk, and the exact bigram r* at ranks {4, …, 128}. (The older preset, V = 512..8192 with
+protocol b against the dense head, took 29 min and was censored at every V.)
 
 Layout: ``presets.py`` (overrides as in head_rank; knobs: the vocabulary sizes and the sweep
 plan), ``measure.py`` (r*, r_0.6, the fit), ``run.py`` (``run``), ``report.py``

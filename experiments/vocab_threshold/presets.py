@@ -8,6 +8,7 @@ import dataclasses
 
 from ..head_rank import presets as hr
 from ..shared import pick_preset
+from .ngram import NgramKnobs
 
 TOL = 0.02  # the older r*: the smallest rank within 2% of the dense head's loss
 # r* (issue 18): the smallest rank within TOL_CHAR nats per character of the protocol-(a)
@@ -20,6 +21,7 @@ W_LEVEL = 0.6  # r_0.6: the smallest k with W-error(k) <= 0.6
 class Knobs:
   vocabs: tuple  # vocabulary sizes V (one sentencepiece tokenizer and one sweep each)
   plan: hr.Knobs  # the sweep at every V (protocol b only: no head_lrs)
+  ngram: NgramKnobs | None = None  # the exact bigram r*(V) beside the trained one (None: off)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,7 +53,8 @@ PRESETS: dict[str, Preset] = {
                                         warmup=60, eval_batches=24),
                   Knobs(vocabs=(256, 512, 1024, 2048),
                         plan=hr.Knobs(ranks=(2, 4, 8, 12, 16, 24, 32, 48, 64), lrs=(3e-3,),
-                                      head_lrs=(1e-2,), head_steps=300, protocols=("a",)))),
+                                      head_lrs=(1e-2,), head_steps=300, protocols=("a",)),
+                        ngram=NgramKnobs(ranks=(4, 8, 16, 32, 64, 128), max_iter=40))),
     "tpu": Preset(hr.BASE, hr.overrides("vocab_threshold-tpu", 8192, d_model=512, n_layers=6,
                                         n_heads=8, max_len=512, steps=20_000, batch=256,
                                         seq_len=512, warmup=1000, eval_batches=32),

@@ -19,6 +19,7 @@ NAME = "vocab_threshold"
 FIGURE = "fig_vocab_threshold.png"
 TABLE_CSV = "vocab_threshold.csv"
 RUNS_CSV = "runs.csv"
+NGRAM_CSV = "ngram.csv"  # the exact bigram fits per V and rank (with n-gram knobs)
 FIT = "fit.json"
 PAPER = ("Godey et al. (2024) find that heads below about 1000 dimensions hurt Pythia models "
          "(V = 50k); whether that threshold depends on V was left open.")
@@ -41,8 +42,9 @@ def _ratio_panel(ax, table: list, runs: list, tol: float) -> None:
 
 def _fit_panel(ax, table: list, fit: dict) -> None:
   vs = np.array([t["V"] for t in table], float)
-  for key, marker, name in (("r_star", "o", "r* (within 2%)"),
-                            ("r_werror06", "s", "W-error = 0.6")):
+  keys = [("r_star", "o", "r* (trained)"), ("r_werror06", "s", "W-error = 0.6")]
+  keys += [("r_star_ngram", "^", "r* (exact bigram)")] if "r_star_ngram" in fit else []
+  for key, marker, name in keys:
     f = fit[key]
     ax.plot(vs, [t[key] for t in table], marker, label=f"{name}: beta={f['beta']:.2f}"
             f" ± {f['beta_se']:.2f}")
@@ -70,27 +72,43 @@ def draw(out: Path) -> Path:
   return path
 
 
+def _ngram_cell(t: dict) -> str:
+  if t.get("r_star_ngram") in (None, ""):
+    return "–"
+  cens = " (censored)" if int(t["ngram_censored"]) else ""
+  return f"{int(t['r_star_ngram'])}{cens}"
+
+
+def _ngram_fit(fit: dict) -> str:
+  g = fit.get("r_star_ngram")
+  if g is None:
+    return ""
+  return (f" The exact add-k bigram r* (fitted on train counts, scored on validation counts, "
+          f"same tolerance) gives beta = {g['beta']:.3f} ± {g['beta_se']:.3f} "
+          f"({fit['n_censored_ngram']} censored at the largest rank).")
+
+
 def report_section(out: Path, rel: str) -> str:
   out = Path(out)
   table = read_rows(out / TABLE_CSV)
   fit = json.loads((out / FIT).read_text())
   lines = [f"## {NAME}", "", f"![rank vs V]({rel}/{FIGURE})", "",
            "| V | d | full-rank val loss | reference | chars/token | tol (nats/token) | r* | "
-           "loss at r* | r at W-error 0.6 (centred) |",
-           "|---|---|---|---|---|---|---|---|---|"]
+           "loss at r* | r at W-error 0.6 (centred) | exact bigram r* |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
   for t in table:
     cens = " (censored)" if int(t["censored"]) else ""
     lines.append(f"| {int(t['V'])} | {int(t['d_model'])} | {fmt(t['full_loss'], spec='.4f')} | "
                  f"{t.get('reference', 'dense')} | {fmt(t.get('chars_per_token'), spec='.3f')} | "
                  f"{fmt(t.get('tol_token'), spec='.4f')} | "
                  f"{int(t['r_star'])}{cens} | {fmt(t['loss_at_r_star'], spec='.4f')} | "
-                 f"{int(t['r_werror06'])} |")
+                 f"{int(t['r_werror06'])} | {_ngram_cell(t)} |")
   b, w = fit["r_star"], fit["r_werror06"]
   rejected = math.isfinite(b["beta_se"]) and abs(b["beta"]) > 2 * b["beta_se"]
   lines += ["", PAPER, "",
             f"sbjax here: r* ∝ V^beta with beta = {b['beta']:.3f} ± {b['beta_se']:.3f} "
             f"(n = {b['n']}, {fit['n_censored']} censored at d); the rank at W-error 0.6 gives "
-            f"beta = {w['beta']:.3f} ± {w['beta_se']:.3f}.",
+            f"beta = {w['beta']:.3f} ± {w['beta_se']:.3f}." + _ngram_fit(fit),
             f"A constant threshold (beta = 0) is {'rejected' if rejected else 'not rejected'} at "
             "two standard errors for r*. r* is the smallest rank within "
             f"{fit.get('tol_char', '?')} nats per character (converted per V through its "

@@ -32,7 +32,13 @@ them all (``FloorResult.starts``, ``spread`` = worst − best):
   and only descends, so the curve is non-increasing;
 * ``down``: the best solution of the next higher rank, row-centred and truncated to rank r
   by the π-weighted SVD (a homotopy down from the exact solution at rank M);
-* ``random<j>``: ``n_random`` (default 4) small-scale Gaussian starts, N(0, 0.01²) entries.
+* ``random<j>``: ``n_random`` (default 4) small-scale Gaussian starts, N(0, 0.01²) entries
+  drawn from ``(seed, r, j)``;
+* ``wide<j>``: ``n_wide`` (default 2) wide Gaussian starts, N(0, 0.5²) entries (the scale of a
+  first-order fit's init) drawn from ``(seed, r, 2j + 1)``. They reach other basins: on the
+  main job's language at r = 3 a wide start reaches floor − H = 0.8009 where svd, warm, down
+  and small starts stop at 0.8058 (an independent Adam fit from a wide start reaches
+  0.8106); at r = 6 a small start (0.1339) beats every wide one (0.1348), so both kinds run.
 
 Once a start reaches H (to 1e-12) it is the global minimum and no further start runs.
 ``floor_curve`` runs an upward pass (svd, warm, random) and a downward pass (down) over a
@@ -69,6 +75,8 @@ from sbjax.studies.blas_threads import single_thread_blas
 DEFAULT_GTOL = 1e-6
 N_RANDOM = 4  # random small-scale starts per rank
 RANDOM_SCALE = 0.01  # their entries: N(0, RANDOM_SCALE²)
+N_WIDE = 2  # random wide starts per rank
+WIDE_SCALE = 0.5  # their entries: N(0, WIDE_SCALE²)
 AT_H = 1e-12  # F − H below this: the global minimum (Gibbs); no further start is needed
 STALL, STALL_ITERS = 1e-10, 50  # a fit stops when F fell by < STALL in STALL_ITERS iterations
 PERTURB = 1e-3  # scale of the new columns of a warm (padded) start
@@ -281,31 +289,33 @@ class _Rank:
                        X=x, Y=y, starts=[Start(c[0], c[3], c[4], c[5]) for c in self.cands])
 
 
-def _up(rk: _Rank, lower: _Rank | None, n_random: int, seed: int) -> None:
+def _up(rk: _Rank, lower: _Rank | None, n_random: int, seed: int,
+        n_wide: int = N_WIDE) -> None:
   """The svd start, the warm start from the rank below and the random starts."""
   C, V = rk.p.shape
   rk.run("svd", *svd_start(rk.p, rk.pi, rk.r))
   if lower is not None:
     rk.run("warm", *pad(*lower.best[1:3], rk.r, [seed, rk.r]))
-  for j in range(n_random):
+  draws = [(f"random{j}", j, RANDOM_SCALE) for j in range(n_random)]
+  draws += [(f"wide{j}", 2 * j + 1, WIDE_SCALE) for j in range(n_wide)]
+  for name, j, scale in draws:
     rng = np.random.default_rng([seed, rk.r, j])
-    rk.run(f"random{j}", RANDOM_SCALE * rng.standard_normal((C, rk.r)),
-           RANDOM_SCALE * rng.standard_normal((V, rk.r)))
+    rk.run(name, scale * rng.standard_normal((C, rk.r)), scale * rng.standard_normal((V, rk.r)))
 
 
 def rank_floor(lang_or_probs, r: int, *, weights=None, gtol: float = DEFAULT_GTOL,
                max_iter: int = 5000, restarts: int = 3, warm: tuple | None = None,
                down: tuple | None = None, n_random: int = N_RANDOM,
-               seed: int = 0) -> FloorResult:
+               seed: int = 0, n_wide: int = N_WIDE) -> FloorResult:
   """floor(r) for one rank r: the best of the starts of the module docstring.
 
-  ``warm``: (X, Y) of a lower rank; ``down``: (X, Y) of a higher rank; ``n_random`` random
-  small-scale starts drawn from ``(seed, r, j)``."""
+  ``warm``/``down``: (X, Y) of a lower/higher rank; random starts: the module docstring."""
   p, pi = _as_problem(lang_or_probs, weights)
   C, V = p.shape
   if not isinstance(r, (int, np.integer)) or r < 1:
     raise ValueError(f"floor: rank must be an integer >= 1, got {r!r}")
   _check_n_random(n_random)
+  _check_n_random(n_wide)
   r = int(min(r, C, V))
   rk = _Rank(p, pi, entropy(p, pi), r, gtol, max_iter, restarts)
   with single_thread_blas():
@@ -315,7 +325,7 @@ def rank_floor(lang_or_probs, r: int, *, weights=None, gtol: float = DEFAULT_GTO
     if warm is not None:
       lower = _Rank(p, pi, rk.h, warm[0].shape[1], gtol, max_iter, restarts)
       lower.cands.append(["given", warm[0], warm[1], np.inf, np.inf, 0])
-    _up(rk, lower, n_random, seed)
+    _up(rk, lower, n_random, seed, n_wide)
     return rk.result()
 
 
@@ -338,7 +348,8 @@ def _down(ladder: list[_Rank]) -> None:
 
 def floor_curve(lang_or_probs, ranks: Iterable[int], *, weights=None, gtol: float = DEFAULT_GTOL,
                 max_iter: int = 5000, restarts: int = 3, require_converged: bool = True,
-                n_random: int = N_RANDOM, seed: int = 0) -> list[FloorResult]:
+                n_random: int = N_RANDOM, seed: int = 0,
+                n_wide: int = N_WIDE) -> list[FloorResult]:
   """floor(r) for every r in ``ranks`` (sorted ascending; non-increasing by construction).
 
   The ladder is ``ranks`` plus the rank of the π-weighted centred log-probs when it lies
@@ -359,7 +370,7 @@ def floor_curve(lang_or_probs, ranks: Iterable[int], *, weights=None, gtol: floa
   ladder = [_Rank(p, pi, h, min(r, *p.shape), gtol, max_iter, restarts) for r in rungs]
   with single_thread_blas():
     for i, rk in enumerate(ladder):
-      _up(rk, ladder[i - 1] if i else None, n_random, seed)
+      _up(rk, ladder[i - 1] if i else None, n_random, seed, n_wide)
     _down(ladder)
     for i in range(1, len(ladder)):
       if ladder[i].best[3] > ladder[i - 1].best[3]:

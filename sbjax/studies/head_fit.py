@@ -119,6 +119,34 @@ def fit_head(lang, cfg, *, steps: int = 3000, lr: float = 3e-2, seed: int = 0,
                  entropy=float(lang.entropy), steps=steps)
 
 
+def fit_head_starts(lang, cfg, seeds, *, steps: int = 3000, lr: float = 3e-2,
+                    h_scale: float = 1.0) -> np.ndarray:
+  """``fit_head`` from every seed in ``seeds`` at once (one jitted, vmapped scan): the final
+  value − H of each start, float64 [len(seeds)] (a multi-start search; the best is min)."""
+  kind = heads_lib.get(cfg.head)
+  p = jnp.asarray(lang.probs, jnp.float32)
+  pi = jnp.asarray(lang.stationary / lang.stationary.sum(), jnp.float32)
+  opt = optax.adam(optax.cosine_decay_schedule(lr, steps, 0.01))
+
+  def init(seed):
+    k1, k2 = jax.random.split(jax.random.key(seed))
+    theta = kind.module(cfg).init(k1, jnp.zeros((1, cfg.d_model)))["params"]
+    return theta, h_scale * jax.random.normal(k2, (p.shape[0], cfg.d_model))
+
+  def loss(state):
+    return -jnp.sum(pi * jnp.sum(p * head_log_probs(state[0], state[1], cfg), -1))
+
+  def one(state):
+    def body(carry, _):
+      st, os = carry
+      upd, os = opt.update(jax.grad(loss)(st), os, st)
+      return (optax.apply_updates(st, upd), os), None
+    return loss(jax.lax.scan(body, (state, opt.init(state)), None, length=steps)[0][0])
+
+  vals = jax.jit(jax.vmap(lambda s: one(init(s))))(jnp.asarray(list(seeds)))
+  return np.asarray(vals, np.float64) - float(lang.entropy)
+
+
 def matched_rank(cfg, budget: int) -> int:
   """The largest lowrank rank r (V r + r d ≤ budget) at cfg's V and d."""
   return max(1, int(math.floor(budget / (cfg.vocab_size + cfg.d_model))))

@@ -43,3 +43,4 @@ def test_smoothed_validation_and_floor_rows():
   assert nf.r_star(rows, 1e-3) in (2, V) and nf.r_star(rows[:1], 1e-6) is None
   with pytest.raises(ValueError, match="add_k must be > 0"):
     nf.smoothed(tr, V, add_k=0)
+

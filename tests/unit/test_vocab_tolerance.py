@@ -4,7 +4,10 @@ W-error (issue 18): a toy tokenizer with a known number of characters per token.
 import numpy as np
 import pytest
 
+from experiments.vocab_threshold import ngram
 from experiments.vocab_threshold import tolerance as tl
+from sbjax.studies import ngram_floor as nf
+from tests.unit.test_ngram_floor import V, _stream
 
 
 def _encode(text):  # a toy tokenizer: 3 characters per token (the last one may be shorter)
@@ -46,3 +49,23 @@ def test_r_star_against_the_reference_and_the_centred_head():
   _, ref = w_error_curve(tl.centred(w))
   assert np.allclose(cen, ref, atol=1e-5) and cen[2] < 1e-3  # the shift is gone: rank 2
   assert raw[2] > 1e-2  # the uncentred head counts the shift as a third direction
+
+
+def test_lean_fits_and_the_vocab_threshold_ngram_columns():
+  """lean=True (svd + warm start per rank, as vocab_threshold's cpu preset) gives the same
+  full-rank end and a non-increasing train curve; r* and censoring of the n-gram columns."""
+  tr, va = _stream(0, 3000), _stream(1, 1000)
+  knobs = ngram.NgramKnobs(ranks=(1, 2, V), add_k=0.5, max_iter=500, gtol=1e-7)
+  rows = ngram.ngram_rows(tr, va, V, knobs)
+  full = nf.ngram_floor_rows(tr, va, V, [1, 2, V], n=1, add_k=0.5)
+  assert [r["V"] for r in rows] == [V] * 3 and [r["rank"] for r in rows] == [1, 2, V]
+  assert rows[-1]["val_excess"] == pytest.approx(0.0, abs=1e-6)
+  assert rows[0]["val_full"] == pytest.approx(full[0]["val_full"], rel=1e-12)
+  for a, b in zip(rows, full):
+    assert a["train_floor"] >= b["train_H"] - 1e-12
+    assert a["train_floor"] == pytest.approx(b["train_floor"], abs=1e-4)
+  t = ngram.ngram_threshold(rows, 1e-3)
+  assert t["r_star_ngram"] == nf.r_star(rows, 1e-3) and t["ngram_censored"] == 0
+  c = ngram.ngram_threshold(rows[:2], 1e-9)
+  assert c["r_star_ngram"] == 2 and c["ngram_censored"] == 1
+  assert c["ngram_excess_at_r_star"] == rows[1]["val_excess"]
