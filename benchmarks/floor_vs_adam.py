@@ -11,8 +11,8 @@ non-increasing; floor(r) ≤ min over the Adam fits + 1e-4 for r ≤ k (from r =
 floor = H, which no fit can go below); r = 2 is below the former one-start value 1.3428 by
 more than 0.03. ``--write_cache`` stores floor.py's factors X, Y and values of r ≤ k (whatever
 the checks say), with the search settings, for a fast test that verifies the stored factors,
-fits r > k and the one-start fit live and runs its own Adam (written, not yet in tests/: the
-cache was not made in session 9; see BUILD_NOTES.md, issue 18).
+fits r > k and the one-start fit live and runs its own Adam (tests/unit/test_floor_vs_adam.py;
+rerun this with --write_cache when floor.py's search settings change: the test says so).
 This is a script, not a test: the multi-start curve takes minutes. Its output is in
 BUILD_NOTES.md.
 """
