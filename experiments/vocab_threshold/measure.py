@@ -32,6 +32,28 @@ def loglog_fit(v, r) -> dict:
   return {"beta": beta, "beta_se": se, "log_c": c, "n": n}
 
 
+def grid_interval(ranks, r_star: int) -> tuple[int, int]:
+  """(lo, hi]: where the true threshold lies when r* is read on the rank grid ``ranks``:
+  hi = r*, lo = the largest grid rank below r* (1 when r* is the smallest)."""
+  below = [int(r) for r in ranks if int(r) < int(r_star)]
+  return (max(below) if below else 1), int(r_star)
+
+
+def slope_range(v, lo, hi) -> tuple[float, float]:
+  """The range of the least-squares slope beta of log r on log V when each log r_i may be
+  anywhere in [log lo_i, log hi_i]. beta = Σ a_i log r_i with a_i = (x_i − x̄)/S_xx, so the
+  maximum puts r_i at hi_i where a_i > 0 and at lo_i where a_i < 0, the minimum the reverse.
+  The grid width that loglog_fit's standard error ignores (it is 0 when r* sits at one grid
+  point at every V)."""
+  x = np.log(np.asarray(v, np.float64))
+  if len(x) < 2:
+    return math.nan, math.nan
+  a = (x - x.mean()) / float(np.sum((x - x.mean()) ** 2))
+  llo, lhi = np.log(np.asarray(lo, np.float64)), np.log(np.asarray(hi, np.float64))
+  return (float(np.sum(np.where(a > 0, a * llo, a * lhi))),
+          float(np.sum(np.where(a > 0, a * lhi, a * llo))))
+
+
 def thresholds(sub: Path, cpt: float | None = None, tol_char: float = TOL_CHAR) -> dict:
   """r* and r_0.6 of one V's sweep directory. With ``cpt`` (characters per token of this V's
   validation text) r* uses the per-character tolerance against the protocol-(a) rank-d head

@@ -46,8 +46,9 @@ PRESETS: dict[str, Preset] = {
                     Knobs(vocabs=(64, 96), plan=_b((1,), (3e-3, 3e-2)))),
     # issue 18: one d=64 trunk per V (protocol full, the dense head), then protocol (a) rank-r
     # heads on it, r* against the protocol-(a) r = d = 64 head at TOL_CHAR nats per character.
-    # Designed, NOT yet run or timed (the older V=512..8192 preset took 29 min and was censored
-    # at every V against the dense head).
+    # Session 10, on the 42-file corpus (--data=../shared/data/shakespeare): 31 min 46 s on 2
+    # quiet cores; r* = 48 at every V (uncensored), exact bigram r* 64, 64, 128, 128
+    # (BUILD_NOTES "vocab_threshold"). Without --data it runs on the packaged 5-play sample.
     "cpu": Preset(hr.BASE, hr.overrides("vocab_threshold-cpu", 1024, d_model=64, n_layers=2,
                                         n_heads=4, max_len=64, steps=600, batch=32, seq_len=64,
                                         warmup=60, eval_batches=24),

@@ -14,6 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402 - after choosing the non-interacti
 import numpy as np  # noqa: E402
 
 from ..shared import fmt, read_rows  # noqa: E402
+from .measure import grid_interval, slope_range  # noqa: E402
 
 NAME = "vocab_threshold"
 FIGURE = "fig_vocab_threshold.png"
@@ -88,6 +89,30 @@ def _ngram_fit(fit: dict) -> str:
           f"({fit['n_censored_ngram']} censored at the largest rank).")
 
 
+def _grid_text(out: Path, table: list) -> str:
+  """The slopes the rank grids allow (measure.slope_range), and whether r* ≤ d binds."""
+  v = [int(t["V"]) for t in table]
+  iv = [grid_interval(t["ranks"].split(), int(t["r_star"])) for t in table]
+  lo, hi = slope_range(v, [a for a, _ in iv], [b for _, b in iv])
+  text = (f" On its rank grid each trained r* is only known to lie in (next grid rank below, "
+          f"r*], so any beta in [{lo:.3f}, {hi:.3f}] fits the trained r* (the standard error "
+          "above ignores the grid width).")
+  ngram = read_rows(out / NGRAM_CSV) if (out / NGRAM_CSV).exists() else []
+  with_ngram = [t for t in table if t.get("r_star_ngram") not in (None, "")]
+  if ngram and len(with_ngram) == len(table):
+    iv = [grid_interval([r["rank"] for r in ngram if int(r["V"]) == int(t["V"])],
+                        int(t["r_star_ngram"])) for t in table]
+    nlo, nhi = slope_range(v, [a for a, _ in iv], [b for _, b in iv])
+    text += f" For the bigram r* the grid allows [{nlo:.3f}, {nhi:.3f}]."
+    over = [int(t["V"]) for t in table if int(t["r_star_ngram"]) > int(t["d_model"])]
+    if over:
+      text += (f" The trained r* is measured against the rank-d head, so it cannot exceed d; at "
+               f"V = {', '.join(map(str, over))} the exact bigram already needs more than d, so "
+               "there the trunk's width, not the head, limits the trained models, and a flat "
+               "trained r*(V) is not evidence that the rank a head needs stays constant.")
+  return text
+
+
 def report_section(out: Path, rel: str) -> str:
   out = Path(out)
   table = read_rows(out / TABLE_CSV)
@@ -108,7 +133,7 @@ def report_section(out: Path, rel: str) -> str:
   lines += ["", PAPER, "",
             f"sbjax here: r* ∝ V^beta with beta = {b['beta']:.3f} ± {b['beta_se']:.3f} "
             f"(n = {b['n']}, {fit['n_censored']} censored at d); the rank at W-error 0.6 gives "
-            f"beta = {w['beta']:.3f} ± {w['beta_se']:.3f}." + _ngram_fit(fit),
+            f"beta = {w['beta']:.3f} ± {w['beta_se']:.3f}." + _ngram_fit(fit) + _grid_text(out, table),
             f"A constant threshold (beta = 0) is {'rejected' if rejected else 'not rejected'} at "
             "two standard errors for r*. r* is the smallest rank within "
             f"{fit.get('tol_char', '?')} nats per character (converted per V through its "

@@ -1,11 +1,14 @@
 """vocab_threshold's per-character tolerance, r* against a reference head and the centred
 W-error (issue 18): a toy tokenizer with a known number of characters per token."""
 
+from itertools import product
+
 import numpy as np
 import pytest
 
 from experiments.vocab_threshold import ngram
 from experiments.vocab_threshold import tolerance as tl
+from experiments.vocab_threshold.measure import grid_interval, loglog_fit, slope_range
 from sbjax.studies import ngram_floor as nf
 from tests.unit.test_ngram_floor import V, _stream
 
@@ -69,3 +72,19 @@ def test_lean_fits_and_the_vocab_threshold_ngram_columns():
   c = ngram.ngram_threshold(rows[:2], 1e-9)
   assert c["r_star_ngram"] == 2 and c["ngram_censored"] == 1
   assert c["ngram_excess_at_r_star"] == rows[1]["val_excess"]
+
+
+def test_grid_interval_and_the_slope_range_against_every_corner():
+  assert grid_interval([2, 4, 8, 12, 16, 24, 32, 48, 64], 48) == (32, 48)
+  assert grid_interval(["4", "8", "16"], 4) == (1, 4)  # r* at the smallest grid rank
+  v = [256, 512, 1024, 2048]
+  lo, hi = [32, 32, 64, 48], [48, 64, 128, 64]
+  # the least-squares slope is linear in log r, so its extremes over the box are at corners
+  corners = [loglog_fit(v, r)["beta"] for r in product(*zip(lo, hi))]
+  got = slope_range(v, lo, hi)
+  assert got == pytest.approx((min(corners), max(corners)), abs=1e-12)
+  # one grid point at every V: the fit's standard error is 0, but the grid allows ±
+  flat = loglog_fit(v, [48] * 4)
+  assert flat["beta"] == pytest.approx(0.0, abs=1e-12) and flat["beta_se"] == 0.0
+  b_lo, b_hi = slope_range(v, [32] * 4, [48] * 4)
+  assert b_lo == pytest.approx(-b_hi) and b_hi == pytest.approx(0.2339, abs=1e-4)
