@@ -46,7 +46,7 @@ PRESETS: dict[str, Preset] = {
                     Knobs(vocabs=(64, 96), plan=_b((1,), (3e-3, 3e-2)))),
     # issue 18: one d=64 trunk per V (protocol full, the dense head), then protocol (a) rank-r
     # heads on it, r* against the protocol-(a) r = d = 64 head at TOL_CHAR nats per character.
-    # Session 10, on the 42-file corpus (--data=../shared/data/shakespeare): 31 min 46 s on 2
+    # Session 10, on the 42-file development corpus (--data=DIR): 31 min 46 s on 2
     # quiet cores; r* = 48 at every V (uncensored), exact bigram r* 64, 64, 128, 128
     # (BUILD_NOTES "vocab_threshold"). Without --data it runs on the packaged 5-play sample.
     "cpu": Preset(hr.BASE, hr.overrides("vocab_threshold-cpu", 1024, d_model=64, n_layers=2,
