@@ -74,12 +74,12 @@ def columns_of(rows: Iterable[dict], first: Sequence[str] = ("step",)) -> list[s
 def _fmt(v) -> str:
   if v is None:
     return ""
+  if isinstance(v, np.generic):  # first: np.float64 is a float, whose repr is "np.float64(x)"
+    return _fmt(v.item())
   if isinstance(v, bool):
     return str(int(v))
   if isinstance(v, float):
     return repr(v)
-  if isinstance(v, np.generic):
-    return _fmt(v.item())
   return str(v)
 
 

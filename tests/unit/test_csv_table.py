@@ -1,0 +1,21 @@
+"""sbjax.analysis.table: the CSV rows every experiment writes read back as the numbers written,
+numpy scalars included (numpy 2's np.float64 is a Python float whose repr is
+"np.float64(x)"; a CSV cell must hold the number)."""
+
+import math
+
+import numpy as np
+
+from sbjax.analysis.table import read_csv, write_csv
+
+
+def test_numpy_scalars_are_written_as_plain_numbers(tmp_path):
+  rows = [{"step": np.int64(3), "frac": np.int64(3) / 8, "x32": np.float32(0.25), "b": True,
+           "f": 0.1, "nan": math.nan, "name": "d16", "none": None}]
+  write_csv(tmp_path / "t.csv", rows)
+  text = (tmp_path / "t.csv").read_text()
+  assert "np." not in text, text
+  assert text.splitlines()[1] == "3,0.375,0.25,1,0.1,nan,d16,", text
+  back = read_csv(tmp_path / "t.csv")[0]
+  assert back["step"] == 3 and back["frac"] == 0.375 and back["x32"] == 0.25
+  assert back["f"] == 0.1 and math.isnan(back["nan"]) and back["name"] == "d16"
