@@ -74,8 +74,8 @@ PRESETS: dict[str, Preset] = {
     "cpu": Preset("tiny", _overrides(), Knobs(widths=(32, 64, 128))),
     # Γ like Pythia-14m/70m (7.9 weight-decay timescales: 14,377 steps at η = 1e-2, 8 x 64
     # tokens, fresh every step) on the planted mixture: 4 layers, d ∈ {16, 64}, head_dim 8,
-    # MLP PER with r = head_dim (the authors' convention). Time: an ESTIMATE of 20-30 min on
-    # 2 quiet cores (not run here: > 5 min)
+    # MLP PER with r = head_dim (the authors' convention). Session 10: 13 min 21 s on 2 quiet
+    # cores with SBJAX_KEEP_HOST_MEMORY=1 (BUILD_NOTES "convergence")
     "cpu-gamma": Preset("tiny", _gamma_overrides(),
                         Knobs(widths=(16, 64), per_width={"model.n_heads": (2, 8)},
                               grad_per=False, all_sequences=32, per_mlp_r=8)),
