@@ -154,7 +154,8 @@ def probe(lang, seed, rounds, n_restarts, inits) -> dict:
     w, g, a = rx.joint(w, g, a)
   out = {"relaxed": float(rx.total(w, g, a)) - lang.entropy}
   wt = np.asarray(lang.mos_parameters()["w"], np.float64)
-  wt, wl = wt - wt.mean(0), np.asarray(w, np.float64) - np.asarray(w, np.float64).mean(0)
+  wl = np.asarray(w, np.float64)
+  wt, wl = wt - wt.mean(0), wl - wl.mean(0)
   fit = np.linalg.lstsq(wt, wl, rcond=None)[0]
   out["w_span_resid"] = float(np.linalg.norm(wt @ fit - wl) / np.linalg.norm(wl))
   out["align_resid"], mu, basis, h = align(g, a, D, inits, seed)

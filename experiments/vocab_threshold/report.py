@@ -89,20 +89,25 @@ def _ngram_fit(fit: dict) -> str:
           f"({fit['n_censored_ngram']} censored at the largest rank).")
 
 
+def _grid_slopes(v: list, grids: list, r_stars: list) -> tuple[float, float]:
+  """measure.slope_range over the (lo, hi] grid interval of each V's r*."""
+  lo, hi = zip(*(grid_interval(g, r) for g, r in zip(grids, r_stars)))
+  return slope_range(v, lo, hi)
+
+
 def _grid_text(out: Path, table: list) -> str:
   """The slopes the rank grids allow (measure.slope_range), and whether r* ≤ d binds."""
   v = [int(t["V"]) for t in table]
-  iv = [grid_interval(t["ranks"].split(), int(t["r_star"])) for t in table]
-  lo, hi = slope_range(v, [a for a, _ in iv], [b for _, b in iv])
+  lo, hi = _grid_slopes(v, [t["ranks"].split() for t in table],
+                        [int(t["r_star"]) for t in table])
   text = (f" On its rank grid each trained r* is only known to lie in (next grid rank below, "
           f"r*], so any beta in [{lo:.3f}, {hi:.3f}] fits the trained r* (the standard error "
           "above ignores the grid width).")
   ngram = read_rows(out / NGRAM_CSV) if (out / NGRAM_CSV).exists() else []
   with_ngram = [t for t in table if t.get("r_star_ngram") not in (None, "")]
   if ngram and len(with_ngram) == len(table):
-    iv = [grid_interval([r["rank"] for r in ngram if int(r["V"]) == int(t["V"])],
-                        int(t["r_star_ngram"])) for t in table]
-    nlo, nhi = slope_range(v, [a for a, _ in iv], [b for _, b in iv])
+    nlo, nhi = _grid_slopes(v, [[r["rank"] for r in ngram if int(r["V"]) == x] for x in v],
+                            [int(t["r_star_ngram"]) for t in table])
     text += f" For the bigram r* the grid allows [{nlo:.3f}, {nhi:.3f}]."
     over = [int(t["V"]) for t in table if int(t["r_star_ngram"]) > int(t["d_model"])]
     if over:
@@ -133,7 +138,8 @@ def report_section(out: Path, rel: str) -> str:
   lines += ["", PAPER, "",
             f"sbjax here: r* ∝ V^beta with beta = {b['beta']:.3f} ± {b['beta_se']:.3f} "
             f"(n = {b['n']}, {fit['n_censored']} censored at d); the rank at W-error 0.6 gives "
-            f"beta = {w['beta']:.3f} ± {w['beta_se']:.3f}." + _ngram_fit(fit) + _grid_text(out, table),
+            f"beta = {w['beta']:.3f} ± {w['beta_se']:.3f}." + _ngram_fit(fit)
+            + _grid_text(out, table),
             f"A constant threshold (beta = 0) is {'rejected' if rejected else 'not rejected'} at "
             "two standard errors for r*. r* is the smallest rank within "
             f"{fit.get('tol_char', '?')} nats per character (converted per V through its "
