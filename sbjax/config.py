@@ -26,6 +26,7 @@ DTYPES = ("float32", "bfloat16", "float16", "float64")
 DATA_SOURCES = ("planted", "planted_mix", "planted_mos", "text", "tfds", "tokens")
 TOKEN_DTYPES = ("uint16", "int32", "uint32", "int64", "int16", "uint8")
 PLANTED_GATES = ("uniform", "dirichlet")  # data.planted_gate of source=planted_mos
+TRAIN_OBJECTIVES = ("sampled", "expected")  # train.objective (sbjax.train.objective)
 
 
 def _err(field: str, value: Any, allowed: str) -> ValueError:
@@ -243,8 +244,13 @@ class TrainConfig:
   init_from: str = ""  # a workdir whose latest (or init_step) params initialise the trunk
   init_step: int = -1
   skip_nonfinite_steps: int = 0
+  # sampled: -log q(next token); expected: the Rao-Blackwellised loss against a planted
+  # language's exact P(.|context) (sbjax.train.objective)
+  objective: str = "sampled"
 
   def __post_init__(self):
+    if self.objective not in TRAIN_OBJECTIVES:
+      raise _err("train.objective", self.objective, " | ".join(TRAIN_OBJECTIVES))
     for f in ("steps", "batch_size", "seq_len", "grad_accum", "eval_every", "log_every",
               "ckpt_every", "eval_batches", "keep_every_n"):
       v = getattr(self, f)
@@ -289,6 +295,10 @@ class Config:
     if self.train.seq_len > self.model.max_len:
       raise _err("train.seq_len", self.train.seq_len,
                  f"<= model.max_len={self.model.max_len}")
+    if self.train.objective == "expected" and not self.data.source.startswith("planted"):
+      raise _err("train.objective", self.train.objective,
+                 "sampled when data.source is not a planted language (expected needs the "
+                 f"exact next-token distributions; data.source={self.data.source!r})")
 
   @classmethod
   def from_dict(cls, d: dict) -> "Config":

@@ -19,22 +19,27 @@ floor(r) − H − 0.02.
 
 Part 2 (breaking the bottleneck). A high-rank language, by default (quick and cpu presets)
 the planted MoS language (``source=planted_mos``: P(w|c) = Σ_m π_m softmax(α(R_m u_c)·y_w/√k
-+ b_w), one shared Y, M rotations R_m) which a MoS head with component dimension e = k + 1
-and linear components represents exactly, while its centred log P has rank ≈ V − 1. Every
-head gets the same trunk (d = 16): ``mos`` (e = k + 1) against ``lowrank`` at the matched head
-parameter count (``sbjax.heads.head_param_count``; r = 13 at V = 256, k = 8), plus r = d and
-a matched ``sigsoftmax`` (cpu), each at the init seeds ``mix_seeds``, and the exact lowrank
-floor at each rank. The report gives per head the mean gap to H over seeds, the seed spread
-(max − min), and the verdict (``mix_stats``): MoS − H ≤ 0.03, matched lowrank − H ≥ its floor
-gap, and whether the margin exceeds 5× the spread. Whether MoS wins is reported, not assumed.
-The test preset keeps the older ``planted_mix`` (independent output embeddings per
++ b_w), one shared Y, M rotations R_m; here V = 256, M = 8, k = 4, α = 8) which a MoS head
+with component dimension e = k + 1 and linear components represents exactly, while its
+centred log P has rank ≈ V − 1. Every head gets the same trunk (d = 16): ``mos`` (M' = 16
+components of e = k + 1: over-complete in components, which random starts fit far better
+than the exact-size M = 8 head) against ``lowrank`` at the matched head parameter count
+(``sbjax.heads.head_param_count``; r = 11), plus r = d and a matched ``sigsoftmax`` (cpu).
+Every run trains on the Rao-Blackwellised loss (``mix_objective``; ``sbjax.train.objective``)
+at each learning rate of ``mix_lrs`` and seed of ``mix_seeds``, one population per head
+(``sbjax.train.population``); the exact lowrank floor is fitted at each rank. The report
+takes each head at its best lr and gives the mean gap to H over seeds, the seed spread
+(max − min), and the verdict (``mix_stats``): MoS − H ≤ 0.03, matched lowrank − H ≥ its
+floor gap, and whether the margin exceeds 5× the spread. Whether MoS wins is reported, not
+assumed. The test preset keeps the older ``planted_mix`` (independent output embeddings per
 component). ``--parts=mix`` runs part 2 alone.
 
 Outputs in OUT: ``planted.csv`` (rank, eval_loss, eval_acc, expected_loss, floor, H, gap,
 floor_gap), ``planted_floor.csv`` (the floor fit with its convergence record),
-``planted_mix.csv`` (one row per run, with its arm and seed), ``planted_mix_floor.csv``,
+``planted_mix.csv`` (one row per run, with its arm, lr and seed), ``planted_mix_floor.csv``,
 ``planted_meta.json``, ``fig_planted_knee.png``, ``fig_planted_mix.png``,
-``runs/`` (workdirs; finished runs are skipped on a rerun).
+``runs/`` (workdirs, a population's members in ``member_<i>``; finished runs are skipped on a
+rerun).
 
 Layout: ``presets.py`` (PRESETS: config overrides + Knobs), ``configs.py`` (the Configs of
 both parts), ``measure.py`` (the Rao-Blackwellised loss), ``run.py`` (``run``: floors, training,
@@ -42,12 +47,12 @@ CSVs), ``mix_stats.py`` (part 2's seed statistics), ``report.py`` (``report_sect
 figures, from the CSVs only).
 """
 
-from .configs import knee_configs, matched_rank, mix_configs, validate
+from .configs import arm_of, knee_configs, matched_rank, mix_configs, validate
 from .measure import context_index, expected_nll_sum, measure
 from .presets import PRESETS, Knobs, Preset, get_preset
 from .report import draw, report_section, summarize
 from .run import run
 
-__all__ = ["PRESETS", "Knobs", "Preset", "get_preset", "knee_configs", "mix_configs",
+__all__ = ["PRESETS", "Knobs", "Preset", "get_preset", "arm_of", "knee_configs", "mix_configs",
            "matched_rank", "validate", "context_index", "expected_nll_sum", "measure", "run",
            "summarize", "draw", "report_section"]

@@ -37,9 +37,12 @@ def mix_overrides(p: Preset) -> dict:
   extra = {"data.planted_alpha": float(kn.mix_alpha)} if kn.mix_alpha else {}
   if kn.mix_source == "planted_mos":
     extra["data.planted_gate"] = kn.mix_gate
+  if kn.mix_batch:
+    extra["train.batch_size"] = int(kn.mix_batch)
   return {**p.overrides, "data.source": kn.mix_source, "data.planted_mix": kn.mix_m,
           "data.planted_rank": kn.mix_k, "train.steps": steps, "train.eval_every": steps,
-          "train.ckpt_every": steps, "train.log_every": max(1, steps // 10), **extra}
+          "train.ckpt_every": steps, "train.log_every": max(1, steps // 10),
+          "train.objective": kn.mix_objective, **extra}
 
 
 def _matched(base: str, o: dict, head_params: int, d_model: int) -> int:
@@ -55,20 +58,33 @@ def seed_label(label: str, seed: int) -> str:
   return label if int(seed) == 0 else f"{label}-s{int(seed)}"
 
 
-def arm_label(label: str, seed: int) -> str:
-  """The inverse of ``seed_label``: the run's label without its seed suffix."""
-  suffix = f"-s{int(seed)}"
-  return label[:-len(suffix)] if int(seed) != 0 and label.endswith(suffix) else label
+def run_label(arm: str, seed: int, lr: float | None = None) -> str:
+  """The label of run (arm, lr, seed) of part 2: ``seed_label`` of ``arm``, or of
+  ``arm-lr<lr>`` when the preset has an lr grid (``lr`` given)."""
+  return seed_label(arm if lr is None else f"{arm}-lr{float(lr):g}", seed)
+
+
+def arm_of(cfg) -> str:
+  """The arm of a part-2 Config (its ``name`` is ``planted-mix-<arm>``)."""
+  return cfg.name.removeprefix("planted-mix-")
+
+
+def mix_lrs(p: Preset) -> tuple:
+  """The learning rates of part 2 (``mix_lrs``, or train.lr alone)."""
+  return tuple(float(x) for x in p.knobs.mix_lrs) or (float(p.overrides["train.lr"]),)
 
 
 def mix_configs(p: Preset) -> list:
-  """(label, Config) of part 2, validated, for every run of ``mix_runs`` and seed of
-  ``mix_seeds`` (``seed_label``); a lowrank run with n_mix=0 gets the rank whose head
-  parameter count matches the first mos run. The seed is ``train.seed`` (the init); the data stream is shared
-  (one dataset for part 2, as ``run`` builds it)."""
-  return [(seed_label(label, s),
-           dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, seed=int(s))))
-          for label, cfg in _mix_arms(p) for s in p.knobs.mix_seeds]
+  """(label, Config) of part 2, validated, for every run of ``mix_runs``, learning rate of
+  ``mix_lrs`` and seed of ``mix_seeds`` (``run_label``; the arm is ``arm_of(cfg)``); a lowrank
+  run with n_mix=0 gets the rank whose head parameter count matches the first mos run. The
+  seed is ``train.seed`` (the init); the data stream is shared (one dataset for part 2, as
+  ``run`` builds it)."""
+  lrs = mix_lrs(p)
+  grid = len(lrs) > 1
+  return [(run_label(label, s, lr if grid else None),
+           dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, seed=int(s), lr=lr)))
+          for label, cfg in _mix_arms(p) for lr in lrs for s in p.knobs.mix_seeds]
 
 
 def _mix_arms(p: Preset) -> list:

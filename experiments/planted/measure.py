@@ -3,6 +3,8 @@ its Rao-Blackwellised form against the language's exact next-token distributions
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import numpy as np
 
@@ -30,11 +32,18 @@ def expected_nll_sum(logq: np.ndarray, x: np.ndarray, lang) -> tuple[float, int]
   return float(-(lang.probs[c[ok]] * logq[ok]).sum()), int(ok.sum())
 
 
+@functools.lru_cache(maxsize=8)
+def _logp_fn(model_cfg):
+  """The jitted log-probs of a model config, compiled once for every run of that shape (a
+  population's members, the seeds of an arm)."""
+  model = Model(model_cfg)
+  return jax.jit(lambda p, x: jax.nn.log_softmax(model.apply(p, x), axis=-1))
+
+
 def measure(cfg, params, lang, batches) -> dict:
   """eval_loss, eval_acc (sampled targets) and expected_loss (Rao-Blackwellised) on batches
   [B, T+1]: expected_loss = mean over positions of Σ_w P(w|c_t) (−log q_t(w))."""
-  model = Model(cfg.model)
-  logp_fn = jax.jit(lambda p, x: jax.nn.log_softmax(model.apply(p, x), axis=-1))
+  logp_fn = _logp_fn(cfg.model)
   nll, acc, rb, n_rb = [], [], 0.0, 0
   for b in batches:
     x, y = b[:, :-1], b[:, 1:]

@@ -137,20 +137,25 @@ def below_floor_lines(rows, tol: float = 1e-4) -> list[str]:
 def _mix_lines(out: Path, rel: str) -> list[str]:
   m = read_rows(out / CSV_MIX)
   lines = ["", f"![mixture]({rel}/{FIG_MIX})", "",
-           "| label | head | d_model | rank | n_mix | head_params | expected_loss | floor | H | "
-           "gap |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
+           "| label | head | d_model | rank | n_mix | head_params | lr | expected_loss | floor | "
+           "H | gap |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
   for v in m:
     lines.append(f"| {v['label']} | {v['head']} | {int(v['d_model'])} | {int(v['rank'])} | "
-                 f"{int(v['n_mix'])} | {int(v['head_params'])} | {_f(v['expected_loss'])} | "
-                 f"{_f(v['floor'])} | {_f(v['H'])} | {_f(v['gap'])} |")
+                 f"{int(v['n_mix'])} | {int(v['head_params'])} | {v.get('lr', '')} | "
+                 f"{_f(v['expected_loss'])} | {_f(v['floor'])} | {_f(v['H'])} | {_f(v['gap'])} |")
   v = verdict(m)
   if v is not None:
-    lines += ["", "| arm | head | rank | head_params | seeds | mean gap | seed spread | floor gap |",
-              "|---|---|---|---|---|---|---|---|"]
+    lines += ["", "Each arm at its best learning rate (the smallest mean gap over seeds; the "
+              "mean gap at every lr of the grid in the last column):", "",
+              "| arm | head | rank | head_params | lr | seeds | mean gap | seed spread | "
+              "floor gap | mean gap by lr |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     for a in arms(m):
-      lines.append(f"| {a['arm']} | {a['head']} | {a['rank']} | {a['head_params']} | {a['n']} | "
-                   f"{_f(a['mean'])} | {_f(a['spread'])} | {_f(a['floor_gap'])} |")
+      by = ", ".join(f"{lr:g}: {_f(g)}" for lr, g in a["by_lr"].items())
+      lines.append(f"| {a['arm']} | {a['head']} | {a['rank']} | {a['head_params']} | "
+                   f"{a['lr']:g} | {a['n']} | {_f(a['mean'])} | {_f(a['spread'])} | "
+                   f"{_f(a['floor_gap'])} | {by} |")
     lines += ["", f"On the mixture (H = {_f(m[0]['H'])}), over {v['seeds']} seed(s): "
               f"{v['mos_arm']} − H = {_f(v['mos_gap'])} (≤ {MOS_TOL}: "
               f"{YES[v['mos_within_tol']]}); the best parameter-matched lowrank arm "

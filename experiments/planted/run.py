@@ -8,8 +8,7 @@ import time
 from pathlib import Path
 
 from . import report
-from .configs import (arm_label, knee_configs, mix_configs, settings,
-                                        validate)
+from .configs import arm_of, knee_configs, mix_configs, settings, validate
 from .measure import measure
 from .presets import Preset, get_preset
 from ..shared import RunsProgress, read_rows, write_json, write_rows
@@ -19,30 +18,65 @@ from sbjax import heads
 from sbjax.heads import head_param_count
 from sbjax.studies.floor import floor_curve
 from sbjax.train import train_once
+from sbjax.train.population import member_dir, train_population
 from sbjax.train.done import finished
 
 CSV_KNEE, CSV_FLOOR, CSV_MIX, META = report.CSV_KNEE, report.CSV_FLOOR, report.CSV_MIX, report.META
 CSV_MIX_FLOOR = report.CSV_MIX_FLOOR
 
 
-def _train_and_measure(cfg, wd: Path, ds, p: Preset, verbose: bool) -> dict:
-  """Trains one run unless it is finished (``sbjax.train.train_once``) and measures it; the
-  measurement is kept in wd/result.json, keyed by the config and the measurement size."""
+def _result_key(cfg, p: Preset) -> str:
+  return json.dumps(cfg.to_dict(), sort_keys=True) + f"|{p.knobs.measure_batches}"
+
+
+def _cached_result(wd: Path, key: str) -> dict | None:
+  """wd/result.json when it holds the measurement of ``key``."""
   res_path = wd / "result.json"
-  key = json.dumps(cfg.to_dict(), sort_keys=True) + f"|{p.knobs.measure_batches}"
   if res_path.exists():
     res = json.loads(res_path.read_text())
     if res.get("key") == key:
       return res
-  t0 = time.perf_counter()
-  train_once(cfg, wd, dataset=ds, quiet=not verbose)
+  return None
+
+
+def _measure_into(cfg, wd: Path, ds, p: Preset, key: str, seconds: float) -> dict:
+  """Measures wd's last checkpoint and keeps it in wd/result.json."""
   _, params, _ = ckpt.load_params(wd)
   res = measure(cfg, params, ds.planted, ds.eval_batches(p.knobs.measure_batches))
-  res.update(key=key, seconds=time.perf_counter() - t0, head_params=head_param_count(cfg.model))
-  tmp = res_path.with_suffix(".tmp")
+  res.update(key=key, seconds=seconds, head_params=head_param_count(cfg.model))
+  tmp = (wd / "result.json").with_suffix(".tmp")
   tmp.write_text(json.dumps(res))
-  tmp.replace(res_path)
+  tmp.replace(wd / "result.json")
   return res
+
+
+def _train_and_measure(cfg, wd: Path, ds, p: Preset, verbose: bool) -> dict:
+  """Trains one run unless it is finished (``sbjax.train.train_once``) and measures it; the
+  measurement is kept in wd/result.json, keyed by the config and the measurement size."""
+  key = _result_key(cfg, p)
+  res = _cached_result(wd, key)
+  if res is not None:
+    return res
+  t0 = time.perf_counter()
+  train_once(cfg, wd, dataset=ds, quiet=not verbose)
+  return _measure_into(cfg, wd, ds, p, key, time.perf_counter() - t0)
+
+
+def _population_and_measure(cfgs, wd: Path, ds, p: Preset, verbose: bool) -> tuple:
+  """Trains the runs ``cfgs`` (one arm: same model, different seed and lr) as ONE population
+  in wd (``sbjax.train.population``; member i in wd/member_<i>) unless every member's
+  measurement is kept, then measures each member; ``seconds`` is the population's time / n.
+  Returns (results, trained?)."""
+  keys = [_result_key(c, p) for c in cfgs]
+  dirs = [member_dir(wd, i) for i in range(len(cfgs))]
+  kept = [_cached_result(d, k) for d, k in zip(dirs, keys)]
+  if all(r is not None for r in kept):
+    return kept, False
+  t0 = time.perf_counter()
+  train_population(cfgs[0], wd, dataset=ds, seeds=[c.train.seed for c in cfgs],
+                   lrs=[c.train.lr for c in cfgs], quiet=not verbose)
+  sec = (time.perf_counter() - t0) / len(cfgs)
+  return [_measure_into(c, d, ds, p, k, sec) for c, d, k in zip(cfgs, dirs, keys)], True
 
 
 def _dataset(cfg):
@@ -100,6 +134,28 @@ def _has_rank(cfg) -> bool:
   return kind.rank_limited and "head_rank" in kind.fields
 
 
+def _mix_row(label: str, cfg, res: dict, mix, mfloors: dict) -> dict:
+  lowrank = _has_rank(cfg)
+  fl = float(mfloors[cfg.model.rank]["floor"]) if lowrank else float("nan")
+  return {"label": label, "arm": arm_of(cfg), "seed": cfg.train.seed, "lr": cfg.train.lr,
+          "head": cfg.model.head, "d_model": cfg.model.d_model,
+          "rank": cfg.model.rank if lowrank else 0,
+          "n_mix": cfg.model.n_mix if not lowrank else 0,
+          "head_params": res["head_params"], "eval_loss": res["eval_loss"],
+          "eval_acc": res["eval_acc"], "expected_loss": res["expected_loss"],
+          "floor": fl, "H": mix.entropy, "gap": res["expected_loss"] - mix.entropy,
+          "floor_gap": fl - mix.entropy}
+
+
+def mix_groups(mconfs) -> list:
+  """Part 2's trainings: [(arm, [(label, Config)])], one per arm in order of appearance (an
+  arm of several runs is trained as one population)."""
+  groups: dict = {}
+  for label, cfg in mconfs:
+    groups.setdefault(arm_of(cfg), []).append((label, cfg))
+  return list(groups.items())
+
+
 def _mixture(out: Path, mconfs, p: Preset, progress, verbose: bool):
   """Part 2: planted_mix.csv, one row per mixture run; returns the mixture language."""
   mds = _dataset(mconfs[0][1])
@@ -107,18 +163,17 @@ def _mixture(out: Path, mconfs, p: Preset, progress, verbose: bool):
   lr_ranks = sorted({c.model.rank for _, c in mconfs if _has_rank(c)})
   mfloors = _floors(mix, lr_ranks, p, out / CSV_MIX_FLOOR) if lr_ranks else {}
   mrows = []
-  for label, cfg in mconfs:
-    res = _measured(progress, f"mix {label}", cfg, out / "runs" / f"mix-{label}", mds, p, verbose)
-    lowrank = _has_rank(cfg)
-    fl = float(mfloors[cfg.model.rank]["floor"]) if lowrank else float("nan")
-    mrows.append({"label": label, "arm": arm_label(label, cfg.train.seed),
-                  "seed": cfg.train.seed, "head": cfg.model.head, "d_model": cfg.model.d_model,
-                  "rank": cfg.model.rank if lowrank else 0,
-                  "n_mix": cfg.model.n_mix if not lowrank else 0,
-                  "head_params": res["head_params"], "eval_loss": res["eval_loss"],
-                  "eval_acc": res["eval_acc"], "expected_loss": res["expected_loss"],
-                  "floor": fl, "H": mix.entropy, "gap": res["expected_loss"] - mix.entropy,
-                  "floor_gap": fl - mix.entropy})
+  for arm, runs in mix_groups(mconfs):
+    wd = out / "runs" / f"mix-{arm}"
+    cfgs = [c for _, c in runs]
+    progress.start(f"mix {arm}" + (f" x{len(runs)}" if len(runs) > 1 else ""))
+    if len(runs) == 1:
+      trained = finished(wd) is None
+      results = [_train_and_measure(cfgs[0], wd, mds, p, verbose)]
+    else:
+      results, trained = _population_and_measure(cfgs, wd, mds, p, verbose)
+    progress.finish(trained=trained)
+    mrows += [_mix_row(label, c, res, mix, mfloors) for (label, c), res in zip(runs, results)]
     write_rows(out / CSV_MIX, mrows)
   return mix
 
@@ -136,7 +191,7 @@ def run(out: Path, preset, verbose: bool = True, parts=PARTS) -> None:
   out = Path(out)
   out.mkdir(parents=True, exist_ok=True)
   confs, mconfs = knee_configs(p), mix_configs(p) if "mix" in parts else []
-  n_runs = (len(confs) if "knee" in parts else 0) + len(mconfs)
+  n_runs = (len(confs) if "knee" in parts else 0) + len(mix_groups(mconfs))
   progress = RunsProgress(n_runs, "planted", disable=not verbose)
   try:
     t0 = time.perf_counter()

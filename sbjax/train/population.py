@@ -52,6 +52,7 @@ from sbjax.model import Model
 from sbjax.optim import gamma_fn, lr_schedule, make_optimizer
 from sbjax.train import hooks as H
 from sbjax.train.loop import Schedule, run_loop
+from sbjax.train.objective import loss_fn
 from sbjax.train.single import make_dataset_for
 from sbjax.train.step import (TrainState, evaluate_members, make_eval_step, make_train_step,
                               members_finite, state_step)
@@ -101,14 +102,16 @@ def _scaled_tx(tx, scale):
   return optax.GradientTransformation(tx.init, update)
 
 
-def make_population_step(model: Model, tx, tc, scaled: bool, nan_at_step: int = -1):
+def make_population_step(model: Model, tx, tc, scaled: bool, nan_at_step: int = -1,
+                         loss=None):
   """(params_N, opt_N, batch, step, scale_N) -> (params_N, opt_N, metrics_N):
-  ``sbjax.train.make_train_step`` vmapped over the member axis, batch shared."""
+  ``sbjax.train.make_train_step`` vmapped over the member axis, batch shared (``loss``: as
+  there)."""
 
   def member_step(params, opt_state, batch, step_idx, scale):
     tx_m = _scaled_tx(tx, scale) if scaled else tx
     step = make_train_step(model, tx_m, tc.grad_accum, tc.skip_nonfinite_steps > 0,
-                           nan_at_step=nan_at_step)
+                           nan_at_step=nan_at_step, loss=loss)
     return step(params, opt_state, batch, step_idx)
 
   return jax.vmap(member_step, in_axes=(0, 0, None, None, 0))
@@ -160,7 +163,7 @@ def _build(cfg: Config, mesh, members, nan_at_step: int) -> types.SimpleNamespac
   scales = np.asarray([m.train.lr / tc.lr for m in members], np.float32)
   state_sh = TrainState(repl, p_sh, o_sh)
   step = jax.jit(state_step(make_population_step(model, tx, tc, bool(np.any(scales != 1.0)),
-                                                 nan_at_step)),
+                                                 nan_at_step, loss_fn(cfg, model))),
                  in_shardings=(state_sh, batch_sh, repl), out_shardings=(state_sh, repl),
                  donate_argnums=(0,))
   scales_dev = jax.device_put(scales, repl)

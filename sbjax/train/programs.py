@@ -27,11 +27,13 @@ MAX_BUILDS = 8
 
 def program_key(cfg: Config) -> tuple:
   """What a run's programs depend on: the model config and every train field outside
-  ``LOOP_ONLY`` (``skip_nonfinite_steps`` only as on/off: the count is the loop's)."""
+  ``LOOP_ONLY`` (``skip_nonfinite_steps`` only as on/off: the count is the loop's), and the
+  data config under ``train.objective=expected`` (its step holds the language's table)."""
   tc = cfg.train
   fields = tuple((f.name, getattr(tc, f.name)) for f in dataclasses.fields(tc)
                  if f.name not in LOOP_ONLY and f.name != "skip_nonfinite_steps")
-  return cfg.model, fields, tc.skip_nonfinite_steps > 0
+  data = cfg.data if tc.objective == "expected" else None
+  return cfg.model, fields, tc.skip_nonfinite_steps > 0, data
 
 
 def cached(build):

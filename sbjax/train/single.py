@@ -25,6 +25,7 @@ from sbjax.optim import gamma_fn, lr_schedule, make_optimizer
 from sbjax.train import hooks as H
 from sbjax.train.done import finished, mark_finished
 from sbjax.train.loop import Schedule, run_loop
+from sbjax.train.objective import loss_fn
 from sbjax.train.programs import cached
 from sbjax.train.step import (TrainState, all_finite_jit, evaluate, make_eval_step,
                               make_train_step, state_step)
@@ -54,7 +55,7 @@ def _build(cfg: Config, mesh, nan_at_step: int) -> types.SimpleNamespace:
   batch_sh, repl = shd.batch_sharding(mesh), shd.replicated(mesh)
   state_sh = TrainState(repl, p_sh, o_sh)
   step = make_train_step(model, tx, tc.grad_accum, tc.skip_nonfinite_steps > 0,
-                         nan_at_step=nan_at_step)
+                         nan_at_step=nan_at_step, loss=loss_fn(cfg, model))
   return types.SimpleNamespace(
       model=model, abstract=abstract, abstract_opt=abstract_opt, p_sh=p_sh, o_sh=o_sh,
       repl=repl,

@@ -59,18 +59,20 @@ def _accumulated(loss_and_grad, params, batch, grad_accum: int):
 
 
 def make_train_step(model: Model, tx, grad_accum: int, skip_nonfinite: bool, *,
-                    nan_at_step: int = -1):
+                    nan_at_step: int = -1, loss=None):
   """(params, opt_state, batch, step) -> (params, opt_state, metrics); batch is B×(T+1).
 
   ``nan_at_step`` is a test hook (never part of a Config): at that step the gradients are
   made infinite, as a bad batch would. With ``skip_nonfinite`` a step whose loss, gradient
   or update is not finite leaves params and optimizer state unchanged (``metrics["ok"]`` is
-  False).
+  False). ``loss`` (params, batch) -> (value, {"acc"}) replaces ``model.loss``
+  (``sbjax.train.objective.loss_fn``).
   """
+  loss_of = model.loss if loss is None else loss
 
   def loss_and_grad(params, batch):
-    (loss, aux), grads = jax.value_and_grad(model.loss, has_aux=True)(params, batch)
-    return loss, aux, grads
+    (value, aux), grads = jax.value_and_grad(loss_of, has_aux=True)(params, batch)
+    return value, aux, grads
 
   def step(params, opt_state, batch, step_idx=0):
     if grad_accum == 1:

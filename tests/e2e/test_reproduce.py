@@ -91,7 +91,7 @@ def test_report_tables_equal_csvs(report):
   for cells, row in zip(body, rows):
     for c, name in zip(cells, knee_cols):
       assert _same(c, row[name]), (name, c, row[name])
-  mix_cols = ("label", "head", "d_model", "rank", "n_mix", "head_params", "expected_loss",
+  mix_cols = ("label", "head", "d_model", "rank", "n_mix", "head_params", "lr", "expected_loss",
               "floor", "H", "gap")
   mrows = _csv(out / "planted" / "planted_mix.csv")
   body = tables[mix_cols]
@@ -124,9 +124,11 @@ def test_rerun_skips_finished_runs(report):
   before = {p: p.stat().st_mtime_ns for p in runs.rglob("*") if p.name in marks}
   exp.run(out / "planted", "test", verbose=False)
   after = {p: p.stat().st_mtime_ns for p in runs.rglob("*") if p.name in marks}
-  n_runs = len(_csv(out / "planted" / "planted.csv")) + len(_csv(out / "planted" /
-                                                                  "planted_mix.csv"))
-  assert before == after and len(before) >= n_runs == len(list(runs.iterdir())) >= 4
+  # one workdir per knee run and per mixture arm (a population: one member dir per lr × seed)
+  knee, mix = _csv(out / "planted" / "planted.csv"), _csv(out / "planted" / "planted_mix.csv")
+  n_dirs = len(knee) + len({r["arm"] for r in mix})
+  assert before == after and len(before) >= len(knee) + len(mix)
+  assert n_dirs == len(list(runs.iterdir())) >= 4
 
 
 def test_knee_csv_follows_the_floor_fits(out):
@@ -151,8 +153,10 @@ def test_knee_csv_follows_the_floor_fits(out):
 
 def test_mixture_csv_and_matched_rank(out):
   m = _csv(out / "planted_mix.csv")
-  assert [v["label"] for v in m] == [x[0] for x in P.knobs.mix_runs]
-  mos, low = m
+  assert [v["label"] for v in m] == [label for label, _ in exp.mix_configs(P)]
+  assert len(m) == len(P.knobs.mix_runs) * len(P.knobs.mix_seeds) >= 4  # populations of seeds
+  assert {float(v["lr"]) for v in m} == {P.overrides["train.lr"]}
+  mos, low = m[0], m[-1]
   assert mos["head"] == "mos" and int(mos["n_mix"]) == P.knobs.mix_runs[0][3]
   assert mos["floor"] == "nan" and low["head"] == "lowrank"
   vocab = P.overrides["model.vocab_size"]
@@ -172,7 +176,8 @@ def test_report_tables_equal_csvs_and_figures_open(out):
   for name, cols in (("planted.csv", ("rank", "eval_loss", "eval_acc", "expected_loss", "floor",
                                       "H", "gap", "floor_gap")),
                      ("planted_mix.csv", ("label", "head", "d_model", "rank", "n_mix",
-                                          "head_params", "expected_loss", "floor", "H", "gap"))):
+                                          "head_params", "lr", "expected_loss", "floor", "H",
+                                          "gap"))):
     rows, body = _csv(out / name), tables[cols]
     assert len(body) == len(rows)
     for cells, row in zip(body, rows):

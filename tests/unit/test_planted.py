@@ -168,12 +168,19 @@ def test_presets_validate_and_match_parameters():
   p = exp.get_preset("cpu")
   k, d, vocab = (p.overrides[x] for x in ("data.planted_rank", "model.d_model", "model.vocab_size"))
   assert max(p.knobs.ranks) <= d and k + 1 in p.knobs.ranks
-  confs = dict(exp.mix_configs(p))
+  allc = dict(exp.mix_configs(p))
+  # the lr grid: every arm at every lr and seed (labels arm-lr<lr>[-s<seed>])
+  assert len(allc) == len(p.knobs.mix_runs) * len(p.knobs.mix_lrs) * len(p.knobs.mix_seeds)
+  assert {c.train.lr for c in allc.values()} == set(p.knobs.mix_lrs)
+  assert all(c.train.objective == "expected" for c in allc.values())
+  confs = {exp.arm_of(c): c for c in allc.values() if c.train.seed == 0
+           and c.train.lr == p.knobs.mix_lrs[0]}
   mos, low = head_param_count(confs["mos"].model), head_param_count(confs["lowrank"].model)
-  assert confs["mos"].data.source == "planted_mos" and confs["mos"].model.n_mix == p.knobs.mix_m
+  assert confs["mos"].data.source == "planted_mos" and confs["mos"].model.n_mix == 16
+  assert confs["mos"].data.planted_mix == p.knobs.mix_m == 8
   assert confs["mos"].model.mos_dim == p.knobs.mix_k + 1 and confs["mos"].model.mos_act == "linear"
   assert {c.model.d_model for c in confs.values()} == {16}  # the same trunk width for every head
-  assert confs["lowrank"].model.head_rank == 13  # 256·13 + 13·16 = 3536 vs MoS 3664
+  assert confs["lowrank"].model.head_rank == 11  # 256·11 + 11·16 = 2992 vs MoS 2912
   sig = head_param_count(confs["sigsoftmax"].model)
   assert abs(sig - mos) <= (vocab + 16) / 2 and confs["sigsoftmax"].data.planted_alpha == 8.0
   assert confs["mos"].data.planted_rank == p.knobs.mix_k
@@ -189,7 +196,8 @@ def test_presets_validate_and_match_parameters():
   q = dict(exp.mix_configs(exp.get_preset("quick")))
   assert set(q) == {"mos", "mos-s1", "lowrank", "lowrank-s1"}
   assert q["mos-s1"].train.seed == 1 and q["lowrank"].train.seed == 0
-  assert q["mos"].data.source == "planted_mos" and q["lowrank"].model.head_rank == 13
+  assert q["mos"].data.source == "planted_mos" and q["lowrank"].model.head_rank == 11
+  assert q["mos"].train.objective == "expected" == q["lowrank-s1"].train.objective
   assert {c.model.d_model for c in q.values()} == {16}
   with pytest.raises(ValueError, match="unknown planted preset"):
     exp.get_preset("huge")

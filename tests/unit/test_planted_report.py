@@ -74,6 +74,25 @@ def test_mixture_seed_spread_and_verdict(tmp_path):
   assert mix_stats.arms([old])[0]["arm"] == "mos"
 
 
+def test_mixture_lr_grid_takes_each_arm_at_its_best_lr():
+  # mos at lr 0.01 (gaps 0.05, 0.06) and 0.03 (0.02, 0.024); lowrank at 0.01 (0.08, 0.081) and
+  # 0.03 (0.09, 0.2): each arm is taken at its best mean, with every lr's mean kept
+  from experiments.planted import mix_stats
+  rows = [{"label": f"{a}-{lr}-{s}", "arm": a, "seed": s, "lr": lr, "head": h, "rank": r,
+           "head_params": n, "gap": g, "floor_gap": fg}
+          for a, h, r, n, fg, cells in (
+              ("mos", "mos", 0, 100, float("nan"), ((0.01, (0.05, 0.06)), (0.03, (0.02, 0.024)))),
+              ("low", "lowrank", 3, 99, 0.07, ((0.01, (0.08, 0.081)), (0.03, (0.09, 0.2)))))
+          for lr, gaps in cells for s, g in enumerate(gaps)]
+  a = {x["arm"]: x for x in mix_stats.arms(rows)}
+  assert a["mos"]["lr"] == 0.03 and abs(a["mos"]["mean"] - 0.022) < 1e-12
+  assert abs(a["mos"]["spread"] - 0.004) < 1e-12 and a["mos"]["n"] == 2
+  assert a["low"]["lr"] == 0.01 and abs(a["low"]["by_lr"][0.03] - 0.145) < 1e-12
+  v = mix_stats.verdict(rows)
+  assert v["mos_within_tol"] and abs(v["margin"] - (0.0805 - 0.022)) < 1e-12
+  assert abs(v["spread"] - 0.004) < 1e-12 and v["margin_over_5_spread"]
+
+
 def test_unknown_part_is_refused_before_any_work(tmp_path):
   out = tmp_path / "never"
   with pytest.raises(ValueError, match=r"parts=\('foo',\); allowed: a non-empty subset"):
