@@ -156,6 +156,10 @@ def test_mixture_csv_and_matched_rank(out):
   assert [v["label"] for v in m] == [label for label, _ in exp.mix_configs(P)]
   assert len(m) == len(P.knobs.mix_runs) * len(P.knobs.mix_seeds) >= 4  # populations of seeds
   assert {float(v["lr"]) for v in m} == {P.overrides["train.lr"]}
+  for arm in {v["arm"] for v in m}:  # one population per arm, on the Rao-Blackwellised loss
+    members = sorted((out / "runs" / f"mix-{arm}").glob("member_*/config.json"))
+    assert len(members) == len(P.knobs.mix_seeds)
+    assert {json.loads(c.read_text())["train"]["objective"] for c in members} == {"expected"}
   mos, low = m[0], m[-1]
   assert mos["head"] == "mos" and int(mos["n_mix"]) == P.knobs.mix_runs[0][3]
   assert mos["floor"] == "nan" and low["head"] == "lowrank"
