@@ -11,9 +11,11 @@ known. The target token is replaced by its conditional expectation given the con
     L_RB = mean_{t : c_t defined}  Σ_w P(w | c_t) (−log q_t(w)),
 
 c_t = the last ``planted_context`` tokens up to t (positions with fewer visible tokens are
-left out, as in the planted experiment's measurement). E[L_sampled | inputs] = L_RB, so both
-have the same expected gradient; L_RB's gradient has no target-sampling noise, and its value
-minus the batch's mean entropy H(P(·|c_t)) is the mean KL(P ‖ q) ≥ 0. ``acc`` stays the
+left out, as in the planted experiment's measurement). Per position,
+E[−log q_t(x_{t+1}) | x_{≤t}] = Σ_w P(w|c_t)(−log q_t(w)), so (by the tower property) both
+losses and their gradients have the same expectation, and each RB term has no
+target-sampling noise; its value minus the batch's mean entropy H(P(·|c_t)) is the mean
+KL(P ‖ q) ≥ 0. ``acc`` stays the
 accuracy on the sampled targets.
 
 The table P (C×V, float32) is a constant of the jitted step: C·V·4 bytes (V = 256,
@@ -27,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from sbjax.data import planted_mos
+
 
 def context_ids(inputs_BxT, n: int, vocab: int):
   """int32 [B, T]: the index of the last n tokens up to t (sbjax.data.planted's order, most
