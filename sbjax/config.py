@@ -23,7 +23,8 @@ ATTN_KINDS = ("global", "local")
 DTYPES = ("float32", "bfloat16", "float16", "float64")
 # tokens: token files on disk (sbjax.data.tokens); planted_mos: sbjax.data.planted_mos (a
 # shared-W mixture of softmaxes)
-DATA_SOURCES = ("planted", "planted_mix", "planted_mos", "text", "tfds", "tokens")
+PLANTED_SOURCES = ("planted", "planted_mix", "planted_mos")  # exact P(.|context) known
+DATA_SOURCES = PLANTED_SOURCES + ("text", "tfds", "tokens")
 TOKEN_DTYPES = ("uint16", "int32", "uint32", "int64", "int16", "uint8")
 PLANTED_GATES = ("uniform", "dirichlet")  # data.planted_gate of source=planted_mos
 TRAIN_OBJECTIVES = ("sampled", "expected")  # train.objective (sbjax.train.objective)
@@ -295,7 +296,7 @@ class Config:
     if self.train.seq_len > self.model.max_len:
       raise _err("train.seq_len", self.train.seq_len,
                  f"<= model.max_len={self.model.max_len}")
-    if self.train.objective == "expected" and not self.data.source.startswith("planted"):
+    if self.train.objective == "expected" and self.data.source not in PLANTED_SOURCES:
       raise _err("train.objective", self.train.objective,
                  "sampled when data.source is not a planted language (expected needs the "
                  f"exact next-token distributions; data.source={self.data.source!r})")

@@ -9,19 +9,14 @@ import jax
 import numpy as np
 
 from sbjax.model import Model
+from sbjax.train.objective import context_ids
 
 
 def context_index(tokens: np.ndarray, n: int, vocab: int) -> np.ndarray:
   """Context index of every position t >= n-1 of windows [B, T] (the last n tokens up to t);
-  -1 where fewer than n tokens are visible."""
-  tokens = np.asarray(tokens, np.int64)
-  B, T = tokens.shape
-  c = np.full((B, T), -1, np.int64)
-  acc = np.zeros((B, T - n + 1), np.int64)
-  for i in range(n):
-    acc = acc * vocab + tokens[:, i:T - n + 1 + i]
-  c[:, n - 1:] = acc
-  return c
+  -1 where fewer than n tokens are visible (``sbjax.train.objective.context_ids``, the
+  training loss's indexing, as int64)."""
+  return np.asarray(context_ids(np.asarray(tokens), n, vocab), np.int64)
 
 
 def expected_nll_sum(logq: np.ndarray, x: np.ndarray, lang) -> tuple[float, int]:

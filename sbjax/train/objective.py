@@ -15,8 +15,7 @@ left out, as in the planted experiment's measurement). Per position,
 E[−log q_t(x_{t+1}) | x_{≤t}] = Σ_w P(w|c_t)(−log q_t(w)), so (by the tower property) both
 losses and their gradients have the same expectation, and each RB term has no
 target-sampling noise; its value minus the batch's mean entropy H(P(·|c_t)) is the mean
-KL(P ‖ q) ≥ 0. ``acc`` stays the
-accuracy on the sampled targets.
+KL(P ‖ q) ≥ 0. ``acc`` stays the accuracy on the sampled targets.
 
 The table P (C×V, float32) is a constant of the jitted step: C·V·4 bytes (V = 256,
 context 1: 256 KiB). Formed with the full logits, so ``model.loss_chunk`` is not used.
@@ -33,7 +32,9 @@ from sbjax.data import planted_mos
 
 def context_ids(inputs_BxT, n: int, vocab: int):
   """int32 [B, T]: the index of the last n tokens up to t (sbjax.data.planted's order, most
-  recent token last), −1 where fewer than n tokens are visible."""
+  recent token last), −1 where fewer than n tokens are visible. int32 holds every context of
+  a planted language (its table is capped at sbjax.data.planted.MAX_TABLE = 2^26 entries).
+  Jittable; also the planted experiment's measurement (on numpy windows)."""
   B, T = inputs_BxT.shape
   if n > T:
     return jnp.full((B, T), -1, jnp.int32)
