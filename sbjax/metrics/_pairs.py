@@ -95,8 +95,12 @@ def lse_log_mean(st, n):
 
 # ----------------------------------------------------------------- the pass
 def _block_pairs(nb):
-    ii, jj = np.triu_indices(nb)
-    return jnp.asarray(ii, jnp.int32), jnp.asarray(jj, jnp.int32)
+    """Block pairs I <= J ordered by J, then I: the pairs among the first m blocks are the
+    first m (m + 1) / 2 entries, so a pass over K valid leading rows stops there."""
+    jj, ii = np.triu_indices(nb)
+    ii, jj = jj, ii  # (J, I) row-major = (I, J) column-major
+    order = np.lexsort((ii, jj))
+    return jnp.asarray(ii[order], jnp.int32), jnp.asarray(jj[order], jnp.int32)
 
 
 def _pair_terms(a, b, na2, nb2, nna, nnb, va, vb, pm, ua, ub, g_fro, etf_off, *, cdnv_exponent, angle_variant, coincide_rtol, riesz_s):
@@ -173,7 +177,10 @@ def pair_pass(mt, mu_unc, var, valid, g_fro, k_valid, *, block, cdnv_exponent, a
 
     mt: (K_pad, d) centred means (padded rows zero), mu_unc: (K_pad, d)
     uncentred means (only used when ``gnc2_centered=False``), var: (K_pad,),
-    valid: (K_pad,) bool, g_fro: ||G||_F of G = M~ M~^T, k_valid: K (scalar).
+    valid: (K_pad,) bool, **True exactly on the first k_valid rows** (the caller sorts the
+    valid rows first), g_fro: ||G||_F of G = M~ M~^T, k_valid: K (traced scalar).  The loop
+    visits only the ceil(K/B) (ceil(K/B) + 1) / 2 block pairs that hold valid rows (a
+    ``fori_loop`` with a traced bound; under ``vmap`` it runs to the largest K of the batch).
     Row sums per class (``rows``): CDNV sum and count, cos sum (for per_class_stats).
     """
     dt = mt.dtype
@@ -198,8 +205,8 @@ def pair_pass(mt, mu_unc, var, valid, g_fro, k_valid, *, block, cdnv_exponent, a
         x = lax.dynamic_update_slice_in_dim(x, sl(x, i) + jnp.sum(m, axis=1), i * block, axis=0)
         return lax.dynamic_update_slice_in_dim(x, sl(x, j) + jnp.sum(m, axis=0), j * block, axis=0)
 
-    def body(carry, ij):
-        i, j = ij
+    def body(step, carry):
+        i, j = bi[step], bj[step]
         pm = sl(valid, i)[:, None] & sl(valid, j)[None, :] & ((i * block + ar)[:, None] < (j * block + ar)[None, :])
         t = _pair_terms(
             sl(mt, i), sl(mt, j), sl(n2, i), sl(n2, j), sl(nrm, i), sl(nrm, j), sl(var, i), sl(var, j), pm,
@@ -212,7 +219,7 @@ def pair_pass(mt, mu_unc, var, valid, g_fro, k_valid, *, block, cdnv_exponent, a
             "cdnv_cnt": addrow(rows["cdnv_cnt"], i, j, t["cvalid"].astype(dt)),
             "cos_sum": addrow(rows["cos_sum"], i, j, jnp.where(pm, t["cos"], 0.0)),
         }
-        return {"stats": _merge_stats(carry["stats"], t, pm, dt), "rows": rows}, None
+        return {"stats": _merge_stats(carry["stats"], t, pm, dt), "rows": rows}
 
-    out, _ = lax.scan(body, _init_carry(dt, kpad), (bi, bj))
-    return out
+    m = (k_valid.astype(jnp.int32) + block - 1) // block  # blocks holding valid rows
+    return lax.fori_loop(0, jnp.minimum(m * (m + 1) // 2, bi.shape[0]), body, _init_carry(dt, kpad))

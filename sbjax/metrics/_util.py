@@ -29,6 +29,16 @@ def at_least_f32(x):
     return x
 
 
+def masked_mean_std(x, mask, ddof: int = 1):
+    """(mean, std, n) of x over mask: mean = sum_m x / n, std = sqrt(sum_m (x - mean)^2 /
+    max(n - ddof, 1)), n = number of True entries (0 entries give mean 0)."""
+    m = jnp.asarray(mask, bool)
+    n = jnp.sum(m).astype(x.dtype)
+    mean = jnp.sum(jnp.where(m, x, 0.0)) / jnp.maximum(n, 1.0)
+    var = jnp.sum(jnp.where(m, jnp.square(x - mean), 0.0)) / jnp.maximum(n - ddof, 1.0)
+    return mean, jnp.sqrt(var), n
+
+
 def xlogx_safe(p):
     """p * log(p) with the convention 0 * log 0 = 0 (no NaN, no -inf)."""
     pos = p > 0

@@ -70,9 +70,13 @@ authors' code).  Pairs are streamed in blocks (``block_size``) with only
 running sums kept: peak memory O(K d + block^2).
 
 Robustness: NaN/inf features, labels outside [0, V), fewer than 2 analysed
-classes, all class means identical and ``min_count < 1`` raise ``ValueError``
-(checked outside jit in :func:`collapse_metrics` / :func:`metrics_from_stats`);
-single-token classes have sigma^2 = 0 (fine); log(0) never reaches a sum.
+classes, all class means identical, ``min_count < 1`` and unknown options raise
+``ValueError`` here, on the host, before or after one call of the pure kernel of
+:mod:`sbjax.metrics.collapse_kernel` (which has no host-side checks and is what to
+``jax.jit(jax.vmap(...))`` over checkpoints); single-token classes have sigma^2 = 0
+(fine); log(0) never reaches a sum.  The host functions return Python floats/ints;
+``nc1_n_pairs`` is the exact Python integer and ``gnc2_riesz_mean`` the float64 exp of the
+kernel's log mean (the kernel's own exp is float32 without x64).
 """
 
 from __future__ import annotations
@@ -81,19 +85,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._collapse_core import (
-    per_class_rows,
-    scalar_metrics,
-    batches,
-    check_finite,
-    check_inputs,
-    core,
-    jit_mean_update,
-    jit_nc4_update,
-    jit_var_update,
-    pad_rows,
-)
-from ._util import acc_dtype
 from .accumulators import (
     MeanState,
     NC4State,
@@ -110,6 +101,7 @@ from .accumulators import (
     var_init,
     var_update,
 )
+from .collapse_kernel import MetricOptions, PassOptions, jit_features_aux, jit_stats_aux, metric_options
 from .collapse_variants import CorrectedNorms, Unc3, corrected_sq_norms, norm_cov, unc3_guarded, unc3_reason
 
 __all__ = [
@@ -118,6 +110,7 @@ __all__ = [
     "analyzed_classes", "nc4_search_set", "metrics_from_stats", "per_class_stats", "collapse_metrics",
     "CorrectedNorms", "Unc3", "corrected_sq_norms", "norm_cov", "unc3_guarded", "unc3_reason",
 ]
+
 
 def analyzed_classes(counts, min_count: int = 1) -> np.ndarray:
     """Indices of classes with N_c >= min_count (concrete, outside jit).
@@ -155,53 +148,43 @@ def nc4_search_set(means, counts, w, *, min_count: int = 1, search: str = "analy
     raise ValueError(f"nc4_search must be 'analyzed' or 'all', got {search!r}")
 
 
-def _select_and_pad(means, variances, counts, w, min_count, block_size):
-    """The analysed classes (N_c >= min_count), checked finite, padded to a multiple of the
-    block: (idx, (mu, var, w, counts) padded, valid mask, block, compute dtype)."""
-    counts = np.asarray(counts)
-    v = counts.shape[0]
-    means, variances, w = np.asarray(means), np.asarray(variances), np.asarray(w)
-    if means.shape[0] != v or variances.shape != (v,) or w.shape != means.shape:
-        raise ValueError(f"shape mismatch: means {means.shape}, variances {variances.shape}, counts {counts.shape}, w {w.shape}")
-    idx = analyzed_classes(counts, min_count)
+def check_finite(name, x):
+    x = np.asarray(x)
+    if not np.all(np.isfinite(x)):
+        bad = int(np.size(x) - np.count_nonzero(np.isfinite(x)))
+        raise ValueError(f"{name} contains {bad} non-finite value(s) (NaN/inf); clean the input before computing collapse metrics")
+
+
+def check_inputs(name, feats, labels, v, d):
+    """Shapes, integer labels in [0, V) and finite features of one token set (host side)."""
+    if feats.ndim != 2 or feats.shape[1] != d:
+        raise ValueError(f"{name} features must have shape (N, {d}), got {feats.shape}")
+    if labels.ndim != 1 or labels.shape[0] != feats.shape[0]:
+        raise ValueError(f"{name} labels must have shape ({feats.shape[0]},), got {labels.shape}")
+    if not np.issubdtype(labels.dtype, np.integer):
+        raise ValueError(f"{name} labels must be integers, got dtype {labels.dtype}")
+    if labels.size and (labels.min() < 0 or labels.max() >= v):
+        raise ValueError(f"{name} labels must lie in [0, V={v}); found values in [{labels.min()}, {labels.max()}]")
+    check_finite(f"{name} features", np.asarray(feats, np.float32) if feats.dtype.itemsize < 4 else feats)
+
+
+def to_host(out, aux, idx, opts: MetricOptions) -> dict:
+    """The kernel's keys as Python floats/ints (per-class arrays restricted to ``idx``)."""
+    out, aux = jax.device_get((out, aux))
+    if float(aux["max_norm"]) == 0.0:
+        raise ValueError("all analysed class means are identical (every centred mean is zero); collapse metrics are undefined")
+    per = {key: np.asarray(out.pop(key)) for key in ("class_analyzed", "per_class_cdnv", "per_class_interference") if key in out}
+    res = {key: int(x) if np.issubdtype(np.asarray(x).dtype, np.integer) else float(x) for key, x in out.items()}
     k = int(idx.size)
-    dt = acc_dtype()
-    npdt = np.float64 if dt == jnp.float64 else np.float32
-    mu_k = means[idx].astype(npdt)
-    var_k = variances[idx].astype(npdt)
-    w_k = w[idx].astype(npdt)
-    check_finite("class means", mu_k)
-    check_finite("class variances", var_k)
-    check_finite("W (analysed rows)", w_k)
-
-    blk = int(min(block_size, -(-k // 8) * 8))
-    kpad = -(-k // blk) * blk
-    valid = np.arange(kpad) < k
-    mu_p, var_p, w_p = pad_rows(mu_k, kpad), pad_rows(var_k, kpad), pad_rows(w_k, kpad)
-    cnt_p = pad_rows(counts[idx].astype(npdt), kpad)
-    return idx, (mu_p, var_p, w_p, cnt_p), valid, blk, dt
+    res["nc1_n_pairs"] = k * (k - 1) // 2  # exact (the kernel's integer wraps beyond ~65k classes without x64)
+    res["gnc2_riesz_mean"] = float(np.exp(np.float64(res["gnc2_riesz_log_mean"])))  # +inf only beyond ~1.8e308
+    if opts.per_class:
+        res.update(class_ids=idx, per_class_cdnv=per["per_class_cdnv"][idx],
+                   per_class_interference=per["per_class_interference"][idx])
+    return res
 
 
-def metrics_from_stats(
-    means,
-    variances,
-    counts,
-    w,
-    *,
-    nc4: NC4State | None = None,
-    min_count: int = 1,
-    cdnv_exponent: float = 2,
-    weighted_mean: bool = False,
-    norm_variant: str = "norm",
-    angle_variant: str = "cos",
-    gnc2_centered: bool = True,
-    nc4_weighted: bool = True,
-    block_size: int = 512,
-    ddof: int = 1,
-    per_class: bool = False,
-    coincide_rtol: float | None = None,
-    riesz_s: float = 1.0,
-) -> dict:
+def metrics_from_stats(means, variances, counts, w, *, nc4: NC4State | None = None, **options) -> dict:
     """Collapse metrics from accumulated statistics of one checkpoint.
 
     Args:
@@ -210,46 +193,39 @@ def metrics_from_stats(
         counts: (V,) N_c, w: (V, d) LM head.  nc4: optional
         :class:`NC4State` accumulated on validation tokens with
         :func:`nc4_update` (use :func:`nc4_search_set` for the search set).
-      See the module docstring for every keyword and its variants.
+      options: the fields of :class:`~sbjax.metrics.collapse_kernel.MetricOptions`
+        (min_count=1, cdnv_exponent=2, weighted_mean=False, norm_variant="norm",
+        angle_variant="cos", gnc2_centered=True, nc4_weighted=True, block_size=512,
+        ddof=1, per_class=False, coincide_rtol=None, riesz_s=1.0); the module
+        docstring gives each variant.
 
     Returns a dict of Python floats/ints: nc1_cdnv, nc1_log10_mean_cdnv,
     nc1_mean_log10_cdnv(_std) (old names nc1_log10_cdnv(_std)), nc1_n_pairs,
     nc1_n_coincident_pairs, nc1_n_zero_pairs, nc2_norm_cov, nc2_log_norm_cov,
     nc2_norm_cov_corrected, nc2_corrected_n_classes, nc2_corrected_n_clipped,
-    unc3_cos_cov_guarded, nc3_cos_se, unc3_ill_conditioned, nc2_cos_mean, nc2_cos_std, etf_error, gnc2_log_kernel_mean,
-    gnc2_log_kernel_var, gnc2_n_coincident_pairs, nc3_cos_mean, unc3_cos_cov,
-    dual_error, n_classes, (nc4_agreement if nc4 given), and with
-    ``per_class=True`` numpy arrays class_ids, per_class_cdnv,
+    unc3_cos_cov_guarded, nc3_cos_se, unc3_ill_conditioned, nc2_cos_mean, nc2_cos_std, etf_error,
+    gnc2_log_kernel_mean, gnc2_log_kernel_var, gnc2_n_coincident_pairs, gnc2_riesz_log_mean,
+    gnc2_riesz_mean, nc3_cos_mean, unc3_cos_cov, dual_error, n_classes, (nc4_agreement if
+    nc4 given), and with ``per_class=True`` numpy arrays class_ids, per_class_cdnv,
     per_class_interference (see :func:`per_class_stats`).
 
-    The class selection is done outside jit with the concrete counts; the
-    jitted kernels see the K analysed rows padded to a multiple of the block
-    size (so they recompile only per padded size).
+    Validates on the host, then one call of the jitted
+    :func:`~sbjax.metrics.collapse_kernel.stats_kernel` over all V rows with the analysed
+    classes as a mask (it recompiles only per V, d and options).
     """
-    if norm_variant not in ("norm", "squared"):
-        raise ValueError(f"norm_variant must be 'norm' or 'squared', got {norm_variant!r}")
-    if angle_variant not in ("cos", "inner"):
-        raise ValueError(f"angle_variant must be 'cos' or 'inner', got {angle_variant!r}")
-    if block_size < 1:
-        raise ValueError(f"block_size must be >= 1, got {block_size}")
-    idx, (mu_p, var_p, w_p, cnt_p), valid, blk, dt = _select_and_pad(means, variances, counts, w, min_count, block_size)
-    k = int(idx.size)
-    rtol = float(coincide_rtol) if coincide_rtol is not None else 8.0 * float(jnp.finfo(dt).eps)
-    res = core(
-        mu_p, var_p, w_p, cnt_p, valid, jnp.asarray(k),
-        weighted_mean=bool(weighted_mean), norm_variant=norm_variant, ddof=int(ddof), block=blk,
-        cdnv_exponent=float(cdnv_exponent), angle_variant=angle_variant,
-        gnc2_centered=bool(gnc2_centered), coincide_rtol=rtol, riesz_s=float(riesz_s),
-    )
-    res = jax.device_get(res)
-    if float(res["max_norm"]) == 0.0:
-        raise ValueError("all analysed class means are identical (every centred mean is zero); collapse metrics are undefined")
-    out = scalar_metrics(res, k)
-    if nc4 is not None:
-        out["nc4_agreement"] = float(nc4_agreement(nc4, weighted=nc4_weighted))
-    if per_class:
-        out.update(per_class_rows(res["rows"], k), class_ids=idx)
-    return out
+    opts = metric_options(**options)
+    counts = np.asarray(counts)
+    v = counts.shape[0]
+    means, variances, w = np.asarray(means), np.asarray(variances), np.asarray(w)
+    if counts.ndim != 1 or means.shape[0] != v or variances.shape != (v,) or w.shape != means.shape:
+        raise ValueError(f"shape mismatch: means {means.shape}, variances {variances.shape}, counts {counts.shape}, "
+                         f"w {w.shape}; give means and w as (V, d), variances and counts as (V,)")
+    idx = analyzed_classes(counts, opts.min_count)
+    check_finite("class means", means[idx])
+    check_finite("class variances", variances[idx])
+    check_finite("W (analysed rows)", w[idx])
+    out, aux = jit_stats_aux(means, variances, counts, w, nc4, opts=opts)
+    return to_host(out, aux, idx, opts)
 
 
 def per_class_stats(means, variances, counts, *, min_count: int = 1, cdnv_exponent: float = 2, weighted_mean: bool = False, block_size: int = 512):
@@ -262,8 +238,7 @@ def per_class_stats(means, variances, counts, *, min_count: int = 1, cdnv_expone
     streamed with the same blocked pass as :func:`metrics_from_stats` (O(K)
     extra memory).  Returns dict with ``class_ids`` (K,) and the two (K,) arrays.
     """
-    counts = np.asarray(counts)
-    w = jnp.zeros_like(jnp.asarray(means))
+    w = np.zeros_like(np.asarray(means))
     r = metrics_from_stats(
         means, variances, counts, w, min_count=min_count, cdnv_exponent=cdnv_exponent,
         weighted_mean=weighted_mean, block_size=block_size, per_class=True,
@@ -278,74 +253,38 @@ def collapse_metrics(
     val_feats=None,
     val_labels=None,
     *,
-    min_count: int = 1,
-    cdnv_exponent: float = 2,
-    weighted_mean: bool = False,
-    norm_variant: str = "norm",
-    angle_variant: str = "cos",
-    gnc2_centered: bool = True,
     nc4_search: str = "analyzed",
-    nc4_weighted: bool = True,
     variance: str = "two_pass",
-    block_size: int = 512,
     batch_size: int = 65536,
     nc4_chunk_size: int = 4096,
-    ddof: int = 1,
-    per_class: bool = False,
-    coincide_rtol: float | None = None,
-    riesz_s: float = 1.0,
+    **options,
 ) -> dict:
     """One-call collapse metrics: feats (N, d), labels (N,) in [0, V), w (V, d).
 
-    Streams the tokens in ``batch_size`` batches through :func:`mean_update`
-    and (``variance="two_pass"``, default) :func:`var_update`, or uses the
-    float64-only :func:`one_pass_variances` (``variance="one_pass"``, needs
-    x64).  With ``val_feats``/``val_labels`` it adds ``nc4_agreement``
-    (search set per ``nc4_search``).  Then calls :func:`metrics_from_stats`
-    (see there and the module docstring for the keys and variants).
-
-    Input checks (outside jit, raise ``ValueError``): shapes, integer labels
-    in [0, V), finite features (NaN/inf), >= 2 analysed classes.
+    A thin host wrapper: validates the inputs (``ValueError``: shapes, integer labels in
+    [0, V), finite features, >= 2 analysed classes, the options), then one call of the
+    jitted :func:`~sbjax.metrics.collapse_kernel.collapse_kernel`, which streams the
+    tokens in ``batch_size`` batches through :func:`mean_update` and
+    (``variance="two_pass"``, default) :func:`var_update`, or uses the float64-only
+    :func:`one_pass_variances` (``variance="one_pass"``, needs x64).  With
+    ``val_feats``/``val_labels`` it adds ``nc4_agreement`` (search set per ``nc4_search``,
+    ``nc4_chunk_size`` classes at a time).  ``options`` and the keys: as
+    :func:`metrics_from_stats` (see there and the module docstring).
     """
-    feats_np, labels_np = np.asarray(feats), np.asarray(labels)
-    w = jnp.asarray(w)
-    if w.ndim != 2:
-        raise ValueError(f"w must be (V, d), got shape {w.shape}")
-    v, d = w.shape
+    opts = metric_options(**options)
+    popts = metric_options(PassOptions, nc4_search=nc4_search, variance=variance, batch_size=batch_size,
+                           nc4_chunk_size=nc4_chunk_size)
+    feats_np, labels_np, w_np = np.asarray(feats), np.asarray(labels), np.asarray(w)
+    if w_np.ndim != 2:
+        raise ValueError(f"w must be (V, d), got shape {w_np.shape}")
+    v, d = w_np.shape
     check_inputs("train", feats_np, labels_np, v, d)
     if (val_feats is None) != (val_labels is None):
         raise ValueError("give both val_feats and val_labels, or neither")
-    if variance not in ("two_pass", "one_pass"):
-        raise ValueError(f"variance must be 'two_pass' or 'one_pass', got {variance!r}")
-    if nc4_search not in ("analyzed", "all"):
-        raise ValueError(f"nc4_search must be 'analyzed' or 'all', got {nc4_search!r}")
-
-    st = mean_init(v, d)
-    for h, y, m in batches(feats_np, labels_np, batch_size):
-        st = jit_mean_update(st, h, y, m)
-    means, counts = class_means(st)
-    counts_np = np.asarray(counts)
-    analyzed_classes(counts_np, min_count)  # early, clear error
-    if variance == "one_pass":
-        variances = one_pass_variances(st)
-    else:
-        vs = var_init(v)
-        for h, y, m in batches(feats_np, labels_np, batch_size):
-            vs = jit_var_update(vs, h, y, means, m)
-        variances = class_variances(vs)
-
-    nc4 = None
+    idx = analyzed_classes(np.bincount(labels_np, minlength=v), opts.min_count)  # early, clear error
+    check_finite("W (analysed rows)", w_np[idx])
     if val_feats is not None:
-        vf, vl = np.asarray(val_feats), np.asarray(val_labels)
-        check_inputs("validation", vf, vl, v, d)
-        w_rows, mu_rows, wv, mv = nc4_search_set(means, counts_np, w, min_count=min_count, search=nc4_search)
-        nc4 = nc4_init(v)
-        for h, y, m in batches(vf, vl, batch_size):
-            nc4 = jit_nc4_update(nc4, h, y, w_rows, mu_rows, wv, mv, m, chunk_size=nc4_chunk_size)
-
-    return metrics_from_stats(
-        means, variances, counts_np, w, nc4=nc4, min_count=min_count, cdnv_exponent=cdnv_exponent,
-        weighted_mean=weighted_mean, norm_variant=norm_variant, angle_variant=angle_variant,
-        gnc2_centered=gnc2_centered, nc4_weighted=nc4_weighted, block_size=block_size, ddof=ddof,
-        per_class=per_class, coincide_rtol=coincide_rtol, riesz_s=riesz_s,
-    )
+        val_feats, val_labels = np.asarray(val_feats), np.asarray(val_labels)
+        check_inputs("validation", val_feats, val_labels, v, d)
+    out, aux = jit_features_aux(feats_np, labels_np, w_np, val_feats, val_labels, None, None, opts=opts, popts=popts)
+    return to_host(out, aux, idx, opts)

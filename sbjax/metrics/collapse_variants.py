@@ -48,6 +48,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from ._util import masked_mean_std
+
 __all__ = ["CorrectedNorms", "Unc3", "corrected_sq_norms", "norm_cov", "unc3_guarded", "unc3_reason"]
 
 
@@ -108,22 +110,15 @@ def norm_cov(sq_norms_K, valid_K, *, variant: str = "norm", ddof: int = 1):
     if variant not in ("norm", "squared"):
         raise ValueError(f"variant must be 'norm' or 'squared', got {variant!r}")
     sq = jnp.asarray(sq_norms_K)
-    m = jnp.asarray(valid_K, bool)
     x = jnp.sqrt(jnp.maximum(sq, 0.0)) if variant == "norm" else sq
-    n = jnp.sum(m).astype(x.dtype)
-    mean = jnp.sum(jnp.where(m, x, 0.0)) / jnp.maximum(n, 1.0)
-    var = jnp.sum(jnp.where(m, jnp.square(x - mean), 0.0)) / jnp.maximum(n - ddof, 1.0)
+    mean, std, n = masked_mean_std(x, valid_K, ddof)
     ok = (n > ddof) & (mean != 0)
-    return jnp.where(ok, jnp.sqrt(var) / jnp.where(mean != 0, mean, 1.0), jnp.nan)
+    return jnp.where(ok, std / jnp.where(mean != 0, mean, 1.0), jnp.nan)
 
 
 def unc3_guarded(cos_K, valid_K, *, ddof: int = 1, n_se: float = 3.0) -> Unc3:
     """UNC3 = std(cos_c)/mean(cos_c) over the valid classes, NaN when |mean| < n_se * SE."""
-    cos = jnp.asarray(cos_K)
-    m = jnp.asarray(valid_K, bool)
-    n = jnp.sum(m).astype(cos.dtype)
-    mean = jnp.sum(jnp.where(m, cos, 0.0)) / jnp.maximum(n, 1.0)
-    std = jnp.sqrt(jnp.sum(jnp.where(m, jnp.square(cos - mean), 0.0)) / jnp.maximum(n - ddof, 1.0))
+    mean, std, n = masked_mean_std(jnp.asarray(cos_K), valid_K, ddof)
     se = std / jnp.sqrt(jnp.maximum(n, 1.0))
     raw = jnp.where(mean != 0, std / jnp.where(mean != 0, mean, 1.0), jnp.inf)
     bad = (jnp.abs(mean) < n_se * se) | (mean == 0)
