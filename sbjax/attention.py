@@ -6,7 +6,7 @@ All take q, k, v as B×T×H×Dh (compute dtype) and return B×T×H×Dh:
 
 (window = ∞ for global layers; GPT-Neo's local layers use window = ``model.window_size``).
 
-``model.attn_impl`` picks the kernel (``resolve``, at trace time):
+``model.attn_impl`` picks the kernel (``resolve``, per platform):
 
 - ``einsum``: ``attention_reference``, plain einsums with a float32 softmax (the reference;
   fastest on XLA:CPU; the only one with float64);
@@ -22,6 +22,21 @@ All take q, k, v as B×T×H×Dh (compute dtype) and return B×T×H×Dh:
 - ``auto`` (default): einsum on CPU; on GPU cuDNN when the config and the device allow it
   (``cudnn_available``), else XLA's ``dot_product_attention`` (``xla``), and the choice is
   logged once; ``xla`` on TPU (splash is opt-in until it has run on a TPU).
+
+One program for every platform: ``attend`` stages the kernels of the platforms with
+``jax.lax.platform_dependent`` (cpu, cuda, and the default for tpu and others), so a trace
+made on this machine is the right program on each backend, and ``jax.export`` of
+``attn_impl=auto`` for ("cpu", "cuda", "tpu") works from a CPU host (each backend compiles
+only its own branch). The cuda branch is cuDNN only where this process can run cuDNN
+(``cudnn_available``: a GPU is visible); traced on a machine without one it is ``xla``.
+Two kernels lower on one platform only, so a program that names them is exported for that
+platform alone: ``cudnn`` (cuda; its custom call has no CPU/TPU lowering) and ``splash``
+compiled for TPU (Mosaic; off TPU the same ``platform_dependent`` picks interpret mode).
+And so ``auto`` on a machine with a usable cuDNN exports for cuda (and rocm) only.
+
+Precision (``model.matmul_precision``, ``sbjax.precision``): the einsum kernel's dots take
+it as ``precision=``; ``dpa``/``xla`` run under it (``precision_scope``); cuDNN (bf16/f16
+only) and splash (the Pallas kernel's own dots) keep their kernels' precision.
 """
 
 from __future__ import annotations
@@ -38,6 +53,7 @@ from jax.experimental.pallas.ops.tpu import splash_attention as splash_lib
 from jax.sharding import PartitionSpec as P
 
 from sbjax.config import ModelConfig
+from sbjax.precision import matmul_precision, precision_scope
 
 log = logging.getLogger("sbjax")
 
@@ -46,14 +62,16 @@ MESH_AXES = ("data", "fsdp", "tensor")  # sbjax.sharding.AXES (not imported: mod
 _ASSUME_CUDNN: list = []  # a stack of overrides of cudnn_available (see assume_cudnn)
 
 
-def attention_reference(q, k, v, *, scale: float, window: int | None):
-  """Plain einsum causal attention (float32 softmax), the reference for tests.
+def attention_reference(q, k, v, *, scale: float, window: int | None, precision=None):
+  """Plain einsum causal attention (float32 softmax), the reference for tests; ``precision``
+  is that of both einsums (a ``jax.lax.Precision``; None: the backend default).
 
   The softmax is normalised after the P·V product: o = (e·V) / Σ e with e = exp(s − max s),
   the same values as softmax(s)·V. XLA:CPU otherwise fuses the whole softmax into the P·V
   matmul, which measured 1.5× slower for the pythia-14m forward (BUILD_NOTES.md, issue 8)."""
   t = q.shape[1]
-  s = jnp.einsum("bqhk,bshk->bhqs", q.astype(jnp.float32), k.astype(jnp.float32)) * scale
+  s = jnp.einsum("bqhk,bshk->bhqs", q.astype(jnp.float32), k.astype(jnp.float32),
+                 precision=precision) * scale
   i = jnp.arange(t)[:, None]
   j = jnp.arange(t)[None, :]
   mask = j <= i
@@ -61,7 +79,7 @@ def attention_reference(q, k, v, *, scale: float, window: int | None):
     mask = mask & (i - j < window)
   s = jnp.where(mask[None, None], s, jnp.finfo(jnp.float32).min)
   e = jnp.exp(s - jax.lax.stop_gradient(jnp.max(s, axis=-1, keepdims=True)))  # the diagonal is kept
-  o = jnp.einsum("bhqs,bshk->bqhk", e, v.astype(jnp.float32))
+  o = jnp.einsum("bhqs,bshk->bqhk", e, v.astype(jnp.float32), precision=precision)
   return (o / jnp.moveaxis(jnp.sum(e, axis=-1), 1, 2)[..., None]).astype(q.dtype)
 
 
@@ -165,19 +183,30 @@ def _splash_local(q, k, v, scale: float, window: int | None, interpret: bool):
   return jax.vmap(one)(q, k, v)
 
 
+def _splash_any(q, k, v, scale: float, window: int | None):
+  """The compiled (Mosaic) kernel on TPU, interpret mode elsewhere: ``platform_dependent``,
+  so the TPU branch is compiled only on a TPU (it has no CPU/GPU lowering, so a program with
+  splash exports for tpu alone, or for cpu/cuda alone)."""
+  return jax.lax.platform_dependent(
+      q, k, v, tpu=functools.partial(_splash_local, scale=scale, window=window, interpret=False),
+      default=functools.partial(_splash_local, scale=scale, window=window, interpret=True))
+
+
 def splash_attention(q, k, v, *, scale: float, window: int | None,
                      interpret: bool | None = None):
   """Causal (window=None) or local splash attention on B×T×H×Dh; ``interpret`` defaults to
-  True off TPU. Under a mesh with sbjax's axes it runs per shard (batch over data×fsdp when
-  they divide B, heads over tensor when it divides H)."""
+  True off TPU (chosen per platform, ``_splash_any``). Under a mesh with sbjax's axes it
+  runs per shard (batch over data×fsdp when they divide B, heads over tensor when it divides
+  H)."""
   t = q.shape[1]
   if t % SPLASH_BLOCK:
     raise ValueError(f"attn_impl=splash needs a sequence length that is a multiple of "
                      f"{SPLASH_BLOCK}, got {t}; use --config.train.seq_len=<multiple of "
                      f"{SPLASH_BLOCK}> or attn_impl=dpa")
   if interpret is None:
-    interpret = jax.default_backend() != "tpu"
-  fn = functools.partial(_splash_local, scale=scale, window=window, interpret=interpret)
+    fn = functools.partial(_splash_any, scale=scale, window=window)
+  else:
+    fn = functools.partial(_splash_local, scale=scale, window=window, interpret=interpret)
   mesh = jax.sharding.get_abstract_mesh()
   if mesh.empty or set(MESH_AXES) - set(mesh.axis_names):
     return fn(q, k, v)
@@ -191,15 +220,36 @@ def splash_attention(q, k, v, *, scale: float, window: int | None,
 # ----------------------------------------------------------------------------- dispatch
 
 
+def _kernel(impl: str, c: ModelConfig, scale: float, window: int | None):
+  """(q, k, v) -> attention with kernel ``impl`` (one of ``resolve``'s answers)."""
+  def run(q, k, v):
+    if impl == "einsum":
+      return attention_reference(q, k, v, scale=scale, window=window,
+                                 precision=matmul_precision(c))
+    if impl == "splash":
+      return splash_attention(q, k, v, scale=scale, window=window)
+    with precision_scope(c):  # the XLA kernel's einsums take no precision argument
+      return jax.nn.dot_product_attention(
+          q, k, v, scale=scale, is_causal=True,
+          local_window_size=(window - 1, 0) if window is not None else None,
+          implementation=None if impl == "dpa" else impl)
+  return run
+
+
+def platform_kernels(c: ModelConfig) -> dict[str, str]:
+  """The kernel of each ``platform_dependent`` branch of ``attend``: cpu, cuda, and the
+  default (tpu and any other platform)."""
+  return {"cpu": resolve(c, "cpu"), "cuda": resolve(c, "gpu"), "default": resolve(c, "tpu")}
+
+
 def attend(c: ModelConfig, q, k, v, *, scale: float, local: bool):
-  """Causal attention of one layer with the kernel ``resolve(c)`` picks."""
+  """Causal attention of one layer: the kernel ``resolve`` picks for each platform, staged
+  with ``jax.lax.platform_dependent`` when they differ (``attn_impl=auto``): the backend that
+  compiles the program keeps its own branch only."""
   window = c.window_size if local else None
-  impl = resolve(c)
-  if impl == "einsum":
-    return attention_reference(q, k, v, scale=scale, window=window)
-  if impl == "splash":
-    return splash_attention(q, k, v, scale=scale, window=window)
-  return jax.nn.dot_product_attention(
-      q, k, v, scale=scale, is_causal=True,
-      local_window_size=(window - 1, 0) if window is not None else None,
-      implementation=None if impl == "dpa" else impl)
+  impls = platform_kernels(c)
+  if len(set(impls.values())) == 1:
+    return _kernel(impls["cpu"], c, scale, window)(q, k, v)
+  fns = {impl: _kernel(impl, c, scale, window) for impl in set(impls.values())}
+  return jax.lax.platform_dependent(q, k, v, cpu=fns[impls["cpu"]], cuda=fns[impls["cuda"]],
+                                    default=fns[impls["default"]])

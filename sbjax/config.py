@@ -18,6 +18,7 @@ from sbjax.heads import base as head_registry
 POS_KINDS = ("rotary", "learned")
 GELU_KINDS = ("exact", "tanh")
 ATTN_IMPLS = ("auto", "dpa", "einsum", "cudnn", "splash")  # sbjax.attention
+MATMUL_PRECISIONS = ("auto", "highest", "high", "default")  # sbjax.precision
 REMAT_KINDS = ("none", "full", "dots")
 ATTN_KINDS = ("global", "local")
 DTYPES = ("float32", "bfloat16", "float16", "float64")
@@ -68,6 +69,10 @@ class ModelConfig:
   param_dtype: str = "float32"
   dtype: str = "float32"  # compute dtype; softmax and loss are always float32
   remat: str = "none"  # none | full | dots
+  # precision of every dot/einsum of the model, heads, losses and attention (sbjax.precision):
+  # "auto" = highest for float32 compute (TF32 on a GPU / one bf16 pass on a TPU otherwise),
+  # the backend default for bf16; or highest | high | default
+  matmul_precision: str = "auto"
   scan_layers: bool = False
   # attention core: "dpa" = jax.nn.dot_product_attention (cuDNN flash on GPU, a Pallas
   # kernel on TPU), "einsum" = the plain einsum reference, "auto" = einsum on CPU (measured
@@ -114,6 +119,8 @@ class ModelConfig:
       raise _err("model.remat", self.remat, " | ".join(REMAT_KINDS))
     if self.attn_impl not in ATTN_IMPLS:
       raise _err("model.attn_impl", self.attn_impl, " | ".join(ATTN_IMPLS))
+    if self.matmul_precision not in MATMUL_PRECISIONS:
+      raise _err("model.matmul_precision", self.matmul_precision, " | ".join(MATMUL_PRECISIONS))
     if self.attention_layers:
       if len(self.attention_layers) != self.n_layers:
         raise _err("model.attention_layers", self.attention_layers,

@@ -41,7 +41,8 @@ sweep (a gather and a scatter-add), and picks the fastest XLA:CPU matmul layouts
 backward pass recomputes one chunk's scores at a time (one extra forward of the head).
 
 Scores and losses are float32 whatever the compute dtype; the head matmuls run in the
-dtype of ``x`` like the unchunked model.
+dtype of ``x`` like the unchunked model, at ``precision`` (``sbjax.precision``: the model
+passes its ``model.matmul_precision``; None = the backend default).
 """
 
 from __future__ import annotations
@@ -127,13 +128,13 @@ def _tiles(w, vb: int, dtype):
   return w.reshape(nb, vb, k), bias.reshape(nb, vb)
 
 
-def _tile_logits(wt, bias, j, x_c):
+def _tile_logits(wt, bias, j, x_c, precision):
   """Tile j's logits, transposed: vb×chunk, float32 (padded rows −inf)."""
-  z = jnp.einsum("vk,nk->vn", wt[j], x_c).astype(jnp.float32)
+  z = jnp.einsum("vk,nk->vn", wt[j], x_c, precision=precision).astype(jnp.float32)
   return z if bias is None else z + bias[j][:, None]
 
 
-def _pass1(x_c, wt, bias, t_c):
+def _pass1(x_c, wt, bias, t_c, precision=None):
   """One sweep over the V tiles of a token chunk: (lse, target logit, first argmax).
 
   Online logsumexp: m ← max(m, max_v z), s ← s·e^{m_old−m} + Σ_v e^{z_v−m}. Within a tile
@@ -149,7 +150,7 @@ def _pass1(x_c, wt, bias, t_c):
 
   def body(carry, j):
     m, s, tgt, best = carry
-    z = _tile_logits(wt, bias, j, x_c)
+    z = _tile_logits(wt, bias, j, x_c, precision)
     zm = jnp.max(z, axis=0)
     m_new = jnp.maximum(m, zm)
     s = s * jnp.exp(m - m_new) + jnp.sum(jnp.exp(z - m_new[None, :]), axis=0)
@@ -167,13 +168,13 @@ def _pass1(x_c, wt, bias, t_c):
   return m + jnp.log(s), tgt, first
 
 
-def _forward(x, w, targets, chunk, vb):
+def _forward(x, w, targets, chunk, vb, precision):
   xs, ts, vs, _ = _pad_chunks(x, targets, chunk)
   wt, bias = _tiles(w, vb, x.dtype)
 
   def body(carry, inp):
     x_c, t_c, v_c = inp
-    lse, tgt, first = _pass1(x_c, wt, bias, t_c)
+    lse, tgt, first = _pass1(x_c, wt, bias, t_c, precision)
     nll, cor = _chunk_sums(lse, tgt, first, t_c.astype(jnp.float32), v_c)  # float index
     return (carry[0] + nll, carry[1] + cor), None
 
@@ -181,9 +182,9 @@ def _forward(x, w, targets, chunk, vb):
   return nll, cor
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
-def _matrix_xent(x, w, targets, chunk, vb):
-  return _forward(x, w, targets, chunk, vb)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
+def _matrix_xent(x, w, targets, chunk, vb, precision):
+  return _forward(x, w, targets, chunk, vb, precision)
 
 
 TRAIN_CHUNK = 512  # tokens per sweep of the fused gradient (at most loss_chunk)
@@ -199,7 +200,7 @@ def _softmax_cols(z, v):
   return lse, first
 
 
-def _matrix_xent_fwd(x, w, targets, chunk, vb):
+def _matrix_xent_fwd(x, w, targets, chunk, vb, precision):
   """The fused forward + gradient, ``min(chunk, TRAIN_CHUNK)`` tokens at a time, in column
   layout: each sweep forms the logits transposed, z = W·x_cᵀ (V×c), so every reduction over
   V runs down columns (vectorised by XLA:CPU), and the softmax p = exp(z − lse) is used by
@@ -218,13 +219,14 @@ def _matrix_xent_fwd(x, w, targets, chunk, vb):
   def body(carry, inp):
     nll_acc, cor_acc, dw_acc = carry
     x_c, t_c, v_c = inp
-    z = jnp.einsum("vk,nk->vn", wc, x_c).astype(jnp.float32)  # V×c logits
+    z = jnp.einsum("vk,nk->vn", wc, x_c, precision=precision).astype(jnp.float32)  # V×c
     lse, first = _softmax_cols(z, v)
     tgt = z[t_c, jnp.arange(x_c.shape[0])]
     nll, cor = _chunk_sums(lse, tgt, first, t_c.astype(jnp.float32), v_c)  # float index
     p = jnp.exp(z - lse[None, :]).astype(x_c.dtype)  # softmax, V×c
-    dxt_c = jnp.einsum("vk,vn->kn", wc, p)
-    dw_acc = dw_acc + jnp.einsum("vn,nk->vk", p, x_c, preferred_element_type=jnp.float32)
+    dxt_c = jnp.einsum("vk,vn->kn", wc, p, precision=precision)
+    dw_acc = dw_acc + jnp.einsum("vn,nk->vk", p, x_c, precision=precision,
+                                 preferred_element_type=jnp.float32)
     return (nll_acc + nll, cor_acc + cor, dw_acc), dxt_c
 
   init = (jnp.float32(0), jnp.float32(0), jnp.zeros(w.shape, jnp.float32))
@@ -234,7 +236,7 @@ def _matrix_xent_fwd(x, w, targets, chunk, vb):
   return (nll, cor), (dx.astype(x.dtype), dw.astype(w.dtype))
 
 
-def _matrix_xent_bwd(chunk, vb, res, g):
+def _matrix_xent_bwd(chunk, vb, precision, res, g):
   dx, dw = res
   g_nll = g[0]  # the correct count is piecewise constant: zero gradient
   return (g_nll * dx).astype(dx.dtype), (g_nll * dw).astype(dw.dtype), None
@@ -243,9 +245,11 @@ def _matrix_xent_bwd(chunk, vb, res, g):
 _matrix_xent.defvjp(_matrix_xent_fwd, _matrix_xent_bwd)
 
 
-def chunked_matrix_xent(x_NxK, w_VxK, targets_N, chunk: int, v_tile: int | None = None):
+def chunked_matrix_xent(x_NxK, w_VxK, targets_N, chunk: int, v_tile: int | None = None,
+                        precision=None):
   """(Σ nll, Σ correct) for logits x·Wᵀ, ``chunk`` tokens at a time, with a fused custom
-  VJP; evaluation also sweeps V ``v_tile`` rows at a time (default ``v_tile_for(V, chunk)``)."""
+  VJP; evaluation also sweeps V ``v_tile`` rows at a time (default ``v_tile_for(V, chunk)``).
+  ``precision``: a ``jax.lax.Precision`` for every head matmul (None: the backend default)."""
   chunk = _check_chunk(chunk)
   if x_NxK.ndim != 2 or w_VxK.ndim != 2 or x_NxK.shape[1] != w_VxK.shape[1]:
     raise ValueError(f"chunked_matrix_xent wants x N×K and W V×K, got {x_NxK.shape} and "
@@ -255,7 +259,8 @@ def chunked_matrix_xent(x_NxK, w_VxK, targets_N, chunk: int, v_tile: int | None 
   if v_tile is None:
     v_tile = v_tile_for(v, chunk)
   v_tile = _check_count(v_tile, "v_tile", "vocabulary rows per tile")
-  return _matrix_xent(x_NxK, w_VxK, targets_N.astype(jnp.int32), chunk, min(v_tile, v))
+  return _matrix_xent(x_NxK, w_VxK, targets_N.astype(jnp.int32), chunk, min(v_tile, v),
+                      precision)
 
 
 def chunked_scores_xent(score_fn, x_NxK, targets_N, chunk: int):

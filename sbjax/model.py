@@ -45,6 +45,7 @@ from sbjax import losses
 from sbjax import sharding
 from sbjax.attention import attention_reference  # noqa: F401 - re-exported (tests, benchmarks)
 from sbjax.config import ModelConfig
+from sbjax.precision import matmul_precision
 
 COLLECTABLE = ("resid", "attn", "mlp", "ov", "h")
 
@@ -102,12 +103,13 @@ class Attention(nn.Module):
     c = self.cfg
     pd, dt = _dt(c.param_dtype), _dt(c.dtype)
     h, k = c.n_heads, c.head_dim
+    prec = matmul_precision(c)  # sbjax.precision: HIGHEST for float32 compute
     init = nn.initializers.normal(c.init_std)
     out_init = nn.initializers.normal(c.init_std / math.sqrt(2 * c.n_layers))
 
     def proj(name):
       w = self.param(f"{name}_kernel", init, (c.d_model, h, k), pd)
-      y = jnp.einsum("btd,dhk->bthk", x_BxTxD, w.astype(dt))
+      y = jnp.einsum("btd,dhk->bthk", x_BxTxD, w.astype(dt), precision=prec)
       if c.qkv_bias:
         y = y + self.param(f"{name}_bias", nn.initializers.zeros, (h, k), pd).astype(dt)
       return y
@@ -119,8 +121,8 @@ class Attention(nn.Module):
     ctx = attention.attend(c, q, kk, v, scale=scale, local=self.local)  # sbjax.attention
     wo = self.param("o_kernel", out_init, (h, k, c.d_model), pd).astype(dt)
     bo = self.param("o_bias", nn.initializers.zeros, (c.d_model,), pd).astype(dt)
-    out = jnp.einsum("bthk,hkd->btd", ctx, wo) + bo
-    ov = jnp.einsum("bthk,hkd->btd", v, wo) if want_ov else None
+    out = jnp.einsum("bthk,hkd->btd", ctx, wo, precision=prec) + bo
+    ov = jnp.einsum("bthk,hkd->btd", v, wo, precision=prec) if want_ov else None
     return out, ov
 
 
@@ -137,8 +139,9 @@ class MLP(nn.Module):
     b1 = self.param("fc_in_bias", nn.initializers.zeros, (c.ff_dim,), pd).astype(dt)
     w2 = self.param("fc_out_kernel", out_init, (c.ff_dim, c.d_model), pd).astype(dt)
     b2 = self.param("fc_out_bias", nn.initializers.zeros, (c.d_model,), pd).astype(dt)
-    y = jax.nn.gelu(x @ w1 + b1, approximate=(c.gelu == "tanh"))
-    return y @ w2 + b2
+    prec = matmul_precision(c)
+    y = jax.nn.gelu(jnp.matmul(x, w1, precision=prec) + b1, approximate=(c.gelu == "tanh"))
+    return jnp.matmul(y, w2, precision=prec) + b2
 
 
 class Block(nn.Module):
@@ -285,7 +288,8 @@ class Model:
     mos through the generic chunked scores."""
     fac = heads_lib.matrix_factors(params, h_NxD, self.cfg)
     if fac is not None:
-      return losses.chunked_matrix_xent(fac[0], fac[1], targets_N, self.cfg.loss_chunk)
+      return losses.chunked_matrix_xent(fac[0], fac[1], targets_N, self.cfg.loss_chunk,
+                                        precision=matmul_precision(self.cfg))
     return losses.chunked_scores_xent(heads_lib.scores_fn(params, self.cfg), h_NxD, targets_N,
                                       self.cfg.loss_chunk)
 

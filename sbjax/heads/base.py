@@ -4,10 +4,10 @@ Every module of the ``sbjax.heads`` package (other than this one and names start
 ``_``) defines one head kind and registers it with ``register(Kind())`` at import; the
 package is scanned on the first look-up (``get``, ``names``, ``leaf_spec``), so a new head
 is one new file in ``sbjax/heads/`` plus its tests and needs no edit elsewhere. A head
-module imports only this module, jax and flax: ``sbjax.config`` validates through the
-registry, so a head module that imported it would be scanned while half-imported
-(annotate with ``ModelConfig`` under ``TYPE_CHECKING``). A head that needs a new
-hyper-parameter also adds that field to ``ModelConfig``.
+module imports only this module, ``sbjax.precision`` (the dots' precision), jax and flax:
+``sbjax.config`` validates through the registry, so a head module that imported it would be
+scanned while half-imported (annotate with ``ModelConfig`` under ``TYPE_CHECKING``). A head
+that needs a new hyper-parameter also adds that field to ``ModelConfig``.
 
 This module is plain Python (no jax/flax imports), so ``sbjax.config`` can import it to
 validate ``model.head`` and the head's own fields when a ``ModelConfig`` is built; the

@@ -8,6 +8,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from sbjax.heads.base import HEAD_KEY, HeadKind, register
+from sbjax.precision import matmul_precision
 
 if TYPE_CHECKING:  # only for annotations: a head module must not import sbjax.config (base.py)
   from sbjax.config import ModelConfig
@@ -21,7 +22,7 @@ class DenseHead(nn.Module):
     c = self.cfg
     w = self.param("w", nn.initializers.normal(c.init_std), (c.vocab_size, c.d_model),
                    jnp.dtype(c.param_dtype))
-    return jnp.einsum("...d,vd->...v", h, w.astype(h.dtype))
+    return jnp.einsum("...d,vd->...v", h, w.astype(h.dtype), precision=matmul_precision(c))
 
 
 class Dense(HeadKind):

@@ -17,8 +17,10 @@ import math
 
 import flax.linen as nn
 import jax.numpy as jnp
+from jax import lax
 
 from sbjax.heads.base import HEAD_KEY, HeadKind, invalid, register
+from sbjax.precision import matmul_precision
 
 if TYPE_CHECKING:  # only for annotations: a head module must not import sbjax.config (base.py)
   from sbjax.config import ModelConfig
@@ -40,8 +42,9 @@ class LowRankHead(nn.Module):
       b_init = nn.initializers.normal(1.0 / math.sqrt(c.d_model))
     a = self.param("a", a_init, (c.vocab_size, r), jnp.dtype(c.param_dtype))
     b = self.param("b", b_init, (r, c.d_model), jnp.dtype(c.param_dtype))
-    z = jnp.einsum("...d,rd->...r", h, b.astype(h.dtype))  # h·Bᵀ first: O(r·d), then ·Aᵀ
-    return jnp.einsum("...r,vr->...v", z, a.astype(h.dtype))
+    prec = matmul_precision(c)
+    z = jnp.einsum("...d,rd->...r", h, b.astype(h.dtype), precision=prec)  # h·Bᵀ, then ·Aᵀ
+    return jnp.einsum("...r,vr->...v", z, a.astype(h.dtype), precision=prec)
 
 
 class LowRank(HeadKind):
@@ -58,11 +61,13 @@ class LowRank(HeadKind):
   def factors(self, params, h, cfg):
     """(h·Bᵀ, A): the rank-r features first, so the V×d product A·B is never formed."""
     hp = params[HEAD_KEY]
-    return jnp.einsum("...d,rd->...r", h, hp["b"].astype(h.dtype)), hp["a"]
+    return (jnp.einsum("...d,rd->...r", h, hp["b"].astype(h.dtype),
+                       precision=matmul_precision(cfg)), hp["a"])
 
   def matrix(self, params, cfg):
     hp = params[HEAD_KEY]
-    return hp["a"] @ hp["b"]
+    # the weights' own product (analysis, HF export): full precision whatever the policy
+    return jnp.matmul(hp["a"], hp["b"], precision=lax.Precision.HIGHEST)
 
   def param_count(self, cfg) -> int:
     return cfg.vocab_size * cfg.rank + cfg.rank * cfg.d_model

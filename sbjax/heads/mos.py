@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from sbjax.heads.base import HEAD_KEY, HeadKind, invalid, register
+from sbjax.precision import matmul_precision
 
 if TYPE_CHECKING:  # only for annotations: a head module must not import sbjax.config (base.py)
   from sbjax.config import ModelConfig
@@ -48,13 +49,13 @@ class MoSHead(nn.Module):
     proj_w = self.param("proj_w", init, (d, m, e), pd)
     proj_b = self.param("proj_b", nn.initializers.zeros, (m, e), pd)
     w = self.param("w", init, (c.vocab_size, e), pd)
-    dt = h.dtype
+    dt, prec = h.dtype, matmul_precision(c)
     log_prior = jax.nn.log_softmax(
-        (jnp.einsum("...d,dm->...m", h, prior_w.astype(dt)) + prior_b.astype(dt))
+        (jnp.einsum("...d,dm->...m", h, prior_w.astype(dt), precision=prec) + prior_b.astype(dt))
         .astype(jnp.float32), axis=-1)
-    g = jnp.einsum("...d,dme->...me", h, proj_w.astype(dt)) + proj_b.astype(dt)
+    g = jnp.einsum("...d,dme->...me", h, proj_w.astype(dt), precision=prec) + proj_b.astype(dt)
     g = jnp.tanh(g) if c.mos_act == "tanh" else g
-    logits = jnp.einsum("...me,ve->...mv", g, w.astype(dt)).astype(jnp.float32)
+    logits = jnp.einsum("...me,ve->...mv", g, w.astype(dt), precision=prec).astype(jnp.float32)
     comp = jax.nn.log_softmax(logits, axis=-1)
     return jax.nn.logsumexp(comp + log_prior[..., None], axis=-2)
 

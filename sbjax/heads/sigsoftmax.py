@@ -19,8 +19,10 @@ from typing import TYPE_CHECKING
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 from sbjax.heads.base import HEAD_KEY, HeadKind, invalid, register
+from sbjax.precision import matmul_precision
 
 if TYPE_CHECKING:  # only for annotations: a head module must not import sbjax.config (base.py)
   from sbjax.config import ModelConfig
@@ -42,8 +44,9 @@ class SigSoftmaxHead(nn.Module):
                    (c.vocab_size, r), pd)
     b = self.param("b", nn.initializers.normal(1.0 / math.sqrt(c.d_model)), (r, c.d_model), pd)
     bias = self.param("bias", nn.initializers.zeros, (c.vocab_size,), pd)
-    z = jnp.einsum("...d,rd->...r", h, b.astype(h.dtype))
-    z = (jnp.einsum("...r,vr->...v", z, a.astype(h.dtype)) + bias.astype(h.dtype))
+    prec = matmul_precision(c)
+    z = jnp.einsum("...d,rd->...r", h, b.astype(h.dtype), precision=prec)
+    z = (jnp.einsum("...r,vr->...v", z, a.astype(h.dtype), precision=prec) + bias.astype(h.dtype))
     z = z.astype(jnp.float32)
     return z + jax.nn.log_sigmoid(z)
 
@@ -62,7 +65,8 @@ class SigSoftmax(HeadKind):
 
   def matrix(self, params, cfg):
     hp = params[HEAD_KEY]
-    return hp["a"] @ hp["b"]  # the V×d matrix of the logit z (before the sigmoid factor)
+    # the V×d matrix of the logit z (before the sigmoid factor), in full precision
+    return jnp.matmul(hp["a"], hp["b"], precision=lax.Precision.HIGHEST)
 
   def param_count(self, cfg) -> int:
     r = sig_rank(cfg)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from sbjax.heads.base import HeadKind, register
+from sbjax.precision import matmul_precision
 
 
 class Tied(HeadKind):
@@ -18,7 +19,8 @@ class Tied(HeadKind):
     return None
 
   def scores(self, params, h, cfg):
-    return jnp.einsum("...d,vd->...v", h, params["embed"].astype(h.dtype))
+    return jnp.einsum("...d,vd->...v", h, params["embed"].astype(h.dtype),
+                      precision=matmul_precision(cfg))
 
   def factors(self, params, h, cfg):
     return h, params["embed"]

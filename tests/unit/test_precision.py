@@ -1,0 +1,84 @@
+"""The matmul precision policy (``model.matmul_precision``, ``sbjax.precision``): the config
+check, what each name means, and the dots of the real train step exported for a GPU from
+this CPU host (StableHLO ``precision_config`` of every dot_general / convolution)."""
+
+import re
+from collections import Counter
+
+import jax
+import pytest
+from jax import lax
+
+from sbjax import config as config_lib
+from sbjax import lowering as low
+from sbjax import lowering_suite as S
+from sbjax import precision
+from sbjax.config import ModelConfig
+
+DOT = re.compile(r"stablehlo\.(dot_general|convolution)\b")
+PREC = re.compile(r"precision = \[(\w+), (\w+)\]")
+ALGO = re.compile(r"algorithm = <lhs_precision_type = (\w+), rhs_precision_type = (\w+), "
+                  r"accumulation_type = (\w+)")
+
+
+def test_bad_name_is_one_line_naming_the_field_and_the_choices():
+  with pytest.raises(ValueError, match=r"^invalid config: model.matmul_precision='tf32'; "
+                     r"allowed: auto \| highest \| high \| default$"):
+    ModelConfig(matmul_precision="tf32")
+  assert set(config_lib.MATMUL_PRECISIONS) == {"auto", *precision._EXPLICIT}
+
+
+@pytest.mark.parametrize("dtype, name, want", [
+    ("float32", "auto", lax.Precision.HIGHEST),
+    ("float64", "auto", lax.Precision.HIGHEST),
+    ("bfloat16", "auto", None),  # the backend default (or jax.default_matmul_precision)
+    ("float16", "auto", None),
+    ("bfloat16", "highest", lax.Precision.HIGHEST),
+    ("float32", "high", lax.Precision.HIGH),
+    ("float32", "default", lax.Precision.DEFAULT),
+])
+def test_policy(dtype, name, want):
+  cfg = ModelConfig(dtype=dtype, param_dtype="float64" if dtype == "float64" else "float32",
+                    matmul_precision=name)
+  assert precision.matmul_precision(cfg) == want
+
+
+def _kind(line: str):
+  """A dot's precision: ``("HIGHEST", "HIGHEST")`` etc., None (no attribute: DEFAULT), or
+  ``("algorithm", lhs, rhs, accumulation)`` (the bf16 XLA attention's dots: bf16 inputs
+  with float32 accumulation, the exact product of bf16 operands whatever the policy)."""
+  if m := ALGO.search(line):
+    return ("algorithm", *m.groups())
+  return m.groups() if (m := PREC.search(line)) else None
+
+
+def _train_step_dots(dtype: str, name: str = "auto") -> Counter:
+  """The precision (``_kind``) of every dot of the train step (grad accumulation, global
+  and local attention with attn_impl=auto, the chunked fused cross-entropy, AdamW with
+  clipping), exported for cuda."""
+  cfg = S.suite_config("tiny", dtype=dtype, grad_accum=2, batch_size=4, seq_len=32,
+                       vocab_size=64, max_len=32, d_model=32, n_heads=2, window_size=8,
+                       attention_layers=("global", "local"), loss_chunk=16,
+                       matmul_precision=name)
+  mesh = low.abstract_mesh((1, 1, 1))
+  with jax.sharding.use_abstract_mesh(mesh):
+    make, args = S.train_step(cfg, mesh)
+    text = jax.export.export(make(), platforms=["cuda"])(*args).mlir_module()
+  dots = [line for line in text.splitlines() if DOT.search(line)]
+  assert len(dots) >= 30, len(dots)  # q, k, v, o, MLP, attention, head: fwd and bwd
+  return Counter(_kind(line) for line in dots)
+
+
+def test_float32_train_step_for_cuda_asks_highest_on_every_dot():
+  """A float32 run on a GPU would otherwise run its matmuls in TF32."""
+  got = _train_step_dots("float32")
+  assert set(got) == {("HIGHEST", "HIGHEST")}, got
+
+
+def test_bf16_train_step_for_cuda_keeps_the_default_and_highest_is_honoured():
+  exact_bf16 = ("algorithm", "bf16", "bf16", "f32")
+  got = _train_step_dots("bfloat16")
+  assert set(got) == {None, exact_bf16}, got  # no precision attribute: DEFAULT
+  assert got[None] > got[exact_bf16]
+  got = _train_step_dots("bfloat16", "highest")
+  assert set(got) == {("HIGHEST", "HIGHEST"), exact_bf16}, got
