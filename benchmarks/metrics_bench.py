@@ -12,7 +12,9 @@ dummy chunk, data generation excluded; wall_s includes everything);
 the slow baselines use --baseline-reps (default 1 for the SVD loop and the
 torch collapse pipeline, which take minutes).  Ratios are measured in the same
 run.  Collapse sides run in separate subprocesses so that their peak RSS
-(VmHWM of the child process) can be compared.
+(VmHWM of the child process) can be compared.  ``collapse_vmap``: NC1-NC4 of
+K checkpoints in one jit(vmap(collapse_kernel)) call against a loop of the host
+collapse_metrics (compiled, median of --reps).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import statistics
 import subprocess
 import sys
 import time
+from functools import partial
 
 import numpy as np
 
@@ -114,6 +117,17 @@ def gen_chunks(n, k, d, chunk, seed):
         yield x, y
 
 
+def padded_chunks(n, k, d, chunk, seed):
+    """gen_chunks padded to the static chunk shape: (x, y, valid)."""
+    for x, y in gen_chunks(n, k, d, chunk, seed):
+        pad = chunk - x.shape[0]
+        valid = np.arange(chunk) < x.shape[0]
+        if pad:
+            x = np.concatenate([x, np.zeros((pad, d), np.float32)])
+            y = np.concatenate([y, np.zeros(pad, np.int32)])
+        yield x, y, valid
+
+
 def make_w(k, d):
     rng = np.random.default_rng(99)
     c = np.random.default_rng(1234).standard_normal((k, d), dtype=np.float32)
@@ -139,12 +153,7 @@ def collapse_worker(a):
         upd(C.mean_init(k, d), zx, zy, zv).sums.block_until_ready()
         vupd(C.var_init(k), zx, zy, jnp.zeros((k, d)), zv).sq_dev.block_until_ready()
         st = C.mean_init(k, d)
-        for x, y in gen_chunks(n, k, d, chunk, 0):
-            pad = chunk - x.shape[0]
-            valid = np.arange(chunk) < x.shape[0]
-            if pad:
-                x = np.concatenate([x, np.zeros((pad, d), np.float32)])
-                y = np.concatenate([y, np.zeros(pad, np.int32)])
+        for x, y, valid in padded_chunks(n, k, d, chunk, 0):
             t0 = time.perf_counter()
             st = upd(st, x, y, valid)
             st.sums.block_until_ready()
@@ -153,12 +162,7 @@ def collapse_worker(a):
         means, counts = C.class_means(st)
         vs = C.var_init(k)
         timed += time.perf_counter() - t0
-        for x, y in gen_chunks(n, k, d, chunk, 0):
-            pad = chunk - x.shape[0]
-            valid = np.arange(chunk) < x.shape[0]
-            if pad:
-                x = np.concatenate([x, np.zeros((pad, d), np.float32)])
-                y = np.concatenate([y, np.zeros(pad, np.int32)])
+        for x, y, valid in padded_chunks(n, k, d, chunk, 0):
             t0 = time.perf_counter()
             vs = vupd(vs, x, y, means, valid)
             vs.sq_dev.block_until_ready()
@@ -257,6 +261,38 @@ def bench_collapse(a):
               "nc1_cdnv": jb["metrics"]["nc1_cdnv"]})
 
 
+def bench_collapse_vmap(a):
+    """NC1-NC4 of K checkpoints at once: jit(vmap(collapse_kernel)) against a loop of the host
+    collapse_metrics (each call validates on the host and runs the same jitted kernel)."""
+    import jax
+
+    from sbjax.metrics import collapse as C
+    from sbjax.metrics.collapse_kernel import collapse_kernel
+
+    kc, n, v, d = a.vmap_ckpts, a.vmap_n, a.vmap_k, a.d
+    (x, y), = gen_chunks(n, v, d, n, 0)
+    rng = np.random.default_rng(5)
+    feats = np.stack([x * (1.0 + 0.1 * i) + 0.2 * i * rng.standard_normal(x.shape, dtype=np.float32) for i in range(kc)])
+    w = np.stack([make_w(v, d) * (1.0 + 0.05 * i) for i in range(kc)])
+    val = feats[:, : n // 4]
+    kern = jax.jit(jax.vmap(partial(collapse_kernel, block_size=a.block), in_axes=(0, None, 0, 0, None)))
+    med_v, ts_v = timeit(lambda: jax.block_until_ready(kern(feats, y, w, val, y[: n // 4])), a.reps)
+
+    def loop():
+        return [C.collapse_metrics(feats[i], y, w[i], val[i], y[: n // 4], block_size=a.block) for i in range(kc)]
+
+    med_l, ts_l = timeit(loop, a.reps)
+    got, want = jax.device_get(kern(feats, y, w, val, y[: n // 4])), loop()
+    keys = ["nc1_cdnv", "nc1_log10_mean_cdnv", "nc2_norm_cov", "nc2_cos_mean", "etf_error", "gnc2_log_kernel_mean",
+            "nc3_cos_mean", "dual_error", "nc4_agreement"]
+    rel = max(abs(float(got[key][i]) - want[i][key]) / max(abs(want[i][key]), 1e-12) for key in keys for i in range(kc))
+    shape = [kc, n, v, d]
+    emit({"case": "collapse_vmap", "impl": "loop of collapse_metrics over checkpoints", "shape": shape,
+          "median_s": med_l, "reps": len(ts_l)})
+    emit({"case": "collapse_vmap", "impl": "sbjax jit(vmap(collapse_kernel))", "shape": shape, "median_s": med_v,
+          "reps": len(ts_v), "speedup": med_l / med_v, "max_rel_diff": rel})
+
+
 # ----------------------------------------------------------------- cka
 def bench_cka(a):
     import jax
@@ -296,7 +332,7 @@ def table():
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="small sizes (smoke run, ~1 min)")
-    p.add_argument("--cases", default="spectra,collapse,cka")
+    p.add_argument("--cases", default="spectra,collapse,collapse_vmap,cka")
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--baseline-reps", type=int, default=1, help="reps of the slow numpy SVD loop")
     p.add_argument("--heads", type=int, default=16)
@@ -314,6 +350,9 @@ def main():
     p.add_argument("--block", type=int, default=512)
     p.add_argument("--big-k", type=int, default=50_000, help="sbjax-only memory check at this K (0 = skip)")
     p.add_argument("--skip-torch", action="store_true")
+    p.add_argument("--vmap-ckpts", type=int, default=8, help="collapse_vmap: checkpoints in one vmapped call")
+    p.add_argument("--vmap-n", type=int, default=65_536, help="collapse_vmap: tokens per checkpoint")
+    p.add_argument("--vmap-k", type=int, default=8192, help="collapse_vmap: classes")
     p.add_argument("--cka-k", type=int, default=32)
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     p.add_argument("--time-pairs", action="store_true", help=argparse.SUPPRESS)
@@ -323,6 +362,7 @@ def main():
     if a.quick:
         a.heads, a.spec_v, a.spec_d = 4, 8192, 256
         a.n, a.k, a.big_k, a.nval = 200_000, 2048, 8192, 16_384
+        a.vmap_ckpts, a.vmap_n, a.vmap_k = 4, 8192, 1024
         a.cka_k, a.reps = 8, 3
     cases = a.cases.split(",")
     if "cka" in cases:
@@ -331,6 +371,8 @@ def main():
         bench_spectra(a)
     if "collapse" in cases:
         bench_collapse(a)
+    if "collapse_vmap" in cases:
+        bench_collapse_vmap(a)
     table()
 
 

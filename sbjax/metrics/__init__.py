@@ -7,7 +7,10 @@ Submodules (no flax anywhere):
 * :mod:`sbjax.metrics.anisotropy` -- mean pairwise cosine in O(N d).
 * :mod:`sbjax.metrics.cka` -- linear CKA (biased / debiased HSIC).
 * :mod:`sbjax.metrics.collapse` -- streaming neural-collapse accumulators
-  and NC1-NC4 metrics (blocked pair streaming, never K x K).
+  and NC1-NC4 metrics (blocked pair streaming, never K x K); host functions
+  that validate and call the pure kernels of
+  :mod:`sbjax.metrics.collapse_kernel` (masks, static V: jit and vmap over
+  checkpoints).
 * :mod:`sbjax.metrics.collapse_variants` -- bias-corrected class-mean norms
   and the guarded UNC3 (used by ``collapse``; NamedTuple results).
 
