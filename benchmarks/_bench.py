@@ -43,10 +43,11 @@ def interleaved(fns: dict, reps: int, warmup: int = 1) -> dict:
   return out
 
 
-def _side_worker(conn, builder, args):
+def _side_worker(conn, builder, args, warmup=1):
   try:
     run, info = builder(*args)
-    run()  # warm-up (compile, first-touch allocations)
+    for _ in range(warmup):  # warm-up (compile, first-touch allocations)
+      run()
     conn.send(("ok", info))
   except Exception as e:  # reported by the parent, the other sides go on
     conn.send(("err", f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"))
@@ -57,7 +58,8 @@ def _side_worker(conn, builder, args):
     conn.send(time.perf_counter() - t)
 
 
-def interleaved_procs(builders: dict, reps: int, env: dict | None = None) -> tuple[dict, dict]:
+def interleaved_procs(builders: dict, reps: int, env: dict | None = None,
+                      warmup: int = 1) -> tuple[dict, dict]:
   """Like :func:`interleaved`, but every side lives in its own (spawned) process.
 
   ``builders`` maps a side name to ``(builder, args)``: a module-level function that
@@ -65,19 +67,20 @@ def interleaved_procs(builders: dict, reps: int, env: dict | None = None) -> tup
   timed round-robin ``reps`` times; only the side being timed is busy. Sides in one process
   slow each other (two runtimes' thread pools and allocators on 2 cores: measured 374 vs
   268 tokens/s for the sbjax d512 step alone vs interleaved with HF in-process).
-  ``env`` maps a side name to environment variables its process starts with.
+  ``env`` maps a side name to environment variables its process starts with; ``warmup``
+  untimed calls follow each build.
   Returns ``({name: [seconds]}, {name: info or {"skipped": reason}})``.
   """
   import multiprocessing as mp
 
   if len(builders) == 1:  # nothing to isolate from: time it in this process (see below)
-    return _in_process(builders, reps)
+    return _in_process(builders, reps, warmup)
   ctx = mp.get_context("spawn")
   conns, procs, info = {}, [], {}
   try:
     for name, (builder, args) in builders.items():
       parent, child = ctx.Pipe()
-      p = ctx.Process(target=_side_worker, args=(child, builder, args), daemon=True)
+      p = ctx.Process(target=_side_worker, args=(child, builder, args, warmup), daemon=True)
       with _environ((env or {}).get(name, {})):
         p.start()
       procs.append(p)
@@ -116,7 +119,7 @@ def _environ(overrides: dict):
         os.environ[k] = v
 
 
-def _in_process(builders: dict, reps: int) -> tuple[dict, dict]:
+def _in_process(builders: dict, reps: int, warmup: int = 1) -> tuple[dict, dict]:
   """``interleaved_procs`` of one side, in this process. Besides a spawn and an import saved,
   this is what lets one side run on an accelerator at all: a parent that has opened the
   device (``jax.devices()``) holds a TPU (a child cannot open it) or has preallocated most
@@ -124,7 +127,8 @@ def _in_process(builders: dict, reps: int) -> tuple[dict, dict]:
   ((name, (builder, args)),) = builders.items()
   try:
     run, info = builder(*args)
-    run()  # warm-up
+    for _ in range(warmup):
+      run()
   except Exception as e:  # reported like a child's failure
     return {}, {name: {"skipped": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}}
   out = []

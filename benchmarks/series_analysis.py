@@ -11,8 +11,9 @@ linear CKA (biased HSIC) to the final revision of every block's MLP output and O
 output (sum_h v_h W_O,h, no attention weighting) at the last position of each sequence:
 
 - ``authors``: the convergence paper's script style: for each revision,
-  ``GPTNeoXForCausalLM.from_pretrained(snapshot)``, forward hooks on each block's MLP and
-  query_key_value, torch forwards in chunks, the loss as torch's float32 cross_entropy (what
+  ``GPTNeoXForCausalLM.from_pretrained(snapshot)`` (moved to ``--device``: ``cuda`` or
+  ``auto`` puts the forwards on the GPU that sbjax's side uses), forward hooks on each block's
+  MLP and query_key_value, torch forwards in chunks, the loss as torch's float32 cross_entropy (what
   ``labels=`` gives; session 8 used a float64 log-softmax, a handicap sbjax does not carry),
   numpy/float64 metrics (SVD, anisotropy, CKA);
 - ``sbjax``: ``experiments.convert.import_to_workdir`` (hashes every revision, writes orbax
@@ -45,7 +46,10 @@ from _bench import emit, machine
 SHAPES = {"pythia-70m": dict(hidden_size=512, num_hidden_layers=6, num_attention_heads=8,
                              intermediate_size=2048, vocab_size=50304),
           "small": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                        intermediate_size=256, vocab_size=2048)}
+                        intermediate_size=256, vocab_size=2048),
+          # device_check.sh --dry-run: seconds, not minutes
+          "tiny": dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                       intermediate_size=64, vocab_size=384)}
 
 
 def build(root: Path, a) -> None:
@@ -152,36 +156,38 @@ def side_authors(root: Path, a) -> dict:
   from sbjax.convert import revisions
 
   torch.set_num_threads(os.cpu_count() or 1)
+  dev = ("cuda" if torch.cuda.is_available() else "cpu") if a.device == "auto" else a.device
   revs = revisions.find(root / "hub")
   toks = np.load(root / "tokens.npy").astype(np.int64)
   out, ref, ph = {}, None, Phases()
   for r in [revs[-1]] + revs[:-1]:  # the final revision first: the CKA reference
     t0 = _now()
-    m = transformers.GPTNeoXForCausalLM.from_pretrained(r.path, dtype=torch.float32).eval()
+    m = transformers.GPTNeoXForCausalLM.from_pretrained(r.path, dtype=torch.float32).to(dev).eval()
     ph.add("load", *_since(t0))
     acts = {"mlp": [[] for _ in m.gpt_neox.layers], "ov": [[] for _ in m.gpt_neox.layers]}
     hooks = []
     for i, layer in enumerate(m.gpt_neox.layers):
       hooks.append(layer.mlp.register_forward_hook(
-          lambda mod, inp, o, i=i: acts["mlp"][i].append(o[:, -1].double().numpy())))
+          lambda mod, inp, o, i=i: acts["mlp"][i].append(o[:, -1].double().cpu().numpy())))
 
       def qkv_hook(mod, inp, o, i=i, layer=layer):
         b, t, _ = o.shape
         h = m.config.num_attention_heads
         v = o.view(b, t, h, 3, -1)[:, -1, :, 2, :].reshape(b, -1)
-        acts["ov"][i].append((v @ layer.attention.dense.weight.T).double().numpy())
+        acts["ov"][i].append((v @ layer.attention.dense.weight.T).double().cpu().numpy())
       hooks.append(layer.attention.query_key_value.register_forward_hook(qkv_hook))
     nll, feats = 0.0, []
     with torch.no_grad():
       for c0 in range(0, len(toks), a.chunk):
-        x = torch.tensor(toks[c0:c0 + a.chunk])
+        x = torch.tensor(toks[c0:c0 + a.chunk], device=dev)
         t0 = _now()
         o = m(x[:, :-1], output_hidden_states=True)
         t1 = _now()
         nll += float(torch.nn.functional.cross_entropy(  # float32, as HF's labels= loss
             o.logits.reshape(-1, o.logits.shape[-1]), x[:, 1:].reshape(-1), reduction="sum"))
         t2 = _now()
-        feats.append(o.hidden_states[-1].double().reshape(-1, o.hidden_states[-1].shape[-1]).numpy())
+        last = o.hidden_states[-1]
+        feats.append(last.double().reshape(-1, last.shape[-1]).cpu().numpy())
         ph.add("forward(+hooks)", *_since(t0, t1))
         ph.add("loss (float32 cross_entropy)", *_since(t1, t2))
         del o
@@ -193,7 +199,7 @@ def side_authors(root: Path, a) -> dict:
     s_ = u.sum(0)
     aniso = float((s_ @ s_ - len(u)) / (len(u) * (len(u) - 1)))
     t1 = _now()
-    sv = np.linalg.svd(m.get_output_embeddings().weight.detach().double().numpy(),
+    sv = np.linalg.svd(m.get_output_embeddings().weight.detach().double().cpu().numpy(),
                        compute_uv=False)
     p = sv / sv.sum()
     ent = -(p * np.log(np.where(p > 0, p, 1))).sum()
@@ -344,6 +350,8 @@ def main():
   ap.add_argument("--root", default="/tmp/sbjax_series_bench")
   ap.add_argument("--side", default="", choices=["", "authors", "sbjax"])
   ap.add_argument("--small", action="store_true", help="K=4, small shape, 32x64 tokens")
+  ap.add_argument("--device", default="cpu", help="the authors' torch device: cpu | cuda | auto "
+                  "(cuda if torch sees one); sbjax's side uses the device jax sees")
   ap.add_argument("--profile", action="store_true", help="seconds per phase of each side")
   ap.add_argument("--sides", default="authors,sbjax", help="which sides to run (comma list)")
   ap.add_argument("--reuse", default="", help="sides whose saved ROOT/result_SIDE.json is "

@@ -1,4 +1,23 @@
-"""The XLA flags of the test suite (tests/conftest.py explains them), in one place for the
-tests that run a subprocess without them."""
+"""The platform the tests run on and the XLA flags of the CPU test suite, in one place for
+tests/conftest.py and for the tests that run a subprocess without them.
+
+``SBJAX_TEST_PLATFORM=cpu|cuda|tpu`` (default ``cpu``) chooses the platform: tests/conftest.py
+sets ``JAX_PLATFORMS`` to it, sets :data:`TEST_XLA_FLAGS` on the CPU only, and skips the tests
+marked ``only_on(...)`` that the platform is not named in (the marker gives the reason).
+"""
+
+import os
+
+PLATFORMS = ("cpu", "cuda", "tpu")
 
 TEST_XLA_FLAGS = "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
+
+
+def platform_under_test() -> str:
+  """The platform of this test session: ``SBJAX_TEST_PLATFORM`` (default ``cpu``), checked."""
+  name = os.environ.get("SBJAX_TEST_PLATFORM", "").strip().lower() or "cpu"
+  if name not in PLATFORMS:
+    raise ValueError(f"SBJAX_TEST_PLATFORM={name!r} is not a test platform; use one of "
+                     f"{', '.join(PLATFORMS)} (default cpu)")
+  return name
+

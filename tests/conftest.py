@@ -1,5 +1,14 @@
-"""Test set-up: CPU only, quiet logs. Tests that need 8 fake devices run in a subprocess
-(XLA_FLAGS must be set before JAX starts), see tests/_subproc.py."""
+"""Test set-up: the platform (CPU unless ``SBJAX_TEST_PLATFORM`` says otherwise), quiet logs.
+Tests that need 8 fake devices run in a subprocess (XLA_FLAGS must be set before JAX starts),
+see tests/_multidevice.py.
+
+On an accelerator: ``SBJAX_TEST_PLATFORM=cuda python -m pytest tests -m "not e2e" -n 4``
+(or ``tpu``; a TPU is opened by one process only, so there ``-p no:xdist``) runs the unit and
+integration layers there. ``JAX_PLATFORMS`` is set to the platform, the CPU-only XLA flags
+below are not set, on a GPU each process allocates GPU memory as it needs it (several xdist
+workers share the device), and a test marked ``only_on(...)`` skips on a platform it does not
+name, with its reason (e.g. host page faults, a Pallas TPU kernel in interpret mode).
+"""
 
 import os
 import sys
@@ -7,14 +16,24 @@ from pathlib import Path
 
 import pytest
 
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
   sys.path.insert(0, str(ROOT))
 SHAKESPEARE = ROOT.parent / "shared" / "data" / "shakespeare"
 
-from tests._xla import TEST_XLA_FLAGS  # noqa: E402  (needs ROOT on sys.path)
+from tests._xla import TEST_XLA_FLAGS, platform_under_test  # noqa: E402  (needs ROOT on sys.path)
+
+PLATFORM = platform_under_test()
+_asked = os.environ.get("JAX_PLATFORMS", "")
+if _asked and _asked.split(",")[0] != PLATFORM:
+  raise pytest.UsageError(
+      f"JAX_PLATFORMS={_asked} but the tests run on {PLATFORM!r}: set "
+      f"SBJAX_TEST_PLATFORM={_asked.split(',')[0]} to test on that platform (cpu, cuda, tpu), "
+      "or unset JAX_PLATFORMS")
+os.environ["JAX_PLATFORMS"] = _asked or PLATFORM
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+if PLATFORM == "cuda":  # xdist workers share one GPU: no process may take 75% of it up front
+  os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 # XLA's CPU backend tuned for compile time, for the tests and their subprocesses: compilation,
 # not execution, is most of the time of tiny-model tests.
@@ -25,8 +44,9 @@ from tests._xla import TEST_XLA_FLAGS  # noqa: E402  (needs ROOT on sys.path)
 #   0.7 s instead of 2.2 s at -O0 (test_model.py: 78 -> 46 s of CPU).
 # Neither changes a result beyond float rounding: the golden one-step test (rtol 2e-6) holds
 # with and without them, and every bitwise comparison compares runs made with the same flags.
-# Set XLA_FLAGS yourself to test other flags (e.g. XLA_FLAGS= for XLA's defaults).
-if "XLA_FLAGS" not in os.environ:
+# Set XLA_FLAGS yourself to test other flags (e.g. XLA_FLAGS= for XLA's defaults). Not on an
+# accelerator: there the tests meet XLA's defaults, as users do.
+if PLATFORM == "cpu" and "XLA_FLAGS" not in os.environ:
   os.environ["XLA_FLAGS"] = TEST_XLA_FLAGS
 
 # A persistent XLA compilation cache shared by the tests of one session and their
@@ -53,6 +73,25 @@ def pytest_collection_modifyitems(config, items):
     for layer in LAYERS:
       if layer in parts:
         item.add_marker(getattr(pytest.mark, layer))
+    skip = _platform_skip(item)
+    if skip is not None:
+      item.add_marker(skip)
+
+
+def _platform_skip(item):
+  """``@pytest.mark.only_on("cpu", ..., reason="why")``: a skip on the other platforms."""
+  mark = item.get_closest_marker("only_on")
+  if mark is None:
+    return None
+  reason = mark.kwargs.get("reason", "")
+  bad = [p for p in mark.args if p not in ("cpu", "cuda", "tpu")]
+  if not mark.args or bad or not reason:
+    raise pytest.UsageError(f"{item.nodeid}: only_on takes platforms among cpu, cuda, tpu and a "
+                            f"reason=..., got {mark.args} {mark.kwargs}")
+  if PLATFORM in mark.args:
+    return None
+  return pytest.mark.skip(reason=f"only on {', '.join(mark.args)} ({reason}); "
+                                 f"SBJAX_TEST_PLATFORM={PLATFORM}")
 
 
 @pytest.fixture(scope="session")

@@ -52,6 +52,8 @@ def _one_window(q, k, v, do, window):
   return float(le)
 
 
+@pytest.mark.only_on("cpu", "tpu", reason="the Pallas TPU kernel runs natively on a TPU and in "
+                     "interpret mode on the CPU, not on a GPU")
 def test_splash_interpret_equals_einsum_loss_and_grads_causal():
   """Causal here; the local window (GPT-Neo) in tests/e2e/test_lowering_e2e.py."""
   splash_vs_einsum([None])

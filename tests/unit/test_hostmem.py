@@ -51,6 +51,8 @@ def _probe(keep: str | None) -> tuple[int, int]:
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt settings are glibc's")
+@pytest.mark.only_on("cpu", reason="counts the host page faults of XLA:CPU's step temporaries; "
+                     "sbjax sets the allocator only when JAX computes on the CPU")
 def test_freed_step_block_is_reused_without_page_faults():
   pages = (96 << 20) // 4096
   applied, faults = _probe("1")
