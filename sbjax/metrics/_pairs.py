@@ -1,10 +1,11 @@
 """Blocked streaming over unordered class pairs c < c' (never builds K x K).
 
-Internal module used by :mod:`sbjax.metrics.collapse`.  The K class rows are
-padded to K_pad = nb * B (B = block size) with a validity mask; a ``lax.scan``
-runs over the nb (nb + 1) / 2 block pairs (I <= J) and keeps only running
-statistics, so peak memory is O(K d + B^2).  Within a diagonal block only the
-strict upper triangle is used; padded rows are masked out.
+Internal module used by :mod:`sbjax.metrics._collapse_core`.  The class rows are
+padded to K_pad = nb * B (B = block size) with a validity mask, the K valid rows
+first; a ``fori_loop`` runs over the block pairs (I <= J) that hold valid rows
+(ceil(K/B) (ceil(K/B) + 1) / 2 of the nb (nb + 1) / 2) and keeps only running
+statistics, so peak memory is O(K_pad d + B^2).  Within a diagonal block only the
+strict upper triangle is used; padded and invalid rows are masked out.
 
 Running statistics:
 

@@ -67,7 +67,7 @@ mu~_c = mu_c - mu_G; W is restricted to the analysed rows.
 
 Standard deviations use ``ddof`` (default 1, like ``torch.std`` in the
 authors' code).  Pairs are streamed in blocks (``block_size``) with only
-running sums kept: peak memory O(K d + block^2).
+running sums kept: peak memory O(V d + block^2) (the V class rows with a mask).
 
 Robustness: NaN/inf features, labels outside [0, V), fewer than 2 analysed
 classes, all class means identical, ``min_count < 1`` and unknown options raise
