@@ -43,12 +43,13 @@ def main():
 
   devs = jax.devices()
   torch_cuda = None
-  try:
-    import torch
+  if kind != "cpu":  # (torch's import is seconds: not for the CPU dry run)
+    try:
+      import torch
 
-    torch_cuda = torch.cuda.get_device_name() if torch.cuda.is_available() else False
-  except ImportError:
-    pass
+      torch_cuda = torch.cuda.get_device_name() if torch.cuda.is_available() else False
+    except ImportError:
+      pass
   env = {"kind": kind, "dry_run": dry, "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                                      time.gmtime()),
          "backend": jax.default_backend(), "n_devices": len(devs),

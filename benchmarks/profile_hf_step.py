@@ -9,6 +9,9 @@ Rows are also grouped: matmuls (``aten::mm``/``addmm``/``bmm``), attention
 counterpart for sbjax is ``benchmarks/profile_step.py``.
 
     PYTHONPATH=. python benchmarks/profile_hf_step.py --config=pythia-14m
+    # on a GPU, as device_check.sh's train section runs it (bf16 autocast; CUDA time too):
+    python benchmarks/profile_hf_step.py --config=pythia-160m --batch=16 --seq=1024 \
+        --device=cuda --dtype=bfloat16
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ def main():
   ap.add_argument("--reps", type=int, default=3)
   ap.add_argument("--eager", action="store_true", help="profile hf_eager instead")
   ap.add_argument("--top", type=int, default=25)
+  ap.add_argument("--device", default="cpu", help="cpu | cuda | auto")
+  ap.add_argument("--dtype", default="float32", help="autocast dtype (e.g. bfloat16)")
   a = ap.parse_args()
 
   import numpy as np
@@ -51,13 +56,16 @@ def main():
   from torch._inductor import config as inductor_config
 
   inductor_config.cpp.enable_kernel_profile = True
-  mc, tc = model_config(a.config, "float32", 0, "none")
+  mc, tc = model_config(a.config, a.dtype, 0, "none")
   batch_np = np.random.default_rng(0).integers(0, mc.vocab_size, (a.batch, a.seq + 1),
                                                dtype=np.int32)
-  run, info = hf_side(mc, tc, batch_np, not a.eager)
+  run, info = hf_side(mc, tc, batch_np, not a.eager, a.device)
   run()
   t = time.perf_counter()
-  with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+  acts = [torch.profiler.ProfilerActivity.CPU]
+  if info["device"] != "cpu":  # the kernels' device time beside the host's
+    acts.append(torch.profiler.ProfilerActivity.CUDA)
+  with torch.profiler.profile(activities=acts) as prof:
     for _ in range(a.reps):
       run()
   step_s = (time.perf_counter() - t) / a.reps  # with the profiler's overhead

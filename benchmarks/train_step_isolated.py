@@ -63,7 +63,10 @@ def run_isolated(a, name: str, script: str) -> list[dict]:
       rows.append({"bench": "train_step", "config": name, "side": side,
                    "skipped": f"not run: {max(left, 0):.0f} s left of --budget_s={a.budget_s:g}"})
       continue
-    env = {"SBJAX_KEEP_HOST_MEMORY": keep if side.startswith("hf_") else "1"}
+    # an HF side's jax (imported for the config) stays on the CPU: it must not take the
+    # GPU memory that torch is measured with
+    env = ({"SBJAX_KEEP_HOST_MEMORY": keep, "JAX_PLATFORMS": "cpu"} if side.startswith("hf_")
+           else {"SBJAX_KEEP_HOST_MEMORY": "1"})
     res = run_side(script, child_args(a, name, side), limit, env)
     got = [r for r in res["rows"] if r.get("bench") == "train_step"]
     if res["timed_out"]:

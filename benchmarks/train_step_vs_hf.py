@@ -22,11 +22,18 @@ ratio to ``hf_eager`` and MFU = analytic FLOPs (``sbjax.model.flops_per_token``:
 in this process (jax or torch); on an
 accelerator ``--peak_tflops`` (the device's datasheet peak for the dtype).
 
+On an accelerator, ``--isolate`` (``train_step_isolated.py``) runs each side of each config in
+a fresh process, one after another, under ``--side_timeout`` / ``--compile_timeout`` and
+within ``--budget_s``; ``--hf_device=auto`` puts the HF sides on the GPU and ``--dtype=bfloat16``
+autocasts them to bf16 (float32 parameters, as sbjax's bf16 compute); rows add each side's
+peak device memory (GiB, after its first step), compile seconds and ``vs_hf_compile``.
+
 Run (CPU, from the repo root):
     PYTHONPATH=. python benchmarks/train_step_vs_hf.py --configs=pythia-14m,d512
-Accelerator (sbjax only, bf16):
-    python benchmarks/train_step_vs_hf.py --configs=pythia-70m,pythia-160m --sides=sbjax \
-        --dtype=bfloat16 --batch=16 --seq=1024 --peak_tflops=989
+Accelerator (as benchmarks/device_check.sh runs it):
+    python benchmarks/train_step_vs_hf.py --isolate --configs=pythia-160m,pythia-410m \
+        --dtype=bfloat16 --batch=16 --seq=1024 --warmup=2 --reps=10 --hf_device=auto \
+        --loss_chunk=preset --remat=preset --peak_tflops=989 --compile_timeout=150
 """
 
 from __future__ import annotations
@@ -120,7 +127,8 @@ def hf_side(mc, tc, batch_np, compile_: bool, device: str = "cpu"):
   torch.manual_seed(0)
   hcfg = transformers.GPTNeoXConfig(**hf_config(mc))
   hcfg._attn_implementation = "sdpa"
-  model = transformers.GPTNeoXForCausalLM(hcfg).to(device).train()
+  with torch.device(device):  # initialised where it runs (seconds saved at 410m on a GPU)
+    model = transformers.GPTNeoXForCausalLM(hcfg).train()
   decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
   no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
   opt = torch.optim.AdamW([{"params": decay, "weight_decay": tc.weight_decay},
