@@ -133,9 +133,10 @@ def _say(msg: str):
   log.info(msg)
 
 
-def resolve(c: ModelConfig, backend: str | None = None) -> str:
+def resolve(c: ModelConfig, backend: str | None = None, say: bool = True) -> str:
   """The kernel ``model.attn_impl`` means on ``backend`` (default ``jax.default_backend()``):
-  one of einsum | dpa | xla | cudnn | splash. float64 always takes einsum (no other kernel has it)."""
+  one of einsum | dpa | xla | cudnn | splash. float64 always takes einsum (no other kernel has
+  it). ``say``: log the choice of ``auto`` on a GPU (once per message)."""
   backend = backend or jax.default_backend()
   if c.param_dtype == "float64" or c.dtype == "float64":
     return "einsum"
@@ -147,8 +148,9 @@ def resolve(c: ModelConfig, backend: str | None = None) -> str:
     ok, why = cudnn_shape_ok(c)
     if ok:
       ok, why = cudnn_available()
-    _say("attention (attn_impl=auto on gpu): " + ("cuDNN flash attention" if ok else
-         f"XLA dot_product_attention; cuDNN not used: {why}"))
+    if say:
+      _say("attention (attn_impl=auto on gpu): " + ("cuDNN flash attention" if ok else
+           f"XLA dot_product_attention; cuDNN not used: {why}"))
     return "cudnn" if ok else "xla"
   return "xla"
 
@@ -238,8 +240,10 @@ def _kernel(impl: str, c: ModelConfig, scale: float, window: int | None):
 
 def platform_kernels(c: ModelConfig) -> dict[str, str]:
   """The kernel of each ``platform_dependent`` branch of ``attend``: cpu, cuda, and the
-  default (tpu and any other platform)."""
-  return {"cpu": resolve(c, "cpu"), "cuda": resolve(c, "gpu"), "default": resolve(c, "tpu")}
+  default (tpu and any other platform). The GPU choice is logged on a GPU machine only."""
+  on_gpu = jax.default_backend() == "gpu"  # for the log only; the choice is per platform
+  return {"cpu": resolve(c, "cpu"), "cuda": resolve(c, "gpu", say=on_gpu),
+          "default": resolve(c, "tpu")}
 
 
 def attend(c: ModelConfig, q, k, v, *, scale: float, local: bool):

@@ -1,28 +1,29 @@
-"""Lowering for TPU and CUDA without the hardware: ``jax.export`` on an abstract mesh.
+"""Lowering for CPU, CUDA and TPU without the hardware: one ``jax.export`` on an abstract mesh.
 
-``export_checked(fn_jit, args, platform)`` traces a jitted function for ``platform``
-(``tpu`` or ``cuda``), checks its jaxpr for constructs that do not run there, and exports
-it (``jax.export.export(fn_jit, platforms=[platform])``) to StableHLO; ``args`` are
-``jax.ShapeDtypeStruct`` with ``NamedSharding`` on a ``jax.sharding.AbstractMesh`` (no
-devices needed). A failure raises ``LoweringError`` naming the construct and where it comes
-from:
+``export_checked(make_jit, args, platforms)`` traces a jitted function once, checks its
+jaxpr for constructs that do not run on those platforms, and exports it with
+``jax.export.export(fn_jit, platforms=platforms)`` to one StableHLO module for all of them
+(default ``PLATFORMS`` = cpu, cuda, tpu); ``args`` are ``jax.ShapeDtypeStruct`` with
+``NamedSharding`` on a ``jax.sharding.AbstractMesh`` (no devices needed). A failure raises
+``LoweringError`` naming the construct and where it comes from:
 
 - a host callback (``jax.pure_callback``, ``io_callback``, ``jax.debug.print/callback``)
   inside jit: it needs the host, and ``jax.export`` cannot serialise it;
-- float64 / complex128 values (x64 enabled) for ``tpu``, which has no float64 arithmetic;
-- a primitive with no lowering for the platform, e.g. the CPU eigenvalue path of the
-  spectra (``tridiagonal``: LAPACK/cuSOLVER ``sytrd``, nothing on TPU);
+- float64 / complex128 values (x64 enabled) when ``tpu`` is among the platforms (TPU has
+  no float64 arithmetic);
+- a primitive with no lowering for one of the platforms, e.g. ``tridiagonal`` (LAPACK /
+  cuSOLVER ``sytrd``, nothing on TPU) used outside a per-platform choice;
 - a sharding that does not divide a shape (the error of ``jax.jit`` names the argument).
 
-Platform choices made at trace time: sbjax picks some kernels with ``jax.default_backend()``
-(the attention kernel, ``sbjax.attention.resolve``; the spectra's eigenvalue routine and Gram
-product, ``sbjax.metrics.spectrum``). ``target_backend(platform)`` makes
-``jax.default_backend()`` answer the target's name while tracing, so the program exported is
-the one that machine would trace (for ``cuda`` cuDNN attention is assumed available, as on
-a lent GPU). jit's trace caches are keyed by function and shapes, not by this override, so
-``target_backend`` clears them (``jax.clear_caches()``) on entry and exit: a trace made for
-one platform is never reused for another (nor run here). The cost: the process recompiles
-what it jitted before (the persistent compilation cache still holds it).
+Platform choices: sbjax picks backend-dependent code when the program is compiled, not when
+it is traced (``jax.lax.platform_dependent``: the attention kernel of ``attn_impl=auto``,
+the splash kernel's interpret mode, the spectra's Gram product; ``sbjax.per_platform``: the
+spectra's eigenvalue routine). So a trace made on this CPU is the program each backend
+runs, and nothing pretends to be another backend while tracing. Two kernels lower on one
+platform only and are exported for it alone (``sbjax.attention``): ``attn_impl=cudnn``
+(cuda) and ``attn_impl=splash`` compiled for tpu. cuDNN's version check needs a GPU; off a
+GPU ``assume_cudnn_version`` answers ``ASSUMED_CUDNN`` (the head-dim limits are then those
+of a pre-Hopper GPU, the stricter ones).
 
 The entry points and the meshes: ``sbjax.lowering_suite``.
 """
@@ -40,10 +41,8 @@ from jax._src import source_info_util  # the user frame of an equation (no publi
 from jax._src.cudnn import fused_attention_stablehlo as cudnn_fa  # its cuDNN version check
 from jax.sharding import AbstractMesh, AxisType
 
-from sbjax import attention
-
-PLATFORMS = ("tpu", "cuda")
-BACKEND_OF = {"tpu": "tpu", "cuda": "gpu", "rocm": "gpu", "cpu": "cpu"}
+PLATFORMS = ("cpu", "cuda", "tpu")  # one export for all three
+KNOWN = ("cpu", "cuda", "rocm", "tpu")
 ASSUMED_CUDNN = 91000  # cuDNN 9.10, the version assumed when exporting for cuda off-GPU
 # cuDNN's attention targets carry no serialisation-compatibility guarantee; we export to
 # check lowering, not to archive, so they are allowed (jax.export.DisabledSafetyCheck)
@@ -52,14 +51,16 @@ UNSTABLE_OK = tuple(jax.export.DisabledSafetyCheck.custom_call(t)
 CALLBACKS = ("pure_callback", "io_callback", "debug_callback", "debug_print", "callback",
              "python_callback")
 WIDE = (np.dtype("float64"), np.dtype("complex128"))
-WHY = {  # primitive -> why it has no lowering on an accelerator
-    "tridiagonal": "the LAPACK/cuSOLVER sytrd reduction (the CPU eigenvalue path of the "
-                   "spectra); TPU has none: use jnp.linalg.eigvalsh there",
+WHY = {  # primitive -> why it has no lowering on a platform
+    "tridiagonal": "the LAPACK/cuSOLVER sytrd reduction; TPU has none: choose it per platform "
+                   "(sbjax.per_platform, as the spectra's CPU eigenvalue path does) or use "
+                   "jnp.linalg.eigvalsh",
 }
 
 
 class LoweringError(Exception):
-  """A jitted function does not lower for a platform; ``problems`` names each construct."""
+  """A jitted function does not lower for its platforms (``platform``: their names joined by
+  commas); ``problems`` names each construct."""
 
   def __init__(self, name: str, platform: str, problems: list[str]):
     self.name, self.platform, self.problems = name, platform, list(problems)
@@ -72,29 +73,26 @@ def abstract_mesh(shape: tuple[int, int, int]) -> AbstractMesh:
 
 
 @contextlib.contextmanager
-def target_backend(platform: str, cudnn: bool = True):
-  """While tracing for ``platform``, ``jax.default_backend()`` answers its backend name
-  (``cuda`` -> ``gpu``), and on ``cuda`` cuDNN attention counts as available (``cudnn``):
-  JAX's cuDNN version check answers ``ASSUMED_CUDNN`` when this machine has no cuDNN (the
-  head-dim limits are then those of a pre-Hopper GPU, the stricter ones).
-
-  cuDNN attention on a mesh of several devices is a ``custom_partitioning`` op, whose
-  partitioner is a host callback: ``jax.export`` cannot serialise it (and cannot lower it on
-  an ``AbstractMesh`` at all). Sharded programs are therefore exported with ``cudnn=False``
-  (XLA attention, the fallback of ``attn_impl=auto``), the cuDNN kernel on one device."""
-  if platform not in BACKEND_OF:
-    raise ValueError(f"unknown platform {platform!r}; allowed: {sorted(BACKEND_OF)}")
-  saved, saved_check = jax.default_backend, cudnn_fa.check_cudnn_version
-  jax.clear_caches()  # no trace made for this machine is reused for the target ...
-  jax.default_backend = lambda: BACKEND_OF[platform]
-  if platform == "cuda" and cudnn_fa.cuda_versions is None:
-    cudnn_fa.check_cudnn_version = lambda: ASSUMED_CUDNN
+def assume_cudnn_version(version: int = ASSUMED_CUDNN):
+  """Within the block JAX's cuDNN version check answers ``version`` when this machine has no
+  cuDNN (so the cuDNN attention kernel can be traced for a cuda export); else a no-op."""
+  saved = cudnn_fa.check_cudnn_version
+  if cudnn_fa.cuda_versions is None:
+    cudnn_fa.check_cudnn_version = lambda: version
   try:
-    with attention.assume_cudnn(platform == "cuda" and cudnn):
-      yield
+    yield
   finally:
-    jax.default_backend, cudnn_fa.check_cudnn_version = saved, saved_check
-    jax.clear_caches()  # ... and none made for the target is run here
+    cudnn_fa.check_cudnn_version = saved
+
+
+def check_platforms(platforms) -> tuple[str, ...]:
+  """``platforms`` as a tuple of known names; a clear error otherwise."""
+  platforms = tuple(platforms)
+  bad = [p for p in platforms if p not in KNOWN]
+  if bad or not platforms:
+    raise ValueError(f"unknown platforms {bad or platforms!r}; allowed: a non-empty subset of "
+                     f"{KNOWN}, e.g. {PLATFORMS}")
+  return platforms
 
 
 # ----------------------------------------------------------------------------- jaxpr scan
@@ -126,16 +124,16 @@ def where(eqn) -> str:
     return "unknown location"
 
 
-def scan_jaxpr(jaxpr, platform: str, limit: int = 5) -> list[str]:
-  """The constructs of ``jaxpr`` that cannot run on ``platform`` (at most ``limit`` of each
-  kind): host callbacks, and float64/complex128 values on tpu."""
+def scan_jaxpr(jaxpr, platforms, limit: int = 5) -> list[str]:
+  """The constructs of ``jaxpr`` that cannot run on ``platforms`` (at most ``limit`` of each
+  kind): host callbacks, and float64/complex128 values when tpu is among them."""
   callbacks, wide = [], []
   for eqn in iter_eqns(jaxpr):
     name = eqn.primitive.name
     if name in CALLBACKS and len(callbacks) < limit:
       callbacks.append(f"host callback '{name}' at {where(eqn)} (a callback needs the host "
                        "and cannot be exported; compute it in jax.numpy or outside jit)")
-    if platform == "tpu" and len(wide) < limit:
+    if "tpu" in platforms and len(wide) < limit:
       for v in eqn.outvars:
         dt = getattr(getattr(v, "aval", None), "dtype", None)
         if dt is not None and np.dtype(dt) in WIDE:
@@ -148,12 +146,12 @@ def scan_jaxpr(jaxpr, platform: str, limit: int = 5) -> list[str]:
 def _explain(err: Exception, jaxpr) -> str:
   """The failing construct of a lowering error, with the source of its first equation."""
   msg = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-  m = re.search(r"primitive '?([\w\-]+)'? not found for platform", str(err))
+  m = re.search(r"primitive '?([\w\-]+)'? not found for (platforms? [^\n]+)", str(err))
   if m:
     prim = m.group(1)
     site = next((where(e) for e in iter_eqns(jaxpr) if e.primitive.name == prim), "?")
     extra = f": {WHY[prim]}" if prim in WHY else ""
-    return f"primitive '{prim}' at {site} has no lowering{extra}"
+    return f"primitive '{prim}' at {site} has no lowering ({m.group(2)}){extra}"
   return f"{type(err).__name__}: {msg}"
 
 
@@ -165,26 +163,29 @@ def custom_calls(exported) -> list[str]:
   return sorted(set(re.findall(r"custom_call @([\w$.\-]+)", exported.mlir_module())))
 
 
-def export_checked(make_jit, args: tuple, platform: str, name: str = "function",
-                   cudnn: bool = True):
-  """``jax.export`` of ``make_jit()`` (a function returning a fresh ``jax.jit``, called under
-  ``target_backend(platform, cudnn)``) at ``args``; returns the ``Exported``.
+def export_checked(make_jit, args: tuple, platforms=PLATFORMS, name: str = "function",
+                   cudnn_version: bool = False):
+  """One ``jax.export`` of ``make_jit()`` (a function returning a fresh ``jax.jit``) at
+  ``args`` for all of ``platforms``; returns the ``Exported``. ``cudnn_version``: trace under
+  ``assume_cudnn_version`` (a program with cuDNN attention, exported off a GPU).
 
   Raises ``LoweringError`` naming the constructs that do not lower (see the module doc)."""
-  with target_backend(platform, cudnn):
+  platforms = check_platforms(platforms)
+  where_to = ",".join(platforms)
+  with assume_cudnn_version() if cudnn_version else contextlib.nullcontext():
     fn = make_jit()
     try:
       traced = fn.trace(*args)
     except Exception as e:  # noqa: BLE001 - e.g. a sharding that does not divide a shape
-      raise LoweringError(name, platform, [f"tracing failed: {type(e).__name__}: "
+      raise LoweringError(name, where_to, [f"tracing failed: {type(e).__name__}: "
                                            f"{str(e).strip()[:400]}"]) from e
-    problems = scan_jaxpr(traced.jaxpr, platform)
+    problems = scan_jaxpr(traced.jaxpr, platforms)
     if problems:
-      raise LoweringError(name, platform, problems)
+      raise LoweringError(name, where_to, problems)
     try:
-      return jax.export.export(fn, platforms=[platform], disabled_checks=UNSTABLE_OK)(*args)
+      return jax.export.export(fn, platforms=list(platforms), disabled_checks=UNSTABLE_OK)(*args)
     except Exception as e:  # noqa: BLE001 - name the construct
-      raise LoweringError(name, platform, [_explain(e, traced.jaxpr)]) from e
+      raise LoweringError(name, where_to, [_explain(e, traced.jaxpr)]) from e
 
 
 def sds(tree, shardings):
@@ -193,9 +194,11 @@ def sds(tree, shardings):
                       tree, shardings)
 
 
-def timed_export(make_jit, args, platform: str, name: str, cudnn: bool = True) -> dict[str, Any]:
+def timed_export(make_jit, args, platforms, name: str, cudnn_version: bool = False
+                 ) -> dict[str, Any]:
   """``export_checked`` with its wall time and the module's custom calls, as a row."""
   t0 = time.perf_counter()
-  exp = export_checked(make_jit, args, platform, name, cudnn)
-  return {"entry": name, "platform": platform, "seconds": round(time.perf_counter() - t0, 2),
-          "devices": exp.nr_devices, "custom_calls": custom_calls(exp)}
+  exp = export_checked(make_jit, args, platforms, name, cudnn_version)
+  return {"entry": name, "platforms": list(exp.platforms),
+          "seconds": round(time.perf_counter() - t0, 2), "devices": exp.nr_devices,
+          "custom_calls": custom_calls(exp)}

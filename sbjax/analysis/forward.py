@@ -109,11 +109,18 @@ def cached_weight_metrics(mc, settings: Settings):
   return make_weight_metrics(mc, settings)
 
 
+def _on_host(x) -> bool:
+  """``x`` is a host (numpy) array or a jax.Array on CPU devices only."""
+  return not isinstance(x, jax.Array) or all(d.platform == "cpu" for d in x.devices())
+
+
 def stack_params(params_list):
-  """K params pytrees stacked on a new leading axis. On CPU the stack is built with numpy and
-  placed once (``jnp.stack`` compiled one small program per distinct leaf shape and group
-  size: ~2 s of a run's first group); on an accelerator ``jnp.stack`` keeps it on device."""
-  if jax.default_backend() != "cpu":
+  """K params pytrees stacked on a new leading axis. Checkpoints on the host or on CPU
+  devices are stacked with numpy and placed once (``jnp.stack`` compiled one small program
+  per distinct leaf shape and group size: ~2 s of a run's first group); checkpoints on an
+  accelerator are stacked there with ``jnp.stack``. Host code (no trace): the choice follows
+  where the arrays are, not ``jax.default_backend()``."""
+  if not all(_on_host(x) for x in jax.tree.leaves(params_list[0])):
     return jax.tree.map(lambda *xs: jnp.stack(xs), *params_list)
   return jax.device_put(jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]),
                                      *params_list))

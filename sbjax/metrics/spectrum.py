@@ -32,6 +32,8 @@ import jax.numpy as jnp
 from jax import lax
 from jax.scipy.linalg import eigh_tridiagonal
 
+from sbjax.per_platform import per_platform_op
+
 from ._util import at_least_f32, x64_enabled, xlogx_safe
 
 __all__ = [
@@ -55,6 +57,20 @@ _METHODS = ("auto", "gram", "gram_refine", "gram64", "svd")
 _HI = lax.Precision.HIGHEST
 
 
+def _eigvalsh_cpu(g):
+    """CPU: LAPACK ``sytrd`` to tridiagonal form, then bisection (batch axes allowed)."""
+    _, diag, off, _ = lax.linalg.tridiagonal(g, lower=True)
+    eig = lambda d, e: jnp.sort(eigh_tridiagonal(d, e, eigvals_only=True))  # noqa: E731
+    for _ in range(g.ndim - 2):
+        eig = jax.vmap(eig)
+    return eig(diag, off)
+
+
+# one primitive lowered per platform (sbjax.per_platform): tridiagonal has no TPU lowering,
+# so it cannot sit in a lax.platform_dependent branch of a (cpu, cuda, tpu) export
+_EIGVALSH = per_platform_op("sbjax_spectrum_eigvalsh", jnp.linalg.eigvalsh, cpu=_eigvalsh_cpu)
+
+
 def _eigvalsh(g):
     """Ascending eigenvalues of a symmetric matrix, without eigenvectors.
 
@@ -62,13 +78,27 @@ def _eigvalsh(g):
     and discards them.  On CPU we instead reduce to tridiagonal form (LAPACK
     ``sytrd``, (4/3) d^3 flops) and find the eigenvalues by bisection
     (``jax.scipy.linalg.eigh_tridiagonal``), measured ~2.5x faster at d=512
-    with the same accuracy (~1e-7 relative in float32).  Other backends keep
-    ``eigvalsh``.
+    with the same accuracy (~1e-7 relative in float32).  Other platforms keep
+    ``eigvalsh``.  The routine is chosen per platform when the program is
+    compiled (``sbjax.per_platform``), so one export serves cpu, cuda and tpu.
     """
-    if jax.default_backend() != "cpu":
-        return jnp.linalg.eigvalsh(g)
-    _, diag, off, _ = lax.linalg.tridiagonal(g, lower=True)
-    return jnp.sort(eigh_tridiagonal(diag, off, eigvals_only=True))
+    return _EIGVALSH(g)
+
+
+def _gram_plain(w):
+    return jnp.matmul(w.T, w, precision=_HI)
+
+
+def _gram_half(w):
+    """[W1 W2]^T [W1 W2] from W1^T [W1 W2] and W2^T W2 (the lower-left block mirrored)."""
+    h = w.shape[1] // 2
+
+    def dg(x, y):
+        return lax.dot_general(x, y, (((0,), (0,)), ((), ())), precision=_HI)
+
+    top = dg(w[:, :h], w)  # (h, d) = [G11 G12]
+    g22 = dg(w[:, h:], w[:, h:])
+    return jnp.concatenate([top, jnp.concatenate([top[:, h:].T, g22], axis=1)], axis=0)
 
 
 def _gram(w):
@@ -77,20 +107,14 @@ def _gram(w):
     On CPU with an even d >= 256 only the upper block row pair is multiplied:
     [W1 W2]^T [W1 W2] needs W1^T [W1 W2] and W2^T W2 (3/4 of the flops), and the
     lower-left block is the transpose of the upper-right one.  Bitwise equal to
-    the plain product here, measured ~9% faster at 16 x 50000 x 512 (XLA:CPU has
-    no syrk).  Other backends and small d use the plain matmul.
+    the plain product there, measured ~9% faster at 16 x 50000 x 512 (XLA:CPU has
+    no syrk).  Other platforms (``lax.platform_dependent``, chosen when the
+    program is compiled) and small d use the plain matmul.
     """
     d = w.shape[1]
-    if jax.default_backend() != "cpu" or d % 2 or d < 256:
-        return jnp.matmul(w.T, w, precision=_HI)
-    h = d // 2
-
-    def dg(x, y):
-        return lax.dot_general(x, y, (((0,), (0,)), ((), ())), precision=_HI)
-
-    top = dg(w[:, :h], w)  # (h, d) = [G11 G12]
-    g22 = dg(w[:, h:], w[:, h:])
-    return jnp.concatenate([top, jnp.concatenate([top[:, h:].T, g22], axis=1)], axis=0)
+    if d % 2 or d < 256:
+        return _gram_plain(w)
+    return lax.platform_dependent(w, cpu=_gram_half, default=_gram_plain)
 
 
 def _gram_eigs(w, dtype):

@@ -1,6 +1,6 @@
 """sbjax.lowering on small functions: what a failure names (host callback, float64 on TPU, a
-primitive with no TPU lowering, a sharding that does not divide), and which trace-time path
-(CPU or accelerator) is exported for each platform."""
+primitive with no TPU lowering, a sharding that does not divide), and the spectra exported
+once for cpu, cuda and tpu, each platform with its own eigenvalue path."""
 
 import re
 
@@ -30,11 +30,11 @@ def test_host_callback_is_named_with_its_source_line(kind):
       jax.debug.print("x0={}", x[0, 0])
     return jnp.sum(x * x)
 
-  for platform in low.PLATFORMS:
+  for platforms in (low.PLATFORMS, ("cuda",)):
     with pytest.raises(low.LoweringError) as e:
-      low.export_checked(lambda: jax.jit(f), (X,), platform, "f")
+      low.export_checked(lambda: jax.jit(f), (X,), platforms, "f")
     msg = str(e.value)
-    assert f"f does not lower for {platform}" in msg
+    assert f"f does not lower for {','.join(platforms)}" in msg
     assert f"host callback '{kind}'" in msg and "test_lowering.py:" in msg, msg
 
 
@@ -45,8 +45,8 @@ def test_float64_under_x64_is_named_for_tpu_only():
   with jax.enable_x64(True):
     with pytest.raises(low.LoweringError, match=r"float64 value from 'convert_element_type' at "
                        r".*test_lowering.py:\d+.*TPU has no float64"):
-      low.export_checked(lambda: jax.jit(f), (X,), "tpu", "f")
-    low.export_checked(lambda: jax.jit(f), (X,), "cuda", "f")  # GPUs have float64
+      low.export_checked(lambda: jax.jit(f), (X,), low.PLATFORMS, "f")
+    low.export_checked(lambda: jax.jit(f), (X,), ("cpu", "cuda"), "f")  # both have float64
 
 
 def test_primitive_without_tpu_lowering_is_named():
@@ -56,10 +56,10 @@ def test_primitive_without_tpu_lowering_is_named():
     return d
 
   with pytest.raises(low.LoweringError, match=r"primitive 'tridiagonal' at .*test_lowering.py:\d+"
-                     r".* has no lowering: the LAPACK/cuSOLVER sytrd"):
-    low.export_checked(lambda: jax.jit(f), (X,), "tpu", "f")
-  assert "cusolver_sytrd_ffi" in low.custom_calls(low.export_checked(lambda: jax.jit(f), (X,),
-                                                                     "cuda"))
+                     r".* has no lowering \(platforms \['tpu'\]\): the LAPACK/cuSOLVER sytrd"):
+    low.export_checked(lambda: jax.jit(f), (X,), low.PLATFORMS, "f")
+  calls = low.custom_calls(low.export_checked(lambda: jax.jit(f), (X,), ("cpu", "cuda")))
+  assert "cusolver_sytrd_ffi" in calls and "lapack_ssytrd_ffi" in calls, calls
 
 
 def test_sharding_that_does_not_divide_is_named():
@@ -67,33 +67,31 @@ def test_sharding_that_does_not_divide_is_named():
   x = jax.ShapeDtypeStruct((6, 16), jnp.float32, sharding=NamedSharding(mesh, P("data")))
   with jax.sharding.use_abstract_mesh(mesh):
     with pytest.raises(low.LoweringError, match=r"IndivisibleError: .*partitioned 4 times, but the dimension size is 6"):
-      low.export_checked(lambda: jax.jit(jnp.sum), (x,), "tpu", "sum")
+      low.export_checked(lambda: jax.jit(jnp.sum), (x,), low.PLATFORMS, "sum")
 
 
-@pytest.mark.parametrize("platform, target, absent", [
-    ("cpu", "lapack_ssytrd_ffi", "syevd"),  # the CPU path: tridiagonal + bisection
-    ("tpu", "Eigh", "sytrd"),                # the accelerator path: eigvalsh
-    ("cuda", "cusolver_syevd_ffi", "sytrd"),
-])
-def test_spectra_export_the_path_of_the_target_platform(platform, target, absent):
-  """singular_values picks its eigen routine with jax.default_backend() at trace time: the
-  export for a platform takes that platform's path, not this CPU's."""
+def test_spectra_export_once_for_every_platform_with_its_own_path():
+  """singular_values chooses its eigen routine (sbjax.per_platform) and Gram product
+  (lax.platform_dependent) when the program is compiled: one export holds the CPU path
+  (tridiagonal + bisection, the half-Gram product), cuSOLVER syevd and the TPU Eigh, and
+  called here it runs the CPU path, equal to the jitted function and to numpy."""
   w = jax.ShapeDtypeStruct((512, 256), jnp.float32)  # d >= 256: the CPU Gram trick too
-  exp = low.export_checked(lambda: jax.jit(spectrum.singular_values), (w,), platform, "sv")
+  exp = low.export_checked(lambda: jax.jit(jax.vmap(spectrum.singular_values)),
+                           (jax.ShapeDtypeStruct((2,) + w.shape, w.dtype),), low.PLATFORMS, "sv")
+  assert exp.platforms == ("cpu", "cuda", "tpu")
   calls = low.custom_calls(exp)
-  assert target in calls and not any(absent in c for c in calls), calls
-  # the CPU's half-Gram product (a concatenate of the block rows) only on cpu
-  n_concat = len(re.findall(r"stablehlo.concatenate", exp.mlir_module()))
-  assert (n_concat > 0) == (platform == "cpu")
+  for target in ("lapack_ssytrd_ffi", "cusolver_syevd_ffi", "Eigh"):
+    assert target in calls, calls
+  assert "lapack_ssyevd_ffi" not in calls, calls  # the CPU never computes eigenvectors here
+  assert re.search(r"stablehlo.concatenate", exp.mlir_module())  # the CPU's half-Gram
+  x = np.random.default_rng(0).standard_normal((2, 512, 256)).astype(np.float32)
+  got = np.asarray(exp.call(x))
+  np.testing.assert_array_equal(got, np.asarray(jax.jit(jax.vmap(spectrum.singular_values))(x)))
+  want = np.linalg.svd(x.astype(np.float64), compute_uv=False)
+  np.testing.assert_allclose(got, want, rtol=1e-4)  # condition ~6: Gram error ~eps·36
 
 
-def test_target_backend_is_restored():
-  before = jax.default_backend()
-  with pytest.raises(RuntimeError):
-    with low.target_backend("tpu"):
-      assert jax.default_backend() == "tpu"
-      raise RuntimeError("boom")
-  assert jax.default_backend() == before
-  with pytest.raises(ValueError, match="unknown platform 'tpux'"):
-    with low.target_backend("tpux"):
-      pass
+def test_unknown_platform_is_refused():
+  with pytest.raises(ValueError, match=r"unknown platforms \['tpux'\]; allowed: a non-empty "
+                     r"subset of \('cpu', 'cuda', 'rocm', 'tpu'\)"):
+    low.export_checked(lambda: jax.jit(jnp.sum), (X,), ("cpu", "tpux"), "sum")

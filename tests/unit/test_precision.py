@@ -44,12 +44,12 @@ def test_policy(dtype, name, want):
 
 
 def _kind(line: str):
-  """A dot's precision: ``("HIGHEST", "HIGHEST")`` etc., None (no attribute: DEFAULT), or
+  """A dot's precision: ``("HIGHEST", "HIGHEST")`` etc. (no attribute: DEFAULT), or
   ``("algorithm", lhs, rhs, accumulation)`` (the bf16 XLA attention's dots: bf16 inputs
   with float32 accumulation, the exact product of bf16 operands whatever the policy)."""
   if m := ALGO.search(line):
     return ("algorithm", *m.groups())
-  return m.groups() if (m := PREC.search(line)) else None
+  return m.groups() if (m := PREC.search(line)) else ("DEFAULT", "DEFAULT")
 
 
 def _train_step_dots(dtype: str, name: str = "auto") -> Counter:
@@ -78,7 +78,7 @@ def test_float32_train_step_for_cuda_asks_highest_on_every_dot():
 def test_bf16_train_step_for_cuda_keeps_the_default_and_highest_is_honoured():
   exact_bf16 = ("algorithm", "bf16", "bf16", "f32")
   got = _train_step_dots("bfloat16")
-  assert set(got) == {None, exact_bf16}, got  # no precision attribute: DEFAULT
-  assert got[None] > got[exact_bf16]
+  assert set(got) == {("DEFAULT", "DEFAULT"), exact_bf16}, got
+  assert got[("DEFAULT", "DEFAULT")] > got[exact_bf16]
   got = _train_step_dots("bfloat16", "highest")
   assert set(got) == {("HIGHEST", "HIGHEST"), exact_bf16}, got
