@@ -14,7 +14,8 @@ where one was trained. Progress goes to stderr: a bar on a terminal, log lines w
 stderr is a file.
 
 ``--population=N`` (optionally ``--population_lrs=a,b,..`` / ``--population_seeds=..``)
-trains N members in one vmapped step into WORKDIR/member_<i> (sbjax/train/population.py).
+trains N members in one vmapped step into WORKDIR/member_<i> (sbjax/train/members.py), listed
+in WORKDIR/population.json; rerunning resumes every member from their newest common step.
 Multi-process: ``--coordinator_address=host:port --num_processes=N --process_id=i``
 (on TPU VMs jax.distributed is initialised from the environment).
 """
@@ -25,22 +26,33 @@ import json
 import logging
 import sys
 
+import jax
 from absl import app, flags
 
 from . import common
 from sbjax import configs
 from sbjax import train as train_lib
-from sbjax.train import population
+from sbjax.train import members as members_lib
 
 CONFIG = configs.DEFINE_config("config", default="tiny")
 WORKDIR = flags.DEFINE_string("workdir", None, "run directory (created if missing)", required=True)
 STOP_AFTER = flags.DEFINE_integer("stop_after", None, "stop at this step (the run can be resumed)")
 POPULATION = flags.DEFINE_integer(
     "population", 0, "train N models differing in seed (train.seed + i) in one vmapped jit step; "
-    "each member is a normal workdir WORKDIR/member_<i> (see sbjax/train/population.py)")
+    "each member is a normal workdir WORKDIR/member_<i> (see sbjax/train/members.py)")
 POP_LRS = flags.DEFINE_list("population_lrs", None, "per-member peak learning rates (N values)")
 POP_SEEDS = flags.DEFINE_list("population_seeds", None, "per-member init seeds (N values)")
 common.define_distributed_flags()
+
+
+def _population(cfg, n, seeds, lrs) -> list[dict]:
+  """Train the members into WORKDIR/member_<i> (the data prepared once, in WORKDIR)."""
+  cfgs = members_lib.member_configs(cfg, n, seeds, lrs)
+  dirs = [members_lib.member_dir(WORKDIR.value, i) for i in range(len(cfgs))]
+  dataset = train_lib.make_dataset_for(cfg, WORKDIR.value)
+  if jax.process_index() == 0:
+    members_lib.write_population(WORKDIR.value, cfgs, dirs)
+  return train_lib.train(cfgs, dirs, dataset=dataset, stop_after=STOP_AFTER.value)
 
 
 def main(argv):
@@ -53,8 +65,7 @@ def main(argv):
       seeds = [int(x) for x in POP_SEEDS.value] if POP_SEEDS.value else None
     except ValueError as e:
       raise ValueError(f"--population_lrs / --population_seeds: {e}") from None
-    summaries = population.train_population(cfg, WORKDIR.value, n=POPULATION.value or None,
-                                            seeds=seeds, lrs=lrs, stop_after=STOP_AFTER.value)
+    summaries = _population(cfg, POPULATION.value or None, seeds, lrs)
     for summary in summaries:
       print(json.dumps(summary))
     return

@@ -241,13 +241,15 @@ def check_params_match(workdir, step: int, abstract_params) -> None:
         + "\n  ".join(diff[:8]) + more)
 
 
-def restore_latest_good(workdir, abstract_params, abstract_opt=None, *, moved=None):
-  """Newest restorable step, moving aside steps that fail (truncated files, missing
-  shards, half-written directories) to WORKDIR/checkpoints_bad with a warning naming the
-  step and the reason. Returns (step, params, opt, meta) or None; ``moved`` (a list), if
-  given, receives the steps that were moved aside."""
+def restore_latest_good(workdir, abstract_params, abstract_opt=None, *, moved=None,
+                        max_step: int | None = None):
+  """Newest restorable step (at most ``max_step``), moving aside steps that fail (truncated
+  files, missing shards, half-written directories) to WORKDIR/checkpoints_bad with a warning
+  naming the step and the reason. Returns (step, params, opt, meta) or None; ``moved`` (a
+  list), if given, receives the steps that were moved aside."""
   items = ("params", "meta") + (("opt",) if abstract_opt is not None else ())
-  for step in reversed(list_steps(workdir)):
+  steps = [s for s in list_steps(workdir) if max_step is None or s <= max_step]
+  for step in reversed(steps):
     check_params_match(workdir, step, abstract_params)  # another model's: refuse, keep in place
     d = ckpt_dir(workdir) / str(step)
     if abstract_opt is not None and (d / COMMIT_FILE).is_file() and not (d / "opt").exists():
@@ -269,6 +271,39 @@ def restore_latest_good(workdir, abstract_params, abstract_opt=None, *, moved=No
       if moved is not None:
         moved.append(step)
   return None
+
+
+def restore_latest_common(workdirs, abstract_params, abstract_opt=None, *, moved=None):
+  """``restore_latest_good`` over the workdirs of one run's members, at ONE step: the newest
+  step that every workdir restores (bad steps moved aside as there). A member's steps newer
+  than it (a run killed between the members' saves, or a member whose newest step was bad)
+  are moved aside too, so that every member continues from that step; with no common step
+  every member starts over (its steps moved aside, never deleted). Returns (step, [params],
+  [opt], [meta]) or None; ``moved`` (one list per workdir) receives the moved steps."""
+  moved = [[] for _ in workdirs] if moved is None else moved
+  bound = None
+  while True:
+    outs = [restore_latest_good(d, abstract_params, abstract_opt, moved=m, max_step=bound)
+            for d, m in zip(workdirs, moved)]
+    steps = {o[0] if o is not None else -1 for o in outs}
+    if len(steps) == 1:
+      break
+    bound = min(steps)
+  if len(workdirs) > 1:
+    _move_ahead(workdirs, steps.pop(), moved)
+  if any(o is None for o in outs):
+    return None
+  return outs[0][0], [o[1] for o in outs], [o[2] for o in outs], [o[3] for o in outs]
+
+
+def _move_ahead(workdirs, step: int, moved) -> None:
+  for d, m in zip(workdirs, moved):
+    for s in list_steps(d):
+      if s > step:
+        if jax.process_index() == 0:
+          move_aside(d, s, f"newer than step {step}, the newest step every member of the run "
+                     "restores; the run continues from there")
+        m.append(s)
 
 
 def write_params(workdir, config: Config, params, step: int) -> None:

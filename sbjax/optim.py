@@ -51,16 +51,34 @@ def trainable_labels(params, mc: ModelConfig, freeze_trunk: bool):
           for k, v in params.items()}
 
 
-def make_optimizer(tc: TrainConfig, mc: ModelConfig, params) -> optax.GradientTransformation:
+def scale_updates(tx: optax.GradientTransformation, scale) -> optax.GradientTransformation:
+  """``tx`` with its updates multiplied by ``scale`` (a float or a traced scalar; the same
+  state structure as ``tx``)."""
+
+  def update(grads, state, params=None):
+    updates, state = tx.update(grads, state, params)
+    return jax.tree.map(lambda u: (u * scale).astype(u.dtype), updates), state
+
+  return optax.GradientTransformation(tx.init, update)
+
+
+def make_optimizer(tc: TrainConfig, mc: ModelConfig, params, *, lr_scale=None,
+                   weight_decay=None) -> optax.GradientTransformation:
+  """The run's AdamW (module doc). Per member of a vmapped run (``sbjax.train.population``)
+  two values may be traced scalars: ``weight_decay`` (λ; default ``train.weight_decay``) and
+  ``lr_scale`` (the member's lr / ``train.lr``; default: no scaling). The schedule, weight
+  decay and clipping are linear in the peak lr, so scaling the update by lr_i / lr is the
+  run at lr_i up to a rounding of ~1 ulp per step (exact for lr_i = lr: ``None``)."""
+  wd = tc.weight_decay if weight_decay is None else weight_decay
   tx = optax.chain(
       optax.clip_by_global_norm(tc.clip),
-      optax.adamw(lr_schedule(tc), b1=tc.b1, b2=tc.b2, eps=tc.eps,
-                  weight_decay=tc.weight_decay, mask=decay_mask),
+      optax.adamw(lr_schedule(tc), b1=tc.b1, b2=tc.b2, eps=tc.eps, weight_decay=wd,
+                  mask=decay_mask),
   )
   if tc.freeze_trunk:
     tx = optax.multi_transform({"train": tx, "freeze": optax.set_to_zero()},
                                trainable_labels(params, mc, True))
-  return tx
+  return tx if lr_scale is None else scale_updates(tx, lr_scale)
 
 
 # ------------------------------------------------------------------ weight-decay timescales

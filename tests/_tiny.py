@@ -17,3 +17,12 @@ def tiny_run_config(**train_kw):
   cfg = configs.build(configs.load("tiny"))
   cfg = cfg.replace(model=dataclasses.replace(cfg.model, vocab_size=64))
   return cfg.replace(train=dataclasses.replace(cfg.train, **{**TINY_RUN_TRAIN, **train_kw}))
+
+
+def tiny_dataset(seed: int = 0):
+  """The dataset of ``tiny_run_config()`` with data seed ``seed`` (in memory)."""
+  from sbjax.data import make_dataset  # deferred: importing the config must not start JAX
+
+  cfg = tiny_run_config()
+  return make_dataset(cfg.data, seq_len=cfg.train.seq_len, global_batch_size=cfg.train.batch_size,
+                      seed=seed, workdir=None)

@@ -17,8 +17,7 @@ from sbjax.data import make_dataset
 from sbjax import heads
 from sbjax.heads import head_param_count
 from sbjax.studies.floor import floor_curve
-from sbjax.train import train_once
-from sbjax.train.population import member_dir, train_population
+from sbjax.train import member_dir, train_once
 from sbjax.train.done import finished
 
 CSV_KNEE, CSV_FLOOR, CSV_MIX, META = report.CSV_KNEE, report.CSV_FLOOR, report.CSV_MIX, report.META
@@ -64,7 +63,7 @@ def _train_and_measure(cfg, wd: Path, ds, p: Preset, verbose: bool) -> dict:
 
 def _population_and_measure(cfgs, wd: Path, ds, p: Preset, verbose: bool) -> tuple:
   """Trains the runs ``cfgs`` (one arm: same model, different seed and lr) as ONE population
-  in wd (``sbjax.train.population``; member i in wd/member_<i>) unless every member's
+  in wd (``sbjax.train.train_once``; member i in wd/member_<i>) unless every member's
   measurement is kept, then measures each member; ``seconds`` is the population's time / n.
   Returns (results, trained?)."""
   keys = [_result_key(c, p) for c in cfgs]
@@ -73,8 +72,7 @@ def _population_and_measure(cfgs, wd: Path, ds, p: Preset, verbose: bool) -> tup
   if all(r is not None for r in kept):
     return kept, False
   t0 = time.perf_counter()
-  train_population(cfgs[0], wd, dataset=ds, seeds=[c.train.seed for c in cfgs],
-                   lrs=[c.train.lr for c in cfgs], quiet=not verbose)
+  train_once(cfgs, dirs, dataset=ds, quiet=not verbose)
   sec = (time.perf_counter() - t0) / len(cfgs)
   return [_measure_into(c, d, ds, p, k, sec) for c, d, k in zip(cfgs, dirs, keys)], True
 

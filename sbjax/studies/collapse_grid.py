@@ -2,11 +2,13 @@
 
 Used by ``experiments/collapse/`` (Wu & Papyan 2024). Two pieces:
 
-``train_group(mc, tc, members, datasets, snapshot_steps)`` (``Member``, ``member_tx``)
+``train_group(mc, tc, members, datasets, snapshot_steps)`` (``Member``)
   Trains M members of one architecture ``mc`` together, each with its own data order,
-  init seed and weight decay; returns host copies of the stacked parameters at each
-  snapshot step. It lives in ``sbjax.train.group`` (a composition of the one training
-  loop) and is re-exported here.
+  init seed and weight decay: the one run (``sbjax.train.train``) in memory, its members
+  differing in train.{seed, data_seed, weight_decay} (``sbjax.train.members``); returns host
+  copies of the stacked parameters at each snapshot step (``hooks.Snapshots``). With a
+  constant learning rate after warm-up (``train.min_lr_ratio=1``) the snapshot at step S
+  equals a run trained for exactly S steps, so one 3-epoch run also gives the 1-epoch model.
 
 ``collapse_pass(mc, stacked_params, train_windows, val_windows, ...)``
   The authors' three streaming passes for every member at once (features h = the
@@ -29,20 +31,68 @@ Used by ``experiments/collapse/`` (Wu & Papyan 2024). Two pieces:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
+import time
+from typing import Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from sbjax import heads as heads_lib
-from sbjax.config import ModelConfig
+from sbjax.config import Config, ModelConfig, TrainConfig
 from sbjax.metrics import collapse as C
 from sbjax.model import Model
-from sbjax.train.group import Member, member_tx, train_group  # noqa: F401 - re-exported
+from sbjax.train import hooks as H
+from sbjax.train import train
 
 log = logging.getLogger("sbjax")
+
+
+@dataclasses.dataclass(frozen=True)
+class Member:
+  """One model of a group: init seed, data-order seed, decoupled weight decay."""
+
+  seed: int = 0
+  data_seed: int = 0
+  weight_decay: float = 0.0
+
+
+def train_group(mc: ModelConfig, tc: TrainConfig, members: Sequence[Member], datasets,
+                snapshot_steps: Sequence[int], *, log_every: int = 0, name: str = "group"):
+  """Train the members together for ``max(snapshot_steps)`` steps (see the module doc).
+
+  ``datasets[m]`` gives member m's batches (``train_batch(i)``: B×(T+1) int32). Progress
+  (``log_every`` > 0): a bar on a terminal, else a line every ``log_every`` steps.
+  Returns ``(snapshots, info)``: ``snapshots[S]`` = host numpy stacked params (leading
+  axis M) at step S; ``info`` = {"train_loss": (M,) mean loss of the last ≤100 steps,
+  "seconds", "steps", "tokens_per_member", "nonfinite_members"}.
+  """
+  if len(members) < 1 or len(datasets) != len(members):
+    raise ValueError(f"train_group needs one dataset per member; got {len(members)} members "
+                     f"and {len(datasets)} datasets")
+  if min(snapshot_steps) < 1:
+    raise ValueError(f"snapshot steps must be >= 1, got {sorted(snapshot_steps)}")
+  steps = int(max(snapshot_steps))
+  tc = dataclasses.replace(tc, steps=steps, log_every=log_every or tc.log_every)
+  cfgs = [Config(model=mc, name=name, train=dataclasses.replace(
+      tc, seed=mb.seed, data_seed=mb.data_seed, weight_decay=mb.weight_decay)) for mb in members]
+  snaps, losses = H.Snapshots(), H.LossWindow(100)
+  t0 = time.perf_counter()
+  train(cfgs, None, dataset=list(datasets), snapshot_steps=snapshot_steps, hooks=[losses, snaps],
+        quiet=not log_every)
+  loss = np.stack(losses.losses).astype(np.float64).reshape(len(losses.losses), len(members))
+  bad = sorted(np.flatnonzero(~np.isfinite(loss).all(0)).tolist())
+  if bad:  # recorded, not raised: the other members of the group are still measured
+    log.warning("%s: members %s reached a non-finite training loss (lower train.lr); their "
+                "collapse metrics will be NaN", name, bad)
+  info = {"train_loss": loss.mean(0), "seconds": time.perf_counter() - t0, "steps": steps,
+          "tokens_per_member": steps * tc.batch_size * tc.seq_len, "nonfinite_members": bad}
+  if len(members) == 1:  # the plain run (N = 1) has no member axis
+    return {k: jax.tree.map(lambda x: x[None], v) for k, v in snaps.snaps.items()}, info
+  return snaps.snaps, info
 
 
 def _chunks(windows: np.ndarray, chunk: int):

@@ -3,9 +3,9 @@
 A :class:`Plan` names a base config (trunk, data, training), a list of head ranks and
 learning-rate grids. :func:`run_plan` trains every run of the plan under ``OUT/runs/`` and
 writes ``OUT/head_rank.csv``. An LR grid of protocol ``full`` or ``b`` (same shapes) is one
-vmapped population (``sbjax.train.population``; one compilation for the grid) in
-``OUT/runs/<group>/member_<i>``; protocol ``a`` runs (frozen trunk, which populations do not
-support) are separate runs in ``OUT/runs/<run>``. The protocols are:
+vmapped run of N members (``sbjax.train.train``; one compilation for the grid) in
+``OUT/runs/<group>/member_<i>``; protocol ``a`` runs (frozen trunk) are separate runs in
+``OUT/runs/<run>``. The protocols are:
 
 * ``full``: the reference, a dense (full-rank) head trained from scratch over the LR grid.
   Its best run gives the trunk of protocol ``a`` and "the full-rank head" (saved as
@@ -51,9 +51,8 @@ from sbjax import heads as heads_lib
 from sbjax.analysis.table import atomic_write_json, read_csv, write_csv
 from sbjax.config import Config, ModelConfig
 from sbjax.heads import head_param_count
-from sbjax.train import population as population_lib
-from sbjax.train import train_once
-from sbjax.train.done import finished, mark_finished
+from sbjax.train import member_dir, train_once
+from sbjax.train.done import finished
 
 log = logging.getLogger("sbjax")
 
@@ -238,27 +237,6 @@ def _group_dir(specs_: Sequence[RunSpec]) -> str:
   return f"{s0.protocol}-{what}-lr" + "_".join(f"{s.lr:g}" for s in specs_)
 
 
-def train_population_group(cfgs: Sequence[Config], wd: Path, dataset, *,
-                           quiet: bool = True) -> list[dict]:
-  """Train one LR grid of same-shape runs as a population (one compiled, vmapped step);
-  members share the seed, so member i equals the separate run at lr_i (up to float32
-  reassociation, see sbjax/train/population.py). Finished members (``member_i/DONE``) are read back."""
-  dirs = [population_lib.member_dir(wd, i) for i in range(len(cfgs))]
-  done = [finished(d) for d in dirs]
-  if all(x is not None for x in done):
-    return done
-  seed = cfgs[0].train.seed
-  sums = population_lib.train_population(cfgs[0], wd, lrs=[c.train.lr for c in cfgs],
-                                         seeds=[seed] * len(cfgs), dataset=dataset, quiet=quiet)
-  out = []
-  for cfg, d, s in zip(cfgs, dirs, sums):
-    if s.get("step") != cfg.train.steps or "eval_loss" not in s:
-      raise RuntimeError(f"population member {d} stopped at step {s.get('step')} of "
-                         f"{cfg.train.steps}")
-    out.append(mark_finished(d, s, cfg.to_dict()))
-  return out
-
-
 def groups(plan: Plan) -> list[list[RunSpec]]:
   """The plan's runs grouped by (protocol, head, rank, n_mix), in training order."""
   out: dict[tuple, list[RunSpec]] = {}
@@ -292,7 +270,8 @@ def run_plan(plan: Plan, out, dataset, *, progress: Callable[[str], None] | None
       names = [f"{gdir}/member_{j}" for j in range(len(grp))]
       state = "done" if all(finished(out / "runs" / n) for n in names) else "training"
       say(f"[{i + 1}/{len(todo)}] {gdir} (population of {len(grp)} learning rates): {state}")
-      sums = train_population_group(cfgs, out / "runs" / gdir, dataset, quiet=quiet)
+      sums = train_once(cfgs, [member_dir(out / "runs" / gdir, j) for j in range(len(grp))],
+                        dataset=dataset, quiet=quiet)
     else:
       names, sums = [s.name for s in grp], []
       for s, cfg, name in zip(grp, cfgs, names):

@@ -9,6 +9,7 @@ import logging
 from pathlib import Path
 
 import jax
+import numpy as np
 
 from sbjax import checkpoint as ckpt
 from sbjax import heads
@@ -179,8 +180,9 @@ def resolve_vocab(cfg: Config, data_vocab: int) -> Config:
   return cfg
 
 
-def init_trunk_from(cfg: Config, params, mesh_shardings):
-  """Frozen-trunk mode: copy every non-head parameter from train.init_from."""
+def init_trunk_from(cfg: Config, params, mesh_shardings, members: int = 0):
+  """Frozen-trunk mode: copy every non-head parameter from train.init_from. ``members`` > 0:
+  ``params`` have a leading member axis of that size, and every member gets the same trunk."""
   src_cfg, src, src_step = ckpt.load_params(
       cfg.train.init_from, None if cfg.train.init_step < 0 else cfg.train.init_step)
   # the head's own keys (and any head parameters of the source run) are not trunk
@@ -191,9 +193,10 @@ def init_trunk_from(cfg: Config, params, mesh_shardings):
       continue
     if k not in out:
       raise ValueError(f"train.init_from={cfg.train.init_from}: parameter {k!r} is not in this model")
-    if jax.tree.map(lambda x: x.shape, v) != jax.tree.map(lambda x: x.shape, out[k]):
+    want = jax.tree.map(lambda x: x.shape[1:] if members else x.shape, out[k])
+    if jax.tree.map(lambda x: x.shape, v) != want:
       raise ValueError(f"train.init_from={cfg.train.init_from}: parameter {k!r} has another shape; "
                        "the trunk config must match the source run's model")
-    out[k] = v
+    out[k] = jax.tree.map(lambda x: np.broadcast_to(x, (members,) + x.shape), v) if members else v
   log.info("initialised the trunk from %s step %d", cfg.train.init_from, src_step)
   return jax.device_put(out, mesh_shardings)

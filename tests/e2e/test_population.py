@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from sbjax import checkpoint as ckpt
-from sbjax.train import population
+from sbjax.train import members
 from sbjax import train as train_lib
 from tests import _multidevice as md
 
@@ -92,11 +92,11 @@ def test_population_equals_separate_runs(runs):
 
 def test_member_configs_and_errors():
   cfg = md.test_config()
-  ms = population.member_configs(cfg, n=3)
+  ms = members.member_configs(cfg, n=3)
   assert [m.train.seed for m in ms] == [0, 1, 2] and all(m.train.lr == cfg.train.lr for m in ms)
-  ms = population.member_configs(cfg, lrs=[1e-3, 2e-3])
+  ms = members.member_configs(cfg, lrs=[1e-3, 2e-3])
   assert [m.train.seed for m in ms] == [0, 1] and [m.train.lr for m in ms] == [1e-3, 2e-3]
   with pytest.raises(ValueError, match="population size is ambiguous"):
-    population.member_configs(cfg, n=3, lrs=[1e-3, 2e-3])
+    members.member_configs(cfg, n=3, lrs=[1e-3, 2e-3])
   with pytest.raises(ValueError, match=r"train.lr=-1.0"):
-    population.member_configs(cfg, lrs=[1e-3, -1.0])
+    members.member_configs(cfg, lrs=[1e-3, -1.0])

@@ -2,7 +2,6 @@
 deleted), and training continues from the newest good step, ending bitwise equal to a run
 that was never damaged. Also: the checkpoint before a NaN stop resumes cleanly."""
 
-import dataclasses
 import hashlib
 import logging
 import os
@@ -14,9 +13,8 @@ import numpy as np
 import pytest
 
 from sbjax import checkpoint as ckpt
-from sbjax import configs
-from sbjax.data import make_dataset
 from sbjax.train import NonFiniteLossError, read_metrics, train
+from tests._tiny import TINY_RUN_STEPS, tiny_dataset, tiny_run_config
 
 # orbax leaves un-awaited read coroutines behind when a restore of a damaged step fails
 pytestmark = [pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
@@ -25,21 +23,13 @@ pytestmark = [pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExcepti
 # checkpoints at 0, 1, 2, 4, 8 (log-spaced), 12 (ckpt_every), 16, 24 (final); the same
 # compiled step as tests/test_train.py's resume test (shared persistent compilation cache)
 STEPS = 24
-ALL = [0, 1, 2, 4, 8, 12, 16, 24]
-
-
-def tiny_cfg(**train_kw):
-  cfg = configs.build(configs.load("tiny"))
-  cfg = cfg.replace(model=dataclasses.replace(cfg.model, vocab_size=64))
-  return cfg.replace(train=dataclasses.replace(cfg.train, steps=STEPS, log_every=1, eval_every=12,
-                                               ckpt_every=12, **train_kw))
+ALL = TINY_RUN_STEPS  # [0, 1, 2, 4, 8, 12, 16, 24]
+tiny_cfg = tiny_run_config  # the tiny preset, vocab 64, 24 steps, evaluations at 0, 12, 24
 
 
 @pytest.fixture(scope="module")
 def ds():
-  cfg = tiny_cfg()
-  return make_dataset(cfg.data, seq_len=cfg.train.seq_len, global_batch_size=cfg.train.batch_size,
-                      seed=cfg.train.data_seed, workdir=None)
+  return tiny_dataset(tiny_cfg().train.data_seed)
 
 
 @pytest.fixture(scope="module")
@@ -88,6 +78,20 @@ def _params(wd, step):
   return [np.asarray(x) for x in jax.tree.leaves(p)]
 
 
+def _assert_final_params_equal(wd, ref):
+  """The final parameters of ``wd`` equal the undamaged run's. Steps 0..4 of the shared run
+  come from the step program with the NaN hook compiled in, a different XLA program from the
+  clean run's: equal to it bit for bit at XLA's default optimisation level, to float rounding
+  (measured: 1.7e-6) at the -O0 of tests/conftest.py. Bitwise resume with one program is
+  tests/integration/test_train.py's and the soak's."""
+  exact = "xla_backend_optimization_level=0" not in os.environ.get("XLA_FLAGS", "")
+  for a, b in zip(_params(wd, STEPS), _params(ref, STEPS)):
+    if exact:
+      np.testing.assert_array_equal(a, b)
+    else:
+      np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
+
+
 @pytest.mark.parametrize("kind", sorted(CORRUPTIONS))
 def test_corrupt_newest_step_is_moved_aside_and_run_resumes(kind, ref, ds, tmp_path, caplog):
   wd = tmp_path / "run"
@@ -113,16 +117,7 @@ def test_corrupt_newest_step_is_moved_aside_and_run_resumes(kind, ref, ds, tmp_p
     assert after.get(rel) == h, f"{rel} was changed or deleted"
   # and the continued run is the undamaged run, bit for bit
   assert ckpt.list_steps(wd) == ALL
-  # Steps 0..4 come from the step program with the NaN hook compiled in, a different XLA
-  # program from the clean run's: equal to it bit for bit at XLA's default optimisation level,
-  # to float rounding (measured: 1.7e-6) at the -O0 of tests/conftest.py. Bitwise resume with
-  # one program is tests/integration/test_train.py's and the soak's.
-  exact = "xla_backend_optimization_level=0" not in os.environ.get("XLA_FLAGS", "")
-  for a, b in zip(_params(wd, STEPS), _params(ref, STEPS)):
-    if exact:
-      np.testing.assert_array_equal(a, b)
-    else:
-      np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
+  _assert_final_params_equal(wd, ref)
   la = [(r["step"], r["loss"]) for r in read_metrics(wd) if "loss" in r]
   assert la == [(r["step"], r["loss"]) for r in read_metrics(ref) if "loss" in r]
 
@@ -149,16 +144,7 @@ def test_unfinished_orbax_save_and_partial_log_line(ref, ds, tmp_path, caplog):
   assert _files(bad[0]) == half
   lines = (wd / "metrics.jsonl").read_text().splitlines()
   assert all(line.startswith("{") and line.endswith("}") for line in lines)
-  # Steps 0..4 come from the step program with the NaN hook compiled in, a different XLA
-  # program from the clean run's: equal to it bit for bit at XLA's default optimisation level,
-  # to float rounding (measured: 1.7e-6) at the -O0 of tests/conftest.py. Bitwise resume with
-  # one program is tests/integration/test_train.py's and the soak's.
-  exact = "xla_backend_optimization_level=0" not in os.environ.get("XLA_FLAGS", "")
-  for a, b in zip(_params(wd, STEPS), _params(ref, STEPS)):
-    if exact:
-      np.testing.assert_array_equal(a, b)
-    else:
-      np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
+  _assert_final_params_equal(wd, ref)
 
 
 def test_all_steps_bad_starts_over_and_keeps_them(ref, ds, tmp_path):
@@ -169,16 +155,7 @@ def test_all_steps_bad_starts_over_and_keeps_them(ref, ds, tmp_path):
   out = train(tiny_cfg(), wd, dataset=ds, quiet=True)
   assert out["start_step"] == 0 and sorted(out["moved_aside"]) == ALL
   assert len(list((wd / "checkpoints_bad").iterdir())) == len(ALL)
-  # Steps 0..4 come from the step program with the NaN hook compiled in, a different XLA
-  # program from the clean run's: equal to it bit for bit at XLA's default optimisation level,
-  # to float rounding (measured: 1.7e-6) at the -O0 of tests/conftest.py. Bitwise resume with
-  # one program is tests/integration/test_train.py's and the soak's.
-  exact = "xla_backend_optimization_level=0" not in os.environ.get("XLA_FLAGS", "")
-  for a, b in zip(_params(wd, STEPS), _params(ref, STEPS)):
-    if exact:
-      np.testing.assert_array_equal(a, b)
-    else:
-      np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
+  _assert_final_params_equal(wd, ref)
 
 
 def test_checkpoint_before_nan_resumes_to_the_clean_run(ref, ds, tmp_path):
@@ -189,13 +166,4 @@ def test_checkpoint_before_nan_resumes_to_the_clean_run(ref, ds, tmp_path):
   # the hook is not part of the config (config.json is the clean run's): rerun without it
   out = train(tiny_cfg(), wd, dataset=ds, quiet=True)
   assert out["start_step"] == 4 and out["moved_aside"] == []
-  # Steps 0..4 come from the step program with the NaN hook compiled in, a different XLA
-  # program from the clean run's: equal to it bit for bit at XLA's default optimisation level,
-  # to float rounding (measured: 1.7e-6) at the -O0 of tests/conftest.py. Bitwise resume with
-  # one program is tests/integration/test_train.py's and the soak's.
-  exact = "xla_backend_optimization_level=0" not in os.environ.get("XLA_FLAGS", "")
-  for a, b in zip(_params(wd, STEPS), _params(ref, STEPS)):
-    if exact:
-      np.testing.assert_array_equal(a, b)
-    else:
-      np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
+  _assert_final_params_equal(wd, ref)

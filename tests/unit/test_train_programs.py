@@ -6,7 +6,7 @@ import types
 
 from sbjax import sharding as shd
 from sbjax.config import TrainConfig
-from sbjax.train import programs, single
+from sbjax.train import build, programs
 from tests._tiny import tiny_run_config
 
 
@@ -27,7 +27,7 @@ def test_a_build_reads_no_loop_only_field():
   spy = _Spy(cfg.train)
   fake = types.SimpleNamespace(model=cfg.model, train=spy, mesh=cfg.mesh)
   mesh = shd.make_mesh(cfg.mesh)
-  single._build.uncached(fake, mesh, -1)
+  build.build.uncached(fake, mesh, -1)
   assert spy.read, "the spy saw no field: the build no longer reads cfg.train through it"
   assert not spy.read & programs.LOOP_ONLY, sorted(spy.read & programs.LOOP_ONLY)
   assert programs.LOOP_ONLY <= {f.name for f in dataclasses.fields(TrainConfig)}
@@ -39,8 +39,8 @@ def test_runs_differing_in_loop_fields_share_a_build_and_others_do_not():
   loop = cfg.replace(train=dataclasses.replace(
       cfg.train, seed=3, data_seed=4, log_every=2, eval_every=6, ckpt_every=6,
       ckpt_log_spaced=False, skip_nonfinite_steps=0))
-  assert single._build(cfg, mesh, -1) is single._build(loop, mesh, -1)
+  assert build.build(cfg, mesh, -1) is build.build(loop, mesh, -1)
   for kw in (dict(lr=2e-3), dict(steps=30), dict(skip_nonfinite_steps=1)):
     other = cfg.replace(train=dataclasses.replace(cfg.train, **kw))
-    assert single._build(other, mesh, -1) is not single._build(cfg, mesh, -1), kw
-  assert single._build(cfg, mesh, 5) is not single._build(cfg, mesh, -1)
+    assert build.build(other, mesh, -1) is not build.build(cfg, mesh, -1), kw
+  assert build.build(cfg, mesh, 5) is not build.build(cfg, mesh, -1)

@@ -1,0 +1,117 @@
+"""The jitted programs of a run of N members, built once per process for the runs that
+share them (``sbjax.train.programs``): N = 1 is the plain run's step; N > 1 is the members'
+step (``sbjax.train.population``), vmapped over a leading member axis.
+
+``build(cfg, mesh, nan_at_step, n, varies)`` (called under ``set_mesh``) returns a namespace
+with the model and its abstract trees, the shardings (``p_sh``/``o_sh`` of the state,
+``p_sh1``/``o_sh1`` of one member, ``batch_sh``, ``repl``), and the functions the run uses
+for any N: ``keys(seeds)``, ``init(keys)``, ``opt_init``, ``step(state, batch, *per_member)``, ``eval``,
+``evaluate(params, batches)`` -> one {eval_loss, eval_acc} per member, ``finite(params)``,
+``split(state)`` -> [(params, opt_state)] per member and ``join(params, opts)`` (per-member
+lists to the state's trees). ``cfg`` is member 0's config: the members share every program field
+(``sbjax.train.members``); their lr scales and weight decays are arguments of the step.
+"""
+
+from __future__ import annotations
+
+import types
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from sbjax import sharding as shd
+from sbjax.config import Config
+from sbjax.model import Model
+from sbjax.optim import make_optimizer
+from sbjax.train.members import Varies
+from sbjax.train.objective import loss_fn
+from sbjax.train.population import make_population_step
+from sbjax.train.programs import cached
+from sbjax.train.step import (TrainState, all_finite_jit, evaluate, evaluate_members,
+                              make_eval_step, make_train_step, members_finite, state_step)
+
+ONE = Varies(False, False, False)
+
+
+def _common(cfg: Config, mesh) -> types.SimpleNamespace:
+  """What every N shares: the model, one member's abstract trees and shardings, the
+  optimizer built with member 0's settings."""
+  tc, mc = cfg.train, cfg.model
+  model = Model(mc)
+  abstract = model.abstract_params(tc.seq_len)
+  tx = make_optimizer(tc, mc, abstract)
+  abstract_opt = jax.eval_shape(tx.init, abstract)
+  return types.SimpleNamespace(
+      model=model, abstract=abstract, abstract_opt=abstract_opt, tx=tx,
+      p_sh1=shd.tree_shardings(abstract, mesh), o_sh1=shd.tree_shardings(abstract_opt, mesh),
+      repl=shd.replicated(mesh), eval_batch_sh=shd.batch_sharding(mesh))
+
+
+def _one(cfg: Config, c: types.SimpleNamespace, nan_at_step: int) -> types.SimpleNamespace:
+  tc, model = cfg.train, c.model
+  state_sh = TrainState(c.repl, c.p_sh1, c.o_sh1)
+  step = make_train_step(model, c.tx, tc.grad_accum, tc.skip_nonfinite_steps > 0,
+                         nan_at_step=nan_at_step, loss=loss_fn(cfg, model))
+  ev = jax.jit(make_eval_step(model), in_shardings=(c.p_sh1, c.eval_batch_sh),
+               out_shardings=c.repl)
+  return types.SimpleNamespace(
+      **vars(c), p_sh=c.p_sh1, o_sh=c.o_sh1, batch_sh=c.eval_batch_sh,
+      keys=lambda seeds: jax.random.key(seeds[0]),
+      init=jax.jit(lambda k: model.init(k, 1, tc.seq_len), out_shardings=c.p_sh1),
+      opt_init=jax.jit(c.tx.init, out_shardings=c.o_sh1),
+      step=jax.jit(state_step(step), in_shardings=(state_sh, c.eval_batch_sh),
+                   out_shardings=(state_sh, c.repl), donate_argnums=(0,)),
+      eval=ev, evaluate=lambda p, batches: [evaluate(ev, p, batches)],
+      finite=all_finite_jit, split=lambda s: [(s.params, s.opt_state)],
+      join=lambda ps, os_: (ps[0], os_[0]))
+
+
+def _stack(trees):
+  return jax.tree.map(lambda *xs: jnp.stack(xs), *trees)
+
+
+def _stacked(tree, n: int):
+  return jax.tree.map(lambda x: jax.ShapeDtypeStruct((n,) + x.shape, x.dtype), tree)
+
+
+def _members(cfg: Config, mesh, c: types.SimpleNamespace, nan_at_step: int, n: int,
+             varies: Varies) -> types.SimpleNamespace:
+  tc, model = cfg.train, c.model
+  p_sh = shd.tree_shardings(_stacked(c.abstract, n), mesh, leading=1)
+  o_sh = shd.tree_shardings(_stacked(c.abstract_opt, n), mesh, leading=1)
+  batch_sh = NamedSharding(mesh, P(None, *shd.batch_spec())) if varies.data else c.eval_batch_sh
+  state_sh = TrainState(c.repl, p_sh, o_sh)
+
+  def tx_of(lr_scale, weight_decay):  # member 0's optimizer unless the members differ
+    return make_optimizer(tc, cfg.model, c.abstract, lr_scale=lr_scale,
+                          weight_decay=weight_decay if varies.weight_decay else None)
+
+  step = make_population_step(model, tx_of, tc, varies.lr, nan_at_step, loss_fn(cfg, model),
+                              own_batches=varies.data)
+  ev = jax.jit(jax.vmap(make_eval_step(model), in_axes=(0, None)),
+               in_shardings=(p_sh, c.eval_batch_sh), out_shardings=c.repl)
+  take = jax.jit(lambda p, o, i: jax.tree.map(lambda x: x[i], (p, o)),
+                 out_shardings=(c.p_sh1, c.o_sh1))
+  return types.SimpleNamespace(
+      **vars(c), p_sh=p_sh, o_sh=o_sh, batch_sh=batch_sh,
+      keys=lambda seeds: jax.vmap(jax.random.key)(jnp.asarray(seeds, jnp.uint32)),
+      init=jax.jit(jax.vmap(lambda k: model.init(k, 1, tc.seq_len)), out_shardings=p_sh),
+      opt_init=jax.jit(jax.vmap(c.tx.init), out_shardings=o_sh),
+      step=jax.jit(state_step(step), in_shardings=(state_sh, batch_sh, c.repl, c.repl),
+                   out_shardings=(state_sh, c.repl), donate_argnums=(0,)),
+      eval=ev, evaluate=lambda p, batches: evaluate_members(ev, p, batches),
+      finite=members_finite(n),
+      split=lambda s: [take(s.params, s.opt_state, np.int32(j)) for j in range(n)],
+      join=lambda ps, os_: (jax.device_put(_stack(ps), p_sh), jax.device_put(_stack(os_), o_sh)))
+
+
+@cached
+def build(cfg: Config, mesh, nan_at_step: int, n: int = 1,
+          varies: Varies = ONE) -> types.SimpleNamespace:
+  """The programs of a run of ``n`` members (module doc); ``nan_at_step``: the test hook of
+  ``sbjax.train.train``."""
+  c = _common(cfg, mesh)
+  return _one(cfg, c, nan_at_step) if n == 1 else _members(cfg, mesh, c, nan_at_step, n,
+                                                           varies)

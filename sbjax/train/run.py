@@ -1,0 +1,267 @@
+"""``train(cfgs, workdirs)``: a run of N members as ONE composition of the loop and its hooks.
+
+N = 1 (a Config and a workdir) is the plain run and returns its summary; N members (lists)
+train in one vmapped step (``sbjax.train.members`` says what may vary between them: seed,
+data seed, lr, weight decay) and return one summary per member. Every member's workdir is a
+normal run directory (config.json, metrics.jsonl, its TensorBoard mirror, orbax checkpoints),
+readable by ``sbjax.checkpoint.load_params`` and resumable as a single run.
+
+Resume: rerunning on existing workdirs restores every member at the newest step all of them
+restore (``sbjax.checkpoint.restore_latest_common``: bad steps moved aside, shape and meta
+checks); since batch i is a pure function of (data_seed, i), the continued run's losses equal
+those of an uninterrupted run bit for bit on CPU. Host syncs: the step is dispatched
+asynchronously and its metrics are read one step late, except at boundaries
+(``sbjax.train.loop``), where the parameters are checked to be finite before they are saved.
+
+In memory (``workdirs=None``): no workdir, checkpoint, log or evaluation; ``snapshot_steps``
+are the loop's save boundaries and the caller's ``hooks`` see them (the collapse grid keeps
+snapshots: ``sbjax.studies.collapse_grid.train_group``); a non-finite member is not stopped.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from pathlib import Path
+from typing import Sequence
+
+import jax
+import numpy as np
+from jax.sharding import NamedSharding
+
+from sbjax import checkpoint as ckpt
+from sbjax import data as data_lib
+from sbjax import sharding as shd
+from sbjax.config import Config
+from sbjax.optim import gamma_fn, lr_schedule
+from sbjax.train import hooks as H
+from sbjax.train.build import build
+from sbjax.train.done import finished, mark_finished
+from sbjax.train.loop import Schedule, run_loop
+from sbjax.train.members import check_members
+from sbjax.train.step import TrainState
+from sbjax.train.workdir import (clean_for_resume, init_trunk_from, prepare_workdir,
+                                 resolve_vocab, summary_from_metrics)
+
+log = logging.getLogger("sbjax")
+
+
+def make_dataset_for(cfg: Config, workdir):
+  tc = cfg.train
+  return data_lib.make_dataset(cfg.data, seq_len=tc.seq_len, global_batch_size=tc.batch_size,
+                               seed=tc.data_seed, workdir=None if workdir is None else str(workdir))
+
+
+def _lists(cfgs, workdirs) -> tuple[list[Config], list[Path] | None]:
+  if isinstance(cfgs, Config):
+    return [cfgs], None if workdirs is None else [Path(workdirs)]
+  cfgs = list(cfgs)
+  dirs = None if workdirs is None else [Path(d) for d in workdirs]
+  if dirs is not None and len(dirs) != len(cfgs):
+    raise ValueError(f"train: {len(cfgs)} member configs but {len(dirs)} workdirs; give one "
+                     "workdir per member (sbjax.train.members.member_dir)")
+  return cfgs, dirs
+
+
+def _datasets(cfgs, dirs, dataset, data_varies: bool) -> list:
+  """One dataset (a batch shared by every member) or one per member (its own batches)."""
+  if dataset is None:
+    if data_varies:
+      return [make_dataset_for(c, d) for c, d in zip(cfgs, dirs or [None] * len(cfgs))]
+    return [make_dataset_for(cfgs[0], dirs[0] if dirs else None)]
+  ds = list(dataset) if isinstance(dataset, (list, tuple)) else [dataset]
+  if len(ds) not in {1, len(cfgs)} or (data_varies and len(ds) == 1 < len(cfgs)):
+    raise ValueError(f"train: {len(ds)} datasets for {len(cfgs)} members whose train.data_seed "
+                     f"are {[c.train.data_seed for c in cfgs]}; pass one dataset (one data "
+                     "seed for all), one per member, or none (built from the configs)")
+  return ds
+
+
+def _batches(datasets, fns, mesh):
+  """``batches(i)``: the global batch of step i (with a leading member axis when each
+  member has its own dataset)."""
+  if len(datasets) == 1:
+    return lambda i: shd.global_batch(datasets[0].train_batch(i), mesh)
+  sh: NamedSharding = fns.batch_sh
+
+  def get(i):
+    local = np.stack([np.asarray(d.train_batch(i)) for d in datasets])
+    if jax.process_count() == 1:
+      return jax.device_put(local, sh)
+    shape = (local.shape[0], local.shape[1] * jax.process_count()) + local.shape[2:]
+    return jax.make_array_from_process_local_data(sh, local, shape)
+
+  return get
+
+
+def _step_fn(cfgs, fns):
+  if len(cfgs) == 1:
+    return fns.step
+  base = cfgs[0].train.lr
+  scales = jax.device_put(np.asarray([c.train.lr / base for c in cfgs], np.float32), fns.repl)
+  wds = jax.device_put(np.asarray([c.train.weight_decay for c in cfgs], np.float32), fns.repl)
+  return lambda state, batch: fns.step(state, batch, scales, wds)
+
+
+def _where(dirs) -> str:
+  return str(dirs[0]) if len(dirs) == 1 else f"{dirs[0].parent} ({len(dirs)} members)"
+
+
+def _start(cfgs, dirs, fns, quiet: bool, summary: dict):
+  """(TrainState, meta per member, restored?) from the newest step every member restores,
+  or a fresh init."""
+  n = len(cfgs)
+  moved = [[] for _ in cfgs]
+  restored = None
+  if dirs and any(ckpt.list_steps(d) for d in dirs):
+    restored = ckpt.restore_latest_common(
+        dirs, ckpt.abstract_with_shardings(fns.abstract, fns.p_sh1),
+        ckpt.abstract_with_shardings(fns.abstract_opt, fns.o_sh1), moved=moved)
+    if restored is None and not quiet:
+      log.warning("no restorable checkpoint in %s (all moved aside to checkpoints_bad/); "
+                  "starting from step 0", _where(dirs))
+  summary["moved_aside"] = moved
+  if restored is None:
+    params = fns.init(fns.keys([c.train.seed for c in cfgs]))
+    if cfgs[0].train.init_from:
+      params = init_trunk_from(cfgs[0], params, fns.p_sh, members=n if n > 1 else 0)
+    state = TrainState(jax.device_put(np.int32(0), fns.repl), params, fns.opt_init(params))
+    return state, [{}] * n, False
+  start, ps, opts, metas = restored
+  if not quiet:
+    log.info("resuming %s from step %d (data position %s)", _where(dirs), start,
+             metas[0].get("data_position"))
+  params, opt_state = fns.join(ps, opts)
+  return TrainState(jax.device_put(np.int32(start), fns.repl), params, opt_state), metas, True
+
+
+@functools.lru_cache(maxsize=32)
+def _lr_fn(tc):
+  return jax.jit(lr_schedule(tc))
+
+
+def _stop_message(cfgs, dirs, ledger):
+  def stop(j, i, m):
+    who = (f"member {j} (seed {cfgs[j].train.seed}, lr {cfgs[j].train.lr}): "
+           if len(cfgs) > 1 else "")
+    return (f"{who}non-finite loss or gradient (loss={float(m['loss'])}, "
+            f"grad_norm={float(m['grad_norm'])}) at step {i}; training stopped. The last good "
+            f"checkpoint is step {ledger.last_saved[j]} in {dirs[j]}. Lower train.lr, or pass "
+            "--config.train.skip_nonfinite_steps=N to skip up to N bad batches.")
+
+  return stop
+
+
+def _hooks(cfgs, dirs, fns, mngrs, ledger, eval_batches, *, quiet: bool, tensorboard: bool,
+           extra: Sequence[H.Hook]):
+  """NaN policy, train log, progress, evaluation, checkpoint, the records' sinks (in order),
+  then ``extra``; in memory (no ``dirs``): progress and ``extra``."""
+  tc, n = cfgs[0].train, len(cfgs)
+  tokens = tc.batch_size * tc.seq_len
+  name = cfgs[0].name if not dirs else dirs[0].name if n == 1 else f"{dirs[0].parent.name} x{n}"
+  progress = ([H.Progress(name, tc.steps, tc.log_every, tokens_per_step=tokens * n)]
+              if not quiet and jax.process_index() == 0 else [])
+  if not dirs:
+    return progress + list(extra), None
+  records = H.Records(dirs, enabled=jax.process_index() == 0, tensorboard=tensorboard)
+
+  def meta(j, step):
+    return {"step": step, "data_position": step, "data_seed": cfgs[j].train.data_seed,
+            "seed": cfgs[j].train.seed, "skipped_steps": ledger.skipped[j]}
+
+  prefix = (lambda j: f"member {j}: ") if n > 1 else None
+  hooks = [H.NanPolicy(tc.skip_nonfinite_steps, ledger, _stop_message(cfgs, dirs, ledger), prefix),
+           H.TrainLog(records, tc.log_every, [_lr_fn(c.train) for c in cfgs], tokens,
+                      [gamma_fn(c.train) for c in cfgs])]
+  ev = H.Evaluate(lambda p: fns.evaluate(p, eval_batches), records, n)
+  hooks += progress + [ev, H.Checkpoint(mngrs, ledger, fns.finite, fns.split, meta,
+                                        members=n > 1), records, *extra]
+  return hooks, ev
+
+
+def _summaries(cfgs, dirs, fns, summary: dict, ev, ledger, end: int) -> list[dict]:
+  n, n_params = len(cfgs), fns.model.param_count(fns.abstract)
+  out = []
+  for j, cfg in enumerate(cfgs):
+    s = {k: v[j] if k in ("moved_aside", "tmp_moved_aside") else v for k, v in summary.items()}
+    if ev is not None and ev.last[j].get("step", 0) > 0:
+      s.update(ev.last[j])
+    s.update({"step": end, **({"workdir": str(dirs[j])} if dirs else {}),
+              "skipped_steps": ledger.skipped[j], "n_params": n_params})
+    if n > 1:
+      s.update({k: getattr(cfg.train, k) for k in ("seed", "lr", "data_seed", "weight_decay")})
+    out.append(summary_from_metrics(dirs[j], s) if dirs else s)
+  return out
+
+
+def _run(cfgs, dirs, datasets, fns, mesh, stop_after, quiet, tensorboard, snapshot_steps,
+         extra) -> list[dict]:
+  """The loop of a built run (under ``set_mesh``): start, hooks, ``run_loop``, summaries."""
+  tc, is_main = cfgs[0].train, jax.process_index() == 0
+  mngrs = [ckpt.make_manager(d, c.train, async_save=tc.async_checkpoint)
+           for d, c in zip(dirs or (), cfgs)]
+  prefix = (lambda d: f"{d.name}/") if len(cfgs) > 1 else (lambda d: "")
+  tmp = [len(clean_for_resume(d, prefix(d))) if is_main else 0 for d in dirs or ()]
+  summary: dict = {}
+  state, metas, restored = _start(cfgs, dirs, fns, quiet, summary)
+  for mngr in mngrs:
+    mngr.reload()  # it may have listed steps that were moved aside
+  start = int(state.step)
+  summary.update({"start_step": start, **({"tmp_moved_aside": tmp} if dirs else {})})
+  end = tc.steps if stop_after is None else min(tc.steps, stop_after)
+  ledger = H.Ledger(len(cfgs), [int(m.get("skipped_steps", 0)) for m in metas],
+                    start if restored else None)
+  eval_batches = ([shd.global_batch(b, mesh) for b in datasets[0].eval_batches(tc.eval_batches)]
+                  if dirs else [])
+  hooks, ev = _hooks(cfgs, dirs, fns, mngrs, ledger, eval_batches, quiet=quiet,
+                     tensorboard=tensorboard, extra=extra)
+  schedule = (Schedule(frozenset(ckpt.checkpoint_steps(tc)), tc.eval_every, tc.steps,
+                       at_start=not restored) if dirs else
+              Schedule(save_steps=frozenset(int(s) for s in snapshot_steps)))
+  run_loop(state, _step_fn(cfgs, fns), _batches(datasets, fns, mesh), start, end, hooks,
+           schedule)
+  return _summaries(cfgs, dirs, fns, summary, ev, ledger, end)
+
+
+def train(cfgs, workdirs, *, dataset=None, stop_after: int | None = None, mesh=None,
+          quiet: bool = False, tensorboard: bool = True, nan_at_step: int = -1,
+          snapshot_steps: Sequence[int] = (), hooks: Sequence[H.Hook] = ()):
+  """Train (or resume) a run: ``cfgs`` a Config and ``workdirs`` its workdir (returns its
+  summary dict), or lists of N member configs and workdirs (returns N summaries), or
+  ``workdirs=None`` (in memory, module doc). ``dataset``: one dataset (shared batches) or one
+  per member; None builds them from the configs. ``stop_after`` stops early at that step
+  (used by tests to simulate an interruption); ``nan_at_step`` (a test hook) makes the
+  gradients of that step infinite; ``hooks`` run after the run's own."""
+  one = isinstance(cfgs, Config)
+  cfgs, dirs = _lists(cfgs, workdirs)
+  varies = check_members(cfgs)
+  datasets = _datasets(cfgs, dirs, dataset, varies.data)
+  cfgs = [resolve_vocab(c, datasets[0].vocab_size) for c in cfgs]
+  varies = varies._replace(data=len(datasets) > 1)
+  for d, c in zip(dirs or (), cfgs):
+    prepare_workdir(d, c, jax.process_index() == 0)
+  tc = cfgs[0].train
+  mesh = mesh if mesh is not None else shd.make_mesh(cfgs[0].mesh)
+  shd.check_divisible(cfgs[0].model, mesh, tc.batch_size, tc.grad_accum)
+  with jax.set_mesh(mesh):
+    fns = build(cfgs[0], mesh, nan_at_step, len(cfgs), varies)
+    out = _run(cfgs, dirs, datasets, fns, mesh, stop_after, quiet, tensorboard,
+               snapshot_steps, hooks)
+  return out[0] if one else out
+
+
+def train_once(cfgs, workdirs, *, dataset=None, quiet: bool = True):
+  """Train (or resume) a run unless every member is finished (``sbjax.train.done``); marks
+  each member finished and returns its summary (a list for lists, as ``train``). A run that
+  stops short of ``train.steps`` raises."""
+  one = isinstance(cfgs, Config)
+  cfgs, dirs = _lists(cfgs, workdirs)
+  done = [finished(d) for d in dirs]
+  if any(x is None for x in done):
+    sums = train(cfgs, dirs, dataset=dataset, quiet=quiet)
+    done = []
+    for cfg, d, s in zip(cfgs, dirs, sums):
+      if s.get("step") != cfg.train.steps or "eval_loss" not in s:
+        raise RuntimeError(f"run {d} stopped at step {s.get('step')} of {cfg.train.steps}")
+      done.append(mark_finished(d, s, cfg.to_dict()))
+  return done[0] if one else done
