@@ -1,5 +1,6 @@
-"""The lowering suite: every jitted entry point of sbjax exported for TPU and CUDA on an
-abstract (data, fsdp, tensor) mesh, with the shardings the runs use (``sbjax.lowering``).
+"""The lowering suite: every jitted entry point of sbjax exported once for CPU, CUDA and TPU
+(one ``jax.export`` with ``platforms=("cpu", "cuda", "tpu")``) on an abstract (data, fsdp,
+tensor) mesh, with the shardings the runs use (``sbjax.lowering``).
 
 Entry points (``ENTRIES``; each builds fresh jits from the project's own constructors):
 
@@ -14,15 +15,23 @@ Entry points (``ENTRIES``; each builds fresh jits from the project's own constru
   the head matrix over stacked checkpoints (``make_weight_metrics``);
 - ``collapse``: the neural-collapse kernels (class-mean, variance and NC4 accumulators, the
   pairwise core) and ``cka``: CKA-to-reference by layer (``sbjax.metrics``);
-- ``attention``: the attention core alone, forward and backward, on one device: on cuda the
-  cuDNN kernel that ``attn_impl=auto`` picks on a GPU (sharded cuDNN attention cannot be
-  exported; the sharded entries carry the XLA fallback), on tpu splash with
-  ``--attn_impl=splash``.
+- ``attention``: the attention core alone, forward and backward, on one device.
+
+Attention kernels (``sbjax.attention``): ``attn_impl=auto`` is staged per platform, so the
+entries export for all three platforms at once; traced here (no GPU) its cuda branch is
+XLA's kernel. Two kernels lower on one platform only, and an entry that contains them is
+exported for that platform alone (``export_platforms``): ``attn_impl=cudnn`` for cuda (the
+kernel ``auto`` picks on a GPU; traced under ``sbjax.lowering.assume_cudnn_version``) and
+``attn_impl=splash`` for tpu. Sharded cuDNN attention cannot be exported at all (a
+``custom_partitioning`` op whose partitioner is a host callback, which ``jax.export`` cannot
+serialise nor lower on an ``AbstractMesh``), so the sharded entries of a cudnn config carry
+``auto`` with cuDNN counted unavailable (XLA's kernel on cuda), as ``auto`` falls back on a
+GPU; the unsharded ``attention`` entry carries cuDNN itself.
 
 Command line (the whole matrix; the tests run a representative part of it)::
 
     python -m sbjax.lowering_suite --configs=pythia-160m,pythia-410m \
-        --meshes=8x1x1,2x2x2,1x4x2,4x4x2 --platforms=tpu,cuda [--attn_impl=splash]
+        --meshes=8x1x1,2x2x2,1x4x2,4x4x2 [--platforms=cpu,cuda,tpu] [--attn_impl=splash|cudnn]
 
 Precision: ``--dtype=bfloat16`` compute with float32 parameters (the default).
 """
@@ -176,8 +185,8 @@ def cka_by_layer(cfg: Config, mesh, n: int = 128):
 
 def attention_kernel(cfg: Config, mesh):
   """Forward and backward of one layer's attention core (``sbjax.attention.attend``, local
-  layers too) on one device at the per-device batch: the cuDNN kernel on cuda (it cannot be
-  exported sharded, see ``sbjax.lowering.target_backend``), splash or XLA on tpu."""
+  layers too) on one device at the per-device batch (the only entry that can carry the
+  cuDNN kernel: it cannot be exported sharded, see the module doc)."""
   mc = cfg.model
   b = max(1, cfg.train.batch_size // (cfg.train.grad_accum * shd.data_parallel_size(mesh)))
   x = jax.ShapeDtypeStruct((b, cfg.train.seq_len, mc.n_heads, mc.head_dim), jnp.dtype(mc.dtype))
@@ -194,22 +203,50 @@ ENTRIES = {"train_step": train_step, "population_step": population_step, "eval_s
            "analysis_forward": analysis_forward, "weight_metrics": weight_metrics,
            "collapse": collapse, "cka": cka_by_layer, "attention": attention_kernel}
 UNSHARDED = ("attention",)  # exported on one device
+WITH_ATTENTION = ("train_step", "population_step", "eval_step", "analysis_forward", "attention")
+ONLY_ON = {"cudnn": "cuda", "splash": "tpu"}  # kernels that lower on one platform only
 
 
-def lower_entry(entry: str, cfg: Config, mesh_shape, platform: str) -> dict:
-  """Export one entry point of ``cfg`` for ``platform`` on an abstract mesh; a result row.
-  Raises ``sbjax.lowering.LoweringError`` naming what does not lower."""
+def export_platforms(entry: str, cfg: Config, platforms=low.PLATFORMS) -> tuple[str, ...]:
+  """The platforms one export of ``entry`` can serve: all of ``platforms``, or the one that
+  a single-platform attention kernel of ``cfg`` needs (``ONLY_ON``)."""
+  platforms = low.check_platforms(platforms)
+  if entry not in WITH_ATTENTION:
+    return platforms
+  only = {ONLY_ON[k] for k in attention.platform_kernels(cfg.model).values() if k in ONLY_ON}
+  kept = tuple(p for p in platforms if not only or p in only)
+  if not kept or len(only) > 1:
+    raise ValueError(f"{entry} with model.attn_impl={cfg.model.attn_impl} exports only for "
+                     f"{sorted(only)}, not for {list(platforms)}; pass --platforms="
+                     f"{','.join(sorted(only))} or --attn_impl=auto")
+  return kept
+
+
+def _sharded_config(cfg: Config) -> Config:
+  """A cudnn config's sharded form: ``auto`` (see the module doc)."""
+  if cfg.model.attn_impl != "cudnn":
+    return cfg
+  return cfg.replace(model=dataclasses.replace(cfg.model, attn_impl="auto"))
+
+
+def lower_entry(entry: str, cfg: Config, mesh_shape, platforms=low.PLATFORMS) -> dict:
+  """One export of one entry point of ``cfg`` for ``platforms`` (narrowed by
+  ``export_platforms``) on an abstract mesh; a result row. Raises
+  ``sbjax.lowering.LoweringError`` naming what does not lower."""
   mesh = low.abstract_mesh(mesh_shape)
   n_dev = int(np.prod(mesh_shape))
   shd.check_divisible(cfg.model, mesh, cfg.train.batch_size, cfg.train.grad_accum, 1)
   t0 = time.perf_counter()
   if entry in UNSHARDED:
+    plats = export_platforms(entry, cfg, platforms)
     make, args = ENTRIES[entry](cfg, mesh)
-    row = low.timed_export(make, args, platform, entry)
+    row = low.timed_export(make, args, plats, entry, cfg.model.attn_impl == "cudnn")
   else:
-    with jax.sharding.use_abstract_mesh(mesh):
+    cfg = _sharded_config(cfg)
+    with jax.sharding.use_abstract_mesh(mesh), attention.assume_cudnn(False):
+      plats = export_platforms(entry, cfg, platforms)
       make, args = ENTRIES[entry](cfg, mesh)
-      row = low.timed_export(make, args, platform, entry, cudnn=False)
+      row = low.timed_export(make, args, plats, entry)
   row.update(config=cfg.name, mesh="x".join(map(str, mesh_shape)), seconds=round(
       time.perf_counter() - t0, 2))
   assert row["devices"] == (1 if entry in UNSHARDED else n_dev), row
@@ -225,7 +262,8 @@ def _parse(argv):
   ap.add_argument("--platforms", default=",".join(low.PLATFORMS))
   ap.add_argument("--entries", default=",".join(ENTRIES))
   ap.add_argument("--dtype", default="bfloat16")
-  ap.add_argument("--attn_impl", default="auto", help="splash: on tpu (cuda keeps auto)")
+  ap.add_argument("--attn_impl", default="auto",
+                  help="auto: one export for every platform; splash: tpu only; cudnn: cuda only")
   ap.add_argument("--json", default="", help="also write the rows to this JSON file")
   return ap.parse_args(argv)
 
@@ -238,18 +276,16 @@ def main(argv=None) -> int:
       shape = tuple(int(x) for x in mesh.split("x"))
       dp = shape[0] * shape[1]
       for entry in a.entries.split(","):
-        for plat in a.platforms.split(","):
-          impl = a.attn_impl if plat == "tpu" or a.attn_impl != "splash" else "auto"
-          cfg = suite_config(name, dtype=a.dtype, attn_impl=impl, grad_accum=4,
-                             batch_size=dp * 4)
-          try:
-            row = lower_entry(entry, cfg, shape, plat)
-          except low.LoweringError as e:
-            failed += 1
-            row = {"entry": entry, "platform": plat, "config": name, "mesh": mesh,
-                   "error": str(e)}
-          rows.append(row)
-          print(json.dumps(row), flush=True)
+        cfg = suite_config(name, dtype=a.dtype, attn_impl=a.attn_impl, grad_accum=4,
+                           batch_size=dp * 4)
+        try:
+          row = lower_entry(entry, cfg, shape, a.platforms.split(","))
+        except low.LoweringError as e:
+          failed += 1
+          row = {"entry": entry, "platforms": a.platforms, "config": name, "mesh": mesh,
+                 "error": str(e)}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
   if a.json:
     with open(a.json, "w") as f:
       json.dump(rows, f, indent=1)
