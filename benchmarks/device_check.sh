@@ -82,6 +82,8 @@ limit_of() {
   local want=$(($1 * SCALE))
   echo $((want < left ? want : left))
 }
+SETSID=(setsid)
+if ! command -v setsid >/dev/null; then SETSID=(); fi  # then leftovers are not cleaned up
 # section NAME LIMIT CMD...: OUT/NAME.log, exit status and seconds in sections.tsv. The command
 # runs in its own session; at LIMIT it gets SIGINT (pytest then writes its report), 20 s later
 # SIGKILL, and whatever of its process group is left is killed.
@@ -95,7 +97,7 @@ section() {
   fi
   step "${name} (at most ${limit} s)"
   t0=$(date +%s)
-  setsid timeout --foreground -s INT -k 20 "${limit}" "$@" > "${REPORT}/${name}.log" 2>&1 &
+  "${SETSID[@]}" timeout --foreground -s INT -k 20 "${limit}" "$@" > "${REPORT}/${name}.log" 2>&1 &
   pid=$!
   wait "${pid}" || rc=$?
   kill -KILL -- "-${pid}" 2>/dev/null || true
@@ -121,7 +123,8 @@ peak_for() {
 if [[ "${DRY}" == 0 && "${KIND}" != cpu ]]; then
   if ! "${PY}" -c "import jax; assert jax.default_backend() in ('gpu', 'tpu')" 2>/dev/null; then
     echo "error: ${PY} has no jax that sees the ${KIND} (jax.default_backend() is not gpu/tpu)." >&2
-    echo "  Install one, then run this again: with a network, pip install -e '.[cuda12,test,hf]'" >&2
+    echo "  Install one, then run this again: with a network," >&2
+    echo "  pip install -e '.[cuda12,test,hf]'" >&2
     echo "  (TPU: '.[tpu,test]'); offline, pip install --no-index the wheels of jax, jaxlib and" >&2
     echo "  jax-cuda12-plugin + jax-cuda12-pjrt (TPU: libtpu) made on a machine with a network." >&2
     exit 3
@@ -129,7 +132,8 @@ if [[ "${DRY}" == 0 && "${KIND}" != cpu ]]; then
   step "jax sees the ${KIND}: no install"
 fi
 if [[ "${DRY}" == 1 ]]; then  # a dry run checks the script, not speed: skip LLVM's passes
-  export XLA_FLAGS="${XLA_FLAGS:+${XLA_FLAGS} }--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
+  XLA_FLAGS="${XLA_FLAGS:+${XLA_FLAGS} }--xla_backend_optimization_level=0"
+  export XLA_FLAGS="${XLA_FLAGS} --xla_cpu_use_fusion_emitters=false"
   export JAX_PLATFORMS=cpu
 fi
 # device_env.py imports sbjax and writes env.json: where that fails and .whl/ holds wheels,
@@ -164,13 +168,20 @@ ISSUE_FILES=(tests/unit/test_perf_features.py tests/unit/test_model.py
   tests/unit/test_planted_mos.py tests/unit/test_heads_registry.py tests/unit/test_layerwise.py
   tests/unit/test_metrics_spectrum.py tests/unit/test_attention.py tests/unit/test_hostmem.py
   tests/unit/test_tpu_scripts.py)
+# the issue's files test by test over 8 workers (test_model.py alone would hold one worker
+# past the limit), the rest file by file (module fixtures built once)
+XDIST_ISSUE=(-n 8 --dist load)
 XDIST=(-n 8 --dist loadfile)
-if [[ "${KIND}" == tpu ]]; then XDIST=(-p no:xdist); fi  # one process opens a TPU
+if [[ "${KIND}" == tpu ]]; then  # one process opens a TPU
+  XDIST=(-p no:xdist)
+  XDIST_ISSUE=(-p no:xdist)
+fi
 if [[ "${DRY}" == 1 ]]; then
   TEST_PLATFORM=cpu
   ISSUE_FILES=(tests/unit/test_hostmem.py)
   FAST=(tests/unit/test_attention.py -k auto_choice)
   XDIST=(-p no:xdist)
+  XDIST_ISSUE=(-p no:xdist)
   TRAIN=("--configs=pythia-160m" "--sides=sbjax,hf_eager" --batch=1 --seq=32 --reps=1 --warmup=0
          "--shrink=n_layers=1,vocab_size=512,d_model=64,n_heads=2")
   SERIES=(--k=2 --n=4 --t=16 --shape=tiny --chunk=4)
@@ -183,7 +194,7 @@ else
   SERIES=(--k=16 --n=128 --t=256 --shape=pythia-70m --chunk=32)
   METRICS=(--quick)
 fi
-PYTEST=("${PY}" -m pytest -o addopts= -v -rfEs -p no:cacheprovider "${XDIST[@]}")
+PYTEST=("${PY}" -m pytest -o addopts= -v -rfEs -p no:cacheprovider)
 
 # --- (a) the tests, while the series of (c) is written (untimed) ----------------------------
 BUILD_PID=""
@@ -194,11 +205,11 @@ if wanted series; then
 fi
 if wanted tests_issue31; then
   SBJAX_TEST_PLATFORM="${TEST_PLATFORM}" section tests_issue31 "$(limit_of 45)" "${PYTEST[@]}" \
-    --junitxml="${REPORT}/tests_issue31.xml" "${ISSUE_FILES[@]}"
+    "${XDIST_ISSUE[@]}" --junitxml="${REPORT}/tests_issue31.xml" "${ISSUE_FILES[@]}"
 fi
 if wanted tests_fast; then
   SBJAX_TEST_PLATFORM="${TEST_PLATFORM}" section tests_fast "$(limit_of 30)" "${PYTEST[@]}" \
-    --junitxml="${REPORT}/tests_fast.xml" "${FAST[@]}"
+    "${XDIST[@]}" --junitxml="${REPORT}/tests_fast.xml" "${FAST[@]}"
 fi
 if [[ -n "${BUILD_PID}" ]]; then
   step "waiting for the series to be written"
