@@ -43,7 +43,7 @@ while [[ $# -gt 0 ]]; do
     --dry-run) DRY=1 ;;
     --out) OUT_DIR="${2:?--out needs a directory}"; shift ;;
     --out=*) OUT_DIR="${1#--out=}" ;;
-    -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0"; exit 0 ;;
     *) echo "error: unknown argument '$1'; use [gpu|tpu|cpu] [--dry-run] [--out DIR]" >&2
        exit 2 ;;
   esac

@@ -25,7 +25,7 @@ from tests._xla import TEST_XLA_FLAGS, platform_under_test  # noqa: E402  (needs
 
 PLATFORM = platform_under_test()
 _asked = os.environ.get("JAX_PLATFORMS", "")
-if _asked and _asked.split(",")[0] != PLATFORM:
+if _asked and {"gpu": "cuda"}.get(_asked.split(",")[0], _asked.split(",")[0]) != PLATFORM:
   raise pytest.UsageError(
       f"JAX_PLATFORMS={_asked} but the tests run on {PLATFORM!r}: set "
       f"SBJAX_TEST_PLATFORM={_asked.split(',')[0]} to test on that platform (cpu, cuda, tpu), "
