@@ -2,8 +2,8 @@
 after a corrupt newest checkpoint in one member's workdir, bit for bit equal to the
 uninterrupted run; members with their own data seeds and weight decays equal their separate
 runs, and the in-memory run's snapshots equal the checkpoints; a frozen trunk from another
-run; "train unless done" marks every member; members that differ in a program field are
-refused. (N = 1: tests/integration/test_train.py, test_checkpoint_corrupt.py; N = 3 through
+run; "train unless done" marks every member; a NaN stop names the member and the skip option;
+members that differ in a program field are refused. (N = 1: tests/integration/test_train.py, test_checkpoint_corrupt.py; N = 3 through
 the command line against separate runs: tests/e2e/test_population.py.)"""
 
 import dataclasses
@@ -16,7 +16,8 @@ import pytest
 
 from sbjax import checkpoint as ckpt
 from sbjax import heads
-from sbjax.train import member_configs, member_dir, read_metrics, train, train_once
+from sbjax.train import (NonFiniteLossError, member_configs, member_dir, read_metrics, train,
+                         train_once)
 from sbjax.train import hooks as H
 from sbjax.train.done import finished
 from tests._tiny import TINY_RUN_STEPS, tiny_dataset, tiny_run_config
@@ -137,6 +138,14 @@ def test_frozen_trunk_population_and_train_once(tiny_run, tmp_path):
     trained.append(jax.tree.leaves(p[head_key]))
   assert not np.array_equal(trained[0][0], trained[1][0])  # the heads' inits differ (seeds 0, 1)
   assert train_once(cfgs, dirs, dataset=tiny_dataset()) == sums  # read back, not trained
+
+
+def test_nan_stop_names_the_member_its_last_checkpoint_and_the_skip_option(tmp_path):
+  with pytest.raises(NonFiniteLossError, match=r"^member 0 \(seed 0, lr 0.003\): non-finite "
+                     r"loss or gradient .* at step 5; .*skip_nonfinite_steps=N") as e:
+    train(MEMBERS, _dirs(tmp_path), dataset=tiny_dataset(), quiet=True, nan_at_step=5)
+  assert "The last good checkpoint is step 4 in" in str(e.value)
+  assert [ckpt.list_steps(d) for d in _dirs(tmp_path)] == [[0, 1, 2, 4]] * 2
 
 
 def test_members_that_differ_in_a_program_field_are_refused(tmp_path):
