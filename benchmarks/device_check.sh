@@ -202,6 +202,7 @@ if wanted series; then
   "${PY}" benchmarks/series_analysis.py "${SERIES[@]}" --sides= --root="${WORK}/series" \
     > "${REPORT}/series_build.log" 2>&1 &
   BUILD_PID=$!
+  BUILD_T0=$(date +%s)
 fi
 if wanted tests_issue31; then
   SBJAX_TEST_PLATFORM="${TEST_PLATFORM}" section tests_issue31 "$(limit_of 45)" "${PYTEST[@]}" \
@@ -211,9 +212,19 @@ if wanted tests_fast; then
   SBJAX_TEST_PLATFORM="${TEST_PLATFORM}" section tests_fast "$(limit_of 30)" "${PYTEST[@]}" \
     "${XDIST[@]}" --junitxml="${REPORT}/tests_fast.xml" "${FAST[@]}"
 fi
-if [[ -n "${BUILD_PID}" ]]; then
+if [[ -n "${BUILD_PID}" ]]; then  # at most 120 s more (then the series section builds it)
   step "waiting for the series to be written"
-  wait "${BUILD_PID}" || echo "series build failed: see series_build.log"
+  BUILD_LIMIT=$(limit_of 120)
+  for ((i = 0; i < BUILD_LIMIT; i++)); do
+    kill -0 "${BUILD_PID}" 2>/dev/null || break
+    sleep 1
+  done
+  kill "${BUILD_PID}" 2>/dev/null || true
+  BUILD_RC=0
+  wait "${BUILD_PID}" || BUILD_RC=$?
+  printf '%s\t%s\t%s\t%s\n' series_build "${BUILD_RC}" "$(($(date +%s) - BUILD_T0))" \
+    "${BUILD_LIMIT}" >> "${TSV}"
+  BUILD_PID=""
 fi
 
 # --- (b) the train step against HF, (c) the series analysis, (d) the metrics ---------------

@@ -151,7 +151,7 @@ def read_sections(report: Path) -> dict:
     name, rc, secs, limit = line.split("\t")
     s = {"rc": None if rc == "not run" else int(rc), "seconds": int(secs), "limit_s": int(limit),
          "status": ("not run" if rc == "not run" else "ok" if rc == "0" else
-                    "cut off at its limit" if rc in ("124", "137") else "failed")}
+                    "cut off at its limit" if rc in ("124", "137", "143") else "failed")}
     if name.startswith("tests"):
       s["tests"] = tests_summary(report, name)
     else:
