@@ -194,7 +194,7 @@ def _summaries(cfgs, dirs, fns, summary: dict, ev, ledger, end: int) -> list[dic
   return out
 
 
-def _run(cfgs, dirs, datasets, fns, mesh, stop_after, quiet, tensorboard, snapshot_steps,
+def _run(cfgs, dirs, datasets, fns, mesh, *, stop_after, quiet, tensorboard, snapshot_steps,
          extra) -> list[dict]:
   """The loop of a built run (under ``set_mesh``): start, hooks, ``run_loop``, summaries."""
   tc, is_main = cfgs[0].train, jax.process_index() == 0
@@ -234,6 +234,9 @@ def train(cfgs, workdirs, *, dataset=None, stop_after: int | None = None, mesh=N
   gradients of that step infinite; ``hooks`` run after the run's own."""
   one = isinstance(cfgs, Config)
   cfgs, dirs = _lists(cfgs, workdirs)
+  if dirs and len(snapshot_steps):
+    raise ValueError("train: snapshot_steps are for a run in memory (workdirs=None); a run in "
+                     "workdirs keeps checkpoints (sbjax.checkpoint.checkpoint_steps)")
   varies = check_members(cfgs)
   datasets = _datasets(cfgs, dirs, dataset, varies.data)
   cfgs = [resolve_vocab(c, datasets[0].vocab_size) for c in cfgs]
@@ -245,8 +248,8 @@ def train(cfgs, workdirs, *, dataset=None, stop_after: int | None = None, mesh=N
   shd.check_divisible(cfgs[0].model, mesh, tc.batch_size, tc.grad_accum)
   with jax.set_mesh(mesh):
     fns = build(cfgs[0], mesh, nan_at_step, len(cfgs), varies)
-    out = _run(cfgs, dirs, datasets, fns, mesh, stop_after, quiet, tensorboard,
-               snapshot_steps, hooks)
+    out = _run(cfgs, dirs, datasets, fns, mesh, stop_after=stop_after, quiet=quiet,
+               tensorboard=tensorboard, snapshot_steps=snapshot_steps, extra=hooks)
   return out[0] if one else out
 
 

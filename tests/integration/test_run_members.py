@@ -157,3 +157,5 @@ def test_members_that_differ_in_a_program_field_are_refused(tmp_path):
     train(seeds, _dirs(tmp_path), dataset=tiny_dataset(), quiet=True)
   with pytest.raises(ValueError, match="one workdir per member"):
     train(MEMBERS, [tmp_path], dataset=tiny_dataset(), quiet=True)
+  with pytest.raises(ValueError, match=r"snapshot_steps are for a run in memory \(workdirs=None\)"):
+    train(MEMBERS, _dirs(tmp_path), dataset=tiny_dataset(), snapshot_steps=[2], quiet=True)
