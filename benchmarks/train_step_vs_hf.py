@@ -256,7 +256,7 @@ def run_config(a, name: str, peak: dict) -> None:
           "batch": a.batch, "seq": a.seq,
           "step_s": round(s, 4), "tokens_per_s": round(tokens / s, 1),
           "vs_hf_eager": round(ref / s, 3) if ref else None,
-          "mfu": round(fpt * tokens / s / peak["peak_flops"], 4),
+          "mfu": float(f"{fpt * tokens / s / peak['peak_flops']:.4g}"),  # 4 digits, also tiny
           "gflops_per_s": round(fpt * tokens / s / 1e9, 2), "reps": a.reps, "warmup": a.warmup,
           "all_s": [round(t, 4) for t in ts], **info[side], **machine(),
           "peak_gflops": round(peak["peak_flops"] / 1e9, 1)})
