@@ -39,6 +39,18 @@ def test_device_check_lint_bad_argument_and_help():
   assert "timeout_s: 540" in usage and 'carry: [".whl"]' in usage
 
 
+@pytest.mark.e2e  # a fresh interpreter imports JAX
+def test_device_check_without_an_accelerator_says_what_to_install(tmp_path):
+  """kind gpu where jax sees none (JAX_PLATFORMS=cpu): no install, a clear stop, an archive."""
+  env = {**os.environ, "JAX_PLATFORMS": "cpu", "OUT": str(tmp_path)}
+  proc = subprocess.run(["bash", str(SCRIPT), "gpu"], capture_output=True, text=True, env=env,
+                        cwd=ROOT, timeout=120)
+  assert proc.returncode == 3, proc.stdout + proc.stderr
+  assert "has no jax that sees the gpu" in proc.stderr
+  assert "pip install -e '.[cuda12,test,hf]'" in proc.stderr and "--no-index" in proc.stderr
+  assert os.listdir(tmp_path) == ["device_check_gpu.tar.gz"]
+
+
 JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest">
 <testcase classname="tests.unit.test_perf_features" name="test_chunked_matrix_xent_matches_numpy[1-2]"/>
 <testcase classname="tests.unit.test_perf_features" name="test_chunked_matrix_xent_matches_numpy[3-4]"/>
