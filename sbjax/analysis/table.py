@@ -6,58 +6,22 @@ first-seen order; ``step`` first), empty cells for missing values, floats with
 ``read_csv(path)`` gives back a list of dicts: ``step`` as int, every other
 numeric cell as float, empty cells as NaN, and non-numeric text unchanged.
 
-Every writer here goes through :func:`atomic_write_bytes` (a temporary file in
-the same directory, then ``os.replace``), so a killed process leaves either the
-old file or the new one, never half of one.
+Every writer here goes through ``sbjax.atomic`` (re-exported here for the callers that import
+it from this module), so a killed process leaves either the old file or the new one, never
+half of one.
 """
 
 from __future__ import annotations
 
 import csv
 import io
-import json
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Iterable, Sequence
 
 import numpy as np
 
-
-def atomic_write_bytes(path, data: bytes) -> None:
-  path = Path(path)
-  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-  try:
-    with os.fdopen(fd, "wb") as f:
-      f.write(data)
-    os.replace(tmp, path)
-  except BaseException:
-    try:
-      os.unlink(tmp)
-    except OSError:
-      pass
-    raise
-
-
-def atomic_write_text(path, text: str) -> None:
-  atomic_write_bytes(path, text.encode())
-
-
-def atomic_write_json(path, obj) -> None:
-  atomic_write_text(path, json.dumps(obj, indent=1, sort_keys=False, default=_json_default) + "\n")
-
-
-def _json_default(x):
-  if isinstance(x, np.generic):
-    return x.item()
-  if isinstance(x, np.ndarray):
-    return x.tolist()
-  if isinstance(x, (set, frozenset, tuple)):
-    return list(x)
-  if isinstance(x, Path):
-    return str(x)
-  raise TypeError(f"not JSON-serialisable: {type(x).__name__}")
+from sbjax.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text  # noqa: F401
 
 
 def columns_of(rows: Iterable[dict], first: Sequence[str] = ("step",)) -> list[str]:

@@ -31,6 +31,8 @@ import logging
 import os
 from pathlib import Path
 
+from sbjax.atomic import atomic_write_text
+
 from sbjax.convert import hf_import, st_io
 
 log = logging.getLogger("sbjax")
@@ -137,11 +139,7 @@ def merge_record(workdir, source: str, layout: str, new: list[dict]) -> dict:
   dups = mark_duplicates(revs)
   rec = {"source": source, "layout": layout, "revisions": revs,
          "duplicates": {str(r["step"]): r["duplicate_of"] for r in dups}}
-  p = Path(workdir) / RECORD
-  p.parent.mkdir(parents=True, exist_ok=True)
-  tmp = p.with_name(p.name + f".tmp{os.getpid()}")
-  tmp.write_text(json.dumps(rec, indent=1))
-  os.replace(tmp, p)
+  atomic_write_text(Path(workdir) / RECORD, json.dumps(rec, indent=1))
   return rec
 
 

@@ -17,6 +17,8 @@ import struct
 import ml_dtypes
 import numpy as np
 
+from sbjax.atomic import atomic_path
+
 _DTYPES = {
     "F64": np.dtype("<f8"), "F32": np.dtype("<f4"), "F16": np.dtype("<f2"),
     "BF16": np.dtype(ml_dtypes.bfloat16), "I64": np.dtype("<i8"), "I32": np.dtype("<i4"),
@@ -82,10 +84,8 @@ def write_file(tensors: dict[str, np.ndarray], path: str, metadata: dict | None 
     header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
   hb = json.dumps(header, separators=(",", ":")).encode()
   hb += b" " * (-len(hb) % 8)
-  tmp = path + ".tmp"
-  with open(tmp, "wb") as f:
+  with atomic_path(path) as tmp, open(tmp, "wb") as f:
     f.write(struct.pack("<Q", len(hb)))
     f.write(hb)
     for c in chunks:
       f.write(c)
-  os.replace(tmp, path)

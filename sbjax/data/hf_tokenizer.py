@@ -35,6 +35,8 @@ from sentencepiece import sentencepiece_model_pb2 as sp_pb
 from tokenizers import AddedToken, decoders, models, pre_tokenizers, trainers
 from tokenizers import Tokenizer as _HFTok
 
+from sbjax.atomic import atomic_path, atomic_write_bytes
+
 log = logging.getLogger("sbjax")
 JSON_NAME = "tokenizer.json"
 EOS_NAMES = ("<|endoftext|>", "</s>", "<eos>", "<|end_of_text|>")
@@ -102,10 +104,8 @@ def train_bpe(texts: Iterable[str], out_path: str | os.PathLike, vocab_size: int
                                 show_progress=False)
   tok.train_from_iterator(list(texts), trainer=trainer)
   out_path = Path(out_path)
-  out_path.parent.mkdir(parents=True, exist_ok=True)
-  tmp = out_path.with_name(out_path.name + f".tmp{os.getpid()}")
-  tok.save(str(tmp))
-  os.replace(tmp, out_path)
+  with atomic_path(out_path) as tmp:
+    tok.save(str(tmp))
   return HFTokenizer(out_path)
 
 
@@ -117,10 +117,7 @@ def copy_into(src: str | os.PathLike, workdir: str | os.PathLike) -> HFTokenizer
     if not source.is_file():
       raise FileNotFoundError(f"data.tokenizer={src!r}: no such tokenizer.json")
     HFTokenizer(source)  # a readable tokenizer before anything is written
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    tmp.write_bytes(source.read_bytes())
-    os.replace(tmp, path)
+    atomic_write_bytes(path, source.read_bytes())
   return HFTokenizer(path)
 
 

@@ -37,6 +37,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from sbjax.atomic import atomic_path
+
 log = logging.getLogger(__name__)
 
 
@@ -161,8 +163,6 @@ def cached_array(path: str | os.PathLike | None, make: Callable[[], np.ndarray])
   if path.is_file():
     return np.load(path, allow_pickle=False, mmap_mode="r")
   arr = np.ascontiguousarray(make())
-  path.parent.mkdir(parents=True, exist_ok=True)
-  tmp = path.with_name(path.name + f".tmp{os.getpid()}.npy")
-  np.save(tmp, arr, allow_pickle=False)
-  os.replace(tmp, path)
+  with atomic_path(path) as tmp, open(tmp, "wb") as f:
+    np.save(f, arr, allow_pickle=False)
   return arr

@@ -25,6 +25,7 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 import sentencepiece as spm
 
+from sbjax.atomic import atomic_write_bytes, atomic_write_text
 from sbjax.data import hf_tokenizer
 
 log = logging.getLogger(__name__)
@@ -133,16 +134,18 @@ def _train_covering(lines: list, vocab_size: int, requested: float, opts: dict):
   """(model, coverage) with the most frequent characters that fit ``vocab_size`` (a few
   tries: sentencepiece's float32 coverage may admit one character more than asked)."""
   max_chars = int(vocab_size) - N_META - 1
+  last = ""
   for _ in range(3):
     coverage = coverage_for(lines, max_chars, vocab_size, requested)
     try:
       return _train_sp(iter(lines), coverage, **opts), coverage
     except RuntimeError as e:
-      m = re.search(r"(\d+) vs (\d+)", str(e))
-      if "required_chars" not in str(e) or not m:
-        raise _vocab_error(vocab_size, str(e)) from e
+      last = str(e)
+      m = re.search(r"(\d+) vs (\d+)", last)
+      if "required_chars" not in last or not m:
+        raise _vocab_error(vocab_size, last) from e
       max_chars -= max(1, int(m.group(2)) - int(m.group(1)))
-  raise _vocab_error(vocab_size, str(e))
+  raise _vocab_error(vocab_size, last)
 
 
 def coverage_for(lines: Sequence[str], max_chars: int, vocab_size: int,
@@ -229,17 +232,10 @@ def train_tokenizer(texts: Iterable[str] | None = None, *, files: Sequence[str |
     log.warning("tokenizer vocab_size=%d cannot hold every character of the corpus; trained "
                 "with character_coverage=%.6f (the rarest characters map to unk)",
                 vocab_size, coverage)
-  out_path.parent.mkdir(parents=True, exist_ok=True)
-  tmp = out_path.with_name(out_path.name + f".tmp{os.getpid()}")
-  tmp.write_bytes(model.getvalue())
-  os.replace(tmp, out_path)
+  atomic_write_bytes(out_path, model.getvalue())
   tok = Tokenizer(out_path)
-  vocab_file = out_path.with_suffix(".vocab")
-  tmpv = vocab_file.with_name(vocab_file.name + f".tmp{os.getpid()}")
-  with open(tmpv, "w", encoding="utf-8") as f:
-    for piece, score in tok.pieces():
-      f.write(f"{piece}\t{score:g}\n")
-  os.replace(tmpv, vocab_file)
+  atomic_write_text(out_path.with_suffix(".vocab"),
+                    "".join(f"{piece}\t{score:g}\n" for piece, score in tok.pieces()))
   log.info("trained a %s tokenizer with %d pieces: %s", model_type, tok.vocab_size, out_path)
   return tok
 
@@ -266,13 +262,10 @@ def load_or_train(workdir: str | os.PathLike, texts_fn, *, vocab_size: int, mode
     src = Path(existing)
     if not src.is_file():
       raise FileNotFoundError(f"data.tokenizer={existing!r}: no such sentencepiece model")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    tmp.write_bytes(src.read_bytes())
-    os.replace(tmp, path)
+    atomic_write_bytes(path, src.read_bytes())
     vocab = src.with_suffix(".vocab")
     if vocab.is_file():
-      path.with_suffix(".vocab").write_bytes(vocab.read_bytes())
+      atomic_write_bytes(path.with_suffix(".vocab"), vocab.read_bytes())
     tok = Tokenizer(path)
     if tok.vocab_size != vocab_size:
       log.warning("data.tokenizer has %d pieces (data.vocab_size=%d is ignored)",

@@ -13,10 +13,12 @@ the long tables ``sbjax.studies.convergence.measure`` returns (re-exported there
 
 from __future__ import annotations
 
-import math
 from typing import Sequence
 
 import numpy as np
+
+from sbjax.studies.stats import finite_pearson as pearson  # noqa: F401  (re-exported)
+from sbjax.studies.stats import spearman  # noqa: F401  (re-exported)
 
 KINDS = ("mlp", "ov")
 PERCENTILES = (10, 25, 50, 75, 90)
@@ -44,37 +46,6 @@ def stable_step(steps, values, frac: float = 0.9) -> int | None:
     return None
   bad = np.nonzero(~ok)[0]
   return int(steps[bad[-1] + 1]) if bad.size else int(steps[0])
-
-
-def pearson(x, y) -> float:
-  """r = sum (x - mx)(y - my) / sqrt(sum (x - mx)^2 sum (y - my)^2); NaN if undefined."""
-  x, y = np.asarray(x, float), np.asarray(y, float)
-  ok = np.isfinite(x) & np.isfinite(y)
-  if ok.sum() < 2:
-    return float("nan")
-  x, y = x[ok] - x[ok].mean(), y[ok] - y[ok].mean()
-  den = math.sqrt(float((x * x).sum() * (y * y).sum()))
-  return float((x * y).sum() / den) if den > 0 else float("nan")
-
-
-def _ranks(x):
-  """Average ranks (1-based; ties get the mean of their positions)."""
-  x = np.asarray(x, float)
-  order = np.argsort(x, kind="mergesort")
-  r = np.empty(len(x), float)
-  r[order] = np.arange(1, len(x) + 1)
-  for v in np.unique(x):
-    tie = x == v
-    if tie.sum() > 1:
-      r[tie] = r[tie].mean()
-  return r
-
-
-def spearman(x, y) -> float:
-  """Spearman's rho = Pearson r of the average ranks (over the finite pairs)."""
-  x, y = np.asarray(x, float), np.asarray(y, float)
-  ok = np.isfinite(x) & np.isfinite(y)
-  return pearson(_ranks(x[ok]), _ranks(y[ok])) if ok.sum() >= 2 else float("nan")
 
 
 def cka_matrix(cka_rows, kind: str, tokens: str, estimator: str):

@@ -4,6 +4,8 @@ Used by the Wu & Papyan (2024) experiment (``experiments/collapse/``) to relate 
 collapse metric x to the validation loss y over models.
 
 * ``pearson(x, y)``: r = sum (x - x̄)(y - ȳ) / sqrt(sum (x - x̄)^2 sum (y - ȳ)^2).
+* ``finite_pearson(x, y)``, ``spearman(x, y)``: r, and r of the average ranks, over the
+  finite pairs (the one Pearson of sbjax: every caller gets the same NaN rule).
 * ``r_squared(x, y)``: the coefficient of determination of the least-squares line
   y ≈ a + b x, R² = 1 - SS_res / SS_tot with SS_res = sum (y - a - b x)^2 and
   SS_tot = sum (y - ȳ)^2 (equal to r² for a simple linear fit; the authors' R²).
@@ -26,6 +28,7 @@ x or y, the statistics are NaN (never an exception mid-report).
 from __future__ import annotations
 
 import numpy as np
+from scipy.stats import rankdata
 
 ALTERNATIVES = ("two-sided", "greater", "less")
 
@@ -56,6 +59,19 @@ def pearson(x, y) -> np.ndarray:
   if xc.shape[-1] < 3:
     r = np.full(np.shape(r), np.nan)
   return np.clip(r, -1.0, 1.0)
+
+
+def finite_pearson(x, y) -> float:
+  """Pearson r of the finite pairs of 1-D ``x``, ``y`` (NaN under :func:`pearson`'s rule:
+  fewer than 3 finite pairs, or a constant side)."""
+  return float(pearson(*finite_pairs(x, y)))
+
+
+def spearman(x, y) -> float:
+  """Spearman's rho of the finite pairs: Pearson r of their average ranks (ties averaged,
+  ``scipy.stats.rankdata``), NaN under :func:`pearson`'s rule."""
+  x, y = finite_pairs(x, y)
+  return float(pearson(rankdata(x), rankdata(y)))
 
 
 def r_squared(x, y) -> np.ndarray:

@@ -1,0 +1,42 @@
+"""``gs://`` offline: fsspec's in-memory file system registered as the ``gs``/``gcs``
+implementation, so ``etils.epath.Path("gs://bucket/...")`` runs its real fsspec code path with
+only the bottom storage replaced (no network, no credentials). TensorFlow must not be
+installed (epath prefers its gfile backend then); sbjax does not depend on it.
+
+    with fake_gcs() as store:        # store: {"gs://bucket/key": bytes-like}
+      atomic_write_json("gs://bucket/run/plan.json", {...})
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import fsspec
+from fsspec.implementations.memory import MemoryFileSystem
+from fsspec.registry import _registry
+
+
+class FakeGCS(MemoryFileSystem):
+  protocol = ("gs", "gcs")
+  store: dict = {}
+  pseudo_dirs = [""]
+
+  def __init__(self, *args, finalize_on_close=None, **kwargs):  # gcsfs's keyword, unused here
+    super().__init__(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def fake_gcs():
+  saved = {p: _registry.get(p) for p in FakeGCS.protocol}
+  for p in FakeGCS.protocol:
+    fsspec.register_implementation(p, FakeGCS, clobber=True)
+  FakeGCS.store.clear()
+  try:
+    yield FakeGCS.store
+  finally:
+    FakeGCS.store.clear()
+    for p, cls in saved.items():
+      if cls is None:
+        _registry.pop(p, None)
+      else:
+        _registry[p] = cls
