@@ -26,6 +26,18 @@ def test_pearson_r2_match_scipy():
   assert math.isnan(float(stats.pearson([1.0, 1.0, 1.0], [1.0, 2.0, 3.0])))
 
 
+def test_finite_pearson_and_spearman_match_scipy_with_one_nan_rule():
+  """The one Pearson of sbjax (collapse tables and convergence summaries alike)."""
+  x = np.array([3.0, 1.0, np.nan, 4.0, 1.0, 5.0, 9.0, 2.0])
+  y = np.array([2.0, 7.0, 1.0, 1.0, 8.0, np.inf, 2.0, 8.0])
+  ok = np.isfinite(x) & np.isfinite(y)
+  assert stats.finite_pearson(x, y) == pytest.approx(sps.pearsonr(x[ok], y[ok])[0], abs=1e-12)
+  assert stats.spearman(x, y) == pytest.approx(sps.spearmanr(x[ok], y[ok])[0], abs=1e-12)
+  for f in (stats.finite_pearson, stats.spearman):  # < 3 finite pairs, a constant side
+    assert math.isnan(f([1.0, 2.0, np.nan], [3.0, 1.0, 2.0]))
+    assert math.isnan(f([1.0, 1.0, 1.0, 1.0], [1.0, 2.0, 3.0, 5.0]))
+
+
 def test_permutation_pvalue_exact_small_n():
   """Monte-Carlo p vs the exact p enumerated over all 7! permutations."""
   rng = np.random.default_rng(1)
