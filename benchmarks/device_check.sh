@@ -193,6 +193,7 @@ else
          --seq=1024 --warmup=2 --reps=10 --side_timeout=70 --compile_timeout=150)
   SERIES=(--k=16 --n=128 --t=256 --shape=pythia-70m --chunk=32)
   METRICS=(--quick)
+  if [[ "${KIND}" == tpu ]]; then TRAIN+=(--sides=sbjax); fi  # torch has no TPU here
 fi
 PYTEST=("${PY}" -m pytest -o addopts= -v -rfEs -p no:cacheprovider)
 
@@ -231,7 +232,7 @@ fi
 if wanted train; then
   L=$(limit_of 250)
   section train "${L}" "${PY}" benchmarks/train_step_vs_hf.py --isolate "${TRAIN[@]}" \
-    --budget_s=$((L - 10)) --dtype=bfloat16 --loss_chunk=preset --remat=preset \
+    --budget_s=$((L > 11 ? L - 10 : 1)) --dtype=bfloat16 --loss_chunk=preset --remat=preset \
     --hf_device=auto --peak_tflops="${PEAK}"
 fi
 if wanted series; then
