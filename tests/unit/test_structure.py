@@ -2,7 +2,8 @@
 
 - no import cycle in ``sbjax/`` (static graph of the imports, and every module imported alone
   in a fresh process: a fork of an interpreter that has loaded only third-party packages);
-- no file in ``sbjax/`` or ``experiments/`` over 400 lines, no function over 80 lines;
+- no function in ``sbjax/`` or ``experiments/`` over 80 lines (file size is not checked: a file
+  holds one idea, a review rule in the README's "Contributing" section, not a line cap);
 - imports at the top of files: a function-local import must say why with a ``deferred:``
   comment on its line (JAX must start after absl flag parsing or ``jax.distributed``);
 - no ``cfg.head == ...`` switch outside the head registry.
@@ -19,7 +20,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-MAX_FILE_LINES = 400
 MAX_FUNCTION_LINES = 80
 
 
@@ -107,25 +107,27 @@ def test_every_sbjax_module_imports_alone_in_a_fresh_process():
   assert f"imported {len(mods)} modules alone" in r.stdout
 
 
-def _too_long(paths) -> tuple[list[str], list[str]]:
-  files, funcs = [], []
+def _too_long(paths) -> list[str]:
+  funcs = []
   for p in paths:
-    src = p.read_text()
-    n = len(src.splitlines())
-    if n > MAX_FILE_LINES:
-      files.append(f"{p.relative_to(ROOT)}: {n} lines")
-    for node in ast.walk(ast.parse(src)):
+    for node in ast.walk(ast.parse(p.read_text())):
       if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
         length = node.end_lineno - node.lineno + 1
         if length > MAX_FUNCTION_LINES:
           funcs.append(f"{p.relative_to(ROOT)}:{node.lineno} {node.name}: {length} lines")
-  return files, funcs
+  return funcs
 
 
-def test_no_file_over_400_lines_and_no_function_over_80():
-  files, funcs = _too_long(_py_files("sbjax", "experiments"))
-  assert files == [], files
+def test_no_function_over_80_lines():
+  funcs = _too_long(_py_files("sbjax", "experiments"))
   assert funcs == [], funcs
+
+
+def test_length_check_finds_a_planted_long_function(tmp_path, monkeypatch):
+  monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+  body = "".join(f"  x{i} = {i}\n" for i in range(80))
+  (tmp_path / "m.py").write_text(f"def short():\n  return 1\n\n\ndef long():\n{body}")
+  assert _too_long([tmp_path / "m.py"]) == ["m.py:5 long: 81 lines"]
 
 
 def test_imports_at_the_top_of_files():
