@@ -15,8 +15,8 @@
 # they are installed into a scratch directory (pip --no-index) and put on PYTHONPATH.
 # Sections (seconds on the device; each under `timeout`, exit status and time recorded;
 # all of them together stop at DEADLINE_S=475):
-#   tests_issue31 (45) the test files of the accelerator issue's 23 failures, then
-#   tests_fast    (30) the rest of the fast layer, SBJAX_TEST_PLATFORM=cuda, xdist -n 8;
+#   tests_issue31 (45) the accelerator issue's 23 GPU failures (device_results.py's list),
+#   tests_fast    (30) then the rest of the fast layer; SBJAX_TEST_PLATFORM=cuda, xdist -n 8;
 #                      meanwhile the series of (c) is written to disk (untimed);
 #   train        (250) sbjax vs HF GPT-NeoX eager and torch.compile, bf16 autocast, B 16 x T
 #                      1024, pythia-160m and pythia-410m, each side in its own process
@@ -164,12 +164,9 @@ TEST_PLATFORM=cuda
 if [[ "${KIND}" == tpu ]]; then TEST_PLATFORM=tpu; fi
 
 # --- sizes ---------------------------------------------------------------------------------
-ISSUE_FILES=(tests/unit/test_perf_features.py tests/unit/test_model.py
-  tests/unit/test_planted_mos.py tests/unit/test_heads_registry.py tests/unit/test_layerwise.py
-  tests/unit/test_metrics_spectrum.py tests/unit/test_attention.py tests/unit/test_hostmem.py
-  tests/unit/test_tpu_scripts.py)
-# the issue's files test by test over 8 workers (test_model.py alone would hold one worker
-# past the limit), the rest file by file (module fixtures built once)
+# the accelerator issue's 23 GPU failures, by test (device_results.py holds the list)
+mapfile -t ISSUE_TESTS < <("${PY}" benchmarks/device_results.py --issue_tests)
+# the issue's tests one by one over 8 workers, the rest file by file (module fixtures built once)
 XDIST_ISSUE=(-n 8 --dist load)
 XDIST=(-n 8 --dist loadfile)
 if [[ "${KIND}" == tpu ]]; then  # one process opens a TPU
@@ -178,7 +175,7 @@ if [[ "${KIND}" == tpu ]]; then  # one process opens a TPU
 fi
 if [[ "${DRY}" == 1 ]]; then
   TEST_PLATFORM=cpu
-  ISSUE_FILES=(tests/unit/test_hostmem.py)
+  ISSUE_TESTS=(tests/unit/test_hostmem.py::test_freed_step_block_is_reused_without_page_faults)
   FAST=(tests/unit/test_attention.py -k auto_choice)
   XDIST=(-p no:xdist)
   XDIST_ISSUE=(-p no:xdist)
@@ -188,7 +185,7 @@ if [[ "${DRY}" == 1 ]]; then
   METRICS=(--cases=spectra --heads=2 --spec-v=256 --spec-d=32 --reps=1 --spec-methods=auto)
 else
   FAST=(tests -m "not e2e")
-  for f in "${ISSUE_FILES[@]}"; do FAST+=("--ignore=${f}"); done
+  for t in "${ISSUE_TESTS[@]}"; do FAST+=("--deselect=${t}"); done
   TRAIN=("--configs=pythia-160m,pythia-410m" "--sides=sbjax,hf_eager,hf_compile" --batch=16
          --seq=1024 --warmup=2 --reps=10 --side_timeout=70 --compile_timeout=150)
   SERIES=(--k=16 --n=128 --t=256 --shape=pythia-70m --chunk=32)
@@ -207,7 +204,7 @@ if wanted series; then
 fi
 if wanted tests_issue31; then
   SBJAX_TEST_PLATFORM="${TEST_PLATFORM}" section tests_issue31 "$(limit_of 45)" "${PYTEST[@]}" \
-    "${XDIST_ISSUE[@]}" --junitxml="${REPORT}/tests_issue31.xml" "${ISSUE_FILES[@]}"
+    "${XDIST_ISSUE[@]}" --junitxml="${REPORT}/tests_issue31.xml" "${ISSUE_TESTS[@]}"
 fi
 if wanted tests_fast; then
   SBJAX_TEST_PLATFORM="${TEST_PLATFORM}" section tests_fast "$(limit_of 30)" "${PYTEST[@]}" \

@@ -184,12 +184,19 @@ def summary(res: dict) -> str:
 
 def main():
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  ap.add_argument("report")
+  ap.add_argument("report", nargs="?")
+  ap.add_argument("--issue_tests", action="store_true",
+                  help="print ISSUE_TESTS, one pytest node id a line (device_check.sh runs them)")
   ap.add_argument("--kind", default="gpu")
   ap.add_argument("--dry_run", default="0")
   ap.add_argument("--peak_tflops", type=float, default=0.0)
   ap.add_argument("--seconds", type=int, default=0)
   a = ap.parse_args()
+  if a.issue_tests:
+    print("\n".join(ISSUE_TESTS))
+    return
+  if a.report is None:
+    ap.error("give the REPORT directory (or --issue_tests)")
   report = Path(a.report)
   sections = read_sections(report)
   env_file = report / "env.json"
