@@ -15,8 +15,8 @@
 # they are installed into a scratch directory (pip --no-index) and put on PYTHONPATH.
 # Sections (seconds on the device; each under `timeout`, exit status and time recorded;
 # all of them together stop at DEADLINE_S=475):
-#   tests_issue31 (45) the accelerator issue's 23 GPU failures (device_results.py's list),
-#   tests_fast    (30) then the rest of the fast layer; SBJAX_TEST_PLATFORM=cuda, xdist -n 8;
+#   tests_issue31 (40) the accelerator issue's 23 GPU failures (device_results.py's list),
+#   tests_fast    (35) then the rest of the fast layer; SBJAX_TEST_PLATFORM=cuda, xdist -n 8;
 #                      meanwhile the series of (c) is written to disk (untimed);
 #   train        (250) sbjax vs HF GPT-NeoX eager and torch.compile, bf16 autocast, B 16 x T
 #                      1024, pythia-160m and pythia-410m, each side in its own process
@@ -203,11 +203,11 @@ if wanted series; then
   BUILD_T0=$(date +%s)
 fi
 if wanted tests_issue31; then
-  SBJAX_TEST_PLATFORM="${TEST_PLATFORM}" section tests_issue31 "$(limit_of 45)" "${PYTEST[@]}" \
+  SBJAX_TEST_PLATFORM="${TEST_PLATFORM}" section tests_issue31 "$(limit_of 40)" "${PYTEST[@]}" \
     "${XDIST_ISSUE[@]}" --junitxml="${REPORT}/tests_issue31.xml" "${ISSUE_TESTS[@]}"
 fi
 if wanted tests_fast; then
-  SBJAX_TEST_PLATFORM="${TEST_PLATFORM}" section tests_fast "$(limit_of 30)" "${PYTEST[@]}" \
+  SBJAX_TEST_PLATFORM="${TEST_PLATFORM}" section tests_fast "$(limit_of 35)" "${PYTEST[@]}" \
     "${XDIST[@]}" --junitxml="${REPORT}/tests_fast.xml" "${FAST[@]}"
 fi
 if [[ -n "${BUILD_PID}" ]]; then  # at most 120 s more (then the series section builds it)
