@@ -52,11 +52,14 @@ def test_device_check_without_an_accelerator_says_what_to_install(tmp_path):
 
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest">
-<testcase classname="tests.unit.test_perf_features" name="test_chunked_matrix_xent_matches_numpy[1-2]"/>
-<testcase classname="tests.unit.test_perf_features" name="test_chunked_matrix_xent_matches_numpy[3-4]"/>
+<testcase classname="tests.unit.test_perf_features"
+          name="test_chunked_matrix_xent_matches_numpy[1-2]"/>
+<testcase classname="tests.unit.test_perf_features"
+          name="test_chunked_matrix_xent_matches_numpy[3-4]"/>
 <testcase classname="tests.unit.test_model" name="test_lowrank_full_rank_equals_dense">
 <failure message="AssertionError: not close"/></testcase>
-<testcase classname="tests.unit.test_hostmem" name="test_freed_step_block_is_reused_without_page_faults">
+<testcase classname="tests.unit.test_hostmem"
+          name="test_freed_step_block_is_reused_without_page_faults">
 <skipped message="only on cpu (page faults)"/></testcase>
 </testsuite></testsuites>"""
 
