@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any
 
+from sbjax.errors import config_error
 from sbjax.heads import base as head_registry
 
 POS_KINDS = ("rotary", "learned")
@@ -31,8 +31,7 @@ PLANTED_GATES = ("uniform", "dirichlet")  # data.planted_gate of source=planted_
 TRAIN_OBJECTIVES = ("sampled", "expected")  # train.objective (sbjax.train.objective)
 
 
-def _err(field: str, value: Any, allowed: str) -> ValueError:
-  return ValueError(f"invalid config: {field}={value!r}; allowed: {allowed}")
+_err = config_error
 
 
 @dataclasses.dataclass(frozen=True)

@@ -28,6 +28,8 @@ import contextlib
 import jax
 from jax import lax
 
+from sbjax.errors import config_error
+
 # the names besides "auto" (sbjax.config.MATMUL_PRECISIONS lists them all; this module does
 # not import sbjax.config, so that the head modules can import it, see sbjax.heads.base)
 _EXPLICIT = {"highest": lax.Precision.HIGHEST, "high": lax.Precision.HIGH,
@@ -41,8 +43,7 @@ def matmul_precision(cfg) -> lax.Precision | None:
   if name == "auto":
     return lax.Precision.HIGHEST if cfg.dtype in _FULL_DTYPES else None
   if name not in _EXPLICIT:
-    raise ValueError(f"invalid config: model.matmul_precision={name!r}; allowed: "
-                     + " | ".join(("auto", *_EXPLICIT)))
+    raise config_error("model.matmul_precision", name, " | ".join(("auto", *_EXPLICIT)))
   return _EXPLICIT[name]
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from sbjax.errors import config_error
+
 ALL_GROUPS = ("loss", "anisotropy", "spectrum", "collapse", "cka", "per")
 DEFAULT_W_ERROR_DIMS = (1, 2, 4, 8, 16, 32, 64)
 # scheduling-only fields, excluded from the cache key
@@ -21,7 +23,7 @@ DATA_FIELDS = ("tokens", "data")
 
 
 def _err(field, value, allowed) -> ValueError:
-  return ValueError(f"invalid analysis setting: {field}={value!r}; allowed: {allowed}")
+  return config_error(field, value, allowed, what="analysis setting")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -38,7 +38,8 @@ from __future__ import annotations
 import importlib
 import os
 import pkgutil
-from typing import Any
+
+from sbjax.errors import config_error
 
 HEAD_KEY = "head"  # the top-level parameter key of a head module's parameters
 
@@ -46,9 +47,7 @@ _KINDS: dict[str, "HeadKind"] = {}
 _scanned = False
 
 
-def invalid(field: str, value: Any, allowed: str) -> ValueError:
-  """The config error, worded as ``sbjax.config``'s: ``invalid config: F=V; allowed: A``."""
-  return ValueError(f"invalid config: {field}={value!r}; allowed: {allowed}")
+invalid = config_error  # the heads' name for sbjax.errors.config_error
 
 
 class HeadKind:

@@ -63,6 +63,7 @@ from sbjax.analysis import layerwise
 from sbjax.analysis.layerwise import ov_singular_values  # noqa: F401 - public API
 from sbjax.config import ModelConfig
 from sbjax.convert import series
+from sbjax.errors import config_error
 from sbjax.model import Model
 from sbjax.studies.convergence_summary import (  # noqa: F401 - public API
     KINDS,
@@ -82,7 +83,7 @@ ESTIMATORS = layerwise.ESTIMATORS
 
 
 def _err(field, value, allowed) -> ValueError:
-  return ValueError(f"invalid convergence setting: {field}={value!r}; allowed: {allowed}")
+  return config_error(field, value, allowed, what="convergence setting")
 
 
 @dataclasses.dataclass(frozen=True)
