@@ -31,7 +31,6 @@ With nothing requested ``apply`` returns only the scores and does no extra work.
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Sequence
 
@@ -256,14 +255,17 @@ class Model:
   def abstract_params(self, seq_len: int = 8):
     return jax.eval_shape(lambda k: self.init(k, 1, seq_len), jax.random.key(0))
 
-  def apply(self, params, tokens_BxT, collect: Sequence[str] = (), embeds_BxTxD=None):
-    """Scores (float32 logits, or log-probs for a mos head); with ``collect``, also a dict.
+  def apply(self, params, tokens_BxT, *, embeds_BxTxD=None):
+    """Scores (B×T×V float32: logits, or log-probs for a mos head).
 
     ``embeds_BxTxD`` replaces the token-embedding lookup (positions are still added)."""
+    return self.forward(params, tokens_BxT, (), embeds_BxTxD=embeds_BxTxD)[0]
+
+  def forward(self, params, tokens_BxT, collect: Sequence[str] = (), *, embeds_BxTxD=None):
+    """(scores, extras): :meth:`apply`'s scores and a dict of the ``collect`` intermediates
+    (empty when nothing is collected): one return type whatever is asked."""
     collect = _check_collect(collect)
-    scores, extras = Transformer(self.cfg, collect).apply({"params": params}, tokens_BxT,
-                                                          embeds_BxTxD)
-    return (scores, extras) if collect else scores
+    return Transformer(self.cfg, collect).apply({"params": params}, tokens_BxT, embeds_BxTxD)
 
   def log_probs(self, params, tokens_BxT):
     return jax.nn.log_softmax(self.apply(params, tokens_BxT), axis=-1)

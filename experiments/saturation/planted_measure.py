@@ -50,7 +50,7 @@ def _checkpoint_fn(mc):
   model = Model(mc)
 
   def f(params, x, y, c, probs):
-    scores, ex = model.apply(params, x, ("h",))
+    scores, ex = model.forward(params, x, ("h",))
     logq = jax.nn.log_softmax(scores.astype(jnp.float32), axis=-1)
     rb = -jnp.sum(probs[c] * logq, axis=-1)  # (W, T)
     nll = -jnp.take_along_axis(logq, y[..., None], axis=-1)[..., 0]

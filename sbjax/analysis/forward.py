@@ -30,10 +30,10 @@ from sbjax.model import Model
 
 
 def grouped_apply(model: Model, collect: Sequence[str] = ()):
-  """``jax.jit(jax.vmap(model.apply, in_axes=(0, None)))`` with ``collect``: the raw grouped
+  """``jax.jit(jax.vmap(model.forward, in_axes=(0, None)))`` with ``collect``: the raw grouped
   forward (scores, extras) over stacked params; the pipeline's reduced forward shares it."""
   collect = tuple(collect)
-  return jax.jit(jax.vmap(lambda p, x: model.apply(p, x, collect), in_axes=(0, None)))
+  return jax.jit(jax.vmap(lambda p, x: model.forward(p, x, collect), in_axes=(0, None)))
 
 
 def make_group_forward(model: Model, take: tuple, loss_rows: int):
@@ -59,8 +59,7 @@ def make_group_forward(model: Model, take: tuple, loss_rows: int):
         out["nll"], out["correct"] = model.head_loss_sums(
             params, h[:loss_rows].reshape(y.shape[0], -1), y)
     else:
-      scores, ex = model.apply(params, inputs, collect) if collect else (
-          model.apply(params, inputs), {})
+      scores, ex = model.forward(params, inputs, collect)
       if loss_rows:
         logp = jax.nn.log_softmax(scores[:loss_rows].astype(jnp.float32), axis=-1)
         t = targets[:loss_rows]

@@ -115,7 +115,7 @@ def _forward_fn(mc: ModelConfig, with_loss: bool):
   model = Model(mc)
 
   def one(p, x, y):
-    scores, ex = model.apply(p, x, ("h",))
+    scores, ex = model.forward(p, x, ("h",))
     h = ex["h"].reshape(-1, ex["h"].shape[-1]).astype(jnp.float32)
     if not with_loss:
       return h, jnp.zeros((0,), jnp.float32)

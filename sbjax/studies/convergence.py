@@ -7,7 +7,7 @@ layer l, on ONE fixed batch of n sequences (the same tokens for every checkpoint
   (``fc_out``, bias included); ``ov`` = the attention OV circuit
   ``sum_h (LN1(x) W_V,h + b_V,h) W_O,h`` of the block's normalised input, i.e.
   V_h W_{O,h}^T per head (torch layout) summed over heads, with no attention
-  weighting and without the output bias (``Model.apply(collect=("ov",))``; heads are
+  weighting and without the output bias (``Model.forward(collect=("ov",))``; heads are
   split per head from the D x H x Dh kernels, and the HF import splits GPT-NeoX's
   fused, head-major ``query_key_value`` per head, so the authors' "last third of the
   fused QKV" quirk does not arise);

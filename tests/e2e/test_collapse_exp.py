@@ -57,7 +57,7 @@ def test_collapse_pass_matches_direct_computation(test_out):
   res = cg.collapse_pass(mc, jax.device_get(params), tr, va, chunk=P.knobs.chunk,
                          feature_cache_bytes=0)  # pass 2 recomputes the forward
   model = Model(mc)
-  apply = jax.jit(lambda p, x: model.apply(p, x, ("h",)))
+  apply = jax.jit(lambda p, x: model.forward(p, x, ("h",)))
   d = mc.d_model
   for i in range(2):
     p_i = jax.tree.map(lambda a: a[i], params)

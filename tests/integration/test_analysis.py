@@ -62,7 +62,7 @@ def _jit_apply(mc):
   """One jitted per-checkpoint forward collecting everything, shared by the tests."""
   if mc not in _APPLY:
     model = Model(mc)
-    _APPLY[mc] = jax.jit(lambda p, x: model.apply(p, x, ALL_COLLECT))
+    _APPLY[mc] = jax.jit(lambda p, x: model.forward(p, x, ALL_COLLECT))
   return _APPLY[mc]
 
 

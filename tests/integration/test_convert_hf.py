@@ -89,7 +89,7 @@ def assert_tree_equal(a, b):
 
 def check_parity(m, cfg, params, tok):
   logits, hs, last = hf_run(m, tok)
-  scores, ex = Model(cfg).apply(params, tok, collect=("h", "resid"))
+  scores, ex = Model(cfg).forward(params, tok, collect=("h", "resid"))
   assert maxdiff(scores, logits) <= TOL
   # transformers' hidden_states: [embeddings, block_0 out, ..., block_{L-2} out, ln_f(block_{L-1})]
   assert len(hs) == cfg.n_layers + 1

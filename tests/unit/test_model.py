@@ -86,7 +86,7 @@ def test_mos_single_component_is_log_softmax_of_it():
   model = Model(cfg)
   p = model.init(jax.random.key(0))
   toks = _tokens()
-  out, ex = model.apply(p, toks, collect=("h",))
+  out, ex = model.forward(p, toks, collect=("h",))
   h = ex["h"]
   hp = p["head"]
   g = jnp.tanh(jnp.einsum("btd,dme->btme", h, hp["proj_w"]) + hp["proj_b"])[:, :, 0]
@@ -126,7 +126,7 @@ def test_scan_and_remat_equal_unrolled(name):
   batch = jnp.concatenate([toks, toks[:, :1]], 1)
 
   def out_and_grad(m):  # one jitted program per variant (eager dispatch cost ~1.3x the CPU)
-    return jax.jit(lambda q: (m.apply(q, toks, collect=("resid", "h")),
+    return jax.jit(lambda q: (m.forward(q, toks, collect=("resid", "h")),
                               jax.grad(lambda r: m.loss(r, batch)[0])(q)))
 
   (ref, ex_ref), g_ref = out_and_grad(model)(p)
@@ -195,7 +195,7 @@ def test_intermediates_shapes_and_consistency():
   model = Model(BASE)
   p = model.init(jax.random.key(0))
   toks = _tokens()
-  scores, ex = model.apply(p, toks, collect=("resid", "attn", "mlp", "ov", "h"))
+  scores, ex = model.forward(p, toks, collect=("resid", "attn", "mlp", "ov", "h"))
   assert ex["resid"].shape == (2, 2, 16, 32) and ex["h"].shape == (2, 16, 32)
   # parallel residual: resid_l = resid_{l-1} + attn_l + mlp_l
   e0 = p["embed"][toks]
@@ -246,4 +246,4 @@ def test_unknown_intermediate_is_refused():
   model = Model(BASE)
   p = model.init(jax.random.key(0))
   with pytest.raises(ValueError, match="unknown intermediates"):
-    model.apply(p, _tokens(), collect=("logits",))
+    model.forward(p, _tokens(), collect=("logits",))
