@@ -223,7 +223,7 @@ def side_authors(root: Path, a) -> dict:
 
 def _instrument_sbjax(ph: Phases) -> None:
   """Time sbjax's phases from outside (the library is unchanged)."""
-  from experiments import convert as convert_cli
+  from sbjax.cli import convert as convert_cli
   from sbjax import checkpoint
   from sbjax.analysis import analyze as an
   from sbjax.analysis import forward as fw
@@ -258,7 +258,7 @@ def _instrument_sbjax(ph: Phases) -> None:
 
 
 def side_sbjax(root: Path, a) -> dict:
-  from experiments import convert as convert_cli
+  from sbjax.cli import convert as convert_cli
   from sbjax.analysis import analyze_run
   from sbjax.analysis.settings import Settings
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from absl import flags
 
-from .. import common, series_flags as sf
+from sbjax.cli import common, series_flags as sf
 from .presets import PRESETS
 from .report import report_section
 from .run import run

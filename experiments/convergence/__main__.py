@@ -14,8 +14,8 @@ from pathlib import Path
 
 from absl import flags
 
-from .. import common
-from .. import data_flags as df
+from sbjax.cli import common
+from sbjax.cli import data_flags as df
 from .presets import PRESETS
 from .report import report_section
 from .run import run

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from absl import flags
 
-from .. import common
+from sbjax.cli import common
 from . import PRESETS, run, summarize
 
 OUT = flags.DEFINE_string("out", "out/planted", "output directory")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from absl import flags
 
-from .. import common, series_flags as sf
+from sbjax.cli import common, series_flags as sf
 from .planted_presets import PLANTED_PRESETS
 from .planted_report import report_section as planted_section
 from .planted_run import run_planted

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from absl import flags
 
-from .. import common
+from sbjax.cli import common
 from . import CSV, PRESETS, run
 
 OUT = flags.DEFINE_string("out", "out/target_rank", "output directory")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from absl import flags
 
-from .. import common
+from sbjax.cli import common
 from . import PRESETS, run
 from .report import CSV, FIGURE, SUMMARY
 

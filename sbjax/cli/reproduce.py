@@ -1,30 +1,33 @@
-r"""One report for the experiments: ``python -m experiments.reproduce --out=DIR [--quick] [--only=...]``.
+r"""The experiment runner behind ``python -m experiments.reproduce`` / ``sbjax-reproduce``:
+one report for a registry of experiments.
 
   python -m experiments.reproduce --out=out --quick            # the README's main job: planted
   python -m experiments.reproduce --out=out                    # every experiment, cpu preset
   python -m experiments.reproduce --out=out --only=planted,head_rank --preset=tpu
   python -m experiments.reproduce --out=out --preset=test      # every experiment, in minutes
 
-Every experiment is a package ``experiments/NAME/`` of ``EXPERIMENTS`` (imported only when
-selected; importing it defines no absl flags, those live in its ``__main__``) with
+The registry (experiment name -> module name) is the caller's: the paper experiments' is
+``experiments/reproduce.py`` (this package never imports ``experiments``). Every experiment
+module (imported only when selected; importing it defines no absl flags, those live in its
+``__main__``) follows ``Experiment``:
 
     PRESETS: dict                                     # test, quick, cpu, tpu
-    run(out: Path, preset: str) -> None               # writes CSVs/JSON into out
+    run(out: Path, preset: str[, data]) -> None       # writes CSVs/JSON into out
     report_section(out: Path, rel: str) -> str        # markdown; draws figures under rel/
 
 Experiment NAME runs in ``OUT/NAME/``; ``OUT/report.md`` is a header, a timing table and the
-sections in order. ``--quick`` selects the ``quick`` preset and, without ``--only``, just
-``planted``; otherwise the preset is ``--preset`` (default ``cpu``; ``test`` is the tiny
-preset of the test suite) and the default selection is every experiment. Timings are kept in ``OUT/timings.json``, so rerunning with another
-``--only`` keeps the others' sections (``write_report`` reports every experiment with a
-finished ``OUT/NAME/``). An experiment that fails is reported as failed and the others go on
-(the command then exits with an error naming it).
+sections in order. ``--quick`` selects the ``quick`` preset and, without ``--only``, the
+registry's quick default; otherwise the preset is ``--preset`` (default ``cpu``; ``test`` is the
+tiny preset of the test suite) and the default selection is every experiment. Timings are kept
+in ``OUT/timings.json``, so rerunning with another ``--only`` keeps the others' sections
+(``write_report`` reports every experiment with a finished ``OUT/NAME/``). An experiment that
+fails is reported as failed and the others go on (the command then exits with an error naming
+it).
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import inspect
 import json
 import logging
@@ -33,60 +36,158 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from typing import Protocol
 
 from absl import flags
 
 from . import common
+from sbjax.atomic import atomic_write_json
 
-# module names relative to this package (``experiments`` in a checkout, ``sbjax_experiments``
-# in a wheel)
-EXPERIMENTS = {
-    "planted": ".planted",
-    "head_rank": ".head_rank",
-    "werror_loss": ".werror_loss",
-    "vocab_threshold": ".vocab_threshold",
-    "saturation": ".saturation",
-    "target_rank": ".target_rank",
-    "collapse": ".collapse",
-    "convergence": ".convergence",
-}
-QUICK_DEFAULT = ("planted",)
 PRESETS = ("test", "quick", "cpu", "tpu")
 TIMINGS = "timings.json"
 
 
-def select(only: str | list | tuple | None, quick: bool) -> list[str]:
-  """The experiment names to run, in registry order."""
-  if isinstance(only, str):
-    only = [s.strip() for s in only.split(",") if s.strip()]
-  if not only:
-    return list(QUICK_DEFAULT) if quick else list(EXPERIMENTS)
-  bad = [n for n in only if n not in EXPERIMENTS]
-  if bad:
-    raise ValueError(f"unknown experiment(s) {bad} in --only; known: {', '.join(EXPERIMENTS)}")
-  return [n for n in EXPERIMENTS if n in only]
+class Experiment(Protocol):
+  """What ``Suite`` needs of an experiment module (``data`` only for the text experiments)."""
+
+  PRESETS: dict
+
+  def run(self, out: Path, preset: str) -> None: ...
+
+  def report_section(self, out: Path, rel: str) -> str: ...
 
 
-def load(name: str):
-  """The experiment package of ``name``, imported now (a clear error if it is missing).
+class Suite:
+  """A registry of experiments (``{name: absolute module name}``, in report order) and the
+  quick default; ``experiments`` is kept by reference (tests may add to it)."""
 
-  Experiment packages define their absl flags only in ``experiments/NAME/__main__.py``
-  (``python -m experiments.NAME``), so importing them here defines none."""
-  modname = EXPERIMENTS.get(name)
-  if modname is None:
-    raise ValueError(f"unknown experiment {name!r}; known: {', '.join(EXPERIMENTS)}")
-  modname = importlib.util.resolve_name(modname, __package__)
-  try:
-    mod = importlib.import_module(modname)
-  except ModuleNotFoundError as e:
-    if e.name and (e.name == modname or modname.startswith(e.name + ".")):
-      raise RuntimeError(f"experiment {name!r} is not available: module {modname} does not "
-                         "exist in this checkout") from None
-    raise
-  for fn in ("run", "report_section"):
-    if not callable(getattr(mod, fn, None)):
-      raise RuntimeError(f"experiment {name!r}: module {modname} has no {fn}() function")
-  return mod
+  def __init__(self, experiments: dict[str, str], quick_default: tuple[str, ...],
+               title: str = "sbjax report"):
+    self.experiments, self.quick_default, self.title = experiments, tuple(quick_default), title
+
+  def select(self, only: str | list | tuple | None, quick: bool) -> list[str]:
+    """The experiment names to run, in registry order."""
+    if isinstance(only, str):
+      only = [s.strip() for s in only.split(",") if s.strip()]
+    if not only:
+      return list(self.quick_default) if quick else list(self.experiments)
+    bad = [n for n in only if n not in self.experiments]
+    if bad:
+      raise ValueError(f"unknown experiment(s) {bad} in --only; known: "
+                       f"{', '.join(self.experiments)}")
+    return [n for n in self.experiments if n in only]
+
+  def load(self, name: str) -> Experiment:
+    """The experiment module of ``name``, imported now (a clear error if it is missing).
+    Experiment packages define their absl flags only in their ``__main__.py``, so importing
+    them here defines none."""
+    modname = self.experiments.get(name)
+    if modname is None:
+      raise ValueError(f"unknown experiment {name!r}; known: {', '.join(self.experiments)}")
+    try:
+      mod = importlib.import_module(modname)
+    except ModuleNotFoundError as e:
+      if e.name and (e.name == modname or modname.startswith(e.name + ".")):
+        raise RuntimeError(f"experiment {name!r} is not available: module {modname} does not "
+                           "exist in this checkout") from None
+      raise
+    for fn in ("run", "report_section"):
+      if not callable(getattr(mod, fn, None)):
+        raise RuntimeError(f"experiment {name!r}: module {modname} has no {fn}() function")
+    return mod
+
+  def run_all(self, out, names, preset: str, verbose: bool = True, data: str = "") -> dict:
+    """Runs the experiments ``names`` at ``preset`` into OUT/NAME/, then writes the report.
+    ``data`` (a directory of .txt files, default the packaged sample corpus) goes to every
+    experiment whose ``run`` takes a ``data`` argument (the text experiments).
+    Returns the timings ({name: {"seconds", "preset", "status", "error"}})."""
+    out = Path(out)
+    if preset not in PRESETS:
+      raise ValueError(f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
+    out.mkdir(parents=True, exist_ok=True)
+    timings = _read_timings(out)
+    for name in names:
+      t0 = time.perf_counter()
+      rec = {"preset": preset, "status": "ok", "error": ""}
+      try:
+        mod = self.load(name)
+        if verbose:
+          sys.stderr.write(f"== {name} ({preset}) -> {out / name}\n")
+        kw = {"data": data} if data and "data" in inspect.signature(mod.run).parameters else {}
+        mod.run(out / name, preset, **kw)
+      except Exception as e:  # noqa: BLE001 - reported, the other experiments go on
+        rec.update(status="failed", error=f"{type(e).__name__}: {e}")
+        if verbose:
+          traceback.print_exc()
+      rec["seconds"] = round(time.perf_counter() - t0, 1)
+      timings[name] = rec
+      _write_timings(out, timings)
+    self.write_report(out)
+    return timings
+
+  def write_report(self, out) -> Path:
+    """OUT/report.md from every experiment of the registry with a timing record in OUT."""
+    out = Path(out)
+    timings = _read_timings(out)
+    names = [n for n in self.experiments if n in timings]
+    lines = [f"# {self.title}", "",
+             "Experiments of issue 6 (Godey et al. 2024; the planted-rank language). Every "
+             "number below is read from the CSVs in each experiment's directory.", "",
+             f"Python {platform.python_version()}, {platform.machine()}.", "",
+             "| experiment | preset | status | seconds |", "|---|---|---|---|"]
+    for n in names:
+      t = timings[n]
+      lines.append(f"| {n} | {t['preset']} | {t['status']} | {t['seconds']:.1f} |")
+    total = sum(timings[n]["seconds"] for n in names)
+    lines += ["", f"Total: {total:.1f} s.", ""]
+    for n in names:
+      lines += self._section(out, n, timings[n])
+    path = out / "report.md"
+    path.write_text("\n".join(lines))
+    return path
+
+  def _section(self, out: Path, name: str, timing: dict) -> list[str]:
+    if timing["status"] != "ok":
+      return [f"## {name}", "", f"Failed: `{timing['error']}`", ""]
+    try:
+      return [self.load(name).report_section(out / name, name).rstrip(), ""]
+    except Exception as e:  # noqa: BLE001
+      return [f"## {name}", "", f"The report section could not be written: "
+              f"`{type(e).__name__}: {e}`", ""]
+
+  def define_flags(self):
+    """The CLI flags (defined only when run as a script: the tests import the registry)."""
+    flags.DEFINE_string("out", "out", "output directory")
+    flags.DEFINE_bool("quick", False, "the README's main job: the quick preset (<= 10 min on 2 "
+                      "CPU cores), and only " + ",".join(self.quick_default)
+                      + " unless --only is given")
+    flags.DEFINE_list("only", [], "experiments to run, comma separated; known: "
+                      + ", ".join(self.experiments))
+    flags.DEFINE_enum("preset", "cpu", list(PRESETS), "preset when --quick is not given (test: "
+                      "the tiny preset of the test suite)")
+    flags.DEFINE_string("data", "", "a directory of .txt files for the text experiments "
+                        "(default: the sample corpus shipped in sbjax/data/sample_text)")
+
+  def main(self, argv):
+    del argv
+    f = flags.FLAGS
+    out, quick, only, preset = Path(f.out), bool(f.quick), list(f.only), f.preset
+    names = self.select(only, quick)
+    timings = self.run_all(out, names, "quick" if quick else preset, data=f.data)
+    report = out / "report.md"
+    failed = [n for n in names if timings[n]["status"] != "ok"]
+    print(json.dumps({"report": str(report), "seconds": {n: timings[n]["seconds"] for n in names},
+                      "failed": failed}))
+    if failed:
+      raise RuntimeError("experiment(s) failed: " + "; ".join(
+          f"{n}: {timings[n]['error']}" for n in failed) + f" (see {report})")
+
+  def cli(self):
+    """A console script (``sbjax-reproduce``) or ``python -m``: defines the flags (here, so
+    --helpshort lists them for the program) and runs ``main``."""
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    self.define_flags()
+    common.run_script(self.main, __name__)
 
 
 def _read_timings(out: Path) -> dict:
@@ -95,105 +196,4 @@ def _read_timings(out: Path) -> dict:
 
 
 def _write_timings(out: Path, timings: dict) -> None:
-  tmp = out / (TIMINGS + ".tmp")
-  tmp.write_text(json.dumps(timings, indent=2))
-  tmp.replace(out / TIMINGS)
-
-
-def run_all(out, names, preset: str, verbose: bool = True, data: str = "") -> dict:
-  """Runs the experiments ``names`` at ``preset`` into OUT/NAME/, then writes the report.
-  ``data`` (a directory of .txt files, default the packaged sample corpus) goes to every
-  experiment whose ``run`` takes a ``data`` argument (the text experiments).
-  Returns the timings ({name: {"seconds", "preset", "status", "error"}})."""
-  out = Path(out)
-  if preset not in PRESETS:
-    raise ValueError(f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
-  out.mkdir(parents=True, exist_ok=True)
-  timings = _read_timings(out)
-  for name in names:
-    t0 = time.perf_counter()
-    rec = {"preset": preset, "status": "ok", "error": ""}
-    try:
-      mod = load(name)
-      if verbose:
-        sys.stderr.write(f"== {name} ({preset}) -> {out / name}\n")
-      kw = {"data": data} if data and "data" in inspect.signature(mod.run).parameters else {}
-      mod.run(out / name, preset, **kw)
-    except Exception as e:  # noqa: BLE001 - reported, the other experiments go on
-      rec.update(status="failed", error=f"{type(e).__name__}: {e}")
-      if verbose:
-        traceback.print_exc()
-    rec["seconds"] = round(time.perf_counter() - t0, 1)
-    timings[name] = rec
-    _write_timings(out, timings)
-  write_report(out)
-  return timings
-
-
-def write_report(out) -> Path:
-  """OUT/report.md from every experiment of the registry with a timing record in OUT."""
-  out = Path(out)
-  timings = _read_timings(out)
-  names = [n for n in EXPERIMENTS if n in timings]
-  lines = ["# sbjax report", "",
-           "Experiments of issue 6 (Godey et al. 2024; the planted-rank language). Every number "
-           "below is read from the CSVs in each experiment's directory.", "",
-           f"Python {platform.python_version()}, {platform.machine()}.", "",
-           "| experiment | preset | status | seconds |", "|---|---|---|---|"]
-  for n in names:
-    t = timings[n]
-    lines.append(f"| {n} | {t['preset']} | {t['status']} | {t['seconds']:.1f} |")
-  total = sum(timings[n]["seconds"] for n in names)
-  lines += ["", f"Total: {total:.1f} s.", ""]
-  for n in names:
-    t = timings[n]
-    if t["status"] != "ok":
-      lines += [f"## {n}", "", f"Failed: `{t['error']}`", ""]
-      continue
-    try:
-      lines += [load(n).report_section(out / n, n).rstrip(), ""]
-    except Exception as e:  # noqa: BLE001
-      lines += [f"## {n}", "", f"The report section could not be written: `{type(e).__name__}: "
-                f"{e}`", ""]
-  path = out / "report.md"
-  path.write_text("\n".join(lines))
-  return path
-
-
-def define_flags():
-  """The CLI flags (defined only when run as a script: the tests import this module)."""
-  flags.DEFINE_string("out", "out", "output directory")
-  flags.DEFINE_bool("quick", False, "the README's main job: the quick preset (<= 10 min on 2 "
-                    "CPU cores), and only `planted` unless --only is given")
-  flags.DEFINE_list("only", [], "experiments to run, comma separated; known: "
-                    + ", ".join(EXPERIMENTS))
-  flags.DEFINE_enum("preset", "cpu", list(PRESETS), "preset when --quick is not given (test: "
-                    "the tiny preset of the test suite)")
-  flags.DEFINE_string("data", "", "a directory of .txt files for the text experiments (default: "
-                      "the sample corpus shipped in sbjax/data/sample_text)")
-
-
-def main(argv):
-  del argv
-  f = flags.FLAGS
-  out, quick, only, preset = Path(f.out), bool(f.quick), list(f.only), f.preset
-  names = select(only, quick)
-  timings = run_all(out, names, "quick" if quick else preset, data=f.data)
-  report = out / "report.md"
-  failed = [n for n in names if timings[n]["status"] != "ok"]
-  print(json.dumps({"report": str(report), "seconds": {n: timings[n]["seconds"] for n in names},
-                    "failed": failed}))
-  if failed:
-    raise RuntimeError("experiment(s) failed: " + "; ".join(
-        f"{n}: {timings[n]['error']}" for n in failed) + f" (see {report})")
-
-
-def cli():
-  """The ``sbjax-reproduce`` console script (and ``python -m experiments.reproduce``)."""
-  logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-  define_flags()
-  common.run_script(main, __name__)
-
-
-if __name__ == "__main__":
-  cli()
+  atomic_write_json(out / TIMINGS, timings, indent=2)

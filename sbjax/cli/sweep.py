@@ -85,6 +85,11 @@ def main(argv):
       sys.exit(1)
 
 
-if __name__ == "__main__":
+def cli():
+  """``python -m sbjax.cli.sweep`` (and ``python -m experiments.sweep``)."""
   logging.basicConfig(level=logging.INFO, stream=sys.stderr)
-  common.run(main)
+  common.run_script(main, __name__)
+
+
+if __name__ == "__main__":
+  cli()

@@ -12,7 +12,7 @@ import pytest
 import torch
 import transformers
 
-from experiments import convert as convert_cli
+from sbjax.cli import convert as convert_cli
 from sbjax import checkpoint
 from sbjax.convert import import_hf
 from tests._hf_cache import tiny_neox

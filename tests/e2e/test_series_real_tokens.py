@@ -23,7 +23,7 @@ import pytest
 import torch
 import transformers
 
-from experiments import convert as convert_cli
+from sbjax.cli import convert as convert_cli
 from sbjax import checkpoint
 from sbjax.analysis import analyze_run
 from sbjax.analysis.settings import Settings

@@ -6,9 +6,9 @@ fails before any compilation; weight-only groups need no data."""
 import numpy as np
 import pytest
 
-from experiments import analyze as analyze_cli
-from experiments import convert as convert_cli
-from experiments import series_flags
+from sbjax.cli import analyze as analyze_cli
+from sbjax.cli import convert as convert_cli
+from sbjax.cli import series_flags
 from sbjax import checkpoint as ckpt
 from sbjax.analysis import analyze_run, data_source
 from sbjax.analysis.settings import Settings

@@ -9,7 +9,7 @@ import shutil
 import numpy as np
 import pytest
 
-from experiments import convert as convert_cli
+from sbjax.cli import convert as convert_cli
 from sbjax.analysis import analyze_run
 from sbjax.analysis.settings import Settings
 from sbjax.config import DataConfig, ModelConfig

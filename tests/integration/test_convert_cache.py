@@ -9,7 +9,7 @@ import shutil
 import numpy as np
 import pytest
 
-from experiments import convert as convert_cli
+from sbjax.cli import convert as convert_cli
 from sbjax import checkpoint
 from sbjax.config import ModelConfig
 from sbjax.convert import import_hf, revisions

@@ -59,11 +59,27 @@ def test_console_scripts_and_extras():
   assert set(scripts) == {"sbjax-train", "sbjax-analyze", "sbjax-convert", "sbjax-reproduce"}
   for target in scripts.values():
     mod, func = target.split(":")
-    assert mod.startswith("sbjax_experiments.")
-    path = REPO / "experiments" / (mod.split(".", 1)[1].replace(".", "/") + ".py")
+    assert mod.startswith(("sbjax_experiments.", "sbjax.cli.")), target
+    top, rest = mod.split(".", 1) if mod.startswith("sbjax_experiments.") else mod.rsplit(".", 1)
+    folder = REPO / ("experiments" if top == "sbjax_experiments" else top.replace(".", "/"))
+    path = folder / (rest.replace(".", "/") + ".py")
     funcs = {n.name for n in ast.parse(path.read_text()).body if isinstance(n, ast.FunctionDef)}
     assert func in funcs, (target, sorted(funcs))
+  assert scripts["sbjax-train"] == "sbjax.cli.train:cli"  # the tools are the library's
   assert not any(re.match(r"torch\b", r) for r in proj["optional-dependencies"]["hf"])
+
+
+def test_the_cli_package_never_imports_the_experiments():
+  """``sbjax.cli`` sits after ``studies`` in the one-way flow: the experiments may use it, not
+  the other way round (the reproduce registry lives in ``experiments/reproduce.py``)."""
+  bad = []
+  for p in _py("sbjax"):
+    for node in ast.walk(ast.parse(p.read_text())):
+      names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+               [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
+      bad += [f"{p.relative_to(REPO)}:{node.lineno} {n}" for n in names
+              if n.split(".")[0] in ("experiments", "sbjax_experiments")]
+  assert bad == [], bad
 
 
 def test_no_shared_path_and_the_files_a_library_ships():
