@@ -40,6 +40,29 @@ sweep (a gather and a scatter-add), and picks the fastest XLA:CPU matmul layouts
 (e.g. mos): a scan over token chunks whose body is ``jax.checkpoint``-ed, so the
 backward pass recomputes one chunk's scores at a time (one extra forward of the head).
 
+The training losses, the one home of the loss (``sbjax.train.build.objective_loss`` picks
+one by ``train.objective``):
+
+* ``next_token_loss(model, params, batch)``: the sampled objective, mean −log q_t(x_{t+1})
+  (``Model.loss``; chunked as above when ``model.loss_chunk`` > 0);
+* ``expected_loss(model, probs_CxV, context)``: its Rao-Blackwellised form
+  (``train.objective = "expected"``) on a planted language (``data.source`` planted,
+  planted_mix or planted_mos), whose exact next-token distribution P(·|c) of every context c
+  is known. The target token is replaced by its conditional expectation given the context
+  (Rao–Blackwell):
+
+      L_RB = mean_{t : c_t defined}  Σ_w P(w | c_t) (−log q_t(w)),
+
+  c_t = the last ``planted_context`` tokens up to t (positions with fewer visible tokens are
+  left out, as in the planted experiment's measurement). Per position,
+  E[−log q_t(x_{t+1}) | x_{≤t}] = Σ_w P(w|c_t)(−log q_t(w)), so (by the tower property) both
+  losses and their gradients have the same expectation, and each RB term has no
+  target-sampling noise; its value minus the batch's mean entropy H(P(·|c_t)) is the mean
+  KL(P ‖ q) ≥ 0. ``acc`` stays the accuracy on the sampled targets.
+
+  The table P (C×V, float32) is a constant of the jitted step: C·V·4 bytes (V = 256,
+  context 1: 256 KiB). Formed with the full logits, so ``model.loss_chunk`` is not used.
+
 Scores and losses are float32 whatever the compute dtype; the head matmuls run in the
 dtype of ``x`` like the unchunked model, at ``precision`` (``sbjax.precision``: the model
 passes its ``model.matmul_precision``; None = the backend default).
@@ -281,3 +304,57 @@ def chunked_scores_xent(score_fn, x_NxK, targets_N, chunk: int):
 
   (nll, cor), _ = jax.lax.scan(body, (jnp.float32(0), jnp.float32(0)), (xs, ts, vs))
   return nll, cor
+
+
+def next_token_loss(model, params, batch_BxT1):
+  """Mean next-token cross-entropy (float32) and accuracy on a packed batch of T+1 tokens
+  (``train.objective=sampled``; ``Model.loss``).
+
+  With ``model.cfg.loss_chunk`` > 0 the logits are formed ``loss_chunk`` tokens at a time
+  (:func:`chunked_matrix_xent`): same loss and gradients, O(chunk·V) instead of O(B·T·V)
+  memory."""
+  inputs, targets = batch_BxT1[:, :-1], batch_BxT1[:, 1:]
+  if model.cfg.loss_chunk:
+    h = model.features(params, inputs)
+    y = targets.reshape(-1)
+    nll, cor = model.head_loss_sums(params, h.reshape(-1, h.shape[-1]), y)
+    n = y.shape[0]
+    return nll / n, {"loss": nll / n, "acc": cor / n}
+  logp = jax.nn.log_softmax(model.apply(params, inputs), axis=-1)
+  nll = -jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
+  acc = (jnp.argmax(logp, -1) == targets).astype(jnp.float32)
+  return nll.mean(), {"loss": nll.mean(), "acc": acc.mean()}
+
+
+def context_ids(inputs_BxT, n: int, vocab: int):
+  """int32 [B, T]: the index of the last n tokens up to t (sbjax.data.planted's order, most
+  recent token last), −1 where fewer than n tokens are visible. int32 holds every context of
+  a planted language (its table is capped at sbjax.data.planted.MAX_TABLE = 2^26 entries).
+  Jittable; also the planted experiment's measurement (on numpy windows)."""
+  B, T = inputs_BxT.shape
+  if n > T:
+    return jnp.full((B, T), -1, jnp.int32)
+  acc = jnp.zeros((B, T - n + 1), jnp.int32)
+  for i in range(n):
+    acc = acc * vocab + inputs_BxT[:, i:T - n + 1 + i].astype(jnp.int32)
+  return jnp.concatenate([jnp.full((B, n - 1), -1, jnp.int32), acc], axis=1)
+
+
+def expected_loss(model, probs_CxV, context: int):
+  """(params, batch [B, T+1]) -> (L_RB, {"loss", "acc"}): the Rao-Blackwellised loss of the
+  module doc, for the exact next-token table ``probs_CxV`` of a planted language."""
+  probs = jnp.asarray(probs_CxV, jnp.float32)
+  vocab = probs.shape[1]
+
+  def loss(params, batch_BxT1):
+    inputs, targets = batch_BxT1[:, :-1], batch_BxT1[:, 1:]
+    logq_BxTxV = jax.nn.log_softmax(model.apply(params, inputs).astype(jnp.float32), axis=-1)
+    c_BxT = context_ids(inputs, context, vocab)
+    ok = (c_BxT >= 0).astype(jnp.float32)
+    p_BxTxV = probs[jnp.maximum(c_BxT, 0)]
+    ce_BxT = -jnp.sum(p_BxTxV * logq_BxTxV, axis=-1)
+    value = jnp.sum(ce_BxT * ok) / jnp.maximum(jnp.sum(ok), 1.0)
+    acc = (jnp.argmax(logq_BxTxV, -1) == targets).astype(jnp.float32).mean()
+    return value, {"loss": value, "acc": acc}
+
+  return loss

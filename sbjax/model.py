@@ -296,21 +296,9 @@ class Model:
                                       self.cfg.loss_chunk)
 
   def loss(self, params, batch_BxT1):
-    """Mean next-token cross-entropy (float32) and accuracy on a packed batch of T+1 tokens.
-
-    With ``cfg.loss_chunk`` > 0 the logits are formed ``loss_chunk`` tokens at a time
-    (``sbjax.losses``): same loss and gradients, O(chunk·V) instead of O(B·T·V) memory."""
-    inputs, targets = batch_BxT1[:, :-1], batch_BxT1[:, 1:]
-    if self.cfg.loss_chunk:
-      h = self.features(params, inputs)
-      y = targets.reshape(-1)
-      nll, cor = self.head_loss_sums(params, h.reshape(-1, h.shape[-1]), y)
-      n = y.shape[0]
-      return nll / n, {"loss": nll / n, "acc": cor / n}
-    logp = jax.nn.log_softmax(self.apply(params, inputs), axis=-1)
-    nll = -jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
-    acc = (jnp.argmax(logp, -1) == targets).astype(jnp.float32)
-    return nll.mean(), {"loss": nll.mean(), "acc": acc.mean()}
+    """Mean next-token cross-entropy (float32) and accuracy on a packed batch of T+1 tokens:
+    ``sbjax.losses.next_token_loss`` (chunked when ``cfg.loss_chunk`` > 0)."""
+    return losses.next_token_loss(self, params, batch_BxT1)
 
   def head_matrix(self, params):
     return heads_lib.head_matrix(params, self.cfg)

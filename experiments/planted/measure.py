@@ -9,12 +9,12 @@ import jax
 import numpy as np
 
 from sbjax.model import Model
-from sbjax.train.objective import context_ids
+from sbjax.losses import context_ids
 
 
 def context_index(tokens: np.ndarray, n: int, vocab: int) -> np.ndarray:
   """Context index of every position t >= n-1 of windows [B, T] (the last n tokens up to t);
-  -1 where fewer than n tokens are visible (``sbjax.train.objective.context_ids``, the
+  -1 where fewer than n tokens are visible (``sbjax.losses.context_ids``, the
   training loss's indexing, as int64)."""
   return np.asarray(context_ids(np.asarray(tokens), n, vocab), np.int64)
 

@@ -42,7 +42,7 @@ class Knobs:
   # "label" for seed 0 and "label-s<seed>" otherwise; the report gives the seed spread
   mix_seeds: tuple = (0,)
   # train.objective of every part-2 run: sampled (−log q of the sampled next token) or expected
-  # (the Rao-Blackwellised loss against the language's exact P(.|c); sbjax.train.objective)
+  # (the Rao-Blackwellised loss against the language's exact P(.|c); sbjax.losses.expected_loss)
   mix_objective: str = "sampled"
   # the learning rates of part 2: every arm is trained at each lr and seed, as ONE population
   # per arm (sbjax.train.population: one vmapped step); the report takes each arm's best lr by

@@ -21,18 +21,34 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from sbjax import losses
 from sbjax import sharding as shd
 from sbjax.config import Config
+from sbjax.data import planted_mos
 from sbjax.model import Model
 from sbjax.optim import make_optimizer
 from sbjax.train.members import Varies
-from sbjax.train.objective import loss_fn
 from sbjax.train.population import make_population_step
 from sbjax.train.programs import cached
 from sbjax.train.step import (TrainState, all_finite_jit, evaluate, evaluate_members,
                               make_eval_step, make_train_step, members_finite, state_step)
 
 ONE = Varies(False, False, False)
+
+
+def objective_loss(cfg: Config, model: Model):
+  """The loss of ``cfg.train.objective`` (``sbjax.losses``): ``Model.loss`` when sampled, the
+  Rao-Blackwellised loss on the planted language's exact table when expected."""
+  if cfg.train.objective == "sampled":
+    return model.loss
+  lang = planted_mos.from_config(cfg.data)
+  if lang.vocab > cfg.model.vocab_size:
+    raise ValueError(f"train.objective=expected: the planted language has {lang.vocab} tokens "
+                     f"but model.vocab_size={cfg.model.vocab_size}; set model.vocab_size=0 "
+                     "(from the data) or >= the language's vocabulary")
+  probs = np.zeros((lang.n_contexts, cfg.model.vocab_size), np.float32)
+  probs[:, :lang.vocab] = lang.probs
+  return losses.expected_loss(model, probs, lang.context)
 
 
 def _common(cfg: Config, mesh) -> types.SimpleNamespace:
@@ -53,7 +69,7 @@ def _one(cfg: Config, c: types.SimpleNamespace, nan_at_step: int) -> types.Simpl
   tc, model = cfg.train, c.model
   state_sh = TrainState(c.repl, c.p_sh1, c.o_sh1)
   step = make_train_step(model, c.tx, tc.grad_accum, tc.skip_nonfinite_steps > 0,
-                         nan_at_step=nan_at_step, loss=loss_fn(cfg, model))
+                         nan_at_step=nan_at_step, loss=objective_loss(cfg, model))
   ev = jax.jit(make_eval_step(model), in_shardings=(c.p_sh1, c.eval_batch_sh),
                out_shardings=c.repl)
   return types.SimpleNamespace(
@@ -88,7 +104,8 @@ def _members(cfg: Config, mesh, c: types.SimpleNamespace, nan_at_step: int, n: i
     return make_optimizer(tc, cfg.model, c.abstract, lr_scale=lr_scale,
                           weight_decay=weight_decay if varies.weight_decay else None)
 
-  step = make_population_step(model, tx_of, tc, varies.lr, nan_at_step, loss_fn(cfg, model),
+  step = make_population_step(model, tx_of, tc, varies.lr, nan_at_step,
+                              objective_loss(cfg, model),
                               own_batches=varies.data)
   ev = jax.jit(jax.vmap(make_eval_step(model), in_axes=(0, None)),
                in_shardings=(p_sh, c.eval_batch_sh), out_shardings=c.repl)

@@ -66,7 +66,7 @@ def make_train_step(model: Model, tx, grad_accum: int, skip_nonfinite: bool, *,
   made infinite, as a bad batch would. With ``skip_nonfinite`` a step whose loss, gradient
   or update is not finite leaves params and optimizer state unchanged (``metrics["ok"]`` is
   False). ``loss`` (params, batch) -> (value, {"acc"}) replaces ``model.loss``
-  (``sbjax.train.objective.loss_fn``).
+  (``sbjax.train.build.objective_loss``).
   """
   loss_of = model.loss if loss is None else loss
 

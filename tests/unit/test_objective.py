@@ -12,7 +12,9 @@ from sbjax import configs
 from sbjax.config import Config
 from sbjax.data import planted_mos
 from sbjax.model import Model
-from sbjax.train import objective, read_metrics, train
+from sbjax import losses
+from sbjax.train import read_metrics, train
+from sbjax.train.build import objective_loss
 
 
 def _cfg(context=1, **train_kw) -> Config:
@@ -39,7 +41,7 @@ def _context_ref(x, n, vocab):
 @pytest.mark.parametrize("n", [1, 2, 3])
 def test_context_ids_match_a_loop(n):
   x = np.random.default_rng(n).integers(0, 7, (3, 9))
-  np.testing.assert_array_equal(np.asarray(objective.context_ids(x, n, 7)), _context_ref(x, n, 7))
+  np.testing.assert_array_equal(np.asarray(losses.context_ids(x, n, 7)), _context_ref(x, n, 7))
 
 
 @pytest.mark.parametrize("context", [1, 2])
@@ -49,7 +51,7 @@ def test_expected_loss_equals_numpy(context):
   model = Model(cfg.model)
   params = model.init(jax.random.key(0), 1, 16)
   batch = lang.sample(np.random.default_rng(1), (4, 17)).astype(np.int32)
-  value, aux = jax.jit(objective.loss_fn(cfg, model))(params, batch)
+  value, aux = jax.jit(objective_loss(cfg, model))(params, batch)
   logq = np.asarray(jax.nn.log_softmax(model.apply(params, batch[:, :-1]), -1), np.float64)
   c = _context_ref(batch[:, :-1], context, 16)
   ok = c >= 0
