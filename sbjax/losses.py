@@ -65,7 +65,8 @@ one by ``train.objective``):
 
 Scores and losses are float32 whatever the compute dtype; the head matmuls run in the
 dtype of ``x`` like the unchunked model, at ``precision`` (``sbjax.precision``: the model
-passes its ``model.matmul_precision``; None = the backend default).
+passes its ``model.matmul_precision``; None = the backend default; a direct call's default,
+"auto", is HIGHEST for float32 operands).
 """
 
 from __future__ import annotations
@@ -74,6 +75,8 @@ import functools
 
 import jax
 import jax.numpy as jnp
+
+from sbjax.precision import for_dtype
 
 
 def xent_from_scores(scores_NxV, targets_N):
@@ -269,11 +272,15 @@ _matrix_xent.defvjp(_matrix_xent_fwd, _matrix_xent_bwd)
 
 
 def chunked_matrix_xent(x_NxK, w_VxK, targets_N, chunk: int, v_tile: int | None = None,
-                        precision=None):
+                        precision="auto"):
   """(Σ nll, Σ correct) for logits x·Wᵀ, ``chunk`` tokens at a time, with a fused custom
   VJP; evaluation also sweeps V ``v_tile`` rows at a time (default ``v_tile_for(V, chunk)``).
-  ``precision``: a ``jax.lax.Precision`` for every head matmul (None: the backend default)."""
+  ``precision``: a ``jax.lax.Precision`` for every head matmul; None: the backend default;
+  "auto": ``sbjax.precision.for_dtype`` of x (HIGHEST for float32, so float32 is float32 on
+  GPU and TPU too)."""
   chunk = _check_chunk(chunk)
+  if isinstance(precision, str) and precision == "auto":
+    precision = for_dtype(x_NxK.dtype)
   if x_NxK.ndim != 2 or w_VxK.ndim != 2 or x_NxK.shape[1] != w_VxK.shape[1]:
     raise ValueError(f"chunked_matrix_xent wants x N×K and W V×K, got {x_NxK.shape} and "
                      f"{w_VxK.shape}")

@@ -47,6 +47,12 @@ def matmul_precision(cfg) -> lax.Precision | None:
   return _EXPLICIT[name]
 
 
+def for_dtype(dtype) -> lax.Precision | None:
+  """``auto`` for a library call with no config: ``HIGHEST`` for float32/float64 operands,
+  ``None`` (the backend default) for bf16/f16, so float32 means float32 on every backend."""
+  return lax.Precision.HIGHEST if jax.numpy.dtype(dtype).name in _FULL_DTYPES else None
+
+
 def precision_scope(cfg):
   """A context in which dots that take no ``precision=`` argument (e.g. inside
   ``jax.nn.dot_product_attention``) get the policy's precision; a no-op for ``None``."""

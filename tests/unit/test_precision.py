@@ -6,10 +6,12 @@ import re
 from collections import Counter
 
 import jax
+import jax.numpy as jnp
 import pytest
 from jax import lax
 
 from sbjax import config as config_lib
+from sbjax import losses
 from sbjax import lowering as low
 from sbjax import lowering_suite as S
 from sbjax import precision
@@ -82,3 +84,22 @@ def test_bf16_train_step_for_cuda_keeps_the_default_and_highest_is_honoured():
   assert got[("DEFAULT", "DEFAULT")] > got[exact_bf16]
   got = _train_step_dots("bfloat16", "highest")
   assert set(got) == {("HIGHEST", "HIGHEST"), exact_bf16}, got
+
+
+@pytest.mark.parametrize("dtype, want", [("float32", {("HIGHEST", "HIGHEST")}),
+                                         ("bfloat16", {("DEFAULT", "DEFAULT")})])
+def test_direct_chunked_loss_call_defaults_to_float32_meaning_float32(dtype, want):
+  """``sbjax.losses.chunked_matrix_xent`` called from a user's own code (no config): its
+  default precision "auto" asks HIGHEST for float32 operands, in the loss and its fused
+  gradient, exported for cuda."""
+  def loss(x, w, y):
+    return losses.chunked_matrix_xent(x, w, y, 8)[0]
+
+  x = jax.ShapeDtypeStruct((16, 8), jnp.dtype(dtype))
+  w = jax.ShapeDtypeStruct((32, 8), jnp.dtype(dtype))
+  y = jax.ShapeDtypeStruct((16,), jnp.int32)
+  text = jax.export.export(jax.jit(jax.grad(loss, argnums=(0, 1))),
+                           platforms=["cuda"])(x, w, y).mlir_module()
+  dots = [line for line in text.splitlines() if DOT.search(line)]
+  assert len(dots) >= 3
+  assert {_kind(line) for line in dots} == want
