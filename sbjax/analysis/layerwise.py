@@ -126,12 +126,14 @@ def _pers_host(params, mc, r_mlp: int, r_ov: int, grads) -> dict:
 
 # ------------------------------------------------------------------------------ device float32
 def _ov_device(attn, gattn=None):
-  """H x D x D: M_h = W_V,h W_O,h, or G_h = gV_h W_O,h + W_V,h gO_h (float32)."""
+  """H x D x D: M_h = W_V,h W_O,h, or G_h = gV_h W_O,h + W_V,h gO_h (float32 products at
+  HIGHEST precision: float32 on every backend, as ``sbjax.metrics``)."""
+  mm = functools.partial(jnp.einsum, "dhk,hke->hde", precision=jax.lax.Precision.HIGHEST)
   wv, wo = attn["v_kernel"].astype(jnp.float32), attn["o_kernel"].astype(jnp.float32)
   if gattn is None:
-    return jnp.einsum("dhk,hke->hde", wv, wo)
+    return mm(wv, wo)
   gv, go = gattn["v_kernel"].astype(jnp.float32), gattn["o_kernel"].astype(jnp.float32)
-  return jnp.einsum("dhk,hke->hde", gv, wo) + jnp.einsum("dhk,hke->hde", wv, go)
+  return mm(gv, wo) + mm(wv, go)
 
 
 def _pers_device(params, mc, r_mlp: int | None, r_ov: int, grads) -> dict:

@@ -20,12 +20,14 @@ from sbjax import sharding as shd
 from sbjax.config import Config, ModelConfig, TrainConfig
 from sbjax.model import Model, flops_per_token
 from sbjax.optim import make_optimizer, trainable_labels
+from sbjax.heads.lowrank import LowRankHead
+from sbjax.heads.mos import MoSHead
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = ModelConfig(vocab_size=40, d_model=16, n_layers=1, n_heads=2, max_len=8)
 CFGS = {"dense": BASE, "tied": dataclasses.replace(BASE, head="tied"),
-        "lowrank": dataclasses.replace(BASE, head="lowrank", head_rank=3),
-        "mos": dataclasses.replace(BASE, head="mos", n_mix=2)}
+        "lowrank": dataclasses.replace(BASE, head=LowRankHead(rank=3)),
+        "mos": dataclasses.replace(BASE, head=MoSHead(n_mix=2))}
 
 
 def amesh(d, f, t):
@@ -64,13 +66,13 @@ def test_unknown_head_and_field_messages():
   with pytest.raises(ValueError, match=re.escape(
       "invalid config: model.head_rank=33; allowed: 1 .. d_model=32 (a lowrank head needs an "
       "explicit rank; use head=dense for full rank without factors)")):
-    ModelConfig(d_model=32, n_heads=2, head="lowrank", head_rank=33)
+    ModelConfig(d_model=32, n_heads=2, head=LowRankHead(rank=33))
   with pytest.raises(ValueError, match=re.escape("invalid config: model.head_init='x'; "
                                                  "allowed: scaled | godey")):
-    ModelConfig(head="lowrank", head_rank=2, head_init="x")
+    ModelConfig(head=LowRankHead(rank=2), head_init="x")
   with pytest.raises(ValueError, match=re.escape("invalid config: model.n_mix=0; allowed: "
                                                  "an integer >= 1")):
-    ModelConfig(head="mos", n_mix=0)
+    ModelConfig(head=MoSHead(n_mix=0))
 
 
 def test_matrix_equals_the_closed_formulas(params):
@@ -94,9 +96,10 @@ def test_factors_and_scores_agree_with_the_model(params):
       assert fac is None
       np.testing.assert_allclose(jax.nn.logsumexp(scores, -1), 0.0, atol=1e-5)  # log-probs
       continue
-    x, m = fac
+    x, m = fac  # references in float64 on the host: the same on every backend
+    x, m, w = (np.asarray(a, np.float64) for a in (x, m, heads.head_matrix(params[k], c)))
     np.testing.assert_allclose(x @ m.T, scores, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(scores, h @ heads.head_matrix(params[k], c).T, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(scores, np.asarray(h, np.float64) @ w.T, rtol=1e-4, atol=1e-6)
 
 
 def test_param_counts_match_the_formulas_and_the_trees(params):
