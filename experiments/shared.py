@@ -15,10 +15,9 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from sbjax import configs as sbjax_configs
 from sbjax.analysis.table import atomic_write_json, read_csv, write_csv
-from sbjax.config import Config
 from sbjax.data.sample_corpus import sample_corpus_dir
+from sbjax.overrides import config_from  # the one override path (presets' dotted keys)
 
 log = logging.getLogger("sbjax")
 REPO = Path(__file__).resolve().parents[1]
@@ -28,22 +27,6 @@ DEFAULT_TEXT = sample_corpus_dir()
 
 __all__ = ["REPO", "DEFAULT_TEXT", "config_from", "text_corpus", "write_rows", "read_rows", "write_json",
            "fmt", "RunsProgress"]
-
-
-def config_from(base: str, overrides: dict | None = None) -> Config:
-  """A validated Config: the sbjax named config ``base`` (``sbjax/configs.py``: tiny, planted, ...)
-  with dotted overrides applied, e.g. ``{"model.d_model": 64, "train.steps": 300}``.
-  An experiment's PRESETS hold such overrides; an unknown key is a clear error."""
-  d = sbjax_configs.get(base)
-  for key, value in (overrides or {}).items():
-    section, _, field = key.partition(".")
-    if not field:
-      d[section] = value
-    elif section not in d or not isinstance(d[section], dict) or field not in d[section]:
-      raise ValueError(f"unknown config override {key!r}; known sections: model, data, train, mesh")
-    else:
-      d[section][field] = value
-  return Config.from_dict(d)
 
 
 def text_corpus(data: str | Path | None = "") -> Path:

@@ -60,7 +60,7 @@ from typing import Any, Callable
 import jax
 
 from sbjax import checkpoint as ckpt
-from sbjax import configs
+from sbjax import configs, overrides
 from sbjax.config import Config
 from sbjax.train import make_dataset_for, summary_from_metrics, train
 from sbjax.train.done import DONE, finished, mark_finished
@@ -94,21 +94,6 @@ def _flatten(d: dict) -> dict:
     else:
       out[k] = v
   return out
-
-
-def _set(d: dict, key: str, value: Any, where: str) -> None:
-  parts = key.split(".")
-  if len(parts) == 1 and key == "name":
-    d["name"] = value
-    return
-  if len(parts) != 2 or parts[0] not in ("model", "data", "train", "mesh"):
-    raise ValueError(f"sweep grid: bad key {key!r} in {where}; use section.key with section one "
-                     "of model, data, train, mesh (e.g. 'model.head_rank')")
-  section, name = parts
-  if name not in d[section]:
-    raise ValueError(f"sweep grid: unknown key {key!r} in {where}; known {section} keys: "
-                     f"{sorted(d[section])}")
-  d[section][name] = value
 
 
 def load_grid(path) -> dict:
@@ -199,17 +184,11 @@ def expand(grid: dict) -> list[Run]:
     for var in variants:
       over = {k: v for k, v in {**point, **var}.items()}
       over = {k: over[k] for k in swept if k in over}
-      d = json.loads(json.dumps(base))
-      for k, v in common.items():
-        _set(d, k, v, "overrides")
-      for k, v in over.items():
-        _set(d, k, v, "grid/runs")
       name = run_name(over, {k: short[k] for k in over})
-      d["name"] = name
       try:
-        cfg = Config.from_dict(d)
-      except (ValueError, TypeError) as e:
-        raise ValueError(f"sweep grid: run {name!r} has an invalid config: {e}") from None
+        cfg = overrides.apply(base, {**common, **over, "name": name})
+      except ValueError as e:
+        raise ValueError(f"sweep grid: run {name!r}: {e}") from None
       runs.append(Run(len(runs), name, over, cfg))
   names = [r.name for r in runs]
   dups = {n for n in names if names.count(n) > 1}

@@ -1,0 +1,147 @@
+"""One override path: dotted keys applied to a Config, for the CLI (``--config.X=V``), the sweep
+grids and the experiments' presets.
+
+    apply(cfg, {"model.d_model": 64, "train.lr": 1e-3})    -> a validated Config
+    config_from("tiny", {"train.steps": 300})                 -> the named config, overridden
+    parse_assignment("train.steps=50", cfg)                   -> ("train.steps", 50)
+
+It works on ``Config.to_dict()`` / ``Config.from_dict`` only, so it follows whatever the
+config's fields are: a key names a path of nested dicts (``model.d_model``, and deeper ones
+such as ``model.head.rank`` where a field is itself a dict). A key that is no path of the
+config dict is still handed to ``Config.from_dict`` (which may accept it as a legacy alias);
+when that fails the error is one line naming the key and the nearest known key:
+``invalid config key 'train.stepz'; did you mean 'train.steps'?``.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import json
+from typing import Any, Mapping
+
+from sbjax import configs
+from sbjax.config import Config
+
+
+def known_keys(d: Mapping, prefix: str = "") -> list[str]:
+  """Every dotted path of ``d`` (sections and their leaves)."""
+  out = []
+  for k, v in d.items():
+    key = f"{prefix}{k}"
+    out.append(key)
+    if isinstance(v, Mapping):
+      out += known_keys(v, key + ".")
+  return out
+
+
+def unknown_key_error(key: str, known: list[str]) -> ValueError:
+  near = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+  if not near:  # a field without its section ('lr' -> 'train.lr')
+    last = {k.rsplit(".", 1)[-1]: k for k in reversed(known)}
+    near = [last[m] for m in difflib.get_close_matches(key.rsplit(".", 1)[-1], list(last), n=1,
+                                                       cutoff=0.8)]
+  hint = f"did you mean {near[0]!r}?" if near else \
+      "keys are section.field with section one of model, data, train, mesh (or name)"
+  return ValueError(f"invalid config key {key!r}; {hint}")
+
+
+def _lookup(d: dict, key: str):
+  """(the dict holding the key's last part, that part), or None when a part is missing."""
+  parts = key.split(".")
+  for p in parts[:-1]:
+    if not isinstance(d, dict) or p not in d or not isinstance(d[p], dict):
+      return None
+    d = d[p]
+  return (d, parts[-1]) if isinstance(d, dict) and parts[-1] in d else None
+
+
+def _set_new(d: dict, key: str, value: Any, known: list[str]) -> None:
+  """Set a key the dict does not hold (creating sections), for from_dict to judge; a path
+  through a field that is not a section is an unknown key at once."""
+  *parents, last = key.split(".")
+  for p in parents:
+    d = d.setdefault(p, {})
+    if not isinstance(d, dict):
+      raise unknown_key_error(key, known)
+  d[last] = value
+
+
+def apply_to_dict(d: dict, overrides: Mapping[str, Any]) -> tuple[dict, list[str]]:
+  """A copy of the config dict ``d`` with ``overrides`` set; also the keys it did not hold."""
+  known = known_keys(d)
+  d = copy.deepcopy(dict(d))
+  unknown = []
+  for key, value in (overrides or {}).items():
+    hit = _lookup(d, key)
+    if hit is None:
+      unknown.append(key)
+      _set_new(d, key, value, known)
+    else:
+      hit[0][hit[1]] = value
+  return d, unknown
+
+
+def from_dict(d: dict, unknown: list[str] = (), known: list[str] = ()) -> Config:
+  """``Config.from_dict`` whose failure, when some key was not in the config, is one line
+  naming that key and the nearest known one."""
+  try:
+    return Config.from_dict(d)
+  except (ValueError, TypeError) as e:
+    if unknown:
+      raise unknown_key_error(unknown[0], list(known)) from None
+    raise ValueError(str(e)) from None
+
+
+def apply(base: Config | Mapping, overrides: Mapping[str, Any] | None) -> Config:
+  """``base`` (a Config or a config dict) with dotted ``overrides`` applied, validated."""
+  d = base.to_dict() if isinstance(base, Config) else json.loads(json.dumps(dict(base)))
+  new, unknown = apply_to_dict(d, overrides or {})
+  return from_dict(new, unknown, known_keys(d))
+
+
+def config_from(base: str, overrides: Mapping[str, Any] | None = None) -> Config:
+  """The named config ``base`` (``sbjax/configs.py``: tiny, planted, ...) with dotted overrides,
+  e.g. ``{"model.d_model": 64, "train.steps": 300}`` (an experiment preset's overrides)."""
+  return apply(configs.get(base), overrides)
+
+
+def parse_value(text: str, current: Any) -> Any:
+  """The value of ``KEY=text`` on the command line, typed like the field's current value
+  (bool: true/false/1/0; int; float; list: JSON or comma-separated; else JSON, or the text)."""
+  if isinstance(current, bool):
+    low = text.strip().lower()
+    if low not in ("true", "false", "1", "0"):
+      raise ValueError(f"expected true or false, got {text!r}")
+    return low in ("true", "1")
+  if isinstance(current, int):
+    return int(text)
+  if isinstance(current, float):
+    return float(text)
+  if isinstance(current, str):
+    return text
+  if isinstance(current, (list, tuple)) and not text.lstrip().startswith("["):
+    return [json.loads(x) if _is_json(x) else x for x in text.split(",") if x.strip()]
+  return json.loads(text) if _is_json(text) else text
+
+
+def _is_json(text: str) -> bool:
+  try:
+    json.loads(text)
+  except ValueError:
+    return False
+  return True
+
+
+def parse_assignment(item: str, base: Config | Mapping) -> tuple[str, Any]:
+  """``"KEY=VALUE"`` -> (KEY, VALUE typed like ``base``'s field KEY); one clear line when the
+  text has no ``=`` or the value does not parse."""
+  key, eq, text = item.partition("=")
+  if not eq or not key:
+    raise ValueError(f"config override {item!r}: expected KEY=VALUE, e.g. train.steps=50")
+  d = base.to_dict() if isinstance(base, Config) else dict(base)
+  hit = _lookup(d, key)
+  try:
+    return key, parse_value(text, hit[0][hit[1]] if hit else None)
+  except ValueError as e:
+    raise ValueError(f"config override {key}={text!r}: {e}") from None
