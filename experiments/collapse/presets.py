@@ -5,7 +5,7 @@ that are not Config fields (the grid, the seed group, token budgets, permutation
 from __future__ import annotations
 
 import dataclasses
-from ..shared import pick_preset
+from sbjax.studies.presets import Preset, pick_preset
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,13 +28,6 @@ class Knobs:
   ceiling_tokens: int = 65_536  # sampled training tokens (validation: 1/8 of it)
 
 
-@dataclasses.dataclass(frozen=True)
-class Preset:
-  base: str  # the sbjax preset family: architecture (L, d) is preset f"{base}-L{L}-d{d}"
-  overrides: dict  # dotted Config overrides
-  knobs: Knobs
-
-
 def _overrides(*, vocab: int = 1024, seq_len: int = 64, batch: int = 16, lr: float = 2e-3,
                warmup: int = 20, source: str = "text", tfds_name: str = "") -> dict:
   """Constant learning rate after warm-up (min_lr_ratio=1: the 1-epoch model is the 3-epoch
@@ -45,7 +38,7 @@ def _overrides(*, vocab: int = 1024, seq_len: int = 64, batch: int = 16, lr: flo
           "data.source": source, "data.vocab_size": vocab, "data.tfds_name": tfds_name}
 
 
-PRESETS: dict[str, Preset] = {
+PRESETS: dict[str, Preset[Knobs]] = {
     # the test suite and `reproduce --preset=test`: one architecture of 3 members and a seed
     # group of 3 of the same shape (one compiled step), 8 steps per epoch; the ceiling's
     # language has the grid's V=64 and width k+1 = 8 and trains 24 steps (the grid's run

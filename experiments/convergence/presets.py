@@ -5,7 +5,7 @@ knobs that are not Config fields (``ConvergenceSettings`` sizes)."""
 from __future__ import annotations
 
 import dataclasses
-from ..shared import pick_preset
+from sbjax.studies.presets import Preset, pick_preset
 from sbjax.config import TrainConfig
 from sbjax.optim import steps_for_gamma
 
@@ -20,13 +20,6 @@ class Knobs:
   group_size: int = 4  # checkpoints per compiled forward
   chunk: int = 32
   per_mlp_r: int = 0  # MLP PER over the top r singular values (0: all; head_dim: the authors')
-
-
-@dataclasses.dataclass(frozen=True)
-class Preset:
-  base: str  # an sbjax named config (sbjax/configs.py)
-  overrides: dict  # dotted Config overrides, shared by every width
-  knobs: Knobs
 
 
 def _overrides(*, n_layers: int = 4, n_heads: int = 4, steps: int = 1000, ckpt_every: int = 50,
@@ -60,7 +53,7 @@ def _gamma_overrides(target: float = 7.9, lr: float = 1e-2, batch: int = 8, seq_
 _TINY_DATA = dict(source="planted", vocab=512, planted=(64, 4, 50_000, 4096))
 _TINY_KNOBS = dict(n_sequences=16, all_sequences=4, grad_per=False, group_size=8, chunk=16)
 
-PRESETS: dict[str, Preset] = {
+PRESETS: dict[str, Preset[Knobs]] = {
     # the test suite and `reproduce --preset=test`: quick's schedule (checkpoints 0, 1, 2, 4,
     # 8, 16, 24, 32; the tests compare steps 8, 16 and 32) for one width
     "test": Preset("tiny", _overrides(n_layers=2, n_heads=2, steps=32, ckpt_every=8, batch=8,

@@ -1,83 +1,9 @@
 """The head-rank sweep's presets: config overrides (trunk, data, training) of the sbjax preset
-``tiny`` plus the knobs of ``sbjax.studies.rank_sweep.Plan`` (ranks, LR grids, mos heads)."""
+``tiny`` plus the knobs of ``sbjax.studies.rank_sweep.Plan`` (ranks, LR grids, mos heads).
+They live in ``sbjax.studies.head_rank`` (werror_loss, vocab_threshold and target_rank use
+them too)."""
 
-from __future__ import annotations
+from sbjax.studies.head_rank import BASE, PRESETS, TEXT_DATA, Knobs, get_preset, overrides
+from sbjax.studies.presets import Preset
 
-import dataclasses
-
-from ..shared import pick_preset
-from sbjax.config import DataConfig, ModelConfig, TrainConfig
-
-BASE = "tiny"
-_DATA, _MODEL, _TRAIN = DataConfig(), ModelConfig(), TrainConfig()
-# "tiny" sets a small planted language and its own lr; the text runs keep the field defaults
-TEXT_DATA = {"data.source": "text", "data.planted_vocab": _DATA.planted_vocab,
-             "data.planted_rank": _DATA.planted_rank,
-             "data.planted_train_tokens": _DATA.planted_train_tokens,
-             "data.planted_val_tokens": _DATA.planted_val_tokens}
-
-
-@dataclasses.dataclass(frozen=True)
-class Knobs:
-  """The fields of ``rank_sweep.Plan`` besides its base config (same meanings, same defaults)."""
-  ranks: tuple = ()  # () = rank_grid(d_model)
-  lrs: tuple = (1e-3, 3e-3)  # LR grid of protocols full and b
-  head_lrs: tuple = (3e-3, 1e-2)  # LR grid of protocol a
-  head_steps: int = 0  # steps of protocol a; 0 = train.steps
-  protocols: tuple = ("a", "b")
-  mos_mix: tuple = ()
-  mos_protocols: tuple = ("b",)
-  mos_lrs: tuple = ()
-
-
-@dataclasses.dataclass(frozen=True)
-class Preset:
-  base: str  # an sbjax named config (sbjax/configs.py)
-  overrides: dict  # dotted Config overrides; the corpus path (--data) is added by run
-  knobs: Knobs
-
-
-def overrides(name: str, vocab: int, *, d_model: int, n_layers: int, n_heads: int, max_len: int,
-              steps: int, batch: int, seq_len: int, warmup: int, eval_batches: int,
-              rotary_pct: float = _MODEL.rotary_pct, remat: str = _MODEL.remat) -> dict:
-  """A text-corpus sweep's overrides: a sentencepiece vocabulary of ``vocab`` pieces, the trunk,
-  and a schedule that evaluates and checkpoints once, at the last step."""
-  return {**TEXT_DATA, "data.vocab_size": vocab, "name": name,
-          "model.vocab_size": 0, "model.d_model": d_model, "model.n_layers": n_layers,
-          "model.n_heads": n_heads, "model.max_len": max_len, "model.rotary_pct": rotary_pct,
-          "model.remat": remat,
-          "train.steps": steps, "train.batch_size": batch, "train.seq_len": seq_len,
-          "train.lr": _TRAIN.lr, "train.warmup_steps": warmup, "train.eval_batches": eval_batches,
-          "train.eval_every": steps, "train.ckpt_every": steps, "train.ckpt_log_spaced": False,
-          "train.log_every": max(1, steps // 10)}
-
-
-_TINY = dict(d_model=4, n_layers=1, n_heads=1, max_len=16, rotary_pct=0.5)
-PRESETS: dict[str, Preset] = {
-    # the test suite: the quick trunk, 6 steps, rank 1 besides the dense head (r = d)
-    "test": Preset(BASE, overrides("head_rank-test", 96, **_TINY, steps=6, batch=8, seq_len=16,
-                                   warmup=2, eval_batches=1),
-                   Knobs(ranks=(1,), lrs=(3e-3, 3e-2), head_lrs=(3e-2,), head_steps=4)),
-    # smoke runs: seconds per run, mostly XLA compilation
-    "quick": Preset(BASE, overrides("head_rank-quick", 96, **_TINY, steps=12, batch=8,
-                                    seq_len=16, warmup=2, eval_batches=2),
-                    Knobs(ranks=(1,), lrs=(3e-3, 3e-2), head_lrs=(3e-2,), head_steps=8)),
-    # Trade-offs for <= 20 min on 2 cores: 400 steps (~0.4 epochs of Shakespeare), 2-point
-    # LR grids, 150 head-only steps for (a), mos heads with one learning rate. A grid of
-    # {3e-3, 1e-2} was won by 1e-2 at every rank, so the grid sits one step up.
-    "cpu": Preset(BASE, overrides("head_rank-cpu", 1024, d_model=64, n_layers=2, n_heads=4,
-                                  max_len=64, steps=400, batch=32, seq_len=64, warmup=30,
-                                  eval_batches=24),
-                  Knobs(lrs=(1e-2, 2e-2), head_lrs=(1e-2, 3e-2), head_steps=150,
-                        mos_mix=(1, 2), mos_lrs=(1e-2,))),
-    # Pythia-410m shape: ranks 1..1024; give it a corpus larger than Shakespeare with --data
-    "tpu": Preset(BASE, overrides("head_rank-tpu", 8192, d_model=1024, n_layers=24, n_heads=16,
-                                  max_len=512, remat="full", steps=20_000, batch=256,
-                                  seq_len=512, warmup=1000, eval_batches=32),
-                  Knobs(lrs=(3e-4, 1e-3, 3e-3), head_lrs=(1e-3, 3e-3, 1e-2), head_steps=5000,
-                        mos_mix=(1, 2, 4), mos_protocols=("a", "b"))),
-}
-
-
-def get_preset(name) -> Preset:
-  return pick_preset(PRESETS, name, "head_rank")
+__all__ = ["BASE", "PRESETS", "TEXT_DATA", "Knobs", "Preset", "get_preset", "overrides"]

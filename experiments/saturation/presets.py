@@ -4,7 +4,7 @@ training, data source) and the knobs that are not Config fields (widths, fit, an
 from __future__ import annotations
 
 import dataclasses
-from ..shared import pick_preset
+from sbjax.studies.presets import Preset, pick_preset
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,13 +22,6 @@ class Knobs:
   n_boot: int = 1000  # rise CI and the gap CI of the widths below the fit
 
 
-@dataclasses.dataclass(frozen=True)
-class Preset:
-  base: str  # an sbjax named config (sbjax/configs.py)
-  overrides: dict  # dotted Config overrides
-  knobs: Knobs
-
-
 def _overrides(*, n_layers: int = 2, vocab: int = 1024, seq_len: int = 64, batch: int = 16,
                steps: int = 1200, warmup: int = 50, lr: float = 3e-3, ckpt_every: int = 100,
                eval_batches: int = 4, source: str = "text", tfds_name: str = "",
@@ -44,7 +37,7 @@ def _overrides(*, n_layers: int = 2, vocab: int = 1024, seq_len: int = 64, batch
           "data.max_docs": max_docs}
 
 
-PRESETS: dict[str, Preset] = {
+PRESETS: dict[str, Preset[Knobs]] = {
     # the test suite and `reproduce --preset=test`: one width (each costs ~15 s of
     # compilation), 4 steps (checkpoints 0, 1, 2, 4); too few widths for the 3-parameter
     # fit, so the fit is NaN (its columns are unit-tested on synthetic losses)

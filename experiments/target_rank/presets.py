@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..head_rank.presets import BASE, TEXT_DATA
-from ..shared import pick_preset
+from sbjax.studies.head_rank import BASE, TEXT_DATA
+from sbjax.studies.presets import Preset, pick_preset
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,16 +23,11 @@ class Knobs:
   n_iter: int = 6
 
 
-@dataclasses.dataclass(frozen=True)
-class Preset:
-  base: str  # an sbjax preset name; only its data section is used (nothing is trained)
-  overrides: dict  # dotted data overrides; data.vocab_size and the corpus are set per V
-  knobs: Knobs
-
-
 TFDS = {**TEXT_DATA, "data.source": "tfds", "data.tfds_name": "lm1b", "data.max_docs": 2_000_000}
 
-PRESETS: dict[str, Preset] = {
+# base: only its data section is used (nothing is trained); overrides: dotted data overrides
+# (data.vocab_size and the corpus are set per V)
+PRESETS: dict[str, Preset[Knobs]] = {
     # the test suite: one small vocabulary (128 pieces: Shakespeare has 85 characters), n = 1, 2
     "test": Preset(BASE, TEXT_DATA, Knobs(vocab_sizes=(128,), ns=(1, 2), min_count=3, max_d=64,
                                           d_ref=16)),

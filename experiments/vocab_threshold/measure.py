@@ -14,7 +14,7 @@ import numpy as np
 
 from . import tolerance
 from .presets import TOL, TOL_CHAR, W_LEVEL
-from ..werror_loss.measure import rank_at, threshold_rank, w_error_curve
+from sbjax.studies.werror import rank_at, threshold_rank, w_error_curve
 from sbjax.studies import rank_sweep as rs
 
 

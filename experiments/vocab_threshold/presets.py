@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..head_rank import presets as hr
-from ..shared import pick_preset
+from sbjax.studies import head_rank as hr
+from sbjax.studies.presets import Preset, pick_preset
 from .ngram import NgramKnobs
 
 TOL = 0.02  # the older r*: the smallest rank within 2% of the dense head's loss
@@ -24,18 +24,12 @@ class Knobs:
   ngram: NgramKnobs | None = None  # the exact bigram r*(V) beside the trained one (None: off)
 
 
-@dataclasses.dataclass(frozen=True)
-class Preset:
-  base: str  # an sbjax named config (sbjax/configs.py)
-  overrides: dict  # dotted Config overrides; data.vocab_size, the corpus and name are per V
-  knobs: Knobs
-
-
 def _b(ranks, lrs) -> hr.Knobs:
   return hr.Knobs(ranks=ranks, lrs=lrs, protocols=("b",), head_lrs=())
 
 
-PRESETS: dict[str, Preset] = {
+# overrides: dotted Config overrides; data.vocab_size, the corpus and name are per V
+PRESETS: dict[str, Preset[Knobs]] = {
     # the test suite: head_rank's test trunk, two vocabularies (the smallest fit: two points;
     # sentencepiece needs V >= 89 on Shakespeare, whose text has 85 distinct characters)
     "test": Preset(hr.BASE, hr.PRESETS["test"].overrides,

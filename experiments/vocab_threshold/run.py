@@ -7,7 +7,7 @@ import dataclasses
 import time
 from pathlib import Path
 
-from ..head_rank.run import run_sweep, sweep_units
+from sbjax.studies.head_rank import run_sweep, sweep_units
 from ..shared import RunsProgress, config_from, text_corpus, write_json, write_rows
 from . import ngram, report, tolerance
 from .measure import loglog_fit, thresholds

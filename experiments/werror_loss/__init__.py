@@ -19,12 +19,12 @@ about 0.6): per protocol, r* = the smallest rank whose loss is within 2% of the 
 loss, and the next smaller rank r-; the paper's threshold is consistent with the data when
 W-error(r*) <= 0.6 <= W-error(r-).
 
-Layout: ``presets.py`` (the head-rank presets + threshold and tolerance), ``measure.py``
-(W-error curve, r*), ``run.py`` (``run``: CSVs and summary.json), ``report.py``
+Layout: ``presets.py`` (the head-rank presets + threshold and tolerance; the W-error curve and r* are ``sbjax.studies.werror``),
+``run.py`` (``run``: CSVs and summary.json), ``report.py``
 (``report_section`` and the figure, from those files only).
 """
 
-from .measure import rank_at, threshold_rank, w_error_curve
+from sbjax.studies.werror import rank_at, threshold_rank, w_error_curve
 from .presets import PRESETS, THRESHOLD, TOL, Knobs, Preset, get_preset
 from .report import draw, report_section
 from .run import compute, head_rank_dir, run

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..head_rank.presets import PRESETS as HEAD_RANK_PRESETS
-from ..shared import pick_preset
+from sbjax.studies.head_rank import PRESETS as HEAD_RANK_PRESETS
+from sbjax.studies.presets import Preset, pick_preset
 
-THRESHOLD = 0.6  # Godey et al. (2024), Fig. 8
-TOL = 0.02  # "within 2% of the full-rank loss"
+from sbjax.studies.werror import THRESHOLD, TOL
 
 
 @dataclasses.dataclass(frozen=True)
@@ -18,14 +17,8 @@ class Knobs:
   tol: float = TOL  # r* = the smallest rank with loss <= (1 + tol) * full-rank loss
 
 
-@dataclasses.dataclass(frozen=True)
-class Preset:
-  base: str  # the head-rank sweep's sbjax preset
-  overrides: dict  # the head-rank sweep's overrides
-  knobs: Knobs
-
-
-PRESETS: dict[str, Preset] = {name: Preset(p.base, p.overrides, Knobs())
+# the head-rank sweep's base and overrides, with this experiment's knobs
+PRESETS: dict[str, Preset[Knobs]] = {name: Preset(p.base, p.overrides, Knobs())
                               for name, p in HEAD_RANK_PRESETS.items()}
 
 

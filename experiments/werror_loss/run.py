@@ -8,12 +8,12 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import head_rank
-from ..shared import write_json, write_rows
+from ..shared import text_corpus, write_json, write_rows
 from . import report
-from .measure import rank_at, threshold_rank, w_error_curve
+from sbjax.studies.werror import rank_at, threshold_rank, w_error_curve
 from .presets import Knobs, get_preset
 from sbjax.studies import rank_sweep as rs
+from sbjax.studies.head_rank import train_sweep
 
 NAME = "werror_loss"
 
@@ -78,6 +78,6 @@ def run(out: Path, preset, head_rank_dir_: str = "", data: str = "", verbose: bo
   if not sweep_written(hr):
     print(f"[{NAME}] {hr} holds no finished head-rank sweep: running it ({preset})",
           file=sys.stderr, flush=True)
-    head_rank.run(hr, preset, data, verbose=verbose)
+    train_sweep(hr, preset, str(text_corpus(data)), verbose=verbose)
   compute(out, hr, p.knobs)
   report.draw(out)

@@ -1,4 +1,5 @@
-"""W-error curves of a head matrix and the threshold rank r* (shared with vocab_threshold).
+"""W-error curves of a head matrix and the threshold rank r* (Godey et al. 2024, Fig. 8; the
+werror_loss and vocab_threshold experiments).
 
     W-error(d) = sqrt(sum_{i>d} sigma_i^2) / ||W||_F
 """
@@ -8,8 +9,10 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from .presets import TOL
 from sbjax.metrics import spectrum
+
+THRESHOLD = 0.6  # Godey et al. (2024), Fig. 8: the W-error level
+TOL = 0.02  # r* = the smallest rank with loss <= (1 + TOL) * full-rank loss
 
 
 def w_error_curve(w) -> tuple:
