@@ -57,6 +57,20 @@ class _DropOrbaxReadOnlyNotes(logging.Filter):
     return not any(n in msg for n in self._NOISE)
 
 
+def dotted_flags(argv: list, prefix: str, flag: str) -> list:
+  """``--PREFIX.KEY=VALUE`` (or ``--PREFIX.KEY VALUE``) as ``--FLAG=KEY=VALUE``: absl has no
+  dotted flag names, so ``--config.train.steps=50`` reaches the repeatable flag
+  ``--config_override`` (``--data.source=text``: ``--data_override``)."""
+  head, out, i = f"--{prefix}.", [], 0
+  while i < len(argv):
+    a = argv[i]
+    if a.startswith(head) and "=" not in a and i + 1 < len(argv):
+      a, i = f"{a}={argv[i + 1]}", i + 1
+    out.append(f"--{flag}={a[len(head):]}" if a.startswith(head) else a)
+    i += 1
+  return out
+
+
 def run(main):
   """app.run with one clear ``error: ...`` line (exit status 2) for user mistakes, in flag
   values as in the run itself; SBJAX_DEBUG=1 shows the traceback instead."""

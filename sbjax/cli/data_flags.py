@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from absl import flags
 
+from .common import dotted_flags
+
 TOKENS = flags.DEFINE_string("tokens", "", "measure on these tokens: an integer .npy [n, T+1] "
                              "(rows set T) or a flat .bin, ids in the model's vocabulary; "
                              "needed for an imported series (experiments.convert --from_hf)")
@@ -26,8 +28,7 @@ EVAL_SEQ = flags.DEFINE_integer("eval_sequences", None, "validation windows for 
 
 def data_dot_flags(argv: list) -> list:
   """``--data.KEY=VALUE`` as ``--data_override=KEY=VALUE`` (absl has no dotted flag names)."""
-  return [f"--data_override={a[len('--data.'):]}" if a.startswith("--data.") else a
-          for a in argv]
+  return dotted_flags(argv, "data", "data_override")
 
 
 def steps() -> tuple:

@@ -3,7 +3,8 @@ r"""Train (or resume) one sbjax run.
   python -m experiments.train --config=tiny --workdir=runs/tiny --config.train.steps=50
 
 ``--config`` is a preset name (see sbjax/configs.py), a JSON file, or an
-ml_collections .py file; ``--config.section.key=value`` overrides any field.
+ml_collections .py file; ``--config.section.key=value`` overrides any field (the one override
+path, ``sbjax.overrides``: an unknown key is one line with the nearest known key).
 Rerunning the same command on an existing workdir continues from its latest
 checkpoint; the run may be killed at any moment (even mid-save) and the continued run
 equals an uninterrupted one bit for bit (tests/test_soak.py, benchmarks/soak.py).
@@ -30,11 +31,15 @@ import jax
 from absl import app, flags
 
 from . import common
-from sbjax import configs
+from sbjax import configs, overrides
+from sbjax.config import Config
 from sbjax import train as train_lib
 from sbjax.train import members as members_lib
 
 CONFIG = configs.DEFINE_config("config", default="tiny")
+CONFIG_OVERRIDES = flags.DEFINE_multi_string(
+    "config_override", [], "a Config override KEY=VALUE (repeatable), usually spelled "
+    "--config.KEY=VALUE, e.g. --config.train.steps=50 --config.model.d_model=64")
 WORKDIR = flags.DEFINE_string("workdir", None, "run directory (created if missing)", required=True)
 STOP_AFTER = flags.DEFINE_integer("stop_after", None, "stop at this step (the run can be resumed)")
 POPULATION = flags.DEFINE_integer(
@@ -55,10 +60,17 @@ def _population(cfg, n, seeds, lrs) -> list[dict]:
   return train_lib.train(cfgs, dirs, dataset=dataset, stop_after=STOP_AFTER.value)
 
 
+def config_from_flags() -> Config:
+  """``--config`` with every ``--config.KEY=VALUE`` applied (later ones win)."""
+  base = configs.build(CONFIG.value)
+  pairs = dict(overrides.parse_assignment(item, base) for item in CONFIG_OVERRIDES.value)
+  return overrides.apply(base, pairs)
+
+
 def main(argv):
   del argv
   common.maybe_initialize_distributed()  # before any JAX computation (imports are fine)
-  cfg = configs.build(CONFIG.value)
+  cfg = config_from_flags()
   if POPULATION.value or POP_LRS.value or POP_SEEDS.value:
     try:
       lrs = [float(x) for x in POP_LRS.value] if POP_LRS.value else None
@@ -76,6 +88,7 @@ def main(argv):
 def cli():
   """The ``sbjax-train`` console script (and ``python -m experiments.train``)."""
   logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+  sys.argv = common.dotted_flags(sys.argv, "config", "config_override")
   common.run_script(main, __name__)
 
 

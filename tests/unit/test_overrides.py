@@ -2,11 +2,18 @@
 and the experiments, checked against the Config built by hand."""
 
 import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from sbjax import configs, overrides
+from sbjax.cli import common
 from sbjax.config import Config
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_apply_equals_the_config_built_by_hand():
@@ -50,3 +57,23 @@ def test_parse_assignment_types_values_like_the_field():
     overrides.parse_assignment("train.steps", cfg)
   with pytest.raises(ValueError, match=r"train.steps='many'"):
     overrides.parse_assignment("train.steps=many", cfg)
+
+
+def test_dotted_flags_reach_the_repeatable_override_flag():
+  argv = ["prog", "--config=tiny", "--config.train.steps=5", "--config.model.d_model", "64",
+          "--data.source=text", "--workdir=w"]
+  assert common.dotted_flags(argv, "config", "config_override") == [
+      "prog", "--config=tiny", "--config_override=train.steps=5",
+      "--config_override=model.d_model=64", "--data.source=text", "--workdir=w"]
+
+
+@pytest.mark.e2e  # starts a CLI process (the e2e layer; tests/conftest.py)
+def test_train_cli_unknown_key_is_one_line_before_any_work(tmp_path):
+  r = subprocess.run([sys.executable, "-m", "experiments.train", "--config=tiny",
+                      f"--workdir={tmp_path / 'w'}", "--config.train.stepz=5"], cwd=ROOT,
+                     capture_output=True, text=True, timeout=120,
+                     env=dict(os.environ, JAX_PLATFORMS="cpu"))
+  errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+  assert r.returncode == 2 and errors == [
+      "error: invalid config key 'train.stepz'; did you mean 'train.steps'?"], r.stderr[-2000:]
+  assert "Traceback" not in r.stderr and not (tmp_path / "w").exists()
