@@ -23,6 +23,7 @@ import numpy as np
 from sbjax.config import ModelConfig
 from sbjax.data.planted_mos import PlantedMoS
 from sbjax.heads import head_param_count
+from sbjax.heads.mos import MoSHead
 from sbjax.studies import floor as fl
 from sbjax.studies import head_fit as hf
 
@@ -48,8 +49,8 @@ def main(argv=None) -> int:
   print("|---|---|---|---|---|---|---|")
   for m in _ints(a.fit_mix):
     for e in _ints(a.fit_dim):
-      mc = ModelConfig(vocab_size=a.vocab, d_model=a.d, n_heads=1, pos="learned", head="mos",
-                       n_mix=m, mos_dim=e, mos_act="linear", init_std=a.init_std)
+      mc = ModelConfig(vocab_size=a.vocab, d_model=a.d, n_heads=1, pos="learned",
+                       head=MoSHead(n_mix=m, dim=e, act="linear"), init_std=a.init_std)
       t0 = time.perf_counter()
       gaps = hf.fit_head_starts(lang, mc, range(a.starts), steps=a.steps, lr=a.lr)
       print(f"| {m} | {e} | {head_param_count(mc)} | {gaps.min():.5f} | "

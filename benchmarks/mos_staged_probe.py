@@ -35,6 +35,7 @@ import optax
 
 from sbjax.config import ModelConfig
 from sbjax.data.planted_mos import PlantedMoS
+from sbjax.heads.mos import MoSHead
 from sbjax.studies import head_fit as hf
 
 V, K, M, D = 64, 3, 4, 4
@@ -121,8 +122,8 @@ def head_loss(rx, cfg):
 
 
 def mos_cfg():
-  return ModelConfig(vocab_size=V, d_model=D, n_heads=1, pos="learned", head="mos", n_mix=M,
-                     mos_dim=E, mos_act="linear", init_std=0.2)
+  return ModelConfig(vocab_size=V, d_model=D, n_heads=1, pos="learned",
+                     head=MoSHead(n_mix=M, dim=E, act="linear"), init_std=0.2)
 
 
 def truth_check(lang, seed, inits) -> dict:

@@ -13,7 +13,9 @@ import dataclasses
 import json
 
 from sbjax.errors import config_error
+from sbjax.heads import _legacy as legacy_heads
 from sbjax.heads import base as head_registry
+from sbjax.heads.base import HeadConfig
 
 POS_KINDS = ("rotary", "learned")
 GELU_KINDS = ("exact", "tanh")
@@ -32,6 +34,9 @@ TRAIN_OBJECTIVES = ("sampled", "expected")  # train.objective (sbjax.train.objec
 
 
 _err = config_error
+# the flat head fields of earlier versions (model.head_rank, ...): Config.from_dict and the
+# dotted overrides still take them, mapped to the typed head (sbjax.heads._legacy)
+LEGACY_MODEL_FIELDS = tuple(legacy_heads.LEGACY_DEFAULTS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,13 +61,10 @@ class ModelConfig:
   attn_scale: bool = True  # GPT-Neo does not scale scores by 1/sqrt(head_dim)
   attention_layers: tuple = ()  # per layer "global"/"local"; () = all global
   window_size: int = 256  # local attention window (GPT-Neo)
-  # head: a kind registered in sbjax.heads, which also validates the head's fields below
-  head: str = "dense"  # dense | tied | lowrank | mos
-  head_rank: int = 0  # lowrank only (required there, 1 .. d_model); ignored by other heads
-  head_init: str = "scaled"  # lowrank: "scaled" (trains from scratch) or "godey" (N(0,1))
-  n_mix: int = 1  # mos only
-  mos_dim: int = 0  # mos only: component dimension e (d -> e per component, W is V×e); 0 = d_model
-  mos_act: str = "tanh"  # mos only: the component map's activation, tanh | linear
+  # head: a typed config of a kind registered in sbjax.heads, with that kind's own fields,
+  # e.g. LowRankHead(rank=8) (JSON {"kind": "lowrank", "rank": 8, "init": "scaled"}); a kind
+  # name or such a dict is accepted and turned into it (sbjax.heads.head_config)
+  head: HeadConfig | str | dict = "dense"
   # numerics / memory
   init_std: float = 0.02
   param_dtype: str = "float32"
@@ -86,6 +88,8 @@ class ModelConfig:
   def __post_init__(self):
     if isinstance(self.attention_layers, list):
       object.__setattr__(self, "attention_layers", tuple(self.attention_layers))
+    if not isinstance(self.head, head_registry.HeadConfig):
+      object.__setattr__(self, "head", head_registry.head_config(self.head))
     if not isinstance(self.vocab_size, int) or self.vocab_size < 0:
       raise _err("model.vocab_size", self.vocab_size, "an integer >= 1, or 0 to take it from the data")
     for f in ("d_model", "n_layers", "n_heads", "max_len"):
@@ -142,7 +146,7 @@ class ModelConfig:
 
   @property
   def rank(self) -> int:
-    """The rank of the head: head_rank for lowrank heads, else d_model."""
+    """The rank of the head: its rank for lowrank heads, else d_model."""
     return head_registry.get(self.head).rank(self)
 
   @property
@@ -309,11 +313,15 @@ class Config:
 
   @classmethod
   def from_dict(cls, d: dict) -> "Config":
+    """A Config from its JSON form; also reads every config.json of earlier versions (the
+    flat head fields ``model.head_rank``, ``model.n_mix``, ... of ``sbjax.heads._legacy``)."""
     d = dict(d)
     parts = {}
     for name, sub in (("model", ModelConfig), ("data", DataConfig), ("train", TrainConfig),
                       ("mesh", MeshConfig)):
       vals = dict(d.pop(name, {}) or {})
+      if name == "model":
+        vals = legacy_heads.from_flat(vals)
       known = {f.name for f in dataclasses.fields(sub)}
       unknown = sorted(set(vals) - known)
       if unknown:
@@ -325,7 +333,10 @@ class Config:
     return cls(**parts, **d)
 
   def to_dict(self) -> dict:
-    return json.loads(json.dumps(dataclasses.asdict(self)))
+    """The JSON form (config.json): the head as {"kind": name, field: value, ...}."""
+    d = dataclasses.asdict(self)
+    d["model"]["head"] = self.model.head.to_dict()
+    return json.loads(json.dumps(d))
 
   def replace(self, **sections) -> "Config":
     return dataclasses.replace(self, **sections)

@@ -10,7 +10,11 @@ configs*.)
 - a JSON file (e.g. a run's ``config.json``): data, never executed;
 - an ml_collections ``.py`` config file (``get_config()``) that the user chose to run.
 
-Any field can then be overridden with ``--config.section.key=value``.
+Any field can then be overridden with ``--config.section.key=value``. The editable dicts here
+(and the ConfigDict of the flag) hold the head in its flat form, ``model.head`` a kind name
+beside ``model.head_rank``, ``model.head_init``, ``model.n_mix``, ``model.mos_dim`` and
+``model.mos_act`` (``sbjax.heads._legacy``), so ``--config.model.head=lowrank
+--config.model.head_rank=8`` works as before; ``Config.from_dict`` types it.
 """
 
 from __future__ import annotations
@@ -25,11 +29,16 @@ from absl import flags
 from ml_collections.config_flags import config_flags
 
 from sbjax.config import Config, DataConfig, MeshConfig, ModelConfig, TrainConfig
+from sbjax.heads import _legacy as legacy_heads
+
+
+def _flat_model(mc: ModelConfig) -> dict:
+  return legacy_heads.to_flat({**dataclasses.asdict(mc), "head": mc.head})
 
 
 def _base() -> dict:
   return {
-      "model": dataclasses.asdict(ModelConfig()),
+      "model": _flat_model(ModelConfig()),
       "data": dataclasses.asdict(DataConfig()),
       "train": dataclasses.asdict(TrainConfig()),
       "mesh": dataclasses.asdict(MeshConfig()),
@@ -158,6 +167,8 @@ def load(spec: str) -> ml_collections.ConfigDict:
       raise ValueError(f"config file {spec} does not exist")
     d = _base()
     for k, v in json.loads(path.read_text()).items():
+      if k == "model" and isinstance(v, dict):
+        v = legacy_heads.to_flat(legacy_heads.from_flat(v))  # either form -> the flat one
       if isinstance(v, dict) and k in d:
         d[k].update(v)
       else:

@@ -21,7 +21,9 @@ import json
 from typing import Any, Mapping
 
 from sbjax import configs
-from sbjax.config import Config
+from sbjax.config import LEGACY_MODEL_FIELDS, Config
+
+LEGACY_KEYS = frozenset(f"model.{f}" for f in LEGACY_MODEL_FIELDS)
 
 
 def known_keys(d: Mapping, prefix: str = "") -> list[str]:
@@ -75,7 +77,8 @@ def apply_to_dict(d: dict, overrides: Mapping[str, Any]) -> tuple[dict, list[str
   for key, value in (overrides or {}).items():
     hit = _lookup(d, key)
     if hit is None:
-      unknown.append(key)
+      if key not in LEGACY_KEYS:  # a flat head field of earlier versions: from_dict maps it
+        unknown.append(key)
       _set_new(d, key, value, known)
     else:
       hit[0][hit[1]] = value

@@ -127,18 +127,17 @@ def _knee(out: Path, confs, p: Preset, progress, verbose: bool):
 
 
 def _has_rank(cfg) -> bool:
-  """A head with an explicit rank (``model.head_rank``): its exact low-rank floor applies."""
-  kind = heads.get(cfg.model.head)
-  return kind.rank_limited and "head_rank" in kind.fields
+  """A head with an explicit rank (a ``rank`` field): its exact low-rank floor applies."""
+  return heads.get(cfg.model.head).rank_limited and hasattr(cfg.model.head, "rank")
 
 
 def _mix_row(label: str, cfg, res: dict, mix, mfloors: dict) -> dict:
   lowrank = _has_rank(cfg)
   fl = float(mfloors[cfg.model.rank]["floor"]) if lowrank else float("nan")
   return {"label": label, "arm": arm_of(cfg), "seed": cfg.train.seed, "lr": cfg.train.lr,
-          "head": cfg.model.head, "d_model": cfg.model.d_model,
+          "head": cfg.model.head.kind, "d_model": cfg.model.d_model,
           "rank": cfg.model.rank if lowrank else 0,
-          "n_mix": cfg.model.n_mix if not lowrank else 0,
+          "n_mix": getattr(cfg.model.head, "n_mix", 1) if not lowrank else 0,
           "head_params": res["head_params"], "eval_loss": res["eval_loss"],
           "eval_acc": res["eval_acc"], "expected_loss": res["expected_loss"],
           "floor": fl, "H": mix.entropy, "gap": res["expected_loss"] - mix.entropy,

@@ -1,7 +1,10 @@
 """Pluggable LM heads: dense, tied, low-rank (W = A·B) and mixture of softmaxes.
 
 Each kind lives in its own module of this package and registers a ``HeadKind``
-(``sbjax.heads.base``, which documents what a kind answers); ``get(name)`` returns it.
+(``sbjax.heads.base``, which documents what a kind answers) with its own config dataclass
+(``DenseHead``, ``TiedHead``, ``LowRankHead(rank, init)``, ``MoSHead(n_mix, dim, act)``,
+``SigSoftmaxHead(rank)``: ``ModelConfig.head``); ``get(name or config)`` returns the kind and
+``head_config("lowrank", rank=8)`` builds a config.
 Adding a head is one new file here plus its tests. The helpers below take a
 ``ModelConfig`` and ask its kind:
 
@@ -20,10 +23,12 @@ a head's own parameters live under ``params["head"]``.
 
 from __future__ import annotations
 
-from sbjax.heads.base import (HEAD_KEY, HeadKind, for_hf, get, hf_exportable, kinds,
-                              leaf_spec, names, register, unregister, validate)
+from sbjax.heads.base import (HEAD_KEY, HeadConfig, HeadKind, for_hf, get, head_config,
+                              hf_exportable, kinds, leaf_spec, names, register, unregister,
+                              validate)
 
-__all__ = ["HEAD_KEY", "HeadKind", "for_hf", "get", "hf_exportable", "kinds", "leaf_spec",
+__all__ = ["HEAD_KEY", "HeadConfig", "HeadKind", "for_hf", "get", "head_config",
+           "hf_exportable", "kinds", "leaf_spec",
            "names", "register", "unregister", "validate", "make_head", "scores_fn",
            "matrix_factors", "head_matrix", "head_param_count"]
 

@@ -6,8 +6,14 @@ package is scanned on the first look-up (``get``, ``names``, ``leaf_spec``), so 
 is one new file in ``sbjax/heads/`` plus its tests and needs no edit elsewhere. A head
 module imports only this module, ``sbjax.precision`` (the dots' precision), jax and flax:
 ``sbjax.config`` validates through the registry, so a head module that imported it would be
-scanned while half-imported (annotate with ``ModelConfig`` under ``TYPE_CHECKING``). A head
-that needs a new hyper-parameter also adds that field to ``ModelConfig``.
+scanned while half-imported (annotate with ``ModelConfig`` under ``TYPE_CHECKING``).
+
+A head's hyper-parameters are its own: each kind declares a frozen ``HeadConfig`` dataclass
+(``config``), e.g. ``LowRankHead(rank=8, init="scaled")``, and ``ModelConfig.head`` holds one
+(JSON ``{"head": {"kind": "lowrank", "rank": 8, "init": "scaled"}}``); ``head_config`` builds
+one from a kind name, a ``{"kind": ...}`` dict or a config. ``legacy`` maps the flat
+``ModelConfig`` fields of earlier versions (``model.head_rank``, ``model.n_mix``, ...) to the
+kind's fields (``sbjax.heads._legacy``).
 
 This module is plain Python (no jax/flax imports), so ``sbjax.config`` can import it to
 validate ``model.head`` and the head's own fields when a ``ModelConfig`` is built; the
@@ -25,8 +31,9 @@ A ``HeadKind`` answers, for a ``ModelConfig`` ``cfg`` whose head is ``kind.name`
 - ``param_keys``: the top-level parameter keys that are the head (trainable in frozen-trunk
   mode); ``leaf_specs``: the sharding of its own leaves under ``params["head"]``, as tuples
   of mesh axis names (``sbjax.sharding``);
-- ``validate(cfg)``: the head's config checks (ValueError naming the field);
-  ``fields``: the ``ModelConfig`` fields it reads beyond the shared ones; ``rank(cfg)``;
+- ``config``: its ``HeadConfig`` dataclass (``cfg.head``), whose ``check()`` validates the
+  fields alone; ``validate(cfg)``: the checks against the model (e.g. rank <= d_model);
+  ``legacy``: {flat field of earlier versions: field of ``config``}; ``rank(cfg)``;
 - Hugging Face mapping: ``hf_tied`` (True: ``tie_word_embeddings``; False: a separate
   ``lm_head``/``embed_out`` V×d tensor; None: no HF equivalent, ``hf_problem`` says why),
   ``hf_imports`` (an HF checkpoint with that tying imports as this kind), ``hf_weight``
@@ -35,9 +42,11 @@ A ``HeadKind`` answers, for a ``ModelConfig`` ``cfg`` whose head is ``kind.name`
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import os
 import pkgutil
+from typing import Any, ClassVar
 
 from sbjax.errors import config_error
 
@@ -50,6 +59,26 @@ _scanned = False
 invalid = config_error  # the heads' name for sbjax.errors.config_error
 
 
+@dataclasses.dataclass(frozen=True)
+class HeadConfig:
+  """Base of the head kinds' configs: a frozen dataclass of one kind's own fields (none here).
+
+  A subclass is ``@dataclasses.dataclass(frozen=True)``, sets ``kind`` to its kind's name and
+  checks its fields alone in ``check`` (with ``invalid("model.head.FIELD", ...)``)."""
+
+  kind: ClassVar[str] = ""
+
+  def __post_init__(self):
+    self.check()
+
+  def check(self) -> None:
+    return None
+
+  def to_dict(self) -> dict:
+    """The JSON form: {"kind": name, field: value, ...}."""
+    return {"kind": self.kind, **dataclasses.asdict(self)}
+
+
 class HeadKind:
   """Base of the head kinds; a subclass overrides what differs from a dense matrix head."""
 
@@ -58,7 +87,8 @@ class HeadKind:
   order: int = 100  # place in listings and error messages (dense | tied | lowrank | mos)
   param_keys: tuple = (HEAD_KEY,)
   leaf_specs: dict = {}
-  fields: tuple = ()
+  config: type = HeadConfig  # the kind's own fields (a HeadConfig dataclass)
+  legacy: dict = {}  # {flat ModelConfig field of earlier versions: field of ``config``}
   hf_tied: bool | None = None
   hf_imports: bool = False
   # True: log-probs = log_softmax(x·Mᵀ) with M of rank ``rank(cfg)``, so the exact rank-r
@@ -108,6 +138,9 @@ def register(kind: HeadKind) -> HeadKind:
   """Add a head kind (a module-level call in its file). Re-registering a name replaces it."""
   if not kind.name or not isinstance(kind.name, str):
     raise ValueError(f"head kind {kind!r} needs a non-empty name")
+  if kind.config.kind != kind.name:
+    raise ValueError(f"head kind {kind.name!r}: its config {kind.config.__name__} says "
+                     f"kind={kind.config.kind!r}; set the config's kind to {kind.name!r}")
   _KINDS[kind.name] = kind
   return kind
 
@@ -138,12 +171,35 @@ def names() -> tuple[str, ...]:
   return tuple(k.name for k in kinds())
 
 
-def get(name: str) -> HeadKind:
-  """The head kind called ``name``; ValueError listing the known kinds otherwise."""
+def get(name: "str | HeadConfig") -> HeadKind:
+  """The head kind called ``name`` (or of a head config); ValueError listing the known kinds
+  otherwise."""
   _scan()
+  if isinstance(name, HeadConfig):
+    name = name.kind
   if name not in _KINDS:
     raise invalid("model.head", name, " | ".join(names()))
   return _KINDS[name]
+
+
+def head_config(spec: Any, **fields) -> HeadConfig:
+  """A typed head config from a kind name (its defaults), a ``{"kind": name, ...}`` dict or a
+  ``HeadConfig``, with ``fields`` replaced; a clear error names an unknown kind or field."""
+  if isinstance(spec, HeadConfig):
+    spec = spec.to_dict()
+  if isinstance(spec, str):
+    spec = {"kind": spec}
+  if not isinstance(spec, dict) or not isinstance(spec.get("kind"), str):
+    raise invalid("model.head", spec, 'a head kind name, or a dict with its "kind", e.g. '
+                  '{"kind": "lowrank", "rank": 8}')
+  spec = {**spec, **fields}
+  kind = get(spec.pop("kind"))
+  known = [f.name for f in dataclasses.fields(kind.config)]
+  unknown = sorted(set(spec) - set(known))
+  if unknown:
+    raise invalid(f"model.head.{unknown[0]}", spec[unknown[0]],
+                  f"the fields of a {kind.name} head: {' | '.join(known) or 'none'}")
+  return kind.config(**spec)
 
 
 def validate(cfg) -> None:

@@ -2,19 +2,27 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import dataclasses
+from typing import TYPE_CHECKING, ClassVar
 
 import flax.linen as nn
 import jax.numpy as jnp
 
-from sbjax.heads.base import HEAD_KEY, HeadKind, register
+from sbjax.heads.base import HEAD_KEY, HeadConfig, HeadKind, register
 from sbjax.precision import matmul_precision
 
 if TYPE_CHECKING:  # only for annotations: a head module must not import sbjax.config (base.py)
   from sbjax.config import ModelConfig
 
 
-class DenseHead(nn.Module):
+@dataclasses.dataclass(frozen=True)
+class DenseHead(HeadConfig):
+  """A dense head has no fields of its own."""
+
+  kind: ClassVar[str] = "dense"
+
+
+class _DenseModule(nn.Module):
   cfg: ModelConfig
 
   @nn.compact
@@ -31,9 +39,10 @@ class Dense(HeadKind):
   leaf_specs = {"w": ("tensor", "fsdp")}  # V×D: vocab on tensor, D on fsdp
   hf_tied = False
   hf_imports = True
+  config = DenseHead
 
   def module(self, cfg):
-    return DenseHead(cfg, name=HEAD_KEY)
+    return _DenseModule(cfg, name=HEAD_KEY)
 
   def factors(self, params, h, cfg):
     return h, params[HEAD_KEY]["w"]

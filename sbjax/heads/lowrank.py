@@ -1,6 +1,7 @@
 """The low-rank head: W = A·B with A (V×r) and B (r×d), scores = (h·Bᵀ)·Aᵀ.
 
-Inits (``model.head_init``):
+Config ``LowRankHead(rank, init)`` (JSON ``{"kind": "lowrank", "rank": 8, "init": "scaled"}``;
+earlier versions: ``model.head_rank``, ``model.head_init``). Inits (``init``):
 - ``godey``: A and B entries i.i.d. N(0, 1), as in Godey et al. (2024) E5. Trains
   poorly from scratch (logits of size ~sqrt(r·d)) but is what the paper used.
 - ``scaled``: B ~ N(0, 1/d) (so h·Bᵀ has unit-scale coordinates) and
@@ -11,15 +12,15 @@ Exported to Hugging Face as the dense product A·B (same function; the factors a
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+import dataclasses
 import math
+from typing import TYPE_CHECKING, ClassVar
 
 import flax.linen as nn
 import jax.numpy as jnp
 from jax import lax
 
-from sbjax.heads.base import HEAD_KEY, HeadKind, invalid, register
+from sbjax.heads.base import HEAD_KEY, HeadConfig, HeadKind, invalid, register
 from sbjax.precision import matmul_precision
 
 if TYPE_CHECKING:  # only for annotations: a head module must not import sbjax.config (base.py)
@@ -28,14 +29,27 @@ if TYPE_CHECKING:  # only for annotations: a head module must not import sbjax.c
 INITS = ("scaled", "godey")
 
 
-class LowRankHead(nn.Module):
+@dataclasses.dataclass(frozen=True)
+class LowRankHead(HeadConfig):
+  """W = A·B of rank ``rank`` (1 .. d_model, required); ``init``: scaled | godey."""
+
+  kind: ClassVar[str] = "lowrank"
+  rank: int = 0
+  init: str = "scaled"
+
+  def check(self) -> None:
+    if self.init not in INITS:
+      raise invalid("model.head.init", self.init, " | ".join(INITS))
+
+
+class _LowRankModule(nn.Module):
   cfg: ModelConfig
 
   @nn.compact
   def __call__(self, h):
     c = self.cfg
     r = c.rank
-    if c.head_init == "godey":
+    if c.head.init == "godey":
       a_init, b_init = nn.initializers.normal(1.0), nn.initializers.normal(1.0)
     else:
       a_init = nn.initializers.normal(c.init_std * math.sqrt(c.d_model / r))
@@ -52,11 +66,12 @@ class LowRank(HeadKind):
   order = 2
   # A (V×r): vocab on tensor, r on fsdp; B (r×D): D on fsdp (the B×T×r bottleneck is tiny)
   leaf_specs = {"a": ("tensor", "fsdp"), "b": (None, "fsdp")}
-  fields = ("head_rank", "head_init")
+  config = LowRankHead
+  legacy = {"head_rank": "rank", "head_init": "init"}
   hf_tied = False
 
   def module(self, cfg):
-    return LowRankHead(cfg, name=HEAD_KEY)
+    return _LowRankModule(cfg, name=HEAD_KEY)
 
   def factors(self, params, h, cfg):
     """(h·Bᵀ, A): the rank-r features first, so the V×d product A·B is never formed."""
@@ -73,16 +88,14 @@ class LowRank(HeadKind):
     return cfg.vocab_size * cfg.rank + cfg.rank * cfg.d_model
 
   def validate(self, cfg) -> None:
-    r = cfg.head_rank
-    if not isinstance(r, int) or r < 1 or r > cfg.d_model:
-      raise invalid("model.head_rank", r,
+    r = cfg.head.rank
+    if not isinstance(r, int) or isinstance(r, bool) or r < 1 or r > cfg.d_model:
+      raise invalid("model.head.rank", r,
                     f"1 .. d_model={cfg.d_model} (a lowrank head needs an explicit rank; "
                     "use head=dense for full rank without factors)")
-    if cfg.head_init not in INITS:
-      raise invalid("model.head_init", cfg.head_init, " | ".join(INITS))
 
   def rank(self, cfg) -> int:
-    return cfg.head_rank or cfg.d_model
+    return cfg.head.rank or cfg.d_model
 
 
 register(LowRank())

@@ -1,12 +1,14 @@
 """Mixture of softmaxes (Yang et al., 2018).
 
 p(w|h) = Σ_m π_m(h) softmax(W g_m(h))_w with π(h) = softmax(h P + p0) and
-g_m(h) = act(h U_m + c_m), U_m (d×e), act = tanh (``model.mos_act``, default) or the
-identity (``linear``); W (V×e) is shared by the components. e = ``model.mos_dim`` is the
+g_m(h) = act(h U_m + c_m), U_m (d×e), act = tanh (``act``, default) or the identity
+(``linear``); W (V×e) is shared by the components. e = ``dim`` is the
 component dimension (0, the default, means e = d: the original head of Yang et al.). Computed
 in log space: log p = logsumexp_m [log π_m + log_softmax(W g_m)], in float32; the scores are
 these normalised log-probabilities. Parameters: V e + M d e + M e + M d + M
-(e = d: V d + M d² + 2 M d + M).
+(e = d: V d + M d² + 2 M d + M). Config ``MoSHead(n_mix, dim, act)`` (JSON
+``{"kind": "mos", "n_mix": 4, "dim": 0, "act": "tanh"}``; earlier versions: ``model.n_mix``,
+``model.mos_dim``, ``model.mos_act``).
 
 With e = k + 1 and linear components the head represents a ``PlantedMoS`` language exactly
 (``sbjax.data.planted_mos``: W = [αY/√k, b], U_m, c_m giving g_m = [R_m u_c, 1]).
@@ -14,13 +16,14 @@ With e = k + 1 and linear components the head represents a ``PlantedMoS`` langua
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import dataclasses
+from typing import TYPE_CHECKING, ClassVar
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from sbjax.heads.base import HEAD_KEY, HeadKind, invalid, register
+from sbjax.heads.base import HEAD_KEY, HeadConfig, HeadKind, invalid, register
 from sbjax.precision import matmul_precision
 
 if TYPE_CHECKING:  # only for annotations: a head module must not import sbjax.config (base.py)
@@ -30,18 +33,37 @@ if TYPE_CHECKING:  # only for annotations: a head module must not import sbjax.c
 ACTS = ("tanh", "linear")
 
 
+@dataclasses.dataclass(frozen=True)
+class MoSHead(HeadConfig):
+  """``n_mix`` components of dimension ``dim`` (0 = d_model) with activation ``act``."""
+
+  kind: ClassVar[str] = "mos"
+  n_mix: int = 1
+  dim: int = 0
+  act: str = "tanh"
+
+  def check(self) -> None:
+    if not isinstance(self.n_mix, int) or isinstance(self.n_mix, bool) or self.n_mix < 1:
+      raise invalid("model.head.n_mix", self.n_mix, "an integer >= 1")
+    if not isinstance(self.dim, int) or isinstance(self.dim, bool) or self.dim < 0:
+      raise invalid("model.head.dim", self.dim,
+                    "0 (component dimension e = d_model) or an integer >= 1")
+    if self.act not in ACTS:
+      raise invalid("model.head.act", self.act, " | ".join(ACTS))
+
+
 def component_dim(cfg) -> int:
-  """e: ``model.mos_dim``, or d_model when it is 0."""
-  return cfg.mos_dim or cfg.d_model
+  """e: the head's ``dim``, or d_model when it is 0."""
+  return cfg.head.dim or cfg.d_model
 
 
-class MoSHead(nn.Module):
+class _MoSModule(nn.Module):
   cfg: ModelConfig
 
   @nn.compact
   def __call__(self, h):
     c = self.cfg
-    m, d, e = c.n_mix, c.d_model, component_dim(c)
+    m, d, e = c.head.n_mix, c.d_model, component_dim(c)
     pd = jnp.dtype(c.param_dtype)
     init = nn.initializers.normal(c.init_std)
     prior_w = self.param("prior_w", init, (d, m), pd)
@@ -54,7 +76,7 @@ class MoSHead(nn.Module):
         (jnp.einsum("...d,dm->...m", h, prior_w.astype(dt), precision=prec) + prior_b.astype(dt))
         .astype(jnp.float32), axis=-1)
     g = jnp.einsum("...d,dme->...me", h, proj_w.astype(dt), precision=prec) + proj_b.astype(dt)
-    g = jnp.tanh(g) if c.mos_act == "tanh" else g
+    g = jnp.tanh(g) if c.head.act == "tanh" else g
     logits = jnp.einsum("...me,ve->...mv", g, w.astype(dt), precision=prec).astype(jnp.float32)
     comp = jax.nn.log_softmax(logits, axis=-1)
     return jax.nn.logsumexp(comp + log_prior[..., None], axis=-2)
@@ -68,30 +90,22 @@ class MoS(HeadKind):
   # their input D on fsdp; the biases are replicated
   leaf_specs = {"w": ("tensor", "fsdp"), "prior_w": ("fsdp", None),
                 "proj_w": ("fsdp", None, None), "prior_b": (), "proj_b": ()}
-  fields = ("n_mix", "mos_dim", "mos_act")
+  config = MoSHead
+  legacy = {"n_mix": "n_mix", "mos_dim": "dim", "mos_act": "act"}
   rank_limited = False
 
   def module(self, cfg):
-    return MoSHead(cfg, name=HEAD_KEY)
+    return _MoSModule(cfg, name=HEAD_KEY)
 
   def matrix(self, params, cfg):
     return params[HEAD_KEY]["w"]  # the shared output matrix (V×e)
 
   def param_count(self, cfg) -> int:
-    v, d, m, e = cfg.vocab_size, cfg.d_model, cfg.n_mix, component_dim(cfg)
+    v, d, m, e = cfg.vocab_size, cfg.d_model, cfg.head.n_mix, component_dim(cfg)
     return d * m + m + d * m * e + m * e + v * e
 
   def rank(self, cfg) -> int:
     return component_dim(cfg)
-
-  def validate(self, cfg) -> None:
-    if not isinstance(cfg.n_mix, int) or cfg.n_mix < 1:
-      raise invalid("model.n_mix", cfg.n_mix, "an integer >= 1")
-    if not isinstance(cfg.mos_dim, int) or cfg.mos_dim < 0:
-      raise invalid("model.mos_dim", cfg.mos_dim,
-                    "0 (component dimension e = d_model) or an integer >= 1")
-    if cfg.mos_act not in ACTS:
-      raise invalid("model.mos_act", cfg.mos_act, " | ".join(ACTS))
 
 
 register(MoS())

@@ -1,6 +1,7 @@
 """Sigsoftmax (Kanai et al., 2018): a non-mixture head whose log-probs are not low rank.
 
-z = A (B h) + c (A: V×r, B: r×d, c: V; ``model.head_rank`` = r, 0 means r = d), and
+z = A (B h) + c (A: V×r, B: r×d, c: V; config ``SigSoftmaxHead(rank)`` = r, 0 means r = d;
+earlier versions: ``model.head_rank``), and
 
     p(w|h) ∝ exp(z_w) σ(z_w),   scores = z + log σ(z) = z − softplus(−z),
 
@@ -13,27 +14,36 @@ rank r can be chosen to match another head's parameter count. Inits as the lowra
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 from jax import lax
 
-from sbjax.heads.base import HEAD_KEY, HeadKind, invalid, register
+from sbjax.heads.base import HEAD_KEY, HeadConfig, HeadKind, invalid, register
 from sbjax.precision import matmul_precision
 
 if TYPE_CHECKING:  # only for annotations: a head module must not import sbjax.config (base.py)
   from sbjax.config import ModelConfig
 
 
+@dataclasses.dataclass(frozen=True)
+class SigSoftmaxHead(HeadConfig):
+  """A sigsoftmax head whose logit factors have rank ``rank`` (0 = d_model)."""
+
+  kind: ClassVar[str] = "sigsoftmax"
+  rank: int = 0
+
+
 def sig_rank(cfg) -> int:
-  """r: ``model.head_rank``, or d_model when it is 0."""
-  return cfg.head_rank or cfg.d_model
+  """r: the head's ``rank``, or d_model when it is 0."""
+  return cfg.head.rank or cfg.d_model
 
 
-class SigSoftmaxHead(nn.Module):
+class _SigSoftmaxModule(nn.Module):
   cfg: ModelConfig
 
   @nn.compact
@@ -57,11 +67,12 @@ class SigSoftmax(HeadKind):
   order = 4
   # A, B as the lowrank head's; the V bias on tensor (vocab)
   leaf_specs = {"a": ("tensor", "fsdp"), "b": (None, "fsdp"), "bias": ("tensor",)}
-  fields = ("head_rank",)
+  config = SigSoftmaxHead
+  legacy = {"head_rank": "rank"}
   rank_limited = False
 
   def module(self, cfg):
-    return SigSoftmaxHead(cfg, name=HEAD_KEY)
+    return _SigSoftmaxModule(cfg, name=HEAD_KEY)
 
   def matrix(self, params, cfg):
     hp = params[HEAD_KEY]
@@ -73,9 +84,9 @@ class SigSoftmax(HeadKind):
     return cfg.vocab_size * r + r * cfg.d_model + cfg.vocab_size
 
   def validate(self, cfg) -> None:
-    r = cfg.head_rank
-    if not isinstance(r, int) or r < 0 or r > cfg.d_model:
-      raise invalid("model.head_rank", r,
+    r = cfg.head.rank
+    if not isinstance(r, int) or isinstance(r, bool) or r < 0 or r > cfg.d_model:
+      raise invalid("model.head.rank", r,
                     f"0 (rank d_model) or 1 .. d_model={cfg.d_model} for a sigsoftmax head")
 
   def rank(self, cfg) -> int:

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
+from typing import ClassVar
+
 import jax.numpy as jnp
 
-from sbjax.heads.base import HeadKind, register
+from sbjax.heads.base import HeadConfig, HeadKind, register
 from sbjax.precision import matmul_precision
+
+
+@dataclasses.dataclass(frozen=True)
+class TiedHead(HeadConfig):
+  """A tied head has no fields of its own."""
+
+  kind: ClassVar[str] = "tied"
 
 
 class Tied(HeadKind):
@@ -14,6 +24,7 @@ class Tied(HeadKind):
   param_keys = ("embed",)  # frozen-trunk mode trains the embedding (it is the head)
   hf_tied = True
   hf_imports = True
+  config = TiedHead
 
   def module(self, cfg):
     return None

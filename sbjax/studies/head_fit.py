@@ -18,9 +18,9 @@ tempered targets, d = 16); from the exact parameters plus noise of 0.3× each te
 returns to H within 1e-3. So the exact solution is a minimum with a wide basin that random
 starts do not find; the fit is an upper bound on min over the head, not the minimum.
 
-``exact_mos(lang, cfg)``: the parameters of a MoS head (``model.head=mos``, linear
-components, ``mos_dim = k + 1``, ``n_mix = M``, ``d_model ≥ k + M``) and the features ``h_c``
-that reproduce a ``PlantedMoS`` language exactly:
+``exact_mos(lang, cfg)``: the parameters of a MoS head (``MoSHead(n_mix=M, dim=k + 1,
+act="linear")``: linear components of dimension k + 1; ``d_model ≥ k + M``) and the features
+``h_c`` that reproduce a ``PlantedMoS`` language exactly:
 
     h_c = [u_c, log π_c, 0…],  U_m = [R_mᵀ; 0],  c_m = e_{k+1},  W = [αY/√k, b],
     prior P = [0; I_M; 0], p0 = 0,
@@ -58,11 +58,11 @@ class HeadFit:
 
 def exact_mos(lang, cfg):
   """(head params, h [C, d]) of a MoS head that gives ``lang.log_probs`` exactly."""
-  k, m, d = lang.rank, lang.n_mix, cfg.d_model
-  if cfg.n_mix != m or (cfg.mos_dim or d) != k + 1 or cfg.mos_act != "linear" or d < k + m:
-    raise ValueError(f"exact_mos: needs model.n_mix={m}, mos_dim={k + 1}, mos_act=linear and "
-                     f"d_model >= {k + m}; got n_mix={cfg.n_mix}, mos_dim={cfg.mos_dim}, "
-                     f"mos_act={cfg.mos_act!r}, d_model={d}")
+  k, m, d, hc = lang.rank, lang.n_mix, cfg.d_model, cfg.head
+  if (hc.kind != "mos" or hc.n_mix != m or (hc.dim or d) != k + 1 or hc.act != "linear"
+      or d < k + m):
+    raise ValueError(f"exact_mos: needs model.head = MoSHead(n_mix={m}, dim={k + 1}, "
+                     f"act='linear') and d_model >= {k + m}; got model.head={hc}, d_model={d}")
   mp = lang.mos_parameters()
   C = lang.n_contexts
   h = np.zeros((C, d))
@@ -115,8 +115,8 @@ def fit_head(lang, cfg, *, steps: int = 3000, lr: float = 3e-2, seed: int = 0,
   _, vals, final = run(state)
   final = float(final)
   best = min(final, float(jnp.min(vals)))
-  return HeadFit(head=cfg.head, params=heads_lib.head_param_count(cfg), value=final, best=best,
-                 entropy=float(lang.entropy), steps=steps)
+  return HeadFit(head=cfg.head.kind, params=heads_lib.head_param_count(cfg), value=final,
+                 best=best, entropy=float(lang.entropy), steps=steps)
 
 
 def fit_head_starts(lang, cfg, seeds, *, steps: int = 3000, lr: float = 3e-2,

@@ -158,10 +158,17 @@ def specs(plan: Plan) -> list[RunSpec]:
   return out
 
 
+def _head_fields(kind: str) -> set:
+  return {f.name for f in dataclasses.fields(heads_lib.get(kind).config)}
+
+
 def model_config(base: ModelConfig, spec: RunSpec, vocab_size: int | None = None) -> ModelConfig:
-  used = heads_lib.get(spec.head).fields  # the head's own ModelConfig fields
-  kw = dict(head=spec.head, head_rank=spec.rank if "head_rank" in used else 0,
-            n_mix=spec.n_mix if "n_mix" in used else 1)
+  """The base model with the run's head: its kind's own ``rank`` / ``n_mix`` from the spec,
+  its other fields from the base head when that is of the same kind, else the defaults."""
+  used = _head_fields(spec.head)
+  own = {k: v for k, v in (("rank", spec.rank), ("n_mix", spec.n_mix)) if k in used}
+  start = base.head if base.head.kind == spec.head else spec.head
+  kw = dict(head=heads_lib.head_config(start, **own))
   if vocab_size is not None:
     kw["vocab_size"] = vocab_size
   return dataclasses.replace(base, **kw)
@@ -186,7 +193,7 @@ def run_config(plan: Plan, spec: RunSpec, trunk_dir: str = "") -> Config:
 def matched_rank(mc: ModelConfig, params: int, ranks: Sequence[int]) -> tuple[int, float]:
   """(rank, params / lowrank_params(rank)) of the plan rank nearest in head parameters."""
   def lr_params(r):
-    return head_param_count(dataclasses.replace(mc, head="lowrank", head_rank=r))
+    return head_param_count(dataclasses.replace(mc, head=heads_lib.head_config("lowrank", rank=r)))
   best = min(ranks, key=lambda r: (abs(lr_params(r) - params), r))
   return best, params / lr_params(best)
 
@@ -213,7 +220,7 @@ def best_rows(rows: Sequence[dict], protocol: str, head: str = "lowrank") -> lis
 def _row(plan: Plan, spec: RunSpec, cfg: Config, summary: dict, vocab_size: int) -> dict:
   mc = model_config(cfg.model, spec, vocab_size)
   params = head_param_count(mc)
-  explicit = "head_rank" in heads_lib.get(spec.head).fields  # a rank-r head: no matching needed
+  explicit = "rank" in _head_fields(spec.head)  # a rank-r head: no matching needed
   mr, ratio = (spec.rank, 1.0) if explicit else matched_rank(mc, params, plan.ranks)
   return {"protocol": spec.protocol, "head": spec.head, "rank": spec.rank, "n_mix": spec.n_mix,
           "matched_rank": mr, "lr": spec.lr, "steps": cfg.train.steps, "params": params,

@@ -42,13 +42,25 @@ class ConfigMismatchError(ValueError):
   pass
 
 
+def _leaves(d: dict, prefix: str = "") -> dict:
+  """{dotted key: value} of a section; a nested dict (the typed head) gives one per field."""
+  out = {}
+  for k, v in d.items():
+    if isinstance(v, dict):
+      out.update(_leaves(v, f"{prefix}{k}."))
+    else:
+      out[f"{prefix}{k}"] = v
+  return out
+
+
 def config_diff(saved: dict, new: dict) -> tuple[list[str], list[str]]:
-  """(refused, allowed) differences between a saved and a new config dict."""
+  """(refused, allowed) differences between a saved and a new config dict (both typed:
+  ``check_workdir_config`` reads a saved config.json of any version through Config)."""
   refused, allowed = [], []
   for section in sorted(set(saved) | set(new)):
     a, b = saved.get(section), new.get(section)
     if isinstance(a, dict) or isinstance(b, dict):
-      a, b = a or {}, b or {}
+      a, b = _leaves(a or {}), _leaves(b or {})
       for k in sorted(set(a) | set(b)):
         if a.get(k) != b.get(k):
           line = f"{section}.{k}: saved {a.get(k)!r} -> now {b.get(k)!r}"

@@ -19,13 +19,14 @@ from sbjax.config import ModelConfig
 from sbjax.data.planted_mos import PlantedMoS
 from sbjax.studies import floor as fl
 from sbjax.studies import head_fit as hf
+from sbjax.heads.mos import MoSHead
 
 V, K, M, D = 64, 3, 4, 4
 
 
 def _mos(n_mix, e):
-  return ModelConfig(vocab_size=V, d_model=D, n_heads=1, pos="learned", head="mos", n_mix=n_mix,
-                     mos_dim=e, mos_act="linear", init_std=0.2)
+  return ModelConfig(vocab_size=V, d_model=D, n_heads=1, pos="learned",
+                     head=MoSHead(n_mix=n_mix, dim=e, act="linear"), init_std=0.2)
 
 
 def test_mos_fit_reaches_h_and_beats_the_same_width_lowrank_floors():

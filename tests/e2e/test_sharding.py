@@ -16,6 +16,8 @@ from sbjax import checkpoint as ckpt
 from sbjax import sharding as shd
 from sbjax.config import MeshConfig, ModelConfig
 from sbjax.model import Model
+from sbjax.heads.lowrank import LowRankHead
+from sbjax.heads.mos import MoSHead
 from tests import _multidevice as md
 
 TOL = 1e-5
@@ -89,13 +91,13 @@ def test_param_specs_rules_all_heads():
   assert s["['blocks']['attn']['q_kernel']"] == P(None, "fsdp", "tensor", None)
   assert s["['blocks']['mlp']['fc_in_kernel']"] == P(None, "fsdp", "tensor")
   # low-rank head: A (V×r) vocab on tensor, r on fsdp; B (r×D) D on fsdp
-  s = _specs(dataclasses.replace(base, head="lowrank", head_rank=4), m)
+  s = _specs(dataclasses.replace(base, head=LowRankHead(rank=4)), m)
   assert s["['head']['a']"] == P("tensor", "fsdp")
   assert s["['head']['b']"] == P(None, "fsdp")
-  s = _specs(dataclasses.replace(base, head="lowrank", head_rank=3), m)  # 3 % 2: r unsharded
+  s = _specs(dataclasses.replace(base, head=LowRankHead(rank=3)), m)  # 3 % 2: r unsharded
   assert s["['head']['a']"] == P("tensor", None)
   # mixture of softmaxes: shared W as the dense head, projections D on fsdp
-  s = _specs(dataclasses.replace(base, head="mos", n_mix=3), m)
+  s = _specs(dataclasses.replace(base, head=MoSHead(n_mix=3)), m)
   assert s["['head']['w']"] == P("tensor", "fsdp")
   assert s["['head']['proj_w']"] == P("fsdp", None, None)
   assert s["['head']['prior_w']"] == P("fsdp", None)

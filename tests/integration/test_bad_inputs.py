@@ -26,6 +26,7 @@ from sbjax import sharding as shd
 from sbjax.config import Config, DataConfig, MeshConfig, ModelConfig
 from sbjax.data import make_dataset
 from sbjax.train import resolve_vocab, train
+from sbjax.heads.lowrank import LowRankHead
 from tests._corpus import generated_docs, write_corpus
 
 # orbax leaves un-awaited read coroutines behind when a restore of a damaged step fails
@@ -285,15 +286,15 @@ ROWS = [
      "no usable .txt file: skipped ['a.txt', 'b.txt']", "UTF-8"),
     ("corpus too small for one batch", small_corpus, ValueError, "needs at least 32769 tokens",
      "batch_size"),
-    ("head rank > d_model", _model(head="lowrank", head_rank=33), ValueError,
-     "model.head_rank=33", "allowed: 1 .. d_model=32"),
-    ("head rank < 0", _model(head="lowrank", head_rank=-1), ValueError, "model.head_rank=-1",
+    ("head rank > d_model", _model(head=LowRankHead(rank=33)), ValueError,
+     "model.head.rank=33", "allowed: 1 .. d_model=32"),
+    ("head rank < 0", _model(head=LowRankHead(rank=-1)), ValueError, "model.head.rank=-1",
      "allowed: 1 .. d_model=32"),
-    ("head rank 0", _model(head="lowrank", head_rank=0), ValueError, "model.head_rank=0",
+    ("head rank 0", _model(head=LowRankHead(rank=0)), ValueError, "model.head.rank=0",
      "allowed: 1 .. d_model=32"),
     ("planted rank 0", lambda t, c: (lambda: DataConfig(planted_rank=0)), ValueError,
      "data.planted_rank=0", "allowed: 1 .. planted_vocab=256"),
-    ("n_mix 0", _model(head="mos", n_mix=0), ValueError, "model.n_mix=0",
+    ("n_mix 0", _model(head={"kind": "mos", "n_mix": 0}), ValueError, "model.head.n_mix=0",
      "allowed: an integer >= 1"),
     ("unknown config name", lambda t, c: (lambda: configs.get("pythia-7b")), ValueError,
      "unknown config name 'pythia-7b'", "known: "),
@@ -301,7 +302,7 @@ ROWS = [
      "allowed: dense | tied | lowrank | mos | sigsoftmax"),
     ("workdir holding another model", other_model_workdir, ValueError,
      "holds a run with a different configuration",
-     ("model.d_model: saved 32 -> now 64", "model.head: saved 'dense' -> now 'tied'",
+     ("model.d_model: saved 32 -> now 64", "model.head.kind: saved 'dense' -> now 'tied'",
       "Use a new --workdir")),
     ("checkpoints of another model under a config.json", foreign_checkpoints, ValueError,
      "written by another model configuration", "Use the workdir the checkpoints came from"),
@@ -394,7 +395,7 @@ CLI = [
      "error: flag --config=nope: unknown config name 'nope'"),
     ("head rank > d_model", ["-m", "experiments.train", "--config=tiny", "--workdir={tmp}/w",
                              "--config.model.head=lowrank", "--config.model.head_rank=99"],
-     "error: invalid config: model.head_rank=99; allowed: 1 .. d_model=32"),
+     "error: invalid config: model.head.rank=99; allowed: 1 .. d_model=32"),
     ("analysis of a missing workdir", ["-m", "experiments.analyze", "--workdir={tmp}/nope"],
      "error: the workdir"),
 ]

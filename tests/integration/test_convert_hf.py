@@ -20,6 +20,8 @@ from sbjax.convert import (export_hf, export_problems, import_hf, iter_series, s
                            stack_series, parse_step)
 from sbjax.convert import st_io
 from sbjax.model import Model
+from sbjax.heads.lowrank import LowRankHead
+from sbjax.heads.mos import MoSHead
 
 V, D, T = 97, 64, 24
 TOL = 1e-4
@@ -106,7 +108,7 @@ def check_parity(m, cfg, params, tok):
 def test_neox_parity(tmp_path, pct, parallel):
   m = neox(tmp_path, pct=pct, parallel=parallel, seed=int(pct * 4) + parallel)
   cfg, params = import_hf(str(tmp_path))
-  assert (cfg.pos, cfg.rotary_pct, cfg.parallel_residual, cfg.head) == (
+  assert (cfg.pos, cfg.rotary_pct, cfg.parallel_residual, cfg.head.kind) == (
       "rotary", pct, parallel, "dense")
   assert cfg.max_len == 64 and cfg.qkv_bias and cfg.attn_scale and cfg.gelu == "exact"
   assert all(x.dtype == np.float32 for x in jax.tree.leaves(params))
@@ -117,7 +119,7 @@ def test_neo_parity_local_window_tied_unscaled(tmp_path):
   m = neo(tmp_path, window=4)
   cfg, params = import_hf(str(tmp_path))
   assert cfg.pos == "learned" and not cfg.parallel_residual and not cfg.attn_scale
-  assert not cfg.qkv_bias and cfg.head == "tied" and cfg.gelu == "tanh"
+  assert not cfg.qkv_bias and cfg.head.kind == "tied" and cfg.gelu == "tanh"
   assert cfg.attention_layers == ("global", "local", "global", "local") and cfg.window_size == 4
   assert "head" not in params
   check_parity(m, cfg, params, tokens(t=T))  # T=24 > window: the window matters
@@ -130,7 +132,7 @@ def test_neo_parity_local_window_tied_unscaled(tmp_path):
 def test_neox_no_attention_bias_and_tied(tmp_path):
   m = neox(tmp_path, attention_bias=False, tie_word_embeddings=True, seed=3)
   cfg, params = import_hf(str(tmp_path))
-  assert not cfg.qkv_bias and cfg.head == "tied"
+  assert not cfg.qkv_bias and cfg.head.kind == "tied"
   assert not np.any(params["block_0"]["attn"]["o_bias"])
   check_parity(m, cfg, params, tokens())
 
@@ -299,7 +301,7 @@ NEO_LIKE = dict(pos="learned", parallel_residual=False, attn_scale=False, qkv_bi
     ("neox_no_qkv_bias", dict(head="dense", qkv_bias=False)),
     ("neo_tied", dict(head="tied", **NEO_LIKE)),
     ("neo_dense", dict(head="dense", **NEO_LIKE)),
-    ("neox_lowrank", dict(head="lowrank", head_rank=8)),
+    ("neox_lowrank", dict(head=LowRankHead(rank=8))),
 ])
 def test_export_roundtrip(tmp_path, kind, kw):
   cfg = ModelConfig(vocab_size=V, d_model=D, n_layers=3, n_heads=4, max_len=32, d_ff=96,
@@ -316,7 +318,7 @@ def test_export_roundtrip(tmp_path, kind, kw):
   cfg2, params2 = import_hf(str(tmp_path))
   if kind == "neox_lowrank":
     import dataclasses
-    assert cfg2 == dataclasses.replace(cfg, head="dense", head_rank=0)
+    assert cfg2 == dataclasses.replace(cfg, head="dense")
     np.testing.assert_allclose(params2["head"]["w"], params["head"]["a"] @ params["head"]["b"],
                                rtol=0, atol=1e-6)
     rest = lambda p: {k: v for k, v in p.items() if k != "head"}
@@ -346,7 +348,7 @@ def test_export_scan_layout_and_zero_bias(tmp_path):
 
 
 def test_export_refusals(tmp_path):
-  mos = ModelConfig(vocab_size=V, d_model=D, n_layers=1, n_heads=4, head="mos", n_mix=2)
+  mos = ModelConfig(vocab_size=V, d_model=D, n_layers=1, n_heads=4, head=MoSHead(n_mix=2))
   with pytest.raises(ValueError, match="mixture-of-softmaxes"):
     export_hf(mos, _sbjax_params(mos), str(tmp_path))
   assert not os.path.exists(tmp_path / "config.json")

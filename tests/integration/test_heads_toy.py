@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import ClassVar
 
 import flax.linen as nn
 import jax
@@ -38,8 +39,14 @@ class ScaledHead(nn.Module):
     return jnp.einsum("...d,vd->...v", h * s.astype(h.dtype), w.astype(h.dtype))
 
 
+@dataclasses.dataclass(frozen=True)
+class ScaledConfig(heads.HeadConfig):
+  kind: ClassVar[str] = "toy_scaled"
+
+
 class Scaled(heads.HeadKind):
   name = "toy_scaled"
+  config = ScaledConfig
   leaf_specs = {"w": ("tensor", "fsdp"), "s": ()}
 
   def module(self, cfg):
@@ -84,7 +91,7 @@ def test_toy_head_trains_one_step(toy, tmp_path):
   assert rows and all(math.isfinite(r["loss"]) for r in rows)
   assert math.isfinite(summary["eval_loss"])
   saved_cfg, params, step = ckpt.load_params(tmp_path / "run")
-  assert step == 1 and saved_cfg.model.head == toy.name
+  assert step == 1 and saved_cfg.model.head == ScaledConfig()
   mc = saved_cfg.model
   assert set(params["head"]) == {"w", "s"}
   assert not np.allclose(np.asarray(params["head"]["s"]), 1.0)  # the step moved the scale

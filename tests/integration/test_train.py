@@ -21,6 +21,7 @@ from sbjax.model import Model
 from sbjax.optim import make_optimizer
 from sbjax.train import (ConfigMismatchError, NonFiniteLossError, make_train_step, read_metrics,
                          train)
+from sbjax.heads.lowrank import LowRankHead
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -124,7 +125,7 @@ def test_skip_nonfinite_steps_skips_and_finishes(tmp_path, tiny_ds):
 def test_frozen_trunk_trains_only_the_head(tmp_path, tiny_ds, tiny_run):
   base = tiny_cfg(steps=8)  # the trunk: the session's shared tiny run (same model)
   cfg = base.replace(
-      model=dataclasses.replace(base.model, head="lowrank", head_rank=4),
+      model=dataclasses.replace(base.model, head=LowRankHead(rank=4)),
       train=dataclasses.replace(base.train, freeze_trunk=True, init_from=str(tiny_run)))
   train(cfg, tmp_path / "head", dataset=tiny_ds, quiet=True)
   _, src, _ = ckpt.load_params(tiny_run)

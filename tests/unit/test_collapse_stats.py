@@ -74,7 +74,7 @@ def test_tpu_preset_configs_validate():
   cfgs = collapse.validate(p)
   assert len(cfgs) == len(k.depths) * len(k.widths) + 1
   for mc, tc in cfgs:
-    assert mc.vocab_size == 50257 and mc.head == "tied" and tc.seq_len <= mc.max_len
+    assert mc.vocab_size == 50257 and mc.head.kind == "tied" and tc.seq_len <= mc.max_len
   test, quick = collapse.PRESETS["test"].knobs, collapse.PRESETS["quick"].knobs
   assert len(collapse.groups(collapse.PRESETS["test"])) <= len(collapse.groups(
       collapse.PRESETS["quick"])) and test.epoch_tokens < quick.epoch_tokens

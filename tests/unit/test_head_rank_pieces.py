@@ -12,6 +12,7 @@ from experiments import head_rank, vocab_threshold, werror_loss
 from sbjax.config import Config, ModelConfig
 from sbjax.heads import head_param_count
 from sbjax.studies import rank_sweep as rs
+from sbjax.heads.mos import MoSHead
 
 
 def test_mos_matching_and_rank_checks():
@@ -20,7 +21,7 @@ def test_mos_matching_and_rank_checks():
   lowrank = {r: v * r + r * d for r in rs.rank_grid(d)}
   assert list(lowrank) == [1, 2, 4, 8, 16, 32, 64] and rs.rank_grid(48)[-2:] == (32, 48)
   for m in (1, 2, 4):
-    p = head_param_count(dataclasses.replace(mc, head="mos", n_mix=m))
+    p = head_param_count(dataclasses.replace(mc, head=MoSHead(n_mix=m)))
     assert p == v * d + d * m + m + d * m * d + m * d
     want = min(lowrank, key=lambda r: abs(lowrank[r] - p))
     assert rs.matched_rank(mc, p, list(lowrank)) == (want, pytest.approx(p / lowrank[want]))

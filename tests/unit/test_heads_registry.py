@@ -64,15 +64,21 @@ def test_unknown_head_and_field_messages():
   with pytest.raises(ValueError, match=re.escape("model.head='x'; allowed: dense | tied")):
     ModelConfig(head="x")
   with pytest.raises(ValueError, match=re.escape(
-      "invalid config: model.head_rank=33; allowed: 1 .. d_model=32 (a lowrank head needs an "
+      "invalid config: model.head.rank=33; allowed: 1 .. d_model=32 (a lowrank head needs an "
       "explicit rank; use head=dense for full rank without factors)")):
     ModelConfig(d_model=32, n_heads=2, head=LowRankHead(rank=33))
-  with pytest.raises(ValueError, match=re.escape("invalid config: model.head_init='x'; "
+  with pytest.raises(ValueError, match=re.escape("invalid config: model.head.init='x'; "
                                                  "allowed: scaled | godey")):
-    ModelConfig(head=LowRankHead(rank=2), head_init="x")
-  with pytest.raises(ValueError, match=re.escape("invalid config: model.n_mix=0; allowed: "
+    ModelConfig(head=LowRankHead(rank=2, init="x"))
+  with pytest.raises(ValueError, match=re.escape("invalid config: model.head.n_mix=0; allowed: "
                                                  "an integer >= 1")):
     ModelConfig(head=MoSHead(n_mix=0))
+  with pytest.raises(ValueError, match=re.escape("invalid config: model.head.rank=2; allowed: "
+                                                 "the fields of a mos head: n_mix | dim | act")):
+    ModelConfig(head={"kind": "mos", "rank": 2})
+  with pytest.raises(ValueError, match=re.escape("model.head={'rank': 2}; allowed: a head kind "
+                                                 'name, or a dict with its "kind"')):
+    ModelConfig(head={"rank": 2})
 
 
 def test_matrix_equals_the_closed_formulas(params):
@@ -119,8 +125,12 @@ def test_param_counts_match_the_formulas_and_the_trees(params):
 
 def test_rank_and_fields():
   assert [CFGS[k].rank for k in CFGS] == [16, 16, 3, 16]
-  assert heads.get("lowrank").fields == ("head_rank", "head_init")
-  assert heads.get("mos").fields == ("n_mix", "mos_dim", "mos_act")
+  assert [f.name for f in dataclasses.fields(heads.get("lowrank").config)] == ["rank", "init"]
+  assert [f.name for f in dataclasses.fields(heads.get("mos").config)] == ["n_mix", "dim", "act"]
+  assert heads.get(CFGS["mos"].head) is heads.get("mos")  # a config names its kind
+  assert heads.head_config("lowrank", rank=3) == CFGS["lowrank"].head == LowRankHead(3, "scaled")
+  assert CFGS["lowrank"].head.to_dict() == {"kind": "lowrank", "rank": 3, "init": "scaled"}
+  assert ModelConfig(head="tied").head == ModelConfig(head={"kind": "tied"}).head
 
 
 def test_frozen_trunk_trains_exactly_the_head_keys():
@@ -149,8 +159,8 @@ def _small(mc: ModelConfig, scan: bool) -> ModelConfig:
   n = min(mc.n_layers, 2)
   kw = dict(vocab_size=64, d_model=32, n_heads=2, n_layers=n, max_len=16, d_ff=0,
             attention_layers=mc.attention_layers[:n], scan_layers=scan, rotary_pct=0.25)
-  if mc.head == "lowrank":
-    kw["head_rank"] = 4
+  if mc.head.kind == "lowrank":
+    kw["head"] = LowRankHead(rank=4)
   if scan and len(set(kw["attention_layers"])) > 1:
     kw["attention_layers"] = kw["attention_layers"][:1] * n
   return dataclasses.replace(mc, **kw)

@@ -11,6 +11,8 @@ from sbjax import heads
 from sbjax.config import ModelConfig
 from sbjax.model import (Model, attention_reference, stack_blocks, unstack_blocks,
                          use_einsum_attention)
+from sbjax.heads.lowrank import LowRankHead
+from sbjax.heads.mos import MoSHead
 
 BASE = ModelConfig(vocab_size=48, d_model=32, n_layers=2, n_heads=4, max_len=24)
 VARIANTS = {
@@ -18,8 +20,8 @@ VARIANTS = {
     "neo": dataclasses.replace(BASE, pos="learned", parallel_residual=False, gelu="tanh",
                                qkv_bias=False, attn_scale=False, head="tied",
                                attention_layers=("global", "local"), window_size=5),
-    "lowrank": dataclasses.replace(BASE, head="lowrank", head_rank=4),
-    "mos": dataclasses.replace(BASE, head="mos", n_mix=3),
+    "lowrank": dataclasses.replace(BASE, head=LowRankHead(rank=4)),
+    "mos": dataclasses.replace(BASE, head=MoSHead(n_mix=3)),
 }
 
 
@@ -56,7 +58,7 @@ def test_embeds_path_equals_token_path():
 
 def test_lowrank_full_rank_equals_dense():
   dense_cfg = BASE
-  lr_cfg = dataclasses.replace(BASE, head="lowrank", head_rank=BASE.d_model)
+  lr_cfg = dataclasses.replace(BASE, head=LowRankHead(rank=BASE.d_model))
   dense = Model(dense_cfg)
   p = dense.init(jax.random.key(0))
   w = p["head"]["w"]
@@ -71,18 +73,18 @@ def test_lowrank_full_rank_equals_dense():
 
 
 def test_lowrank_init_variances():
-  cfg = dataclasses.replace(BASE, vocab_size=2000, d_model=64, n_heads=4, head="lowrank", head_rank=8)
+  cfg = dataclasses.replace(BASE, vocab_size=2000, d_model=64, n_heads=4, head=LowRankHead(rank=8))
   p = Model(cfg).init(jax.random.key(0))
   w = np.asarray(heads.head_matrix(p, cfg))
   assert abs(w.std() - cfg.init_std) / cfg.init_std < 0.1
-  g = Model(dataclasses.replace(cfg, head_init="godey")).init(jax.random.key(0))
+  g = Model(dataclasses.replace(cfg, head=LowRankHead(rank=8, init="godey"))).init(jax.random.key(0))
   assert abs(float(g["head"]["a"].std()) - 1.0) < 0.05
   assert abs(float(g["head"]["b"].std()) - 1.0) < 0.1
   assert np.linalg.matrix_rank(w) == 8
 
 
 def test_mos_single_component_is_log_softmax_of_it():
-  cfg = dataclasses.replace(BASE, head="mos", n_mix=1)
+  cfg = dataclasses.replace(BASE, head=MoSHead(n_mix=1))
   model = Model(cfg)
   p = model.init(jax.random.key(0))
   toks = _tokens()
@@ -97,7 +99,7 @@ def test_mos_single_component_is_log_softmax_of_it():
 
 
 def test_mos_is_normalised_mixture():
-  cfg = dataclasses.replace(BASE, head="mos", n_mix=4)
+  cfg = dataclasses.replace(BASE, head=MoSHead(n_mix=4))
   model = Model(cfg)
   p = model.init(jax.random.key(3))
   out = model.apply(p, _tokens())
@@ -220,9 +222,9 @@ def test_bf16_compute_keeps_f32_params_and_loss():
 
 
 @pytest.mark.parametrize("kwargs,needle", [
-    (dict(head="lowrank", head_rank=33), "model.head_rank=33; allowed: 1 .. d_model=32"),
-    (dict(head="lowrank", head_rank=-1), "model.head_rank=-1"),
-    (dict(head="mos", n_mix=0), "model.n_mix=0; allowed: an integer >= 1"),
+    (dict(head=LowRankHead(rank=33)), "model.head.rank=33; allowed: 1 .. d_model=32"),
+    (dict(head=LowRankHead(rank=-1)), "model.head.rank=-1"),
+    (dict(head={"kind": "mos", "n_mix": 0}), "model.head.n_mix=0; allowed: an integer >= 1"),
     (dict(head="softmax2"), "model.head='softmax2'; allowed: dense | tied | lowrank | mos | sigsoftmax"),
     (dict(n_heads=5), "model.n_heads=5; allowed: a divisor of model.d_model=32"),
     (dict(pos="alibi"), "model.pos='alibi'"),

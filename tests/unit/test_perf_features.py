@@ -17,6 +17,8 @@ from sbjax.config import ModelConfig, TrainConfig
 from sbjax.model import Model
 from sbjax.optim import make_optimizer
 from sbjax.train import make_train_step
+from sbjax.heads.lowrank import LowRankHead
+from sbjax.heads.mos import MoSHead
 
 BASE = ModelConfig(vocab_size=97, d_model=16, n_layers=1, n_heads=2, max_len=24)
 # LLVM -O0: these tests check numerics, and compile time dominates tiny models.
@@ -31,8 +33,8 @@ def _jit(f, *args):
 HEADS = {
     "dense": BASE,
     "tied": dataclasses.replace(BASE, head="tied"),
-    "lowrank": dataclasses.replace(BASE, head="lowrank", head_rank=4),
-    "mos": dataclasses.replace(BASE, head="mos", n_mix=3),
+    "lowrank": dataclasses.replace(BASE, head=LowRankHead(rank=4)),
+    "mos": dataclasses.replace(BASE, head=MoSHead(n_mix=3)),
 }
 
 
@@ -142,7 +144,7 @@ def test_train_steps_with_loss_chunk_equal_full_logits():
   rng = np.random.default_rng(0)
   batches = [jnp.asarray(rng.integers(0, BASE.vocab_size, (4, 17)), jnp.int32)] * 3
   tc = TrainConfig(batch_size=4, seq_len=16, grad_accum=2, warmup_steps=0, lr=3e-3)
-  cfg = dataclasses.replace(BASE, head="lowrank", head_rank=8)
+  cfg = dataclasses.replace(BASE, head=LowRankHead(rank=8))
   p = Model(cfg).init(jax.random.key(0))
   tx = make_optimizer(tc, cfg, p)
   steps = [make_train_step(Model(dataclasses.replace(cfg, loss_chunk=lc)), tx, tc.grad_accum,

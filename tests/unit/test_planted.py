@@ -14,6 +14,8 @@ from sbjax.studies import floor as fl
 from sbjax.data.planted import PlantedLanguage, PlantedMixture
 from sbjax.heads import head_param_count
 from sbjax.studies.blas_threads import single_thread_blas
+from sbjax.heads.lowrank import LowRankHead
+from sbjax.heads.mos import MoSHead
 from tests._adam_reference import adam_best, adam_fit, xent
 
 K = 3
@@ -176,11 +178,11 @@ def test_presets_validate_and_match_parameters():
   confs = {exp.arm_of(c): c for c in allc.values() if c.train.seed == 0
            and c.train.lr == p.knobs.mix_lrs[0]}
   mos, low = head_param_count(confs["mos"].model), head_param_count(confs["lowrank"].model)
-  assert confs["mos"].data.source == "planted_mos" and confs["mos"].model.n_mix == 16
+  assert confs["mos"].data.source == "planted_mos" and confs["mos"].model.head.n_mix == 16
   assert confs["mos"].data.planted_mix == p.knobs.mix_m == 8
-  assert confs["mos"].model.mos_dim == p.knobs.mix_k + 1 and confs["mos"].model.mos_act == "linear"
+  assert confs["mos"].model.head == MoSHead(n_mix=16, dim=p.knobs.mix_k + 1, act="linear")
   assert {c.model.d_model for c in confs.values()} == {16}  # the same trunk width for every head
-  assert confs["lowrank"].model.head_rank == 11  # 256·11 + 11·16 = 2992 vs MoS 2912
+  assert confs["lowrank"].model.head == LowRankHead(rank=11)  # 256·11 + 11·16 = 2992 vs MoS 2912
   sig = head_param_count(confs["sigsoftmax"].model)
   assert abs(sig - mos) <= (vocab + 16) / 2 and confs["sigsoftmax"].data.planted_alpha == 8.0
   assert confs["mos"].data.planted_rank == p.knobs.mix_k
@@ -191,12 +193,12 @@ def test_presets_validate_and_match_parameters():
   assert confs["lowrank"].model.init_std == exp.knee_configs(p)[0][1].model.init_std
   # the knee runs: a bias-free rank-r head on the planted language of the overrides
   for r, cfg in exp.knee_configs(p):
-    assert cfg.model.head == "lowrank" and cfg.model.rank == r and cfg.data.planted_rank == k
+    assert cfg.model.head == LowRankHead(rank=r) and cfg.model.rank == r and cfg.data.planted_rank == k
   # the main job (quick) runs the same MoS-vs-matched-lowrank comparison, two seeds per arm
   q = dict(exp.mix_configs(exp.get_preset("quick")))
   assert set(q) == {"mos", "mos-s1", "lowrank", "lowrank-s1"}
   assert q["mos-s1"].train.seed == 1 and q["lowrank"].train.seed == 0
-  assert q["mos"].data.source == "planted_mos" and q["lowrank"].model.head_rank == 11
+  assert q["mos"].data.source == "planted_mos" and q["lowrank"].model.head.rank == 11
   assert q["mos"].train.objective == "expected" == q["lowrank-s1"].train.objective
   assert {c.model.d_model for c in q.values()} == {16}
   with pytest.raises(ValueError, match="unknown planted preset"):

@@ -19,6 +19,8 @@ from sbjax.data import make_dataset
 from sbjax.data.planted_mos import PlantedMoS
 from sbjax.studies import floor as fl
 from sbjax.studies import head_fit as hf
+from sbjax.heads.mos import MoSHead
+from sbjax.heads.sigsoftmax import SigSoftmaxHead
 
 V, K, M = 24, 3, 3
 
@@ -75,10 +77,9 @@ def test_bad_parameters_and_dataset():
   assert ds.train_batch(0).shape == (4, 17)
 
 
-def _mos_cfg(**kw):
-  base = dict(vocab_size=V, d_model=K + M, n_heads=1, pos="learned", head="mos", n_mix=M,
-              mos_dim=K + 1, mos_act="linear")
-  return ModelConfig(**{**base, **kw})
+def _mos_cfg(d_model=K + M, **head):
+  return ModelConfig(vocab_size=V, d_model=d_model, n_heads=1, pos="learned",
+                     head=MoSHead(**{"n_mix": M, "dim": K + 1, "act": "linear", **head}))
 
 
 def test_mos_with_e_equal_k_plus_1_reproduces_p_exactly(lang):
@@ -86,13 +87,13 @@ def test_mos_with_e_equal_k_plus_1_reproduces_p_exactly(lang):
   params, h = hf.exact_mos(lang, mc)
   lp = np.asarray(hf.head_log_probs(params, h, mc))
   assert np.abs(lp - lang.log_probs).max() < 1e-5
-  with pytest.raises(ValueError, match="mos_dim=4"):
-    hf.exact_mos(lang, dataclasses.replace(mc, mos_dim=3))
+  with pytest.raises(ValueError, match="dim=4"):
+    hf.exact_mos(lang, dataclasses.replace(mc, head=dataclasses.replace(mc.head, dim=3)))
 
 
 def test_mos_component_dimension_and_activation():
   d, e = 8, 5
-  lin, tanh = _mos_cfg(d_model=d, mos_dim=e), _mos_cfg(d_model=d, mos_dim=e, mos_act="tanh")
+  lin, tanh = _mos_cfg(d_model=d, dim=e), _mos_cfg(d_model=d, dim=e, act="tanh")
   want = V * e + M * d * e + M * e + M * d + M
   key = jax.random.key(0)
   h = jax.random.normal(key, (4, d))
@@ -114,19 +115,19 @@ def test_mos_component_dimension_and_activation():
     ref = np.log(np.exp(comp + prior[:, :, None]).sum(1))
     np.testing.assert_allclose(outs[name], ref, rtol=1e-4, atol=1e-4)
   assert np.abs(outs["linear"] - outs["tanh"]).max() > 1e-2
-  with pytest.raises(ValueError, match="model.mos_act='relu'; allowed: tanh | linear"):
-    _mos_cfg(mos_act="relu")
-  with pytest.raises(ValueError, match="model.mos_dim=-1"):
-    _mos_cfg(mos_dim=-1)
+  with pytest.raises(ValueError, match="model.head.act='relu'; allowed: tanh | linear"):
+    _mos_cfg(act="relu")
+  with pytest.raises(ValueError, match="model.head.dim=-1"):
+    _mos_cfg(dim=-1)
   # e not given: the original head (V d + M d² + 2 M d + M)
-  orig = ModelConfig(vocab_size=V, d_model=d, n_heads=1, pos="learned", head="mos", n_mix=M)
+  orig = ModelConfig(vocab_size=V, d_model=d, n_heads=1, pos="learned", head=MoSHead(n_mix=M))
   assert heads.head_param_count(orig) == V * d + M * d * d + 2 * M * d + M
 
 
 def test_sigsoftmax_formula_and_parameters():
   d, r = 8, 3
-  mc = ModelConfig(vocab_size=V, d_model=d, n_heads=1, pos="learned", head="sigsoftmax",
-                   head_rank=r)
+  mc = ModelConfig(vocab_size=V, d_model=d, n_heads=1, pos="learned",
+                   head=SigSoftmaxHead(rank=r))
   key = jax.random.key(1)
   p = heads.make_head(mc).init(key, jnp.zeros((1, d)))["params"]
   p = jax.tree.map(lambda x: x + 0.3 * jax.random.normal(key, x.shape), p)  # bias != 0
@@ -138,8 +139,8 @@ def test_sigsoftmax_formula_and_parameters():
   got = np.asarray(heads.scores_fn({"head": p}, mc)(jnp.asarray(h)))
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
   assert not heads.get("sigsoftmax").rank_limited and heads.get("lowrank").rank_limited
-  full = dataclasses.replace(mc, head_rank=0)
+  full = dataclasses.replace(mc, head=SigSoftmaxHead())
   assert heads.head_param_count(full) == V * d + d * d + V and full.rank == d
-  with pytest.raises(ValueError, match="model.head_rank=9; allowed: 0 .rank d_model. or 1 .. "
+  with pytest.raises(ValueError, match="model.head.rank=9; allowed: 0 .rank d_model. or 1 .. "
                                        "d_model=8 for a sigsoftmax head"):
-    dataclasses.replace(mc, head_rank=9)
+    dataclasses.replace(mc, head=SigSoftmaxHead(rank=9))
