@@ -6,11 +6,14 @@ from __future__ import annotations
 
 from sbjax.cli.reproduce import PRESETS, Suite
 
-# experiment name -> module (``experiments.NAME`` in a checkout, ``sbjax_experiments.NAME`` in
-# a wheel), in report order
-EXPERIMENTS = {name: f"{__package__}.{name}" for name in (
-    "planted", "head_rank", "werror_loss", "vocab_threshold", "saturation", "target_rank",
-    "collapse", "convergence")}
+# experiment name -> module (``experiments.X`` in a checkout, ``sbjax_experiments.X`` in a
+# wheel), in report order; saturation_planted = the saturation experiment's planted arms
+# (width x Γ on the planted mixture language)
+_MODULES = (("planted", "planted"), ("head_rank", "head_rank"), ("werror_loss", "werror_loss"),
+            ("vocab_threshold", "vocab_threshold"), ("saturation", "saturation"),
+            ("saturation_planted", "saturation.planted"), ("target_rank", "target_rank"),
+            ("collapse", "collapse"), ("convergence", "convergence"))
+EXPERIMENTS = {name: f"{__package__}.{mod}" for name, mod in _MODULES}
 QUICK_DEFAULT = ("planted",)
 SUITE = Suite(EXPERIMENTS, QUICK_DEFAULT)
 select, load, run_all, write_report = SUITE.select, SUITE.load, SUITE.run_all, SUITE.write_report

@@ -22,6 +22,7 @@ import pytest
 from experiments import planted as exp
 from experiments import reproduce
 from experiments import shared
+from experiments.saturation.planted_presets import PLANTED_PRESETS
 from tests._corpus import generated_docs, write_corpus
 
 MINE = ["saturation", "collapse", "convergence"]
@@ -247,6 +248,13 @@ def test_select_and_registry():
           "collapse", "convergence"} <= set(reproduce.EXPERIMENTS)
   with pytest.raises(ValueError, match="unknown experiment"):
     reproduce.select("planted,nope", quick=True)
+  # the saturation experiment's planted arms are an experiment of the registry, after the text
+  # sweep, at a planted preset for every reproduce preset
+  names = list(reproduce.EXPERIMENTS)
+  assert names.index("saturation_planted") == names.index("saturation") + 1
+  arms = reproduce.load("saturation_planted")
+  assert set(arms.PRESETS) == set(reproduce.PRESETS)
+  assert set(arms.PRESETS.values()) <= set(PLANTED_PRESETS)
 
 
 def test_missing_module_and_imports_define_no_flags(monkeypatch):
