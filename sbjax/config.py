@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 import json
 
+from sbjax.data import sources as data_sources
+from sbjax.data.sources import SourceOptions
 from sbjax.errors import config_error
 from sbjax.heads import _legacy as legacy_heads
 from sbjax.heads import base as head_registry
@@ -24,10 +26,6 @@ MATMUL_PRECISIONS = ("auto", "highest", "high", "default")  # sbjax.precision
 REMAT_KINDS = ("none", "full", "dots")
 ATTN_KINDS = ("global", "local")
 DTYPES = ("float32", "bfloat16", "float16", "float64")
-# tokens: token files on disk (sbjax.data.tokens); planted_mos: sbjax.data.planted_mos (a
-# shared-W mixture of softmaxes)
-PLANTED_SOURCES = ("planted", "planted_mix", "planted_mos")  # exact P(.|context) known
-DATA_SOURCES = PLANTED_SOURCES + ("text", "tfds", "tokens")
 TOKEN_DTYPES = ("uint16", "int32", "uint32", "int64", "int16", "uint8")
 PLANTED_GATES = ("uniform", "dirichlet")  # data.planted_gate of source=planted_mos
 TRAIN_OBJECTIVES = ("sampled", "expected")  # train.objective (sbjax.train.objective)
@@ -159,9 +157,11 @@ class ModelConfig:
 
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
-  """Where tokens come from. ``source`` picks one of the builders in sbjax.data."""
+  """Where tokens come from. ``source`` names a source registered in sbjax.data.sources:
+  planted | planted_mix | planted_mos (exact P(.|context) known) | text | tfds | tokens (token
+  files on disk, sbjax.data.tokens), or one a file registers with its own ``options``."""
 
-  source: str = "planted"  # planted | planted_mix | text | tfds
+  source: str = "planted"
   # text / tfds
   path: str = ""  # directory of .txt files (source=text)
   tfds_name: str = ""  # e.g. "lm1b", "tiny_shakespeare" (source=tfds)
@@ -190,10 +190,13 @@ class DataConfig:
   # source=planted_mos (n_mix = planted_mix): gates uniform, or Dir(planted_gate_conc) per context
   planted_gate: str = "uniform"
   planted_gate_conc: float = 1.0
+  # the source's own fields (a SourceOptions of sbjax.data.sources; a dict is turned into it);
+  # empty for the built-in sources, whose fields are the flat ones above
+  options: SourceOptions | dict | None = None
 
   def __post_init__(self):
-    if self.source not in DATA_SOURCES:
-      raise _err("data.source", self.source, " | ".join(DATA_SOURCES))
+    source = data_sources.get(self.source)  # a registered source, else the list of them
+    object.__setattr__(self, "options", data_sources.options_for(self.source, self.options))
     if self.tokenizer_type not in ("unigram", "bpe"):
       raise _err("data.tokenizer_type", self.tokenizer_type, "unigram | bpe")
     if self.vocab_size < 8:
@@ -209,13 +212,7 @@ class DataConfig:
       raise _err("data.planted_context", self.planted_context, "an integer >= 1")
     if self.planted_mix < 1:
       raise _err("data.planted_mix", self.planted_mix, "an integer >= 1")
-    if self.source == "text" and not self.path:
-      raise _err("data.path", self.path, "a directory of .txt files when data.source=text")
-    if self.source == "tfds" and not self.tfds_name:
-      raise _err("data.tfds_name", self.tfds_name, "a TFDS dataset name when data.source=tfds")
-    if self.source == "tokens" and not self.tokens_path:
-      raise _err("data.tokens_path", self.tokens_path,
-                 "an integer .npy [n, T+1] or a flat token .bin when data.source=tokens")
+    source.validate(self)  # the fields this source needs (data.path for text, ...)
     if self.tokens_dtype not in TOKEN_DTYPES:
       raise _err("data.tokens_dtype", self.tokens_dtype, " | ".join(TOKEN_DTYPES))
     if self.tokens_vocab < 0:
@@ -306,7 +303,7 @@ class Config:
     if self.train.seq_len > self.model.max_len:
       raise _err("train.seq_len", self.train.seq_len,
                  f"<= model.max_len={self.model.max_len}")
-    if self.train.objective == "expected" and self.data.source not in PLANTED_SOURCES:
+    if self.train.objective == "expected" and not data_sources.get(self.data.source).planted:
       raise _err("train.objective", self.train.objective,
                  "sampled when data.source is not a planted language (expected needs the "
                  f"exact next-token distributions; data.source={self.data.source!r})")

@@ -10,14 +10,30 @@ Modules: ``planted`` (PlantedLanguage, PlantedMixture), ``tokenizer`` (sentencep
 [n, T+1] or flat ``.bin``, the ``tokens`` source),
 ``text`` (directory corpora, document split, token caches), ``builders`` (TFDS array_record
 builders ``local_text`` and ``planted_rank``, catalog reader), ``dataset`` (packing,
-batching, ``make_dataset``). TensorFlow is not needed (TFDS array_record sources work without it).
+batching, ``make_dataset``), ``sources`` (the registry of ``data.source`` values; a new source
+is one file). TensorFlow is not needed (TFDS array_record sources work without it).
+
+The names below are loaded on first use, so that ``sbjax.config`` can import the plain-Python
+``sbjax.data.sources`` without importing jax, numpy or TFDS.
 """
 
-from sbjax.data.dataset import Dataset, make_dataset
-from sbjax.data.planted import PlantedLanguage, PlantedMixture, numerical_rank
-from sbjax.data.text import DataError
-from sbjax.data.tokenizer import Tokenizer, train_tokenizer
+import importlib
+
+_LAZY = {"make_dataset": "dataset", "Dataset": "dataset", "PlantedLanguage": "planted",
+         "PlantedMixture": "planted", "numerical_rank": "planted", "DataError": "text",
+         "Tokenizer": "tokenizer", "train_tokenizer": "tokenizer"}
 
 __all__ = ["make_dataset", "Dataset", "PlantedLanguage", "PlantedMixture", "DataError",
            "numerical_rank", "Tokenizer", "train_tokenizer"]
+
+
+def __getattr__(name: str):
+  if name in _LAZY:
+    return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+  try:  # a submodule (sbjax.data.planted, ...) reached as an attribute
+    return importlib.import_module(f"{__name__}.{name}")
+  except ModuleNotFoundError as e:
+    if e.name != f"{__name__}.{name}":
+      raise
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
 

@@ -32,6 +32,7 @@ import numpy as np
 from sbjax.data import builders
 from sbjax.data import planted_mos as planted_mos_lib
 from sbjax.data import planted_stream
+from sbjax.data import sources
 from sbjax.data import tokenizer as tokenizer_lib
 from sbjax.data import tokens as tokens_source
 from sbjax.data.text import DataError, cached_array, encode_documents, slug
@@ -216,6 +217,9 @@ def make_dataset(cfg, *, seq_len: int, global_batch_size: int, seed: int = 0,
   p_idx, p_cnt = _process(process_index, process_count)
   common = dict(seq_len=seq_len, global_batch_size=global_batch_size, seed=seed,
                 process_index=p_idx, process_count=p_cnt)
+  source = sources.get(cfg.source)
+  if source.build is not None:  # a source registered with its own build (sbjax.data.sources)
+    return source.build(cfg, workdir=workdir, **common)
   if cfg.source == "tokens":  # token files on disk (sbjax.data.tokens)
     return TokenWindows(**tokens_source.open_token_splits(cfg, seq_len, global_batch_size),
                         **common)
