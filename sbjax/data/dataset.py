@@ -217,57 +217,68 @@ def make_dataset(cfg, *, seq_len: int, global_batch_size: int, seed: int = 0,
   p_idx, p_cnt = _process(process_index, process_count)
   common = dict(seq_len=seq_len, global_batch_size=global_batch_size, seed=seed,
                 process_index=p_idx, process_count=p_cnt)
-  source = sources.get(cfg.source)
-  if source.build is not None:  # a source registered with its own build (sbjax.data.sources)
-    return source.build(cfg, workdir=workdir, **common)
-  if cfg.source == "tokens":  # token files on disk (sbjax.data.tokens)
-    return TokenWindows(**tokens_source.open_token_splits(cfg, seq_len, global_batch_size),
-                        **common)
-  if cfg.source in ("planted", "planted_mix", "planted_mos"):
-    lang = planted_mos_lib.from_config(cfg)  # planted, planted_mix or planted_mos
-    params = builders.planted_params(cfg)
-    if cfg.source == "planted_mos":  # its mixture size and gates key the streams too
-      params.update(planted_mos_lib.mos_params(cfg))
-    if cfg.planted_train_tokens == 0:  # train batches on demand (sbjax.data.planted_stream)
-      val = lang.sample([params["seed"], 2], int(params["val_tokens"]))
-      return StreamingPlanted(
-          lang, val, planted_seed=cfg.planted_seed, vocab_size=cfg.planted_vocab, source=cfg.source,
-          name=f"{cfg.source}(v={cfg.planted_vocab}, k={cfg.planted_rank}, seed="
-          f"{cfg.planted_seed}, streaming)", extra_info={"planted": lang.info(),
-                                                        "entropy_nats": lang.entropy}, **common)
-    if workdir or cfg.tfds_data_dir:
-      data_dir = cfg.tfds_data_dir or str(Path(workdir) / "tfds")
-      streams = builders.prepare_planted(params, data_dir, lang)
-      full_name = streams["full_name"]
-    else:
-      streams = builders.planted_streams(lang, params)
-      full_name = None
-    name = f"{cfg.source}(v={cfg.planted_vocab}, k={cfg.planted_rank}, seed={cfg.planted_seed})"
-    extra = {"planted": lang.info(), "tfds_name": full_name,
-             "entropy_nats": lang.entropy}
-    return Dataset(streams["train"], streams["validation"], vocab_size=cfg.planted_vocab,
-                   name=name, source=cfg.source, planted=lang, extra_info=extra, **common)
+  return sources.get(cfg.source).build(cfg, workdir=workdir, **common)
 
-  wd = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="sbjax_data_"))
+
+def build_tokens(cfg, *, workdir=None, **common) -> Dataset:
+  """``data.source=tokens``: token files on disk (sbjax.data.tokens)."""
+  return TokenWindows(**tokens_source.open_token_splits(cfg, common["seq_len"],
+                                                        common["global_batch_size"]), **common)
+
+
+def build_planted(cfg, *, workdir=None, **common) -> Dataset:
+  """``data.source=planted | planted_mix | planted_mos``: a planted language, sampled into
+  TFDS array_record files under ``workdir`` (or in memory), or streamed when
+  ``data.planted_train_tokens=0``."""
+  lang = planted_mos_lib.from_config(cfg)  # planted, planted_mix or planted_mos
+  params = builders.planted_params(cfg)
+  if cfg.source == "planted_mos":  # its mixture size and gates key the streams too
+    params.update(planted_mos_lib.mos_params(cfg))
+  if cfg.planted_train_tokens == 0:  # train batches on demand (sbjax.data.planted_stream)
+    val = lang.sample([params["seed"], 2], int(params["val_tokens"]))
+    return StreamingPlanted(
+        lang, val, planted_seed=cfg.planted_seed, vocab_size=cfg.planted_vocab, source=cfg.source,
+        name=f"{cfg.source}(v={cfg.planted_vocab}, k={cfg.planted_rank}, seed="
+        f"{cfg.planted_seed}, streaming)", extra_info={"planted": lang.info(),
+                                                      "entropy_nats": lang.entropy}, **common)
+  if workdir or cfg.tfds_data_dir:
+    data_dir = cfg.tfds_data_dir or str(Path(workdir) / "tfds")
+    streams = builders.prepare_planted(params, data_dir, lang)
+    full_name = streams["full_name"]
+  else:
+    streams = builders.planted_streams(lang, params)
+    full_name = None
+  name = f"{cfg.source}(v={cfg.planted_vocab}, k={cfg.planted_rank}, seed={cfg.planted_seed})"
+  extra = {"planted": lang.info(), "tfds_name": full_name,
+           "entropy_nats": lang.entropy}
+  return Dataset(streams["train"], streams["validation"], vocab_size=cfg.planted_vocab,
+                 name=name, source=cfg.source, planted=lang, extra_info=extra, **common)
+
+
+def _text_docs(cfg, wd: Path) -> tuple:
+  """(documents, corpus key, name, info) of ``data.source=text`` or ``tfds``."""
   if cfg.source == "text":
     data_dir = cfg.tfds_data_dir or str(wd / "tfds")
     docs = builders.prepare_local_text(cfg.path, cfg.val_fraction, data_dir)
-    corpus_key = docs["full_name"]
-    name = cfg.path
     extra = {"path": cfg.path, "tfds_name": docs["full_name"], "skipped_files": docs["skipped"],
              "n_train_docs": len(docs["train"]), "n_val_docs": len(docs["validation"]),
              "val_docs": docs["validation_names"][:100]}
-  elif cfg.source == "tfds":
-    max_docs = int(getattr(cfg, "max_docs", 0) or 0)
-    docs = builders.read_catalog(cfg.tfds_name, cfg.tfds_data_dir or None, cfg.text_key,
-                                 cfg.val_fraction, max_docs)
-    corpus_key = (docs["full_name"], cfg.tfds_data_dir, cfg.text_key, max_docs, docs["val_split"],
-                  len(docs["train"]), len(docs["validation"]))
-    name = cfg.tfds_name
-    extra = {"tfds_name": docs["full_name"], "val_split": docs["val_split"],
-             "n_train_docs": len(docs["train"]), "n_val_docs": len(docs["validation"])}
-  else:
-    raise ValueError(f"unknown data.source {cfg.source!r}")
+    return docs, docs["full_name"], cfg.path, extra
+  max_docs = int(getattr(cfg, "max_docs", 0) or 0)
+  docs = builders.read_catalog(cfg.tfds_name, cfg.tfds_data_dir or None, cfg.text_key,
+                               cfg.val_fraction, max_docs)
+  corpus_key = (docs["full_name"], cfg.tfds_data_dir, cfg.text_key, max_docs, docs["val_split"],
+                len(docs["train"]), len(docs["validation"]))
+  extra = {"tfds_name": docs["full_name"], "val_split": docs["val_split"],
+           "n_train_docs": len(docs["train"]), "n_val_docs": len(docs["validation"])}
+  return docs, corpus_key, cfg.tfds_name, extra
+
+
+def build_text(cfg, *, workdir=None, **common) -> Dataset:
+  """``data.source=text`` (a directory of .txt files) or ``tfds`` (a catalog dataset):
+  documents, a tokenizer trained or loaded under ``workdir``, cached token streams."""
+  wd = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="sbjax_data_"))
+  docs, corpus_key, name, extra = _text_docs(cfg, wd)
   tok, streams = _tokenize_splits(docs, wd, cfg, repr(corpus_key), name)
   return Dataset(streams["train"], streams["validation"], vocab_size=tok.vocab_size, name=name,
                  source=cfg.source, tokenizer_path=tok.path, extra_info=extra, **common)

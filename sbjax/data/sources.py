@@ -1,9 +1,10 @@
 """The data-source registry: one ``DataSource`` per value of ``data.source``.
 
 The built-in sources (``text``, ``tfds``, ``tokens`` and the planted languages ``planted``,
-``planted_mix``, ``planted_mos``) are registered here and built by
-``sbjax.data.dataset.make_dataset`` from the flat ``DataConfig`` fields they have always
-read. A new source is one new file: a ``DataSource`` subclass with its own fields in a frozen
+``planted_mix``, ``planted_mos``) are registered here; their ``build`` is ``build_planted``,
+``build_text`` or ``build_tokens`` of ``sbjax.data.dataset``, which read the flat
+``DataConfig`` fields they have always read. ``make_dataset`` calls the source's ``build``.
+A new source is one new file: a ``DataSource`` subclass with its own fields in a frozen
 ``SourceOptions`` dataclass (``DataConfig.options``, JSON ``"options": {field: value}``) and a
 ``build(cfg, **batching)`` returning a ``sbjax.data.Dataset``, registered with
 ``register(Source())`` at import; ``DataConfig(source=NAME, options=...)`` then validates and
@@ -11,9 +12,10 @@ read. A new source is one new file: a ``DataSource`` subclass with its own field
 imported by it, like ``sbjax.heads.base``).
 
 Still to do (issue 30): the built-in sources keep their fields flat in ``DataConfig`` (11
-``planted_*``, ``tokens_*``, ``tfds_*``) and the ``data.source`` switches in ``make_dataset``,
-``sbjax.sweep``, ``sbjax.analysis.data_source`` and ``sbjax.data.builders``; moving each into
-its own options and ``build`` is the next step.
+``planted_*``, ``tokens_*``, ``tfds_*``; a ``DataConfig`` migration like the heads' legacy
+loader is needed to type them), and ``data.source`` is still compared by name in
+``sbjax.sweep``, ``sbjax.analysis.data_source``, ``sbjax.data.builders`` and the planted /
+text builders themselves.
 
 This module is plain Python (no jax import), so ``sbjax.config`` can validate with it.
 """
@@ -21,6 +23,7 @@ This module is plain Python (no jax import), so ``sbjax.config`` can validate wi
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from typing import Any, ClassVar
 
 from sbjax.errors import config_error
@@ -45,15 +48,17 @@ class SourceOptions:
 
 
 class DataSource:
-  """Base of the data sources. ``build(cfg, *, seq_len, global_batch_size, seed, workdir,
-  process_index, process_count)`` returns the ``Dataset`` of a ``DataConfig``; None means
-  ``make_dataset`` builds it (the built-ins)."""
+  """Base of the data sources: ``build(cfg, *, workdir, seq_len, global_batch_size, seed,
+  process_index, process_count)`` returns the ``Dataset`` of a ``DataConfig`` (what
+  ``make_dataset`` calls)."""
 
   name: str = ""
   options: type = SourceOptions
   # the exact next-token distributions are known (train.objective=expected is allowed)
   planted: bool = False
-  build = None
+
+  def build(self, cfg, **batching):
+    raise NotImplementedError(f"data source {self.name!r} defines no build")
 
   def validate(self, cfg) -> None:
     """Checks of the ``DataConfig`` fields this source reads (ValueError naming the field)."""
@@ -61,8 +66,14 @@ class DataSource:
 
 
 class _Builtin(DataSource):
-  def __init__(self, name: str, planted: bool = False, needs: tuple = ()):
-    self.name, self.planted, self._needs = name, planted, needs
+  """A built-in source: its build is ``sbjax.data.dataset.<builder>``, imported on first use
+  (this module stays free of jax and numpy)."""
+
+  def __init__(self, name: str, builder: str, planted: bool = False, needs: tuple = ()):
+    self.name, self.planted, self._builder, self._needs = name, planted, builder, needs
+
+  def build(self, cfg, **batching):
+    return getattr(importlib.import_module("sbjax.data.dataset"), self._builder)(cfg, **batching)
 
   def validate(self, cfg) -> None:
     for field, what in self._needs:
@@ -123,11 +134,12 @@ def options_for(name: str, spec: Any) -> SourceOptions:
   return cls(**spec)
 
 
-for _s in (_Builtin("planted", planted=True), _Builtin("planted_mix", planted=True),
-           _Builtin("planted_mos", planted=True),
-           _Builtin("text", needs=(("path", "a directory of .txt files"),)),
-           _Builtin("tfds", needs=(("tfds_name", "a TFDS dataset name"),)),
-           _Builtin("tokens", needs=(("tokens_path", "an integer .npy [n, T+1] or a flat "
-                                                     "token .bin"),))):
+for _s in (_Builtin("planted", "build_planted", planted=True),
+           _Builtin("planted_mix", "build_planted", planted=True),
+           _Builtin("planted_mos", "build_planted", planted=True),
+           _Builtin("text", "build_text", needs=(("path", "a directory of .txt files"),)),
+           _Builtin("tfds", "build_text", needs=(("tfds_name", "a TFDS dataset name"),)),
+           _Builtin("tokens", "build_tokens", needs=(("tokens_path", "an integer .npy [n, T+1] "
+                                                                     "or a flat token .bin"),))):
   register(_s)
 _BUILTIN_NAMES = frozenset(_SOURCES)
