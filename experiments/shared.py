@@ -1,7 +1,8 @@
-"""Glue shared by the experiments: the corpus (``text_corpus``), CSV rows, number formatting
-and report sentences. The library-grade pieces they use live in sbjax and are re-exported
-here: ``config_from`` (``sbjax.overrides``), ``Preset``/``pick_preset``
-(``sbjax.studies.presets``), ``RunsProgress``/``SweepProgress`` (``sbjax.studies.progress``).
+"""Glue shared by the experiments: CSV rows, number formatting and report sentences. The
+library-grade pieces they use live in sbjax and are re-exported here: ``config_from``
+(``sbjax.overrides``), ``text_corpus``/``with_corpus``/``DEFAULT_TEXT``
+(``sbjax.studies.corpus``), ``Preset``/``pick_preset`` (``sbjax.studies.presets``),
+``RunsProgress``/``SweepProgress`` (``sbjax.studies.progress``).
 
 "Already trained?" has one rule for the whole project: ``sbjax.train.done.finished``
 (``WORKDIR/DONE``), with ``sbjax.train.train_once`` to train a run unless it is finished.
@@ -9,40 +10,20 @@ here: ``config_from`` (``sbjax.overrides``), ``Preset``/``pick_preset``
 
 from __future__ import annotations
 
-import logging
 import math
 from pathlib import Path
 
 from sbjax.analysis.table import atomic_write_json, read_csv, write_csv
-from sbjax.data.sample_corpus import sample_corpus_dir
 from sbjax.overrides import config_from  # the one override path (presets' dotted keys)
+from sbjax.studies.corpus import DEFAULT_TEXT, text_corpus, with_corpus
 from sbjax.studies.presets import Preset, pick_preset
 from sbjax.studies.progress import RunsProgress, SweepProgress
 
-log = logging.getLogger("sbjax")
 REPO = Path(__file__).resolve().parents[1]
-# The default corpus of every preset: the public-domain sample shipped in the package
-# (sbjax/data/sample_text: five Shakespeare plays, ~590 KB); larger corpora: --data=DIR.
-DEFAULT_TEXT = sample_corpus_dir()
 
-__all__ = ["REPO", "DEFAULT_TEXT", "config_from", "text_corpus", "write_rows", "read_rows", "write_json",
-           "fmt", "RunsProgress", "SweepProgress", "Preset", "pick_preset", "claims_sentences",
-           "span"]
-
-
-def text_corpus(data: str | Path | None = "") -> Path:
-  """The corpus directory: ``data`` if given, else the packaged sample corpus
-  (``sbjax.data.sample_corpus``). A clear error names the flag when ``data`` does not exist."""
-  if not data:
-    log.info("no --data given: using the sample corpus shipped with sbjax (%s; 5 plays, ~590 "
-             "KB); published cpu-preset numbers used a larger corpus, pass --data=DIR",
-             DEFAULT_TEXT)
-  path = Path(data) if data else DEFAULT_TEXT
-  if not path.is_dir():
-    where = f"--data={data}" if data else f"the default corpus {DEFAULT_TEXT}"
-    raise FileNotFoundError(f"corpus directory not found ({where}); pass --data=DIR, a "
-                            "directory of UTF-8 .txt files")
-  return path
+__all__ = ["REPO", "DEFAULT_TEXT", "config_from", "text_corpus", "with_corpus", "write_rows",
+           "read_rows", "write_json", "fmt", "RunsProgress", "SweepProgress", "Preset",
+           "pick_preset", "claims_sentences", "span"]
 
 
 def write_rows(path, rows) -> list[str]:

@@ -14,12 +14,14 @@ from .ceiling import run_ceiling
 from .measure import POINTS, SETTINGS, model_config, run_group, train_config
 from .tables import anchor_rows, r2_rows, seed_rows, token_table
 from .presets import Preset, get_preset
-from ..shared import RunsProgress, text_corpus, write_json, write_rows
-from sbjax.config import DataConfig
+from ..shared import RunsProgress, write_json, write_rows
+from sbjax import overrides
+from sbjax.config import Config
 from sbjax.data import make_dataset
 from sbjax.data import tokens as tok_lib
 from sbjax.optim import lr_schedule
 from sbjax.studies.collapse_grid import Member
+from sbjax.studies.corpus import corpus_overrides
 
 
 def groups(p: Preset) -> list:
@@ -81,12 +83,8 @@ def load_corpus(p: Preset, out: Path, corpus: str | None):
     tr, va = token_file_corpus(corpus, vocab)
     tok_path = None
   else:
-    if o["data.source"] == "tfds":
-      dc = DataConfig(source="tfds", tfds_name=corpus or o["data.tfds_name"],
-                      vocab_size=o["data.vocab_size"])
-    else:
-      dc = DataConfig(source="text", path=str(text_corpus(corpus)),
-                      vocab_size=o["data.vocab_size"])
+    keep = {k: o[k] for k in ("data.vocab_size", "data.tfds_name") if k in o}
+    dc = overrides.apply(Config(), {**keep, **corpus_overrides(o["data.source"], corpus)}).data
     ds = make_dataset(dc, seq_len=o["train.seq_len"], global_batch_size=o["train.batch_size"],
                       seed=0, workdir=str(out / "data"), process_index=0, process_count=1)
     tr, va, vocab, tok_path = ds.train_tokens, ds.val_tokens, ds.vocab_size, ds.tokenizer_path

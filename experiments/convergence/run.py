@@ -15,13 +15,13 @@ import numpy as np
 from .presets import Preset, get_preset
 from .series import series_sources
 from .summary import FRAC, summarise
-from ..shared import (DEFAULT_TEXT, RunsProgress, config_from, text_corpus, write_json,
-                                write_rows)
-from sbjax import optim
+from ..shared import RunsProgress, config_from, write_json, write_rows
+from sbjax import optim, overrides
 from sbjax.analysis import samples
 from sbjax.config import Config, DataConfig
 from sbjax.data import make_dataset
 from sbjax.studies import convergence as conv
+from sbjax.studies.corpus import corpus_overrides
 from sbjax.train import train_once
 from sbjax.train.done import finished
 
@@ -30,17 +30,13 @@ PLANTED_KEYS = ("planted_vocab", "planted_rank", "planted_train_tokens", "plante
 
 
 def data_config(preset: str, data: str = "") -> DataConfig:
-  """The DataConfig of a preset (text falls back to the planted language without a corpus)."""
+  """The DataConfig of a preset: its TFDS dataset (``data`` names another), a text corpus
+  (``data`` or the sample corpus), or, for a planted preset without ``data``, its language."""
   o = get_preset(preset).overrides
-  if o["data.source"] == "tfds":
-    return DataConfig(source="tfds", tfds_name=o["data.tfds_name"], vocab_size=o["data.vocab_size"])
-  if data or (o["data.source"] == "text" and DEFAULT_TEXT.is_dir()):
-    return DataConfig(source="text", path=str(text_corpus(data)), vocab_size=o["data.vocab_size"])
-  if o["data.source"] == "text":
-    log.warning("no text corpus (%s is missing; pass --data=DIR): using the planted language",
-                DEFAULT_TEXT)
-  source = o["data.source"] if o["data.source"] in ("planted", "planted_mix") else "planted"
-  return DataConfig(source=source, **{k: o[f"data.{k}"] for k in PLANTED_KEYS})
+  if o["data.source"] in ("planted", "planted_mix") and not data:
+    return DataConfig(source=o["data.source"], **{k: o[f"data.{k}"] for k in PLANTED_KEYS})
+  keep = {k: o[k] for k in ("data.vocab_size", "data.tfds_name") if k in o}
+  return overrides.apply(Config(), {**keep, **corpus_overrides(o["data.source"], data)}).data
 
 
 def configs(preset: str, data: str = "", widths: tuple | None = None) -> list[tuple[str, Config]]:

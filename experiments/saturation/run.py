@@ -9,11 +9,13 @@ from pathlib import Path
 from .measure import summarize
 from .presets import Preset, get_preset
 from .windows import validation_windows, window_losses
-from ..shared import RunsProgress, config_from, text_corpus, write_json
+from ..shared import RunsProgress, config_from, write_json
+from sbjax import overrides
 from sbjax.analysis import Settings, analyze_run
 from sbjax.config import Config, DataConfig
 from sbjax.data import make_dataset
 from sbjax.train import train_once
+from sbjax.studies.corpus import corpus_overrides
 from sbjax.train.done import finished
 
 
@@ -21,12 +23,9 @@ def data_config(p: Preset, out: Path, data: str | None) -> DataConfig:
   """The corpus of the preset: a text directory (``data`` or the packaged sample corpus) with
   the preset's vocabulary, or a TFDS name (``data`` overrides the preset's)."""
   o = p.overrides  # the data.* overrides; the base preset's data section is not used
-  if o["data.source"] == "tfds":
-    return DataConfig(source="tfds", tfds_name=data or o["data.tfds_name"],
-                      vocab_size=o["data.vocab_size"], max_docs=o["data.max_docs"],
-                      tfds_data_dir="")
-  return DataConfig(source="text", path=str(text_corpus(data)), vocab_size=o["data.vocab_size"],
-                    tfds_data_dir=str(Path(out) / "data" / "tfds"))
+  keep = {k: o[k] for k in ("data.vocab_size", "data.tfds_name", "data.max_docs") if k in o}
+  where = None if o["data.source"] == "tfds" else Path(out) / "data" / "tfds"
+  return overrides.apply(Config(), {**keep, **corpus_overrides(o["data.source"], data, where)}).data
 
 
 def run_configs(p: Preset, data_cfg: DataConfig) -> list[tuple[int, Config]]:

@@ -9,7 +9,8 @@ import logging
 import time
 from pathlib import Path
 
-from ..shared import config_from, text_corpus
+from ..shared import config_from
+from sbjax.studies.corpus import corpus_overrides
 from .presets import Preset, fields
 from sbjax.config import DataConfig
 from sbjax.studies import lowrank_svd, ngram
@@ -17,14 +18,10 @@ from sbjax.studies import lowrank_svd, ngram
 
 def data_config(p: Preset, vocab: int, out: Path, data: str | None) -> DataConfig:
   """The DataConfig of one vocabulary size (validated)."""
-  if p.overrides.get("data.source") == "tfds":
-    o = {"data.vocab_size": vocab}
-    if data:
-      o["data.tfds_name"] = data
-    return config_from(p.base, {**p.overrides, **o}).data
-  return config_from(p.base, {**p.overrides, "data.path": str(text_corpus(data)),
-                              "data.vocab_size": vocab,
-                              "data.tfds_data_dir": str(Path(out) / "data" / "tfds")}).data
+  source = p.overrides.get("data.source")
+  where = None if source == "tfds" else Path(out) / "data" / "tfds"
+  return config_from(p.base, {**p.overrides, "data.vocab_size": vocab,
+                              **corpus_overrides(source, data, where)}).data
 
 
 def dims_for(p: Preset, kmax: int) -> list[int]:

@@ -7,6 +7,7 @@ import dataclasses
 import time
 from pathlib import Path
 
+from sbjax.studies.corpus import corpus_overrides
 from sbjax.studies.head_rank import run_sweep, sweep_units
 from ..shared import RunsProgress, config_from, text_corpus, write_json, write_rows
 from . import ngram, report, tolerance
@@ -23,8 +24,8 @@ def make_plan(preset, data: str, vocab: int, tfds_dir: str = "") -> Plan:
   """The sweep at vocabulary size ``vocab`` on the corpus ``data``."""
   p = get_preset(preset)
   tag = preset if isinstance(preset, str) else "custom"
-  base = config_from(p.base, {**p.overrides, "data.path": data, "data.vocab_size": vocab,
-                              "data.tfds_data_dir": tfds_dir, "name": f"{NAME}-{tag}-V{vocab}"})
+  base = config_from(p.base, {**p.overrides, **corpus_overrides("text", data, tfds_dir),
+                              "data.vocab_size": vocab, "name": f"{NAME}-{tag}-V{vocab}"})
   return Plan(base, **dataclasses.asdict(p.knobs.plan))
 
 

@@ -28,7 +28,7 @@ import logging
 import sys
 
 import jax
-from absl import app, flags
+from absl import flags
 
 from . import common
 from sbjax import configs, overrides

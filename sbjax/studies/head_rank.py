@@ -13,6 +13,7 @@ from sbjax.config import Config, DataConfig, ModelConfig, TrainConfig
 from sbjax.data import make_dataset
 from sbjax.overrides import config_from
 from sbjax.studies import rank_sweep
+from sbjax.studies.corpus import corpus_overrides
 from sbjax.studies.presets import Preset, pick_preset
 from sbjax.studies.progress import RunsProgress, SweepProgress
 
@@ -89,7 +90,7 @@ def get_preset(name) -> Preset:
 def base_config(preset, data: str, vocab: int | None = None) -> Config:
   """The trunk/data/training config of a preset (the head fields are set per run)."""
   p = get_preset(preset)
-  o = {**p.overrides, "data.path": data}
+  o = {**p.overrides, **corpus_overrides("text", data)}
   if vocab:
     o["data.vocab_size"] = vocab
   return config_from(p.base, o)

@@ -1,0 +1,56 @@
+"""The corpus an experiment runs on, set on its config by one rule (``--data``).
+
+``--data`` is a directory of UTF-8 .txt files (default: the public-domain sample corpus
+shipped in the package, ``sbjax/data/sample_text``) or, for a config whose data source is
+``tfds``, a TFDS dataset name (default: the config's). ``corpus_overrides`` gives the dotted
+overrides (``sbjax.overrides``) and ``with_corpus`` applies them to a Config. Token files
+(``--data=TRAIN.bin[,VAL.bin]``) are the collapse experiment's own streams, not a config."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from sbjax import overrides
+from sbjax.config import Config
+from sbjax.data.sample_corpus import sample_corpus_dir
+
+log = logging.getLogger("sbjax")
+# The default corpus of every preset: the public-domain sample shipped in the package
+# (sbjax/data/sample_text: five Shakespeare plays, ~590 KB); larger corpora: --data=DIR.
+DEFAULT_TEXT = sample_corpus_dir()
+
+
+def text_corpus(data: str | Path | None = "") -> Path:
+  """The corpus directory: ``data`` if given, else the packaged sample corpus
+  (``sbjax.data.sample_corpus``). A clear error names the flag when ``data`` does not exist."""
+  if not data:
+    log.info("no --data given: using the sample corpus shipped with sbjax (%s; 5 plays, ~590 "
+             "KB); published cpu-preset numbers used a larger corpus, pass --data=DIR",
+             DEFAULT_TEXT)
+  path = Path(data) if data else DEFAULT_TEXT
+  if not path.is_dir():
+    where = f"--data={data}" if data else f"the default corpus {DEFAULT_TEXT}"
+    raise FileNotFoundError(f"corpus directory not found ({where}); pass --data=DIR, a "
+                            "directory of UTF-8 .txt files")
+  return path
+
+
+def corpus_overrides(source: str, data: str | Path | None = "",
+                     tfds_dir: str | Path | None = None) -> dict:
+  """The dotted overrides that put a config of data source ``source`` on ``--data``: a TFDS
+  name for ``tfds`` (none when ``data`` is empty: the config's own), else a text directory
+  (``text_corpus``); ``tfds_dir`` is where a text corpus's TFDS builder writes
+  (``data.tfds_data_dir``), left as it is when None."""
+  if source == "tfds":
+    return {"data.source": "tfds", **({"data.tfds_name": str(data)} if data else {})}
+  out = {"data.source": "text", "data.path": str(text_corpus(data))}
+  if tfds_dir is not None:
+    out["data.tfds_data_dir"] = str(tfds_dir)
+  return out
+
+
+def with_corpus(cfg: Config, data: str | Path | None = "",
+                tfds_dir: str | Path | None = None) -> Config:
+  """``cfg`` on the corpus ``data`` (see ``corpus_overrides``), validated."""
+  return overrides.apply(cfg, corpus_overrides(cfg.data.source, data, tfds_dir))

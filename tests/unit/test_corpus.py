@@ -1,0 +1,28 @@
+"""One rule from ``--data`` to a data config (sbjax/studies/corpus.py), checked on configs
+built by hand."""
+
+import dataclasses
+
+import pytest
+
+from sbjax import overrides
+from sbjax.data.sample_corpus import sample_corpus_dir
+from sbjax.studies.corpus import corpus_overrides, with_corpus
+
+
+def test_text_corpus_given_or_the_packaged_sample(tmp_path):
+  cfg = overrides.config_from("tiny")
+  got = with_corpus(cfg, str(tmp_path), tfds_dir=tmp_path / "tfds")
+  want = dataclasses.replace(cfg.data, source="text", path=str(tmp_path),
+                             tfds_data_dir=str(tmp_path / "tfds"))
+  assert got == dataclasses.replace(cfg, data=want)
+  assert with_corpus(cfg).data.path == str(sample_corpus_dir())
+  assert with_corpus(cfg).data.tfds_data_dir == cfg.data.tfds_data_dir  # left as it is
+  with pytest.raises(FileNotFoundError, match="--data=.*nope.*pass --data=DIR"):
+    with_corpus(cfg, str(tmp_path / "nope"))
+
+
+def test_tfds_data_names_the_dataset():
+  assert corpus_overrides("tfds", "lm1b", "/x") == {"data.source": "tfds",
+                                                    "data.tfds_name": "lm1b"}
+  assert corpus_overrides("tfds", "") == {"data.source": "tfds"}  # the config's own name
