@@ -12,7 +12,7 @@ dotted keys (``"model.head_rank"``) write: those keep working unchanged.
 
 from __future__ import annotations
 
-from sbjax.heads.base import HeadConfig, get, head_config, kinds
+from sbjax.heads.base import HeadConfig, get, head_config
 
 # the flat fields of ModelConfig up to dfd2424, with their defaults then
 LEGACY_DEFAULTS = {"head_rank": 0, "head_init": "scaled", "n_mix": 1, "mos_dim": 0,
@@ -59,7 +59,3 @@ def to_flat(model: dict) -> dict:
     spec = kind.name
   return {**model, "head": spec, **flat}
 
-
-def legacy_fields() -> tuple[str, ...]:
-  """The legacy field names some registered kind still maps (for messages)."""
-  return tuple(sorted({n for k in kinds() for n in k.legacy}))

@@ -87,7 +87,7 @@ class HeadKind:
   order: int = 100  # place in listings and error messages (dense | tied | lowrank | mos)
   param_keys: tuple = (HEAD_KEY,)
   leaf_specs: dict = {}
-  config: type = HeadConfig  # the kind's own fields (a HeadConfig dataclass)
+  config: type = HeadConfig  # the kind's own fields (a HeadConfig dataclass; none: made for it)
   legacy: dict = {}  # {flat ModelConfig field of earlier versions: field of ``config``}
   hf_tied: bool | None = None
   hf_imports: bool = False
@@ -138,6 +138,9 @@ def register(kind: HeadKind) -> HeadKind:
   """Add a head kind (a module-level call in its file). Re-registering a name replaces it."""
   if not kind.name or not isinstance(kind.name, str):
     raise ValueError(f"head kind {kind!r} needs a non-empty name")
+  if kind.config is HeadConfig:  # a kind without fields of its own: a config naming it
+    kind.config = dataclasses.make_dataclass(f"{type(kind).__name__}Head", [], frozen=True,
+                                             bases=(HeadConfig,), namespace={"kind": kind.name})
   if kind.config.kind != kind.name:
     raise ValueError(f"head kind {kind.name!r}: its config {kind.config.__name__} says "
                      f"kind={kind.config.kind!r}; set the config's kind to {kind.name!r}")

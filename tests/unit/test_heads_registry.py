@@ -206,3 +206,21 @@ def test_head_leaf_specs_come_from_the_kinds():
   for leaf, spec in heads.get("mos").leaf_specs.items():
     ndim = len(specs["head"][leaf])
     assert tuple(specs["head"][leaf]) == (tuple(spec) or (None,) * ndim)
+
+
+def test_a_kind_without_fields_gets_a_config_naming_it():
+  class Bare(heads.HeadKind):
+    name = "toy_bare"
+
+  kind = heads.register(Bare())
+  try:
+    mc = ModelConfig(head="toy_bare")
+    assert mc.head.kind == "toy_bare" and mc.head.to_dict() == {"kind": "toy_bare"}
+    assert heads.get(mc.head) is kind and mc.head == heads.head_config({"kind": "toy_bare"})
+  finally:
+    heads.unregister("toy_bare")
+  with pytest.raises(ValueError, match="its config LowRankHead says kind='lowrank'"):
+    class Wrong(heads.HeadKind):
+      name = "toy_wrong"
+      config = LowRankHead
+    heads.register(Wrong())
