@@ -1,9 +1,11 @@
 """The wheel's package list (the metadata is in pyproject.toml).
 
-``experiments/`` stays a top-level folder of the source tree (``python -m experiments.X`` from
-a checkout; the tests import ``experiments.*``). The wheel installs it as
-``sbjax_experiments`` (its modules import each other relatively), so installing sbjax adds no
-top-level module named ``experiments``; the console scripts (``sbjax-train``, ...) run it.
+``experiments/`` (the paper experiments) stays a top-level folder of the source tree
+(``python -m experiments.X`` from a checkout; the tests import ``experiments.*``). The wheel
+installs it as ``sbjax_experiments`` (its modules import each other relatively), so installing
+sbjax adds no top-level module named ``experiments``. The command-line tools are the library's
+``sbjax.cli`` (console scripts ``sbjax-train``, ``sbjax-analyze``, ``sbjax-convert``);
+``sbjax-reproduce`` runs the experiments' registry, ``sbjax_experiments.reproduce``.
 """
 
 from pathlib import Path

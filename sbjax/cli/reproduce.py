@@ -197,3 +197,9 @@ def _read_timings(out: Path) -> dict:
 
 def _write_timings(out: Path, timings: dict) -> None:
   atomic_write_json(out / TIMINGS, timings, indent=2)
+
+
+if __name__ == "__main__":
+  sys.exit("error: sbjax.cli.reproduce is the runner and holds no experiments; run "
+           "python -m experiments.reproduce (or sbjax-reproduce), whose registry is "
+           "experiments/reproduce.py")
