@@ -77,7 +77,8 @@ def test_lowrank_init_variances():
   p = Model(cfg).init(jax.random.key(0))
   w = np.asarray(heads.head_matrix(p, cfg))
   assert abs(w.std() - cfg.init_std) / cfg.init_std < 0.1
-  g = Model(dataclasses.replace(cfg, head=LowRankHead(rank=8, init="godey"))).init(jax.random.key(0))
+  godey = dataclasses.replace(cfg, head=LowRankHead(rank=8, init="godey"))
+  g = Model(godey).init(jax.random.key(0))
   assert abs(float(g["head"]["a"].std()) - 1.0) < 0.05
   assert abs(float(g["head"]["b"].std()) - 1.0) < 0.1
   assert np.linalg.matrix_rank(w) == 8

@@ -193,7 +193,8 @@ def test_presets_validate_and_match_parameters():
   assert confs["lowrank"].model.init_std == exp.knee_configs(p)[0][1].model.init_std
   # the knee runs: a bias-free rank-r head on the planted language of the overrides
   for r, cfg in exp.knee_configs(p):
-    assert cfg.model.head == LowRankHead(rank=r) and cfg.model.rank == r and cfg.data.planted_rank == k
+    assert cfg.model.head == LowRankHead(rank=r) and cfg.model.rank == r
+    assert cfg.data.planted_rank == k
   # the main job (quick) runs the same MoS-vs-matched-lowrank comparison, two seeds per arm
   q = dict(exp.mix_configs(exp.get_preset("quick")))
   assert set(q) == {"mos", "mos-s1", "lowrank", "lowrank-s1"}
