@@ -4,7 +4,7 @@ plus the knobs that are not Config fields (head ranks, the mixture runs, toleran
 from __future__ import annotations
 
 import dataclasses
-from ..shared import pick_preset
+from sbjax.studies.presets import Preset, pick_preset
 
 BASE = "planted-knee"  # sbjax/configs.py; part 2 switches its data to the planted mixture
 
@@ -51,13 +51,6 @@ class Knobs:
   mix_batch: int = 0  # train.batch_size of part 2 (0 = part 1's)
 
 
-@dataclasses.dataclass(frozen=True)
-class Preset:
-  base: str  # an sbjax named config (sbjax/configs.py)
-  overrides: dict  # dotted Config overrides of part 1 (part 2 derives its own from them)
-  knobs: Knobs
-
-
 def overrides(vocab=256, k=8, alpha=4.0, d_model=64, n_layers=1, n_heads=4, steps=1500, batch=32,
               seq_len=64, lr=1e-2, warmup=50, train_tokens=2_000_000, val_tokens=131_072) -> dict:
   """The dotted Config overrides of part 1 (a planted language of V=vocab, planted rank k);
@@ -71,7 +64,8 @@ def overrides(vocab=256, k=8, alpha=4.0, d_model=64, n_layers=1, n_heads=4, step
           "train.ckpt_every": steps, "train.log_every": max(1, steps // 10)}
 
 
-PRESETS: dict[str, Preset] = {
+# overrides: dotted Config overrides of part 1 (part 2 derives its own from them)
+PRESETS: dict[str, Preset[Knobs]] = {
     # the test suite and `reproduce --preset=test`: V=32, k=3, d=16, 30 steps, 2 knee runs and
     # 2 mixture populations of 2 seeds on the Rao-Blackwellised loss
     "test": Preset(BASE, overrides(vocab=32, k=3, d_model=16, n_heads=2, steps=30, batch=8,
