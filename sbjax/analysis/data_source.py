@@ -26,7 +26,8 @@ import dataclasses
 from pathlib import Path
 
 from sbjax import checkpoint as ckpt
-from sbjax.config import Config, DataConfig
+from sbjax import overrides
+from sbjax.config import Config
 from sbjax.data import tokens as tokens_lib
 
 SYNTHETIC = ("planted", "planted_mix")
@@ -45,33 +46,26 @@ def is_import(workdir) -> bool:
   return (d / ckpt.COMMIT_FILE).is_file() and not (d / "opt").exists()
 
 
-def _coerce(field: dataclasses.Field, key: str, value: str):
-  kind = type(field.default)
-  if kind is bool:
-    if value.lower() not in ("true", "false", "1", "0"):
-      raise ValueError(f"--data.{key}={value!r}: expected true or false")
-    return value.lower() in ("true", "1")
-  try:
-    return kind(value)
-  except ValueError:
-    raise ValueError(f"--data.{key}={value!r}: expected a {kind.__name__}") from None
-
-
 def parse_overrides(items) -> dict:
-  """{"data": {field: value}, "seq_len": int | None} of ``KEY=VALUE`` strings."""
-  fields = {f.name: f for f in dataclasses.fields(DataConfig)}
+  """{"data": {field: value}, "seq_len": int | None} of ``KEY=VALUE`` strings
+  (``--data.KEY=VALUE``: KEY a ``data`` field or ``seq_len``), typed like the field and checked
+  by the one override path (``sbjax.overrides``: an unknown key names the nearest one)."""
+  base = Config().to_dict()
+  base["data"]["seq_len"] = 0
+  known = [k for k in overrides.known_keys(base) if k.startswith("data.")]
   data, seq_len = {}, None
   for item in items:
     key, sep, value = str(item).partition("=")
-    key = key.strip().removeprefix("data.")
+    key = "data." + key.strip().removeprefix("data.")
     if not sep:
       raise ValueError(f"data override {item!r}: expected KEY=VALUE (e.g. source=text)")
-    if key == "seq_len":
-      seq_len = int(value)
-    elif key in fields:
-      data[key] = _coerce(fields[key], key, value)
+    if key not in known:
+      raise overrides.unknown_key_error(key, known)
+    _, v = overrides.parse_assignment(f"{key}={value}", base)
+    if key == "data.seq_len":
+      seq_len = v
     else:
-      raise ValueError(f"unknown data override {key!r}; known: seq_len, {', '.join(fields)}")
+      data[key.removeprefix("data.")] = v
   return {"data": data, "seq_len": seq_len}
 
 
