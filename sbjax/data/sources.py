@@ -119,9 +119,9 @@ def options_for(name: str, spec: Any) -> SourceOptions:
   """The typed options of source ``name`` from None (its defaults), a dict or an instance."""
   cls = get(name).options
   if isinstance(spec, SourceOptions):
-    if not isinstance(spec, cls):
+    if type(spec) is not cls:  # another source's options (pass options=None with a new source)
       raise config_error("data.options", spec, f"the options of data.source={name} "
-                         f"({cls.__name__})")
+                         f"({cls.__name__}), or None for its defaults")
     return spec
   spec = {} if spec is None else spec
   if not isinstance(spec, dict):

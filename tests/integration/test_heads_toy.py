@@ -151,6 +151,9 @@ def test_new_head_and_data_source_from_one_file_train(plugin, tmp_path):
     Config.from_dict({**d, "model": {**d["model"], "head": {"kind": "toy_scaled", "s_init": 0}}})
   with pytest.raises(ValueError, match=r"data\.options\.period=20; allowed: 1 \.\. vocab=16"):
     Config.from_dict({**d, "data": {**d["data"], "options": {"period": 20}}})
+  with pytest.raises(ValueError, match=r"data\.options=CycleOptions\(period=5, vocab=16\); "
+                                       r"allowed: the options of data\.source=planted"):
+    dataclasses.replace(cfg.data, source="planted")
   ds = make_dataset(cfg.data, seq_len=8, global_batch_size=2)
   assert ds.source == "toy_cycle" and int(ds.train_batch(0).max()) == 4  # t mod 5
   summary = train_lib.train(cfg, tmp_path / "run", quiet=True)
