@@ -1,6 +1,6 @@
 """The one config-error helper of sbjax: every invalid setting is reported the same way,
 
-    invalid config: model.head_rank=0; allowed: an integer in [1, min(V, d)]
+    invalid config: model.head.rank=0; allowed: an integer in [1, min(V, d)]
 
 naming the field, the value given and what is allowed, in one line (no traceback needed to
 find the fix). ``what`` names the kind of setting when it is not a ``Config`` field
