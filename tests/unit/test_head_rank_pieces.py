@@ -42,8 +42,9 @@ def test_loglog_fit_matches_lstsq():
   assert fit["beta_se"] == pytest.approx(se, rel=1e-10) and fit["n"] == 5
 
 
-def test_tpu_presets_validate_without_training():
-  plan = head_rank.make_plan("tpu", "corpus")
+def test_tpu_presets_validate_without_training(tmp_path):
+  corpus = str(tmp_path)  # a plan checks that its corpus exists (sbjax.studies.corpus)
+  plan = head_rank.make_plan("tpu", corpus)
   assert isinstance(plan.base, Config) and plan.ranks == tuple(2 ** i for i in range(11))
   specs = rs.specs(plan)
   for s in specs:  # every run's config validates (protocol a with a placeholder trunk)
@@ -51,12 +52,12 @@ def test_tpu_presets_validate_without_training():
     Config.from_dict(cfg.to_dict())
   assert {s.protocol for s in specs} == {"full", "a", "b"}
   for v in vocab_threshold.VOCABS["tpu"]:
-    p = vocab_threshold.make_plan("tpu", "corpus", v)
+    p = vocab_threshold.make_plan("tpu", corpus, v)
     assert p.base.data.vocab_size == v and max(p.ranks) < p.d_model
 
 
 def test_bad_inputs_are_refused(tmp_path):
-  plan = head_rank.make_plan("quick", "corpus")
+  plan = head_rank.make_plan("quick", str(tmp_path))
   with pytest.raises(ValueError, match=r"ranks \[0\] are outside 1 .. d_model=4"):
     rs.Plan(plan.base, ranks=(0, 4))
   with pytest.raises(ValueError, match="lrs is empty"):
@@ -72,23 +73,24 @@ def test_bad_inputs_are_refused(tmp_path):
 
 
 
-def test_presets_have_test_quick_cpu_tpu_and_test_is_smallest():
+def test_presets_have_test_quick_cpu_tpu_and_test_is_smallest(tmp_path):
+  corpus = str(tmp_path)
   for mod in (head_rank, werror_loss, vocab_threshold):
     assert list(mod.PRESETS) == ["test", "quick", "cpu", "tpu"]
   t, q = head_rank.PRESETS["test"], head_rank.PRESETS["quick"]
   assert t.overrides["train.steps"] < q.overrides["train.steps"]
   assert t.knobs.head_steps < q.knobs.head_steps
-  n_runs = {k: len(rs.specs(head_rank.make_plan(k, "c"))) for k in ("test", "quick")}
+  n_runs = {k: len(rs.specs(head_rank.make_plan(k, corpus))) for k in ("test", "quick")}
   assert n_runs["test"] <= n_runs["quick"]
   # werror_loss trains (when it must) the head-rank sweep of the same preset
   for name, p in werror_loss.PRESETS.items():
     hr = head_rank.PRESETS[name]
     assert (p.base, p.overrides) == (hr.base, hr.overrides)
-  plan = head_rank.make_plan("cpu", "corpus")  # the Plan's knobs are the preset's
+  plan = head_rank.make_plan("cpu", corpus)  # the Plan's knobs are the preset's
   assert plan.lrs == (1e-2, 2e-2) and plan.mos_mix == (1, 2) and plan.head_steps == 150
-  assert plan.base.data.source == "text" and plan.base.data.path == "corpus"
+  assert plan.base.data.source == "text" and plan.base.data.path == corpus
   assert plan.base.data.vocab_size == 1024 and plan.base.train.eval_every == plan.base.train.steps
-  vt = vocab_threshold.make_plan("cpu", "corpus", 2048, "tfds")
+  vt = vocab_threshold.make_plan("cpu", corpus, 2048, "tfds")
   assert vt.base.data.vocab_size == 2048 and vt.base.name == "vocab_threshold-cpu-V2048"
   assert vt.protocols == ("a",) and vt.base.model.d_model == 64 and max(vt.ranks) == 64
   assert vocab_threshold.VOCABS["cpu"] == (256, 512, 1024, 2048)  # issue 18
