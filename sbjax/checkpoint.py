@@ -36,6 +36,7 @@ import orbax.checkpoint as ocp
 from orbax.checkpoint.checkpoint_managers import preservation_policy as pp
 from orbax.checkpoint.checkpoint_managers import save_decision_policy as sdp
 
+from sbjax.atomic import atomic_write_text
 from sbjax.config import Config, TrainConfig
 from sbjax.model import Model
 
@@ -313,7 +314,7 @@ def write_params(workdir, config: Config, params, step: int) -> None:
   workdir.mkdir(parents=True, exist_ok=True)
   cfg_path = workdir / "config.json"
   if not cfg_path.exists():
-    cfg_path.write_text(json.dumps(config.to_dict(), indent=2))
+    atomic_write_text(cfg_path, json.dumps(config.to_dict(), indent=2))
   mngr = make_manager(workdir)
   save(mngr, step, params, None, {"step": step, "data_position": step}, force=True)
   mngr.wait_until_finished()

@@ -61,6 +61,7 @@ import jax
 
 from sbjax import checkpoint as ckpt
 from sbjax import configs, overrides
+from sbjax.atomic import atomic_write_text
 from sbjax.config import Config
 from sbjax.train import make_dataset_for, summary_from_metrics, train
 from sbjax.train.done import DONE, finished, mark_finished
@@ -267,18 +268,14 @@ def write_index(sweep_dir: Path, grid: dict, runs: list[Run], rows: list[dict]) 
   payload = {"name": grid.get("name", ""), "swept_keys": keys,
              "grid": {k: v for k, v in grid.items() if not k.startswith("_")},
              "runs": [{**row, "overrides": r.overrides} for row, r in zip(rows, runs)]}
-  tmp = sweep_dir / "index.json.tmp"
-  tmp.write_text(json.dumps(payload, indent=1, default=str))
-  tmp.replace(sweep_dir / "index.json")
+  atomic_write_text(sweep_dir / "index.json", json.dumps(payload, indent=1, default=str))
   fields = INDEX_FIELDS[:4] + keys + INDEX_FIELDS[4:]
   buf = io.StringIO()
   w = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore")
   w.writeheader()
   for row in rows:
     w.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in fields})
-  tmp = sweep_dir / "index.csv.tmp"
-  tmp.write_text(buf.getvalue())
-  tmp.replace(sweep_dir / "index.csv")
+  atomic_write_text(sweep_dir / "index.csv", buf.getvalue())
 
 
 def read_index(sweep_dir) -> dict:

@@ -12,6 +12,7 @@ import numpy as np
 
 from .presets import Preset
 from ..shared import config_from
+from sbjax.atomic import atomic_write_text
 from sbjax.config import ModelConfig, TrainConfig
 from sbjax.data.dataset import Dataset
 from sbjax.model import Model
@@ -143,10 +144,7 @@ def run_group(p: Preset, g, tr, va, vocab: int, out: Path, verbose: bool = True)
         row.update(train_seconds=round(t_train / len(members), 2),
                    pass_seconds=round(t_pass, 2), error=r["error"])
         rows.append(row)
-  path.parent.mkdir(parents=True, exist_ok=True)
-  tmp = path.with_suffix(".tmp")
-  tmp.write_text(json.dumps({"rows": rows, "train_info": {
+  atomic_write_text(path, json.dumps({"rows": rows, "train_info": {
       "seconds": info["seconds"], "steps": info["steps"],
       "train_loss": [float(x) for x in info["train_loss"]]}}, indent=1))
-  tmp.replace(path)
   return rows

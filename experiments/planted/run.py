@@ -13,6 +13,7 @@ from .measure import measure
 from .presets import Preset, get_preset
 from ..shared import RunsProgress, read_rows, write_json, write_rows
 from sbjax import checkpoint as ckpt
+from sbjax.atomic import atomic_write_text
 from sbjax.data import make_dataset
 from sbjax import heads
 from sbjax.heads import head_param_count
@@ -43,9 +44,7 @@ def _measure_into(cfg, wd: Path, ds, p: Preset, key: str, seconds: float) -> dic
   _, params, _ = ckpt.load_params(wd)
   res = measure(cfg, params, ds.planted, ds.eval_batches(p.knobs.measure_batches))
   res.update(key=key, seconds=seconds, head_params=head_param_count(cfg.model))
-  tmp = (wd / "result.json").with_suffix(".tmp")
-  tmp.write_text(json.dumps(res))
-  tmp.replace(wd / "result.json")
+  atomic_write_text(wd / "result.json", json.dumps(res))
   return res
 
 

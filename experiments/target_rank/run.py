@@ -14,6 +14,7 @@ from ..shared import DEFAULT_TEXT, REPO, RunsProgress, write_json, write_rows
 from . import report
 from .measure import curves, data_config, part_key
 from .presets import Preset, fields, get_preset
+from sbjax.atomic import atomic_write_text
 from sbjax.data import make_dataset
 
 CONTEXT_FIELDS = ("V", "n", "min_count", "n_pairs", "n_contexts_seen", "n_contexts_kept",
@@ -39,9 +40,7 @@ def _part(path: Path, streams, vocab: int, n: int, p: Preset) -> tuple[dict, boo
     return json.loads(path.read_text()), False
   rows, info = curves(streams, vocab, n, p)
   rec = {"rows": rows, "info": info}
-  tmp = path.with_suffix(".tmp")
-  tmp.write_text(json.dumps(rec))
-  tmp.replace(path)
+  atomic_write_text(path, json.dumps(rec))
   return rec, True
 
 

@@ -12,37 +12,23 @@ first compiles), or of the first while it is the only one, times the checkpoints
 
 from __future__ import annotations
 
-import sys
 import time
 
-from tqdm.auto import tqdm
-
-
-def fmt_time(s: float) -> str:
-  s = int(max(s, 0))
-  return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+from sbjax.progress import Reporter, fmt_time  # noqa: F401  (fmt_time re-exported)
 
 
 class CheckpointProgress:
   """``update(n, note)`` after each computed group of n checkpoints; ``close()`` at the end."""
 
   def __init__(self, total: int, done: int, enabled: bool, name: str, stream=None):
-    self.stream = stream or sys.stderr
-    self.total, self.done, self.name = total, done, name
-    self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
-    self.lines = enabled and not self.tty
+    self.total, self.done = total, done
+    self.report = Reporter(f"analyze {name}", total, "ckpt", initial=done, stream=stream,
+                           enabled=enabled)
     self.t0 = time.perf_counter()
     self.first = None  # (time, checkpoints computed) after the first group
     self.computed = 0
-    self.bar = tqdm(total=total, initial=done, desc=f"analyze {name}", unit="ckpt",
-                    file=self.stream, disable=not (enabled and self.tty), dynamic_ncols=True)
-    if self.lines:
-      cached = f" ({done} cached)" if done else ""
-      self._line(f"{done}/{total} checkpoints{cached}")
-
-  def _line(self, text: str) -> None:
-    self.stream.write(f"[analyze {self.name}] {text}\n")
-    self.stream.flush()
+    cached = f" ({done} cached)" if done else ""
+    self.report.line(f"{done}/{total} checkpoints{cached}")
 
   def _eta(self, now: float) -> str:
     if self.first is None or self.computed == 0:
@@ -58,12 +44,9 @@ class CheckpointProgress:
     self.computed += n
     if self.first is None:
       self.first = (now, self.computed)
-    self.bar.update(n)
-    if note:
-      self.bar.set_postfix_str(note, refresh=self.tty)
-    if self.lines:
-      what = f"{self.done}/{self.total} checkpoints" + (f" {note}" if note else "")
-      self._line(f"{what}, elapsed {fmt_time(now - self.t0)}, ETA {self._eta(now)}")
+    self.report.advance(n, note)
+    what = f"{self.done}/{self.total} checkpoints" + (f" {note}" if note else "")
+    self.report.line(f"{what}, elapsed {fmt_time(now - self.t0)}, ETA {self._eta(now)}")
 
   def close(self) -> None:
-    self.bar.close()
+    self.report.close()

@@ -1,34 +1,30 @@
-"""An experiment's progress over many runs: ``RunsProgress`` (run i of n, total ETA; tqdm on
-stderr, plain log lines when stderr is not a terminal) and ``SweepProgress``, the ``progress``
+"""An experiment's progress over many runs: ``RunsProgress`` (run i of n, total ETA, through
+``sbjax.progress.Reporter``) and ``SweepProgress``, the ``progress``
 callback of ``sbjax.studies.rank_sweep.run_plan`` that drives it."""
 
 from __future__ import annotations
 
-import sys
 import time
 
-from tqdm.auto import tqdm
+from sbjax.progress import Reporter
 
 
 class RunsProgress:
-  """An experiment's overall progress: run i of n with the total ETA (tqdm; plain log lines
-  when stderr is not a terminal). The ETA is the mean time of the runs that trained so far
-  times the runs left (runs read back as finished do not count towards the rate)."""
+  """An experiment's overall progress: run i of n with the total ETA (a bar on a terminal,
+  plain log lines otherwise: ``sbjax.progress.Reporter``). The ETA is the mean time of the
+  runs that trained so far times the runs left (runs read back as finished do not count
+  towards the rate)."""
 
   def __init__(self, n: int, name: str, disable: bool = False):
     self.n, self.name, self.done, self.timed, self.seconds = n, name, 0, 0, 0.0
     self._t = None
-    self._tty = sys.stderr.isatty()
-    self._quiet = disable
-    # a bar on a terminal; log lines (no carriage returns) when stderr is a file
-    self.bar = tqdm(total=n, desc=name, unit="run", file=sys.stderr,
-                    disable=disable or not self._tty, dynamic_ncols=True)
+    self.report = Reporter(name, n, "run", enabled=not disable)
+    self.bar = self.report.bar
 
   def start(self, label: str) -> None:
     self._t = time.perf_counter()
-    self.bar.set_postfix_str(label, refresh=self._tty)
-    if not self._tty and not self._quiet:
-      sys.stderr.write(f"[{self.name}] run {self.done + 1}/{self.n}: {label}\n")
+    self.bar.set_postfix_str(label, refresh=self.report.tty)
+    self.report.line(f"run {self.done + 1}/{self.n}: {label}")
 
   def finish(self, trained: bool = True) -> None:
     if self._t is not None and trained:
@@ -36,13 +32,13 @@ class RunsProgress:
       self.timed += 1
     self._t = None
     self.done += 1
-    self.bar.update(1)
-    if not self._tty and not self._quiet and self.timed:
+    self.report.advance(1)
+    if self.timed:
       eta = self.seconds / self.timed * (self.n - self.done)
-      sys.stderr.write(f"[{self.name}] {self.done}/{self.n} runs done, ETA {eta:.0f} s\n")
+      self.report.line(f"{self.done}/{self.n} runs done, ETA {eta:.0f} s")
 
   def close(self) -> None:
-    self.bar.close()
+    self.report.close()
 
 
 class SweepProgress:

@@ -8,9 +8,9 @@ run with checkpoints short of its steps is resumed by training it again.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
+
+from sbjax.atomic import atomic_write_text
 
 DONE = "DONE"
 SUMMARY_KEYS = ("step", "eval_loss", "eval_acc", "n_params", "loss")
@@ -27,9 +27,6 @@ def finished(workdir) -> dict | None:
 def mark_finished(workdir, summary: dict, config: dict) -> dict:
   """Write ``WORKDIR/DONE`` with the summary's main keys and the config; returns them."""
   keep = {k: summary[k] for k in SUMMARY_KEYS if k in summary}
-  path = Path(workdir) / DONE
-  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".DONE.")
-  with os.fdopen(fd, "w") as f:
-    json.dump({"summary": keep, "config": config}, f, indent=1, default=float)
-  os.replace(tmp, path)
+  atomic_write_text(Path(workdir) / DONE,
+                    json.dumps({"summary": keep, "config": config}, indent=1, default=float))
   return keep

@@ -4,7 +4,7 @@ members (metrics with a leading member axis, one workdir per member).
 ``Records``: the metrics sinks (metrics.jsonl and its TensorBoard mirror, process 0 only).
 ``NanPolicy``: stop at a non-finite step naming it and the last good checkpoint, or skip up
 to ``limit`` bad steps per member. ``TrainLog``: train records every ``log_every`` steps and
-at the last. ``Progress``: a tqdm bar on a terminal, periodic log lines otherwise.
+at the last. ``Progress``: a bar on a terminal, periodic log lines otherwise (``sbjax.progress``).
 ``Evaluate``: eval records at eval boundaries. ``Checkpoint``: the finite check and the
 save. ``Snapshots``: host copies of the parameters at save boundaries. ``LossWindow``: the
 last losses.
@@ -21,9 +21,9 @@ from typing import Callable, Sequence
 
 import jax
 import numpy as np
-from tqdm import tqdm
 
 from sbjax import checkpoint as ckpt
+from sbjax.progress import Reporter, fmt_time
 from sbjax.train.loop import Boundary, Hook
 from sbjax.train.tensorboard import TensorBoardMirror
 from sbjax.train.workdir import METRICS, NonFiniteLossError, append_jsonl
@@ -128,23 +128,18 @@ class TrainLog(Hook):
     return {"gamma": float(self.gamma_fns[j](i + 1))} if self.gamma_fns else {}
 
 
-def fmt_time(s: float) -> str:
-  s = int(max(s, 0))
-  return f"{s // 3600}h{s % 3600 // 60:02d}m{s % 60:02d}s" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
-
-
 class Progress(Hook):
-  """Progress of one loop: a tqdm bar on a terminal, else a log line (no ``\\r``) every
-  ``every`` steps, at most one per ``min_interval`` seconds, and at the last step. The
-  rate and ETA count from the end of the first step, so they exclude compilation."""
+  """Progress of one loop (``sbjax.progress.Reporter``): a bar on a terminal, else a log
+  line (no ``\\r``) every ``every`` steps, at most one per ``min_interval`` seconds, and at the
+  last step. The rate and ETA count from the end of the first step, so they exclude
+  compilation."""
 
   def __init__(self, name: str, total: int, every: int, *, tokens_per_step: int = 0,
                min_interval: float = 5.0, stream=None):
     self.name, self.total, self.every = name, total, max(1, every)
     self.tokens_per_step, self.min_interval = tokens_per_step, min_interval
     self.stream = stream or sys.stderr
-    self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
-    self.bar, self.t1, self.n1, self.t_line = None, None, 0, -math.inf
+    self.report, self.t1, self.n1, self.t_line = None, None, 0, -math.inf
 
   def begin(self, state, start: int, end: int) -> None:
     self.end = end
@@ -156,12 +151,9 @@ class Progress(Hook):
     now, loss = time.perf_counter(), float(np.mean(m["loss"]))
     if self.t1 is None:  # step i (and its compilation) is done: rates start here
       self.t1, self.n1 = now, i + 1
-      if self.tty:
-        self.bar = tqdm(total=self.total, initial=i + 1, desc=self.name, unit="step",
-                        file=self.stream, dynamic_ncols=True)
-    if self.bar is not None:
-      self.bar.set_postfix_str(f"loss {loss:.4f}", refresh=False)
-      self.bar.update(i + 1 - self.bar.n)
+      self.report = Reporter(self.name, self.total, "step", initial=i + 1, stream=self.stream)
+    if self.report.tty:
+      self.report.advance(i + 1 - self.report.bar.n, f"loss {loss:.4f}")
       return
     last = i == self.end - 1
     if not (last or (i % self.every == 0 and now - self.t_line >= self.min_interval)):
@@ -171,14 +163,13 @@ class Progress(Hook):
     speed = f"{rate * self.tokens_per_step:,.0f} tok/s" if self.tokens_per_step else \
         f"{rate:.2f} step/s"
     eta = fmt_time((self.end - i - 1) / rate) if rate > 0 else "?"
-    self.stream.write(f"[{self.name}] step {i + 1}/{self.total} loss {loss:.4f} "
-                      f"{speed if rate > 0 else '(compiled)'} ETA {eta}\n")
-    self.stream.flush()
+    self.report.line(f"step {i + 1}/{self.total} loss {loss:.4f} "
+                     f"{speed if rate > 0 else '(compiled)'} ETA {eta}")
 
   def close(self) -> None:
-    if self.bar is not None:
-      self.bar.close()
-      self.bar = None
+    if self.report is not None:
+      self.report.close()
+      self.report = None
 
 
 class Evaluate(Hook):

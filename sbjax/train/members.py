@@ -24,6 +24,7 @@ import json
 from pathlib import Path
 from typing import NamedTuple, Sequence
 
+from sbjax.atomic import atomic_write_text
 from sbjax.config import Config
 
 VARYING = ("seed", "data_seed", "lr", "weight_decay")
@@ -95,8 +96,4 @@ def write_population(workdir, cfgs: Sequence[Config], dirs: Sequence[Path]) -> N
   """``W/population.json``: the member directories and what varies between them."""
   members = [{"dir": Path(d).name, **{k: getattr(c.train, k) for k in VARYING}}
              for d, c in zip(dirs, cfgs)]
-  path = Path(workdir) / "population.json"
-  path.parent.mkdir(parents=True, exist_ok=True)
-  tmp = path.with_suffix(".json.tmp")
-  tmp.write_text(json.dumps({"members": members}, indent=2))
-  tmp.replace(path)
+  atomic_write_text(Path(workdir) / "population.json", json.dumps({"members": members}, indent=2))

@@ -13,6 +13,7 @@ import numpy as np
 
 from sbjax import checkpoint as ckpt
 from sbjax import heads
+from sbjax.atomic import atomic_write_text
 from sbjax.config import Config
 
 log = logging.getLogger("sbjax")
@@ -109,9 +110,7 @@ def prepare_workdir(workdir: Path, cfg: Config, is_main: bool) -> None:
     raise OSError(f"cannot create the workdir {workdir}: {e.strerror}; choose a writable --workdir") from None
   check_workdir_config(workdir, cfg)
   if is_main and not (workdir / "config.json").exists():
-    tmp = workdir / "config.json.tmp"
-    tmp.write_text(json.dumps(cfg.to_dict(), indent=2))
-    tmp.replace(workdir / "config.json")
+    atomic_write_text(workdir / "config.json", json.dumps(cfg.to_dict(), indent=2))
 
 
 def clean_for_resume(workdir: Path, prefix: str = "") -> list[str]:

@@ -1,9 +1,10 @@
-"""The analysis progress: log lines (no carriage returns) when stderr is not a terminal, a
+"""The progress reporters (sbjax.progress under the analysis, the loop and the runs): log lines (no carriage returns) when stderr is not a terminal, a
 tqdm bar on a terminal, nothing when disabled."""
 
 import io
 
 from sbjax.analysis.progress import CheckpointProgress, fmt_time
+from sbjax.studies.progress import RunsProgress, SweepProgress
 
 
 class _Tty(io.StringIO):
@@ -41,4 +42,20 @@ def test_bar_on_a_terminal_and_silence_when_disabled():
 
 
 def test_fmt_time():
-  assert fmt_time(61) == "1m01s" and fmt_time(3725) == "1h02m" and fmt_time(-3) == "0m00s"
+  assert fmt_time(61) == "1m01s" and fmt_time(3725) == "1h02m05s" and fmt_time(-3) == "0m00s"
+
+
+def test_runs_progress_lines_off_a_terminal(capsys):
+  p = RunsProgress(3, "exp")
+  sweep = SweepProgress(p, prefix="r")
+  sweep("[1/3] a: training")
+  sweep("[2/3] b: done")  # read back as finished: no time counted
+  sweep.finish()
+  p.close()
+  err = capsys.readouterr()
+  assert err.out == ""  # stdout carries results only
+  lines = err.err.splitlines()
+  assert lines[0] == "[exp] run 1/3: ra"
+  assert lines[1].startswith("[exp] 1/3 runs done, ETA ") and lines[1].endswith(" s")
+  assert lines[2] == "[exp] run 2/3: rb" and lines[3].startswith("[exp] 2/3 runs done")
+  assert "\r" not in err.err
