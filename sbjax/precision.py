@@ -41,7 +41,7 @@ def matmul_precision(cfg) -> lax.Precision | None:
   """The ``precision=`` of the model's dots for a ModelConfig ``cfg`` (module doc)."""
   name = cfg.matmul_precision
   if name == "auto":
-    return lax.Precision.HIGHEST if cfg.dtype in _FULL_DTYPES else None
+    return for_dtype(cfg.dtype)
   if name not in _EXPLICIT:
     raise config_error("model.matmul_precision", name, " | ".join(("auto", *_EXPLICIT)))
   return _EXPLICIT[name]

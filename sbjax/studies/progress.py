@@ -19,11 +19,10 @@ class RunsProgress:
     self.n, self.name, self.done, self.timed, self.seconds = n, name, 0, 0, 0.0
     self._t = None
     self.report = Reporter(name, n, "run", enabled=not disable)
-    self.bar = self.report.bar
 
   def start(self, label: str) -> None:
     self._t = time.perf_counter()
-    self.bar.set_postfix_str(label, refresh=self.report.tty)
+    self.report.bar.set_postfix_str(label, refresh=self.report.tty)
     self.report.line(f"run {self.done + 1}/{self.n}: {label}")
 
   def finish(self, trained: bool = True) -> None:
