@@ -282,16 +282,18 @@ def restore_latest_common(workdirs, abstract_params, abstract_opt=None, *, moved
   every member starts over (its steps moved aside, never deleted). Returns (step, [params],
   [opt], [meta]) or None; ``moved`` (one list per workdir) receives the moved steps."""
   moved = [[] for _ in workdirs] if moved is None else moved
-  bound = None
-  while True:
-    outs = [restore_latest_good(d, abstract_params, abstract_opt, moved=m, max_step=bound)
-            for d, m in zip(workdirs, moved)]
-    steps = {o[0] if o is not None else -1 for o in outs}
-    if len(steps) == 1:
-      break
+  outs = [restore_latest_good(d, abstract_params, abstract_opt, moved=m)
+          for d, m in zip(workdirs, moved)]
+  while True:  # only the members ahead of the others restore again, at most at their step
+    steps = [o[0] if o is not None else -1 for o in outs]
     bound = min(steps)
+    if bound < 0 or len(set(steps)) == 1:
+      break
+    outs = [o if s == bound else
+            restore_latest_good(d, abstract_params, abstract_opt, moved=m, max_step=bound)
+            for o, s, d, m in zip(outs, steps, workdirs, moved)]
   if len(workdirs) > 1:
-    _move_ahead(workdirs, steps.pop(), moved)
+    _move_ahead(workdirs, bound, moved)
   if any(o is None for o in outs):
     return None
   return outs[0][0], [o[1] for o in outs], [o[2] for o in outs], [o[3] for o in outs]

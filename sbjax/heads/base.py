@@ -56,7 +56,6 @@ _KINDS: dict[str, "HeadKind"] = {}
 _scanned = False
 
 
-invalid = config_error  # the heads' name for sbjax.errors.config_error
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,7 +63,7 @@ class HeadConfig:
   """Base of the head kinds' configs: a frozen dataclass of one kind's own fields (none here).
 
   A subclass is ``@dataclasses.dataclass(frozen=True)``, sets ``kind`` to its kind's name and
-  checks its fields alone in ``check`` (with ``invalid("model.head.FIELD", ...)``)."""
+  checks its fields alone in ``check`` (with ``config_error("model.head.FIELD", ...)``)."""
 
   kind: ClassVar[str] = ""
 
@@ -181,7 +180,7 @@ def get(name: "str | HeadConfig") -> HeadKind:
   if isinstance(name, HeadConfig):
     name = name.kind
   if name not in _KINDS:
-    raise invalid("model.head", name, " | ".join(names()))
+    raise config_error("model.head", name, " | ".join(names()))
   return _KINDS[name]
 
 
@@ -193,14 +192,14 @@ def head_config(spec: Any, **fields) -> HeadConfig:
   if isinstance(spec, str):
     spec = {"kind": spec}
   if not isinstance(spec, dict) or not isinstance(spec.get("kind"), str):
-    raise invalid("model.head", spec, 'a head kind name, or a dict with its "kind", e.g. '
+    raise config_error("model.head", spec, 'a head kind name, or a dict with its "kind", e.g. '
                   '{"kind": "lowrank", "rank": 8}')
   spec = {**spec, **fields}
   kind = get(spec.pop("kind"))
   known = [f.name for f in dataclasses.fields(kind.config)]
   unknown = sorted(set(spec) - set(known))
   if unknown:
-    raise invalid(f"model.head.{unknown[0]}", spec[unknown[0]],
+    raise config_error(f"model.head.{unknown[0]}", spec[unknown[0]],
                   f"the fields of a {kind.name} head: {' | '.join(known) or 'none'}")
   return kind.config(**spec)
 

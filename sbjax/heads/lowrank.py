@@ -20,7 +20,8 @@ import flax.linen as nn
 import jax.numpy as jnp
 from jax import lax
 
-from sbjax.heads.base import HEAD_KEY, HeadConfig, HeadKind, invalid, register
+from sbjax.errors import config_error
+from sbjax.heads.base import HEAD_KEY, HeadConfig, HeadKind, register
 from sbjax.precision import matmul_precision
 
 if TYPE_CHECKING:  # only for annotations: a head module must not import sbjax.config (base.py)
@@ -39,7 +40,7 @@ class LowRankHead(HeadConfig):
 
   def check(self) -> None:
     if self.init not in INITS:
-      raise invalid("model.head.init", self.init, " | ".join(INITS))
+      raise config_error("model.head.init", self.init, " | ".join(INITS))
 
 
 class _LowRankModule(nn.Module):
@@ -90,7 +91,7 @@ class LowRank(HeadKind):
   def validate(self, cfg) -> None:
     r = cfg.head.rank
     if not isinstance(r, int) or isinstance(r, bool) or r < 1 or r > cfg.d_model:
-      raise invalid("model.head.rank", r,
+      raise config_error("model.head.rank", r,
                     f"1 .. d_model={cfg.d_model} (a lowrank head needs an explicit rank; "
                     "use head=dense for full rank without factors)")
 

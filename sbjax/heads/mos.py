@@ -23,7 +23,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from sbjax.heads.base import HEAD_KEY, HeadConfig, HeadKind, invalid, register
+from sbjax.errors import config_error
+from sbjax.heads.base import HEAD_KEY, HeadConfig, HeadKind, register
 from sbjax.precision import matmul_precision
 
 if TYPE_CHECKING:  # only for annotations: a head module must not import sbjax.config (base.py)
@@ -44,12 +45,12 @@ class MoSHead(HeadConfig):
 
   def check(self) -> None:
     if not isinstance(self.n_mix, int) or isinstance(self.n_mix, bool) or self.n_mix < 1:
-      raise invalid("model.head.n_mix", self.n_mix, "an integer >= 1")
+      raise config_error("model.head.n_mix", self.n_mix, "an integer >= 1")
     if not isinstance(self.dim, int) or isinstance(self.dim, bool) or self.dim < 0:
-      raise invalid("model.head.dim", self.dim,
+      raise config_error("model.head.dim", self.dim,
                     "0 (component dimension e = d_model) or an integer >= 1")
     if self.act not in ACTS:
-      raise invalid("model.head.act", self.act, " | ".join(ACTS))
+      raise config_error("model.head.act", self.act, " | ".join(ACTS))
 
 
 def component_dim(cfg) -> int:

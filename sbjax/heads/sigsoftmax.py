@@ -23,7 +23,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from sbjax.heads.base import HEAD_KEY, HeadConfig, HeadKind, invalid, register
+from sbjax.errors import config_error
+from sbjax.heads.base import HEAD_KEY, HeadConfig, HeadKind, register
 from sbjax.precision import matmul_precision
 
 if TYPE_CHECKING:  # only for annotations: a head module must not import sbjax.config (base.py)
@@ -86,7 +87,7 @@ class SigSoftmax(HeadKind):
   def validate(self, cfg) -> None:
     r = cfg.head.rank
     if not isinstance(r, int) or isinstance(r, bool) or r < 0 or r > cfg.d_model:
-      raise invalid("model.head.rank", r,
+      raise config_error("model.head.rank", r,
                     f"0 (rank d_model) or 1 .. d_model={cfg.d_model} for a sigsoftmax head")
 
   def rank(self, cfg) -> int:
