@@ -25,8 +25,8 @@ centred log P has rank ≈ V − 1. Every head gets the same trunk (d = 16): ``m
 components of e = k + 1: over-complete in components, which random starts fit far better
 than the exact-size M = 8 head) against ``lowrank`` at the matched head parameter count
 (``sbjax.heads.head_param_count``; r = 11), plus r = d and a matched ``sigsoftmax`` (cpu).
-Every run trains on the Rao-Blackwellised loss (``mix_objective``; ``sbjax.losses.expected_loss``)
-at each learning rate of ``mix_lrs`` and seed of ``mix_seeds``, one population per head
+Every run trains on the Rao-Blackwellised loss (``train.objective`` of ``Knobs.mix``;
+``sbjax.losses.expected_loss``) at each learning rate of ``mix_lrs`` and seed of ``mix_seeds``, one population per head
 (``sbjax.train.population``); the exact lowrank floor is fitted at each rank. The report
 takes each head at its best lr and gives the mean gap to H over seeds, the seed spread
 (max − min), and the verdict (``mix_stats``): MoS − H ≤ 0.03, matched lowrank − H ≥ its

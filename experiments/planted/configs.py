@@ -31,18 +31,12 @@ def matched_rank(head_params: int, vocab: int, d_model: int) -> int:
 
 
 def mix_overrides(p: Preset) -> dict:
-  """Part 2's overrides: part 1's, with the data switched to a mixture of ``mix_m`` softmaxes
-  of planted rank ``mix_k`` and its own step count."""
-  steps, kn = p.knobs.mix_steps, p.knobs
-  extra = {"data.planted_alpha": float(kn.mix_alpha)} if kn.mix_alpha else {}
-  if kn.mix_source == "planted_mos":
-    extra["data.planted_gate"] = kn.mix_gate
-  if kn.mix_batch:
-    extra["train.batch_size"] = int(kn.mix_batch)
-  return {**p.overrides, "data.source": kn.mix_source, "data.planted_mix": kn.mix_m,
-          "data.planted_rank": kn.mix_k, "train.steps": steps, "train.eval_every": steps,
-          "train.ckpt_every": steps, "train.log_every": max(1, steps // 10),
-          "train.objective": kn.mix_objective, **extra}
+  """Part 2's overrides: part 1's with ``Knobs.mix`` over them (the mixture language, its own
+  step count), evaluation and the checkpoint at its last step, ten log lines per run."""
+  o = {**p.overrides, **p.knobs.mix}
+  steps = o["train.steps"]
+  return {**o, "train.eval_every": steps, "train.ckpt_every": steps,
+          "train.log_every": max(1, steps // 10)}
 
 
 def _matched(base: str, o: dict, head_params: int, d_model: int) -> int:
@@ -90,14 +84,13 @@ def mix_configs(p: Preset) -> list:
 def _mix_arms(p: Preset) -> list:
   """(label, Config) of part 2 at seed 0 (see ``mix_configs``)."""
   out, mos_params = [], None
-  base, vocab = mix_overrides(p), p.overrides["model.vocab_size"]
+  base = mix_overrides(p)
   for label, head, d_model, n in p.knobs.mix_runs:
     o = {**base, "model.head": head, "model.d_model": int(d_model),
          "model.n_heads": _n_heads(int(d_model), p.overrides["model.n_heads"]),
          "name": f"planted-mix-{label}"}
     if head == "mos":
-      o.update({"model.n_mix": int(n), "model.init_std": float(p.knobs.mos_init_std),
-                "model.mos_dim": int(p.knobs.mos_dim), "model.mos_act": p.knobs.mos_act})
+      o.update({"model.n_mix": int(n), **p.knobs.mos})
     else:
       if n == 0:
         if mos_params is None:
@@ -123,12 +116,12 @@ def validate(p) -> None:
 
 def settings(p: Preset) -> dict:
   """The preset as one flat record for planted_meta.json (the report reads k, vocab, tol and
-  margin from it)."""
-  o = p.overrides
-  return {"base": p.base, "vocab": o["model.vocab_size"], "k": o["data.planted_rank"],
-          "alpha": o["data.planted_alpha"], "d_model": o["model.d_model"],
-          "n_layers": o["model.n_layers"], "n_heads": o["model.n_heads"],
-          "steps": o["train.steps"], "batch": o["train.batch_size"],
-          "seq_len": o["train.seq_len"], "lr": o["train.lr"], "warmup": o["train.warmup_steps"],
-          "train_tokens": o["data.planted_train_tokens"],
-          "val_tokens": o["data.planted_val_tokens"], **dataclasses.asdict(p.knobs)}
+  margin from it): part 1's Config fields (its first run's) under the record's names, and the
+  knobs."""
+  c = knee_configs(p)[0][1]
+  m, d, t = c.model, c.data, c.train
+  return {"base": p.base, "vocab": m.vocab_size, "k": d.planted_rank, "alpha": d.planted_alpha,
+          "d_model": m.d_model, "n_layers": m.n_layers, "n_heads": m.n_heads,
+          "steps": t.steps, "batch": t.batch_size, "seq_len": t.seq_len, "lr": t.lr,
+          "warmup": t.warmup_steps, "train_tokens": d.planted_train_tokens,
+          "val_tokens": d.planted_val_tokens, **dataclasses.asdict(p.knobs)}

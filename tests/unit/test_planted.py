@@ -179,17 +179,17 @@ def test_presets_validate_and_match_parameters():
            and c.train.lr == p.knobs.mix_lrs[0]}
   mos, low = head_param_count(confs["mos"].model), head_param_count(confs["lowrank"].model)
   assert confs["mos"].data.source == "planted_mos" and confs["mos"].model.head.n_mix == 16
-  assert confs["mos"].data.planted_mix == p.knobs.mix_m == 8
-  assert confs["mos"].model.head == MoSHead(n_mix=16, dim=p.knobs.mix_k + 1, act="linear")
+  assert confs["mos"].data.planted_mix == p.knobs.mix["data.planted_mix"] == 8
+  assert confs["mos"].model.head == MoSHead(n_mix=16, dim=p.knobs.mix["data.planted_rank"] + 1, act="linear")
   assert {c.model.d_model for c in confs.values()} == {16}  # the same trunk width for every head
   assert confs["lowrank"].model.head == LowRankHead(rank=11)  # 256·11 + 11·16 = 2992 vs MoS 2912
   sig = head_param_count(confs["sigsoftmax"].model)
   assert abs(sig - mos) <= (vocab + 16) / 2 and confs["sigsoftmax"].data.planted_alpha == 8.0
-  assert confs["mos"].data.planted_rank == p.knobs.mix_k
-  assert confs["mos"].train.steps == p.knobs.mix_steps
+  assert confs["mos"].data.planted_rank == p.knobs.mix["data.planted_rank"] == 4
+  assert confs["mos"].train.steps == p.knobs.mix["train.steps"] == 1500
   assert abs(mos - low) <= (vocab + confs["lowrank"].model.d_model) / 2
   # the mos runs get their own init scale; the lowrank runs keep the knee part's
-  assert confs["mos"].model.init_std == p.knobs.mos_init_std
+  assert confs["mos"].model.init_std == p.knobs.mos["model.init_std"] == 0.2
   assert confs["lowrank"].model.init_std == exp.knee_configs(p)[0][1].model.init_std
   # the knee runs: a bias-free rank-r head on the planted language of the overrides
   for r, cfg in exp.knee_configs(p):
@@ -209,7 +209,7 @@ def test_presets_validate_and_match_parameters():
 def test_test_preset_is_smaller_than_quick():
   t, q = exp.PRESETS["test"], exp.PRESETS["quick"]
   assert t.overrides["train.steps"] < q.overrides["train.steps"]
-  assert t.knobs.mix_steps < q.knobs.mix_steps
+  assert t.knobs.mix["train.steps"] < q.knobs.mix["train.steps"]
   assert len(t.knobs.ranks) + len(t.knobs.mix_runs) < len(q.knobs.ranks) + len(q.knobs.mix_runs)
   k = t.overrides["data.planted_rank"]
   assert min(t.knobs.ranks) <= k / 2 and max(t.knobs.ranks) >= k + 1  # both checks have rows
