@@ -1,4 +1,4 @@
-"""Presets of the collapse experiment: Config overrides of the GPT-Neo-like family ``neo``
+"""Presets of the collapse experiment: dotted Config overrides of the GPT-Neo-like family ``neo``
 (every architecture of the grid is the sbjax preset ``neo-L<depth>-d<width>``) and the knobs
 that are not Config fields (the grid, the seed group, token budgets, permutations)."""
 
@@ -28,14 +28,18 @@ class Knobs:
   ceiling_tokens: int = 65_536  # sampled training tokens (validation: 1/8 of it)
 
 
-def _overrides(*, vocab: int = 1024, seq_len: int = 64, batch: int = 16, lr: float = 2e-3,
-               warmup: int = 20, source: str = "text", tfds_name: str = "") -> dict:
-  """Constant learning rate after warm-up (min_lr_ratio=1: the 1-epoch model is the 3-epoch
-  run's snapshot); the weight decay is per member (Knobs), so the Config's is 0."""
-  return {"model.max_len": max(seq_len, 8), "train.batch_size": batch,
-          "train.seq_len": seq_len, "train.lr": lr, "train.warmup_steps": warmup,
-          "train.min_lr_ratio": 1.0, "train.weight_decay": 0.0,
-          "data.source": source, "data.vocab_size": vocab, "data.tfds_name": tfds_name}
+# every preset's training: constant learning rate after warm-up (min_lr_ratio=1: the 1-epoch
+# model is the 3-epoch run's snapshot); the weight decay is per member (Knobs), so the
+# Config's is 0. A preset gives the rest in dotted keys (``overrides``).
+COMMON = {"train.min_lr_ratio": 1.0, "train.weight_decay": 0.0, "data.source": "text",
+          "data.tfds_name": ""}
+
+
+def overrides(o: dict) -> dict:
+  """COMMON with the preset's dotted keys ``o`` over it, and model.max_len =
+  max(train.seq_len, 8)."""
+  o = {**COMMON, **o}
+  return {"model.max_len": max(o["train.seq_len"], 8), **o}
 
 
 PRESETS: dict[str, Preset[Knobs]] = {
@@ -43,14 +47,18 @@ PRESETS: dict[str, Preset[Knobs]] = {
     # group of 3 of the same shape (one compiled step), 8 steps per epoch; the ceiling's
     # language has the grid's V=64 and width k+1 = 8 and trains 24 steps (the grid's run
     # length), so it reuses the grid's compiled step and forward
-    "test": Preset("neo", _overrides(vocab=64, seq_len=16, batch=8, lr=3e-3, warmup=2),
+    "test": Preset("neo", overrides({"data.vocab_size": 64, "train.seq_len": 16,
+                                     "train.batch_size": 8, "train.lr": 3e-3,
+                                     "train.warmup_steps": 2}),
                    Knobs(depths=(1,), widths=(8,), weight_decays=(0.0, 0.05, 0.1), seeds=3,
                          seed_arch=(1, 8), epoch_tokens=1024, val_tokens=512, chunk=16,
                          n_perm=2000, ceiling=(64, 7), ceiling_arch=(1, 8),
                          ceiling_steps=(8, 24), ceiling_tokens=2048)),
     # quick: 3 weight decays and 3 seeds, so the seed group (M=3, L1-d16) reuses the
     # compiled step of the L1-d16 grid group.
-    "quick": Preset("neo", _overrides(vocab=128, seq_len=32, batch=8, lr=3e-3, warmup=5),
+    "quick": Preset("neo", overrides({"data.vocab_size": 128, "train.seq_len": 32,
+                                      "train.batch_size": 8, "train.lr": 3e-3,
+                                      "train.warmup_steps": 5}),
                     Knobs(depths=(1, 2), widths=(16,), weight_decays=(0.0, 0.05, 0.1), seeds=3,
                           seed_arch=(1, 16), epoch_tokens=4096, val_tokens=2048,
                           ceiling=(64, 4), ceiling_arch=(1, 16), ceiling_steps=(25, 100, 400),
@@ -63,7 +71,9 @@ PRESETS: dict[str, Preset[Knobs]] = {
     # is per token (measured ≈ 17 µs CPU per token per L1-d32 member at batch 16 and 32
     # alike), so the issue's 6 epochs of 524k tokens (≈ 50 CPU-min) are cut 4x in tokens,
     # keeping the step count and Γ of 3 epochs at batch 16.
-    "cpu": Preset("neo", _overrides(vocab=256, seq_len=64, batch=8, lr=3e-3, warmup=100),
+    "cpu": Preset("neo", overrides({"data.vocab_size": 256, "train.seq_len": 64,
+                                    "train.batch_size": 8, "train.lr": 3e-3,
+                                    "train.warmup_steps": 100}),
                   Knobs(depths=(1, 2), widths=(32, 64, 128), epochs=(1, 3), seeds=16,
                         seed_arch=(1, 32), epoch_tokens=262_144, val_tokens=32_768,
                         ceiling=(256, 8), ceiling_arch=(1, 32),
@@ -71,8 +81,9 @@ PRESETS: dict[str, Preset[Knobs]] = {
                         ceiling_tokens=262_144)),
     # The paper's grid (230 TinyStories models; GPT-Neo tokenizer size 50257): trains on
     # token files, --data=TRAIN.bin[,VAL.bin] of TinyStories ids (nothing is downloaded).
-    "tpu": Preset("neo", _overrides(vocab=50257, seq_len=512, batch=64, lr=1e-3, warmup=500,
-                                    source="tokens"),
+    "tpu": Preset("neo", overrides({"data.source": "tokens", "data.vocab_size": 50257,
+                                   "train.seq_len": 512, "train.batch_size": 64,
+                                   "train.lr": 1e-3, "train.warmup_steps": 500}),
                   Knobs(depths=(1, 2, 4, 8, 12), widths=(64, 128, 256, 512, 768, 1024),
                         seeds=16, seed_arch=(4, 256), epoch_tokens=0, val_tokens=1 << 22,
                         chunk=16)),

@@ -1,4 +1,4 @@
-"""Presets of the saturation experiment: Config overrides of the ``planted`` base (model,
+"""Presets of the saturation experiment: dotted Config overrides of the ``planted`` base (model,
 training, data source) and the knobs that are not Config fields (widths, fit, analysis)."""
 
 from __future__ import annotations
@@ -22,44 +22,53 @@ class Knobs:
   n_boot: int = 1000  # rise CI and the gap CI of the widths below the fit
 
 
-def _overrides(*, n_layers: int = 2, vocab: int = 1024, seq_len: int = 64, batch: int = 16,
-               steps: int = 1200, warmup: int = 50, lr: float = 3e-3, ckpt_every: int = 100,
-               eval_batches: int = 4, source: str = "text", tfds_name: str = "",
-               max_docs: int = 0) -> dict:
-  """The Config overrides shared by every width: training-time evals at every regular
-  checkpoint, log-spaced checkpoints 0, 1, 2, 4, ..., 512, ~200 log records per run."""
-  return {"model.vocab_size": 0, "model.n_layers": n_layers, "model.max_len": seq_len,
-          "train.steps": steps, "train.batch_size": batch, "train.seq_len": seq_len,
-          "train.lr": lr, "train.warmup_steps": warmup, "train.eval_every": ckpt_every,
-          "train.eval_batches": eval_batches, "train.log_every": max(1, steps // 200),
-          "train.ckpt_every": ckpt_every, "train.ckpt_log_spaced": True,
-          "data.source": source, "data.vocab_size": vocab, "data.tfds_name": tfds_name,
-          "data.max_docs": max_docs}
+# the cpu preset's model, training and data in dotted keys over ``planted``; the other
+# presets replace some of them (``overrides``)
+CPU = {"model.vocab_size": 0, "model.n_layers": 2, "train.steps": 1200, "train.batch_size": 16,
+       "train.seq_len": 64, "train.lr": 3e-3, "train.warmup_steps": 50, "train.ckpt_every": 100,
+       "train.eval_batches": 4, "train.ckpt_log_spaced": True, "data.source": "text",
+       "data.vocab_size": 1024, "data.tfds_name": "", "data.max_docs": 0}
+
+
+def overrides(o: dict) -> dict:
+  """CPU with the preset's dotted keys ``o`` over it, and the keys derived from them, shared by
+  every width: model.max_len = train.seq_len, training-time evals at every regular checkpoint
+  (log-spaced checkpoints 0, 1, 2, 4, ..., 512 besides), ~200 log records per run."""
+  o = {**CPU, **o}
+  return {**o, "model.max_len": o["train.seq_len"], "train.eval_every": o["train.ckpt_every"],
+          "train.log_every": max(1, o["train.steps"] // 200)}
 
 
 PRESETS: dict[str, Preset[Knobs]] = {
     # the test suite and `reproduce --preset=test`: one width (each costs ~15 s of
     # compilation), 4 steps (checkpoints 0, 1, 2, 4); too few widths for the 3-parameter
     # fit, so the fit is NaN (its columns are unit-tested on synthetic losses)
-    "test": Preset("planted", _overrides(n_layers=1, vocab=64, seq_len=16, batch=4, steps=4,
-                                         warmup=1, ckpt_every=4, eval_batches=1),
+    "test": Preset("planted", overrides({"model.n_layers": 1, "data.vocab_size": 64,
+                                         "train.seq_len": 16, "train.batch_size": 4,
+                                         "train.steps": 4, "train.warmup_steps": 1,
+                                         "train.ckpt_every": 4, "train.eval_batches": 1}),
                    Knobs(widths=(8,), fit_min_width=8, eval_sequences=8,
                          anisotropy_tokens=64, smooth=1, n_boot=100)),
     # reproduce --quick (a smoke test, ~12 s of compilation per width): three widths, all
     # of them in the fit (the fit has three parameters), so no gap is measured
-    "quick": Preset("planted", _overrides(n_layers=1, vocab=96, seq_len=32, batch=8, steps=32,
-                                          warmup=4, ckpt_every=16, eval_batches=2),
+    "quick": Preset("planted", overrides({"model.n_layers": 1, "data.vocab_size": 96,
+                                          "train.seq_len": 32, "train.batch_size": 8,
+                                          "train.steps": 32, "train.warmup_steps": 4,
+                                          "train.ckpt_every": 16, "train.eval_batches": 2}),
                     Knobs(widths=(8, 16, 32), fit_min_width=8, eval_sequences=16,
                           anisotropy_tokens=128, smooth=2, n_boot=200)),
     # eight widths, six of them (>= 48) in the fit (3 residual degrees of freedom); ~1.2M
     # tokens per run, 0.6 epoch. The five-width version took 9 min on 2 cores (BUILD_NOTES.md);
     # this one is an ESTIMATE of ~20 min (not measured)
-    "cpu": Preset("planted", _overrides(), Knobs(widths=(16, 32, 48, 64, 96, 128, 192, 256),
-                                                fit_min_width=48)),
+    "cpu": Preset("planted", overrides({}), Knobs(widths=(16, 32, 48, 64, 96, 128, 192, 256),
+                                                 fit_min_width=48)),
     # Pythia-like: depth 6, V = 50304, 2048-token windows, 0.5M tokens per step (~15B tokens)
-    "tpu": Preset("planted", _overrides(n_layers=6, vocab=50304, seq_len=2048, batch=256,
-                                        steps=30_000, warmup=300, lr=1e-3, ckpt_every=1000,
-                                        eval_batches=8, source="tfds", tfds_name="lm1b"),
+    "tpu": Preset("planted", overrides({"model.n_layers": 6, "data.vocab_size": 50304,
+                                        "train.seq_len": 2048, "train.batch_size": 256,
+                                        "train.steps": 30_000, "train.warmup_steps": 300,
+                                        "train.lr": 1e-3, "train.ckpt_every": 1000,
+                                        "train.eval_batches": 8, "data.source": "tfds",
+                                        "data.tfds_name": "lm1b"}),
                   Knobs(widths=(128, 256, 512, 768, 1024), fit_min_width=256, head_dim=64,
                         eval_sequences=256, anisotropy_tokens=8192, rise_tol=0.005, smooth=20)),
 }
