@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from sbjax import configs, overrides
 from sbjax.studies.head_rank import BASE, TEXT_DATA
 from sbjax.studies.presets import Preset, pick_preset
 
@@ -46,7 +47,9 @@ def get_preset(name) -> Preset:
 
 
 def fields(p: Preset) -> dict:
-  """The preset as one flat record (target_rank_meta.json's preset_fields; the part keys)."""
-  o = p.overrides
-  return {**dataclasses.asdict(p.knobs), "source": o.get("data.source", "text"),
-          "tfds_name": o.get("data.tfds_name", ""), "max_docs": o.get("data.max_docs", 0)}
+  """The preset as one flat record (target_rank_meta.json's preset_fields; the part keys): the
+  knobs and the data fields of its config (``p.base`` with its overrides; the corpus is set
+  per run, so the record is read before validation)."""
+  data = overrides.apply_to_dict(configs.get(p.base), p.overrides)[0]["data"]
+  return {**dataclasses.asdict(p.knobs), "source": data["source"],
+          "tfds_name": data["tfds_name"], "max_docs": data["max_docs"]}
