@@ -94,17 +94,39 @@ def test_cycle_detector_finds_a_planted_cycle():
   assert _cycles({"a": {"b"}, "b": set()}) == []
 
 
+def _import_alone(root: Path, mods: list[str]) -> subprocess.CompletedProcess:
+  script = Path(__file__).with_name("_import_alone.py")
+  return subprocess.run([sys.executable, str(script), str(root), *mods], capture_output=True,
+                        text=True, timeout=600, cwd=root)
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="needs fork")
 def test_every_sbjax_module_imports_alone_in_a_fresh_process():
   """Each module is imported first, on its own, in a forked child of an interpreter that has
   loaded only third-party packages (jax, flax, optax, orbax, ...), so an order-dependent
   import cycle fails here even when the test suite's import order hides it."""
-  script = Path(__file__).with_name("_import_alone.py")
   mods = [_module_name(p) for p in _py_files("sbjax")]
-  r = subprocess.run([sys.executable, str(script), str(ROOT), *mods], capture_output=True,
-                     text=True, timeout=600, cwd=ROOT)
+  r = _import_alone(ROOT, mods)
   assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
   assert f"imported {len(mods)} modules alone" in r.stdout
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="needs fork")
+def test_import_alone_finds_a_planted_order_dependent_cycle(tmp_path):
+  """``sbjax.a`` imports alone, ``sbjax.b`` does not (it imports ``a``, which takes a name
+  from the half-initialised ``b``), and a module that raises is reported too."""
+  pkg = tmp_path / "sbjax"
+  pkg.mkdir()
+  (pkg / "__init__.py").write_text("")
+  (pkg / "a.py").write_text("X = 1\nfrom sbjax.b import Y\n")
+  (pkg / "b.py").write_text("from sbjax import a\nY = a.X\n")
+  (pkg / "c.py").write_text("raise ValueError('broken on purpose')\n")
+  r = _import_alone(tmp_path, ["sbjax.a", "sbjax.b", "sbjax.c"])
+  assert r.returncode == 1
+  failed = [line for line in r.stdout.splitlines() if line.startswith("FAILED")]
+  assert len(failed) == 2 and "imported 1 modules alone, 2 failed" in r.stdout, r.stdout
+  assert failed[0].startswith("FAILED sbjax.b: ImportError") and "Y" in failed[0]
+  assert failed[1] == "FAILED sbjax.c: ValueError: broken on purpose"
 
 
 def _too_long(paths) -> list[str]:
