@@ -40,7 +40,7 @@ def main(argv):
   out = Path(OUT.value)
   if sf.SERIES.value:
     return main_series(out)
-  run(out, PRESET.value, DATA.value)
+  run(out, PRESET.value, data=DATA.value)
   section = report_section(out, ".")
   (out / "section.md").write_text(section)
   print(section)

@@ -138,7 +138,7 @@ def weight_decay_strength(p: Preset, n_train_tokens: int) -> dict:
           "gamma": {f"{lam:g}": lam * sum_lr for lam in lams}}
 
 
-def run(out: Path, preset: str, data: str | None = None, verbose: bool = True) -> None:
+def run(out: Path, preset: str, *, data: str | None = None, verbose: bool = True) -> None:
   """Run the experiment into ``out`` (finished groups are skipped); see the package doc.
   ``data``: a directory of .txt files (default: the packaged sample corpus), token files
   ``TRAIN.bin[,VAL.bin]`` / ``.npy`` (the tpu preset: TinyStories ids of the GPT-Neo

@@ -13,7 +13,7 @@ from sbjax.studies.head_rank import NAME, base_config, make_plan, run_sweep, swe
 __all__ = ["NAME", "base_config", "make_plan", "run", "run_sweep", "sweep_units"]
 
 
-def run(out: Path, preset, data: str = "", verbose: bool = True) -> None:
+def run(out: Path, preset, *, data: str | None = None, verbose: bool = True) -> None:
   """Train (or finish) the sweep into ``out``, write summary.json and draw the figure."""
   out = Path(out)
   train_sweep(out, preset, str(text_corpus(data)), verbose=verbose)

@@ -177,9 +177,13 @@ def _mixture(out: Path, mconfs, p: Preset, progress, verbose: bool):
 PARTS = ("knee", "mix")
 
 
-def run(out: Path, preset, verbose: bool = True, parts=PARTS) -> None:
+def run(out: Path, preset, *, data: str | None = None, verbose: bool = True,
+        parts=PARTS) -> None:
   """Runs both parts into ``out`` (finished runs and floors are reused) and draws the figures;
-  ``parts`` = ("mix",) runs part 2 alone (part 1's CSV is then whatever ``out`` holds)."""
+  ``parts`` = ("mix",) runs part 2 alone (part 1's CSV is then whatever ``out`` holds).
+  ``data`` is ignored: the planted languages are sampled, no corpus is read (the
+  ``Experiment`` protocol of ``sbjax.cli.reproduce``)."""
+  del data
   if not parts or set(parts) - set(PARTS):
     raise ValueError(f"planted: parts={tuple(parts)}; allowed: a non-empty subset of {PARTS}")
   p = get_preset(preset)

@@ -48,7 +48,7 @@ def main(argv):
     print(json.dumps({"out": str(out), "arms": str(out / "planted_arms.csv"),
                       "section": str(out / "section.md")}))
     return
-  run(out, PRESET.value, DATA.value or None)
+  run(out, PRESET.value, data=DATA.value or None)
   (out / "section.md").write_text(report_section(out, "."))
   print(json.dumps({"out": str(out), "runs": str(out / "saturation_runs.csv"),
                     "fit": str(out / "saturation_fit.csv"), "section": str(out / "section.md")}))

@@ -13,8 +13,11 @@ PRESETS = {"test": "test-planted", "quick": "test-planted", "cpu": "cpu-planted"
            "tpu": "tpu-planted"}
 
 
-def run(out: Path, preset, verbose: bool = True) -> None:
-  """Train, measure and summarise the arms of ``preset`` (a reproduce preset or a planted one)."""
+def run(out: Path, preset, *, data: str | None = None, verbose: bool = True) -> None:
+  """Train, measure and summarise the arms of ``preset`` (a reproduce preset or a planted
+  one). ``data`` is ignored: the planted mixture is sampled, no corpus is read (the
+  ``Experiment`` protocol of ``sbjax.cli.reproduce``)."""
+  del data
   run_planted(Path(out), PRESETS.get(preset, preset), verbose=verbose)
 
 

@@ -19,7 +19,7 @@ DATA = flags.DEFINE_string("data", "", "a directory of .txt files (default: the 
 def main(argv):
   del argv
   out = Path(OUT.value)
-  run(out, PRESET.value, DATA.value or None)
+  run(out, PRESET.value, data=DATA.value or None)
   print(json.dumps({"out": str(out), "csv": str(out / CSV)}))
 
 

@@ -20,7 +20,7 @@ DATA = flags.DEFINE_string("data", "", "directory of .txt files (default: the Sh
 def main(argv):
   del argv
   out = Path(OUT.value)
-  run(out, PRESET.value, DATA.value)
+  run(out, PRESET.value, data=DATA.value)
   print(json.dumps({"out": str(out), "fit": json.loads((out / FIT).read_text())}))
 
 

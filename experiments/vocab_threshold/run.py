@@ -58,7 +58,7 @@ def measure_v(plan: Plan, sub: Path, vocab: int, knobs, ngram_rows: list) -> dic
   return row
 
 
-def run(out: Path, preset, data: str = "", verbose: bool = True) -> None:
+def run(out: Path, preset, *, data: str | None = None, verbose: bool = True) -> None:
   out = Path(out)
   corpus = str(text_corpus(data))
   knobs = get_preset(preset).knobs

@@ -22,7 +22,7 @@ DATA = flags.DEFINE_string("data", "", "corpus for the head-rank sweep if it has
 def main(argv):
   del argv
   out = Path(OUT.value)
-  run(out, PRESET.value, HR_DIR.value, DATA.value)
+  run(out, PRESET.value, data=DATA.value, head_rank_dir_=HR_DIR.value)
   print(json.dumps({"out": str(out), "csv": str(out / CSV), "figure": str(out / FIGURE),
                     "summary": json.loads((out / SUMMARY).read_text())}))
 

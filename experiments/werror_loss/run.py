@@ -70,7 +70,8 @@ def compute(out: Path, hr: Path, knobs: Knobs = Knobs()) -> dict:
   return summary
 
 
-def run(out: Path, preset, head_rank_dir_: str = "", data: str = "", verbose: bool = True) -> None:
+def run(out: Path, preset, *, data: str | None = None, head_rank_dir_: str = "",
+        verbose: bool = True) -> None:
   """Compute from the head-rank sweep (trained first with ``preset`` if it is not there)."""
   out = Path(out)
   p = get_preset(preset)

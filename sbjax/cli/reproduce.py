@@ -12,8 +12,11 @@ module (imported only when selected; importing it defines no absl flags, those l
 ``__main__``) follows ``Experiment``:
 
     PRESETS: dict                                     # test, quick, cpu, tpu
-    run(out: Path, preset: str[, data]) -> None       # writes CSVs/JSON into out
+    run(out: Path, preset: str, *, data=None) -> None # writes CSVs/JSON into out
     report_section(out: Path, rel: str) -> str        # markdown; draws figures under rel/
+
+``data`` is ``--data`` (None: the experiment's default corpus); an experiment that trains on
+no corpus (a planted language) ignores it, so one ``--data`` serves a whole run.
 
 Experiment NAME runs in ``OUT/NAME/``; ``OUT/report.md`` is a header, a timing table and the
 sections in order. ``--quick`` selects the ``quick`` preset and, without ``--only``, the
@@ -28,7 +31,6 @@ it).
 from __future__ import annotations
 
 import importlib
-import inspect
 import json
 import logging
 import platform
@@ -48,11 +50,16 @@ TIMINGS = "timings.json"
 
 
 class Experiment(Protocol):
-  """What ``Suite`` needs of an experiment module (``data`` only for the text experiments)."""
+  """What ``Suite`` needs of an experiment module. ``run`` writes the experiment's files into
+  ``out`` at the preset named ``preset``; ``data`` is the ``--data`` of the command line, the
+  corpus of the text experiments (None: the experiment's default, the packaged sample corpus
+  or the preset's dataset). An experiment that reads no corpus (a planted language) ignores
+  ``data``, so one ``--data`` serves every experiment of a run. Other keywords of an
+  experiment's ``run`` (``verbose``, ...) have defaults and are not part of the protocol."""
 
   PRESETS: dict
 
-  def run(self, out: Path, preset: str) -> None: ...
+  def run(self, out: Path, preset: str, *, data: str | None = None) -> None: ...
 
   def report_section(self, out: Path, rel: str) -> str: ...
 
@@ -96,11 +103,12 @@ class Suite:
         raise RuntimeError(f"experiment {name!r}: module {modname} has no {fn}() function")
     return mod
 
-  def run_all(self, out, names, preset: str, verbose: bool = True, data: str = "") -> dict:
+  def run_all(self, out, names, preset: str, verbose: bool = True,
+              data: str | None = None) -> dict:
     """Runs the experiments ``names`` at ``preset`` into OUT/NAME/, then writes the report.
-    ``data`` (a directory of .txt files, default the packaged sample corpus) goes to every
-    experiment whose ``run`` takes a ``data`` argument (the text experiments).
-    Returns the timings ({name: {"seconds", "preset", "status", "error"}})."""
+    ``data`` (``--data``: a directory of .txt files; None or "" = each experiment's default)
+    goes to every experiment (``Experiment.run``). Returns the timings ({name: {"seconds",
+    "preset", "status", "error"}})."""
     out = Path(out)
     if preset not in PRESETS:
       raise ValueError(f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
@@ -113,8 +121,7 @@ class Suite:
         mod = self.load(name)
         if verbose:
           sys.stderr.write(f"== {name} ({preset}) -> {out / name}\n")
-        kw = {"data": data} if data and "data" in inspect.signature(mod.run).parameters else {}
-        mod.run(out / name, preset, **kw)
+        mod.run(out / name, preset, data=data or None)
       except Exception as e:  # noqa: BLE001 - reported, the other experiments go on
         rec.update(status="failed", error=f"{type(e).__name__}: {e}")
         if verbose:

@@ -32,9 +32,9 @@ def _w_error(s, k):
 def outs(tmp_path_factory):
   root = tmp_path_factory.mktemp("head_rank")
   corpus = write_corpus(root / "corpus", generated_docs(0, 12))
-  head_rank.run(root / "head_rank", "test", str(corpus), verbose=False)
+  head_rank.run(root / "head_rank", "test", data=str(corpus), verbose=False)
   werror_loss.run(root / "werror_loss", "test", verbose=False)  # reads root/head_rank
-  vocab_threshold.run(root / "vocab_threshold", "test", str(corpus), verbose=False)
+  vocab_threshold.run(root / "vocab_threshold", "test", data=str(corpus), verbose=False)
   return root
 
 
@@ -157,6 +157,6 @@ def test_rerun_skips_finished_runs(outs):
   out = outs / "head_rank"
   before = {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("metrics.jsonl")}
   csv_before = (out / "head_rank.csv").read_text()
-  head_rank.run(out, "test", str(outs / "corpus"), verbose=False)
+  head_rank.run(out, "test", data=str(outs / "corpus"), verbose=False)
   assert {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("metrics.jsonl")} == before
   assert (out / "head_rank.csv").read_text() == csv_before

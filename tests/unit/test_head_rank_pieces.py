@@ -53,7 +53,7 @@ def test_tpu_presets_validate_without_training(tmp_path):
   assert {s.protocol for s in specs} == {"full", "a", "b"}
   for v in vocab_threshold.VOCABS["tpu"]:
     p = vocab_threshold.make_plan("tpu", corpus, v)
-    assert p.base.data.vocab_size == v and max(p.ranks) < p.d_model
+    assert p.base.data.options.vocab_size == v and max(p.ranks) < p.d_model
 
 
 def test_bad_inputs_are_refused(tmp_path):
@@ -66,9 +66,9 @@ def test_bad_inputs_are_refused(tmp_path):
     head_rank.base_config("huge", "corpus")
   with pytest.raises(FileNotFoundError, match=r"corpus directory not found \(--data=.*missing\); "
                      "pass --data=DIR"):
-    head_rank.run(tmp_path / "out", "test", str(tmp_path / "missing"))
+    head_rank.run(tmp_path / "out", "test", data=str(tmp_path / "missing"))
   with pytest.raises(FileNotFoundError, match="pass --data=DIR"):
-    vocab_threshold.run(tmp_path / "vt", "test", str(tmp_path / "missing"))
+    vocab_threshold.run(tmp_path / "vt", "test", data=str(tmp_path / "missing"))
   assert not (tmp_path / "out").exists()  # refused before anything is written
 
 
@@ -88,13 +88,13 @@ def test_presets_have_test_quick_cpu_tpu_and_test_is_smallest(tmp_path):
     assert (p.base, p.overrides) == (hr.base, hr.overrides)
   plan = head_rank.make_plan("cpu", corpus)  # the Plan's knobs are the preset's
   assert plan.lrs == (1e-2, 2e-2) and plan.mos_mix == (1, 2) and plan.head_steps == 150
-  assert plan.base.data.source == "text" and plan.base.data.path == corpus
-  assert plan.base.data.vocab_size == 1024 and plan.base.train.eval_every == plan.base.train.steps
+  assert plan.base.data.source == "text" and plan.base.data.options.path == corpus
+  assert plan.base.data.options.vocab_size == 1024 and plan.base.train.eval_every == plan.base.train.steps
   vt = vocab_threshold.make_plan("cpu", corpus, 2048, "tfds")
-  assert vt.base.data.vocab_size == 2048 and vt.base.name == "vocab_threshold-cpu-V2048"
+  assert vt.base.data.options.vocab_size == 2048 and vt.base.name == "vocab_threshold-cpu-V2048"
   assert vt.protocols == ("a",) and vt.base.model.d_model == 64 and max(vt.ranks) == 64
   assert vocab_threshold.VOCABS["cpu"] == (256, 512, 1024, 2048)  # issue 18
-  assert vt.base.data.tfds_data_dir == "tfds"
+  assert vt.base.data.options.data_dir == "tfds"
 
 
 def test_werror_helpers():
