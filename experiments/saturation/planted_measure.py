@@ -101,7 +101,7 @@ def _jump(vals: np.ndarray, i: int) -> float:
 
 def arm_summary(rows: list[dict], losses_KxW: np.ndarray, train_recs: list[dict], cfg, p,
                 floor: float, entropy: float) -> dict:
-  """The per-arm readout (the report's table row); ``p``: the PlantedPreset."""
+  """The per-arm readout (the report's table row); ``p``: the planted preset's Knobs."""
   steps = np.array([r["step"] for r in rows])
   total = cfg.train.steps
   rt = rise_lib.rise_test(steps, losses_KxW, total, threshold=p.threshold, after=p.after,

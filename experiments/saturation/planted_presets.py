@@ -1,5 +1,6 @@
 """The planted preset family of the saturation experiment (``--preset=<name>-planted``):
-arms of width d and weight decay λ on the planted mixture language, run by Γ = λ Σ η.
+arms of width d and weight decay λ on the planted mixture language, run by Γ = λ Σ η. A
+preset is a ``Preset``: dotted Config overrides of ``planted`` (``overrides``) and ``Knobs``.
 
 An arm is (d, λ). Every arm of a preset trains for the same number of steps, chosen by
 ``sbjax.optim.steps_for_gamma`` so that the reference arms (λ = ``ref_weight_decay``) reach
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..shared import config_from, pick_preset
+from ..shared import Preset, config_from, pick_preset
 from sbjax import optim
 from sbjax.config import Config, TrainConfig
 
@@ -35,26 +36,15 @@ def arm_name(d: int, weight_decay: float, dtype: str = "float32") -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class PlantedPreset:
+class Knobs:
+  """What is not a Config field: the arms, the Γ target that sets the step count, the
+  derivation rules of ``overrides`` and the readout."""
   arms: tuple
   target_gamma: float = 7.9  # Γ_total of the reference arms (Pythia-14m/70m)
   ref_weight_decay: float = 0.1
-  steps: int = 0  # > 0: this many steps instead of the Γ target (the test preset)
-  lr: float = 1e-2
-  warmup_frac: float = 0.01
-  batch: int = 8
-  seq_len: int = 64
-  n_layers: int = 1
-  head_dim: int = 8  # heads = max(1, d // head_dim)
-  ckpt_every: int = 250  # besides the log-spaced 0, 1, 2, 4, ..., 512
-  log_every: int = 25
+  warmup_frac: float = 0.01  # train.warmup_steps = round(warmup_frac · train.steps)
+  head_dim: int = 8  # model.n_heads = max(1, d // head_dim)
   streaming: bool = False  # train batches sampled on demand (data.planted_train_tokens = 0)
-  # the planted mixture language
-  vocab: int = 256
-  rank: int = 8
-  n_mix: int = 4
-  alpha: float = 4.0
-  lang_seed: int = 0
   # the fixed validation stream: windows of seq_len + 1 tokens (the bootstrap units)
   val_windows: int = 64
   # readout
@@ -66,32 +56,51 @@ class PlantedPreset:
   floor_gtol: float = 1e-6
   floor_max_iter: int = 5000
 
-  def train_steps(self) -> int:
-    if self.steps:
-      return self.steps
-    ref = optim.steps_for_gamma(TrainConfig(lr=self.lr, weight_decay=self.ref_weight_decay),
-                                self.target_gamma, self.warmup_frac)
-    return ref.steps
+
+BASE = "planted"
+# the cpu preset's Config in dotted keys over BASE (the per-arm keys aside); the other presets
+# replace some of them. The planted mixture language: V = data.planted_vocab, M =
+# data.planted_mix, k = data.planted_rank. Besides the log-spaced 0, 1, 2, 4, ... checkpoints
+# one every train.ckpt_every steps. train.steps 0 = the Γ target of the knobs.
+CPU = {"data.source": "planted_mix", "data.planted_vocab": 256, "data.planted_rank": 8,
+       "data.planted_mix": 4, "data.planted_alpha": 4.0, "data.planted_context": 1,
+       "data.planted_seed": 0, "model.n_layers": 1, "train.steps": 0, "train.batch_size": 8,
+       "train.seq_len": 64, "train.lr": 1e-2, "train.min_lr_ratio": 0.1, "train.b1": 0.9,
+       "train.b2": 0.95, "train.clip": 1.0, "train.eval_batches": 1, "train.log_every": 25,
+       "train.ckpt_every": 250, "train.ckpt_log_spaced": True}
 
 
-def arm_config(p: PlantedPreset, arm: Arm) -> Config:
-  """The validated Config of one arm (the ``planted`` base with the preset's overrides)."""
-  steps = p.train_steps()
-  return config_from("planted", {
-      "model.vocab_size": p.vocab, "model.d_model": arm.d, "model.n_layers": p.n_layers,
-      "model.n_heads": max(1, arm.d // p.head_dim), "model.max_len": p.seq_len,
-      "model.dtype": arm.dtype,
-      "data.source": "planted_mix", "data.planted_vocab": p.vocab, "data.planted_rank": p.rank,
-      "data.planted_mix": p.n_mix, "data.planted_alpha": p.alpha, "data.planted_context": 1,
-      "data.planted_seed": p.lang_seed,
-      "data.planted_train_tokens": 0 if p.streaming else steps * p.batch * p.seq_len + 1,
-      "data.planted_val_tokens": max(p.val_windows, p.batch) * p.seq_len + 1,
-      "train.steps": steps, "train.batch_size": p.batch, "train.seq_len": p.seq_len,
-      "train.lr": p.lr, "train.warmup_steps": int(round(p.warmup_frac * steps)),
-      "train.min_lr_ratio": 0.1, "train.weight_decay": arm.weight_decay,
-      "train.b1": 0.9, "train.b2": 0.95, "train.clip": 1.0,
-      "train.eval_every": steps, "train.eval_batches": 1, "train.log_every": p.log_every,
-      "train.ckpt_every": p.ckpt_every, "train.ckpt_log_spaced": True,
+def gamma_steps(lr: float, k: Knobs) -> int:
+  """The step count at which the reference arms (λ = ref_weight_decay) reach target_gamma."""
+  return optim.steps_for_gamma(TrainConfig(lr=lr, weight_decay=k.ref_weight_decay),
+                               k.target_gamma, k.warmup_frac).steps
+
+
+def overrides(o: dict, k: Knobs) -> dict:
+  """CPU with the preset's dotted keys ``o`` over it, and the keys derived from them and the
+  knobs: train.steps (the Γ target when 0), the warm-up, fresh tokens every step (the train
+  stream holds exactly steps · batch windows), the validation stream, one eval at the end,
+  model.vocab_size = data.planted_vocab and model.max_len = train.seq_len."""
+  o = {**CPU, **o}
+  steps = o["train.steps"] or gamma_steps(o["train.lr"], k)
+  batch, seq_len = o["train.batch_size"], o["train.seq_len"]
+  return {**o, "model.vocab_size": o["data.planted_vocab"], "model.max_len": seq_len,
+          "train.steps": steps, "train.warmup_steps": int(round(k.warmup_frac * steps)),
+          "train.eval_every": steps,
+          "data.planted_train_tokens": 0 if k.streaming else steps * batch * seq_len + 1,
+          "data.planted_val_tokens": max(k.val_windows, batch) * seq_len + 1}
+
+
+def planted_preset(o: dict, k: Knobs) -> Preset:
+  return Preset(BASE, overrides(o, k), k)
+
+
+def arm_config(p: Preset, arm: Arm) -> Config:
+  """The validated Config of one arm: the preset's overrides and the arm's width, heads,
+  dtype and weight decay."""
+  return config_from(p.base, {
+      **p.overrides, "model.d_model": arm.d, "model.n_heads": max(1, arm.d // p.knobs.head_dim),
+      "model.dtype": arm.dtype, "train.weight_decay": arm.weight_decay,
       "name": f"saturation-planted-{arm.name}"})
 
 
@@ -102,13 +111,15 @@ PYTHIA_ARMS = (Arm(8, 0.1), Arm(16, 0.1), Arm(64, 0.1), Arm(8, 0.03), Arm(64, 0.
 # and loss stay float32): the precision arm
 BF16_ARM = Arm(8, 0.1, "bfloat16")
 
-PLANTED_PRESETS: dict[str, PlantedPreset] = {
+PLANTED_PRESETS: dict[str, Preset[Knobs]] = {
     # the e2e test: a tiny language, one arm (each arm costs ~15 s of compilation on CPU;
     # the multi-arm readout is unit-tested), 20 steps
-    "test-planted": PlantedPreset(arms=(Arm(8, 0.03),), steps=20, batch=4,
-                                  seq_len=16, ckpt_every=10, log_every=2, vocab=32, rank=2,
-                                  n_mix=2, val_windows=8, n_boot=200, floor_gtol=1e-4,
-                                  floor_max_iter=300),
+    "test-planted": planted_preset(
+        {"train.steps": 20, "train.batch_size": 4, "train.seq_len": 16, "train.ckpt_every": 10,
+         "train.log_every": 2, "data.planted_vocab": 32, "data.planted_rank": 2,
+         "data.planted_mix": 2},
+        Knobs(arms=(Arm(8, 0.03),), val_windows=8, n_boot=200, floor_gtol=1e-4,
+              floor_max_iter=300)),
     # 2 CPU cores: the issue's recipe (η = 1e-2, λ = 0.1, 1% warm-up, cosine to 10%, Γ = 7.9
     # in 14,377 steps) at 8 x 64 tokens per step (7.4M fresh tokens per arm), one layer.
     # Time (BUILD_NOTES): the five float32 arms took 832 s user + 57 s system CPU in session 7
@@ -116,16 +127,26 @@ PLANTED_PRESETS: dict[str, PlantedPreset] = {
     # not yet timed at this scale.
     # Floors: gtol 1e-4 / 1000 L-BFGS iterations reproduce the guide's floor(d) − H (8: 0.624,
     # 16: 0.236, 64: 0.0068 nats) in ~2 min on the loaded machine (cached in OUT).
-    "cpu-planted": PlantedPreset(arms=PYTHIA_ARMS + (BF16_ARM,), floor_gtol=1e-4,
-                                 floor_max_iter=1000),
+    "cpu-planted": planted_preset({}, Knobs(arms=PYTHIA_ARMS + (BF16_ARM,), floor_gtol=1e-4,
+                                            floor_max_iter=1000)),
     # Pythia-14m's learning rate (1e-3) and step count for Γ = 7.9 (143,770 steps, Pythia:
     # 143,000) at 32 x 64 tokens per step (294M fresh tokens per arm, sampled on demand:
     # sbjax.data.planted_stream), 2 layers; not run yet
-    "tpu-planted": PlantedPreset(arms=PYTHIA_ARMS + (BF16_ARM,), lr=1e-3, batch=32, n_layers=2,
-                                 ckpt_every=1000, log_every=100, val_windows=256,
-                                 streaming=True),
+    "tpu-planted": planted_preset(
+        {"train.lr": 1e-3, "train.batch_size": 32, "model.n_layers": 2,
+         "train.ckpt_every": 1000, "train.log_every": 100},
+        Knobs(arms=PYTHIA_ARMS + (BF16_ARM,), val_windows=256, streaming=True)),
 }
 
 
-def get_planted_preset(name) -> PlantedPreset:
+def knobs_record(p: Preset, cfg: Config) -> dict:
+  """The knobs and the training fields of the arms' Config (``cfg``, any arm's) as one flat
+  record: planted_meta.json's "knobs", which the report reads."""
+  t, d = cfg.train, cfg.data
+  return {**dataclasses.asdict(p.knobs), "steps": t.steps, "lr": t.lr, "batch": t.batch_size,
+          "seq_len": t.seq_len, "n_layers": cfg.model.n_layers, "ckpt_every": t.ckpt_every,
+          "log_every": t.log_every, "vocab": cfg.model.vocab_size}
+
+
+def get_planted_preset(name) -> Preset:
   return pick_preset(PLANTED_PRESETS, name, "saturation (planted)")

@@ -9,7 +9,6 @@ per-arm readout, ``planted_measure.arm_summary``), ``planted_floor.csv``,
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import json
 import time
@@ -19,7 +18,7 @@ import numpy as np
 
 from . import planted_measure as pm
 from .windows import validation_windows
-from .planted_presets import PlantedPreset, arm_config, get_planted_preset
+from .planted_presets import arm_config, get_planted_preset, knobs_record
 from ..shared import RunsProgress, read_rows, write_json, write_rows
 from sbjax.analysis.table import atomic_write_bytes
 from sbjax.data import make_dataset
@@ -34,16 +33,17 @@ def _save_windows(path: Path, steps, losses) -> None:
   atomic_write_bytes(path, buf.getvalue())
 
 
-def _floors(lang, p: PlantedPreset, out: Path) -> dict:
+def _floors(lang, p, out: Path) -> dict:
   """floor(d) − H for every arm width: {d: row of planted_floor.csv}; kept in OUT and reused
   while the language, the widths and the optimiser settings are the same."""
-  key = json.dumps({"lang": lang.info(), "ranks": sorted({a.d for a in p.arms}),
-                    "gtol": p.floor_gtol, "max_iter": p.floor_max_iter}, sort_keys=True)
+  k = p.knobs
+  key = json.dumps({"lang": lang.info(), "ranks": sorted({a.d for a in k.arms}),
+                    "gtol": k.floor_gtol, "max_iter": k.floor_max_iter}, sort_keys=True)
   path, kpath = out / "planted_floor.csv", out / "planted_floor.key"
   if path.exists() and kpath.exists() and kpath.read_text() == key:
     return {int(r["rank"]): r for r in read_rows(path)}
-  res = floor_curve(lang, sorted({a.d for a in p.arms}), gtol=p.floor_gtol,
-                    max_iter=p.floor_max_iter, restarts=2, require_converged=False)
+  res = floor_curve(lang, sorted({a.d for a in k.arms}), gtol=k.floor_gtol,
+                    max_iter=k.floor_max_iter, restarts=2, require_converged=False)
   rows = {r.rank: r.row() for r in res}
   write_rows(path, [rows[d] for d in sorted(rows)])
   kpath.write_text(key)
@@ -51,17 +51,17 @@ def _floors(lang, p: PlantedPreset, out: Path) -> dict:
 
 
 def run_planted(out: Path, preset, verbose: bool = True) -> dict:
-  """Train, measure and summarise every arm of a planted preset (name or PlantedPreset)."""
-  p = preset if isinstance(preset, PlantedPreset) else get_planted_preset(preset)
+  """Train, measure and summarise every arm of a planted preset (a name or a Preset)."""
+  p = get_planted_preset(preset)
   out = Path(out)
   out.mkdir(parents=True, exist_ok=True)
   t0 = time.perf_counter()
-  cfgs = [(a, arm_config(p, a)) for a in p.arms]  # all validated before any training
+  cfgs = [(a, arm_config(p, a)) for a in p.knobs.arms]  # all validated before any training
   c0 = cfgs[0][1]
   ds = make_dataset(c0.data, seq_len=c0.train.seq_len, global_batch_size=c0.train.batch_size,
                     seed=c0.train.data_seed, workdir=None, process_index=0, process_count=1)
   lang = ds.planted
-  windows = validation_windows(ds, p.val_windows)
+  windows = validation_windows(ds, p.knobs.val_windows)
   t_floor = time.perf_counter()
   floors = _floors(lang, p, out)
   timings = {"data_and_floor_s": round(time.perf_counter() - t0, 1),
@@ -79,7 +79,7 @@ def run_planted(out: Path, preset, verbose: bool = True) -> dict:
     _save_windows(wd / "planted_windows.npz", [r["step"] for r in rows], losses)
     train_recs = [r for r in read_metrics(wd) if "loss" in r]
     fl = floors[arm.d]
-    arms.append(pm.arm_summary(rows, losses, train_recs, cfg, p, float(fl["floor"]),
+    arms.append(pm.arm_summary(rows, losses, train_recs, cfg, p.knobs, float(fl["floor"]),
                                float(fl["H"])))
     ck_rows += [{"arm": arm.name, "d": arm.d, "weight_decay": arm.weight_decay,
                  "dtype": arm.dtype, **r} for r in rows]
@@ -90,8 +90,8 @@ def run_planted(out: Path, preset, verbose: bool = True) -> dict:
   write_rows(out / "planted_checkpoints.csv", ck_rows)
   write_rows(out / "planted_arms.csv", arms)
   meta = {"preset": preset if isinstance(preset, str) else "custom",
-          "knobs": dataclasses.asdict(p), "language": lang.info(),
-          "steps": p.train_steps(), "tokens_per_arm": p.train_steps() * p.batch * p.seq_len,
+          "knobs": knobs_record(p, c0), "language": lang.info(), "steps": c0.train.steps,
+          "tokens_per_arm": c0.train.steps * c0.train.batch_size * c0.train.seq_len,
           "account": pm.account(arms), "timings": timings,
           "seconds": round(time.perf_counter() - t0, 1)}
   write_json(out / "planted_meta.json", meta)

@@ -33,7 +33,7 @@ def done(tmp_path_factory):
 def test_checkpoints_gamma_and_expected_loss(done):
   out, _, _ = done
   ck = read_rows(out / "planted_checkpoints.csv")
-  for arm in P.arms:
+  for arm in P.knobs.arms:
     cfg = arm_config(P, arm)
     rows = [r for r in ck if r["arm"] == arm.name]
     wd = out / "runs" / arm.name
@@ -47,19 +47,20 @@ def test_checkpoints_gamma_and_expected_loss(done):
     np.testing.assert_allclose([r["gamma"] for r in rows], ref[[int(r["step"]) for r in rows]],
                                rtol=1e-5, atol=1e-12)
   # the expected loss of the last checkpoint of arm 0, by hand: Σ_v P(v|x_t) (−log q_t(v))
-  cfg = arm_config(P, P.arms[0])
+  cfg = arm_config(P, P.knobs.arms[0])
   ds = make_dataset(cfg.data, seq_len=cfg.train.seq_len, global_batch_size=cfg.train.batch_size,
                     seed=0, workdir=None)
-  win = validation_windows(ds, P.val_windows)
-  _, params, _ = ckpt.load_params(out / "runs" / P.arms[0].name)
+  win = validation_windows(ds, P.knobs.val_windows)
+  _, params, _ = ckpt.load_params(out / "runs" / P.knobs.arms[0].name)
   logq = np.asarray(jax.nn.log_softmax(Model(cfg.model).apply(params, win[:, :-1]), -1), np.float64)
   by_window = -(ds.planted.probs[win[:, :-1]] * logq).sum(-1).mean(-1)
-  with np.load(out / "runs" / P.arms[0].name / "planted_windows.npz") as z:
+  with np.load(out / "runs" / P.knobs.arms[0].name / "planted_windows.npz") as z:
     losses = z["expected_loss_KxW"]
   np.testing.assert_allclose(losses[-1], by_window, rtol=2e-5)
   # the W-error columns of the last checkpoint: numpy SVDs of W and (I − 11ᵀ/V) W
   w = np.asarray(heads.head_matrix(params, cfg.model), np.float64)  # V x d
-  last = [r for r in read_rows(out / "planted_checkpoints.csv") if r["arm"] == P.arms[0].name][-1]
+  last = [r for r in read_rows(out / "planted_checkpoints.csv")
+          if r["arm"] == P.knobs.arms[0].name][-1]
   for kind, m in (("raw", w), ("centred", w - w.mean(0))):
     s = np.linalg.svd(m, compute_uv=False)
     for r in pm.W_ERROR_DIMS:
@@ -74,12 +75,13 @@ def test_arm_table(done):
   out, meta, section = done
   arms = read_rows(out / "planted_arms.csv")
   floors = {int(r["rank"]): r for r in read_rows(out / "planted_floor.csv")}
-  assert [a["arm"] for a in arms] == [a.name for a in P.arms]
+  assert [a["arm"] for a in arms] == [a.name for a in P.knobs.arms]
   assert floors[8]["floor"] >= floors[8]["H"] and floors[8]["converged"] in (0, 1, True, False)
-  for a, arm in zip(arms, P.arms):
+  for a, arm in zip(arms, P.knobs.arms):
     with np.load(out / "runs" / arm.name / "planted_windows.npz") as z:
       steps, losses = z["steps"], z["expected_loss_KxW"]
-    assert a["rise"] == pytest.approx(rise_lib.rise_statistic(steps, losses.mean(1), P.train_steps()))
+    assert a["rise"] == pytest.approx(
+        rise_lib.rise_statistic(steps, losses.mean(1), P.overrides["train.steps"]))
     assert a["rise_verdict"] in rise_lib.VERDICTS and a["rise_ci_lo"] <= a["rise_ci_hi"]
     assert a["floor"] == pytest.approx(floors[arm.d]["floor"])
     assert a["gap_to_floor"] == pytest.approx(losses[-1].mean() - a["floor"])
