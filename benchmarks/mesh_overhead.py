@@ -92,7 +92,7 @@ def main():
   args = ap.parse_args()
   cfg = configs.build(configs.load(args.preset))
   if cfg.model.vocab_size == 0:
-    cfg = train_lib.resolve_vocab(cfg, cfg.data.planted_vocab)
+    cfg = train_lib.resolve_vocab(cfg, cfg.data.options.vocab)
   tc, mc = cfg.train, cfg.model
   rng = np.random.default_rng(0)
   batches = [rng.integers(0, mc.vocab_size, (tc.batch_size, tc.seq_len + 1), dtype=np.int32)

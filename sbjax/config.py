@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
+from sbjax.data import _legacy as legacy_data
 from sbjax.data import sources as data_sources
 from sbjax.data.sources import SourceOptions
 from sbjax.errors import config_error
@@ -26,8 +27,6 @@ MATMUL_PRECISIONS = ("auto", "highest", "high", "default")  # sbjax.precision
 REMAT_KINDS = ("none", "full", "dots")
 ATTN_KINDS = ("global", "local")
 DTYPES = ("float32", "bfloat16", "float16", "float64")
-TOKEN_DTYPES = ("uint16", "int32", "uint32", "int64", "int16", "uint8")
-PLANTED_GATES = ("uniform", "dirichlet")  # data.planted_gate of source=planted_mos
 TRAIN_OBJECTIVES = ("sampled", "expected")  # train.objective (sbjax.train.objective)
 
 
@@ -35,6 +34,8 @@ _err = config_error
 # the flat head fields of earlier versions (model.head_rank, ...): Config.from_dict and the
 # dotted overrides still take them, mapped to the typed head (sbjax.heads._legacy)
 LEGACY_MODEL_FIELDS = tuple(legacy_heads.LEGACY_DEFAULTS)
+# the same for the flat data fields (data.planted_vocab, data.tfds_name, ...: sbjax.data._legacy)
+LEGACY_DATA_FIELDS = tuple(legacy_data.LEGACY_DEFAULTS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,68 +160,23 @@ class ModelConfig:
 class DataConfig:
   """Where tokens come from. ``source`` names a source registered in sbjax.data.sources:
   planted | planted_mix | planted_mos (exact P(.|context) known) | text | tfds | tokens (token
-  files on disk, sbjax.data.tokens), or one a file registers with its own ``options``."""
+  files on disk, sbjax.data.tokens), or one a file registers; ``options`` holds that source's
+  own fields (a ``SourceOptions`` of ``sbjax.data.options``, e.g. ``PlantedOptions(vocab=64,
+  rank=4)``; a dict or None, its defaults, is turned into it). JSON: ``{"source": "planted",
+  "options": {"vocab": 64, ...}}``; the flat fields of earlier versions (``planted_vocab``,
+  ``tfds_name``, ...) are read by ``Config.from_dict`` (``sbjax.data._legacy``)."""
 
   source: str = "planted"
-  # text / tfds
-  path: str = ""  # directory of .txt files (source=text)
-  tfds_name: str = ""  # e.g. "lm1b", "tiny_shakespeare" (source=tfds)
-  tfds_data_dir: str = ""  # TFDS data_dir; "" = WORKDIR/tfds for builders sbjax prepares
-  text_key: str = "text"
-  tokenizer: str = ""  # an existing sentencepiece .model or HF tokenizer.json; "" = train one
-  tokenizer_type: str = "unigram"  # unigram | bpe
-  vocab_size: int = 1024  # tokenizer vocab (text/tfds)
-  val_fraction: float = 0.1  # fraction of documents in the validation split
-  max_docs: int = 0  # source=tfds: read at most this many documents per split (0 = all)
-  # planted-rank language
-  planted_vocab: int = 256
-  planted_rank: int = 8
-  planted_alpha: float = 4.0
-  planted_zipf: float = 1.0
-  planted_context: int = 1  # context = the last n tokens
-  planted_mix: int = 4  # number of components for source=planted_mix
-  planted_seed: int = 0
-  planted_train_tokens: int = 2_000_000
-  planted_val_tokens: int = 65_536
-  # source=tokens (sbjax.data.tokens): an integer .npy [n, T+1] / [N], or a flat .bin
-  tokens_path: str = ""
-  tokens_val_path: str = ""  # "" = hold out the last val_fraction of the windows
-  tokens_dtype: str = "uint16"  # item type of a flat .bin file
-  tokens_vocab: int = 0  # 0 = the largest id + 1; else ids must lie in [0, tokens_vocab)
-  # source=planted_mos (n_mix = planted_mix): gates uniform, or Dir(planted_gate_conc) per context
-  planted_gate: str = "uniform"
-  planted_gate_conc: float = 1.0
-  # the source's own fields (a SourceOptions of sbjax.data.sources; a dict is turned into it);
-  # empty for the built-in sources, whose fields are the flat ones above
   options: SourceOptions | dict | None = None
 
   def __post_init__(self):
     source = data_sources.get(self.source)  # a registered source, else the list of them
     object.__setattr__(self, "options", data_sources.options_for(self.source, self.options))
-    if self.tokenizer_type not in ("unigram", "bpe"):
-      raise _err("data.tokenizer_type", self.tokenizer_type, "unigram | bpe")
-    if self.vocab_size < 8:
-      raise _err("data.vocab_size", self.vocab_size, "an integer >= 8")
-    if not 0.0 < self.val_fraction < 1.0:
-      raise _err("data.val_fraction", self.val_fraction, "strictly between 0 and 1")
-    if self.planted_vocab < 2:
-      raise _err("data.planted_vocab", self.planted_vocab, "an integer >= 2")
-    if not 1 <= self.planted_rank <= self.planted_vocab:
-      raise _err("data.planted_rank", self.planted_rank,
-                 f"1 .. planted_vocab={self.planted_vocab}")
-    if self.planted_context < 1:
-      raise _err("data.planted_context", self.planted_context, "an integer >= 1")
-    if self.planted_mix < 1:
-      raise _err("data.planted_mix", self.planted_mix, "an integer >= 1")
-    source.validate(self)  # the fields this source needs (data.path for text, ...)
-    if self.tokens_dtype not in TOKEN_DTYPES:
-      raise _err("data.tokens_dtype", self.tokens_dtype, " | ".join(TOKEN_DTYPES))
-    if self.tokens_vocab < 0:
-      raise _err("data.tokens_vocab", self.tokens_vocab, "0 (largest id + 1) or an integer >= 1")
-    if self.planted_gate not in PLANTED_GATES:
-      raise _err("data.planted_gate", self.planted_gate, " | ".join(PLANTED_GATES))
-    if not self.planted_gate_conc > 0:
-      raise _err("data.planted_gate_conc", self.planted_gate_conc, "> 0")
+    source.validate(self)
+
+  def replace_options(self, **fields) -> "DataConfig":
+    """This config with some of its options' fields replaced."""
+    return dataclasses.replace(self, options=dataclasses.replace(self.options, **fields))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -311,7 +267,8 @@ class Config:
   @classmethod
   def from_dict(cls, d: dict) -> "Config":
     """A Config from its JSON form; also reads every config.json of earlier versions (the
-    flat head fields ``model.head_rank``, ``model.n_mix``, ... of ``sbjax.heads._legacy``)."""
+    flat head fields ``model.head_rank``, ``model.n_mix``, ... of ``sbjax.heads._legacy``, the
+    flat data fields ``data.planted_vocab``, ... of ``sbjax.data._legacy``)."""
     d = dict(d)
     parts = {}
     for name, sub in (("model", ModelConfig), ("data", DataConfig), ("train", TrainConfig),
@@ -319,6 +276,8 @@ class Config:
       vals = dict(d.pop(name, {}) or {})
       if name == "model":
         vals = legacy_heads.from_flat(vals)
+      elif name == "data":
+        vals = legacy_data.from_flat(vals)
       known = {f.name for f in dataclasses.fields(sub)}
       unknown = sorted(set(vals) - known)
       if unknown:
@@ -330,9 +289,11 @@ class Config:
     return cls(**parts, **d)
 
   def to_dict(self) -> dict:
-    """The JSON form (config.json): the head as {"kind": name, field: value, ...}."""
+    """The JSON form (config.json): the head as {"kind": name, field: value, ...}, the data as
+    {"source": name, "options": {field: value, ...}}."""
     d = dataclasses.asdict(self)
     d["model"]["head"] = self.model.head.to_dict()
+    d["data"]["options"] = self.data.options.to_dict()
     return json.loads(json.dumps(d))
 
   def replace(self, **sections) -> "Config":

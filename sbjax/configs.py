@@ -14,7 +14,12 @@ Any field can then be overridden with ``--config.section.key=value``. The editab
 (and the ConfigDict of the flag) hold the head in its flat form, ``model.head`` a kind name
 beside ``model.head_rank``, ``model.head_init``, ``model.n_mix``, ``model.mos_dim`` and
 ``model.mos_act`` (``sbjax.heads._legacy``), so ``--config.model.head=lowrank
---config.model.head_rank=8`` works as before; ``Config.from_dict`` types it.
+--config.model.head_rank=8`` works as before, and the data source's fields in theirs,
+``data.source`` beside ``data.planted_vocab``, ``data.path``, ``data.tfds_name``, ...
+(``sbjax.data._legacy``; ``data.options`` only for a source with fields of its own), so
+``--config.data.planted_vocab=64`` works as before; ``Config.from_dict`` types them. The
+overrides of ``sbjax.overrides`` (presets, sweeps) take the new form too:
+``data.options.vocab``.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from absl import flags
 from ml_collections.config_flags import config_flags
 
 from sbjax.config import Config, DataConfig, MeshConfig, ModelConfig, TrainConfig
+from sbjax.data import _legacy as legacy_data
 from sbjax.heads import _legacy as legacy_heads
 
 
@@ -39,7 +45,7 @@ def _flat_model(mc: ModelConfig) -> dict:
 def _base() -> dict:
   return {
       "model": _flat_model(ModelConfig()),
-      "data": dataclasses.asdict(DataConfig()),
+      "data": legacy_data.to_flat(dataclasses.asdict(DataConfig())),
       "train": dataclasses.asdict(TrainConfig()),
       "mesh": dataclasses.asdict(MeshConfig()),
       "name": "run",
@@ -169,6 +175,8 @@ def load(spec: str) -> ml_collections.ConfigDict:
     for k, v in json.loads(path.read_text()).items():
       if k == "model" and isinstance(v, dict):
         v = legacy_heads.to_flat(legacy_heads.from_flat(v))  # either form -> the flat one
+      elif k == "data" and isinstance(v, dict):
+        v = legacy_data.to_flat(legacy_data.from_flat(v))
       if isinstance(v, dict) and k in d:
         d[k].update(v)
       else:

@@ -7,7 +7,12 @@ grids and the experiments' presets.
 
 It works on ``Config.to_dict()`` / ``Config.from_dict`` only, so it follows whatever the
 config's fields are: a key names a path of nested dicts (``model.d_model``, and deeper ones
-such as ``model.head.rank`` where a field is itself a dict). A key that is no path of the
+such as ``model.head.rank`` or ``data.options.vocab`` where a field is itself a dict). The flat
+fields of earlier versions still work: ``model.head_rank`` (``sbjax.heads._legacy``) and
+``data.planted_vocab``, ``data.tfds_name``, ... (``sbjax.data._legacy``: set on the options of
+the source the overrides end with; ignored, as then, where that source does not read them).
+When ``data.source`` changes, the options the two sources share carry over (planted ->
+planted_mix keeps vocab, rank, ...). A key that is no path of the
 config dict is still handed to ``Config.from_dict`` (which may accept it as a legacy alias);
 when that fails the error is one line naming the key and the nearest known key:
 ``invalid config key 'train.stepz'; did you mean 'train.steps'?``.
@@ -21,9 +26,13 @@ import json
 from typing import Any, Mapping
 
 from sbjax import configs
-from sbjax.config import LEGACY_MODEL_FIELDS, Config
+from sbjax.config import LEGACY_DATA_FIELDS, LEGACY_MODEL_FIELDS, Config
+from sbjax.data import _legacy as legacy_data
 
-LEGACY_KEYS = frozenset(f"model.{f}" for f in LEGACY_MODEL_FIELDS)
+# the flat data fields of earlier versions (data.planted_vocab, ...): set on the options of the
+# source the overrides end with (ignored, as then, when that source does not read them)
+LEGACY_DATA_KEYS = frozenset(f"data.{f}" for f in LEGACY_DATA_FIELDS)
+LEGACY_KEYS = frozenset(f"model.{f}" for f in LEGACY_MODEL_FIELDS) | LEGACY_DATA_KEYS
 
 
 def known_keys(d: Mapping, prefix: str = "") -> list[str]:
@@ -69,12 +78,49 @@ def _set_new(d: dict, key: str, value: Any, known: list[str]) -> None:
   d[last] = value
 
 
+def _set_source(d: dict, source: Any) -> None:
+  """``data.source`` changed: the options the two sources share carry over."""
+  data = d.get("data")
+  if isinstance(data, dict) and isinstance(data.get("options"), dict):
+    data["options"] = legacy_data.carry_over(data["options"], data.get("source", "planted"),
+                                             source)
+
+
+def _set_legacy_data(d: dict, key: str, value: Any) -> None:
+  data = d.setdefault("data", {})
+  if isinstance(data.get("options"), dict):  # the new form: the option of that legacy name
+    legacy_data.set_legacy(data, key.removeprefix("data."), value)
+  else:  # the flat form: Config.from_dict maps it
+    data[key.removeprefix("data.")] = value
+
+
+def _ordered(overrides: Mapping[str, Any]) -> list:
+  """``data.source`` first (the options keys name its fields), the legacy data keys last (they
+  land on the source the overrides end with; one before a whole ``data`` or ``data.options``
+  is replaced by it, as it was then), the others in order."""
+  items, legacy = [], []
+  for key, value in (overrides or {}).items():
+    if key in LEGACY_DATA_KEYS:
+      legacy.append((key, value))
+      continue
+    if key in ("data", "data.options"):
+      legacy = []
+    items.append((key, value))
+  return ([kv for kv in items if kv[0] == "data.source"]
+          + [kv for kv in items if kv[0] != "data.source"] + legacy)
+
+
 def apply_to_dict(d: dict, overrides: Mapping[str, Any]) -> tuple[dict, list[str]]:
   """A copy of the config dict ``d`` with ``overrides`` set; also the keys it did not hold."""
   known = known_keys(d)
   d = copy.deepcopy(dict(d))
   unknown = []
-  for key, value in (overrides or {}).items():
+  for key, value in _ordered(overrides):
+    if key in LEGACY_DATA_KEYS:
+      _set_legacy_data(d, key, value)
+      continue
+    if key == "data.source":
+      _set_source(d, value)
     hit = _lookup(d, key)
     if hit is None:
       if key not in LEGACY_KEYS:  # a flat head field of earlier versions: from_dict maps it
@@ -96,11 +142,22 @@ def from_dict(d: dict, unknown: list[str] = (), known: list[str] = ()) -> Config
     raise ValueError(str(e)) from None
 
 
+def _new_form(base: Config | Mapping) -> dict:
+  """A JSON copy of ``base`` with its data section in the new form (typed options), when it
+  holds the flat fields of earlier versions (a named config, an old config.json)."""
+  if isinstance(base, Config):
+    return base.to_dict()
+  d = json.loads(json.dumps(dict(base)))
+  if isinstance(d.get("data"), dict):
+    d["data"] = legacy_data.from_flat(d["data"])
+  return d
+
+
 def apply(base: Config | Mapping, overrides: Mapping[str, Any] | None) -> Config:
   """``base`` (a Config or a config dict) with dotted ``overrides`` applied, validated."""
-  d = base.to_dict() if isinstance(base, Config) else json.loads(json.dumps(dict(base)))
+  d = _new_form(base)
   new, unknown = apply_to_dict(d, overrides or {})
-  return from_dict(new, unknown, known_keys(d))
+  return from_dict(new, unknown, known_keys(d) + sorted(LEGACY_KEYS))
 
 
 def config_from(base: str, overrides: Mapping[str, Any] | None = None) -> Config:
@@ -144,7 +201,8 @@ def parse_assignment(item: str, base: Config | Mapping) -> tuple[str, Any]:
     raise ValueError(f"config override {item!r}: expected KEY=VALUE, e.g. train.steps=50")
   d = base.to_dict() if isinstance(base, Config) else dict(base)
   hit = _lookup(d, key)
+  current = hit[0][hit[1]] if hit else legacy_data.LEGACY_DEFAULTS.get(key.removeprefix("data."))
   try:
-    return key, parse_value(text, hit[0][hit[1]] if hit else None)
+    return key, parse_value(text, current)
   except ValueError as e:
     raise ValueError(f"config override {key}={text!r}: {e}") from None

@@ -63,6 +63,7 @@ from sbjax import checkpoint as ckpt
 from sbjax import configs, overrides
 from sbjax.atomic import atomic_write_text
 from sbjax.config import Config
+from sbjax.data import sources as data_sources
 from sbjax.train import make_dataset_for, summary_from_metrics, train
 from sbjax.train.done import DONE, finished, mark_finished
 from sbjax.train.workdir import append_jsonl
@@ -283,10 +284,11 @@ def read_index(sweep_dir) -> dict:
 
 
 def _shared_dataset(cfg: Config, sweep_dir: Path, datasets: dict):
-  """Planted data is prepared once per sweep and shared by its runs; None otherwise."""
-  if cfg.data.source not in ("planted", "planted_mix") or cfg.data.tfds_data_dir:
+  """Data its source calls shareable (the planted languages) is prepared once per sweep and
+  shared by its runs; None otherwise."""
+  if not data_sources.get(cfg.data.source).shareable(cfg.data.options):
     return None
-  key = (json.dumps(dataclasses.asdict(cfg.data), sort_keys=True), cfg.train.seq_len,
+  key = (json.dumps(cfg.to_dict()["data"], sort_keys=True), cfg.train.seq_len,
          cfg.train.batch_size, cfg.train.data_seed)
   if key not in datasets:
     datasets[key] = make_dataset_for(cfg, sweep_dir / "_data")

@@ -20,21 +20,23 @@ from sbjax import optim, overrides
 from sbjax.analysis import samples
 from sbjax.config import Config, DataConfig
 from sbjax.data import make_dataset
+from sbjax.data import sources as data_sources
 from sbjax.studies import convergence as conv
 from sbjax.studies.corpus import corpus_overrides
 from sbjax.train import train_once
 from sbjax.train.done import finished
 
 log = logging.getLogger("sbjax")
-PLANTED_KEYS = ("planted_vocab", "planted_rank", "planted_train_tokens", "planted_val_tokens")
+PLANTED_KEYS = ("data.planted_vocab", "data.planted_rank", "data.planted_train_tokens",
+                "data.planted_val_tokens")
 
 
 def data_config(preset: str, data: str = "") -> DataConfig:
   """The DataConfig of a preset: its TFDS dataset (``data`` names another), a text corpus
   (``data`` or the sample corpus), or, for a planted preset without ``data``, its language."""
   o = get_preset(preset).overrides
-  if o["data.source"] in ("planted", "planted_mix") and not data:
-    return DataConfig(source=o["data.source"], **{k: o[f"data.{k}"] for k in PLANTED_KEYS})
+  if data_sources.get(o["data.source"]).synthetic and not data:
+    return overrides.apply(Config(), {k: o[k] for k in ("data.source",) + PLANTED_KEYS}).data
   keep = {k: o[k] for k in ("data.vocab_size", "data.tfds_name") if k in o}
   return overrides.apply(Config(), {**keep, **corpus_overrides(o["data.source"], data)}).data
 
@@ -125,7 +127,8 @@ def train_all(out: Path, preset: str, data: str, widths, progress: RunsProgress)
     progress.finish(trained)
     sources.append(conv.workdir_source(wd, name))
   batch = samples.eval_sample(ds, get_preset(preset).knobs.n_sequences)
-  info = {"source": dc.source, "corpus": Path(dc.path).name if dc.path else ds.name,
+  path = getattr(dc.options, "path", "")
+  info = {"source": dc.source, "corpus": Path(path).name if path else ds.name,
           "vocab_size": ds.vocab_size, "train_seconds": timings,
           "gamma_total": {name: optim.gamma_total(cfg.train) for name, cfg in cfgs}}
   return sources, batch, info

@@ -120,8 +120,8 @@ def settings(p: Preset) -> dict:
   knobs."""
   c = knee_configs(p)[0][1]
   m, d, t = c.model, c.data, c.train
-  return {"base": p.base, "vocab": m.vocab_size, "k": d.planted_rank, "alpha": d.planted_alpha,
+  return {"base": p.base, "vocab": m.vocab_size, "k": d.options.rank, "alpha": d.options.alpha,
           "d_model": m.d_model, "n_layers": m.n_layers, "n_heads": m.n_heads,
           "steps": t.steps, "batch": t.batch_size, "seq_len": t.seq_len, "lr": t.lr,
-          "warmup": t.warmup_steps, "train_tokens": d.planted_train_tokens,
-          "val_tokens": d.planted_val_tokens, **dataclasses.asdict(p.knobs)}
+          "warmup": t.warmup_steps, "train_tokens": d.options.train_tokens,
+          "val_tokens": d.options.val_tokens, **dataclasses.asdict(p.knobs)}

@@ -60,7 +60,7 @@ def run(out: Path, preset, data: str | None = None, verbose: bool = True) -> Non
   ds = make_dataset(dc, seq_len=seq_len, global_batch_size=batch, seed=0,
                     workdir=str(out / "data"), process_index=0, process_count=1)
   if ds.tokenizer_path:  # the runs' configs name the shared tokenizer (for re-analysis)
-    dc = dataclasses.replace(dc, tokenizer=str(ds.tokenizer_path))
+    dc = dc.replace_options(tokenizer=str(ds.tokenizer_path))
   cfgs = run_configs(p, dc)
   windows = validation_windows(ds, p.knobs.eval_sequences)  # the rise/gap bootstrap units
   timings, progress = {}, RunsProgress(len(cfgs), "saturation", disable=not verbose)
@@ -81,7 +81,8 @@ def run(out: Path, preset, data: str | None = None, verbose: bool = True) -> Non
   write_json(out / "saturation_meta.json", {
       "preset": preset if isinstance(preset, str) else "custom", "base": p.base,
       "overrides": p.overrides, "knobs": dataclasses.asdict(p.knobs),
-      "data": {"source": dc.source, "path": dc.path or dc.tfds_name,
+      "data": {"source": dc.source,
+               "path": getattr(dc.options, "path", "") or getattr(dc.options, "name", ""),
                "vocab_size": ds.vocab_size, "train_tokens": int(len(ds.train_tokens)),
                "val_tokens": int(len(ds.val_tokens)),
                "epochs": steps * batch * seq_len / max(1, len(ds.train_tokens))},

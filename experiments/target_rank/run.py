@@ -62,7 +62,8 @@ def run(out: Path, preset, data: str | None = None, verbose: bool = True) -> Non
       dc, streams, data_info[vocab] = _streams(p, vocab, out, data)
       for n in k.ns:
         progress.start(f"V={vocab} n={n}")
-        key = part_key(p, vocab, n, str(dc.path or dc.tfds_name))
+        where = getattr(dc.options, "path", "") or getattr(dc.options, "name", "")
+        key = part_key(p, vocab, n, str(where))
         part = out / "parts" / f"V{vocab}_n{n}_{key}.json"
         rec, computed = _part(part, streams, vocab, n, p)
         progress.finish(trained=computed)

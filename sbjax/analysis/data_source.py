@@ -5,12 +5,13 @@ synthetic data silently.
   sample) are windows of FILE (``sbjax.data.tokens``: an integer ``.npy`` [n, T+1], whose
   rows set T, or a flat ``.bin``/``[N]`` stream cut at the run's train.seq_len), in file
   order. Ids must lie below model.vocab_size.
-* ``--data.KEY=VALUE`` (``Settings.data``): DataConfig fields, e.g. ``--data.source=text
-  --data.path=DIR --data.tokenizer=tokenizer.json`` (a text corpus tokenised with the
-  model's tokenizer); ``--data.train.seq_len=...`` is not a data key: use ``seq_len=N``.
+* ``--data.KEY=VALUE`` (``Settings.data``): data keys of the one override path, e.g.
+  ``--data.source=text --data.path=DIR --data.tokenizer=tokenizer.json`` (the flat fields of
+  earlier versions) or ``--data.options.path=DIR`` (a text corpus tokenised with the model's
+  tokenizer); ``--data.train.seq_len=...`` is not a data key: use ``seq_len=N``.
 * An **imported** workdir (``experiments.convert --from_hf``: ``WORKDIR/import.json``, or a
-  params-only checkpoint) whose config still holds the synthetic default data
-  (``data.source`` planted / planted_mix) is refused when a metric group reads data (loss,
+  params-only checkpoint) whose config still holds synthetic data (a source that says it is
+  ``synthetic``: the planted languages) is refused when a metric group reads data (loss,
   anisotropy, collapse, cka): a pretrained model measured on planted tokens gives
   plausible, meaningless numbers. Weight-only groups (spectrum, per) need no data. A text
   corpus for an import is tokenised with the model's tokenizer: ``--data.tokenizer``, else
@@ -28,9 +29,8 @@ from pathlib import Path
 from sbjax import checkpoint as ckpt
 from sbjax import overrides
 from sbjax.config import Config
+from sbjax.data import sources as data_sources
 from sbjax.data import tokens as tokens_lib
-
-SYNTHETIC = ("planted", "planted_mix")
 
 
 def is_import(workdir) -> bool:
@@ -47,19 +47,21 @@ def is_import(workdir) -> bool:
 
 
 def parse_overrides(items) -> dict:
-  """{"data": {field: value}, "seq_len": int | None} of ``KEY=VALUE`` strings
-  (``--data.KEY=VALUE``: KEY a ``data`` field or ``seq_len``), typed like the field and checked
-  by the one override path (``sbjax.overrides``: an unknown key names the nearest one)."""
+  """{"data": {key: value}, "seq_len": int | None} of ``KEY=VALUE`` strings
+  (``--data.KEY=VALUE``: KEY ``source``, ``options.F`` or a flat field of earlier versions
+  such as ``path``, or ``seq_len``), typed like the field and checked by the one override path
+  (``sbjax.overrides``: an unknown key names the nearest one)."""
   base = Config().to_dict()
   base["data"]["seq_len"] = 0
   known = [k for k in overrides.known_keys(base) if k.startswith("data.")]
+  known += sorted(overrides.LEGACY_DATA_KEYS)
   data, seq_len = {}, None
   for item in items:
     key, sep, value = str(item).partition("=")
     key = "data." + key.strip().removeprefix("data.")
     if not sep:
       raise ValueError(f"data override {item!r}: expected KEY=VALUE (e.g. source=text)")
-    if key not in known:
+    if key not in known and not key.startswith("data.options."):  # options: of the source
       raise overrides.unknown_key_error(key, known)
     _, v = overrides.parse_assignment(f"{key}={value}", base)
     if key == "data.seq_len":
@@ -78,42 +80,59 @@ def refusal(workdir, source: str) -> str:
           "--data.tokenizer=tokenizer.json")
 
 
+def _tokens_file(tokens: str, cfg: Config, dtype) -> tuple:
+  """(the data config of ``--tokens=FILE``, its windows' T)."""
+  mc = cfg.model
+  arr = tokens_lib.read_tokens(tokens, dtype)
+  tokens_lib.check_ids(arr, mc.vocab_size, f"--tokens={tokens}: ", "model.vocab_size")
+  t_len = arr.shape[1] - 1 if arr.ndim == 2 else cfg.train.seq_len
+  if t_len > mc.max_len:
+    raise ValueError(f"--tokens={tokens}: rows of {t_len + 1} tokens make windows of "
+                     f"T={t_len} > the model's max_len={mc.max_len}; cut the rows to at most "
+                     f"{mc.max_len + 1} tokens")
+  return {"data.source": "tokens", "data.options.path": str(tokens),
+          "data.options.val_path": str(tokens), "data.options.vocab": mc.vocab_size}, t_len
+
+
+def _imported_data(cfg: Config, workdir) -> Config:
+  """The data of an imported workdir: never synthetic, and tokenised with its tokenizer."""
+  data = cfg.data
+  source = data_sources.get(data.source)
+  if source.synthetic:
+    raise ValueError(refusal(workdir, data.source))
+  if source.needs_tokenizer and not data.options.tokenizer:
+    imported = Path(workdir) / "tokenizer.json"  # copied from the series by the import
+    if not imported.is_file():
+      raise ValueError(
+          f"{workdir} is an imported model: a text corpus must be tokenised with the "
+          "model's own tokenizer (a newly trained one's ids would not match its "
+          "embeddings), and the import holds none. Pass --data.tokenizer=tokenizer.json")
+    return cfg.replace(data=data.replace_options(tokenizer=str(imported)))
+  return cfg
+
+
 def effective_config(cfg: Config, workdir, tokens: str = "", data_items=(),
                      needs_data: bool = True) -> tuple:
   """(the config the analysis measures with, a content key of the token file or None,
   overridden?); ValueError for an imported workdir left on synthetic data."""
-  mc = cfg.model
   over = parse_overrides(data_items)
-  data, train, key = cfg.data, cfg.train, None
+  train, key, data = cfg.train, None, {}
   if tokens:
-    arr = tokens_lib.read_tokens(tokens, over["data"].get("tokens_dtype", "uint16"))
-    tokens_lib.check_ids(arr, mc.vocab_size, f"--tokens={tokens}: ", "model.vocab_size")
-    t_len = arr.shape[1] - 1 if arr.ndim == 2 else train.seq_len
-    if t_len > mc.max_len:
-      raise ValueError(f"--tokens={tokens}: rows of {t_len + 1} tokens make windows of "
-                       f"T={t_len} > the model's max_len={mc.max_len}; cut the rows to at most "
-                       f"{mc.max_len + 1} tokens")
-    data = dataclasses.replace(data, source="tokens", tokens_path=str(tokens),
-                               tokens_val_path=str(tokens), tokens_vocab=mc.vocab_size)
+    dtype = over["data"].get("tokens_dtype", over["data"].get("options.dtype", "uint16"))
+    data, t_len = _tokens_file(tokens, cfg, dtype)
     train = dataclasses.replace(train, seq_len=t_len, batch_size=1)
     key = tokens_lib.file_identity(tokens)
-  if over["data"]:
-    data = dataclasses.replace(data, **over["data"])
-    if data.source == "tokens" and data.tokens_path:
-      key = tokens_lib.file_identity(data.tokens_path)
+  if data or over["data"]:
+    cfg = overrides.apply(cfg.replace(train=train),
+                          {**data, **{f"data.{k}": v for k, v in over["data"].items()}})
+    train = cfg.train
+    if over["data"] and cfg.data.source == "tokens" and cfg.data.options.path:
+      key = tokens_lib.file_identity(cfg.data.options.path)
       train = dataclasses.replace(train, batch_size=1)
   if over["seq_len"]:
     train = dataclasses.replace(train, seq_len=over["seq_len"])
   overridden = bool(tokens or over["data"] or over["seq_len"])
+  cfg = cfg.replace(train=train)
   if needs_data and is_import(workdir):
-    if data.source in SYNTHETIC:
-      raise ValueError(refusal(workdir, data.source))
-    if data.source in ("text", "tfds") and not data.tokenizer:
-      imported = Path(workdir) / "tokenizer.json"  # copied from the series by the import
-      if not imported.is_file():
-        raise ValueError(
-            f"{workdir} is an imported model: a text corpus must be tokenised with the "
-            "model's own tokenizer (a newly trained one's ids would not match its "
-            "embeddings), and the import holds none. Pass --data.tokenizer=tokenizer.json")
-      data = dataclasses.replace(data, tokenizer=str(imported))
-  return cfg.replace(data=data, train=train), key, overridden
+    cfg = _imported_data(cfg, workdir)
+  return cfg, key, overridden

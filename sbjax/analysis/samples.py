@@ -8,6 +8,7 @@ import numpy as np
 
 from sbjax.analysis.settings import Settings
 from sbjax.data import make_dataset
+from sbjax.data.options import TokensOptions
 
 
 def _batch_rows(ds) -> int:
@@ -88,7 +89,7 @@ def build(cfg, workdir, settings: Settings, dataset=None, needed: bool = True) -
     n_val = getattr(ds, "n_val_windows", None)
     if getattr(ds, "source", "") == "tokens" and n_val < settings.sample_sequences:
       raise ValueError(
-          f"the token file {cfg.data.tokens_val_path or cfg.data.tokens_path} holds {n_val} "
+          f"the token file {_token_file(ds)} holds {n_val} "
           f"windows of T+1={cfg.train.seq_len + 1} tokens, fewer than the "
           f"{settings.sample_sequences} the analysis samples (max of --eval_sequences="
           f"{settings.eval_sequences}, --cka_sequences={settings.cka_sequences}); pass "
@@ -103,13 +104,19 @@ def build(cfg, workdir, settings: Settings, dataset=None, needed: bool = True) -
   return Samples(ev, tr, t_len, n_eval, aniso_pos, info)
 
 
+def _token_file(ds) -> str:
+  info = ds.info()
+  return info.get("tokens_val_path") or info.get("tokens_path", "")
+
+
 def describe(cfg, settings: Settings, dataset, t_len: int, aniso_pos) -> dict:
   """The samples' sizes and sources (metrics.json ``samples``)."""
   n_eval, n_cka = settings.eval_sequences, settings.cka_sequences
   cka_on, coll = settings.has("cka"), settings.has("collapse")
   return {
       "data": {"source": cfg.data.source, "data_seed": cfg.train.data_seed,
-               **({"tokens_path": cfg.data.tokens_path} if cfg.data.tokens_path else {}),
+               **({"tokens_path": cfg.data.options.path}
+                  if isinstance(cfg.data.options, TokensOptions) else {}),
                "batch_size": cfg.train.batch_size,
                "dataset": "sbjax.data.make_dataset" if dataset is None else type(dataset).__name__,
                "eval_split": "validation", "collapse_split": "train"},

@@ -147,16 +147,6 @@ class PlantedConfig(tfds.core.BuilderConfig):
   params: dict = dataclasses.field(default_factory=dict)
 
 
-def planted_params(cfg) -> dict:
-  """The DataConfig fields that determine the planted token streams."""
-  return {"kind": cfg.source, "vocab": cfg.planted_vocab, "rank": cfg.planted_rank,
-          "alpha": float(cfg.planted_alpha), "zipf": float(cfg.planted_zipf),
-          "context": cfg.planted_context,
-          "n_mix": cfg.planted_mix if cfg.source == "planted_mix" else 1,
-          "seed": cfg.planted_seed, "train_tokens": cfg.planted_train_tokens,
-          "val_tokens": cfg.planted_val_tokens}
-
-
 def planted_streams(lang, params: dict) -> dict:
   """The train/validation token streams (int32) of a planted language; pure in params."""
   return {"train": lang.sample([params["seed"], 1], int(params["train_tokens"])),
@@ -239,7 +229,7 @@ def read_catalog(name: str, data_dir: str | None, text_key: str = "text",
         f"cannot open TFDS dataset {name!r} (split 'train') in data_dir="
         f"{data_dir or 'the TFDS default'}: {type(e).__name__}: {first}. Prepare it first in "
         f"array_record format, e.g. `tfds build {name} --file_format=array_record "
-        "--data_dir=...`, and set data.tfds_data_dir") from e
+        "--data_dir=...`, and set data.options.data_dir") from e
   val_src, val_split = None, None
   for split in ("validation", "test"):
     try:
@@ -251,7 +241,8 @@ def read_catalog(name: str, data_dir: str | None, text_key: str = "text",
   try:
     train = [_text(t) for t in _read_all(train_src, text_key, max_docs)]
   except KeyError as e:
-    raise DataError(f"TFDS dataset {name!r} has no feature {text_key!r} (data.text_key)") from e
+    raise DataError(f"TFDS dataset {name!r} has no feature {text_key!r} "
+                    "(data.options.text_key)") from e
   if val_src is None:
     if not train:
       raise DataError(f"TFDS dataset {name!r} split 'train' is empty")

@@ -30,7 +30,6 @@ import jax
 import numpy as np
 
 from sbjax.data import builders
-from sbjax.data import planted_mos as planted_mos_lib
 from sbjax.data import planted_stream
 from sbjax.data import sources
 from sbjax.data import tokenizer as tokenizer_lib
@@ -47,7 +46,7 @@ def _too_small(corpus: str, split: str, n_tokens: int, seq_len: int, batch: int)
       f"{max(0, (n_tokens - 1) // seq_len)} windows of seq_len+1={seq_len + 1}, fewer than one "
       f"global batch of {batch}; it needs at least {need} tokens (batch_size*seq_len+1). Use a "
       "smaller train.batch_size or train.seq_len, or more text (for planted sources: more "
-      "data.planted_train_tokens/planted_val_tokens)")
+      "data.options.train_tokens/val_tokens)")
 
 
 class Dataset:
@@ -147,7 +146,7 @@ class Dataset:
 
 
 class StreamingPlanted(Dataset):
-  """A planted source with ``planted_train_tokens = 0``: train batches sampled on demand,
+  """A planted source with ``data.options.train_tokens = 0``: train batches sampled on demand,
   pure in (planted_seed, data_seed, i) (``sbjax.data.planted_stream``); no stored train
   stream, no epochs. The validation split is stored as usual."""
 
@@ -158,7 +157,7 @@ class StreamingPlanted(Dataset):
     self._extra.update(streaming=True)
 
   def train_windows(self, i: int) -> np.ndarray:
-    raise ValueError(f"{self.name}: a streaming planted source (data.planted_train_tokens=0) "
+    raise ValueError(f"{self.name}: a streaming planted source (data.options.train_tokens=0) "
                      "has no stored train windows; use train_batch(i)")
 
   def train_batch(self, i: int) -> np.ndarray:
@@ -193,10 +192,10 @@ def _hash(*parts) -> str:
   return h.hexdigest()
 
 
-def _tokenize_splits(docs: dict, workdir: Path, cfg, corpus_key: str, name: str):
+def _tokenize_splits(docs: dict, workdir: Path, o, corpus_key: str, name: str):
   tok = tokenizer_lib.load_or_train(
-      workdir, lambda: docs["train"], vocab_size=cfg.vocab_size,
-      model_type=cfg.tokenizer_type, existing=cfg.tokenizer)
+      workdir, lambda: docs["train"], vocab_size=o.vocab_size,
+      model_type=o.tokenizer_type, existing=o.tokenizer)
   key = _hash(corpus_key, tok.serialized())
   streams = {}
   for split in builders.SPLITS:
@@ -210,7 +209,7 @@ def make_dataset(cfg, *, seq_len: int, global_batch_size: int, seed: int = 0,
                  process_count: int | None = None) -> Dataset:
   """The dataset of a ``DataConfig`` (see the module docstrings of sbjax.data).
 
-  ``workdir`` holds ``tokenizer.model``, ``tokens/*.npy`` and (unless data.tfds_data_dir is
+  ``workdir`` holds ``tokenizer.model``, ``tokens/*.npy`` and (unless data.options.data_dir is
   set) the TFDS data dir ``tfds/``. ``None``: planted sources are sampled in memory; text
   sources use a fresh temporary directory.
   """
@@ -222,66 +221,75 @@ def make_dataset(cfg, *, seq_len: int, global_batch_size: int, seed: int = 0,
 
 def build_tokens(cfg, *, workdir=None, **common) -> Dataset:
   """``data.source=tokens``: token files on disk (sbjax.data.tokens)."""
-  return TokenWindows(**tokens_source.open_token_splits(cfg, common["seq_len"],
+  return TokenWindows(**tokens_source.open_token_splits(cfg.options, common["seq_len"],
                                                         common["global_batch_size"]), **common)
 
 
 def build_planted(cfg, *, workdir=None, **common) -> Dataset:
-  """``data.source=planted | planted_mix | planted_mos``: a planted language, sampled into
-  TFDS array_record files under ``workdir`` (or in memory), or streamed when
-  ``data.planted_train_tokens=0``."""
-  lang = planted_mos_lib.from_config(cfg)  # planted, planted_mix or planted_mos
-  params = builders.planted_params(cfg)
-  if cfg.source == "planted_mos":  # its mixture size and gates key the streams too
-    params.update(planted_mos_lib.mos_params(cfg))
-  if cfg.planted_train_tokens == 0:  # train batches on demand (sbjax.data.planted_stream)
+  """A planted language (``data.source`` planted, planted_mix, planted_mos: its source's
+  ``language``), sampled into TFDS array_record files under ``workdir`` (or in memory), or
+  streamed when ``data.options.train_tokens=0``."""
+  o = cfg.options
+  lang = sources.get(cfg.source).language(o)
+  params = o.stream_params()  # what keys the streams (the options' source, sizes, gates)
+  if o.train_tokens == 0:  # train batches on demand (sbjax.data.planted_stream)
     val = lang.sample([params["seed"], 2], int(params["val_tokens"]))
     return StreamingPlanted(
-        lang, val, planted_seed=cfg.planted_seed, vocab_size=cfg.planted_vocab, source=cfg.source,
-        name=f"{cfg.source}(v={cfg.planted_vocab}, k={cfg.planted_rank}, seed="
-        f"{cfg.planted_seed}, streaming)", extra_info={"planted": lang.info(),
-                                                      "entropy_nats": lang.entropy}, **common)
-  if workdir or cfg.tfds_data_dir:
-    data_dir = cfg.tfds_data_dir or str(Path(workdir) / "tfds")
+        lang, val, planted_seed=o.seed, vocab_size=o.vocab, source=cfg.source,
+        name=f"{cfg.source}(v={o.vocab}, k={o.rank}, seed={o.seed}, streaming)",
+        extra_info={"planted": lang.info(), "entropy_nats": lang.entropy}, **common)
+  if workdir or o.data_dir:
+    data_dir = o.data_dir or str(Path(workdir) / "tfds")
     streams = builders.prepare_planted(params, data_dir, lang)
     full_name = streams["full_name"]
   else:
     streams = builders.planted_streams(lang, params)
     full_name = None
-  name = f"{cfg.source}(v={cfg.planted_vocab}, k={cfg.planted_rank}, seed={cfg.planted_seed})"
+  name = f"{cfg.source}(v={o.vocab}, k={o.rank}, seed={o.seed})"
   extra = {"planted": lang.info(), "tfds_name": full_name,
            "entropy_nats": lang.entropy}
-  return Dataset(streams["train"], streams["validation"], vocab_size=cfg.planted_vocab,
+  return Dataset(streams["train"], streams["validation"], vocab_size=o.vocab,
                  name=name, source=cfg.source, planted=lang, extra_info=extra, **common)
 
 
-def _text_docs(cfg, wd: Path) -> tuple:
-  """(documents, corpus key, name, info) of ``data.source=text`` or ``tfds``."""
-  if cfg.source == "text":
-    data_dir = cfg.tfds_data_dir or str(wd / "tfds")
-    docs = builders.prepare_local_text(cfg.path, cfg.val_fraction, data_dir)
-    extra = {"path": cfg.path, "tfds_name": docs["full_name"], "skipped_files": docs["skipped"],
-             "n_train_docs": len(docs["train"]), "n_val_docs": len(docs["validation"]),
-             "val_docs": docs["validation_names"][:100]}
-    return docs, docs["full_name"], cfg.path, extra
-  max_docs = int(getattr(cfg, "max_docs", 0) or 0)
-  docs = builders.read_catalog(cfg.tfds_name, cfg.tfds_data_dir or None, cfg.text_key,
-                               cfg.val_fraction, max_docs)
-  corpus_key = (docs["full_name"], cfg.tfds_data_dir, cfg.text_key, max_docs, docs["val_split"],
+def _text_dir_docs(o, wd: Path) -> tuple:
+  """(documents, corpus key, name, info) of ``data.source=text``."""
+  data_dir = o.data_dir or str(wd / "tfds")
+  docs = builders.prepare_local_text(o.path, o.val_fraction, data_dir)
+  extra = {"path": o.path, "tfds_name": docs["full_name"], "skipped_files": docs["skipped"],
+           "n_train_docs": len(docs["train"]), "n_val_docs": len(docs["validation"]),
+           "val_docs": docs["validation_names"][:100]}
+  return docs, docs["full_name"], o.path, extra
+
+
+def _tfds_docs(o, wd: Path) -> tuple:
+  """(documents, corpus key, name, info) of ``data.source=tfds``."""
+  docs = builders.read_catalog(o.name, o.data_dir or None, o.text_key, o.val_fraction,
+                               o.max_docs)
+  corpus_key = (docs["full_name"], o.data_dir, o.text_key, o.max_docs, docs["val_split"],
                 len(docs["train"]), len(docs["validation"]))
   extra = {"tfds_name": docs["full_name"], "val_split": docs["val_split"],
            "n_train_docs": len(docs["train"]), "n_val_docs": len(docs["validation"])}
-  return docs, corpus_key, cfg.tfds_name, extra
+  return docs, corpus_key, o.name, extra
 
 
-def build_text(cfg, *, workdir=None, **common) -> Dataset:
-  """``data.source=text`` (a directory of .txt files) or ``tfds`` (a catalog dataset):
-  documents, a tokenizer trained or loaded under ``workdir``, cached token streams."""
+def _build_text(cfg, documents, workdir, common) -> Dataset:
+  """Documents, a tokenizer trained or loaded under ``workdir``, cached token streams."""
   wd = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="sbjax_data_"))
-  docs, corpus_key, name, extra = _text_docs(cfg, wd)
-  tok, streams = _tokenize_splits(docs, wd, cfg, repr(corpus_key), name)
+  docs, corpus_key, name, extra = documents(cfg.options, wd)
+  tok, streams = _tokenize_splits(docs, wd, cfg.options, repr(corpus_key), name)
   return Dataset(streams["train"], streams["validation"], vocab_size=tok.vocab_size, name=name,
                  source=cfg.source, tokenizer_path=tok.path, extra_info=extra, **common)
+
+
+def build_text_dir(cfg, *, workdir=None, **common) -> Dataset:
+  """``data.source=text``: a directory of .txt files."""
+  return _build_text(cfg, _text_dir_docs, workdir, common)
+
+
+def build_tfds(cfg, *, workdir=None, **common) -> Dataset:
+  """``data.source=tfds``: a catalog dataset."""
+  return _build_text(cfg, _tfds_docs, workdir, common)
 
 
 class TokenWindows(Dataset):

@@ -83,7 +83,7 @@ class _MarkovLanguage:
       raise ValueError(
           f"planted language too large: vocab={self.vocab}, context={self.context} gives "
           f"{c} contexts x {self.vocab} tokens = {c * self.vocab} table entries (max {MAX_TABLE});"
-          " use a smaller data.planted_context or data.planted_vocab")
+          " use a smaller data.options.context or data.options.vocab")
 
   def next_context(self, c: np.ndarray, w: np.ndarray) -> np.ndarray:
     """Context after emitting token ``w`` in context ``c``."""
@@ -249,9 +249,3 @@ def from_params(kind: str, vocab: int, rank: int, alpha: float, zipf: float, con
   if kind == "planted_mix":
     return PlantedMixture(n_mix=n_mix, **kw)
   return PlantedLanguage(**kw)
-
-
-def from_config(cfg) -> _MarkovLanguage:
-  """The planted language of a ``DataConfig`` (source planted or planted_mix)."""
-  return from_params(cfg.source, cfg.planted_vocab, cfg.planted_rank, cfg.planted_alpha,
-                     cfg.planted_zipf, cfg.planted_context, cfg.planted_mix, cfg.planted_seed)

@@ -30,7 +30,6 @@ import math
 
 import numpy as np
 
-from sbjax.data import planted as planted_lib
 from sbjax.data.planted import _MarkovLanguage, _log_softmax, _logsumexp, _zipf_bias
 
 GATES = ("uniform", "dirichlet")
@@ -104,19 +103,3 @@ class PlantedMoS(_MarkovLanguage):
     return {"kind": "planted_mos", "rank": self.rank, "alpha": self.alpha, "zipf": self.zipf,
             "n_mix": self.n_mix, "gate": self.gate, "gate_conc": self.gate_conc,
             **super().info()}
-
-
-def mos_params(cfg) -> dict:
-  """The DataConfig fields of a planted_mos language beyond the shared planted ones."""
-  return {"n_mix": cfg.planted_mix, "gate": cfg.planted_gate,
-          "gate_conc": float(cfg.planted_gate_conc)}
-
-
-def from_config(cfg) -> _MarkovLanguage:
-  """The planted language of a ``DataConfig``: source planted_mos here, planted and
-  planted_mix through ``sbjax.data.planted.from_config``."""
-  if cfg.source != "planted_mos":
-    return planted_lib.from_config(cfg)
-  return PlantedMoS(vocab=cfg.planted_vocab, rank=cfg.planted_rank, alpha=cfg.planted_alpha,
-                    zipf=cfg.planted_zipf, context=cfg.planted_context, seed=cfg.planted_seed,
-                    **mos_params(cfg))

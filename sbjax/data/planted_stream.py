@@ -1,8 +1,8 @@
-"""On-demand train batches of a planted language: ``data.planted_train_tokens = 0``.
+"""On-demand train batches of a planted language: ``data.options.train_tokens = 0``.
 
 A stored train stream of Pythia's token count (294M tokens per arm at 143,770 steps of
 32 x 64) takes minutes of host sampling and GBs of memory before the first step. With
-``planted_train_tokens = 0`` nothing is stored: global train batch i is
+``train_tokens = 0`` nothing is stored: global train batch i is
 
     lang.sample(default_rng([planted_seed, STREAM_TAG, data_seed, i]), (B, T + 1))
 
@@ -10,7 +10,7 @@ i.e. B independent chains of T + 1 tokens, each started from the stationary dist
 (fresh tokens every step; no window ever repeats). It is a pure function of
 (planted_seed, data_seed, i), so resuming at step i needs no replay (bitwise resume), and
 every process samples the same global batch and keeps its own rows (sharded == unsharded).
-The validation split is still sampled once (``planted_val_tokens``), as for a stored stream.
+The validation split is still sampled once (``data.options.val_tokens``), as for a stored stream.
 """
 
 from __future__ import annotations

@@ -1,50 +1,39 @@
 """The data-source registry: one ``DataSource`` per value of ``data.source``.
 
-The built-in sources (``text``, ``tfds``, ``tokens`` and the planted languages ``planted``,
-``planted_mix``, ``planted_mos``) are registered here; their ``build`` is ``build_planted``,
-``build_text`` or ``build_tokens`` of ``sbjax.data.dataset``, which read the flat
-``DataConfig`` fields they have always read. ``make_dataset`` calls the source's ``build``.
-A new source is one new file: a ``DataSource`` subclass with its own fields in a frozen
-``SourceOptions`` dataclass (``DataConfig.options``, JSON ``"options": {field: value}``) and a
+A source says what it is (``planted``: its exact next-token distributions are known;
+``synthetic``: generated from the config alone, no text; ``needs_tokenizer``: its tokens come
+from a tokenizer, ``data.options.tokenizer``; ``shareable``: one dataset may serve several runs
+of the same data config) and builds its ``Dataset``; nothing outside this registry compares
+``data.source`` by name. Its fields are a frozen ``SourceOptions`` dataclass
+(``sbjax.data.options``; ``DataConfig.options``, JSON ``"options": {field: value}``).
+
+The built-in sources are registered here: ``planted``, ``planted_mix``, ``planted_mos`` (the
+planted languages, built by ``build_planted`` from ``language(options)``), ``text``, ``tfds``
+(``build_text_dir``, ``build_tfds``) and ``tokens`` (``build_tokens``), the builders of
+``sbjax.data.dataset``. ``make_dataset`` calls the source's ``build``. A new source is one new
+file: a ``DataSource`` subclass with its own ``SourceOptions`` dataclass and a
 ``build(cfg, **batching)`` returning a ``sbjax.data.Dataset``, registered with
 ``register(Source())`` at import; ``DataConfig(source=NAME, options=...)`` then validates and
 ``sbjax.train.train`` trains on it. A source module must not import ``sbjax.config`` (it is
 imported by it, like ``sbjax.heads.base``).
 
-Still to do (issue 30): the built-in sources keep their fields flat in ``DataConfig`` (11
-``planted_*``, ``tokens_*``, ``tfds_*``; a ``DataConfig`` migration like the heads' legacy
-loader is needed to type them), and ``data.source`` is still compared by name in
-``sbjax.sweep``, ``sbjax.analysis.data_source``, ``sbjax.data.builders`` and the planted /
-text builders themselves.
-
-This module is plain Python (no jax import), so ``sbjax.config`` can validate with it.
+This module is plain Python (no jax or numpy import), so ``sbjax.config`` can validate with
+it; that is why the built-in builders and languages are imported on first use (below), not
+at import: ``sbjax.data.dataset`` imports numpy and TFDS, and imports this registry.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
-from typing import Any, ClassVar
+from typing import Any
 
+from sbjax.data import options as opts
+from sbjax.data.options import SourceOptions
 from sbjax.errors import config_error
 
-
-@dataclasses.dataclass(frozen=True)
-class SourceOptions:
-  """Base of the sources' own fields (none here); a subclass is a frozen dataclass that
-  sets ``source`` and checks its fields alone in ``check`` (``config_error("data.options.F",
-  ...)``)."""
-
-  source: ClassVar[str] = ""
-
-  def __post_init__(self):
-    self.check()
-
-  def check(self) -> None:
-    return None
-
-  def to_dict(self) -> dict:
-    return dataclasses.asdict(self)
+__all__ = ["DataSource", "SourceOptions", "register", "unregister", "names", "planted_names",
+           "get", "options_for"]
 
 
 class DataSource:
@@ -54,32 +43,55 @@ class DataSource:
 
   name: str = ""
   options: type = SourceOptions
-  # the exact next-token distributions are known (train.objective=expected is allowed)
+  # the exact next-token distributions are known (train.objective=expected is allowed);
+  # such a source has ``language(options)``
   planted: bool = False
+  # generated from the config alone (no text): an imported model is not measured on it
+  synthetic: bool = False
+  # tokens come from a tokenizer (the options' ``tokenizer`` field names an existing one)
+  needs_tokenizer: bool = False
 
   def build(self, cfg, **batching):
     raise NotImplementedError(f"data source {self.name!r} defines no build")
 
   def validate(self, cfg) -> None:
-    """Checks of the ``DataConfig`` fields this source reads (ValueError naming the field)."""
+    """Checks of a ``DataConfig`` beyond its options' own (ValueError naming the field)."""
     return None
+
+  def shareable(self, options) -> bool:
+    """True when one dataset of these options may serve several runs (a sweep prepares it
+    once); False by default."""
+    return False
 
 
 class _Builtin(DataSource):
   """A built-in source: its build is ``sbjax.data.dataset.<builder>``, imported on first use
   (this module stays free of jax and numpy)."""
 
-  def __init__(self, name: str, builder: str, planted: bool = False, needs: tuple = ()):
-    self.name, self.planted, self._builder, self._needs = name, planted, builder, needs
+  def __init__(self, name: str, options: type, builder: str, needs_tokenizer: bool = False):
+    self.name, self.options, self._builder = name, options, builder
+    self.needs_tokenizer = needs_tokenizer
 
   def build(self, cfg, **batching):
     return getattr(importlib.import_module("sbjax.data.dataset"), self._builder)(cfg, **batching)
 
-  def validate(self, cfg) -> None:
-    for field, what in self._needs:
-      if not getattr(cfg, field):
-        raise config_error(f"data.{field}", getattr(cfg, field),
-                           f"{what} when data.source={self.name}")
+
+class _Planted(_Builtin):
+  """A planted language: ``language(options)`` is ``module:Class(**options.language_kwargs())``
+  (imported on first use)."""
+
+  planted = synthetic = True
+
+  def __init__(self, name: str, options: type, language: str):
+    super().__init__(name, options, "build_planted")
+    self._language = language
+
+  def language(self, options):
+    module, cls = self._language.split(":")
+    return getattr(importlib.import_module(module), cls)(**options.language_kwargs())
+
+  def shareable(self, options) -> bool:
+    return not options.data_dir  # stored streams in a data_dir of their own are not shared
 
 
 _SOURCES: dict[str, DataSource] = {}
@@ -134,12 +146,11 @@ def options_for(name: str, spec: Any) -> SourceOptions:
   return cls(**spec)
 
 
-for _s in (_Builtin("planted", "build_planted", planted=True),
-           _Builtin("planted_mix", "build_planted", planted=True),
-           _Builtin("planted_mos", "build_planted", planted=True),
-           _Builtin("text", "build_text", needs=(("path", "a directory of .txt files"),)),
-           _Builtin("tfds", "build_text", needs=(("tfds_name", "a TFDS dataset name"),)),
-           _Builtin("tokens", "build_tokens", needs=(("tokens_path", "an integer .npy [n, T+1] "
-                                                                     "or a flat token .bin"),))):
+for _s in (_Planted("planted", opts.PlantedOptions, "sbjax.data.planted:PlantedLanguage"),
+           _Planted("planted_mix", opts.PlantedMixOptions, "sbjax.data.planted:PlantedMixture"),
+           _Planted("planted_mos", opts.PlantedMosOptions, "sbjax.data.planted_mos:PlantedMoS"),
+           _Builtin("text", opts.TextOptions, "build_text_dir", needs_tokenizer=True),
+           _Builtin("tfds", opts.TfdsOptions, "build_tfds", needs_tokenizer=True),
+           _Builtin("tokens", opts.TokensOptions, "build_tokens")):
   register(_s)
 _BUILTIN_NAMES = frozenset(_SOURCES)

@@ -1,21 +1,21 @@
 """The ``tokens`` data source: token ids already on disk, cut into windows of T+1 tokens.
 
-Two file kinds (``data.tokens_path``, and ``data.tokens_val_path`` for validation):
+Two file kinds (``data.options.path``, and ``data.options.val_path`` for validation):
 
 * an integer ``.npy`` (loaded memory-mapped, never unpickled). Shape ``[n, W]``: rows of
   W >= T+1 tokens, e.g. Pythia's batch-viewer output ``[n, 2049]``; each row gives
   ``(W - 1) // T`` windows starting at columns ``0, T, 2T, ...`` (consecutive windows share
   one token, as in packed streams), rows in file order. Shape ``[N]``: one flat stream;
-* a flat binary token file (any other suffix, e.g. ``.bin``) of ``data.tokens_dtype``
+* a flat binary token file (any other suffix, e.g. ``.bin``) of ``data.options.dtype``
   (``uint16`` for vocabularies up to 65536, as GPT-NeoX/Megatron ``.bin`` files), read with
   ``np.memmap``; a stream cut like the packed text streams (windows every T tokens).
 
 Window ``k`` of a file is ``flat[start_k : start_k + T + 1]`` with ``flat`` the file's tokens
 in C order and ``start_k = r * W + c * T`` (row r, window c of the row) or ``k * T`` (stream).
 
-Splits: with ``data.tokens_val_path`` the validation windows are that file's; without it,
+Splits: with ``data.options.val_path`` the validation windows are that file's; without it,
 the last ``max(B, round(val_fraction * n_windows))`` windows of the train file are held out
-(a contiguous tail, so no window of one split overlaps the other). ``tokens_val_path`` may
+(a contiguous tail, so no window of one split overlaps the other). ``val_path`` may
 name the train file itself (the analysis does this for ``--tokens=FILE``: every window is
 measured).
 
@@ -49,7 +49,7 @@ def read_tokens(path: str | os.PathLike, dtype: str = "uint16") -> np.ndarray:
   p = Path(path)
   if not p.is_file():
     raise DataError(f"token file not found: {path}; pass an integer .npy [n, T+1] or a flat "
-                    "token .bin (data.tokens_path / --tokens)")
+                    "token .bin (data.options.path / --tokens)")
   if p.suffix == ".npy":
     try:
       arr = np.load(p, mmap_mode="r", allow_pickle=False)
@@ -62,12 +62,12 @@ def read_tokens(path: str | os.PathLike, dtype: str = "uint16") -> np.ndarray:
                       "a flat [N] stream")
     return arr
   if dtype not in DTYPES:
-    raise DataError(f"data.tokens_dtype={dtype!r} is not supported; allowed: {' | '.join(DTYPES)}")
+    raise DataError(f"data.options.dtype={dtype!r} is not supported; allowed: {' | '.join(DTYPES)}")
   size = p.stat().st_size
   item = np.dtype(dtype).itemsize
   if size % item:
     raise DataError(f"token file {path} has {size} bytes, not a multiple of the {dtype} item "
-                    f"size {item}: a truncated file or another dtype (data.tokens_dtype)")
+                    f"size {item}: a truncated file or another dtype (data.options.dtype)")
   if size == 0:
     raise DataError(f"token file {path} is empty")
   return np.memmap(p, dtype=np.dtype(dtype), mode="r")
@@ -115,32 +115,32 @@ def file_identity(path: str | os.PathLike) -> str:
   return h.hexdigest()
 
 
-def open_token_splits(cfg, seq_len: int, global_batch_size: int) -> dict:
-  """The ``tokens`` source of a DataConfig (``tokens_path``, ``tokens_val_path``,
-  ``tokens_dtype``, ``tokens_vocab``: 0 = the largest id + 1), checked: the keyword
+def open_token_splits(o, seq_len: int, global_batch_size: int) -> dict:
+  """The ``tokens`` source of its ``TokensOptions`` (``path``, ``val_path``, ``dtype``,
+  ``vocab``: 0 = the largest id + 1, ``val_fraction``), checked: the keyword
   arguments of ``sbjax.data.dataset.TokenWindows`` (arrays, window starts, vocab, info)."""
-  train = read_tokens(cfg.tokens_path, cfg.tokens_dtype)
-  t_starts = window_starts(train, seq_len, f"token file {cfg.tokens_path}: ")
-  if cfg.tokens_val_path:
-    val = read_tokens(cfg.tokens_val_path, cfg.tokens_dtype)
-    v_starts = window_starts(val, seq_len, f"token file {cfg.tokens_val_path}: ")
+  train = read_tokens(o.path, o.dtype)
+  t_starts = window_starts(train, seq_len, f"token file {o.path}: ")
+  if o.val_path:
+    val = read_tokens(o.val_path, o.dtype)
+    v_starts = window_starts(val, seq_len, f"token file {o.val_path}: ")
   else:
-    n_val = min(max(global_batch_size, int(round(cfg.val_fraction * len(t_starts)))),
+    n_val = min(max(global_batch_size, int(round(o.val_fraction * len(t_starts)))),
                 len(t_starts))
     val, v_starts, t_starts = train, t_starts[len(t_starts) - n_val:], t_starts[:len(t_starts) - n_val]
-  vocab = int(cfg.tokens_vocab)
-  files = [(cfg.tokens_path, train)] + ([(cfg.tokens_val_path, val)] if cfg.tokens_val_path
-                                        and cfg.tokens_val_path != cfg.tokens_path else [])
+  vocab = int(o.vocab)
+  files = [(o.path, train)] + ([(o.val_path, val)] if o.val_path
+                                        and o.val_path != o.path else [])
   if vocab:
     for path, arr in files:
-      check_ids(arr, vocab, f"token file {path}: ", "data.tokens_vocab")
+      check_ids(arr, vocab, f"token file {path}: ", "data.options.vocab")
   else:
     vocab = max(int(np.max(arr)) for _, arr in files) + 1
     for path, arr in files:
       if int(np.min(arr)) < 0:
         check_ids(arr, vocab, f"token file {path}: ")
-  extra = {"tokens_path": cfg.tokens_path, "tokens_val_path": cfg.tokens_val_path,
+  extra = {"tokens_path": o.path, "tokens_val_path": o.val_path,
            "tokens_shape": list(train.shape), "tokens_dtype": str(train.dtype)}
   return dict(train_arr=train, train_starts=t_starts, val_arr=val, val_starts=v_starts,
-              vocab_size=vocab, name=Path(cfg.tokens_path).name, source="tokens",
+              vocab_size=vocab, name=Path(o.path).name, source="tokens",
               extra_info=extra)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from sbjax.config import Config, DataConfig, ModelConfig, TrainConfig
+from sbjax.config import Config, ModelConfig, TrainConfig
 from sbjax.data import make_dataset
 from sbjax.overrides import config_from
 from sbjax.studies import rank_sweep
@@ -20,12 +20,9 @@ from sbjax.studies.progress import RunsProgress, SweepProgress
 NAME = "head_rank"
 
 BASE = "tiny"
-_DATA, _MODEL, _TRAIN = DataConfig(), ModelConfig(), TrainConfig()
-# "tiny" sets a small planted language and its own lr; the text runs keep the field defaults
-TEXT_DATA = {"data.source": "text", "data.planted_vocab": _DATA.planted_vocab,
-             "data.planted_rank": _DATA.planted_rank,
-             "data.planted_train_tokens": _DATA.planted_train_tokens,
-             "data.planted_val_tokens": _DATA.planted_val_tokens}
+_MODEL, _TRAIN = ModelConfig(), TrainConfig()
+# "tiny" sets a small planted language and its own lr; the text runs take a text source
+TEXT_DATA = {"data.source": "text"}
 
 
 @dataclasses.dataclass(frozen=True)

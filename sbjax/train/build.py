@@ -24,7 +24,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from sbjax import losses
 from sbjax import sharding as shd
 from sbjax.config import Config
-from sbjax.data import planted_mos
+from sbjax.data import sources as data_sources
 from sbjax.model import Model
 from sbjax.optim import make_optimizer
 from sbjax.train.members import Varies
@@ -41,7 +41,7 @@ def objective_loss(cfg: Config, model: Model):
   Rao-Blackwellised loss on the planted language's exact table when expected."""
   if cfg.train.objective == "sampled":
     return model.loss
-  lang = planted_mos.from_config(cfg.data)
+  lang = data_sources.get(cfg.data.source).language(cfg.data.options)
   if lang.vocab > cfg.model.vocab_size:
     raise ValueError(f"train.objective=expected: the planted language has {lang.vocab} tokens "
                      f"but model.vocab_size={cfg.model.vocab_size}; set model.vocab_size=0 "

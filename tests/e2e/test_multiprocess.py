@@ -1,7 +1,6 @@
 """A real 2-process run on localhost (jax.distributed, gloo CPU collectives, 4 fake devices
 each) through the experiments.train entry point equals a 1-process 8-device run."""
 
-import dataclasses
 import json
 import subprocess
 import sys
@@ -39,7 +38,7 @@ def test_two_processes_equal_one_process(tmp_path, tmp_path_factory, mesh):
   # Prepare the planted data once, so the processes only read it (no concurrent TFDS writes).
   tfds_dir = tmp_path / "tfds"
   cfg = md.test_config()
-  make_dataset(dataclasses.replace(cfg.data, tfds_data_dir=str(tfds_dir)),
+  make_dataset(cfg.data.replace_options(data_dir=str(tfds_dir)),
                seq_len=cfg.train.seq_len, global_batch_size=cfg.train.batch_size, seed=0)
   cache = md.cache_dir(tmp_path_factory)
   base = [sys.executable, "-m", "experiments.train", *_flags(tfds_dir, mesh)]

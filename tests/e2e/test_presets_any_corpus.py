@@ -107,7 +107,7 @@ def _convergence(preset, corpus, out):
   assert c0.data.source == "text"
   ds = make_dataset(c0.data, seq_len=c0.train.seq_len, global_batch_size=c0.train.batch_size,
                     seed=c0.train.data_seed, workdir=str(out / "data"))
-  _check(ds, c0.data.vocab_size, [c for _, c in cfgs])
+  _check(ds, c0.data.options.vocab_size, [c for _, c in cfgs])
   n = conv_presets.get_preset(preset).knobs.n_sequences
   assert samples.eval_sample(ds, n).shape == (n, c0.train.seq_len + 1)
   return [ds.vocab_size]
@@ -118,7 +118,7 @@ def _head_rank(preset, corpus, out):
   tc = base.train  # run_sweep's dataset
   ds = make_dataset(base.data, seq_len=tc.seq_len, global_batch_size=tc.batch_size,
                     seed=tc.data_seed, workdir=str(out / "data"))
-  _check(ds, base.data.vocab_size, [base])
+  _check(ds, base.data.options.vocab_size, [base])
   return [ds.vocab_size]
 
 
@@ -128,7 +128,7 @@ def _saturation(preset, corpus, out):
   ds = make_dataset(dc, seq_len=p.overrides["train.seq_len"],
                     global_batch_size=p.overrides["train.batch_size"], seed=0,
                     workdir=str(out / "data"), process_index=0, process_count=1)
-  _check(ds, dc.vocab_size, [c for _, c in sat_run_configs(p, dc)])
+  _check(ds, dc.options.vocab_size, [c for _, c in sat_run_configs(p, dc)])
   n = p.knobs.eval_sequences
   assert validation_windows(ds, n).shape == (n, ds.seq_len + 1)
   return [ds.vocab_size]

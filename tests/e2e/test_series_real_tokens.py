@@ -141,7 +141,7 @@ def test_export_with_tokenizer_loads_in_transformers_with_the_same_log_probs(tmp
   else:
     src = hf_tokenizer.train_bpe(docs, tmp_path / "tokenizer.json", vocab_size=300)
     tok = hf_tokenizer.copy_into(src.path, wd)
-  cfg, params = _run(wd, DataConfig(source="text", path="corpus"))
+  cfg, params = _run(wd, DataConfig(source="text", options=dict(path="corpus")))
   out = tmp_path / "hf"
   assert convert_cli.export_from_workdir(str(wd), str(out)) == 3
   hf_tok = transformers.AutoTokenizer.from_pretrained(str(out))

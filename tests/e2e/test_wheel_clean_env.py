@@ -110,7 +110,7 @@ def test_sbjax_train_on_the_sample_corpus(venv):
         "--config.data.vocab_size=128", "--config.model.vocab_size=0"], cwd, env)
   logged = [json.loads(line) for line in (wd / "metrics.jsonl").read_text().splitlines()]
   assert max(r["step"] for r in logged) == 4
-  assert json.loads((wd / "config.json").read_text())["data"]["path"] == sample
+  assert json.loads((wd / "config.json").read_text())["data"]["options"]["path"] == sample
   assert (wd / "tokenizer.model").is_file() and (wd / "checkpoints" / "4").is_dir()
 
 

@@ -47,7 +47,7 @@ def test_refused_on_synthetic_data_unless_data_is_given(imported):
       ckpt.load_config(work), work,
       tokens=str(d / "ok.npy"))
   assert over and key and cfg.data.source == "tokens" and cfg.train.seq_len == 8
-  assert cfg.data.tokens_val_path == str(d / "ok.npy") and cfg.data.tokens_vocab == V
+  assert cfg.data.options.val_path == str(d / "ok.npy") and cfg.data.options.vocab == V
 
 
 def test_bad_token_files_and_tokenizer(imported):

@@ -92,7 +92,7 @@ def hf_dir(tmp_path_factory, run_dir):
 # must raise (or, for recovered checkpoints, log) the expected message.
 
 def _text(tmp, path, seq_len=32, batch=4, vocab=200):
-  cfg = DataConfig(source="text", path=str(path), vocab_size=vocab)
+  cfg = DataConfig(source="text", options=dict(path=str(path), vocab_size=vocab))
   return lambda: make_dataset(cfg, seq_len=seq_len, global_batch_size=batch, seed=0,
                               workdir=str(tmp / "wd"), process_index=0, process_count=1)
 
@@ -292,8 +292,8 @@ ROWS = [
      "allowed: 1 .. d_model=32"),
     ("head rank 0", _model(head=LowRankHead(rank=0)), ValueError, "model.head.rank=0",
      "allowed: 1 .. d_model=32"),
-    ("planted rank 0", lambda t, c: (lambda: DataConfig(planted_rank=0)), ValueError,
-     "data.planted_rank=0", "allowed: 1 .. planted_vocab=256"),
+    ("planted rank 0", lambda t, c: (lambda: DataConfig(options=dict(rank=0))), ValueError,
+     "data.options.rank=0", "allowed: 1 .. vocab=256"),
     ("n_mix 0", _model(head={"kind": "mos", "n_mix": 0}), ValueError, "model.head.n_mix=0",
      "allowed: an integer >= 1"),
     ("unknown config name", lambda t, c: (lambda: configs.get("pythia-7b")), ValueError,

@@ -44,7 +44,7 @@ def ids_beyond_vocab(tmp, repo, work):
 
 def rows_too_short(tmp, repo, work):
   np.save(tmp / "short.npy", np.zeros((6, 9), np.int32))
-  dc = DataConfig(source="tokens", tokens_path=str(tmp / "short.npy"), tokens_vocab=V)
+  dc = DataConfig(source="tokens", options=dict(path=str(tmp / "short.npy"), vocab=V))
   return lambda: make_dataset(dc, seq_len=16, global_batch_size=2, workdir=str(tmp / "run"))
 
 
@@ -74,7 +74,7 @@ def weights_truncated(tmp, repo, work):
 
 def vocab_below_characters(tmp, repo, work):
   corpus = write_corpus(tmp / "corpus", unicode_docs())  # 202 distinct characters
-  dc = DataConfig(source="text", path=str(corpus), vocab_size=12)
+  dc = DataConfig(source="text", options=dict(path=str(corpus), vocab_size=12))
   return lambda: make_dataset(dc, seq_len=16, global_batch_size=2, workdir=str(tmp / "run"))
 
 

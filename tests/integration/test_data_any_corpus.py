@@ -57,7 +57,8 @@ def hf_json(tmp_path_factory, docs):
 
 def test_hf_tokenizer_json_tokenises_a_text_corpus(tmp_path, docs, hf_json):
   corpus = write_corpus(tmp_path / "c", docs)
-  cfg = DataConfig(source="text", path=str(corpus), tokenizer=hf_json.path, val_fraction=0.25)
+  cfg = DataConfig(source="text", options=dict(path=str(corpus), tokenizer=hf_json.path,
+                                               val_fraction=0.25))
   ds = make_dataset(cfg, seq_len=16, global_batch_size=4, workdir=str(tmp_path / "w"),
                     process_index=0, process_count=1)
   assert ds.vocab_size == hf_json.vocab_size == 400

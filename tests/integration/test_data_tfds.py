@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def mk(name, workdir, vocab=24, **kw):
-  cfg = DataConfig(source="tfds", tfds_name=name, vocab_size=vocab, **kw)
+  cfg = DataConfig(source="tfds", options=dict(name=name, vocab_size=vocab, **kw))
   return make_dataset(cfg, seq_len=16, global_batch_size=4, seed=0, workdir=str(workdir),
                       process_index=0, process_count=1)
 
@@ -66,7 +66,7 @@ def test_catalog_errors(tmp_path):
                                       r"DatasetNotFoundError"):
     builders.read_catalog("no_such_dataset_xyz", str(tmp_path))
   with tfds.testing.mock_data(num_examples=10, policy=tfds.testing.MockPolicy.USE_CODE):
-    with pytest.raises(DataError, match=r"has no feature 'body' \(data.text_key\)"):
+    with pytest.raises(DataError, match=r"has no feature 'body' \(data.options.text_key\)"):
       builders.read_catalog("lm1b", None, "body")
 
 
@@ -85,9 +85,9 @@ TF_FREE = textwrap.dedent("""
     from sbjax.data import make_dataset
     corpus, wd = sys.argv[1], sys.argv[2]
     kw = dict(seq_len=16, global_batch_size=4, workdir=wd, process_index=0, process_count=1)
-    t = make_dataset(DataConfig(source="text", path=corpus, vocab_size=20), **kw)
-    p = make_dataset(DataConfig(planted_vocab=16, planted_rank=2, planted_train_tokens=4000,
-                                planted_val_tokens=1000), **kw)
+    t = make_dataset(DataConfig("text", dict(path=corpus, vocab_size=20)), **kw)
+    p = make_dataset(DataConfig(options=dict(vocab=16, rank=2, train_tokens=4000,
+                                             val_tokens=1000)), **kw)
     assert t.train_batch(0).shape == (4, 17) and p.train_batch(0).shape == (4, 17)
     assert "tensorflow" not in sys.modules, "tensorflow was imported"
     print("TF_FREE_OK", t.info()["tfds_name"], p.info()["tfds_name"])

@@ -6,6 +6,8 @@ import dataclasses
 import pytest
 
 from sbjax import overrides
+from sbjax.config import DataConfig
+from sbjax.data.options import TextOptions
 from sbjax.data.sample_corpus import sample_corpus_dir
 from sbjax.studies.corpus import corpus_overrides, with_corpus
 
@@ -13,11 +15,10 @@ from sbjax.studies.corpus import corpus_overrides, with_corpus
 def test_text_corpus_given_or_the_packaged_sample(tmp_path):
   cfg = overrides.config_from("tiny")
   got = with_corpus(cfg, str(tmp_path), tfds_dir=tmp_path / "tfds")
-  want = dataclasses.replace(cfg.data, source="text", path=str(tmp_path),
-                             tfds_data_dir=str(tmp_path / "tfds"))
+  want = DataConfig("text", TextOptions(path=str(tmp_path), data_dir=str(tmp_path / "tfds")))
   assert got == dataclasses.replace(cfg, data=want)
-  assert with_corpus(cfg).data.path == str(sample_corpus_dir())
-  assert with_corpus(cfg).data.tfds_data_dir == cfg.data.tfds_data_dir  # left as it is
+  assert with_corpus(cfg).data.options.path == str(sample_corpus_dir())
+  assert with_corpus(cfg).data.options.data_dir == ""  # left as it is
   with pytest.raises(FileNotFoundError, match="--data=.*nope.*pass --data=DIR"):
     with_corpus(cfg, str(tmp_path / "nope"))
 

@@ -106,12 +106,11 @@ def test_bad_arguments():
     arange_ds().train_batch(-1)
 
 
-SMALL = dict(planted_vocab=64, planted_rank=4, planted_train_tokens=40_000,
-             planted_val_tokens=4_000)
+SMALL = dict(vocab=64, rank=4, train_tokens=40_000, val_tokens=4_000)
 
 
 def test_make_dataset_planted_in_memory_and_tfds(tmp_path):
-  cfg = DataConfig(**SMALL)
+  cfg = DataConfig(options=SMALL)
   mem = make_dataset(cfg, seq_len=32, global_batch_size=8, seed=2, workdir=None,
                      process_index=0, process_count=1)
   assert mem.vocab_size == 64 and mem.tokenizer_path is None
@@ -132,12 +131,12 @@ def test_make_dataset_planted_in_memory_and_tfds(tmp_path):
   assert info["source"] == "planted" and info["tfds_name"].startswith("planted_rank/")
   assert abs(info["entropy_nats"] - mem.planted.entropy) < 1e-12
   # the builder alone (no language object passed) samples the same streams
-  alone = builders.prepare_planted(builders.planted_params(cfg), str(tmp_path / "alone"))
+  alone = builders.prepare_planted(cfg.options.stream_params(), str(tmp_path / "alone"))
   assert np.array_equal(alone["train"], mem.train_tokens)
   # val and train streams differ (independent samples)
   assert not np.array_equal(mem.train_tokens[:4000], mem.val_tokens)
   # a different planted seed changes the language and its cache entry
-  other = make_dataset(DataConfig(**{**SMALL, "planted_seed": 1}), seq_len=32,
+  other = make_dataset(DataConfig(options={**SMALL, "seed": 1}), seq_len=32,
                        global_batch_size=8, workdir=str(tmp_path), process_index=0,
                        process_count=1)
   assert not np.array_equal(other.train_tokens, disk.train_tokens)
@@ -145,7 +144,7 @@ def test_make_dataset_planted_in_memory_and_tfds(tmp_path):
 
 
 def test_make_dataset_planted_mix_and_process_defaults():
-  cfg = DataConfig(source="planted_mix", planted_mix=3, **SMALL)
+  cfg = DataConfig(source="planted_mix", options=dict(mix=3, **SMALL))
   ds = make_dataset(cfg, seq_len=16, global_batch_size=4, seed=0)  # process from jax
   assert isinstance(ds.planted, PlantedMixture) and ds.planted.n_mix == 3
   assert ds.process_count >= 1 and ds.train_batch(0).shape == (4 // ds.process_count, 17)
@@ -153,6 +152,6 @@ def test_make_dataset_planted_mix_and_process_defaults():
 
 
 def test_make_dataset_planted_too_small():
-  cfg = DataConfig(**{**SMALL, "planted_train_tokens": 1000})
+  cfg = DataConfig(options={**SMALL, "train_tokens": 1000})
   with pytest.raises(DataError, match=r"split 'train': 1000 tokens.*needs at least 4097 tokens"):
     make_dataset(cfg, seq_len=128, global_batch_size=32, process_index=0, process_count=1)

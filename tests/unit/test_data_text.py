@@ -23,7 +23,7 @@ def corpus(tmp_path):
 
 
 def mk(path, workdir, seq_len=32, batch=4, vocab=200, **kw):
-  cfg = DataConfig(source="text", path=str(path), vocab_size=vocab, **kw)
+  cfg = DataConfig(source="text", options=dict(path=str(path), vocab_size=vocab, **kw))
   return make_dataset(cfg, seq_len=seq_len, global_batch_size=batch, seed=0,
                       workdir=str(workdir), process_index=0, process_count=1)
 

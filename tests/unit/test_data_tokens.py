@@ -12,7 +12,7 @@ T, B = 8, 4
 
 
 def _ds(path, *, val="", seq_len=T, batch=B, p=0, P=1, seed=0, **kw):
-  cfg = DataConfig(source="tokens", tokens_path=str(path), tokens_val_path=str(val), **kw)
+  cfg = DataConfig(source="tokens", options=dict(path=str(path), val_path=str(val), **kw))
   return make_dataset(cfg, seq_len=seq_len, global_batch_size=batch, seed=seed,
                       process_index=p, process_count=P)
 
@@ -57,7 +57,7 @@ def test_long_rows_are_cut_inside_rows(files):
 
 def test_flat_bin_equals_the_packed_stream_dataset(files):
   d, _, _, stream, val = files
-  tok = _ds(d / "train.bin", val=d / "val.bin", seed=3, tokens_vocab=500)
+  tok = _ds(d / "train.bin", val=d / "val.bin", seed=3, vocab=500)
   ref = Dataset(stream.astype(np.int64), val.astype(np.int64), seq_len=T, global_batch_size=B,
                 seed=3, vocab_size=500)
   assert tok.n_train_windows == ref.n_train_windows == 40
@@ -92,8 +92,8 @@ def test_held_out_tail_without_a_validation_file(files):
 def test_bad_token_files(tmp_path, files):
   d, rows, *_ = files
   with pytest.raises(DataError, match=r"token id \d+ at row \d+, column \d+ is outside "
-                                      r"\[0, data.tokens_vocab=10\)"):
-    _ds(d / "rows.npy", val=d / "rows.npy", tokens_vocab=10)
+                                      r"\[0, data.options.vocab=10\)"):
+    _ds(d / "rows.npy", val=d / "rows.npy", vocab=10)
   with pytest.raises(DataError, match=r"rows hold 9 tokens, shorter than seq_len\+1=17.*"
                                       r"train.seq_len=8 or less"):
     _ds(d / "rows.npy", val=d / "rows.npy", seq_len=16)
@@ -108,7 +108,7 @@ def test_bad_token_files(tmp_path, files):
   with pytest.raises(DataError, match="24 windows of seq_len\\+1=9 tokens, fewer than one "
                                       "global batch of 32"):
     _ds(d / "rows.npy", val=d / "rows.npy", batch=32)
-  with pytest.raises(ValueError, match="data.tokens_path"):
+  with pytest.raises(ValueError, match="data.options.path"):
     DataConfig(source="tokens")
   neg = rows.astype(np.int32).copy()
   neg[3, 2] = -1

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from sbjax import configs
-from sbjax.config import Config
-from sbjax.data import planted_mos
+from sbjax.config import Config, DataConfig
+from sbjax.data import sources
 from sbjax.model import Model
 from sbjax import losses
 from sbjax.train import read_metrics, train
@@ -19,8 +19,8 @@ from sbjax.train.build import objective_loss
 
 def _cfg(context=1, **train_kw) -> Config:
   cfg = configs.build(configs.load("tiny"))
-  data = dataclasses.replace(cfg.data, planted_vocab=16, planted_context=context,
-                             planted_train_tokens=20_000, planted_val_tokens=2048)
+  data = cfg.data.replace_options(vocab=16, context=context, train_tokens=20_000,
+                                  val_tokens=2048)
   model = dataclasses.replace(cfg.model, vocab_size=16, d_model=16, n_layers=1)
   train_cfg = dataclasses.replace(cfg.train, objective="expected", **train_kw)
   return cfg.replace(model=model, data=data, train=train_cfg)
@@ -47,7 +47,7 @@ def test_context_ids_match_a_loop(n):
 @pytest.mark.parametrize("context", [1, 2])
 def test_expected_loss_equals_numpy(context):
   cfg = _cfg(context)
-  lang = planted_mos.from_config(cfg.data)
+  lang = sources.get(cfg.data.source).language(cfg.data.options)
   model = Model(cfg.model)
   params = model.init(jax.random.key(0), 1, 16)
   batch = lang.sample(np.random.default_rng(1), (4, 17)).astype(np.int32)
@@ -68,14 +68,14 @@ def test_config_checks():
   cfg = _cfg()
   with pytest.raises(ValueError, match="train.objective"):
     dataclasses.replace(cfg.train, objective="rb")
-  text = dataclasses.replace(cfg.data, source="text", path="x")
+  text = DataConfig("text", {"path": "x"})
   with pytest.raises(ValueError, match="train.objective.*planted"):
     Config(model=cfg.model, data=text, train=cfg.train)
 
 
 def test_training_with_the_expected_loss(tmp_path):
   cfg = _cfg(1, steps=30, eval_every=30, ckpt_every=30, log_every=10, lr=1e-2)
-  lang = planted_mos.from_config(cfg.data)
+  lang = sources.get(cfg.data.source).language(cfg.data.options)
   train(cfg, tmp_path / "one", quiet=True)
   rows = [r for r in read_metrics(tmp_path / "one") if "loss" in r]
   assert rows[-1]["loss"] < rows[0]["loss"] - 0.3, rows

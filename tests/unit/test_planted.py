@@ -179,13 +179,13 @@ def test_presets_validate_and_match_parameters():
            and c.train.lr == p.knobs.mix_lrs[0]}
   mos, low = head_param_count(confs["mos"].model), head_param_count(confs["lowrank"].model)
   assert confs["mos"].data.source == "planted_mos" and confs["mos"].model.head.n_mix == 16
-  assert confs["mos"].data.planted_mix == p.knobs.mix["data.planted_mix"] == 8
+  assert confs["mos"].data.options.mix == p.knobs.mix["data.planted_mix"] == 8
   assert confs["mos"].model.head == MoSHead(n_mix=16, dim=p.knobs.mix["data.planted_rank"] + 1, act="linear")
   assert {c.model.d_model for c in confs.values()} == {16}  # the same trunk width for every head
   assert confs["lowrank"].model.head == LowRankHead(rank=11)  # 256·11 + 11·16 = 2992 vs MoS 2912
   sig = head_param_count(confs["sigsoftmax"].model)
-  assert abs(sig - mos) <= (vocab + 16) / 2 and confs["sigsoftmax"].data.planted_alpha == 8.0
-  assert confs["mos"].data.planted_rank == p.knobs.mix["data.planted_rank"] == 4
+  assert abs(sig - mos) <= (vocab + 16) / 2 and confs["sigsoftmax"].data.options.alpha == 8.0
+  assert confs["mos"].data.options.rank == p.knobs.mix["data.planted_rank"] == 4
   assert confs["mos"].train.steps == p.knobs.mix["train.steps"] == 1500
   assert abs(mos - low) <= (vocab + confs["lowrank"].model.d_model) / 2
   # the mos runs get their own init scale; the lowrank runs keep the knee part's
@@ -194,7 +194,7 @@ def test_presets_validate_and_match_parameters():
   # the knee runs: a bias-free rank-r head on the planted language of the overrides
   for r, cfg in exp.knee_configs(p):
     assert cfg.model.head == LowRankHead(rank=r) and cfg.model.rank == r
-    assert cfg.data.planted_rank == k
+    assert cfg.data.options.rank == k
   # the main job (quick) runs the same MoS-vs-matched-lowrank comparison, two seeds per arm
   q = dict(exp.mix_configs(exp.get_preset("quick")))
   assert set(q) == {"mos", "mos-s1", "lowrank", "lowrank-s1"}

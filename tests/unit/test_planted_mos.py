@@ -67,10 +67,10 @@ def test_entropy_two_ways_and_high_rank(lang):
 def test_bad_parameters_and_dataset():
   with pytest.raises(ValueError, match="gate='x'; allowed: uniform | dirichlet"):
     PlantedMoS(8, 2, gate="x")
-  with pytest.raises(ValueError, match="invalid config: data.planted_gate='x'"):
-    DataConfig(source="planted_mos", planted_gate="x")
-  cfg = DataConfig(source="planted_mos", planted_vocab=16, planted_rank=2, planted_mix=3,
-                   planted_gate="dirichlet", planted_train_tokens=4096, planted_val_tokens=2048)
+  with pytest.raises(ValueError, match="invalid config: data.options.gate='x'"):
+    DataConfig(source="planted_mos", options=dict(gate="x"))
+  cfg = DataConfig(source="planted_mos", options=dict(vocab=16, rank=2, mix=3, gate="dirichlet",
+                                                     train_tokens=4096, val_tokens=2048))
   ds = make_dataset(cfg, seq_len=16, global_batch_size=4, process_index=0, process_count=1)
   assert isinstance(ds.planted, PlantedMoS) and ds.planted.n_mix == 3
   assert ds.planted.gate == "dirichlet" and ds.info()["planted"]["kind"] == "planted_mos"

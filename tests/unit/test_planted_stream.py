@@ -1,9 +1,8 @@
-"""Streaming planted train batches (``data.planted_train_tokens = 0``,
+"""Streaming planted train batches (``data.options.train_tokens = 0``,
 sbjax.data.planted_stream / dataset.StreamingPlanted): pure in (seeds, step) (bitwise resume),
 sharded rows == the unsharded batch, the validation split identical to the stored case, and
 the tokens really follow the language (mean log-prob ≈ −H)."""
 
-import dataclasses
 
 import numpy as np
 import pytest
@@ -11,8 +10,8 @@ import pytest
 from sbjax.config import DataConfig
 from sbjax.data import make_dataset
 
-CFG = DataConfig(source="planted_mix", planted_vocab=16, planted_rank=2, planted_mix=2,
-                 planted_train_tokens=0, planted_val_tokens=400)
+CFG = DataConfig(source="planted_mix", options=dict(vocab=16, rank=2, mix=2, train_tokens=0,
+                                                    val_tokens=400))
 
 
 def ds(cfg=CFG, seed=0, p=0, n=1):
@@ -28,7 +27,7 @@ def test_streaming_batches_are_pure_and_shard():
   assert not np.array_equal(a.train_batch(7), ds(seed=1).train_batch(7))
   halves = [ds(p=p, n=2).train_batch(7) for p in (0, 1)]
   np.testing.assert_array_equal(np.concatenate(halves), a.train_batch(7))
-  stored = ds(dataclasses.replace(CFG, planted_train_tokens=1000))
+  stored = ds(CFG.replace_options(train_tokens=1000))
   for x, y in zip(a.eval_batches(2), stored.eval_batches(2)):
     np.testing.assert_array_equal(x, y)
   assert a.info()["streaming"] and a.info()["n_train_tokens"] is None

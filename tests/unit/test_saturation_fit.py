@@ -90,7 +90,8 @@ def test_presets_validate():
   for name in ("cpu", "tpu", "quick", "test"):
     p = saturation.get_preset(name)
     k = p.knobs
-    dc = DataConfig(source="tfds", tfds_name="lm1b", vocab_size=p.overrides["data.vocab_size"])
+    dc = DataConfig(source="tfds", options=dict(name="lm1b",
+                                                vocab_size=p.overrides["data.vocab_size"]))
     cfgs = saturation.run_configs(p, dc)
     assert [w for w, _ in cfgs] == list(k.widths)
     for w, c in cfgs:

@@ -10,8 +10,8 @@ def test_tpu_preset_configs_validate(tmp_path):
   p = tr.get_preset("tpu")
   for v in p.knobs.vocab_sizes:
     dc = tr.data_config(p, v, tmp_path, None)
-    assert dc.source == "tfds" and dc.vocab_size == v and dc.tfds_name == "lm1b"
-  assert tr.data_config(p, 8192, tmp_path, "other_ds").tfds_name == "other_ds"
+    assert dc.source == "tfds" and dc.options.vocab_size == v and dc.options.name == "lm1b"
+  assert tr.data_config(p, 8192, tmp_path, "other_ds").options.name == "other_ds"
   assert tr.dims_for(p, 10**6)[-1] == p.knobs.max_d
   with pytest.raises(FileNotFoundError, match="--data=DIR"):
     tr.data_config(tr.get_preset("cpu"), 512, tmp_path, str(tmp_path / "missing"))

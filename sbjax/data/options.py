@@ -1,0 +1,224 @@
+"""The typed options of the data sources: one frozen dataclass per source, ``DataConfig.options``.
+
+``SourceOptions`` is the base: a subclass names its ``source``, holds exactly the fields that
+source reads and checks them alone in ``check`` (``config_error("data.options.F", ...)``). The
+built-in ones are here:
+
+* ``PlantedOptions`` (``planted``: the planted-rank language), ``PlantedMixOptions``
+  (``planted_mix``: + ``mix`` components), ``PlantedMosOptions`` (``planted_mos``: + the
+  gates ``gate``, ``gate_conc``); their ``stream_params`` key the sampled token streams.
+* ``TextOptions`` (``text``: a directory of .txt files), ``TfdsOptions`` (``tfds``: a catalog
+  dataset), both with the tokenizer fields of ``TokenizerOptions``.
+* ``TokensOptions`` (``tokens``: token files on disk, ``sbjax.data.tokens``).
+
+``legacy`` maps the flat ``DataConfig`` field names of earlier versions (``planted_vocab``,
+``tfds_name``, ...) to the fields of each class (``sbjax.data._legacy``). Plain Python (no
+jax, no numpy), so ``sbjax.config`` can validate with it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+from sbjax.errors import config_error
+
+PLANTED_GATES = ("uniform", "dirichlet")  # gate of source=planted_mos
+TOKENIZER_TYPES = ("unigram", "bpe")
+TOKEN_DTYPES = ("uint16", "int32", "uint32", "int64", "int16", "uint8")
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceOptions:
+  """Base of the sources' own fields (none here); a subclass is a frozen dataclass that
+  sets ``source`` and checks its fields alone in ``check`` (``config_error("data.options.F",
+  ...)``)."""
+
+  source: ClassVar[str] = ""
+  # flat DataConfig field of earlier versions -> field here (sbjax.data._legacy)
+  legacy: ClassVar[dict] = {}
+
+  def __post_init__(self):
+    self.check()
+
+  def check(self) -> None:
+    return None
+
+  def to_dict(self) -> dict:
+    return dataclasses.asdict(self)
+
+
+def _int_at_least(name: str, value, low: int, what: str = "") -> None:
+  if not isinstance(value, int) or isinstance(value, bool) or value < low:
+    raise config_error(f"data.options.{name}", value, what or f"an integer >= {low}")
+
+
+_PLANTED_LEGACY = {"planted_vocab": "vocab", "planted_rank": "rank", "planted_alpha": "alpha",
+                   "planted_zipf": "zipf", "planted_context": "context", "planted_seed": "seed",
+                   "planted_train_tokens": "train_tokens", "planted_val_tokens": "val_tokens",
+                   "tfds_data_dir": "data_dir"}
+
+
+@dataclasses.dataclass(frozen=True)
+class PlantedOptions(SourceOptions):
+  """The planted-rank language (``sbjax.data.planted.PlantedLanguage``)."""
+
+  source: ClassVar[str] = "planted"
+  legacy: ClassVar[dict] = _PLANTED_LEGACY
+  vocab: int = 256
+  rank: int = 8
+  alpha: float = 4.0
+  zipf: float = 1.0
+  context: int = 1  # context = the last n tokens
+  seed: int = 0
+  train_tokens: int = 2_000_000  # 0 = train batches sampled on demand (planted_stream)
+  val_tokens: int = 65_536
+  data_dir: str = ""  # TFDS data_dir of the stored streams; "" = WORKDIR/tfds
+
+  def check(self) -> None:
+    _int_at_least("vocab", self.vocab, 2)
+    if not 1 <= self.rank <= self.vocab:
+      raise config_error("data.options.rank", self.rank, f"1 .. vocab={self.vocab}")
+    _int_at_least("context", self.context, 1)
+
+  def language_kwargs(self) -> dict:
+    """The keyword arguments of the language's constructor."""
+    return dict(vocab=self.vocab, rank=self.rank, alpha=self.alpha, zipf=self.zipf,
+                context=self.context, seed=self.seed)
+
+  def stream_params(self) -> dict:
+    """What determines the token streams (their key: ``sbjax.data.builders.planted_builder``)."""
+    return {"kind": self.source, "vocab": self.vocab, "rank": self.rank,
+            "alpha": float(self.alpha), "zipf": float(self.zipf), "context": self.context,
+            "n_mix": 1, "seed": self.seed, "train_tokens": self.train_tokens,
+            "val_tokens": self.val_tokens}
+
+
+@dataclasses.dataclass(frozen=True)
+class PlantedMixOptions(PlantedOptions):
+  """A mixture of ``mix`` planted softmaxes (``sbjax.data.planted.PlantedMixture``)."""
+
+  source: ClassVar[str] = "planted_mix"
+  legacy: ClassVar[dict] = {**_PLANTED_LEGACY, "planted_mix": "mix"}
+  mix: int = 4
+
+  def check(self) -> None:
+    super().check()
+    _int_at_least("mix", self.mix, 1)
+
+  def language_kwargs(self) -> dict:
+    return {**super().language_kwargs(), "n_mix": self.mix}
+
+  def stream_params(self) -> dict:
+    return {**super().stream_params(), "n_mix": self.mix}
+
+
+@dataclasses.dataclass(frozen=True)
+class PlantedMosOptions(PlantedMixOptions):
+  """A shared-W mixture of softmaxes (``sbjax.data.planted_mos.PlantedMoS``): gates uniform,
+  or Dir(``gate_conc``) per context."""
+
+  source: ClassVar[str] = "planted_mos"
+  legacy: ClassVar[dict] = {**_PLANTED_LEGACY, "planted_mix": "mix", "planted_gate": "gate",
+                            "planted_gate_conc": "gate_conc"}
+  gate: str = "uniform"
+  gate_conc: float = 1.0
+
+  def check(self) -> None:
+    super().check()
+    if self.gate not in PLANTED_GATES:
+      raise config_error("data.options.gate", self.gate, " | ".join(PLANTED_GATES))
+    if not self.gate_conc > 0:
+      raise config_error("data.options.gate_conc", self.gate_conc, "> 0")
+
+  def language_kwargs(self) -> dict:
+    return {**super().language_kwargs(), "gate": self.gate, "gate_conc": self.gate_conc}
+
+  def stream_params(self) -> dict:  # its mixture size and gates key the streams too
+    return {**super().stream_params(), "gate": self.gate, "gate_conc": float(self.gate_conc)}
+
+
+_TOKENIZER_LEGACY = {"tokenizer": "tokenizer", "tokenizer_type": "tokenizer_type",
+                     "vocab_size": "vocab_size", "val_fraction": "val_fraction",
+                     "tfds_data_dir": "data_dir"}
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenizerOptions(SourceOptions):
+  """The fields of the text sources: their tokenizer and validation split."""
+
+  tokenizer: str = ""  # an existing sentencepiece .model or HF tokenizer.json; "" = train one
+  tokenizer_type: str = "unigram"  # unigram | bpe
+  vocab_size: int = 1024  # tokenizer vocab
+  val_fraction: float = 0.1  # fraction of documents in the validation split
+  data_dir: str = ""  # TFDS data_dir; "" = WORKDIR/tfds for builders sbjax prepares
+
+  def check(self) -> None:
+    if self.tokenizer_type not in TOKENIZER_TYPES:
+      raise config_error("data.options.tokenizer_type", self.tokenizer_type,
+                         " | ".join(TOKENIZER_TYPES))
+    _int_at_least("vocab_size", self.vocab_size, 8)
+    if not 0.0 < self.val_fraction < 1.0:
+      raise config_error("data.options.val_fraction", self.val_fraction,
+                         "strictly between 0 and 1")
+
+
+@dataclasses.dataclass(frozen=True)
+class TextOptions(TokenizerOptions):
+  """A directory of UTF-8 .txt files."""
+
+  source: ClassVar[str] = "text"
+  legacy: ClassVar[dict] = {**_TOKENIZER_LEGACY, "path": "path"}
+  path: str = ""
+
+  def check(self) -> None:
+    super().check()
+    if not self.path:
+      raise config_error("data.options.path", self.path,
+                         "a directory of .txt files when data.source=text")
+
+
+@dataclasses.dataclass(frozen=True)
+class TfdsOptions(TokenizerOptions):
+  """A TFDS catalog dataset (``lm1b``, ``tiny_shakespeare``, ...), prepared in ``data_dir``."""
+
+  source: ClassVar[str] = "tfds"
+  legacy: ClassVar[dict] = {**_TOKENIZER_LEGACY, "tfds_name": "name", "text_key": "text_key",
+                            "max_docs": "max_docs"}
+  name: str = ""
+  text_key: str = "text"
+  max_docs: int = 0  # read at most this many documents per split (0 = all)
+
+  def check(self) -> None:
+    super().check()
+    if not self.name:
+      raise config_error("data.options.name", self.name,
+                         "a TFDS dataset name when data.source=tfds")
+    _int_at_least("max_docs", self.max_docs, 0, "0 (all) or a number of documents")
+
+
+@dataclasses.dataclass(frozen=True)
+class TokensOptions(SourceOptions):
+  """Token files on disk (``sbjax.data.tokens``): an integer .npy [n, T+1] / [N], or a flat
+  .bin of ``dtype``."""
+
+  source: ClassVar[str] = "tokens"
+  legacy: ClassVar[dict] = {"tokens_path": "path", "tokens_val_path": "val_path",
+                            "tokens_dtype": "dtype", "tokens_vocab": "vocab",
+                            "val_fraction": "val_fraction"}
+  path: str = ""
+  val_path: str = ""  # "" = hold out the last val_fraction of the windows
+  dtype: str = "uint16"  # item type of a flat .bin file
+  vocab: int = 0  # 0 = the largest id + 1; else ids must lie in [0, vocab)
+  val_fraction: float = 0.1
+
+  def check(self) -> None:
+    if not self.path:
+      raise config_error("data.options.path", self.path, "an integer .npy [n, T+1] or a flat "
+                         "token .bin when data.source=tokens")
+    if self.dtype not in TOKEN_DTYPES:
+      raise config_error("data.options.dtype", self.dtype, " | ".join(TOKEN_DTYPES))
+    _int_at_least("vocab", self.vocab, 0, "0 (largest id + 1) or an integer >= 1")
+    if not 0.0 < self.val_fraction < 1.0:
+      raise config_error("data.options.val_fraction", self.val_fraction,
+                         "strictly between 0 and 1")
