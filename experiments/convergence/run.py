@@ -134,7 +134,7 @@ def train_all(out: Path, preset: str, data: str, widths, progress: RunsProgress)
   return sources, batch, info
 
 
-def run(out: Path, preset: str, *, data: str = "", series: list | None = None,
+def run(out: Path, preset: str, *, data: str | None = None, series: list | None = None,
         series_tokens: str = "", widths: tuple | None = None, verbose: bool = True,
         allow_duplicates: bool = False, **settings_over) -> None:
   """Train (or read the series), measure and summarise into ``out``. ``series``: sbjax

@@ -47,7 +47,7 @@ def analysis_settings(p: Preset, width: int) -> Settings:
                   figures=False)  # the report draws every width together
 
 
-def run(out: Path, preset, data: str | None = None, verbose: bool = True) -> None:
+def run(out: Path, preset, *, data: str | None = None, verbose: bool = True) -> None:
   """Train (or skip) every width, analyse every run, fit; see the package doc.
 
   ``preset``: a name of PRESETS or a Preset."""

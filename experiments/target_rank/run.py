@@ -48,7 +48,7 @@ def _ordered(rows: list[dict], columns) -> list[dict]:
   return [{c: r.get(c) for c in columns} for r in rows]
 
 
-def run(out: Path, preset, data: str | None = None, verbose: bool = True) -> None:
+def run(out: Path, preset, *, data: str | None = None, verbose: bool = True) -> None:
   """Every (V, n) of the preset (finished ones in OUT/parts are skipped); see the package doc."""
   p = get_preset(preset)
   out = Path(out)
