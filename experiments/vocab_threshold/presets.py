@@ -43,16 +43,18 @@ PRESETS: dict[str, Preset[Knobs]] = {
     # Session 10, on the 42-file development corpus (--data=DIR): 31 min 46 s on 2
     # quiet cores; r* = 48 at every V (uncensored), exact bigram r* 64, 64, 128, 128
     # (BUILD_NOTES "vocab_threshold"). Without --data it runs on the packaged 5-play sample.
-    "cpu": Preset(hr.BASE, hr.overrides("vocab_threshold-cpu", 1024, d_model=64, n_layers=2,
-                                        n_heads=4, max_len=64, steps=600, batch=32, seq_len=64,
-                                        warmup=60, eval_batches=24),
+    "cpu": Preset(hr.BASE, hr.overrides({"name": "vocab_threshold-cpu", "train.steps": 600,
+                                         "train.warmup_steps": 60}),
                   Knobs(vocabs=(256, 512, 1024, 2048),
                         plan=hr.Knobs(ranks=(2, 4, 8, 12, 16, 24, 32, 48, 64), lrs=(3e-3,),
                                       head_lrs=(1e-2,), head_steps=300, protocols=("a",)),
                         ngram=NgramKnobs(ranks=(4, 8, 16, 32, 64, 128), max_iter=40))),
-    "tpu": Preset(hr.BASE, hr.overrides("vocab_threshold-tpu", 8192, d_model=512, n_layers=6,
-                                        n_heads=8, max_len=512, steps=20_000, batch=256,
-                                        seq_len=512, warmup=1000, eval_batches=32),
+    "tpu": Preset(hr.BASE, hr.overrides({"name": "vocab_threshold-tpu", "data.vocab_size": 8192,
+                                         "model.d_model": 512, "model.n_layers": 6,
+                                         "model.n_heads": 8, "model.max_len": 512,
+                                         "train.steps": 20_000, "train.batch_size": 256,
+                                         "train.seq_len": 512, "train.warmup_steps": 1000,
+                                         "train.eval_batches": 32}),
                   Knobs(vocabs=(512, 1024, 2048, 4096, 8192, 16384, 32768),
                         plan=_b((8, 16, 32, 64, 128, 256), (3e-4, 1e-3, 3e-3)))),
 }

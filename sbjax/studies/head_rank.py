@@ -38,43 +38,51 @@ class Knobs:
   mos_lrs: tuple = ()
 
 
-def overrides(name: str, vocab: int, *, d_model: int, n_layers: int, n_heads: int, max_len: int,
-              steps: int, batch: int, seq_len: int, warmup: int, eval_batches: int,
-              rotary_pct: float = _MODEL.rotary_pct, remat: str = _MODEL.remat) -> dict:
-  """A text-corpus sweep's overrides: a sentencepiece vocabulary of ``vocab`` pieces, the trunk,
-  and a schedule that evaluates and checkpoints once, at the last step."""
-  return {**TEXT_DATA, "data.vocab_size": vocab, "name": name,
-          "model.vocab_size": 0, "model.d_model": d_model, "model.n_layers": n_layers,
-          "model.n_heads": n_heads, "model.max_len": max_len, "model.rotary_pct": rotary_pct,
-          "model.remat": remat,
-          "train.steps": steps, "train.batch_size": batch, "train.seq_len": seq_len,
-          "train.lr": _TRAIN.lr, "train.warmup_steps": warmup, "train.eval_batches": eval_batches,
-          "train.eval_every": steps, "train.ckpt_every": steps, "train.ckpt_log_spaced": False,
+# a text-corpus sweep's Config in dotted keys over BASE (the cpu preset's trunk and schedule);
+# a preset replaces some of them (``overrides``)
+CPU = {**TEXT_DATA, "data.vocab_size": 1024, "name": "head_rank-cpu", "model.vocab_size": 0,
+       "model.d_model": 64, "model.n_layers": 2, "model.n_heads": 4, "model.max_len": 64,
+       "model.rotary_pct": _MODEL.rotary_pct, "model.remat": _MODEL.remat,
+       "train.steps": 400, "train.batch_size": 32, "train.seq_len": 64, "train.lr": _TRAIN.lr,
+       "train.warmup_steps": 30, "train.eval_batches": 24, "train.ckpt_log_spaced": False}
+
+
+def overrides(o: dict) -> dict:
+  """CPU with the preset's dotted keys ``o`` over it (a sentencepiece vocabulary of
+  data.vocab_size pieces, the trunk, the schedule), and a schedule that evaluates and
+  checkpoints once, at the last step, with ten log lines."""
+  o = {**CPU, **o}
+  steps = o["train.steps"]
+  return {**o, "train.eval_every": steps, "train.ckpt_every": steps,
           "train.log_every": max(1, steps // 10)}
 
 
-_TINY = dict(d_model=4, n_layers=1, n_heads=1, max_len=16, rotary_pct=0.5)
+# the test and quick presets' trunk
+_TINY = {"data.vocab_size": 96, "model.d_model": 4, "model.n_layers": 1, "model.n_heads": 1,
+         "model.max_len": 16, "model.rotary_pct": 0.5, "train.batch_size": 8,
+         "train.seq_len": 16, "train.warmup_steps": 2}
 PRESETS: dict[str, Preset[Knobs]] = {
     # the test suite: the quick trunk, 6 steps, rank 1 besides the dense head (r = d)
-    "test": Preset(BASE, overrides("head_rank-test", 96, **_TINY, steps=6, batch=8, seq_len=16,
-                                   warmup=2, eval_batches=1),
+    "test": Preset(BASE, overrides({**_TINY, "name": "head_rank-test", "train.steps": 6,
+                                    "train.eval_batches": 1}),
                    Knobs(ranks=(1,), lrs=(3e-3, 3e-2), head_lrs=(3e-2,), head_steps=4)),
     # smoke runs: seconds per run, mostly XLA compilation
-    "quick": Preset(BASE, overrides("head_rank-quick", 96, **_TINY, steps=12, batch=8,
-                                    seq_len=16, warmup=2, eval_batches=2),
+    "quick": Preset(BASE, overrides({**_TINY, "name": "head_rank-quick", "train.steps": 12,
+                                     "train.eval_batches": 2}),
                     Knobs(ranks=(1,), lrs=(3e-3, 3e-2), head_lrs=(3e-2,), head_steps=8)),
     # Trade-offs for <= 20 min on 2 cores: 400 steps (~0.4 epochs of Shakespeare), 2-point
     # LR grids, 150 head-only steps for (a), mos heads with one learning rate. A grid of
     # {3e-3, 1e-2} was won by 1e-2 at every rank, so the grid sits one step up.
-    "cpu": Preset(BASE, overrides("head_rank-cpu", 1024, d_model=64, n_layers=2, n_heads=4,
-                                  max_len=64, steps=400, batch=32, seq_len=64, warmup=30,
-                                  eval_batches=24),
+    "cpu": Preset(BASE, overrides({}),
                   Knobs(lrs=(1e-2, 2e-2), head_lrs=(1e-2, 3e-2), head_steps=150,
                         mos_mix=(1, 2), mos_lrs=(1e-2,))),
     # Pythia-410m shape: ranks 1..1024; give it a corpus larger than Shakespeare with --data
-    "tpu": Preset(BASE, overrides("head_rank-tpu", 8192, d_model=1024, n_layers=24, n_heads=16,
-                                  max_len=512, remat="full", steps=20_000, batch=256,
-                                  seq_len=512, warmup=1000, eval_batches=32),
+    "tpu": Preset(BASE, overrides({"name": "head_rank-tpu", "data.vocab_size": 8192,
+                                   "model.d_model": 1024, "model.n_layers": 24,
+                                   "model.n_heads": 16, "model.max_len": 512,
+                                   "model.remat": "full", "train.steps": 20_000,
+                                   "train.batch_size": 256, "train.seq_len": 512,
+                                   "train.warmup_steps": 1000, "train.eval_batches": 32}),
                   Knobs(lrs=(3e-4, 1e-3, 3e-3), head_lrs=(1e-3, 3e-3, 1e-2), head_steps=5000,
                         mos_mix=(1, 2, 4), mos_protocols=("a", "b"))),
 }
