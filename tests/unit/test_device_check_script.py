@@ -174,9 +174,11 @@ def test_isolated_sides_report_ratios_and_a_side_that_did_not_finish(tmp_path):
 def _pytest(platform: str, *args: str, path: str = "/usr/bin:/bin"):
   env = {**os.environ, "SBJAX_TEST_PLATFORM": platform, "PATH": path}
   env.pop("JAX_PLATFORMS", None)
-  return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p",
-                         "no:xdist", "-o", "addopts=", "-q", "-rs", *args], cwd=ROOT, env=env,
-                        capture_output=True, text=True, timeout=300)
+  # the plugins these tests do not use (hypothesis's alone is 1 s of CPU at each start) are off
+  plugins = [f"-pno:{p}" for p in ("cacheprovider", "xdist", "hypothesispytest", "benchmark",
+                                    "anyio")]
+  return subprocess.run([sys.executable, "-m", "pytest", *plugins, "-o", "addopts=", "-q", "-rs",
+                         *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
 
 @pytest.mark.e2e
