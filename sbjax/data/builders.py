@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import tensorflow_datasets as tfds
 
-from sbjax.data import planted as planted_lib
+from sbjax.data import sources
 from sbjax.data.text import DataError, TextCorpus, scan_text_dir, slug, split_documents
 
 log = logging.getLogger(__name__)
@@ -147,6 +147,15 @@ class PlantedConfig(tfds.core.BuilderConfig):
   params: dict = dataclasses.field(default_factory=dict)
 
 
+def language_of(params: dict):
+  """The planted language of stream parameters (``SourceOptions.stream_params``): its source's
+  ``language`` of the options they hold (``n_mix`` is the options' ``mix``)."""
+  source = sources.get(params["kind"])
+  names = {f.name for f in dataclasses.fields(source.options)}
+  fields = {("mix" if k == "n_mix" else k): v for k, v in params.items() if k != "kind"}
+  return source.language(source.options(**{k: v for k, v in fields.items() if k in names}))
+
+
 def planted_streams(lang, params: dict) -> dict:
   """The train/validation token streams (int32) of a planted language; pure in params."""
   return {"train": lang.sample([params["seed"], 1], int(params["train_tokens"])),
@@ -177,7 +186,7 @@ class PlantedRank(tfds.core.GeneratorBasedBuilder):
 
   def _split_generators(self, dl_manager):
     p = self.builder_config.params
-    lang = self._lang or planted_lib.from_params(**p)
+    lang = self._lang or language_of(p)
     streams = planted_streams(lang, p)
     return {s: self._generate_examples(streams[s]) for s in SPLITS}
 

@@ -240,12 +240,3 @@ class PlantedMixture(_MarkovLanguage):
   def info(self) -> dict:
     return {"kind": "planted_mix", "rank": self.rank, "alpha": self.alpha, "zipf": self.zipf,
             "n_mix": self.n_mix, **super().info()}
-
-
-def from_params(kind: str, vocab: int, rank: int, alpha: float, zipf: float, context: int,
-                n_mix: int, seed: int, **_) -> _MarkovLanguage:
-  """A planted language from plain parameters (kind: "planted" or "planted_mix")."""
-  kw = dict(vocab=vocab, rank=rank, alpha=alpha, zipf=zipf, context=context, seed=seed)
-  if kind == "planted_mix":
-    return PlantedMixture(n_mix=n_mix, **kw)
-  return PlantedLanguage(**kw)

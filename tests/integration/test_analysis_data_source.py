@@ -83,6 +83,8 @@ def test_bad_token_files_and_tokenizer(imported):
   assert data_source.parse_overrides(["vocab_size=64", "seq_len=16", "data.source=text",
                                       "val_fraction=0.2"]) == {
       "data": {"vocab_size": 64, "source": "text", "val_fraction": 0.2}, "seq_len": 16}
+  assert data_source.parse_overrides(["options.path=c", "data.options.vocab_size=64"]) == {
+      "data": {"options.path": "c", "options.vocab_size": 64}, "seq_len": None}
   assert analyze_cli.data_dot_flags(["x", "--data.source=text", "--tokens=a"]) == [
       "x", "--data_override=source=text", "--tokens=a"]
   # analyze and the series modes share one set of data flags: importable in one process
