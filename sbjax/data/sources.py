@@ -73,6 +73,8 @@ class _Builtin(DataSource):
     self.needs_tokenizer = needs_tokenizer
 
   def build(self, cfg, **batching):
+    # deferred: sbjax.config validates with this module and must not import numpy or TFDS
+    # (sbjax.data.dataset does, and imports this registry for make_dataset)
     return getattr(importlib.import_module("sbjax.data.dataset"), self._builder)(cfg, **batching)
 
 
