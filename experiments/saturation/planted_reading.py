@@ -1,6 +1,8 @@
 """The reading of the planted arms: which of Godey et al.'s claims the data support, which they
-contradict, and what the arms (width × Γ × precision) imply about cause. Every sentence is
-built from planted_arms.csv and planted_checkpoints.csv rows; nothing is hard-coded.
+do not reproduce on this language (the claims concern Pythia on the Pile, so a null here is
+not a contradiction of the paper), and what the arms (width × Γ × precision) imply about
+cause. Every sentence is built from planted_arms.csv and planted_checkpoints.csv rows;
+nothing is hard-coded.
 
 Per arm, from its checkpoints (T = training steps, ``after`` = the preset's 0.3):
 
@@ -19,6 +21,9 @@ from ..shared import fmt
 from sbjax.studies import rise as rise_lib
 
 SMALL_D = 16  # Godey et al.'s saturating models have small heads; here d ≤ 16
+# the claims concern Pythia on the Pile: a planted language that does not show them does not
+# contradict the paper, it does not reproduce it
+NOT_REPRODUCED = "Not reproduced on this language (the paper's claims concern Pythia on the Pile)"
 
 
 def arm_trajectory(arm: dict, ck: list[dict], after: float) -> dict:
@@ -41,7 +46,7 @@ def _names(arms) -> str:
 
 
 def _claims(arms: list[dict], tr: dict, k: dict) -> tuple[list[str], list[str], list[str]]:
-  """(supported, contradicted, untested) claim sentences."""
+  """(supported, not reproduced on this language, untested) claim sentences."""
   fp32 = [a for a in arms if a.get("dtype", "float32") == "float32"]
   small = [a for a in fp32 if a["d"] <= SMALL_D]
   big = [a for a in fp32 if a["d"] > SMALL_D]
@@ -152,7 +157,7 @@ def reading(arms: list[dict], ck_by_arm: dict, knobs: dict, account: str) -> str
            "in training: the loss rises, the head's singular-value distribution collapses and "
            "the last layer turns anisotropic, while larger models do not saturate."]
   parts.append("Supported here: " + ("; ".join(sup) if sup else "none of these claims") + ".")
-  parts.append("Contradicted here: " + ("; ".join(con) if con else "none") + ".")
+  parts.append(f"{NOT_REPRODUCED}: " + ("; ".join(con) if con else "none") + ".")
   if unt:
     parts.append("Not decided by these arms: " + "; ".join(unt) + ".")
   pairs = _pairs(arms)
