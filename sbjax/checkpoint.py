@@ -17,6 +17,17 @@ run's checkpoints), and a step that is half-written (no ``commit_success.txt``, 
 missing) or fails to restore (truncated or deleted array files) is logged by step and
 moved aside; the first good step is used.
 
+Checksums: once orbax has finished a step (``commit_success.txt`` written, the step directory
+renamed into place), the manager of ``make_manager`` writes ``checksums.json`` into it: the
+size and SHA-256 of every file (``sbjax.checksums``; why SHA-256 is said there). With
+synchronous saves that is right after ``save``; with ``train.async_checkpoint`` it is when
+orbax has finalized the step, i.e. at the next save (which waits for the previous one anyway),
+``wait_until_finished`` or ``close``. The manifest is verified before a step is restored
+(``restore_latest_good``: a mismatch is one more kind of corrupt step, named and moved aside),
+read for analysis (``ParamsReader``) or loaded (``load_params``). Steps without a manifest
+(written before manifests existed, or killed between their commit and their manifest) are
+still accepted, unverified.
+
 The default schedule is Pythia-like: 0, 1, 2, 4, …, 512, then every
 ``ckpt_every`` steps, plus the final step. All are kept (``PreserveAll``); with
 ``keep_every_n > 1`` only the log-spaced steps, every n-th regular step and the
@@ -36,6 +47,7 @@ import orbax.checkpoint as ocp
 from orbax.checkpoint.checkpoint_managers import preservation_policy as pp
 from orbax.checkpoint.checkpoint_managers import save_decision_policy as sdp
 
+from sbjax import checksums
 from sbjax.atomic import atomic_write_text
 from sbjax.config import Config, TrainConfig
 from sbjax.model import Model
@@ -72,6 +84,36 @@ def _preservation(tc: TrainConfig | None):
   ])
 
 
+class _SealingManager(ocp.CheckpointManager):
+  """An orbax CheckpointManager that writes each saved step's checksum manifest once the
+  step is final (``seal_step``): right after a synchronous save; after an asynchronous one
+  when orbax has finished it (``wait_until_finished``, which orbax's own next ``save`` and
+  ``close`` call first)."""
+
+  def __init__(self, directory, *, async_save: bool, **kwargs):
+    self._sb_async, self._sb_unsealed = async_save, []
+    super().__init__(directory, **kwargs)
+
+  def save(self, step: int, *args, **kwargs) -> bool:
+    saved = super().save(step, *args, **kwargs)
+    if saved:
+      self._sb_unsealed.append(step)
+      if not self._sb_async:
+        self._sb_seal()
+    return saved
+
+  def wait_until_finished(self) -> None:
+    super().wait_until_finished()
+    self._sb_seal()
+
+  def _sb_seal(self) -> None:
+    steps, self._sb_unsealed = self._sb_unsealed, []
+    for step in steps:
+      d = Path(self.directory) / str(step)
+      if (d / COMMIT_FILE).is_file() and jax.process_index() == 0:  # absent: deleted by policy
+        checksums.write_manifest(d)
+
+
 def make_manager(workdir, tc: TrainConfig | None = None, *, read_only=False,
                  async_save: bool = False) -> ocp.CheckpointManager:
   steps = set(checkpoint_steps(tc)) if tc is not None else None
@@ -86,7 +128,8 @@ def make_manager(workdir, tc: TrainConfig | None = None, *, read_only=False,
   if read_only and not path.exists():
     raise FileNotFoundError(f"no checkpoints in {workdir}: {path} does not exist; "
                             "is this a training workdir?")
-  return ocp.CheckpointManager(path, item_names=("params", "opt", "meta"), options=options)
+  return _SealingManager(path, async_save=async_save, item_names=("params", "opt", "meta"),
+                         options=options)
 
 
 def list_steps(workdir) -> list[int]:
@@ -157,6 +200,20 @@ def check_step_dir(workdir, step: int, items=("params", "meta")) -> None:
     raise CorruptCheckpointError(f"half-written step directory: items {missing} are missing")
 
 
+MANIFEST_FILE = checksums.MANIFEST_FILE
+
+
+def verify_step(workdir, step: int, items=None) -> bool:
+  """Check the files of a step (those of ``items`` and the top-level ones; all for None)
+  against its checksum manifest. True when verified, False for a step without a manifest
+  (written before manifests existed: accepted unverified); a mismatch, a missing or a
+  truncated file raises ``CorruptCheckpointError`` naming the file."""
+  try:
+    return checksums.verify_manifest(ckpt_dir(workdir) / str(step), items)
+  except checksums.ChecksumError as e:
+    raise CorruptCheckpointError(f"failed its checksum check: {e}") from None
+
+
 def _short(e: BaseException) -> str:
   """First line of an exception, without TensorStore's long spec dumps."""
   msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
@@ -184,13 +241,22 @@ class ParamsReader:
   """
 
   def __init__(self, workdir, abstract_params):
-    self.abstract = abstract_params
+    self.workdir, self.abstract = workdir, abstract_params
     self.mngr = make_manager(workdir, read_only=True)
 
   def read(self, steps) -> list:
-    """The params of ``steps`` (restored into the abstract targets' shardings)."""
-    return [self.mngr.restore(s, args=ocp.args.Composite(
-        params=ocp.args.StandardRestore(self.abstract)))["params"] for s in steps]
+    """The params of ``steps`` (restored into the abstract targets' shardings), each
+    verified against its checksum manifest first (``CorruptCheckpointError`` naming the step
+    and the file on a mismatch)."""
+    return [self._read_one(s) for s in steps]
+
+  def _read_one(self, step: int):
+    try:
+      verify_step(self.workdir, step, ("params",))
+    except CorruptCheckpointError as e:
+      raise CorruptCheckpointError(f"checkpoint step {step} in {self.workdir} {e}") from None
+    return self.mngr.restore(step, args=ocp.args.Composite(
+        params=ocp.args.StandardRestore(self.abstract)))["params"]
 
   def close(self) -> None:
     self.mngr.close()
@@ -245,7 +311,9 @@ def check_params_match(workdir, step: int, abstract_params) -> None:
 def restore_latest_good(workdir, abstract_params, abstract_opt=None, *, moved=None,
                         max_step: int | None = None):
   """Newest restorable step (at most ``max_step``), moving aside steps that fail (truncated
-  files, missing shards, half-written directories) to WORKDIR/checkpoints_bad with a warning
+  files, missing shards, half-written directories, a file that fails its checksum: one
+  flipped byte; a step without a manifest is accepted unverified) to WORKDIR/checkpoints_bad
+  with a warning
   naming the step and the reason. Returns (step, params, opt, meta) or None; ``moved`` (a
   list), if given, receives the steps that were moved aside."""
   items = ("params", "meta") + (("opt",) if abstract_opt is not None else ())
@@ -258,6 +326,7 @@ def restore_latest_good(workdir, abstract_params, abstract_opt=None, *, moved=No
                        "and intact); train from it with --config.train.init_from instead")
     try:
       check_step_dir(workdir, step, items)
+      verify_step(workdir, step, items)
       params, opt, meta = restore(workdir, step, abstract_params, abstract_opt)
       bad = [jax.tree_util.keystr(k) for k, x in jax.tree_util.tree_leaves_with_path(params)
              if x is None]
@@ -323,15 +392,30 @@ def write_params(workdir, config: Config, params, step: int) -> None:
   mngr.close()
 
 
-def load_config(workdir) -> Config:
+def read_config_dict(workdir) -> dict:
+  """The JSON object of WORKDIR/config.json; an unparseable file is a ValueError naming it."""
   path = Path(workdir) / "config.json"
   if not path.exists():
     raise FileNotFoundError(f"{workdir} has no config.json; is it an sbjax workdir?")
-  return Config.from_dict(json.loads(path.read_text()))
+  try:
+    d = json.loads(path.read_bytes())
+  except ValueError as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+    raise ValueError(f"{path} is not valid JSON ({e}); restore it from a copy, or use the "
+                     "config the run was started with (--config)") from None
+  if not isinstance(d, dict):
+    raise ValueError(f"{path} holds a JSON {type(d).__name__}, not a config object; restore "
+                     "it from a copy, or use the config the run was started with (--config)")
+  return d
+
+
+def load_config(workdir) -> Config:
+  """The Config of WORKDIR/config.json (errors name the file)."""
+  return Config.from_dict(read_config_dict(workdir))
 
 
 def load_params(workdir, step: int | None = None, shardings=None):
-  """(Config, params, step) restored onto one device (or ``shardings``), latest if step is None."""
+  """(Config, params, step) restored onto one device (or ``shardings``), latest if step is
+  None; the step's params are verified against its checksum manifest first."""
   cfg = load_config(workdir)
   steps = list_steps(workdir)
   if not steps:
@@ -342,6 +426,11 @@ def load_params(workdir, step: int | None = None, shardings=None):
     raise ValueError(f"step {step} is not checkpointed in {workdir}; available: {steps}")
   abstract = abstract_with_shardings(Model(cfg.model).abstract_params(), shardings)
   check_params_match(workdir, step, abstract)
+  try:
+    verify_step(workdir, step, ("params", "meta"))
+  except CorruptCheckpointError as e:
+    raise CorruptCheckpointError(f"checkpoint step {step} in {workdir} {e}; use another step "
+                                 f"(available: {steps})") from None
   params, _, _ = restore(workdir, step, abstract)
   return cfg, params, step
 
