@@ -1,0 +1,89 @@
+"""The Fisher-z interval and the partial correlation of ``sbjax.studies.stats`` (issue 33,
+item 4) against a direct formula, scipy where scipy has it (``pearsonr(...).
+confidence_interval``) and a numpy regression-residual reference."""
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from sbjax.studies import stats
+
+
+def test_fisher_ci_direct_formula_and_scipy():
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=12)
+  y = 0.6 * x + rng.normal(size=12)
+  r = float(stats.pearson(x, y))
+  lo, hi = stats.fisher_ci(r, 12)
+  # direct: atanh(r) ± 1.959963984540054 / sqrt(n - 3), back through tanh
+  z, h = math.atanh(r), 1.959963984540054 / math.sqrt(9)
+  assert (lo, hi) == pytest.approx((math.tanh(z - h), math.tanh(z + h)), abs=1e-12)
+  ci = sps.pearsonr(x, y).confidence_interval(0.95)
+  assert (lo, hi) == pytest.approx((ci.low, ci.high), abs=1e-12)
+  lo90, hi90 = stats.fisher_ci(r, 12, level=0.9)
+  ci90 = sps.pearsonr(x, y).confidence_interval(0.9)
+  assert (lo90, hi90) == pytest.approx((ci90.low, ci90.high), abs=1e-12)
+  assert lo < lo90 < r < hi90 < hi
+  s = stats.correlation_summary(x, y)
+  assert (s["ci_lo"], s["ci_hi"]) == pytest.approx((ci.low, ci.high), abs=1e-12)
+
+
+def test_fisher_ci_edges():
+  assert all(math.isnan(v) for v in stats.fisher_ci(0.5, 3))  # n - 3 = 0: undefined
+  assert all(math.isnan(v) for v in stats.fisher_ci(float("nan"), 20))
+  assert all(math.isnan(v) for v in stats.fisher_ci(0.5, 4, n_controls=1))
+  assert stats.fisher_ci(1.0, 10) == (1.0, 1.0)
+  lo, hi = stats.fisher_ci(0.0, 28)  # symmetric about 0: ±tanh(1.96/5)
+  assert lo == pytest.approx(-hi) and hi == pytest.approx(math.tanh(1.959963984540054 / 5))
+  with pytest.raises(ValueError, match="level must lie in"):
+    stats.fisher_ci(0.5, 10, level=95)
+
+
+def test_ci_sign():
+  assert stats.ci_sign(0.1, 0.5) == 1 and stats.ci_sign(-0.5, -0.1) == -1
+  assert stats.ci_sign(-0.83, 0.12) == 0  # an interval that spans 0 is undecided
+  assert math.isnan(stats.ci_sign(float("nan"), 0.2))
+
+
+def residual_r(x, y, z):
+  """Reference: Pearson r of the least-squares residuals of x and y on [1, z] (numpy)."""
+  a = np.column_stack([np.ones_like(z), z])
+  rx = x - a @ np.linalg.lstsq(a, x, rcond=None)[0]
+  ry = y - a @ np.linalg.lstsq(a, y, rcond=None)[0]
+  return float(np.corrcoef(rx, ry)[0, 1])
+
+
+def test_partial_correlation_against_residuals():
+  rng = np.random.default_rng(1)
+  z = np.log(rng.uniform(1e3, 1e6, size=15))  # log(parameters)
+  x = 0.8 * z + rng.normal(size=15)
+  y = -0.5 * z + 0.3 * x + rng.normal(size=15)
+  ref = residual_r(x, y, z)
+  assert stats.partial_correlation(x, y, z) == pytest.approx(ref, abs=1e-12)
+  s = stats.partial_summary(x, y, z)
+  assert s["n"] == 15 and s["partial_r"] == pytest.approx(ref, abs=1e-12)
+  h = 1.959963984540054 / math.sqrt(15 - 4)  # one control: n - 3 - 1
+  assert (s["partial_ci_lo"], s["partial_ci_hi"]) == pytest.approx(
+      (math.tanh(math.atanh(ref) - h), math.tanh(math.atanh(ref) + h)), abs=1e-12)
+  # x and y related only through z: the plain r is large, the partial r is not
+  x2 = 2 * z + 0.01 * rng.normal(size=15)
+  y2 = -3 * z + 0.01 * rng.normal(size=15)
+  assert stats.pearson(x2, y2) < -0.99
+  assert abs(stats.partial_correlation(x2, y2, z)) < 0.9
+  assert stats.partial_correlation(x2, y2, z) == pytest.approx(residual_r(x2, y2, z), abs=1e-9)
+
+
+def test_partial_correlation_undefined_and_nan_rows():
+  x, y = np.arange(6.0), np.array([1.0, 3.0, 2.0, 5.0, 4.0, 6.0])
+  assert math.isnan(stats.partial_correlation(x, y, np.ones(6)))  # a constant control
+  z = np.array([0.0, 1.0, 0.0, 2.0, 1.0, 3.0])
+  xn = x.copy()
+  xn[2] = np.nan  # the triple is dropped
+  keep = np.isfinite(xn)
+  assert stats.partial_correlation(xn, y, z) == pytest.approx(
+      residual_r(x[keep], y[keep], z[keep]), abs=1e-12)
+  assert stats.partial_summary(xn, y, z)["n"] == 5
+  with pytest.raises(ValueError, match="same length"):
+    stats.partial_correlation(x, y, z[:3])
