@@ -6,7 +6,8 @@ log, TensorBoard mirror, progress, evaluation, checkpoint save, NaN policy, in-m
 snapshots), ``workdir`` (config.json checks, metrics.jsonl), ``members`` (what may vary
 between the members of a run), ``population`` (the members' step, vmapped), ``build`` (the
 jitted programs of a run), ``run`` (``train``, ``train_once``: the composition), ``done``
-(the "already trained?" rule).
+(the "already trained?" rule), ``lock`` (the workdir lock: one writer per workdir),
+``preempt`` (SIGTERM: save at the next step boundary, exit status 75).
 """
 
 from sbjax.train.loop import Boundary, Hook, Schedule, run_loop

@@ -189,7 +189,8 @@ class Evaluate(Hook):
 
 class Checkpoint(Hook):
   """At a save boundary: refuse non-finite parameters (naming the last good checkpoint),
-  then save every member. ``finite(params)`` -> bool per member; ``split(state)`` ->
+  then save every member (at a stop boundary, ``Boundary.stop``, even off the schedule).
+  ``finite(params)`` -> bool per member; ``split(state)`` ->
   [(params, opt_state)] per member; ``meta(member, step)`` -> the checkpoint's meta."""
 
   def __init__(self, mngrs, ledger: Ledger, finite: Callable, split: Callable, meta: Callable,
@@ -210,7 +211,7 @@ class Checkpoint(Hook):
       raise NonFiniteLossError(f"parameters became non-finite before step {b.step}; not saving. "
                                f"The last good checkpoint is step {self.ledger.last_saved[0]}.")
     for j, (params, opt_state) in enumerate(self.split(state)):
-      ckpt.save(self.mngrs[j], b.step, params, opt_state, self.meta(j, b.step))
+      ckpt.save(self.mngrs[j], b.step, params, opt_state, self.meta(j, b.step), force=b.stop)
       self.ledger.last_saved[j] = b.step
 
   def close(self) -> None:

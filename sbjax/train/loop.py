@@ -6,7 +6,9 @@ a *boundary*. ``Schedule.boundary`` is the one place that decides boundaries: af
 ``s = i + 1`` when ``s`` is a save step (checkpoint or snapshot), an eval step (every
 ``eval_every`` and ``final_step``) or the last step ``end``. At a boundary the pending
 metrics are read first, then every hook's ``on_boundary`` runs in order (evaluation before
-the checkpoint: a run killed in between redoes both).
+the checkpoint: a run killed in between redoes both). ``stop(s)`` (optional; the SIGTERM flag
+of ``sbjax.train.preempt``) true after step ``s`` makes ``s`` the last boundary, a save
+(``Boundary.stop``), and ends the loop there.
 
 Hooks (``sbjax.train.hooks``) see host metrics as numpy: scalars for one run, arrays with a
 leading member axis for N members. A hook may set ``metrics["skip"]`` (per member) to keep
@@ -26,6 +28,7 @@ class Boundary(NamedTuple):
   eval: bool
   save: bool
   last: bool
+  stop: bool = False  # an early stop asked for (SIGTERM): save this step even off schedule
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,10 +85,16 @@ def _boundary(hooks, b: Boundary | None, state) -> None:
       h.on_boundary(b, state)
 
 
+def _stop_boundary(b: Boundary | None, s: int) -> Boundary:
+  return Boundary(s, b.eval if b is not None else False, True, True, stop=True)
+
+
 def run_loop(state, step_fn: Callable, batches: Callable[[int], object], start: int, end: int,
-             hooks: Sequence[Hook], schedule: Schedule = Schedule()):
-  """Run steps ``start .. end - 1``: ``state, metrics = step_fn(state, batches(i))``.
-  Returns the final state. Hooks are closed (in order) whether or not the loop raised."""
+             hooks: Sequence[Hook], schedule: Schedule = Schedule(),
+             stop: Callable[[int], bool] | None = None):
+  """Run steps ``start .. end - 1``: ``state, metrics = step_fn(state, batches(i))``, or
+  fewer when ``stop(i + 1)`` is true (module doc). Returns the final state. Hooks are closed
+  (in order) whether or not the loop raised."""
   try:
     for h in hooks:
       h.begin(state, start, end)
@@ -97,10 +106,14 @@ def run_loop(state, step_fn: Callable, batches: Callable[[int], object], start: 
         _report(hooks, pending)
       pending = (i, m)
       b = schedule.boundary(i + 1, end)
+      if stop is not None and stop(i + 1):
+        b = _stop_boundary(b, i + 1)
       if b is not None:
         _report(hooks, pending)
         pending = None
         _boundary(hooks, b, state)  # the last step is always a boundary: nothing pending
+        if b.stop:
+          break
   finally:
     for h in hooks:
       h.close()

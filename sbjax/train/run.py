@@ -37,11 +37,14 @@ from sbjax.optim import gamma_fn, lr_schedule
 from sbjax.train import hooks as H
 from sbjax.train.build import build
 from sbjax.train.done import finished, mark_finished
+from sbjax.train.lock import workdir_locks
 from sbjax.train.loop import Schedule, run_loop
 from sbjax.train.members import check_members
+from sbjax.train.preempt import Preempted, Preemption
 from sbjax.train.step import TrainState
-from sbjax.train.workdir import (clean_for_resume, init_trunk_from, prepare_workdir,
-                                 resolve_vocab, summary_from_metrics)
+from sbjax.train.workdir import (check_not_past, check_stop_after, clean_for_resume,
+                                 init_trunk_from, prepare_workdir, resolve_vocab,
+                                 summary_from_metrics)
 
 log = logging.getLogger("sbjax")
 
@@ -128,6 +131,8 @@ def _start(cfgs, dirs, fns, quiet: bool, summary: dict):
     state = TrainState(jax.device_put(np.int32(0), fns.repl), params, fns.opt_init(params))
     return state, [{}] * n, False
   start, ps, opts, metas = restored
+  for d, c in zip(dirs, cfgs):
+    check_not_past(d, start, c.train.steps)
   if not quiet:
     log.info("resuming %s from step %d (data position %s)", _where(dirs), start,
              metas[0].get("data_position"))
@@ -175,7 +180,7 @@ def _hooks(cfgs, dirs, fns, mngrs, ledger, eval_batches, *, quiet: bool, tensorb
                       [gamma_fn(c.train) for c in cfgs])]
   ev = H.Evaluate(lambda p: fns.evaluate(p, eval_batches), records, n)
   hooks += progress + [ev, H.Checkpoint(mngrs, ledger, fns.finite, fns.split, meta,
-                                        members=n > 1), records, *extra]
+                                        members=n > 1), records, Preemption(), *extra]
   return hooks, ev
 
 
@@ -218,9 +223,15 @@ def _run(cfgs, dirs, datasets, fns, mesh, *, stop_after, quiet, tensorboard, sna
   schedule = (Schedule(frozenset(ckpt.checkpoint_steps(tc)), tc.eval_every, tc.steps,
                        at_start=not restored) if dirs else
               Schedule(save_steps=frozenset(int(s) for s in snapshot_steps)))
-  run_loop(state, _step_fn(cfgs, fns), _batches(datasets, fns, mesh), start, end, hooks,
-           schedule)
-  return _summaries(cfgs, dirs, fns, summary, ev, ledger, end)
+  if dirs and end <= start and not quiet:
+    log.info("%s is already at step %d (stop at %d): nothing to train", _where(dirs), start, end)
+  pre = next((h for h in hooks if isinstance(h, Preemption)), None)
+  state = run_loop(state, _step_fn(cfgs, fns), _batches(datasets, fns, mesh), start, end, hooks,
+                   schedule, stop=pre)
+  reached = int(jax.device_get(state.step))  # the real step: never the asked-for one
+  if pre is not None and pre.saved_step is not None and reached < tc.steps:
+    summary["preempted"] = True
+  return _summaries(cfgs, dirs, fns, summary, ev, ledger, reached)
 
 
 def train(cfgs, workdirs, *, dataset=None, stop_after: int | None = None, mesh=None,
@@ -231,12 +242,32 @@ def train(cfgs, workdirs, *, dataset=None, stop_after: int | None = None, mesh=N
   ``workdirs=None`` (in memory, module doc). ``dataset``: one dataset (shared batches) or one
   per member; None builds them from the configs. ``stop_after`` stops early at that step
   (used by tests to simulate an interruption); ``nan_at_step`` (a test hook) makes the
-  gradients of that step infinite; ``hooks`` run after the run's own."""
+  gradients of that step infinite; ``hooks`` run after the run's own.
+
+  Each workdir is locked for the run (``sbjax.train.lock``: a second run on it stops with
+  one line naming the holder). The summary's ``step`` is the step the parameters reached; a
+  workdir already past ``train.steps`` is refused. SIGTERM saves the current step and
+  raises ``sbjax.train.preempt.Preempted`` (exit status 75; a rerun resumes)."""
   one = isinstance(cfgs, Config)
   cfgs, dirs = _lists(cfgs, workdirs)
+  check_stop_after(stop_after)
   if dirs and len(snapshot_steps):
     raise ValueError("train: snapshot_steps are for a run in memory (workdirs=None); a run in "
                      "workdirs keeps checkpoints (sbjax.checkpoint.checkpoint_steps)")
+  with workdir_locks(dirs or (), enabled=jax.process_index() == 0):
+    out = _train_locked(cfgs, dirs, dataset=dataset, stop_after=stop_after, mesh=mesh,
+                        quiet=quiet, tensorboard=tensorboard, nan_at_step=nan_at_step,
+                        snapshot_steps=snapshot_steps, hooks=hooks)
+  return out[0] if one else out
+
+
+def _train_locked(cfgs, dirs, *, dataset, stop_after, mesh, quiet, tensorboard, nan_at_step,
+                  snapshot_steps, hooks) -> list[dict]:
+  """``train`` once its workdirs are locked: data, config.json, build, loop; raises
+  ``Preempted`` after a SIGTERM save."""
+  for d, c in zip(dirs or (), cfgs):
+    steps = ckpt.list_steps(d)
+    check_not_past(d, steps[-1] if steps else 0, c.train.steps)
   varies = check_members(cfgs)
   datasets = _datasets(cfgs, dirs, dataset, varies.data)
   cfgs = [resolve_vocab(c, datasets[0].vocab_size) for c in cfgs]
@@ -250,7 +281,11 @@ def train(cfgs, workdirs, *, dataset=None, stop_after: int | None = None, mesh=N
     fns = build(cfgs[0], mesh, nan_at_step, len(cfgs), varies)
     out = _run(cfgs, dirs, datasets, fns, mesh, stop_after=stop_after, quiet=quiet,
                tensorboard=tensorboard, snapshot_steps=snapshot_steps, extra=hooks)
-  return out[0] if one else out
+  if out and out[0].get("preempted"):
+    stop = Preempted(out[0]["step"], _where(dirs))
+    log.warning("%s", stop)
+    raise stop
+  return out
 
 
 def train_once(cfgs, workdirs, *, dataset=None, quiet: bool = True):
@@ -261,10 +296,11 @@ def train_once(cfgs, workdirs, *, dataset=None, quiet: bool = True):
   cfgs, dirs = _lists(cfgs, workdirs)
   done = [finished(d) for d in dirs]
   if any(x is None for x in done):
-    sums = train(cfgs, dirs, dataset=dataset, quiet=quiet)
-    done = []
-    for cfg, d, s in zip(cfgs, dirs, sums):
-      if s.get("step") != cfg.train.steps or "eval_loss" not in s:
-        raise RuntimeError(f"run {d} stopped at step {s.get('step')} of {cfg.train.steps}")
-      done.append(mark_finished(d, s, cfg.to_dict()))
+    with workdir_locks(dirs, enabled=jax.process_index() == 0):  # the run and its DONE mark
+      sums = train(cfgs, dirs, dataset=dataset, quiet=quiet)
+      done = []
+      for cfg, d, s in zip(cfgs, dirs, sums):
+        if s.get("step") != cfg.train.steps or "eval_loss" not in s:
+          raise RuntimeError(f"run {d} stopped at step {s.get('step')} of {cfg.train.steps}")
+        done.append(mark_finished(d, s, cfg.to_dict()))
   return done[0] if one else done

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import numbers
 from pathlib import Path
 
 import jax
@@ -110,7 +111,30 @@ def prepare_workdir(workdir: Path, cfg: Config, is_main: bool) -> None:
     raise OSError(f"cannot create the workdir {workdir}: {e.strerror}; choose a writable --workdir") from None
   check_workdir_config(workdir, cfg)
   if is_main and not (workdir / "config.json").exists():
-    atomic_write_text(workdir / "config.json", json.dumps(cfg.to_dict(), indent=2))
+    try:  # a bare NaN or Infinity is not JSON: refuse it rather than write it
+      text = json.dumps(cfg.to_dict(), indent=2, allow_nan=False)
+    except ValueError:
+      raise ValueError(f"the config of {workdir} holds a non-finite number (NaN or inf); give "
+                       "finite values (--config.train.lr=...)") from None
+    atomic_write_text(workdir / "config.json", text)
+
+
+def check_stop_after(stop_after) -> None:
+  """``stop_after`` is None or a step count >= 0 (checked before anything is written)."""
+  if stop_after is not None and (isinstance(stop_after, bool)
+                                 or not isinstance(stop_after, numbers.Integral) or stop_after < 0):
+    raise ValueError(f"invalid --stop_after={stop_after!r}; allowed: a step >= 0 (or omit it "
+                     "to train to train.steps)")
+
+
+def check_not_past(workdir, step: int, steps: int) -> None:
+  """Refuse to resume ``workdir`` at ``step`` > ``train.steps``: its parameters are not
+  those of a ``steps``-step run, and its summary would report the wrong step."""
+  if step > steps:
+    raise ValueError(f"the workdir {workdir} is already at step {step}, past train.steps={steps}; "
+                     f"to continue it pass --config.train.steps >= {step}, for a {steps}-step "
+                     "run use a new --workdir (an earlier step of this run: "
+                     "sbjax.checkpoint.load_params(workdir, step))")
 
 
 def clean_for_resume(workdir: Path, prefix: str = "") -> list[str]:

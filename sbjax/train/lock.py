@@ -1,0 +1,250 @@
+"""The workdir lock: one writer per workdir, held for the whole run.
+
+``workdir_lock(workdir)`` (a context manager) is taken by every command that writes a
+workdir's checkpoints (``sbjax.train.train``, the Hugging Face import) before it writes
+anything there. The lock is the file ``WORKDIR/LOCK``; it records the holder as JSON
+``{"host", "pid", "started", "heartbeat"}``. A second writer stops with one line naming the
+holder (its host and pid) and what to do (``WorkdirLockedError``).
+
+- **Local disk**: the file is held with ``fcntl.flock``, which the kernel releases when the
+  holder exits, however it exits (even SIGKILL). A ``LOCK`` file whose lock is free is stale
+  (its holder is gone): it is taken over with a warning naming the old holder. The holder
+  deletes the file when it releases the lock.
+- **Remote storage** (``gs://``, any non-local ``etils.epath``): no flock, so the file is a
+  lock *object* with a heartbeat: the holder rewrites ``heartbeat`` (seconds since the epoch)
+  every ``HEARTBEAT_S`` seconds from a daemon thread. A lock whose heartbeat is older than
+  ``MISSED_HEARTBEATS`` intervals (5 min by default), or whose holder is a dead pid of this
+  host, is stale and taken over with a warning. This is the simple version: it assumes the
+  hosts' clocks agree to well within that time, and two writers starting within the same
+  second can both win the write; each then re-reads the object, and the one whose write did
+  not survive stops (``WorkdirLockedError``).
+
+Within one process the lock is re-entrant (``train_once`` holds it around ``train``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import fcntl
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+from etils import epath
+
+from sbjax.atomic import is_local
+
+log = logging.getLogger("sbjax")
+
+LOCK = "LOCK"
+HEARTBEAT_S = 60.0
+MISSED_HEARTBEATS = 5
+
+_HELD: dict[str, list] = {}  # key -> [lock, depth]: the locks this process holds
+_HELD_GUARD = threading.Lock()
+
+
+class WorkdirLockedError(RuntimeError):
+  """Another process holds the workdir's lock."""
+
+
+def holder_info() -> dict:
+  """This process as a lock holder: host, pid, start time (UTC) and a heartbeat."""
+  now = time.time()
+  started = datetime.datetime.fromtimestamp(now, datetime.timezone.utc)
+  return {"host": socket.gethostname(), "pid": os.getpid(),
+          "started": started.strftime("%Y-%m-%dT%H:%M:%SZ"), "heartbeat": now,
+          "token": uuid.uuid4().hex}
+
+
+def describe(info: dict) -> str:
+  if not info:
+    return "a holder that has not yet recorded its host and pid"
+  return f"host {info.get('host')}, pid {info.get('pid')}, started {info.get('started')}"
+
+
+def busy_message(workdir, info: dict) -> str:
+  pid, host = info.get("pid", "?"), info.get("host", "?")
+  return (f"the workdir {workdir} is in use by another run ({describe(info)}); wait for it to "
+          f"finish, stop it (kill {pid} on {host}), or use another --workdir")
+
+
+def pid_alive(pid) -> bool:
+  try:
+    os.kill(int(pid), 0)
+  except ProcessLookupError:
+    return False
+  except (PermissionError, ValueError, TypeError, OverflowError):
+    return True  # another user's process, or not a pid we can check: assume it is alive
+  return True
+
+
+def _parse(text: str) -> dict:
+  try:
+    info = json.loads(text)
+  except ValueError:
+    return {}
+  return info if isinstance(info, dict) else {}
+
+
+class LocalLock:
+  """``WORKDIR/LOCK`` held with ``flock`` (module doc)."""
+
+  def __init__(self, workdir):
+    self.workdir, self.path, self.fd = workdir, Path(workdir) / LOCK, None
+
+  def _read(self, fd) -> dict:
+    return _parse(os.pread(fd, 1 << 16, 0).decode(errors="replace"))
+
+  def _is_current(self, fd) -> bool:
+    """The locked file is still ``self.path`` (the previous holder did not delete it)."""
+    try:
+      st = os.stat(self.path)
+    except FileNotFoundError:
+      return False
+    return os.fstat(fd).st_ino == st.st_ino
+
+  def acquire(self) -> None:
+    for _ in range(100):
+      try:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+      except OSError as e:
+        raise OSError(f"cannot write the lock file {self.path}: {e.strerror}; choose a "
+                      "writable --workdir") from None
+      try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+      except BlockingIOError:
+        info = self._read(fd)
+        os.close(fd)
+        raise WorkdirLockedError(busy_message(self.workdir, info)) from None
+      if self._is_current(fd):
+        break
+      os.close(fd)  # the holder released and deleted it in between: take the new file
+    else:
+      raise WorkdirLockedError(f"could not take the lock {self.path}: it keeps being replaced")
+    old = self._read(fd)
+    if old:
+      log.warning("took over the stale lock of %s: %s is gone (its lock was free)",
+                  self.workdir, describe(old))
+    data = json.dumps(holder_info()).encode()
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, data, 0)
+    os.fsync(fd)
+    self.fd = fd
+
+  def release(self) -> None:
+    if self.fd is None:
+      return
+    if self._is_current(self.fd):
+      os.unlink(self.path)  # while still locked: a waiter re-checks the inode
+    os.close(self.fd)
+    self.fd = None
+
+
+class HeartbeatLock:
+  """A lock object with a heartbeat, for remote storage (module doc)."""
+
+  def __init__(self, workdir, interval_s: float = HEARTBEAT_S, missed: int = MISSED_HEARTBEATS):
+    self.workdir, self.path = workdir, epath.Path(workdir) / LOCK
+    self.interval, self.missed = interval_s, missed
+    self.info, self.stop, self.thread = None, threading.Event(), None
+
+  def _read(self) -> dict:
+    try:
+      return _parse(self.path.read_text())
+    except (FileNotFoundError, OSError):
+      return {}
+
+  def stale(self, info: dict) -> bool:
+    age = time.time() - float(info.get("heartbeat", 0))
+    if age > self.interval * self.missed:
+      return True
+    return info.get("host") == socket.gethostname() and not pid_alive(info.get("pid"))
+
+  def acquire(self) -> None:
+    old = self._read() if self.path.exists() else {}
+    if old and not self.stale(old):
+      raise WorkdirLockedError(busy_message(self.workdir, old))
+    if old:
+      log.warning("took over the stale lock of %s: %s is gone (last heartbeat %.0f s ago)",
+                  self.workdir, describe(old), time.time() - float(old.get("heartbeat", 0)))
+    self.info = holder_info()
+    self.path.write_text(json.dumps(self.info))
+    now = self._read()
+    if now.get("token") != self.info["token"]:
+      raise WorkdirLockedError(busy_message(self.workdir, now))
+    self.thread = threading.Thread(target=self._beat, daemon=True, name="sbjax-lock-heartbeat")
+    self.thread.start()
+
+  def _beat(self) -> None:
+    while not self.stop.wait(self.interval):
+      now = self._read()
+      if now.get("token") != self.info["token"]:
+        log.error("the lock of %s was taken over by %s (this run missed its heartbeats); "
+                  "stop one of the two runs", self.workdir, describe(now))
+        return
+      self.info["heartbeat"] = time.time()
+      self.path.write_text(json.dumps(self.info))
+
+  def release(self) -> None:
+    self.stop.set()
+    if self.thread is not None:
+      self.thread.join()
+    if self.info is not None and self._read().get("token") == self.info["token"]:
+      self.path.unlink(missing_ok=True)
+    self.info = None
+
+
+def make_lock(workdir):
+  return LocalLock(workdir) if is_local(workdir) else HeartbeatLock(workdir)
+
+
+def _key(workdir) -> str:
+  return os.path.realpath(workdir) if is_local(workdir) else os.fspath(workdir)
+
+
+@contextlib.contextmanager
+def workdir_lock(workdir, *, enabled: bool = True) -> Iterator[None]:
+  """Hold the lock of ``workdir`` (created if missing) for the block; ``enabled=False``
+  (processes other than 0 of a multi-process run) holds nothing."""
+  if not enabled:
+    yield
+    return
+  wd = Path(workdir) if is_local(workdir) else epath.Path(workdir)
+  try:
+    wd.mkdir(parents=True, exist_ok=True)
+  except OSError as e:
+    raise OSError(f"cannot create the workdir {workdir}: {e.strerror}; choose a writable "
+                  "--workdir") from None
+  key = _key(workdir)
+  with _HELD_GUARD:
+    held = _HELD.get(key)
+    if held is None:
+      lock = make_lock(workdir)
+      lock.acquire()
+      held = _HELD[key] = [lock, 0]
+    held[1] += 1
+  try:
+    yield
+  finally:
+    with _HELD_GUARD:
+      held[1] -= 1
+      if held[1] == 0:
+        del _HELD[key]
+        held[0].release()
+
+
+@contextlib.contextmanager
+def workdir_locks(workdirs, *, enabled: bool = True) -> Iterator[None]:
+  """``workdir_lock`` of every workdir (in order; all released at the end)."""
+  with contextlib.ExitStack() as stack:
+    for d in workdirs:
+      stack.enter_context(workdir_lock(d, enabled=enabled))
+    yield
