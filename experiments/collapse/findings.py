@@ -6,7 +6,9 @@ the ceiling.
 
 Thresholds (stated in the text they produce): a correlation is "strong" when R² > 0.5 and
 "negligible" when R² ≤ 0.3 (the verdict's bound for the authors' "no relation" anchors); a
-seed-group correlation is supported when its permutation p < 0.05.
+seed-group correlation is supported when its permutation p < 0.05. Every correlation of
+``interval_sentence`` and ``seed_sentence`` carries its 95% Fisher-z interval; a claim is
+supported, refuted or undecided by the interval (an interval that spans 0 is undecided).
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ from __future__ import annotations
 import math
 
 STRONG, NEGLIGIBLE, P_SEED = 0.5, 0.3, 0.05
+# the "no relation" anchors (the authors' R² ≈ 0.08) against an interval: a relation is
+# negligible when |r| < sqrt(NEGLIGIBLE), the bound of the point verdict (R² ≤ 0.3)
+NO_RELATION_R = math.sqrt(NEGLIGIBLE)
 
 
 def _num(v) -> float:
@@ -51,6 +56,42 @@ def anchor_sentence(an: list[dict], mcount: int) -> str:
   n = int(_num(sel[0]["n_runs"])) if sel else 0
   body = "; ".join(f"{k}: " + ", ".join(v) for k, v in sorted(groups.items()))
   return f"At min_count {mcount} ({n} runs, one point per run) against the authors: {body}."
+
+
+def ci_text(r, lo, hi) -> str:
+  """'r +0.62 [+0.08, +0.88]' (the interval '–' when undefined)."""
+  r, lo, hi = _num(r), _num(lo), _num(hi)
+  iv = f"[{lo:+.2f}, {hi:+.2f}]" if math.isfinite(lo) and math.isfinite(hi) else "[–]"
+  return f"r {r:+.2f} {iv}" if math.isfinite(r) else "r undefined"
+
+
+def _verdict_groups(sel: list[dict], key: str, r: str, lo: str, hi: str) -> str:
+  groups: dict[str, list[str]] = {}
+  for row in sel:
+    v = str(row.get(key, "undefined"))
+    v = "undecided (no interval)" if v.startswith("undefined") else v
+    groups.setdefault(v, []).append(f"{row['metric']} ({ci_text(row[r], row[lo], row[hi])})")
+  order = ("supported", "refuted", "undecided", "undecided (no interval)", "r > 0", "r < 0",
+           "sign undecided")
+  keys = sorted(groups, key=lambda k: order.index(k) if k in order else len(order))
+  return "; ".join(f"{k}: " + ", ".join(groups[k]) for k in keys)
+
+
+def interval_sentence(an: list[dict], mcount: int) -> str:
+  """The authors' claims judged by the 95% Fisher-z interval of r (one point per run), then
+  by the partial r with log(parameters) partialled out (the verdict rule:
+  ``tables.ci_verdict``; metrics without an authors' value get the sign of r only)."""
+  sel = [r for r in an if int(r["min_count"]) == mcount and "ci_verdict" in r]
+  if not sel:
+    return ""
+  n = int(_num(sel[0]["n_runs"])) if math.isfinite(_num(sel[0]["n_runs"])) else 0
+  return (f"With 95% Fisher-z intervals of r over the {n} runs at min_count {mcount} (an "
+          "interval that spans 0 is undecided; a 'no relation' claim is supported only inside "
+          f"|r| < {NO_RELATION_R:.2f}): " + _verdict_groups(sel, "ci_verdict", "pearson_r",
+                                                            "ci_lo", "ci_hi")
+          + ". With log(parameters) partialled out (the runs differ in size as well as in "
+          "loss; interval with one control): " + _verdict_groups(
+              sel, "partial_verdict", "partial_r", "partial_ci_lo", "partial_ci_hi") + ".")
 
 
 def norm_cov_sentence(an: list[dict], seeds: list[dict]) -> str:
@@ -106,7 +147,9 @@ def seed_sentence(seeds: list[dict], metrics: tuple) -> str:
   n = int(_num(seeds[0]["n"]))
   out = []
   for m in sorted({int(r["min_count"]) for r in seeds}):
-    sig = [f"{r['metric']} (r {_num(r['pearson_r']):+.2f}, p {_num(r['p_perm']):.3f})"
+    sig = [f"{r['metric']} ("
+           + (ci_text(r["pearson_r"], r["ci_lo"], r["ci_hi"]) if "ci_lo" in r
+              else f"r {_num(r['pearson_r']):+.2f}") + f", p {_num(r['p_perm']):.3f})"
            for r in seeds if int(r["min_count"]) == m and r["metric"] in metrics
            and _num(r["p_perm"]) < P_SEED]
     out.append(f"min_count {m}: " + (", ".join(sig) if sig else "none"))

@@ -25,8 +25,8 @@ FIGURE = "fig_collapse_vs_loss.png"
 
 
 def figure(out: Path) -> Path:
-  """Fig. 1 analogue: every metric vs validation loss at the smallest min_count, R² and r
-  (one point per run) on each panel; earlier snapshots drawn open."""
+  """Fig. 1 analogue: every metric vs validation loss at the smallest min_count, R² and r with
+  its 95% interval (one point per run) on each panel; earlier snapshots drawn open."""
   mc0 = min_counts(out)[0]
   grid, seeds = model_rows(out, "grid", mc0), model_rows(out, "seeds", mc0, "last")
   y = column(grid, "val_loss")
@@ -46,7 +46,8 @@ def figure(out: Path) -> Path:
       ax.scatter(column(seeds, k), column(seeds, "val_loss"), s=12, color="red", marker="x")
     lm = np.asarray([int(r["last_snapshot"]) == 1 for r in grid], bool)
     s = stats.correlation_summary(x[lm], y[lm])
-    ax.set_title(f"{k}\nR²={s['r2']:.2f}  r={s['pearson_r']:+.2f}", fontsize=9)
+    ax.set_title(f"{k}\nR²={s['r2']:.2f}  {F.ci_text(s['pearson_r'], s['ci_lo'], s['ci_hi'])}",
+                 fontsize=9)
     ax.set_ylabel("val loss", fontsize=8)
     ax.tick_params(labelsize=7)
     if k == "nc1_cdnv" and np.all(x[np.isfinite(x)] > 0):
@@ -73,10 +74,38 @@ def _seed_lines(out: Path, meta: dict) -> list[str]:
   sd = read_rows(out / "collapse_seeds.csv")
   n = int(sd[0]["n"]) if sd else 0
   return (["", f"Seed-only group ({n} data-order seeds of one architecture, last snapshot; "
-           f"two-sided permutation p-values, {meta['n_permutations']} permutations; their "
-           "Table 1):", "", "| metric | min_count | Pearson r | R² | p |", "|---|---|---|---|---|"]
-          + [f"| {r['metric']} | {int(r['min_count'])} | {_f(r['pearson_r'])} | {_f(r['r2'])} | "
-             f"{_f(r['p_perm'])} |" for r in sd])
+           f"two-sided permutation p-values, {meta['n_permutations']} permutations; 95% "
+           "Fisher-z interval of r; their Table 1):", "",
+           "| metric | min_count | n | Pearson r | 95% CI of r | R² | p |",
+           "|---|---|---|---|---|---|---|"]
+          + [f"| {r['metric']} | {int(r['min_count'])} | {int(r['n'])} | {_f(r['pearson_r'])} | "
+             f"{_ci(r.get('ci_lo'), r.get('ci_hi'))} | {_f(r['r2'])} | {_f(r['p_perm'])} |"
+             for r in sd])
+
+
+def _ci(lo, hi) -> str:
+  """'[lo, hi]' of an interval read back from CSV; '–' when undefined."""
+  lo, hi = F._num(lo), F._num(hi)
+  return f"[{lo:+.3f}, {hi:+.3f}]" if math.isfinite(lo) and math.isfinite(hi) else "–"
+
+
+def _interval_lines(r2: list[dict]) -> list[str]:
+  """Every metric's r with its 95% interval and the partial r on log(parameters), one point
+  per run, at every min_count."""
+  rows = [r for r in r2 if r["points"] == "last" and "ci_lo" in r]
+  if not rows:
+    return []
+  lines = ["", "Every correlation with validation loss, one point per run: n, Pearson r and its "
+           "95% Fisher-z interval (undefined at n ≤ 3), and the partial r with log(parameters) "
+           "partialled out (the runs differ in size as well as in loss; its interval has one "
+           "control, n ≤ 4 or one size: undefined):", "",
+           "| metric | min_count | n | r | 95% CI | partial r (log params) | 95% CI |",
+           "|---|---|---|---|---|---|---|"]
+  for r in rows:
+    lines.append(f"| {r['metric']} | {int(r['min_count'])} | {int(r['n'])} | "
+                 f"{_f(r['pearson_r'])} | {_ci(r['ci_lo'], r['ci_hi'])} | {_f(r['partial_r'])} | "
+                 f"{_ci(r['partial_ci_lo'], r['partial_ci_hi'])} |")
+  return lines
 
 
 def _r2_lines(r2: list[dict]) -> list[str]:
@@ -102,13 +131,21 @@ def _txt(v) -> str:
 def _anchor_lines(an: list[dict]) -> list[str]:
   lines = ["", f"Like for like with the authors (their R² {ANCHOR_SOURCE}: the released results "
            "table of 230 TinyStories models, not a figure printed in the paper; ours: one point "
-           "per run, its last snapshot; the all-snapshot R² beside it):", "",
-           "| metric | min_count | runs | our R² | our sign | R² all snapshots | authors' R² | "
-           "authors' sign | verdict |", "|---|---|---|---|---|---|---|---|---|"]
+           "per run, its last snapshot; the all-snapshot R² beside it). The point verdict "
+           "compares R² values; the interval verdicts judge the authors' sign by the 95% "
+           "interval of r and of the partial r on log(parameters) (supported / refuted / "
+           "undecided, the rule of the paragraph below):", "",
+           "| metric | min_count | runs | our R² | our sign | r [95% CI] | partial r [95% CI] | "
+           "R² all snapshots | authors' R² | authors' sign | point verdict | interval verdict "
+           "| partial verdict |", "|---" * 13 + "|"]
   for r in an:
     lines.append(f"| {r['metric']} | {int(r['min_count'])} | {int(r['n_runs'])} | {_f(r['r2'])} | "
-                 f"{_txt(r['sign'])} | {_f(r['r2_all_snapshots'])} | {_f(r['authors_r2'])} | "
-                 f"{_txt(r['authors_sign'])} | {r['verdict']} |")
+                 f"{_txt(r['sign'])} | {_f(r.get('pearson_r'))} "
+                 f"{_ci(r.get('ci_lo'), r.get('ci_hi'))} | {_f(r.get('partial_r'))} "
+                 f"{_ci(r.get('partial_ci_lo'), r.get('partial_ci_hi'))} | "
+                 f"{_f(r['r2_all_snapshots'])} | {_f(r['authors_r2'])} | "
+                 f"{_txt(r['authors_sign'])} | {r['verdict']} | {_txt(r.get('ci_verdict'))} | "
+                 f"{_txt(r.get('partial_verdict'))} |")
   return lines
 
 
@@ -137,6 +174,7 @@ def _paragraph(an: list[dict], tk: list[dict], meta: dict, r2: list[dict],
   anchor_metrics = tuple(k for k, v in ANCHORS.items() if v[0] is not None)
   sents = [f"The authors' released results give, over 230 TinyStories models, {refs}."]
   sents += [F.anchor_sentence(an, m) for m in mcs]
+  sents += [F.interval_sentence(an, m) for m in mcs]
   sents += [F.norm_cov_sentence(an, seeds), F.counting_sentence(r2, tuple(ANCHORS)),
             F.seed_sentence(seeds, anchor_metrics)]
   sents += [f"Weight-decay strength Γ = λ·Σ lr: {gam} "
@@ -145,8 +183,9 @@ def _paragraph(an: list[dict], tk: list[dict], meta: dict, r2: list[dict],
             f"{float(avg['log10_cdnv']):.2f} for the average token and interference "
             f"{top_i:.3f} vs {float(avg['interference']):.3f}.",
             "These models are orders of magnitude smaller and shorter-trained than the "
-            "authors'; where a verdict says 'disagrees' or 'weaker', sbjax does not reproduce "
-            "their finding at this scale, and where it says 'agrees' it does."]
+            "authors'. The point verdicts ('agrees', 'disagrees', 'weaker') compare R² values "
+            "without an interval; what the data decide is the interval verdicts: 'supported' or "
+            "'refuted' is a finding at this scale, 'undecided' is not a finding either way."]
   return " ".join(s for s in sents if s)
 
 
@@ -167,7 +206,7 @@ def report_section(out: Path, rel: str) -> str:
            f"of the run call: {meta['seconds']} s wall, {meta.get('cpu_seconds', '–')} s CPU of "
            "this process (groups reused from an earlier call cost nothing here).", "",
            f"![collapse metrics vs validation loss]({rel}/{FIGURE})", ""]
-  lines += _r2_lines(r2)
+  lines += _r2_lines(r2) + _interval_lines(r2)
   an = read_rows(out / "collapse_anchors.csv")
   lines += _anchor_lines(an) + _seed_lines(out, meta)
   tk = read_rows(out / "collapse_tokens.csv")

@@ -1,6 +1,8 @@
-"""The tables of the collapse experiment, from collapse_models.csv: R² per metric (one point
-per run, and all snapshots, labelled as such) at every min_count, the seed group's
-permutation p-values, the like-for-like anchor table and the token-level view."""
+"""The tables of the collapse experiment, from collapse_models.csv: R², r with its 95%
+Fisher-z interval and the partial r on log(parameters) per metric (one point per run, and all
+snapshots, labelled as such) at every min_count, the seed group's permutation p-values, the
+like-for-like anchor table with the interval verdicts (supported / refuted / undecided) and
+the token-level view."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .findings import NO_RELATION_R
 from .measure import ANCHOR_SOURCE, ANCHORS, METRICS, POINTS, TOP_TOKENS
 from ..shared import read_rows
 from sbjax.data.tokenizer import Tokenizer
@@ -35,14 +38,27 @@ def column(rows, key) -> np.ndarray:
   return np.asarray([float(r.get(key, np.nan)) for r in rows], np.float64)
 
 
+def log_params(rows: list[dict]) -> np.ndarray:
+  """log(n_params) per row (NaN where the CSV has no parameter count)."""
+  with np.errstate(divide="ignore", invalid="ignore"):
+    return np.log(column(rows, "n_params"))
+
+
 def r2_table(rows: list[dict], n_perm: int = 0) -> list[dict]:
-  """Per metric: n, R², Pearson r (and the permutation p) of the metric vs val_loss."""
-  y = column(rows, "val_loss")
+  """Per metric: n, R², Pearson r with its 95% Fisher-z interval (ci_lo, ci_hi), the partial
+  r with log(parameters) partialled out and its interval (partial_n, partial_r,
+  partial_ci_lo, partial_ci_hi; NaN where every row has one size), and the permutation p,
+  of the metric vs val_loss."""
+  y, z = column(rows, "val_loss"), log_params(rows)
   out = []
   for i, k in enumerate(METRICS):
-    s = stats.correlation_summary(column(rows, k), y, n_perm=n_perm, seed=i)
+    x = column(rows, k)
+    s = stats.correlation_summary(x, y, n_perm=n_perm, seed=i)
+    ps = stats.partial_summary(x, y, z)
     a = ANCHORS.get(k, (None,))[0]
-    out.append({"metric": k, **s, "paper_r2": "" if a is None else a})
+    out.append({"metric": k, **s, "partial_n": ps["n"],
+                **{key: v for key, v in ps.items() if key != "n"},
+                "paper_r2": "" if a is None else a})
   return out
 
 
@@ -82,22 +98,50 @@ def verdict(metric: str, r2: float, r: float) -> str:
   return "same sign, weaker"
 
 
+
+
+def ci_verdict(sign, lo, hi) -> str:
+  """The authors' claim against our 95% interval of r: with a sign (+1/-1) it is supported
+  when the interval excludes 0 on that side, refuted when it excludes 0 on the other side,
+  undecided when it spans 0; a "no relation" claim (sign 0) is supported when the interval
+  lies inside ±NO_RELATION_R, refuted when it lies outside it, else undecided; no claim
+  (None): the sign of r alone ("r > 0", "r < 0", "sign undecided")."""
+  c = stats.ci_sign(lo, hi)
+  if not np.isfinite(c):
+    return "undefined (no interval: too few runs or one size)"
+  if sign is None:
+    return {1.0: "r > 0", -1.0: "r < 0", 0.0: "sign undecided"}[c]
+  if sign == 0:
+    b = NO_RELATION_R
+    if -b < float(lo) and float(hi) < b:
+      return "supported"
+    return "refuted" if (float(lo) >= b or float(hi) <= -b) else "undecided"
+  return "undecided" if c == 0 else ("supported" if c == sign else "refuted")
+
+
 def anchor_rows(r2: list[dict]) -> list[dict]:
-  """collapse_anchors.csv: per anchor metric and min_count, ours (one point per run; the
-  all-snapshot R² beside it) against the authors' value, and the verdict."""
+  """collapse_anchors.csv: per anchor metric and min_count, ours (one point per run, with the
+  95% interval of r and the partial r on log(parameters); the all-snapshot R² beside it)
+  against the authors' value, the point verdict and the interval verdicts."""
   by = {(int(r["min_count"]), r["points"], r["metric"]): r for r in r2}
   out = []
   for mcount in sorted({k[0] for k in by}):
     for k, (a, sign, what) in ANCHORS.items():
       last, allp = by[(mcount, "last", k)], by[(mcount, "all", k)]
       r2v, rv = float(last["r2"]), float(last["pearson_r"])
+      lo, hi = float(last.get("ci_lo", np.nan)), float(last.get("ci_hi", np.nan))
+      plo, phi = (float(last.get(c, np.nan)) for c in ("partial_ci_lo", "partial_ci_hi"))
       out.append({"metric": k, "what": what, "min_count": mcount, "n_runs": last["n"],
                   "r2": r2v, "sign": "" if not np.isfinite(rv) else ("+" if rv > 0 else "-"),
+                  "pearson_r": rv, "ci_lo": lo, "ci_hi": hi,
+                  "partial_r": float(last.get("partial_r", np.nan)), "partial_ci_lo": plo,
+                  "partial_ci_hi": phi,
                   "r2_all_snapshots": float(allp["r2"]), "n_all_snapshots": allp["n"],
                   "authors_r2": "" if a is None else a,
                   "authors_sign": "" if sign is None else {1: "+", -1: "-", 0: "none"}[sign],
                   "authors_source": "" if a is None else ANCHOR_SOURCE,
-                  "verdict": verdict(k, r2v, rv)})
+                  "verdict": verdict(k, r2v, rv), "ci_verdict": ci_verdict(sign, lo, hi),
+                  "partial_verdict": ci_verdict(sign, plo, phi)})
   return out
 
 

@@ -108,6 +108,8 @@ def partial_correlation(x, y, z) -> float:
     raise ValueError(f"x, y and z must have the same length, got {x.size}, {y.size}, {z.size}")
   m = np.isfinite(x) & np.isfinite(y) & np.isfinite(z)
   x, y, z = x[m], y[m], z[m]
+  if x.size < 3:
+    return float("nan")
   rxy, rxz, ryz = (float(pearson(a, b)) for a, b in ((x, y), (x, z), (y, z)))
   den = (1.0 - rxz * rxz) * (1.0 - ryz * ryz)
   if not (np.isfinite(den) and den > 1e-12 and np.isfinite(rxy)):
