@@ -47,6 +47,15 @@ def known_keys(d: Mapping, prefix: str = "") -> list[str]:
 
 
 def unknown_key_error(key: str, known: list[str]) -> ValueError:
+  """One line naming ``key`` and the nearest known key; where the key's section exists but no
+  field of it is near, the section's fields."""
+  section, _, field = key.rpartition(".")
+  fields = [k.rpartition(".")[2] for k in known if k.rpartition(".")[0] == section]
+  if section and fields:  # a known section: the nearest of its own fields, or all of them
+    near = difflib.get_close_matches(field, fields, n=1, cutoff=0.6)
+    hint = f"did you mean {section + '.' + near[0]!r}?" if near else \
+        f"the fields of {section} are: {', '.join(sorted(fields))}"
+    return ValueError(f"invalid config key {key!r}; {hint}")
   near = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
   if not near:  # a field without its section ('lr' -> 'train.lr')
     last = {k.rsplit(".", 1)[-1]: k for k in reversed(known)}

@@ -71,6 +71,22 @@ def dotted_flags(argv: list, prefix: str, flag: str) -> list:
   return out
 
 
+_OWN = ("sbjax.", "sbjax_experiments.", "experiments.")
+
+
+def show_own_flags() -> None:
+  """Make every flag that sbjax or an experiment defined a key flag of the program, so that
+  ``--helpshort`` lists them all: the flags a program shares with others (``--config``, the
+  data flags ``--tokens``, ``--data.*``, ..., the distributed flags) are defined in other
+  modules, and absl's short help lists only the program file's own (absl's and orbax's flags
+  stay in ``--helpfull``)."""
+  program = sys.argv[0]
+  for module, defined in flags.FLAGS.flags_by_module_dict().items():
+    if module != program and module.startswith(_OWN):
+      for flag in defined:
+        flags.FLAGS.register_key_flag_for_module(program, flag)
+
+
 def run(main):
   """app.run with one clear ``error: ...`` line (exit status 2) for user mistakes, in flag
   values as in the run itself; SBJAX_DEBUG=1 shows the traceback instead."""
@@ -97,14 +113,13 @@ def run(main):
       sys.stderr.write(f"error: {e}; see --helpshort or --helpfull\n")
       sys.exit(2)
 
+  show_own_flags()
   app.run(wrapped, flags_parser=parse_flags)
 
 
 def run_script(main, module: str):
-  """``run(main)`` for a console script (``sbjax-train`` -> ``cli()`` of ``module``): absl's
-  ``--helpshort`` lists the flags of the program file ``sys.argv[0]``, which for a script is
-  not the module that defined them, so they are registered for it first. Under
-  ``python -m experiments.X`` (``module`` == "__main__") this adds nothing."""
-  for flag in flags.FLAGS.get_key_flags_for_module(module):
-    flags.FLAGS.register_key_flag_for_module(sys.argv[0], flag)
+  """``run(main)`` for a console script (``sbjax-train`` -> ``cli()`` of ``module``) as for
+  ``python -m``: ``run`` registers the flags of sbjax's modules, ``module``'s among them, for
+  the program file ``sys.argv[0]``, whose flags absl's ``--helpshort`` lists."""
+  del module
   run(main)
