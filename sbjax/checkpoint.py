@@ -214,7 +214,7 @@ def verify_step(workdir, step: int, items=None) -> bool:
     raise CorruptCheckpointError(f"failed its checksum check: {e}") from None
 
 
-def _short(e: BaseException) -> str:
+def short_reason(e: BaseException) -> str:
   """First line of an exception, without TensorStore's long spec dumps."""
   msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
   msg = msg.split(" See full TensorStore details")[0]
@@ -337,7 +337,7 @@ def restore_latest_good(workdir, abstract_params, abstract_opt=None, *, moved=No
       return step, params, opt, meta
     except Exception as e:  # noqa: BLE001 - any failure means this step is unusable
       if jax.process_index() == 0:
-        move_aside(workdir, step, _short(e))
+        move_aside(workdir, step, short_reason(e))
       if moved is not None:
         moved.append(step)
   return None

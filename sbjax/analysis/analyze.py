@@ -68,6 +68,7 @@ from sbjax.analysis import forward as fw
 from sbjax.analysis import layerwise
 from sbjax.analysis import samples as samples_lib
 from sbjax.analysis.cache import Cache, digest, mtime_ns
+from sbjax.analysis.damaged import Damaged, read_good, settle_reference
 from sbjax.analysis.outputs import COLUMN_DOCS, write_outputs  # noqa: F401 - COLUMN_DOCS: public
 from sbjax.analysis.progress import CheckpointProgress
 from sbjax.analysis.rows import GroupResult, step_row, with_gamma
@@ -233,9 +234,10 @@ def _compute_group(mc, stacked, sm: Samples, settings: Settings, weight_fn, plan
 
 
 def _analyse_groups(run: _Run, plan: _Plan, sm: Samples, settings: Settings, gsize: int,
-                    abstract, on_computed) -> int:
+                    abstract, on_computed, damaged: Damaged) -> int:
   """Load, compute and cache every group of ``plan.todo``; returns the number of
-  checkpoints whose collapse metrics were undefined."""
+  checkpoints whose collapse metrics were undefined. A step that fails to read is set aside
+  (``damaged``) and left out of its group."""
   mc = run.cfg.model
   weight_fn, wdims = _weight_fn(mc, settings)
   prog = CheckpointProgress(len(run.steps), len(run.steps) - len([s for s in plan.todo
@@ -245,8 +247,13 @@ def _analyse_groups(run: _Run, plan: _Plan, sm: Samples, settings: Settings, gsi
   reader = ckpt.ParamsReader(run.workdir, abstract) if plan.todo else None
   try:
     for g0 in range(0, len(plan.todo), gsize):
-      gsteps = plan.todo[g0:g0 + gsize]
-      plist = reader.read(gsteps)
+      asked = plan.todo[g0:g0 + gsize]
+      plist, gsteps = read_good(reader, asked, damaged)
+      if not gsteps:
+        prog.update(len([s for s in asked if s in plan.keys]), f"(step {asked[-1]} damaged)")
+        continue
+      if settings.has("cka") and plan.ref is None and gsteps[0] != run.final_step:
+        raise damaged.none_left()  # the reference read before (settle_reference), not now
       plist += [plist[-1]] * (gsize - len(gsteps))  # pad the last group: no recompilation
       stacked = fw.stack_params(plist)
       del plist
@@ -258,7 +265,7 @@ def _analyse_groups(run: _Run, plan: _Plan, sm: Samples, settings: Settings, gsi
         if s in plan.keys:
           plan.rows[s], plan.tops[s] = row, top
           plan.cache.put(s, plan.keys[s], row, top)
-      prog.update(len([s for s in gsteps if s in plan.keys]), f"(step {gsteps[-1]})")
+      prog.update(len([s for s in asked if s in plan.keys]), f"(step {gsteps[-1]})")
       if on_computed is not None:
         on_computed(list(gsteps))
   finally:
@@ -268,10 +275,20 @@ def _analyse_groups(run: _Run, plan: _Plan, sm: Samples, settings: Settings, gsi
   return n_failed
 
 
+def _settle_reference(run: _Run, abstract, damaged: Damaged) -> None:
+  """The CKA reference is the newest step that reads (``sbjax.analysis.damaged``)."""
+  ref = settle_reference(run.workdir, abstract, ckpt.list_steps(run.workdir), damaged)
+  run.steps = [s for s in run.steps if s not in damaged.steps]
+  if ref is None or not run.steps:
+    raise damaged.none_left()
+  run.final_step = ref
+
+
 # ------------------------------------------------------------------------------------ main
 def analyze_run(workdir, settings: Settings | None = None, *, dataset=None,
                 on_computed: Callable[[list[int]], None] | None = None) -> list[dict]:
   """Analyse every checkpoint of ``workdir``; return the rows (also written to the CSV).
+  A damaged checkpoint is named, set aside and left out (``sbjax.analysis.damaged``).
 
   ``dataset``: an object with ``eval_batches(n)``, ``train_batch(i)``, ``vocab_size`` to
   use instead of the run's own data config. ``on_computed(steps)`` is called after each
@@ -281,15 +298,21 @@ def analyze_run(workdir, settings: Settings | None = None, *, dataset=None,
   t_start = time.perf_counter()
   run = _open_run(workdir, settings)
   joined = evals.read_all(settings.join_evals) if settings.join_evals else None  # read first
-  plan = _plan(run, settings, dataset)
   abstract = ckpt.abstract_with_shardings(Model(run.cfg.model).abstract_params())
+  damaged = Damaged(run.workdir)
+  if settings.has("cka"):  # the reference first: a damaged final step is set aside
+    _settle_reference(run, abstract, damaged)
+  plan = _plan(run, settings, dataset)
   for s in plan.todo:  # checkpoints of another model: refused with a diff (sbjax.checkpoint)
     ckpt.check_params_match(run.workdir, s, abstract)
   pbytes = _param_bytes(abstract)
   gsize = _group_size(settings, run.cfg, pbytes, max(len(plan.todo), 1))
   sm = samples_lib.build(run.cfg, run.data_dir or run.workdir, settings, dataset,
                          needed=bool(plan.todo))
-  n_failed = _analyse_groups(run, plan, sm, settings, gsize, abstract, on_computed)
+  n_failed = _analyse_groups(run, plan, sm, settings, gsize, abstract, on_computed, damaged)
+  run.steps = [s for s in run.steps if s not in damaged.steps]
+  if not run.steps:
+    raise damaged.none_left()
   result = with_gamma([plan.rows[s] for s in run.steps], run.cfg, run.workdir)
   if run.duplicates is not None:  # an imported series: which revisions repeat another's weights
     result = [dict(r, duplicate_of="" if run.duplicates.get(s) is None else run.duplicates[s])
@@ -300,5 +323,5 @@ def analyze_run(workdir, settings: Settings | None = None, *, dataset=None,
               "computed_checkpoints": len(plan.todo),
               "seconds": round(time.perf_counter() - t_start, 3)}
   write_outputs(run.out, run.workdir, run.cfg, settings, result, plan.tops, run.steps, sm.info,
-                plan.run_key, schedule, n_failed)
+                plan.run_key, schedule, n_failed, damaged.records())
   return result

@@ -1,7 +1,8 @@
 """The files an analysis writes: OUT/metrics.csv, spectrum.npz, metrics.json, the figures.
 
 ``metrics.json`` records the settings, the cache key, the samples, the metric variants,
-the column definitions (``COLUMN_DOCS``) and how the work was scheduled.
+the column definitions (``COLUMN_DOCS``), how the work was scheduled and the damaged
+checkpoints that were set aside (``set_aside``).
 """
 
 from __future__ import annotations
@@ -78,9 +79,11 @@ def variants(cfg, settings: Settings, n_coll_failed: int) -> dict:
 
 
 def write_outputs(out: Path, workdir, cfg, settings: Settings, rows, tops, steps, sample_info,
-                  run_key: str, schedule: dict, n_coll_failed: int) -> None:
+                  run_key: str, schedule: dict, n_coll_failed: int,
+                  set_aside: list | None = None) -> None:
   """metrics.csv, spectrum.npz (spectrum group), metrics.json and the figures.
-  ``schedule``: group_size, param_bytes_per_checkpoint, computed_checkpoints, seconds."""
+  ``schedule``: group_size, param_bytes_per_checkpoint, computed_checkpoints, seconds;
+  ``set_aside``: the damaged steps left out ({step, reason, moved_to}, sbjax.analysis.damaged)."""
   table.write_csv(out / "metrics.csv", rows)
   if settings.has("spectrum"):
     write_spectrum(out, cfg, settings, tops, steps)
@@ -96,6 +99,7 @@ def write_outputs(out: Path, workdir, cfg, settings: Settings, rows, tops, steps
       "samples": sample_info,
       "variants": variants(cfg, settings, n_coll_failed),
       "columns": COLUMN_DOCS,
+      "set_aside": list(set_aside or []),
       **schedule,
   }
   table.atomic_write_json(out / "metrics.json", meta)
