@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import numbers
 
 from sbjax.data import _legacy as legacy_data
 from sbjax.data import sources as data_sources
@@ -31,6 +33,11 @@ TRAIN_OBJECTIVES = ("sampled", "expected")  # train.objective (sbjax.train.objec
 
 
 _err = config_error
+
+
+def _finite(x) -> bool:
+  """A real number that is neither NaN nor infinite."""
+  return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x)
 # the flat head fields of earlier versions (model.head_rank, ...): Config.from_dict and the
 # dotted overrides still take them, mapped to the typed head (sbjax.heads._legacy)
 LEGACY_MODEL_FIELDS = tuple(legacy_heads.LEGACY_DEFAULTS)
@@ -223,8 +230,18 @@ class TrainConfig:
     if self.batch_size % self.grad_accum:
       raise _err("train.grad_accum", self.grad_accum,
                  f"a divisor of train.batch_size={self.batch_size}")
-    if self.lr <= 0:
-      raise _err("train.lr", self.lr, "> 0")
+    # NaN passes every comparison: each float is checked to be a finite number first
+    if not (_finite(self.lr) and self.lr > 0):
+      raise _err("train.lr", self.lr, "a finite number > 0")
+    for f in ("b1", "b2"):
+      if not (_finite(getattr(self, f)) and 0.0 <= getattr(self, f) < 1.0):
+        raise _err(f"train.{f}", getattr(self, f), "a number in [0, 1)")
+    if not (_finite(self.eps) and self.eps > 0):
+      raise _err("train.eps", self.eps, "a finite number > 0")
+    if not (_finite(self.weight_decay) and self.weight_decay >= 0):
+      raise _err("train.weight_decay", self.weight_decay, "a finite number >= 0")
+    if not (_finite(self.clip) and self.clip > 0):
+      raise _err("train.clip", self.clip, "a finite number > 0 (the global gradient-norm bound)")
     if self.warmup_steps < 0:
       raise _err("train.warmup_steps", self.warmup_steps, ">= 0")
     if not 0.0 <= self.min_lr_ratio <= 1.0:

@@ -16,13 +16,17 @@ written; WORKDIR/import.json records the hashes and which revisions duplicate an
 
 writes WORKDIR/config.json and an orbax params checkpoint per step (the step is
 --step, else parsed from a ``stepN`` directory name, else 0; for a series, each
-revision's own step, optionally restricted to --step).
+revision's own step, optionally restricted to --step). A training workdir (metrics.jsonl or
+checkpoints with optimizer state) is refused: a params-only step would stop it from resuming.
+The workdir is locked while the steps are written (``sbjax.train.lock``).
 
 Export (a dense, tied or lowrank-head checkpoint)::
 
     python -m experiments.convert --from_workdir=WORKDIR --step=N --to_hf=DIR
 
-writes DIR/config.json + DIR/model.safetensors for
+refuses DIR when it is an sbjax workdir (checkpoints/, metrics.jsonl or an sbjax
+config.json), and a non-empty DIR unless ``--overwrite``; writes DIR/config.json +
+DIR/model.safetensors for
 ``transformers.AutoModelForCausalLM.from_pretrained(DIR)`` (latest step if no --step), and,
 when the run has a tokenizer (WORKDIR/tokenizer.json, or a sentencepiece unigram
 tokenizer.model, converted), DIR/tokenizer.json + tokenizer_config.json for
@@ -41,6 +45,7 @@ from sbjax import checkpoint
 from sbjax.config import Config
 from sbjax.data import hf_tokenizer
 from sbjax.convert import hf_export, hf_import, integrity, revisions, series
+from sbjax.train.lock import workdir_lock
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("from_hf", None, "HF model directory (or a directory of stepN revisions)")
@@ -56,6 +61,26 @@ flags.DEFINE_bool("allow_pickle", False, "allow PyTorch pickle (.bin) weights, l
 flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16", "float16"],
                   "dtype of the imported params / the exported weights")
 flags.DEFINE_string("name", None, "run name for an imported config (default: directory name)")
+flags.DEFINE_bool("overwrite", False, "export: replace the files of a non-empty --to_hf "
+                  "directory (never an sbjax workdir)")
+
+
+def check_import_target(workdir: str) -> None:
+  """An import adds params-only steps: refuse a training workdir, where such a step would
+  block resuming the run; ValueError naming what makes it one and the fix."""
+  found = []
+  if os.path.exists(os.path.join(workdir, "metrics.jsonl")):
+    found.append("metrics.jsonl")
+  trained = [s for s in checkpoint.list_steps(workdir)
+             if os.path.isdir(os.path.join(checkpoint.ckpt_dir(workdir), str(s), "opt"))]
+  if trained:
+    found.append(f"training checkpoints with optimizer state (steps {trained[:6]}"
+                 f"{' ...' if len(trained) > 6 else ''})")
+  if found:
+    raise ValueError(f"--to={workdir} is a training workdir (it holds {' and '.join(found)}); "
+                     "an import adds params-only steps, which would stop the run from resuming. "
+                     "Import into a new --to directory (train from it with "
+                     "--config.train.init_from=DIR)")
 
 
 def _check_workdir_config(workdir: str, config: Config):
@@ -122,13 +147,15 @@ def _import_series(src, workdir, revs, selection, *, allow_pickle, dtype, name) 
   # every revision is hashed and checked (truncation, blob names) before anything is written
   records = [{"step": r.step, "name": r.name, "commit": r.commit, "tokens": r.tokens,
               **integrity.check_revision(r.name, r.path, allow_pickle)} for r in chosen]
-  for r in chosen:
-    _, params = hf_import.import_hf(r.path, dtype=dtype, allow_pickle=allow_pickle)
-    checkpoint.write_params(workdir, config, params, r.step)
-    logging.info("imported %s revision %s (step %d) -> %s", src, r.name, r.step, workdir)
-  _copy_tokenizer(chosen[-1].path, workdir)
-  layout = "hf_cache" if revisions.cache_repo(src) is not None else "revision_dirs"
-  rec = integrity.merge_record(workdir, os.path.abspath(src), layout, records)
+  with workdir_lock(workdir):
+    check_import_target(workdir)  # again: a run may have started in the workdir meanwhile
+    for r in chosen:
+      _, params = hf_import.import_hf(r.path, dtype=dtype, allow_pickle=allow_pickle)
+      checkpoint.write_params(workdir, config, params, r.step)
+      logging.info("imported %s revision %s (step %d) -> %s", src, r.name, r.step, workdir)
+    _copy_tokenizer(chosen[-1].path, workdir)
+    layout = "hf_cache" if revisions.cache_repo(src) is not None else "revision_dirs"
+    rec = integrity.merge_record(workdir, os.path.abspath(src), layout, records)
   integrity.warn_duplicates([r for r in rec["revisions"] if r["duplicate_of"] is not None],
                             rec["revisions"], f"{src}: ")
   return [r.step for r in chosen]
@@ -141,6 +168,7 @@ def import_to_workdir(src: str, workdir: str, *, step: int | None = None,
   ``steps``: a selection (``sbjax.convert.revisions.select``: a list, or "0,1000:5000:1000");
   ``step``: one revision of a series, or the step to write a single directory at. Returns
   the steps written; WORKDIR/import.json records the hashes and duplicates."""
+  check_import_target(workdir)
   name = name or _source_name(src)
   revs = _series_revisions(src)
   if revs:
@@ -156,16 +184,20 @@ def import_to_workdir(src: str, workdir: str, *, step: int | None = None,
     step = series.parse_step(src) or 0
   config = hf_import.full_config(model_cfg, name)
   _check_workdir_config(workdir, config)
-  checkpoint.write_params(workdir, config, params, step)
-  _copy_tokenizer(src, workdir)
-  integrity.merge_record(workdir, os.path.abspath(src), "single", [{"step": step, **record}])
+  with workdir_lock(workdir):
+    check_import_target(workdir)
+    checkpoint.write_params(workdir, config, params, step)
+    _copy_tokenizer(src, workdir)
+    integrity.merge_record(workdir, os.path.abspath(src), "single", [{"step": step, **record}])
   logging.info("imported %s -> %s at step %d", src, workdir, step)
   return [step]
 
 
 def export_from_workdir(workdir: str, out_dir: str, *, step: int | None = None,
-                        dtype: str = "float32") -> int:
-  """Export the params of ``workdir`` at ``step`` (latest if None); returns the step."""
+                        dtype: str = "float32", overwrite: bool = False) -> int:
+  """Export the params of ``workdir`` at ``step`` (latest if None); returns the step.
+  ``out_dir`` must not be an sbjax workdir, and must be new or empty unless ``overwrite``."""
+  hf_export.check_export_target(out_dir, overwrite=overwrite)
   config, params, step = checkpoint.load_params(workdir, step)
   hf_export.export_hf(config.model, params, out_dir, dtype=dtype)
   kind = hf_tokenizer.export_tokenizer(workdir, out_dir, config.model.max_len)
@@ -192,7 +224,8 @@ def main(argv):
   else:
     if not (FLAGS.from_workdir and FLAGS.to_hf):
       raise app.UsageError("export needs both --from_workdir and --to_hf")
-    step = export_from_workdir(FLAGS.from_workdir, FLAGS.to_hf, step=FLAGS.step, dtype=FLAGS.dtype)
+    step = export_from_workdir(FLAGS.from_workdir, FLAGS.to_hf, step=FLAGS.step, dtype=FLAGS.dtype,
+                               overwrite=FLAGS.overwrite)
     print(f"wrote step {step} of {FLAGS.from_workdir} to {FLAGS.to_hf}")
 
 

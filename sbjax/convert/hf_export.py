@@ -187,8 +187,44 @@ def hf_tensors(cfg: ModelConfig, params) -> tuple[dict, dict]:
   return t, {"o_bias_zero": False}
 
 
+def workdir_marks(path) -> list[str]:
+  """What makes ``path`` an sbjax workdir: a checkpoints/ directory, a metrics.jsonl, or a
+  config.json of sbjax (a ``model`` section, no HF ``model_type``); [] for anything else."""
+  marks = [n for n in ("checkpoints", "metrics.jsonl") if os.path.exists(os.path.join(path, n))]
+  try:
+    with open(os.path.join(path, "config.json")) as fh:
+      conf = json.load(fh)
+  except (OSError, ValueError):
+    conf = None
+  if isinstance(conf, dict) and isinstance(conf.get("model"), dict) and "model_type" not in conf:
+    marks.append("an sbjax config.json")
+  return marks
+
+
+def check_export_target(out_dir: str, *, overwrite: bool = False) -> None:
+  """An export never writes into an sbjax workdir, and replaces the files of a non-empty
+  directory only with ``overwrite``; ValueError naming the directory and the fix."""
+  if not os.path.exists(out_dir):
+    return
+  if not os.path.isdir(out_dir):
+    raise ValueError(f"--to_hf={out_dir} is a file, not a directory; give a new directory")
+  marks = workdir_marks(out_dir)
+  if marks:
+    raise ValueError(f"--to_hf={out_dir} is an sbjax workdir (it holds {', '.join(marks)}); an "
+                     "export never writes into a workdir: give a new directory, e.g. "
+                     f"--to_hf={os.path.join(out_dir.rstrip(os.sep), 'hf')}")
+  entries = sorted(os.listdir(out_dir))
+  if entries and not overwrite:
+    raise ValueError(f"--to_hf={out_dir} is not empty ({len(entries)} entries: "
+                     f"{', '.join(entries[:4])}{', ...' if len(entries) > 4 else ''}); give a "
+                     "new or empty directory, or --overwrite to replace its files")
+
+
 def export_hf(cfg: ModelConfig, params, out_dir: str, *, dtype: str = "float32") -> str:
-  """Write ``out_dir/config.json`` and ``out_dir/model.safetensors``; returns out_dir."""
+  """Write ``out_dir/config.json`` and ``out_dir/model.safetensors``; returns out_dir.
+  Refuses an sbjax workdir (``check_export_target``; the CLI also refuses a non-empty
+  directory unless ``--overwrite``)."""
+  check_export_target(out_dir, overwrite=True)
   tensors, info = hf_tensors(cfg, params)
   conf = hf_config(cfg, dtype, o_bias_zero=info["o_bias_zero"])
   npd = _np_dtype(dtype)
