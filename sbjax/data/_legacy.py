@@ -26,7 +26,10 @@ LEGACY_DEFAULTS = {
     "planted_context": 1, "planted_mix": 4, "planted_seed": 0, "planted_train_tokens": 2_000_000,
     "planted_val_tokens": 65_536, "tokens_path": "", "tokens_val_path": "",
     "tokens_dtype": "uint16", "tokens_vocab": 0, "planted_gate": "uniform",
-    "planted_gate_conc": 1.0}
+    "planted_gate_conc": 1.0,
+    # not a field of earlier versions: the flag form of data.options.sampler that issue 32
+    # writes (--config.data.planted_sampler=device); "host" is what every earlier run did
+    "planted_sampler": "host"}
 
 
 def _spec(options) -> dict | None:

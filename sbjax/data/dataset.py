@@ -30,6 +30,7 @@ import jax
 import numpy as np
 
 from sbjax.data import builders
+from sbjax.data import planted_device
 from sbjax.data import planted_stream
 from sbjax.data import sources
 from sbjax.data import tokenizer as tokenizer_lib
@@ -177,6 +178,37 @@ class StreamingPlanted(Dataset):
     return d
 
 
+class DevicePlanted(StreamingPlanted):
+  """A planted source with ``data.options.sampler = "device"``: train batches drawn inside the
+  jitted step from device tables (``sbjax.data.planted_device``; the train loop asks
+  ``device_tables``), pure in (planted_seed, data_seed, i). ``train_batch(i)`` copies that
+  same batch to the host (for inspection); evaluation uses the host's validation tokens."""
+
+  def __init__(self, lang, val_tokens: np.ndarray, *, planted_seed: int, **kw):
+    super().__init__(lang, val_tokens, planted_seed=planted_seed, **kw)
+    self._extra.update(sampler="device")
+    self._tables = None
+
+  def device_tables(self) -> planted_device.Tables:
+    """The sampler's device arrays (built on first use, then kept)."""
+    if self._tables is None:
+      self._tables = planted_device.tables(self.planted, self.planted_seed, self.seed)
+    return self._tables
+
+  def train_batch(self, i: int) -> np.ndarray:
+    """int32 [global_batch / process_count, seq_len + 1]: this process's rows of the batch
+    the device step draws at step ``i``."""
+    if i < 0:
+      raise ValueError(f"batch index must be >= 0, got {i}")
+    full = np.asarray(_device_batch(self.device_tables(), np.uint32(i), self.global_batch_size,
+                                    self.seq_len, self.planted.context))
+    lo = self.process_index * self.batch_size
+    return full[lo:lo + self.batch_size]
+
+
+_device_batch = jax.jit(planted_device.train_batch, static_argnums=(2, 3, 4))
+
+
 def _process(process_index, process_count) -> tuple[int, int]:
   if process_index is None or process_count is None:
     process_index = jax.process_index() if process_index is None else process_index
@@ -232,11 +264,13 @@ def build_planted(cfg, *, workdir=None, **common) -> Dataset:
   o = cfg.options
   lang = sources.get(cfg.source).language(o)
   params = o.stream_params()  # what keys the streams (the options' source, sizes, gates)
-  if o.train_tokens == 0:  # train batches on demand (sbjax.data.planted_stream)
+  if o.train_tokens == 0:  # train batches on demand (planted_stream, or planted_device)
     val = lang.sample([params["seed"], 2], int(params["val_tokens"]))
-    return StreamingPlanted(
+    cls, how = (DevicePlanted, "device") if o.sampler == "device" else (StreamingPlanted,
+                                                                       "streaming")
+    return cls(
         lang, val, planted_seed=o.seed, vocab_size=o.vocab, source=cfg.source,
-        name=f"{cfg.source}(v={o.vocab}, k={o.rank}, seed={o.seed}, streaming)",
+        name=f"{cfg.source}(v={o.vocab}, k={o.rank}, seed={o.seed}, {how})",
         extra_info={"planted": lang.info(), "entropy_nats": lang.entropy}, **common)
   if workdir or o.data_dir:
     data_dir = o.data_dir or str(Path(workdir) / "tfds")

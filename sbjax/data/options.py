@@ -6,7 +6,9 @@ built-in ones are here:
 
 * ``PlantedOptions`` (``planted``: the planted-rank language), ``PlantedMixOptions``
   (``planted_mix``: + ``mix`` components), ``PlantedMosOptions`` (``planted_mos``: + the
-  gates ``gate``, ``gate_conc``); their ``stream_params`` key the sampled token streams.
+  gates ``gate``, ``gate_conc``), ``PlantedTailOptions`` (``planted_tail``: the mixture with a
+  rare-token tail, V = 4096, 8 x rank 32, Zipf 1.5); their ``stream_params`` key the sampled token streams
+  (``sampler``, host or device, changes how train batches are drawn, not the streams).
 * ``TextOptions`` (``text``: a directory of .txt files), ``TfdsOptions`` (``tfds``: a catalog
   dataset), both with the tokenizer fields of ``TokenizerOptions``.
 * ``TokensOptions`` (``tokens``: token files on disk, ``sbjax.data.tokens``).
@@ -24,6 +26,7 @@ from typing import ClassVar
 from sbjax.errors import config_error
 
 PLANTED_GATES = ("uniform", "dirichlet")  # gate of source=planted_mos
+PLANTED_SAMPLERS = ("host", "device")  # sampler of the planted sources (planted_device)
 TOKENIZER_TYPES = ("unigram", "bpe")
 TOKEN_DTYPES = ("uint16", "int32", "uint32", "int64", "int16", "uint8")
 
@@ -56,7 +59,7 @@ def _int_at_least(name: str, value, low: int, what: str = "") -> None:
 _PLANTED_LEGACY = {"planted_vocab": "vocab", "planted_rank": "rank", "planted_alpha": "alpha",
                    "planted_zipf": "zipf", "planted_context": "context", "planted_seed": "seed",
                    "planted_train_tokens": "train_tokens", "planted_val_tokens": "val_tokens",
-                   "tfds_data_dir": "data_dir"}
+                   "tfds_data_dir": "data_dir", "planted_sampler": "sampler"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,12 +77,21 @@ class PlantedOptions(SourceOptions):
   train_tokens: int = 2_000_000  # 0 = train batches sampled on demand (planted_stream)
   val_tokens: int = 65_536
   data_dir: str = ""  # TFDS data_dir of the stored streams; "" = WORKDIR/tfds
+  # host: numpy batches (stored or planted_stream); device: fresh train batches drawn inside
+  # the jitted step, pure in (seed, data seed, step) (sbjax.data.planted_device)
+  sampler: str = "host"
 
   def check(self) -> None:
     _int_at_least("vocab", self.vocab, 2)
     if not 1 <= self.rank <= self.vocab:
       raise config_error("data.options.rank", self.rank, f"1 .. vocab={self.vocab}")
     _int_at_least("context", self.context, 1)
+    if self.sampler not in PLANTED_SAMPLERS:
+      raise config_error("data.options.sampler", self.sampler, " | ".join(PLANTED_SAMPLERS))
+    if self.sampler == "device" and self.train_tokens != 0:
+      raise config_error("data.options.train_tokens", self.train_tokens,
+                         "0 with data.options.sampler=device (fresh tokens every step, no "
+                         "stored train stream)")
 
   def language_kwargs(self) -> dict:
     """The keyword arguments of the language's constructor."""
@@ -136,6 +148,20 @@ class PlantedMosOptions(PlantedMixOptions):
 
   def stream_params(self) -> dict:  # its mixture size and gates key the streams too
     return {**super().stream_params(), "gate": self.gate, "gate_conc": float(self.gate_conc)}
+
+
+@dataclasses.dataclass(frozen=True)
+class PlantedTailOptions(PlantedMixOptions):
+  """The planted mixture at the rare-token tail's sizes (``sbjax.data.planted_tail``): V = 4096,
+  ``mix`` = 8 components of rank 32, Zipf 1.5. A change of ``data.source`` to it carries the
+  shared planted fields over (``sbjax.data._legacy.carry_over``): set the sizes explicitly
+  there."""
+
+  source: ClassVar[str] = "planted_tail"
+  vocab: int = 4096
+  rank: int = 32
+  zipf: float = 1.5
+  mix: int = 8
 
 
 _TOKENIZER_LEGACY = {"tokenizer": "tokenizer", "tokenizer_type": "tokenizer_type",

@@ -7,15 +7,16 @@ of the same data config) and builds its ``Dataset``; nothing outside this regist
 ``data.source`` by name. Its fields are a frozen ``SourceOptions`` dataclass
 (``sbjax.data.options``; ``DataConfig.options``, JSON ``"options": {field: value}``).
 
-The built-in sources are registered here: ``planted``, ``planted_mix``, ``planted_mos`` (the
-planted languages, built by ``build_planted`` from ``language(options)``), ``text``, ``tfds``
-(``build_text_dir``, ``build_tfds``) and ``tokens`` (``build_tokens``), the builders of
-``sbjax.data.dataset``. ``make_dataset`` calls the source's ``build``. A new source is one new
-file: a ``DataSource`` subclass with its own ``SourceOptions`` dataclass and a
-``build(cfg, **batching)`` returning a ``sbjax.data.Dataset``, registered with
-``register(Source())`` at import; ``DataConfig(source=NAME, options=...)`` then validates and
-``sbjax.train.train`` trains on it. A source module must not import ``sbjax.config`` (it is
-imported by it, like ``sbjax.heads.base``).
+The built-in sources are registered here: ``planted``, ``planted_mix``, ``planted_mos``,
+``planted_tail`` (the planted languages, built by ``build_planted`` from
+``language(options)``), ``text``, ``tfds`` (``build_text_dir``, ``build_tfds``) and ``tokens``
+(``build_tokens``), the builders of ``sbjax.data.dataset``. ``make_dataset`` calls the
+source's ``build``. A new source is one new file: a ``DataSource`` subclass with its own
+``SourceOptions`` dataclass and a ``build(cfg, **batching)`` returning a
+``sbjax.data.Dataset``, registered with ``register(Source())`` at import;
+``DataConfig(source=NAME, options=...)`` then validates and ``sbjax.train.train`` trains on
+it. A source module must not import ``sbjax.config`` (it is imported by it, like
+``sbjax.heads.base``).
 
 This module is plain Python (no jax or numpy import), so ``sbjax.config`` can validate with
 it; that is why the built-in builders and languages are imported on first use (below), not
@@ -151,6 +152,8 @@ def options_for(name: str, spec: Any) -> SourceOptions:
 for _s in (_Planted("planted", opts.PlantedOptions, "sbjax.data.planted:PlantedLanguage"),
            _Planted("planted_mix", opts.PlantedMixOptions, "sbjax.data.planted:PlantedMixture"),
            _Planted("planted_mos", opts.PlantedMosOptions, "sbjax.data.planted_mos:PlantedMoS"),
+           _Planted("planted_tail", opts.PlantedTailOptions,
+                    "sbjax.data.planted_tail:PlantedTail"),
            _Builtin("text", opts.TextOptions, "build_text_dir", needs_tokenizer=True),
            _Builtin("tfds", opts.TfdsOptions, "build_tfds", needs_tokenizer=True),
            _Builtin("tokens", opts.TokensOptions, "build_tokens")):

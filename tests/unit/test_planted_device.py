@@ -1,0 +1,164 @@
+"""The on-device planted sampler (sbjax.data.planted_device, ``data.options.sampler=device``):
+its next-token counts per context against the exact P(.|c) (scipy chi-square, Bonferroni over
+the contexts), a sampler built on a wrong table is rejected by the same test, its start
+distribution against the stationary one, equality in distribution with the numpy sampler
+(a contingency test), the float32 survival tables' precision on rare tokens, purity in
+(seed, data seed, step), and the option's checks."""
+
+import jax
+import numpy as np
+import pytest
+from scipy import stats
+
+from sbjax.config import DataConfig
+from sbjax.data import make_dataset
+from sbjax.data import planted_device as pdev
+from sbjax.data.planted import PlantedLanguage, PlantedMixture
+
+N_SEQS, LENGTH = 1024, 65  # 65,536 transitions per draw
+ALPHA = 1e-3  # family-wise level of a chi-square check over all contexts
+
+
+class _Lang:  # probs/stationary of a language with a swapped row: the "wrong table"
+  def __init__(self, probs, stationary):
+    self.probs, self.stationary = probs, stationary
+
+
+def draw(lang, context=1, seed=0, data_seed=0, step=0, n=N_SEQS, length=LENGTH):
+  t = pdev.tables(lang, seed, data_seed)
+  f = jax.jit(pdev.sample_chains, static_argnums=(2, 3, 4))
+  return np.asarray(f(t, pdev.batch_key(t, step), n, length, context))
+
+
+def transition_counts(tokens, vocab, context):
+  """counts[c, w] of (context index, next token) over every position t >= context."""
+  c = np.zeros(tokens[:, context:].shape, np.int64)
+  for i in range(context):
+    c = c * vocab + tokens[:, i:tokens.shape[1] - context + i]
+  counts = np.zeros((vocab ** context, vocab), np.int64)
+  np.add.at(counts, (c.ravel(), tokens[:, context:].ravel()), 1)
+  return counts
+
+
+def chisquare_p(counts, p):
+  """p-value of counts ~ Multinomial(n, p), cells with expected count < 5 pooled."""
+  n = counts.sum()
+  exp = n * p
+  small = exp < 5
+  obs_b, exp_b = counts[~small], exp[~small]
+  if small.any():
+    obs_b = np.append(obs_b, counts[small].sum())
+    exp_b = np.append(exp_b, exp[small].sum())
+  if len(obs_b) < 2:
+    return 1.0
+  return float(stats.chisquare(obs_b, exp_b * (obs_b.sum() / exp_b.sum())).pvalue)
+
+
+def per_context_p(counts, probs):
+  return np.array([chisquare_p(counts[c], probs[c]) for c in range(len(probs))
+                   if counts[c].sum() >= 50])
+
+
+@pytest.mark.parametrize("lang,context", [
+    (PlantedMixture(vocab=8, rank=2, n_mix=3, alpha=3.0, seed=1), 1),
+    (PlantedLanguage(vocab=4, rank=2, alpha=3.0, context=2, seed=2), 2)])
+def test_next_token_counts_match_the_exact_table_per_context(lang, context):
+  tokens = draw(lang, context)
+  counts = transition_counts(tokens, lang.vocab, context)
+  p = per_context_p(counts, lang.probs)
+  assert len(p) == lang.n_contexts  # every context seen often enough to be tested
+  assert p.min() > ALPHA / len(p), p  # Bonferroni over the contexts
+  # the start: the first ``context`` tokens are one context drawn from the stationary law
+  start = np.zeros(N_SEQS, np.int64)
+  for i in range(context):
+    start = start * lang.vocab + tokens[:, i]
+  assert chisquare_p(np.bincount(start, minlength=lang.n_contexts), lang.stationary) > ALPHA
+
+
+def test_a_sampler_on_a_wrong_table_fails_the_check():
+  lang = PlantedMixture(vocab=8, rank=2, n_mix=3, alpha=3.0, seed=1)
+  wrong = lang.probs.copy()
+  top = np.argsort(-wrong[3])[:2]
+  wrong[3, top] = wrong[3, top[::-1]]  # context 3: its two likeliest tokens swapped
+  tokens = draw(_Lang(wrong, lang.stationary))
+  p = per_context_p(transition_counts(tokens, lang.vocab, 1), lang.probs)
+  assert p[3] < 1e-12 and np.delete(p, 3).min() > ALPHA / len(p), p
+  # a wrong start law is caught too
+  tokens = draw(_Lang(lang.probs, np.roll(lang.stationary, 1)))
+  assert chisquare_p(np.bincount(tokens[:, 0], minlength=8), lang.stationary) < 1e-12
+
+
+def test_equal_in_distribution_to_the_numpy_sampler():
+  lang = PlantedMixture(vocab=8, rank=2, n_mix=3, alpha=3.0, seed=1)
+  dev = transition_counts(draw(lang), 8, 1).ravel()
+  host = transition_counts(lang.sample(np.random.default_rng(5), (N_SEQS, LENGTH)), 8, 1).ravel()
+  keep = (dev + host) >= 10
+  table = np.stack([np.append(dev[keep], dev[~keep].sum()), np.append(host[keep],
+                                                                     host[~keep].sum())])
+  assert stats.chi2_contingency(table[:, table.sum(0) > 0]).pvalue > ALPHA
+  other = transition_counts(PlantedMixture(vocab=8, rank=2, n_mix=3, alpha=3.0, seed=2).sample(
+      np.random.default_rng(5), (N_SEQS, LENGTH)), 8, 1).ravel()  # another language: rejected
+  keep = (dev + other) >= 10
+  table = np.stack([dev[keep], other[keep]])
+  assert stats.chi2_contingency(table).pvalue < 1e-12
+
+
+def test_survival_tables_keep_rare_probabilities():
+  rng = np.random.default_rng(0)
+  p = np.concatenate([rng.dirichlet(np.ones(60)), [3e-9, 1e-8, 4e-8, 2e-7]])
+  p = rng.permutation(p / p.sum())
+  surv, order = pdev.survival_table(p[None])
+  implied = np.append(-np.diff(surv[0].astype(np.float64)), surv[0, -1])  # P(position j)
+  got = np.empty_like(p)
+  got[order[0]] = implied
+  np.testing.assert_allclose(got, p, rtol=1e-3)  # down to 3e-9 (a head-first float32 CDF: 0)
+  head = np.cumsum(p).astype(np.float32).astype(np.float64)
+  assert np.min(np.diff(np.append(0.0, head))[p < 5e-8] / p[p < 5e-8]) < 0.5  # the reason
+  u = np.asarray(pdev.uniform(jax.random.key(0), (4096,)))
+  assert u.dtype == np.float32 and 0.0 <= u.min() and u.max() <= 1.0
+  assert abs(u.mean() - 0.5) < 0.02
+
+
+def test_search_counts_the_prefix_above_u():
+  surv = np.array([1.0, 0.7, 0.7, 0.2, 0.05, 0.0], np.float32)
+  u = np.array([0.99, 0.7, 0.69, 0.2, 0.1, 0.01, 0.0, 1.0], np.float32)
+  got = np.asarray(pdev.search(lambda j: surv[np.asarray(j)], 6, u))
+  want = [(surv[1:] > x).sum() for x in u]
+  np.testing.assert_array_equal(got, want)
+
+
+CFG = DataConfig(source="planted_mix", options=dict(vocab=16, rank=2, mix=2, train_tokens=0,
+                                                    val_tokens=400, sampler="device"))
+
+
+def ds(seed=0, p=0, n=1, cfg=CFG):
+  return make_dataset(cfg, seq_len=8, global_batch_size=4, seed=seed, workdir=None,
+                      process_index=p, process_count=n)
+
+
+def test_device_batches_are_pure_in_seed_and_step_and_shard():
+  a, b = ds(), ds()
+  np.testing.assert_array_equal(a.train_batch(7), b.train_batch(7))
+  assert a.train_batch(7).shape == (4, 9) and a.train_batch(7).dtype == np.int32
+  assert not np.array_equal(a.train_batch(7), a.train_batch(8))
+  assert not np.array_equal(a.train_batch(7), ds(seed=1).train_batch(7))
+  halves = [ds(p=p, n=2).train_batch(7) for p in (0, 1)]
+  np.testing.assert_array_equal(np.concatenate(halves), a.train_batch(7))
+  t = a.device_tables()  # the batch of a traced step (as in the train step) is the same
+  traced = jax.jit(lambda s: pdev.train_batch(t, s, 4, 8, 1))(np.int32(7))
+  np.testing.assert_array_equal(np.asarray(traced), a.train_batch(7))
+  host = ds(cfg=CFG.replace_options(sampler="host"))  # evaluation: the host's fixed tokens
+  for x, y in zip(a.eval_batches(2), host.eval_batches(2)):
+    np.testing.assert_array_equal(x, y)
+  assert a.info()["sampler"] == "device" and "sampler" not in host.info()
+  with pytest.raises(ValueError, match=">= 0"):
+    a.train_batch(-1)
+
+
+def test_sampler_option_checks_and_default():
+  assert DataConfig().options.sampler == "host"
+  with pytest.raises(ValueError, match=r"data\.options\.sampler='gpu'; allowed: host \| device"):
+    DataConfig("planted", {"sampler": "gpu"})
+  with pytest.raises(ValueError, match=r"data\.options\.train_tokens=2000000; allowed: 0 with "
+                                       r"data\.options\.sampler=device"):
+    DataConfig("planted", {"sampler": "device"})
