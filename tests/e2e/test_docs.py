@@ -1,10 +1,13 @@
-"""Every code block of docs/*.md runs, so the walkthroughs cannot rot.
+"""Every code block of docs/*.md runs, so the walkthroughs cannot rot, and they run as a user's
+would: against the installed packages (``sbjax``, the experiments as ``sbjax_experiments``).
 
 Per markdown file: its ```python blocks run in order in ONE fresh Python process (later
-blocks use the variables of earlier ones), with a temporary working directory and the
-repository on PYTHONPATH; its ```bash blocks run in that process's turn with the repository
-as the working directory. Other fences (```text, plain ```) are prose. A failure names the
-file, the block number, the line where the block starts and the error.
+blocks use the variables of earlier ones), in a temporary working directory, isolated
+(``python -I``: no PYTHONPATH, no user site, the working directory not on sys.path), so the
+checkout is not on sys.path and ``from experiments...`` fails as it does after ``pip
+install``; its ```bash blocks run in that process's turn, in the same directory. Other fences
+(```text, plain ```) are prose. A failure names the file, the block number, the line where the
+block starts and the error.
 """
 
 import json
@@ -27,6 +30,10 @@ TIMEOUT_S = 300
 DRIVER = textwrap.dedent("""
   import json, os, subprocess, sys, time, traceback
   doc, root, blocks = sys.argv[1], sys.argv[2], json.loads(sys.stdin.read())
+  inside = [p for p in sys.path if os.path.realpath(p or ".") == os.path.realpath(root)]
+  if inside or os.environ.get("PYTHONPATH"):
+    print(f"DOCS-FAILED: the checkout is on sys.path ({inside}) or PYTHONPATH is set", flush=True)
+    sys.exit(1)
   ns = {"__name__": "__main__"}
   for i, (lang, line, src) in enumerate(blocks, 1):
     where = f"{doc} block {i} ({lang}, line {line})"
@@ -36,7 +43,7 @@ DRIVER = textwrap.dedent("""
       if lang == "python":
         exec(compile(src, f"{doc}:block{i}:line{line}", "exec"), ns)
       else:
-        subprocess.run(["bash", "-euo", "pipefail", "-c", src], cwd=root, check=True)
+        subprocess.run(["bash", "-euo", "pipefail", "-c", src], check=True)
     except BaseException as e:
       print(f"DOCS-FAILED: {where}: {type(e).__name__}: {e}", flush=True)
       traceback.print_exc()
@@ -56,12 +63,25 @@ def code_blocks(text: str) -> list:
 
 
 def run_blocks(name: str, blocks: list, cwd: Path) -> subprocess.CompletedProcess:
-  """Run ``blocks`` (from :func:`code_blocks`) in one fresh interpreter in ``cwd``."""
-  env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-             MPLBACKEND="Agg", JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3")
-  return subprocess.run([sys.executable, "-c", DRIVER, name, str(ROOT)], cwd=cwd, env=env,
+  """Run ``blocks`` (from :func:`code_blocks`) in one fresh isolated interpreter in ``cwd``
+  (``-I``: no PYTHONPATH, the working directory not on sys.path), with the installed
+  packages only."""
+  env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+  env.update(MPLBACKEND="Agg", JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3")
+  return subprocess.run([sys.executable, "-I", "-c", DRIVER, name, str(ROOT)], cwd=cwd, env=env,
                         input=json.dumps(blocks), text=True, capture_output=True,
                         timeout=TIMEOUT_S)
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+  """sbjax and sbjax_experiments import from outside the checkout (README: pip install -e .)."""
+  r = run_blocks("docs/install.md", [("python", 1, "import sbjax, sbjax_experiments\n")],
+                 tmp_path_factory.mktemp("install"))
+  if "DOCS-OK" not in r.stdout:
+    pytest.fail("sbjax is not installed for this Python (the walkthroughs run against the "
+                "installed packages): run pip install -e '.[test,hf]' (the README's command)\n"
+                + r.stdout[-1500:], pytrace=False)
 
 
 def test_the_extractor_finds_python_and_bash_blocks_only():
@@ -77,8 +97,17 @@ def test_a_broken_block_names_file_block_and_error(tmp_path):
   assert "no_such_name" in r.stdout and "DOCS-OK" not in r.stdout
 
 
+def test_blocks_run_outside_the_checkout(installed, tmp_path):
+  """The checkout's top-level ``experiments`` is not importable there; a walkthrough that
+  needs it fails as it would after ``pip install``."""
+  md = "```python\nimport experiments\n```\n"
+  r = run_blocks("docs/probe.md", code_blocks(md), tmp_path)
+  assert r.returncode == 1 and "ModuleNotFoundError: No module named 'experiments'" in r.stdout, \
+      r.stdout[-2000:]
+
+
 @pytest.mark.parametrize("path", DOCS, ids=[p.name for p in DOCS])
-def test_walkthrough_runs(path, tmp_path):
+def test_walkthrough_runs(installed, path, tmp_path):
   blocks = code_blocks(path.read_text(encoding="utf-8"))
   if path.name != "metrics.md":
     assert blocks, f"{path.name} has no runnable code block"
