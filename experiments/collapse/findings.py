@@ -94,6 +94,25 @@ def interval_sentence(an: list[dict], mcount: int) -> str:
               sel, "partial_verdict", "partial_r", "partial_ci_lo", "partial_ci_hi") + ".")
 
 
+def sign_sentence(rows: list[dict]) -> str:
+  """NC3's mean cosine over the runs (last snapshots) and what its sign means for UNC3's
+  (the conventions: sbjax.metrics.collapse, tests/unit/test_collapse_signs.py)."""
+  v = [x for x in (_num(r.get("nc3_cos_mean")) for r in rows) if math.isfinite(x)]
+  if not v:
+    return ""
+  m = sum(v) / len(v)
+  side = ("positive: the head's rows point, on average, along their centred class means"
+          if m > 0 else "negative: the head's rows point, on average, against their centred "
+          "class means" if m < 0 else "zero")
+  return (f"Sign conventions: NC3, UNC3 and GNC2 follow the authors' formulas (checked on "
+          f"hand-derived examples). NC3's mean cosine over these {len(v)} runs is {m:+.3f} "
+          f"(range {min(v):+.3f} to {max(v):+.3f}), {side}. UNC3 = std/mean takes the sign of "
+          "that mean, so the sign of its correlation with the loss flips with the sign of "
+          "NC3's mean at the same trend of |UNC3|; and NC3 itself changes under a common shift "
+          "of the head's rows that changes no prediction (the softmax gauge), so its sign is "
+          "not a property of the predictions alone.")
+
+
 def norm_cov_sentence(an: list[dict], seeds: list[dict]) -> str:
   """Does the bias-corrected norm CoV still correlate with the loss? (the issue's question)"""
   by, sd = _by(an, "min_count", "metric"), _by(seeds, "min_count", "metric")

@@ -162,7 +162,7 @@ def _token_lines(tk: list[dict]) -> list[str]:
 
 
 def _paragraph(an: list[dict], tk: list[dict], meta: dict, r2: list[dict],
-               seeds: list[dict]) -> str:
+               seeds: list[dict], last: list[dict]) -> str:
   """What the data support and contradict, in words computed from the tables (findings.py)."""
   avg, top = tk[-1], tk[:-1]
   top_l = float(np.mean([r["log10_cdnv"] for r in top]))
@@ -174,7 +174,7 @@ def _paragraph(an: list[dict], tk: list[dict], meta: dict, r2: list[dict],
   anchor_metrics = tuple(k for k, v in ANCHORS.items() if v[0] is not None)
   sents = [f"The authors' released results give, over 230 TinyStories models, {refs}."]
   sents += [F.anchor_sentence(an, m) for m in mcs]
-  sents += [F.interval_sentence(an, m) for m in mcs]
+  sents += [F.interval_sentence(an, m) for m in mcs] + [F.sign_sentence(last)]
   sents += [F.norm_cov_sentence(an, seeds), F.counting_sentence(r2, tuple(ANCHORS)),
             F.seed_sentence(seeds, anchor_metrics)]
   sents += [f"Weight-decay strength Γ = λ·Σ lr: {gam} "
@@ -211,5 +211,7 @@ def report_section(out: Path, rel: str) -> str:
   lines += _anchor_lines(an) + _seed_lines(out, meta)
   tk = read_rows(out / "collapse_tokens.csv")
   seeds = read_rows(out / "collapse_seeds.csv") if (out / "collapse_seeds.csv").exists() else []
-  lines += _token_lines(tk) + ["", _paragraph(an, tk, meta, r2, seeds)] + ceiling_lines(out, rel)
+  last = model_rows(out, "grid", min_counts(out)[0], "last")
+  lines += _token_lines(tk) + ["", _paragraph(an, tk, meta, r2, seeds, last)]
+  lines += ceiling_lines(out, rel)
   return "\n".join(lines) + "\n"

@@ -56,6 +56,16 @@ mu~_c = mu_c - mu_G; W is restricted to the analysed rows.
   (unguarded, as the authors); ``unc3_cos_cov_guarded``: NaN when |mean| <
   3 standard errors (``nc3_cos_se`` = std/sqrt(K); ``unc3_ill_conditioned`` =
   1 then; the reason as text: ``unc3_reason(nc3_cos_mean, nc3_cos_se)``).
+* Sign conventions (checked against values derived by hand from the authors' formulas,
+  ``tests/unit/test_collapse_signs.py``; sbjax's signs are the authors'): NC3 is +1 when
+  every w_c points along mu~_c and -1 when against it; UNC3 = std/mean carries the sign of
+  NC3's mean (the same classifier with W -> -W flips UNC3's sign, not its size), so the sign
+  of a UNC3-loss correlation depends on the sign of NC3's mean; NC3 is *not* invariant under
+  the softmax gauge W -> W + 1 b^T (every prediction unchanged; a common row shift can take
+  NC3's mean from +1 to negative values), so its sign is not a property of the predictions
+  alone (``w - w.mean(0)`` over the analysed rows removes the gauge). GNC2's log kernel is
+  larger (less negative) for a less uniform set of directions: -1/2 log(2K/(K-1)) for a
+  simplex ETF, -log sqrt(2) for orthogonal directions.
 * ``dual_error`` = ||W M~^T/||W M~^T||_F - (I - 11^T/K)/sqrt(K-1)||_F via the exact
   identities ||W M~^T||_F^2 = <W^T W, M~^T M~> and <W M~^T, I - 11^T/K> =
   sum_c <w_c, mu~_c> - <sum w, sum mu~>/K (absolute accuracy ~sqrt(eps)).

@@ -224,3 +224,12 @@ def test_collapse_partial_r_removes_size():
   assert a["ci_verdict"] == "refuted" and a["pearson_r"] < -0.9  # the + sign is refuted by r
   assert a["partial_ci_lo"] < 0 < a["partial_ci_hi"] and a["partial_verdict"] == "undecided"
   assert "undecided: nc1_log10_mean_cdnv" in t.split("With log(parameters) partialled out")[1]
+
+
+def test_collapse_sign_sentence_both_ways():
+  from experiments.collapse import findings as F
+  pos = F.sign_sentence([{"nc3_cos_mean": 0.97}, {"nc3_cos_mean": 0.98}, {"nc3_cos_mean": "nan"}])
+  assert "over these 2 runs is +0.975 (range +0.970 to +0.980), positive" in pos
+  neg = F.sign_sentence([{"nc3_cos_mean": -0.5}, {"nc3_cos_mean": -0.62}])
+  assert "is -0.560" in neg and "negative: the head's rows point, on average, against" in neg
+  assert F.sign_sentence([{"nc3_cos_mean": float("nan")}]) == ""
