@@ -243,7 +243,7 @@ def _analyse_groups(run: _Run, plan: _Plan, sm: Samples, settings: Settings, gsi
   prog = CheckpointProgress(len(run.steps), len(run.steps) - len([s for s in plan.todo
                                                                    if s in plan.keys]),
                             settings.progress, run.workdir.name)
-  n_failed = 0
+  n_failed, newest = 0, -1
   reader = ckpt.ParamsReader(run.workdir, abstract) if plan.todo else None
   try:
     for g0 in range(0, len(plan.todo), gsize):
@@ -265,7 +265,10 @@ def _analyse_groups(run: _Run, plan: _Plan, sm: Samples, settings: Settings, gsi
         if s in plan.keys:
           plan.rows[s], plan.tops[s] = row, top
           plan.cache.put(s, plan.keys[s], row, top)
-      prog.update(len([s for s in asked if s in plan.keys]), f"(step {gsteps[-1]})")
+      newest = max(newest, *gsteps)  # the reference (the last step) may have gone first
+      last = g0 + gsize >= len(plan.todo)
+      prog.update(len([s for s in asked if s in plan.keys]),
+                  f"(step {newest if last else gsteps[-1]})")
       if on_computed is not None:
         on_computed(list(gsteps))
   finally:
