@@ -14,6 +14,12 @@ config.json, metrics.jsonl, its TensorBoard mirror tb/, checkpoints/ and the tok
 where one was trained. Progress goes to stderr: a bar on a terminal, log lines when
 stderr is a file.
 
+One run per workdir: WORKDIR/LOCK names the holder (host, pid) and a second trainer stops
+with one line naming it; a lock left by a killed run is taken over (sbjax/train/lock.py).
+SIGTERM (a preempted Cloud TPU VM) saves the step in flight, says so on stderr and exits
+with status 75 (EX_TEMPFAIL); rerunning the command resumes bit for bit
+(sbjax/train/preempt.py).
+
 ``--population=N`` (optionally ``--population_lrs=a,b,..`` / ``--population_seeds=..``)
 trains N members in one vmapped step into WORKDIR/member_<i> (sbjax/train/members.py), listed
 in WORKDIR/population.json; rerunning resumes every member from their newest common step.
@@ -35,6 +41,8 @@ from sbjax import configs, overrides
 from sbjax.config import Config
 from sbjax import train as train_lib
 from sbjax.train import members as members_lib
+from sbjax.train.lock import workdir_lock
+from sbjax.train.workdir import check_stop_after
 
 CONFIG = configs.DEFINE_config("config", default="tiny")
 CONFIG_OVERRIDES = flags.DEFINE_multi_string(
@@ -54,10 +62,11 @@ def _population(cfg, n, seeds, lrs) -> list[dict]:
   """Train the members into WORKDIR/member_<i> (the data prepared once, in WORKDIR)."""
   cfgs = members_lib.member_configs(cfg, n, seeds, lrs)
   dirs = [members_lib.member_dir(WORKDIR.value, i) for i in range(len(cfgs))]
-  dataset = train_lib.make_dataset_for(cfg, WORKDIR.value)
-  if jax.process_index() == 0:
-    members_lib.write_population(WORKDIR.value, cfgs, dirs)
-  return train_lib.train(cfgs, dirs, dataset=dataset, stop_after=STOP_AFTER.value)
+  with workdir_lock(WORKDIR.value, enabled=jax.process_index() == 0):  # its data, the list
+    dataset = train_lib.make_dataset_for(cfg, WORKDIR.value)
+    if jax.process_index() == 0:
+      members_lib.write_population(WORKDIR.value, cfgs, dirs)
+    return train_lib.train(cfgs, dirs, dataset=dataset, stop_after=STOP_AFTER.value)
 
 
 def config_from_flags() -> Config:
@@ -71,6 +80,7 @@ def main(argv):
   del argv
   common.maybe_initialize_distributed()  # before any JAX computation (imports are fine)
   cfg = config_from_flags()
+  check_stop_after(STOP_AFTER.value)  # before any data or workdir is written
   if POPULATION.value or POP_LRS.value or POP_SEEDS.value:
     try:
       lrs = [float(x) for x in POP_LRS.value] if POP_LRS.value else None
