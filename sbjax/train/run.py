@@ -34,6 +34,7 @@ from sbjax import data as data_lib
 from sbjax import sharding as shd
 from sbjax.config import Config
 from sbjax.optim import gamma_fn, lr_schedule
+from sbjax.train import device_batches
 from sbjax.train import hooks as H
 from sbjax.train.build import build
 from sbjax.train.done import finished, mark_finished
@@ -97,13 +98,27 @@ def _batches(datasets, fns, mesh):
   return get
 
 
-def _step_fn(cfgs, fns):
+def _step_fn(cfgs, fns, step=None):
+  """``(state, batch) -> (state, metrics)``: the build's step (or ``step``, the same program
+  with the batch drawn inside it) with the members' lr scales and weight decays."""
+  step = fns.step if step is None else step
   if len(cfgs) == 1:
-    return fns.step
+    return step
   base = cfgs[0].train.lr
   scales = jax.device_put(np.asarray([c.train.lr / base for c in cfgs], np.float32), fns.repl)
   wds = jax.device_put(np.asarray([c.train.weight_decay for c in cfgs], np.float32), fns.repl)
-  return lambda state, batch: fns.step(state, batch, scales, wds)
+  return lambda state, batch: step(state, batch, scales, wds)
+
+
+def _loop_inputs(cfgs, datasets, fns, mesh):
+  """(step_fn, batches) of the loop. With ``data.options.sampler=device`` the step draws its
+  own batch from device tables, which are then the loop's per-step input
+  (``sbjax.train.device_batches``); else batches come from the host."""
+  fused = device_batches.fused(fns, datasets)
+  if fused is None:
+    return _step_fn(cfgs, fns), _batches(datasets, fns, mesh)
+  step, tables = fused
+  return _step_fn(cfgs, fns, step), lambda i: tables
 
 
 def _where(dirs) -> str:
@@ -226,7 +241,7 @@ def _run(cfgs, dirs, datasets, fns, mesh, *, stop_after, quiet, tensorboard, sna
   if dirs and end <= start and not quiet:
     log.info("%s is already at step %d (stop at %d): nothing to train", _where(dirs), start, end)
   pre = next((h for h in hooks if isinstance(h, Preemption)), None)
-  state = run_loop(state, _step_fn(cfgs, fns), _batches(datasets, fns, mesh), start, end, hooks,
+  state = run_loop(state, *_loop_inputs(cfgs, datasets, fns, mesh), start, end, hooks,
                    schedule, stop=pre)
   reached = int(jax.device_get(state.step))  # the real step: never the asked-for one
   if pre is not None and pre.saved_step is not None and reached < tc.steps:

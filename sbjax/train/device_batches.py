@@ -1,0 +1,51 @@
+"""Train batches drawn inside the jitted step: ``data.options.sampler = "device"``.
+
+A run whose datasets are ``sbjax.data.dataset.DevicePlanted`` (a planted source with the
+device sampler) trains with ``fused(fns, datasets)``: ONE jitted program
+``step(state, tables, *extra)`` that draws the global batch of step ``state.step`` from the
+device tables (``sbjax.data.planted_device.train_batch``) and runs the build's step on it.
+The loop's per-step "batch" is then the tables themselves, the same device arrays every step,
+so nothing crosses from the host. The batch is a pure function of (planted seed, data seed,
+state.step): a resumed run draws the batches of the uninterrupted one. Members with their own
+data seeds draw their own batches (the tables hold their seeds, [N]); members sharing one
+data seed share one batch, as on the host path.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from sbjax.data import planted_device
+from sbjax.train.step import TrainState
+
+
+def on_device(datasets) -> bool:
+  """True when the run's datasets draw their train batches on the device."""
+  return all(hasattr(d, "device_tables") for d in datasets)
+
+
+def fused(fns, datasets):
+  """(step, tables) of a run whose batches are drawn on the device (module doc), or None
+  when its datasets are read on the host. ``fns``: the run's build
+  (``sbjax.train.build``); the fused programs are kept on it, one per batch shape."""
+  if not datasets or not on_device(datasets):
+    return None
+  d0 = datasets[0]
+  tables = d0.device_tables()
+  if len(datasets) > 1:  # members with their own data orders: one batch per data seed
+    tables = tables._replace(data_seed=jnp.asarray([d.seed for d in datasets], jnp.uint32))
+  tables = jax.device_put(tables, fns.repl)
+  shape = (d0.global_batch_size, d0.seq_len, d0.planted.context, len(datasets))
+  cache = vars(fns).setdefault("device_steps", {})
+  if shape not in cache:
+    batch, seq_len, context, _ = shape
+    inner = fns.step
+
+    def step(state, t, *extra):
+      return inner(state, planted_device.train_batch(t, state.step, batch, seq_len, context),
+                   *extra)
+
+    cache[shape] = jax.jit(step, donate_argnums=(0,),
+                           out_shardings=(TrainState(fns.repl, fns.p_sh, fns.o_sh), fns.repl))
+  return cache[shape], tables
