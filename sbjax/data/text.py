@@ -5,8 +5,10 @@ Policy for a directory corpus (``data.source="text"``):
 * every ``*.txt`` file under the directory (recursively, sorted by relative path) is one
   document; other files (README.md, ...) are ignored;
 * a file that is not valid UTF-8 is **skipped with a warning naming the file** (a leading
-  UTF-8 BOM is dropped); empty or whitespace-only files are skipped too. If no usable
-  document remains a ``DataError`` is raised naming the directory and the skipped files;
+  UTF-8 BOM is dropped); empty or whitespace-only files are skipped too, and so are files
+  holding NUL characters (a zero-filled or binary file: sentencepiece would fail on it
+  without naming it), each with a warning naming the file. If no usable document remains a
+  ``DataError`` is raised naming the directory and the skipped files;
 * a missing directory, or one without ``.txt`` files, raises ``DataError`` naming the path;
 * train/validation split by document: documents are ordered by a hash of their relative
   path and the first ``max(1, round(val_fraction * n))`` (at most ``n - 1``) go to
@@ -100,10 +102,17 @@ def scan_text_dir(path: str | os.PathLike) -> TextCorpus:
       log.warning("skipping %s: empty", f)
       skipped.append(name)
       continue
+    if "\0" in text:
+      msg = (f"skipping {f}: it holds NUL characters ({text.count(chr(0))} of {len(text)}): a "
+             "zero-filled or binary file, not text; fix or remove it")
+      warnings.warn(msg, stacklevel=2)
+      log.warning(msg)
+      skipped.append(name)
+      continue
     docs.append((name, text))
   if not docs:
     raise DataError(f"text corpus directory {path} has no usable .txt file: skipped "
-                    f"{skipped} (not valid UTF-8, or empty)")
+                    f"{skipped} (not valid UTF-8, empty, or holding NUL characters)")
   return TextCorpus(str(path), tuple(docs), tuple(skipped), h.hexdigest())
 
 

@@ -89,7 +89,7 @@ def check_workdir_config(workdir: Path, cfg: Config) -> None:
       raise ConfigMismatchError(f"{workdir} holds checkpoints but no config.json; "
                                 "refusing to resume into an unknown run; use a new --workdir")
     return
-  saved = _without_removed(json.loads(path.read_text()))
+  saved = _without_removed(ckpt.read_config_dict(workdir))  # errors name the file
   try:  # a field added to sbjax after the run started takes its default, so it is no difference
     saved = Config.from_dict(saved).to_dict()
   except (TypeError, ValueError, KeyError):
