@@ -10,14 +10,15 @@ holder (its host and pid) and what to do (``WorkdirLockedError``).
   holder exits, however it exits (even SIGKILL). A ``LOCK`` file whose lock is free is stale
   (its holder is gone): it is taken over with a warning naming the old holder. The holder
   deletes the file when it releases the lock.
-- **Remote storage** (``gs://``, any non-local ``etils.epath``): no flock, so the file is a
-  lock *object* with a heartbeat: the holder rewrites ``heartbeat`` (seconds since the epoch)
-  every ``HEARTBEAT_S`` seconds from a daemon thread. A lock whose heartbeat is older than
-  ``MISSED_HEARTBEATS`` intervals (5 min by default), or whose holder is a dead pid of this
-  host, is stale and taken over with a warning. This is the simple version: it assumes the
-  hosts' clocks agree to well within that time, and two writers starting within the same
-  second can both win the write; each then re-reads the object, and the one whose write did
-  not survive stops (``WorkdirLockedError``).
+- **Remote storage** (``gs://``, any non-local ``etils.epath``, or a mount that refuses
+  flock): the file is a lock *object* with a heartbeat. The holder rewrites ``heartbeat``
+  (seconds since the epoch) every ``HEARTBEAT_S`` seconds from a daemon thread. A lock whose
+  heartbeat is older than ``MISSED_HEARTBEATS`` intervals (5 min by default), or whose holder
+  is a dead pid of this host, is stale and taken over with a warning; a holder that finds
+  its object taken over logs an error. This is the simple version: it assumes the hosts'
+  clocks agree to well within 5 min, and it narrows, without closing, the race of two
+  writers that start at the same moment (each re-reads the object after writing it, and the
+  one whose write did not survive stops; an object store has no compare-and-swap here).
 
 Within one process the lock is re-entrant (``train_once`` holds it around ``train``).
 """
@@ -53,6 +54,10 @@ _HELD_GUARD = threading.Lock()
 
 class WorkdirLockedError(RuntimeError):
   """Another process holds the workdir's lock."""
+
+
+class FlockUnsupported(OSError):
+  """The workdir's file system refuses flock: the heartbeat lock is used there instead."""
 
 
 def holder_info() -> dict:
@@ -124,6 +129,9 @@ class LocalLock:
         info = self._read(fd)
         os.close(fd)
         raise WorkdirLockedError(busy_message(self.workdir, info)) from None
+      except OSError as e:  # a file system without flock (some network mounts)
+        os.close(fd)
+        raise FlockUnsupported(e.strerror) from None
       if self._is_current(fd):
         break
       os.close(fd)  # the holder released and deleted it in between: take the new file
@@ -228,7 +236,12 @@ def workdir_lock(workdir, *, enabled: bool = True) -> Iterator[None]:
     held = _HELD.get(key)
     if held is None:
       lock = make_lock(workdir)
-      lock.acquire()
+      try:
+        lock.acquire()
+      except FlockUnsupported as e:
+        log.warning("%s: no flock on this file system (%s); using a heartbeat lock", workdir, e)
+        lock = HeartbeatLock(workdir)
+        lock.acquire()
       held = _HELD[key] = [lock, 0]
     held[1] += 1
   try:

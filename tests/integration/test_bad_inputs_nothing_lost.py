@@ -158,6 +158,20 @@ def test_heartbeat_lock_refuses_a_live_holder_and_takes_over_a_silent_one(tmp_pa
   assert not (tmp_path / "LOCK").exists()
 
 
+def test_a_file_system_without_flock_gets_the_heartbeat_lock(tmp_path, monkeypatch, caplog):
+  def no_flock(fd, op):
+    raise OSError(37, "No locks available")
+
+  monkeypatch.setattr(lock_lib.fcntl, "flock", no_flock)
+  with caplog.at_level(logging.WARNING, logger="sbjax"):
+    with lock_lib.workdir_lock(tmp_path):
+      held = lock_lib._HELD[os.path.realpath(tmp_path)][0]
+      assert isinstance(held, lock_lib.HeartbeatLock)
+      assert json.loads((tmp_path / "LOCK").read_text())["pid"] == os.getpid()
+  assert any("no flock on this file system" in r.getMessage() for r in caplog.records)
+  assert not (tmp_path / "LOCK").exists()
+
+
 # ----------------------------------------------------------------------------- convert
 def test_export_never_writes_into_a_workdir(tmp_path, run_dir):
   wd = tmp_path / "run"
