@@ -111,7 +111,11 @@ class _SealingManager(ocp.CheckpointManager):
     for step in steps:
       d = Path(self.directory) / str(step)
       if (d / COMMIT_FILE).is_file() and jax.process_index() == 0:  # absent: deleted by policy
-        checksums.write_manifest(d)
+        try:
+          checksums.write_manifest(d)
+        except FileNotFoundError as e:  # deleted (preservation policy) while being hashed
+          log.info("checkpoint step %d was removed before its checksums were written: %s",
+                   step, e)
 
 
 def make_manager(workdir, tc: TrainConfig | None = None, *, read_only=False,
