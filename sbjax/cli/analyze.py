@@ -89,7 +89,7 @@ def main(argv):
   settings = settings_from_flags()
   rows = analyze_run(WORKDIR.value, settings)
   out = settings.out_dir or f"{WORKDIR.value.rstrip('/')}/analysis"
-  print(json.dumps({"workdir": WORKDIR.value, "out_dir": out, "n_steps": len(rows),
+  common.result(json.dumps({"workdir": WORKDIR.value, "out_dir": out, "n_steps": len(rows),
                     "steps": [r["step"] for r in rows], "csv": f"{out}/metrics.csv"}))
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -47,10 +48,13 @@ def maybe_initialize_distributed():
 
 
 class _DropOrbaxReadOnlyNotes(logging.Filter):
-  """Orbax warns on every read-only CheckpointManager (sbjax opens one for each restore);
-  these notes say nothing the user can act on."""
+  """Orbax warns on every read-only CheckpointManager (sbjax opens one for each restore) and
+  TFDS on every builder config made at run time (all of sbjax's); these notes say nothing the
+  user can act on."""
 
-  _NOISE = ("Given directory is read only", "setting save_interval_steps=0")
+  _NOISE = ("Given directory is read only", "setting save_interval_steps=0",
+            # TFDS, for every builder config made at run time (sbjax's planted, text, ...)
+            "Using custom data configuration")
 
   def filter(self, record):
     msg = record.getMessage()
@@ -117,9 +121,39 @@ def run(main):
   app.run(wrapped, flags_parser=parse_flags)
 
 
+_RESULT = []  # the real stdout of a command run by run_script, while stdout goes to stderr
+
+
+def result(text: str) -> None:
+  """Write the command's result (one JSON object or line) on stdout: under ``run_script``
+  the only thing written there, so ``| jq`` works; everything else (TFDS's "Downloading and
+  preparing ...", progress, logs) goes to stderr."""
+  out = _RESULT[-1] if _RESULT else sys.stdout
+  out.write(text + "\n")
+  out.flush()
+
+
+@contextlib.contextmanager
+def stdout_is_result():
+  """Within: what is printed is the command's result (``sweep --dry_run``'s listing), on the
+  real stdout, as ``result`` writes."""
+  with contextlib.redirect_stdout(_RESULT[-1] if _RESULT else sys.stdout):
+    yield
+
+
 def run_script(main, module: str):
   """``run(main)`` for a console script (``sbjax-train`` -> ``cli()`` of ``module``) as for
   ``python -m``: ``run`` registers the flags of sbjax's modules, ``module``'s among them, for
-  the program file ``sys.argv[0]``, whose flags absl's ``--helpshort`` lists."""
+  the program file ``sys.argv[0]``, whose flags absl's ``--helpshort`` lists. While ``main``
+  runs, stdout is redirected to stderr; ``result`` writes to the real stdout."""
   del module
-  run(main)
+
+  def main_with_clean_stdout(argv):
+    _RESULT.append(sys.stdout)
+    try:
+      with contextlib.redirect_stdout(sys.stderr):
+        return main(argv)
+    finally:
+      _RESULT.pop()
+
+  run(main_with_clean_stdout)

@@ -40,7 +40,7 @@ import os
 
 from absl import app, flags, logging
 
-from . import common
+from . import common, hf_cache
 from sbjax import checkpoint
 from sbjax.config import Config
 from sbjax.data import hf_tokenizer
@@ -48,7 +48,9 @@ from sbjax.convert import hf_export, hf_import, integrity, revisions, series
 from sbjax.train.lock import workdir_lock
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("from_hf", None, "HF model directory (or a directory of stepN revisions)")
+flags.DEFINE_string("from_hf", None, "HF model directory, a directory of stepN revisions, an "
+                    "HF cache, or a model id org/name of the HF cache ($HF_HUB_CACHE, else "
+                    "$HF_HOME/hub)")
 flags.DEFINE_string("to", None, "sbjax workdir to import into")
 flags.DEFINE_string("from_workdir", None, "sbjax workdir to export from")
 flags.DEFINE_string("to_hf", None, "HF directory to export to")
@@ -218,15 +220,17 @@ def main(argv):
   if imp:
     if not (FLAGS.from_hf and FLAGS.to):
       raise app.UsageError("import needs both --from_hf and --to")
-    steps = import_to_workdir(FLAGS.from_hf, FLAGS.to, step=FLAGS.step, steps=FLAGS.revisions,
-                              allow_pickle=FLAGS.allow_pickle, dtype=FLAGS.dtype, name=FLAGS.name)
-    print(f"wrote steps {steps} to {FLAGS.to}")
+    src = hf_cache.resolve(FLAGS.from_hf)  # a model id org/name: its copy in the HF cache
+    steps = import_to_workdir(src, FLAGS.to, step=FLAGS.step, steps=FLAGS.revisions,
+                              allow_pickle=FLAGS.allow_pickle, dtype=FLAGS.dtype,
+                              name=FLAGS.name or hf_cache.model_name(FLAGS.from_hf))
+    common.result(f"wrote steps {steps} to {FLAGS.to}")
   else:
     if not (FLAGS.from_workdir and FLAGS.to_hf):
       raise app.UsageError("export needs both --from_workdir and --to_hf")
     step = export_from_workdir(FLAGS.from_workdir, FLAGS.to_hf, step=FLAGS.step, dtype=FLAGS.dtype,
                                overwrite=FLAGS.overwrite)
-    print(f"wrote step {step} of {FLAGS.from_workdir} to {FLAGS.to_hf}")
+    common.result(f"wrote step {step} of {FLAGS.from_workdir} to {FLAGS.to_hf}")
 
 
 def cli():

@@ -138,8 +138,8 @@ class Suite:
     timings = _read_timings(out)
     names = [n for n in self.experiments if n in timings]
     lines = [f"# {self.title}", "",
-             "Experiments of issue 6 (Godey et al. 2024; the planted-rank language). Every "
-             "number below is read from the CSVs in each experiment's directory.", "",
+             f"{len(names)} experiment(s): {', '.join(names) or 'none yet'}. Every number "
+             "below is read from the CSV and JSON files in each experiment's directory.", "",
              f"Python {platform.python_version()}, {platform.machine()}.", "",
              "| experiment | preset | status | seconds |", "|---|---|---|---|"]
     for n in names:
@@ -183,8 +183,8 @@ class Suite:
     timings = self.run_all(out, names, "quick" if quick else preset, data=f.data)
     report = out / "report.md"
     failed = [n for n in names if timings[n]["status"] != "ok"]
-    print(json.dumps({"report": str(report), "seconds": {n: timings[n]["seconds"] for n in names},
-                      "failed": failed}))
+    common.result(json.dumps({"report": str(report), "failed": failed,
+                              "seconds": {n: timings[n]["seconds"] for n in names}}))
     if failed:
       raise RuntimeError("experiment(s) failed: " + "; ".join(
           f"{n}: {timings[n]['error']}" for n in failed) + f" (see {report})")

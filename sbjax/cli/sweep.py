@@ -22,6 +22,7 @@ Several hosts:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -74,13 +75,16 @@ def main(argv):
     except ValueError:
       raise ValueError(f"--kill_at={KILL_AT.value!r}: expected RUN_INDEX:STEP") from None
   sweep_dir = SWEEP_DIR.value or str(Path("sweeps") / Path(GRID.value).stem)
-  rows = sweep.run_sweep(GRID.value, sweep_dir, host_index=host, num_hosts=n_hosts,
-                         dry_run=DRY_RUN.value, kill_at=kill_at, quiet=False)
+  listing = common.stdout_is_result() if DRY_RUN.value else contextlib.nullcontext()
+  with listing:  # --dry_run's listing of the runs is its result
+    rows = sweep.run_sweep(GRID.value, sweep_dir, host_index=host, num_hosts=n_hosts,
+                           dry_run=DRY_RUN.value, kill_at=kill_at, quiet=False)
   if rows:
     counts = {}
     for r in rows:
       counts[r["status"]] = counts.get(r["status"], 0) + 1
-    print(f"sweep {sweep_dir}: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())))
+    common.result(f"sweep {sweep_dir}: "
+                  + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())))
     if any(r["status"] == "failed" for r in rows):
       sys.exit(1)
 

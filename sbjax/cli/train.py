@@ -7,7 +7,7 @@ ml_collections .py file; ``--config.section.key=value`` overrides any field (the
 path, ``sbjax.overrides``: an unknown key is one line with the nearest known key).
 Rerunning the same command on an existing workdir continues from its latest
 checkpoint; the run may be killed at any moment (even mid-save) and the continued run
-equals an uninterrupted one bit for bit (tests/test_soak.py, benchmarks/soak.py).
+equals an uninterrupted one bit for bit (tests/e2e/test_soak.py, benchmarks/soak.py).
 Unreadable checkpoints are moved to WORKDIR/checkpoints_bad/ with a warning naming the
 step; a workdir of another model configuration is refused with a diff. WORKDIR receives
 config.json, metrics.jsonl, its TensorBoard mirror tb/, checkpoints/ and the tokenizer
@@ -37,6 +37,7 @@ import jax
 from absl import flags
 
 from . import common
+from .data_note import data_note
 from sbjax import configs, overrides
 from sbjax.config import Config
 from sbjax import train as train_lib
@@ -70,10 +71,15 @@ def _population(cfg, n, seeds, lrs) -> list[dict]:
 
 
 def config_from_flags() -> Config:
-  """``--config`` with every ``--config.KEY=VALUE`` applied (later ones win)."""
+  """``--config`` with every ``--config.KEY=VALUE`` applied (later ones win); says on stderr
+  what data the run trains on when the command line did not choose it."""
   base = configs.build(CONFIG.value)
   pairs = dict(overrides.parse_assignment(item, base) for item in CONFIG_OVERRIDES.value)
-  return overrides.apply(base, pairs)
+  cfg = overrides.apply(base, pairs)
+  note = data_note(flags.FLAGS["config"].config_filename, cfg, pairs)
+  if note and jax.process_index() == 0:
+    sys.stderr.write(note + "\n")
+  return cfg
 
 
 def main(argv):
@@ -89,10 +95,10 @@ def main(argv):
       raise ValueError(f"--population_lrs / --population_seeds: {e}") from None
     summaries = _population(cfg, POPULATION.value or None, seeds, lrs)
     for summary in summaries:
-      print(json.dumps(summary))
+      common.result(json.dumps(summary))
     return
   summary = train_lib.train(cfg, WORKDIR.value, stop_after=STOP_AFTER.value)
-  print(json.dumps(summary))
+  common.result(json.dumps(summary))
 
 
 def cli():
