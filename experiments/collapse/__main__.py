@@ -32,7 +32,7 @@ def main_series(out: Path) -> None:
              tuple(int(m) for m in MIN_COUNTS.value))
   section = series_section(out)
   (out / "section.md").write_text(section)
-  print(section)
+  common.result(section)
 
 
 def main(argv):
@@ -43,10 +43,10 @@ def main(argv):
   run(out, PRESET.value, data=DATA.value)
   section = report_section(out, ".")
   (out / "section.md").write_text(section)
-  print(section)
+  common.result(section)
 
 
 if __name__ == "__main__":
   logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
   sys.argv = sf.data_dot_flags(sys.argv)
-  common.run(main)
+  common.run_script(main, __name__)  # stdout: the result only

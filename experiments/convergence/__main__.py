@@ -64,10 +64,10 @@ def main(argv):
       per_mlp_r=PER_MLP_R.value, per_ov_r=PER_OV_R.value, grad_per=grad)
   out = Path(OUT.value)
   (out / "section.md").write_text(report_section(out, "."))
-  print(json.dumps({"out": str(out), "section": str(out / "section.md"),
-                    **json.loads((out / "summary.json").read_text())}))
+  common.result(json.dumps({"out": str(out), "section": str(out / "section.md"),
+                            **json.loads((out / "summary.json").read_text())}))
 
 
 if __name__ == "__main__":
   logging.basicConfig(level=logging.INFO, stream=sys.stderr)
-  common.run(main)
+  common.run_script(main, __name__)  # stdout: the result only

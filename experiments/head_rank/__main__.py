@@ -22,12 +22,12 @@ def main(argv):
   out = Path(OUT.value)
   run(out, PRESET.value, data=DATA.value)
   s = summarize(out)
-  print(json.dumps({"out": str(out), "csv": str(out / "head_rank.csv"),
-                    "figure": str(out / FIGURE),
-                    "b_non_increasing_ranks": s.get("b", {}).get("n_non_increasing"),
-                    "check_b_non_increasing_6_ranks": s.get("check_b_non_increasing_6_ranks")}))
+  common.result(json.dumps({
+      "out": str(out), "csv": str(out / "head_rank.csv"), "figure": str(out / FIGURE),
+      "b_non_increasing_ranks": s.get("b", {}).get("n_non_increasing"),
+      "check_b_non_increasing_6_ranks": s.get("check_b_non_increasing_6_ranks")}))
 
 
 if __name__ == "__main__":
   logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-  common.run(main)
+  common.run_script(main, __name__)  # stdout: the result only

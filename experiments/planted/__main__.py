@@ -20,9 +20,9 @@ def main(argv):
   del argv
   out = Path(OUT.value)
   run(out, PRESET.value, parts=tuple(PARTS.value))
-  print(json.dumps({"out": str(out), **summarize(out)}))
+  common.result(json.dumps({"out": str(out), **summarize(out)}))
 
 
 if __name__ == "__main__":
   logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-  common.run(main)
+  common.run_script(main, __name__)  # stdout: the result only

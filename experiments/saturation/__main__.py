@@ -33,8 +33,8 @@ def main_series(out: Path) -> None:
   run_series(sf.SERIES.value, out, sf.TOKENS.value, sf.DATA.value, sf.steps(),
              sf.ALLOW_DUP.value, sf.eval_sequences(), ANISO_TOK.value)
   (out / "section.md").write_text(series_section(out, "."))
-  print(json.dumps({"out": str(out), "series": str(out / "saturation_series.csv"),
-                    "section": str(out / "section.md")}))
+  common.result(json.dumps({"out": str(out), "series": str(out / "saturation_series.csv"),
+                            "section": str(out / "section.md")}))
 
 
 def main(argv):
@@ -45,16 +45,17 @@ def main(argv):
   if PRESET.value in PLANTED_PRESETS:  # the planted arms (width x Γ)
     run_planted(out, PRESET.value)
     (out / "section.md").write_text(planted_section(out, "."))
-    print(json.dumps({"out": str(out), "arms": str(out / "planted_arms.csv"),
-                      "section": str(out / "section.md")}))
+    common.result(json.dumps({"out": str(out), "arms": str(out / "planted_arms.csv"),
+                              "section": str(out / "section.md")}))
     return
   run(out, PRESET.value, data=DATA.value or None)
   (out / "section.md").write_text(report_section(out, "."))
-  print(json.dumps({"out": str(out), "runs": str(out / "saturation_runs.csv"),
-                    "fit": str(out / "saturation_fit.csv"), "section": str(out / "section.md")}))
+  common.result(json.dumps({"out": str(out), "runs": str(out / "saturation_runs.csv"),
+                            "fit": str(out / "saturation_fit.csv"),
+                            "section": str(out / "section.md")}))
 
 
 if __name__ == "__main__":
   logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
   sys.argv = sf.data_dot_flags(sys.argv)
-  common.run(main)
+  common.run_script(main, __name__)  # stdout: the result only

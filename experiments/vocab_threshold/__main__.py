@@ -21,9 +21,9 @@ def main(argv):
   del argv
   out = Path(OUT.value)
   run(out, PRESET.value, data=DATA.value)
-  print(json.dumps({"out": str(out), "fit": json.loads((out / FIT).read_text())}))
+  common.result(json.dumps({"out": str(out), "fit": json.loads((out / FIT).read_text())}))
 
 
 if __name__ == "__main__":
   logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-  common.run(main)
+  common.run_script(main, __name__)  # stdout: the result only

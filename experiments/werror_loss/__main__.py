@@ -23,10 +23,10 @@ def main(argv):
   del argv
   out = Path(OUT.value)
   run(out, PRESET.value, data=DATA.value, head_rank_dir_=HR_DIR.value)
-  print(json.dumps({"out": str(out), "csv": str(out / CSV), "figure": str(out / FIGURE),
-                    "summary": json.loads((out / SUMMARY).read_text())}))
+  common.result(json.dumps({"out": str(out), "csv": str(out / CSV), "figure": str(out / FIGURE),
+                            "summary": json.loads((out / SUMMARY).read_text())}))
 
 
 if __name__ == "__main__":
   logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-  common.run(main)
+  common.run_script(main, __name__)  # stdout: the result only
