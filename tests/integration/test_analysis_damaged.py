@@ -10,7 +10,8 @@ import pytest
 
 from sbjax import checkpoint as ckpt
 from sbjax.analysis import Settings, analyze_run, read_csv
-from tests.integration.test_checksums import MANIFEST, _largest_data_file, flip_one_byte
+from tests._damage import MANIFEST, flip_one_byte
+from tests._damage import largest_data_file as _largest_data_file
 
 # orbax leaves un-awaited read coroutines behind when a restore of a damaged step fails
 pytestmark = [pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),

@@ -14,7 +14,10 @@ import numpy as np
 import pytest
 
 from sbjax import checkpoint as ckpt
+from sbjax.model import Model
 from sbjax.train import read_metrics, train
+from tests._damage import MANIFEST, flip_one_byte
+from tests._damage import largest_data_file as _largest_data_file
 from tests._tiny import TINY_RUN_STEPS, tiny_dataset, tiny_run_config
 
 # orbax leaves un-awaited read coroutines behind when a restore of a damaged step fails
@@ -22,7 +25,6 @@ pytestmark = [pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExcepti
               pytest.mark.filterwarnings("ignore:coroutine .* was never awaited:RuntimeWarning")]
 
 STEPS = 24
-MANIFEST = "checksums.json"  # sbjax.checkpoint.MANIFEST_FILE, spelled out: the reference
 
 
 def _sha256_tree(d: Path) -> dict:
@@ -31,22 +33,7 @@ def _sha256_tree(d: Path) -> dict:
           for p in sorted(d.rglob("*")) if p.is_file() and p.name != MANIFEST}
 
 
-def _largest_data_file(step_dir: Path, item: str = "params") -> Path:
-  fs = [p for p in (step_dir / item / "ocdbt.process_0" / "d").iterdir() if p.is_file()]
-  return max(fs, key=lambda p: p.stat().st_size)
-
-
-def flip_one_byte(f: Path) -> int:
-  """XOR one bit of the middle byte of ``f`` (inside the array data); returns its offset."""
-  data = bytearray(f.read_bytes())
-  i = len(data) // 2
-  data[i] ^= 0x10
-  f.write_bytes(bytes(data))
-  return i
-
-
 def _abstract(cfg):
-  from sbjax.model import Model
   return ckpt.abstract_with_shardings(Model(cfg.model).abstract_params())
 
 
