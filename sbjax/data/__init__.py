@@ -5,7 +5,9 @@
     ds.train_batch(i)      # int32 [B / process_count, seq_len + 1], pure in (seed, i, process)
     ds.eval_batches(n)     # n fixed validation batches
 
-Modules: ``planted`` (PlantedLanguage, PlantedMixture), ``tokenizer`` (sentencepiece),
+Modules: ``planted`` (PlantedLanguage, PlantedMixture), ``planted_mos``, ``planted_tail``
+(the rare-token tail language, its rarest token's expected count), ``planted_stream`` (host
+batches on demand), ``planted_device`` (the on-device sampler, ``data.options.sampler``), ``tokenizer`` (sentencepiece),
 ``hf_tokenizer`` (HF ``tokenizer.json`` files), ``tokens`` (token files on disk: ``.npy``
 [n, T+1] or flat ``.bin``, the ``tokens`` source),
 ``text`` (directory corpora, document split, token caches), ``builders`` (TFDS array_record

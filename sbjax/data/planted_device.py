@@ -15,8 +15,9 @@ resume), and members with their own data seeds draw their own batches (vmapped o
 **Inverse CDF, searched from the tail.** Per context ``c`` the probabilities are sorted in
 decreasing order (``order[c]``, the token of each sorted position) and stored as the float32
 survival function ``S[c, j] = Σ_{i ≥ j} p_sorted[c, i]`` (summed in float64). With a
-uniform ``u``, the sampled position is ``J = #{j ≥ 1 : S[c, j] > u}`` (a binary search of
-⌈log2 V⌉ gathers), so ``P(J = j) = S[c, j] − S[c, j+1] = p_sorted[c, j]``. The rare tokens
+uniform ``u``, the sampled position is ``J = #{j ≥ 1 : S[c, j] > u}`` (``search``: blocks of
+⌈√V⌉ positions, two gathers of ⌈√V⌉ values per token, a few operations per step of the chain
+on any backend), so ``P(J = j) = S[c, j] − S[c, j+1] = p_sorted[c, j]``. The rare tokens
 sit at the end, where ``S`` is small and float32 keeps it to a relative 6e-8, and ``u`` is a
 uint32 draw times 2⁻³² (exact near 0, steps of 2.3e-10), so a token of probability 1e-8
 keeps its probability to about 1% (a cumulative table from the head in float32 would round
@@ -40,14 +41,17 @@ DEVICE_TAG = 4  # planted_stream's host batches use 3 in the same seed slot
 
 
 class Tables(NamedTuple):
-  """The sampler's device arrays: the sorted survival tables of the stationary context
-  distribution (``start_surv`` [C], ``start_order`` [C]) and of every context's next token
-  (``surv`` [C, V] float32, ``order`` [C, V] int32), and the seeds (``data_seed`` a scalar,
-  or [N] for members with their own data orders)."""
+  """The sampler's device arrays: the blocked survival tables (``blocked``) of the stationary
+  context distribution (``start_*``, one row) and of every context's next token (``surv``
+  [C, nb, b] float32, its block starts ``coarse`` [C, nb], ``order`` [C, V] int32 the token
+  of each sorted position), and the seeds (``data_seed`` a scalar, or [N] for members with
+  their own data orders)."""
 
   start_surv: Any
+  start_coarse: Any
   start_order: Any
   surv: Any
+  coarse: Any
   order: Any
   planted_seed: Any
   data_seed: Any
@@ -64,12 +68,25 @@ def survival_table(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
   return surv.astype(np.float32), order.astype(np.int32)
 
 
+def blocked(surv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """(blocks [R, nb, b], coarse [R, nb]) of survival rows [R, V]: ``b`` = 2^⌈log2(V)/2⌉,
+  rows padded with −1 (never above a uniform) to nb·b, ``coarse`` = each block's first value."""
+  rows, size = surv.shape
+  b = 1 << -(-max(size - 1, 1).bit_length() // 2)
+  nb = -(-size // b)
+  pad = np.full((rows, nb * b), -1.0, np.float32)
+  pad[:, :size] = surv
+  blocks = pad.reshape(rows, nb, b)
+  return blocks, np.ascontiguousarray(blocks[:, :, 0])
+
+
 def tables(lang, planted_seed: int, data_seed) -> Tables:
   """The device tables of a planted language (``probs`` [C, V], ``stationary`` [C])."""
-  s0, o0 = survival_table(lang.stationary)
+  s0, o0 = survival_table(lang.stationary[None])
   s, o = survival_table(lang.probs)
-  return Tables(jnp.asarray(s0), jnp.asarray(o0), jnp.asarray(s), jnp.asarray(o),
-                jnp.asarray(planted_seed, jnp.uint32), jnp.asarray(data_seed, jnp.uint32))
+  arrays = (*blocked(s0), o0, *blocked(s), o)
+  return Tables(*(jnp.asarray(x) for x in arrays), jnp.asarray(planted_seed, jnp.uint32),
+                jnp.asarray(data_seed, jnp.uint32))
 
 
 def uniform(key, shape) -> jax.Array:
@@ -77,17 +94,14 @@ def uniform(key, shape) -> jax.Array:
   return jax.random.bits(key, shape, jnp.uint32).astype(jnp.float32) * np.float32(2.0 ** -32)
 
 
-def search(surv_at, size: int, u) -> jax.Array:
-  """``#{j in [1, size) : surv_at(j) > u}`` for a non-increasing ``surv_at`` (a binary
-  search by powers of two; ``surv_at`` maps an int32 array shaped like ``u`` to values)."""
-  n = jnp.zeros(jnp.shape(u), jnp.int32)
-  bit = 1 << max(size - 1, 1).bit_length() - 1
-  while bit:
-    cand = n + bit
-    ok = (cand <= size - 1) & (surv_at(jnp.minimum(cand, size - 1)) > u)
-    n = jnp.where(ok, cand, n)
-    bit >>= 1
-  return n
+def search(blocks, coarse, rows, u) -> jax.Array:
+  """``#{j ≥ 1 : S[rows, j] > u}`` for non-increasing survival rows in ``blocked`` form: the
+  blocks whose first value is above u (the first block aside), then the positions after the
+  first in the last such block; two gathers of ⌈√V⌉ values per draw."""
+  b = blocks.shape[-1]
+  m = jnp.sum(coarse[rows, 1:] > u[:, None], axis=-1, dtype=jnp.int32)
+  fine = jnp.sum(blocks[rows, m, 1:] > u[:, None], axis=-1, dtype=jnp.int32)
+  return m * b + fine
 
 
 def batch_key(t: Tables, step, data_seed=None):
@@ -100,19 +114,18 @@ def batch_key(t: Tables, step, data_seed=None):
 def sample_chains(t: Tables, key, n_seqs: int, length: int, context: int) -> jax.Array:
   """int32 [n_seqs, length]: independent chains started from the stationary distribution
   (the first ``context`` tokens are the starting context), as ``_MarkovLanguage.sample``."""
-  n_ctx, vocab = t.surv.shape
+  n_ctx, vocab = t.order.shape
   k0, k1 = jax.random.split(key)
-  pos = search(lambda j: t.start_surv[j], n_ctx, uniform(k0, (n_seqs,)))
-  c = t.start_order[pos]
+  zeros = jnp.zeros((n_seqs,), jnp.int32)
+  c = t.start_order[0, search(t.start_surv, t.start_coarse, zeros, uniform(k0, (n_seqs,)))]
   powers = jnp.asarray([vocab ** (context - 1 - i) for i in range(context)], jnp.int32)
   first = (c[:, None] // powers) % vocab
 
   def body(c, u):
-    j = search(lambda j: t.surv[c, j], vocab, u)
-    w = t.order[c, j]
+    w = t.order[c, search(t.surv, t.coarse, c, u)]
     return (c * vocab + w) % n_ctx, w
 
-  _, rest = jax.lax.scan(body, c, uniform(k1, (max(length - context, 0), n_seqs)))
+  _, rest = jax.lax.scan(body, c, uniform(k1, (max(length - context, 0), n_seqs)), unroll=4)
   return jnp.concatenate([first, rest.T], axis=1)[:, :length].astype(jnp.int32)
 
 

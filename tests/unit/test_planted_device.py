@@ -119,11 +119,17 @@ def test_survival_tables_keep_rare_probabilities():
   assert abs(u.mean() - 0.5) < 0.02
 
 
-def test_search_counts_the_prefix_above_u():
-  surv = np.array([1.0, 0.7, 0.7, 0.2, 0.05, 0.0], np.float32)
-  u = np.array([0.99, 0.7, 0.69, 0.2, 0.1, 0.01, 0.0, 1.0], np.float32)
-  got = np.asarray(pdev.search(lambda j: surv[np.asarray(j)], 6, u))
-  want = [(surv[1:] > x).sum() for x in u]
+@pytest.mark.parametrize("size", [2, 3, 8, 13, 64, 100])
+def test_search_counts_the_prefix_above_u(size):
+  rng = np.random.default_rng(size)
+  surv = np.sort(rng.random((5, size)).astype(np.float32), axis=1)[:, ::-1].copy()
+  surv[:, 0], surv[1, 1:3] = 1.0, surv[1, 1]  # ties
+  rows = np.repeat(np.arange(5), 40).astype(np.int32)
+  u = rng.random(200).astype(np.float32)
+  u[:5], u[5:10] = surv[rows[:5], -1], 1.0  # on a value, at the end of the range
+  blocks, coarse = pdev.blocked(surv)
+  got = np.asarray(pdev.search(blocks, coarse, rows, u))
+  want = [(surv[r, 1:] > x).sum() for r, x in zip(rows, u)]
   np.testing.assert_array_equal(got, want)
 
 
