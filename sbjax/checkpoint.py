@@ -85,10 +85,10 @@ def _preservation(tc: TrainConfig | None):
 
 
 class _SealingManager(ocp.CheckpointManager):
-  """An orbax CheckpointManager that writes each saved step's checksum manifest once the
-  step is final (``seal_step``): right after a synchronous save; after an asynchronous one
-  when orbax has finished it (``wait_until_finished``, which orbax's own next ``save`` and
-  ``close`` call first)."""
+  """An orbax CheckpointManager that writes each saved step's checksum manifest
+  (``sbjax.checksums.write_manifest``, process 0) once the step is final: right after a
+  synchronous save; after an asynchronous one when orbax has finished it
+  (``wait_until_finished``, which orbax's own next ``save`` and ``close`` call first)."""
 
   def __init__(self, directory, *, async_save: bool, **kwargs):
     self._sb_async, self._sb_unsealed = async_save, []
@@ -317,8 +317,7 @@ def restore_latest_good(workdir, abstract_params, abstract_opt=None, *, moved=No
   """Newest restorable step (at most ``max_step``), moving aside steps that fail (truncated
   files, missing shards, half-written directories, a file that fails its checksum: one
   flipped byte; a step without a manifest is accepted unverified) to WORKDIR/checkpoints_bad
-  with a warning
-  naming the step and the reason. Returns (step, params, opt, meta) or None; ``moved`` (a
+  with a warning naming the step and the reason. Returns (step, params, opt, meta) or None; ``moved`` (a
   list), if given, receives the steps that were moved aside."""
   items = ("params", "meta") + (("opt",) if abstract_opt is not None else ())
   steps = [s for s in list_steps(workdir) if max_step is None or s <= max_step]
