@@ -329,7 +329,9 @@ def restore_latest_good(workdir, abstract_params, abstract_opt=None, *, moved=No
                        "and intact); train from it with --config.train.init_from instead")
     try:
       check_step_dir(workdir, step, items)
-      verify_step(workdir, step, items)
+      if not verify_step(workdir, step, items):
+        log.info("checkpoint step %d in %s has no %s (written before checkpoints carried "
+                 "checksums): restored unverified", step, workdir, MANIFEST_FILE)
       params, opt, meta = restore(workdir, step, abstract_params, abstract_opt)
       bad = [jax.tree_util.keystr(k) for k, x in jax.tree_util.tree_leaves_with_path(params)
              if x is None]
