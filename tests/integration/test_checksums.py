@@ -129,14 +129,17 @@ def _abstract_of(tree):
   return ckpt.abstract_with_shardings(tree)
 
 
-def test_step_without_manifest_is_accepted_unverified(tiny_run, tmp_path):
-  """A step written before manifests existed restores as before."""
+def test_step_without_manifest_is_accepted_unverified(tiny_run, tmp_path, caplog):
+  """A step written before manifests existed restores as before, logged as unverified."""
   wd = tmp_path / "run"
   shutil.copytree(tiny_run, wd)
   (wd / "checkpoints" / "24" / MANIFEST).unlink()
   assert ckpt.verify_step(wd, 24) is False
   cfg = tiny_run_config()
-  out = ckpt.restore_latest_good(wd, _abstract(cfg))
+  with caplog.at_level(logging.INFO, logger="sbjax"):
+    out = ckpt.restore_latest_good(wd, _abstract(cfg))
+  assert any(f"checkpoint step 24 in {wd} has no {MANIFEST}" in r.getMessage()
+             and "restored unverified" in r.getMessage() for r in caplog.records)
   assert out is not None and out[0] == 24 and out[3]["step"] == 24
   assert not (wd / "checkpoints_bad").exists()
 
