@@ -8,9 +8,10 @@ Modules: ``settings`` (``Settings``: groups, sample sizes, variants), ``analyze`
 (``analyze_run``, composing the rest), ``samples`` (the fixed samples), ``forward`` (the
 grouped vmapped forward and its passes, weight metrics), ``layerwise`` (PER and CKA to a
 reference checkpoint, the one implementation, float32 device or float64 host), ``rows``
-(one row per checkpoint), ``cache`` (the resumable per-step cache), ``outputs`` (files
-and column definitions), ``progress`` (tqdm bar or log lines), ``table`` (CSV and atomic
-writes), ``figures`` (matplotlib figures from the CSV). CLI: ``python -m experiments.analyze``.
+(one row per checkpoint), ``cache`` (the resumable per-step cache), ``damaged`` (a damaged
+checkpoint named, set aside and left out), ``outputs`` (files and column definitions),
+``progress`` (tqdm bar or log lines), ``table`` (CSV and atomic writes), ``figures``
+(matplotlib figures from the CSV). CLI: ``python -m experiments.analyze``.
 
 Only checkpoints of ONE run are analysed here; per-paper studies live in ``sbjax.studies``.
 """

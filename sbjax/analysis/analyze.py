@@ -45,7 +45,8 @@ PER and CKA-to-final are ``sbjax.analysis.layerwise`` (shared with the studies).
 
 Pieces: ``samples`` (the fixed samples), ``forward`` (the grouped forward and its passes,
 the weight metrics), ``layerwise`` (PER, CKA to the reference), ``rows`` (one row per
-checkpoint), ``cache`` (the resumable per-step cache), ``outputs`` (CSV, npz, JSON,
+checkpoint), ``cache`` (the resumable per-step cache), ``damaged`` (a damaged checkpoint
+named, set aside to WORKDIR/checkpoints_bad and left out), ``outputs`` (CSV, npz, JSON,
 figures), ``progress`` (tqdm bar or log lines); ``analyze_run`` composes them.
 """
 
