@@ -7,8 +7,9 @@ memory (``sbjax.hostmem``: a CPU step's temporaries are not page-faulted in agai
 for about twice the resident memory), before JAX or numpy start threads; off by default.
 """
 
-from sbjax import hostmem
+from sbjax import hostmem, lognotes
 
 hostmem.keep_freed_host_memory()
+lognotes.install()  # orbax's read-only and TFDS's custom-config notes: expected, dropped
 
 __version__ = "0.1.0"

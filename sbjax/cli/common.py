@@ -11,6 +11,8 @@ import jax
 from absl import app, flags
 from absl import logging as absl_logging
 
+from sbjax import lognotes
+
 _COORD = None
 _NPROC = None
 _PID = None
@@ -45,20 +47,6 @@ def maybe_initialize_distributed():
                                process_id=_PID.value)
   elif _DIST.value == "on" or os.environ.get("TPU_WORKER_HOSTNAMES", "").count(",") > 0:
     jax.distributed.initialize()  # TPU VM / SLURM / GKE: discovered from the environment
-
-
-class _DropOrbaxReadOnlyNotes(logging.Filter):
-  """Orbax warns on every read-only CheckpointManager (sbjax opens one for each restore) and
-  TFDS on every builder config made at run time (all of sbjax's); these notes say nothing the
-  user can act on."""
-
-  _NOISE = ("Given directory is read only", "setting save_interval_steps=0",
-            # TFDS, for every builder config made at run time (sbjax's planted, text, ...)
-            "Using custom data configuration")
-
-  def filter(self, record):
-    msg = record.getMessage()
-    return not any(n in msg for n in self._NOISE)
 
 
 def dotted_flags(argv: list, prefix: str, flag: str) -> list:
@@ -98,7 +86,7 @@ def run(main):
   def wrapped(argv):
     # orbax logs every save at INFO through absl
     absl_logging.set_verbosity(absl_logging.WARNING)
-    absl_logging.get_absl_logger().addFilter(_DropOrbaxReadOnlyNotes())
+    lognotes.install()  # (import sbjax did it; absl's logger may have been replaced since)
     logging.getLogger("sbjax").setLevel(logging.INFO)  # resume / recovery notes stay visible
     try:
       return main(argv)

@@ -132,3 +132,30 @@ def test_the_report_opens_in_plain_words(tmp_path):
   text = write_report(tmp_path).read_text()
   assert "issue" not in text.lower(), text[:400]
   assert text.splitlines()[2].startswith("1 experiment(s): planted. Every number"), text[:400]
+
+
+def test_expected_orbax_and_tfds_notes_are_not_logged(tiny_run, tmp_path, caplog):
+  """A restore (orbax's read-only CheckpointManager) and a dataset made at run time (TFDS's
+  custom builder config) log none of their expected notes; other warnings still pass."""
+  import logging
+  import shutil
+
+  from absl import logging as absl_logging
+
+  from sbjax import checkpoint as ckpt
+  from sbjax.data import make_dataset
+  from tests._tiny import tiny_run_config
+
+  caplog.set_level(logging.INFO)
+  run = tmp_path / "run"
+  shutil.copytree(tiny_run, run)
+  ckpt.load_params(str(run), None)
+  cfg = tiny_run_config()
+  make_dataset(cfg.data, seq_len=cfg.train.seq_len, global_batch_size=cfg.train.batch_size,
+               seed=cfg.train.data_seed, workdir=str(tmp_path / "data"))
+  absl_logging.warning("another note of a dependency")
+  text = caplog.text
+  for note in ("Given directory is read only", "setting save_interval_steps=0",
+               "Using custom data configuration"):
+    assert note not in text, text[-2000:]
+  assert "another note of a dependency" in text
