@@ -13,6 +13,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - after choosing the non-interactive backend
 import numpy as np  # noqa: E402
 
+from . import fig8  # noqa: E402
 from .mix_stats import MOS_TOL, arms, verdict  # noqa: E402
 from ..shared import fmt, read_rows  # noqa: E402
 from sbjax.studies.floor import knee  # noqa: E402
@@ -96,11 +97,13 @@ def _draw_mix(out: Path) -> None:
 
 
 def draw(out: Path) -> None:
-  """fig_planted_knee.png, and fig_planted_mix.png when the mixture part ran."""
+  """fig_planted_knee.png, fig_planted_mix.png when the mixture part ran, and the exact Fig. 8
+  (planted_fig8.csv, fig_planted_fig8.png: ``fig8``) from the cached floors."""
   out = Path(out)
   _draw_knee(out)
   if (out / CSV_MIX).exists():
     _draw_mix(out)
+  fig8.write(out)
 
 
 def _knee_text(out: Path, s: dict) -> str:
@@ -231,6 +234,7 @@ def report_section(out: Path, rel: str) -> str:
     lines += _mix_lines(out, rel)
     sel = selection_text(json.loads((out / META).read_text()).get("mixture"), s["mix"])
     lines += ["", sel] if sel else []
+  lines += fig8.lines(out, rel, s["tol"])
   kn = s["knee"]
   agree = s["knee_ok"] and s["high_ok"] and s["low_ok"]
   lines += ["", "Godey et al. (2024) find that a head of rank below the data's needs costs loss "

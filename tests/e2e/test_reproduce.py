@@ -112,7 +112,7 @@ def test_report_tables_equal_csvs(report):
 def test_report_figures_open(report):
   out, _, md, _ = report
   figs = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)
-  assert len(figs) == 2
+  assert len(figs) == 3  # the knee, the mixture and the exact Fig. 8
   for rel in figs:
     img = mpimg.imread(out / rel)
     assert img.ndim == 3 and img.shape[0] > 50 and img.shape[1] > 50
@@ -191,7 +191,7 @@ def test_report_tables_equal_csvs_and_figures_open(out):
   s = exp.summarize(out)
   assert f"Knee (smallest r with loss − H ≤ {s['tol']}): **" in md
   figs = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)
-  assert figs == ["pl/fig_planted_knee.png", "pl/fig_planted_mix.png"]
+  assert figs == ["pl/fig_planted_knee.png", "pl/fig_planted_mix.png", "pl/fig_planted_fig8.png"]
   for rel in figs:
     img = mpimg.imread(out / rel.split("/", 1)[1])
     assert img.ndim == 3 and img.shape[0] > 50 and img.shape[1] > 50
@@ -222,7 +222,7 @@ def test_a_second_only_run_keeps_the_first_section(combined_report):
   md = (out / "report.md").read_text()
   assert md.index("## saturation") > md.index("| planted | test | ok |")
   figs = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)
-  assert len(figs) == 2 + 4 and all((out / f).is_file() for f in figs), figs
+  assert len(figs) == 3 + 4 and all((out / f).is_file() for f in figs), figs
   assert {f.split("/")[0] for f in figs} == {"planted", "saturation"}
   assert json.loads((out / "saturation" / "saturation_meta.json").read_text())["preset"] == "test"
   assert json.loads((out / "timings.json").read_text()).keys() == {"planted", "saturation"}

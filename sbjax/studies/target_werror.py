@@ -1,0 +1,64 @@
+"""The W-error of a planted language's target logits, for the exact Fig. 8 / Theorem 5.3 of
+Godey et al. (2024): the exact rank-r loss floor floor(r) − H (``sbjax.studies.floor``) set
+against how far the target is from rank r.
+
+The target is the C × V matrix L of log P(w|c) with the stationary context weights π_c. Three
+variants, each as W-error(r) = sqrt(Σ_{i>r} σ_i²) / ‖A‖_F of its matrix A:
+
+* ``raw``: A = L;
+* ``centred``: A = L (I − 11ᵀ/V), each row minus its mean over the vocabulary (the softmax's
+  per-row constant removed: log P and its centred form give the same distributions, and the
+  floor is taken over logits, so this is the matrix a rank-r head must approximate);
+* ``weighted``: A = diag(√π) L (I − 11ᵀ/V), the centred target with each context weighted as
+  the loss weights it (floor(r) = min over rank-r logits of Σ_c π_c KL(P_c ‖ Q_c)).
+
+A planted language of rank k (Zipf bias b) has L = α U Y/√k + 1 bᵀ − (log Z_c) 1ᵀ: the raw
+target has rank ≤ k + 2, the centred ones rank ≤ k + 1, where the floor reaches H.
+
+``gap_opens(werr, gaps, tol)``: the W-error interval where the floor gap opens: the largest
+W-error with floor − H ≤ tol and the smallest with floor − H > tol (the two ranks around the
+knee); NaN on a side with no rank.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+VARIANTS = ("raw", "centred", "weighted")
+
+
+def target_matrices(log_probs, pi) -> dict:
+  """{variant: A} of the module doc from log P [C, V] and π [C] (float64)."""
+  lp = np.asarray(log_probs, np.float64)
+  pi = np.asarray(pi, np.float64)
+  if lp.ndim != 2 or pi.shape != (lp.shape[0],):
+    raise ValueError(f"target W-error: log_probs must be [C, V] and pi [C]; got {lp.shape} and "
+                     f"{pi.shape}")
+  if not np.all(np.isfinite(lp)):
+    raise ValueError("target W-error: log_probs has non-finite entries (a zero probability); "
+                     "the logit target of a planted language is finite everywhere")
+  cen = lp - lp.mean(1, keepdims=True)
+  return {"raw": lp, "centred": cen, "weighted": np.sqrt(pi / pi.sum())[:, None] * cen}
+
+
+def werror(a, ranks) -> np.ndarray:
+  """W-error(r) of matrix ``a`` at each r of ``ranks`` (numpy SVD, float64)."""
+  s2 = np.linalg.svd(np.asarray(a, np.float64), compute_uv=False) ** 2
+  tail = np.concatenate([np.cumsum(s2[::-1])[::-1], [0.0]])  # tail[r] = Σ_{i≥r} σ_i² (0-based)
+  tot = tail[0]
+  r = np.minimum(np.asarray(list(ranks), np.int64), s2.size)
+  return np.sqrt(np.maximum(tail[r], 0.0) / tot) if tot > 0 else np.zeros(r.shape)
+
+
+def language_werror(lang, ranks) -> dict:
+  """{variant: W-error at each rank} of a planted language (``log_probs``, ``stationary``)."""
+  return {k: werror(a, ranks)
+          for k, a in target_matrices(lang.log_probs, lang.stationary).items()}
+
+
+def gap_opens(werr, gaps, tol: float) -> tuple[float, float]:
+  """(largest W-error with gap ≤ tol, smallest W-error with gap > tol); NaN where none."""
+  werr, gaps = np.asarray(werr, np.float64), np.asarray(gaps, np.float64)
+  closed, open_ = werr[gaps <= tol], werr[gaps > tol]
+  return (float(closed.max()) if closed.size else float("nan"),
+          float(open_.min()) if open_.size else float("nan"))

@@ -1,0 +1,72 @@
+"""The exact Fig. 8 on cached floors (issue 33, item 2): the target W-error variants of
+``sbjax.studies.target_werror`` against numpy on a small planted language (analytic ranks:
+raw ≤ k + 2, centred = k + 1), and the planted report's sentence both ways, at test size."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from experiments.planted import fig8
+from experiments.shared import write_rows
+from sbjax.data.planted import PlantedLanguage
+from sbjax.studies import target_werror as T
+
+
+@pytest.fixture(scope="module")
+def lang():
+  return PlantedLanguage(vocab=32, rank=3, alpha=4.0, seed=0)
+
+
+def test_variants_against_numpy(lang):
+  lp, pi = lang.log_probs, lang.stationary
+  mats = T.target_matrices(lp, pi)
+  cen = lp - lp.mean(1, keepdims=True)
+  np.testing.assert_allclose(mats["centred"], cen)
+  np.testing.assert_allclose(mats["weighted"], np.sqrt(pi)[:, None] * cen)
+  for name, a in mats.items():
+    s = np.linalg.svd(a, compute_uv=False)
+    want = [math.sqrt(np.sum(s[r:] ** 2)) / np.linalg.norm(a) for r in (0, 1, 2, 5)]
+    np.testing.assert_allclose(T.werror(a, [0, 1, 2, 5]), want, atol=1e-12)
+  we = T.language_werror(lang, range(0, 7))
+  k = lang.rank
+  # centred targets have rank k + 1 (planted dims + bias): W-error 0 from r = k + 1 on, > 0 before
+  assert we["centred"][k + 1] < 1e-12 and we["weighted"][k + 1] < 1e-12 and we["centred"][k] > 1e-3
+  # the raw target carries the per-row log Z too: not yet 0 at k + 1, 0 at k + 2
+  assert we["raw"][k + 1] > 1e-6 and we["raw"][k + 2] < 1e-12
+  assert we["raw"][0] == we["centred"][0] == 1.0
+
+
+def test_bad_target_is_refused():
+  with pytest.raises(ValueError, match="log_probs must be"):
+    T.target_matrices(np.zeros((3, 4)), np.ones(4))
+  with pytest.raises(ValueError, match="non-finite"):
+    T.target_matrices(np.array([[0.0, -np.inf], [-1.0, -1.0]]), np.ones(2))
+
+
+def test_gap_opens():
+  assert T.gap_opens([0.9, 0.6, 0.2, 0.0], [1.0, 0.4, 0.01, 0.0], 0.05) == (0.2, 0.6)
+  lo, hi = T.gap_opens([0.2, 0.1], [0.01, 0.0], 0.05)
+  assert lo == 0.2 and math.isnan(hi)
+
+
+def test_fig8_rows_and_sentence_both_ways(tmp_path, lang):
+  """From cached floors and the meta's language: the W-errors of the rebuilt language, and the
+  sentence says where the gap opens, or that it never opens / is open at every rank."""
+  info = {**lang.info()}
+  (tmp_path / "planted_meta.json").write_text(json.dumps({"language": info}))
+  floors = {1: 0.8, 2: 0.3, 3: 0.04, 4: 0.0, 8: 0.0}
+  write_rows(tmp_path / "planted_floor.csv", [{"rank": r, "floor_gap": g} for r, g in floors.items()])
+  rs = fig8.write(tmp_path)
+  we = T.language_werror(lang, list(floors))
+  assert [r["rank"] for r in rs] == list(floors)
+  np.testing.assert_allclose([r["werror_weighted"] for r in rs], we["weighted"])
+  assert (tmp_path / fig8.FIG).stat().st_size > 10_000
+  s = fig8.sentence(rs, 0.05)
+  assert (f"the gap opens between W-error {we['raw'][2]:.3f} and {we['raw'][1]:.3f} (raw)" in s)
+  assert f"{we['weighted'][2]:.3f} and {we['weighted'][1]:.3f} (weighted)" in s
+  assert "never opens" in fig8.sentence([r for r in rs if r["rank"] >= 3], 0.05)
+  assert "open at every cached rank" in fig8.sentence([r for r in rs if r["rank"] <= 2], 0.05)
+  md = "\n".join(fig8.lines(tmp_path, "pl", 0.05))
+  assert "| language | 3 | 0.0400 |" in md and "k = 3, ranks 1, 2, 3, 4, 8" in md
