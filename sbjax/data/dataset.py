@@ -187,10 +187,11 @@ class DevicePlanted(StreamingPlanted):
   def __init__(self, lang, val_tokens: np.ndarray, *, planted_seed: int, **kw):
     super().__init__(lang, val_tokens, planted_seed=planted_seed, **kw)
     self._extra.update(sampler="device")
-    self._tables = None
+    self._tables = self._on_device = None
 
   def device_tables(self) -> planted_device.Tables:
-    """The sampler's device arrays (built on first use, then kept)."""
+    """The sampler's tables (numpy, built on first use, then kept; the train step puts them
+    on its mesh once)."""
     if self._tables is None:
       self._tables = planted_device.tables(self.planted, self.planted_seed, self.seed)
     return self._tables
@@ -200,7 +201,9 @@ class DevicePlanted(StreamingPlanted):
     the device step draws at step ``i``."""
     if i < 0:
       raise ValueError(f"batch index must be >= 0, got {i}")
-    full = np.asarray(_device_batch(self.device_tables(), np.uint32(i), self.global_batch_size,
+    if self._on_device is None:
+      self._on_device = jax.device_put(self.device_tables())
+    full = np.asarray(_device_batch(self._on_device, np.uint32(i), self.global_batch_size,
                                     self.seq_len, self.planted.context))
     lo = self.process_index * self.batch_size
     return full[lo:lo + self.batch_size]

@@ -4,8 +4,8 @@ Train batch ``s`` of a planted language is drawn on the accelerator, inside the 
 step (``sbjax.train.device_batches``), from the language's exact ``P(·|c)``: B independent
 chains of T + 1 tokens, each started from the stationary distribution, as the host sampler
 (``planted_stream.global_train_batch``) draws them, so the two are equal in distribution
-(tests: a chi-square test per context). The tables are device arrays built once; each step
-reads nothing from the host.
+(tests: a chi-square test per context). The tables are built once on the host and put on
+the devices once; each step reads nothing from the host.
 
 **Key.** Batch ``s`` uses ``fold_in(fold_in(fold_in(key(planted_seed), DEVICE_TAG),
 data_seed), s)`` with the step ``s`` the train state's own counter: the batch is a pure
@@ -81,12 +81,12 @@ def blocked(surv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def tables(lang, planted_seed: int, data_seed) -> Tables:
-  """The device tables of a planted language (``probs`` [C, V], ``stationary`` [C])."""
+  """The sampler's tables of a planted language (``probs`` [C, V], ``stationary`` [C]), as
+  numpy arrays: the caller puts them on its devices once (``jax.device_put``)."""
   s0, o0 = survival_table(lang.stationary[None])
   s, o = survival_table(lang.probs)
-  arrays = (*blocked(s0), o0, *blocked(s), o)
-  return Tables(*(jnp.asarray(x) for x in arrays), jnp.asarray(planted_seed, jnp.uint32),
-                jnp.asarray(data_seed, jnp.uint32))
+  return Tables(*blocked(s0), o0, *blocked(s), o, np.asarray(planted_seed, np.uint32),
+                np.asarray(data_seed, np.uint32))
 
 
 def uniform(key, shape) -> jax.Array:
@@ -114,6 +114,7 @@ def batch_key(t: Tables, step, data_seed=None):
 def sample_chains(t: Tables, key, n_seqs: int, length: int, context: int) -> jax.Array:
   """int32 [n_seqs, length]: independent chains started from the stationary distribution
   (the first ``context`` tokens are the starting context), as ``_MarkovLanguage.sample``."""
+  t = jax.tree.map(jnp.asarray, t)  # numpy tables (a closure) or device arrays alike
   n_ctx, vocab = t.order.shape
   k0, k1 = jax.random.split(key)
   zeros = jnp.zeros((n_seqs,), jnp.int32)

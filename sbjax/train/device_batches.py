@@ -14,7 +14,7 @@ data seed share one batch, as on the host path.
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
+import numpy as np
 
 from sbjax.data import planted_device
 from sbjax.train.step import TrainState
@@ -34,8 +34,8 @@ def fused(fns, datasets):
   d0 = datasets[0]
   tables = d0.device_tables()
   if len(datasets) > 1:  # members with their own data orders: one batch per data seed
-    tables = tables._replace(data_seed=jnp.asarray([d.seed for d in datasets], jnp.uint32))
-  tables = jax.device_put(tables, fns.repl)
+    tables = tables._replace(data_seed=np.asarray([d.seed for d in datasets], np.uint32))
+  tables = jax.device_put(tables, fns.repl)  # once per run, replicated on the mesh
   shape = (d0.global_batch_size, d0.seq_len, d0.planted.context, len(datasets))
   cache = vars(fns).setdefault("device_steps", {})
   if shape not in cache:
