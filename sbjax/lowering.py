@@ -136,7 +136,7 @@ def scan_jaxpr(jaxpr, platforms, limit: int = 5) -> list[str]:
     if "tpu" in platforms and len(wide) < limit:
       for v in eqn.outvars:
         dt = getattr(getattr(v, "aval", None), "dtype", None)
-        if dt is not None and np.dtype(dt) in WIDE:
+        if dt is not None and dt in WIDE:  # (a PRNG key dtype is no numpy dtype)
           wide.append(f"{np.dtype(dt).name} value from '{name}' at {where(eqn)} (TPU has no "
                       "float64; keep x64 off or cast to float32)")
           break

@@ -3,7 +3,7 @@ its next-token counts per context against the exact P(.|c) (scipy chi-square, Bo
 the contexts), a sampler built on a wrong table is rejected by the same test, its start
 distribution against the stationary one, equality in distribution with the numpy sampler
 (a contingency test), the float32 survival tables' precision on rare tokens, purity in
-(seed, data seed, step), and the option's checks."""
+(seed, data seed, step), the option's checks, and one export for cpu, cuda and tpu."""
 
 import jax
 import numpy as np
@@ -168,3 +168,23 @@ def test_sampler_option_checks_and_default():
   with pytest.raises(ValueError, match=r"data\.options\.train_tokens=2000000; allowed: 0 with "
                                        r"data\.options\.sampler=device"):
     DataConfig("planted", {"sampler": "device"})
+
+
+def test_the_sampler_lowers_for_cpu_cuda_and_tpu():
+  """No accelerator here: one jax.export of the jitted draw for all three platforms, with the
+  batch sharded over 'data' on an abstract 8-device mesh (as the train step shards it)."""
+  from jax.sharding import NamedSharding, PartitionSpec as P
+
+  from sbjax import lowering
+  lang = PlantedMixture(vocab=16, rank=2, n_mix=2)
+  t = pdev.tables(lang, 0, 0)
+  mesh = lowering.abstract_mesh((8, 1, 1))
+  repl = NamedSharding(mesh, P())
+  args = (lowering.sds(t, jax.tree.map(lambda _: repl, t)),
+          jax.ShapeDtypeStruct((), np.int32, sharding=repl))
+  batch = NamedSharding(mesh, P("data"))
+  exp = lowering.export_checked(
+      lambda: jax.jit(lambda t, s: pdev.train_batch(t, s, 16, 8, 1), out_shardings=batch), args,
+      name="planted_device.train_batch")
+  assert sorted(exp.platforms) == ["cpu", "cuda", "tpu"] and exp.nr_devices == 8
+  assert lowering.custom_calls(exp) == []  # gathers and threefry: no platform kernel
