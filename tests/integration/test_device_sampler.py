@@ -82,12 +82,13 @@ def test_the_step_trains_on_the_batches_the_dataset_names(tmp_path, full):
   assert sorted(ev[0]) == [0, 3, 6] and all(abs(ev[0][s] - ev[1][s]) < 1e-5 for s in ev[0])
 
 
-def test_members_with_their_own_data_seeds_draw_their_own_batches(tmp_path):
-  members = [cfg(steps=2, data_seed=s) for s in (0, 1)]
-  out = train(members, [tmp_path / "m0", tmp_path / "m1"], quiet=True)
+def test_members_with_their_own_data_seeds_draw_their_own_batches(tmp_path, full):
+  members = [cfg(data_seed=s) for s in (0, 1)]
+  out = train(members, [tmp_path / "m0", tmp_path / "m1"], stop_after=2, quiet=True)
   assert [o["step"] for o in out] == [2, 2]
-  alone = train(cfg(steps=2, data_seed=1), tmp_path / "alone", quiet=True)
-  la, lm = losses(tmp_path / "alone"), losses(tmp_path / "m1")
-  assert all(abs(la[s] - lm[s]) <= 1e-5 for s in la), (la, lm)
-  assert losses(tmp_path / "m0")[1] != lm[1]
+  alone = train(cfg(data_seed=1), tmp_path / "alone", stop_after=2, quiet=True)  # full's build
   assert alone["step"] == 2
+  la, lm, l0 = (losses(tmp_path / d) for d in ("alone", "m1", "m0"))
+  assert all(abs(la[s] - lm[s]) <= 1e-5 for s in la) and sorted(la) == [0, 1], (la, lm)
+  assert all(abs(l0[s] - losses(full)[s]) <= 1e-5 for s in l0)  # member 0: data seed 0
+  assert l0[0] != lm[0]  # different batches from the first step on
