@@ -23,16 +23,29 @@ class Arm:
   d: int  # model width = head rank bound
   weight_decay: float  # λ
   dtype: str = "float32"  # compute dtype (model.dtype); softmax and loss stay float32
+  # the replicate: train.seed (init) AND train.data_seed (the order of the preset's fixed
+  # train tokens) are both set to it; the language and its validation windows do not change
+  seed: int = 0
+  # the arm's own language: dotted data.planted_* overrides over the preset's, as
+  # ((key, value), ...); () = the preset's language
+  lang: tuple = ()
 
   @property
   def name(self) -> str:
-    return arm_name(self.d, self.weight_decay, self.dtype)
+    return arm_name(self.d, self.weight_decay, self.dtype, self.seed, self.lang)
 
 
-def arm_name(d: int, weight_decay: float, dtype: str = "float32") -> str:
-  """d<d>-wd<λ>, with a -bf16 / -fp16 suffix for a reduced-precision arm."""
+def lang_tag(lang: tuple) -> str:
+  """"" for the preset's language, else -<option><value>... (e.g. -vocab1024-zipf1.5)."""
+  return "".join(f"-{k.removeprefix('data.planted_')}{v:g}" for k, v in lang)
+
+
+def arm_name(d: int, weight_decay: float, dtype: str = "float32", seed: int = 0,
+             lang: tuple = ()) -> str:
+  """d<d>-wd<λ>, with a -bf16 / -fp16 suffix for a reduced-precision arm, the language's tag
+  (``lang_tag``) and -s<seed> for a seed other than 0 (seed 0 keeps the name it always had)."""
   suffix = {"float32": "", "bfloat16": "-bf16", "float16": "-fp16"}.get(dtype, f"-{dtype}")
-  return f"d{d}-wd{weight_decay:g}{suffix}"
+  return f"d{d}-wd{weight_decay:g}{suffix}{lang_tag(lang)}" + (f"-s{seed}" if seed else "")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,12 +109,15 @@ def planted_preset(o: dict, k: Knobs) -> Preset:
 
 
 def arm_config(p: Preset, arm: Arm) -> Config:
-  """The validated Config of one arm: the preset's overrides and the arm's width, heads,
-  dtype and weight decay."""
+  """The validated Config of one arm: the preset's overrides, the arm's language options
+  (model.vocab_size follows data.planted_vocab) and its width, heads, dtype, weight decay and
+  seeds (train.seed = train.data_seed = arm.seed)."""
+  o = {**p.overrides, **dict(arm.lang)}
   return config_from(p.base, {
-      **p.overrides, "model.d_model": arm.d, "model.n_heads": max(1, arm.d // p.knobs.head_dim),
-      "model.dtype": arm.dtype, "train.weight_decay": arm.weight_decay,
-      "name": f"saturation-planted-{arm.name}"})
+      **o, "model.vocab_size": o["data.planted_vocab"], "model.d_model": arm.d,
+      "model.n_heads": max(1, arm.d // p.knobs.head_dim), "model.dtype": arm.dtype,
+      "train.weight_decay": arm.weight_decay, "train.seed": arm.seed,
+      "train.data_seed": arm.seed, "name": f"saturation-planted-{arm.name}"})
 
 
 # Pythia's arms: d ∈ {8, 16, 64} at Γ ≈ 7.9; d = 8 at λ = 0.03 (Γ ≈ 2.4, Pythia-410m); d = 64
@@ -110,6 +126,15 @@ PYTHIA_ARMS = (Arm(8, 0.1), Arm(16, 0.1), Arm(64, 0.1), Arm(8, 0.03), Arm(64, 0.
 # ... and d = 8 at Γ ≈ 7.9 computed in bfloat16 (Pythia trained in fp16; parameters, softmax
 # and loss stay float32): the precision arm
 BF16_ARM = Arm(8, 0.1, "bfloat16")
+
+# issue 33 item 1, the replicates: seeds 0, 1, 2 of d = 8 and d = 64 at λ = 0.1 (Γ 7.9) on
+# cpu-planted's language (seed 0 is cpu-planted's arm, same Config), then a Zipf-1.5 tail
+# language with V = 1024 (the rest as cpu-planted) at d ∈ {8, 32}, seed 0. Seed 0's arms run
+# last: their numbers are already known (BUILD_NOTES, session 9).
+TAIL_LANG = (("data.planted_vocab", 1024), ("data.planted_zipf", 1.5))
+REPLICATE_ARMS = (tuple(Arm(d, 0.1, seed=s) for s in (1, 2) for d in (8, 64))
+                  + (Arm(8, 0.1, lang=TAIL_LANG), Arm(32, 0.1, lang=TAIL_LANG))
+                  + (Arm(8, 0.1), Arm(64, 0.1)))
 
 PLANTED_PRESETS: dict[str, Preset[Knobs]] = {
     # the e2e test: a tiny language, one arm (each arm costs ~15 s of compilation on CPU;
@@ -129,6 +154,17 @@ PLANTED_PRESETS: dict[str, Preset[Knobs]] = {
     # 16: 0.236, 64: 0.0068 nats) in ~2 min on the loaded machine (cached in OUT).
     "cpu-planted": planted_preset({}, Knobs(arms=PYTHIA_ARMS + (BF16_ARM,), floor_gtol=1e-4,
                                             floor_max_iter=1000)),
+    # the replicates (REPLICATE_ARMS); floors as cpu-planted's, per language
+    "cpu-replicates": planted_preset({}, Knobs(arms=REPLICATE_ARMS, floor_gtol=1e-4,
+                                               floor_max_iter=1000)),
+    # ... at test size: two seeds and a second language (V 64, Zipf 1.5) of test-planted's
+    "test-replicates": planted_preset(
+        {"train.steps": 20, "train.batch_size": 4, "train.seq_len": 16, "train.ckpt_every": 10,
+         "train.log_every": 2, "data.planted_vocab": 32, "data.planted_rank": 2,
+         "data.planted_mix": 2},
+        Knobs(arms=(Arm(8, 0.1, seed=1), Arm(8, 0.1, lang=(("data.planted_vocab", 64),
+                                                           ("data.planted_zipf", 1.5)))),
+              val_windows=8, n_boot=200, floor_gtol=1e-4, floor_max_iter=300)),
     # Pythia-14m's learning rate (1e-3) and step count for Γ = 7.9 (143,770 steps, Pythia:
     # 143,000) at 32 x 64 tokens per step (294M fresh tokens per arm, sampled on demand:
     # sbjax.data.planted_stream), 2 layers; not run yet

@@ -12,6 +12,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from . import planted_replicates as rep  # noqa: E402
+from .planted_measure import account  # noqa: E402
 from .planted_reading import reading  # noqa: E402
 from ..shared import fmt, read_rows  # noqa: E402
 
@@ -95,14 +97,35 @@ def _table(arms) -> list[str]:
   return lines
 
 
+def _split(arms: list[dict], lang: dict) -> tuple[list[dict], list[dict]]:
+  """(the preset's arms: seed 0 on the preset's language, the replicates and other
+  languages); rows without seed / vocab / zipf columns are the former."""
+  def base(a):
+    return (int(a.get("seed") or 0) == 0 and int(a.get("vocab") or lang["vocab"]) == lang["vocab"]
+            and float(a.get("zipf") or lang.get("zipf", 1.0)) == float(lang.get("zipf", 1.0)))
+  return [a for a in arms if base(a)], [a for a in arms if not base(a)]
+
+
+def _replicates(arms: list[dict], lang: dict, k: dict) -> list[str]:
+  return ["### Replicates and other languages", "",
+          "Every arm of the run by language, width and seed (seed s: train.seed = "
+          "train.data_seed = s, i.e. another init and another order of the same fresh train "
+          "tokens; the language and the validation windows are the same for every seed).", "",
+          *rep.table(arms, lang), "", rep.replicates_text(arms, lang, k["threshold"]), ""]
+
+
 def report_section(out: Path, rel: str = ".") -> str:
-  """The markdown section of the planted arms (draws the figures)."""
+  """The markdown section of the planted arms (draws the figures): the table and reading of
+  the preset's arms, then the replicates (other seeds, other languages) when the run has
+  them."""
   out = Path(out)
   draw(out)
-  arms = read_rows(out / "planted_arms.csv")
+  all_arms = read_rows(out / "planted_arms.csv")
   ck = _by_arm(read_rows(out / "planted_checkpoints.csv"))
   meta = json.loads((out / "planted_meta.json").read_text())
   k, lang = meta["knobs"], meta["language"]
+  arms, others = _split(all_arms, lang)
+  acc = account(arms) if others else meta["account"]
   n_yes = sum(a["rise_verdict"] == "yes" for a in arms)
   n_coin = sum(a["coincidence"] == "yes" for a in arms)
   lines = [
@@ -117,11 +140,14 @@ def report_section(out: Path, rel: str = ".") -> str:
       f"{k['after']:.0%} of training; CI: paired bootstrap over the windows ({k['n_boot']} "
       "draws); 'yes' when the CI's lower end clears the threshold, 'no' when its upper end is "
       f"below it. Coincidence: a KL(σ‖u) jump ≥ {k['kl_jump']} nat (raw or centred, named) and "
-      f"anisotropy ≥ {k['anisotropy_level']} within ±1 checkpoint of the rise onset.", "",
-      *_table(arms), "",
-      f"![expected loss vs Γ]({rel}/{PLANTED_FIGS['loss']})",
-      f"![KL and anisotropy vs Γ]({rel}/{PLANTED_FIGS['kl_anisotropy']})", "",
-      f"{n_yes} of {len(arms)} arms show a late rise and {n_coin} a coincident spectrum "
-      f"collapse; account: {meta['account']} ({ACCOUNTS[meta['account']]}).", "",
-      reading(arms, ck, k, meta["account"]), ""]
+      f"anisotropy ≥ {k['anisotropy_level']} within ±1 checkpoint of the rise onset.", ""]
+  if arms:
+    lines += [*_table(arms), "",
+              f"![expected loss vs Γ]({rel}/{PLANTED_FIGS['loss']})",
+              f"![KL and anisotropy vs Γ]({rel}/{PLANTED_FIGS['kl_anisotropy']})", "",
+              f"{n_yes} of {len(arms)} arms (seed 0, this language) show a late rise and "
+              f"{n_coin} a coincident spectrum collapse; account: {acc} ({ACCOUNTS[acc]}).", "",
+              reading(arms, ck, k, acc), ""]
+  if others:
+    lines += _replicates(all_arms, lang, k)
   return "\n".join(lines)

@@ -18,7 +18,7 @@ import numpy as np
 
 from . import planted_measure as pm
 from .windows import validation_windows
-from .planted_presets import arm_config, get_planted_preset, knobs_record
+from .planted_presets import arm_config, get_planted_preset, knobs_record, lang_tag
 from ..shared import RunsProgress, read_rows, write_json, write_rows
 from sbjax.analysis.table import atomic_write_bytes
 from sbjax.data import make_dataset
@@ -33,16 +33,17 @@ def _save_windows(path: Path, steps, losses) -> None:
   atomic_write_bytes(path, buf.getvalue())
 
 
-def _floors(lang, p, out: Path) -> dict:
-  """floor(d) − H for every arm width: {d: row of planted_floor.csv}; kept in OUT and reused
+def _floors(lang, p, ranks, out: Path, tag: str = "") -> dict:
+  """floor(d) − H for every arm width of a language: {d: row of planted_floor<tag>.csv}
+  (tag: ``lang_tag`` of an arm's own language, "" for the preset's); kept in OUT and reused
   while the language, the widths and the optimiser settings are the same."""
   k = p.knobs
-  key = json.dumps({"lang": lang.info(), "ranks": sorted({a.d for a in k.arms}),
+  key = json.dumps({"lang": lang.info(), "ranks": sorted(ranks),
                     "gtol": k.floor_gtol, "max_iter": k.floor_max_iter}, sort_keys=True)
-  path, kpath = out / "planted_floor.csv", out / "planted_floor.key"
+  path, kpath = out / f"planted_floor{tag}.csv", out / f"planted_floor{tag}.key"
   if path.exists() and kpath.exists() and kpath.read_text() == key:
     return {int(r["rank"]): r for r in read_rows(path)}
-  res = floor_curve(lang, sorted({a.d for a in k.arms}), gtol=k.floor_gtol,
+  res = floor_curve(lang, sorted(ranks), gtol=k.floor_gtol,
                     max_iter=k.floor_max_iter, restarts=2, require_converged=False)
   rows = {r.rank: r.row() for r in res}
   write_rows(path, [rows[d] for d in sorted(rows)])
@@ -50,47 +51,82 @@ def _floors(lang, p, out: Path) -> dict:
   return rows
 
 
+class _Languages:
+  """Per arm language (``Arm.lang``): its dataset per data seed, its fixed validation windows
+  (independent of the data seed) and its floors, each built once, when first needed."""
+
+  def __init__(self, p, out: Path):
+    self.p, self.out, self.ds, self.windows, self.floors, self.floor_s = p, out, {}, {}, {}, 0.0
+
+  def dataset(self, arm, cfg):
+    key = (arm.lang, cfg.train.data_seed)
+    if key not in self.ds:
+      self.ds[key] = make_dataset(cfg.data, seq_len=cfg.train.seq_len,
+                                  global_batch_size=cfg.train.batch_size,
+                                  seed=cfg.train.data_seed, workdir=None, process_index=0,
+                                  process_count=1)
+    return self.ds[key]
+
+  def language(self, arm, cfg):
+    """(dataset, language, validation windows, floors) of the arm."""
+    ds = self.dataset(arm, cfg)
+    if arm.lang not in self.windows:
+      self.windows[arm.lang] = validation_windows(ds, self.p.knobs.val_windows)
+      t = time.perf_counter()
+      ranks = {a.d for a in self.p.knobs.arms if a.lang == arm.lang}
+      self.floors[arm.lang] = _floors(ds.planted, self.p, ranks, self.out, lang_tag(arm.lang))
+      self.floor_s += time.perf_counter() - t
+    return ds, ds.planted, self.windows[arm.lang], self.floors[arm.lang]
+
+
+def _arm_rows(arm, cfg, wd: Path, windows, lang, fl: dict, knobs) -> tuple[dict, list[dict]]:
+  """(the arm's planted_arms.csv row, its planted_checkpoints.csv rows) after training."""
+  rows, losses = pm.measure_arm(wd, windows, lang)
+  _save_windows(wd / "planted_windows.npz", [r["step"] for r in rows], losses)
+  train_recs = [r for r in read_metrics(wd) if "loss" in r]
+  who = {"arm": arm.name, "seed": arm.seed, "vocab": lang.vocab, "zipf": lang.zipf}
+  summary = pm.arm_summary(rows, losses, train_recs, cfg, knobs, float(fl["floor"]),
+                           float(fl["H"]))
+  ck = [{"arm": arm.name, "d": arm.d, "weight_decay": arm.weight_decay, "dtype": arm.dtype,
+         "seed": arm.seed, **r} for r in rows]
+  return {**summary, **who}, ck
+
+
 def run_planted(out: Path, preset, verbose: bool = True) -> dict:
-  """Train, measure and summarise every arm of a planted preset (a name or a Preset)."""
+  """Train, measure and summarise every arm of a planted preset (a name or a Preset);
+  planted_arms.csv and planted_checkpoints.csv are rewritten after every arm."""
   p = get_planted_preset(preset)
   out = Path(out)
   out.mkdir(parents=True, exist_ok=True)
   t0 = time.perf_counter()
   cfgs = [(a, arm_config(p, a)) for a in p.knobs.arms]  # all validated before any training
   c0 = cfgs[0][1]
-  ds = make_dataset(c0.data, seq_len=c0.train.seq_len, global_batch_size=c0.train.batch_size,
-                    seed=c0.train.data_seed, workdir=None, process_index=0, process_count=1)
-  lang = ds.planted
-  windows = validation_windows(ds, p.knobs.val_windows)
-  t_floor = time.perf_counter()
-  floors = _floors(lang, p, out)
-  timings = {"data_and_floor_s": round(time.perf_counter() - t0, 1),
-             "floor_s": round(time.perf_counter() - t_floor, 1)}
+  langs = _Languages(p, out)
+  timings = {}
   progress = RunsProgress(len(cfgs), "saturation-planted", disable=not verbose)
   arms, ck_rows = [], []
   for arm, cfg in cfgs:
+    ds, lang, windows, floors = langs.language(arm, cfg)
     wd = out / "runs" / arm.name
     progress.start(f"{arm.name} ({cfg.train.steps} steps)")
     trained = finished(wd) is None
     t1 = time.perf_counter()
     train_once(cfg, wd, dataset=ds, quiet=True)
     t2 = time.perf_counter()
-    rows, losses = pm.measure_arm(wd, windows, lang)
-    _save_windows(wd / "planted_windows.npz", [r["step"] for r in rows], losses)
-    train_recs = [r for r in read_metrics(wd) if "loss" in r]
-    fl = floors[arm.d]
-    arms.append(pm.arm_summary(rows, losses, train_recs, cfg, p.knobs, float(fl["floor"]),
-                               float(fl["H"])))
-    ck_rows += [{"arm": arm.name, "d": arm.d, "weight_decay": arm.weight_decay,
-                 "dtype": arm.dtype, **r} for r in rows]
+    row, ck = _arm_rows(arm, cfg, wd, windows, lang, floors[arm.d], p.knobs)
+    arms.append(row)
+    ck_rows += ck
+    write_rows(out / "planted_checkpoints.csv", ck_rows)
+    write_rows(out / "planted_arms.csv", arms)
     timings[arm.name] = {"train_s": round(t2 - t1, 1),
                          "measure_s": round(time.perf_counter() - t2, 1)}
     progress.finish(trained)
   progress.close()
-  write_rows(out / "planted_checkpoints.csv", ck_rows)
-  write_rows(out / "planted_arms.csv", arms)
+  lang0 = langs.language(cfgs[0][0], c0)[1]
+  timings["floor_s"] = round(langs.floor_s, 1)
   meta = {"preset": preset if isinstance(preset, str) else "custom",
-          "knobs": knobs_record(p, c0), "language": lang.info(), "steps": c0.train.steps,
+          "knobs": knobs_record(p, c0), "language": lang0.info(), "steps": c0.train.steps,
+          "languages": {lang_tag(a.lang): langs.language(a, c)[1].info() for a, c in cfgs},
           "tokens_per_arm": c0.train.steps * c0.train.batch_size * c0.train.seq_len,
           "account": pm.account(arms), "timings": timings,
           "seconds": round(time.perf_counter() - t0, 1)}
