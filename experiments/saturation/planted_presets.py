@@ -23,8 +23,11 @@ class Arm:
   d: int  # model width = head rank bound
   weight_decay: float  # λ
   dtype: str = "float32"  # compute dtype (model.dtype); softmax and loss stay float32
-  # the replicate: train.seed (init) AND train.data_seed (the order of the preset's fixed
-  # train tokens) are both set to it; the language and its validation windows do not change
+  # the replicate: train.seed (init) AND train.data_seed are both set to it. A replicate
+  # redraws every random choice of training: the init and the order of the train windows (a
+  # stored stream holds the same fresh tokens, drawn from data.planted_seed, in another order;
+  # a streaming one draws other tokens). The language and its validation windows (independent
+  # of the data seed) stay fixed, so the seeds' rises are measured on the same windows.
   seed: int = 0
   # the arm's own language: dotted data.planted_* overrides over the preset's, as
   # ((key, value), ...); () = the preset's language

@@ -3,8 +3,10 @@ checkpoint on the fixed validation windows, compute the exact floors, write the 
 
 Outputs in OUT: ``runs/<arm>/`` (workdirs, with ``planted_windows.npz``: steps, L[K, W]),
 ``planted_checkpoints.csv`` (one row per arm and checkpoint), ``planted_arms.csv`` (the
-per-arm readout, ``planted_measure.arm_summary``), ``planted_floor.csv``,
-``planted_meta.json`` (preset, language, account, timings).
+per-arm readout, ``planted_measure.arm_summary``, with the arm's seed, vocab and zipf), the
+floors ``planted_floor.csv`` (the preset's language) and ``planted_floor<lang_tag>.csv`` (an
+arm's own language, ``Arm.lang``), ``planted_meta.json`` (preset, language, languages,
+account, timings). An arm with its own language or seed gets its own dataset and windows.
 """
 
 from __future__ import annotations
