@@ -35,7 +35,6 @@ tokenizer.model, converted), DIR/tokenizer.json + tokenizer_config.json for
 
 from __future__ import annotations
 
-import json
 import os
 
 from absl import app, flags, logging
@@ -89,8 +88,7 @@ def _check_workdir_config(workdir: str, config: Config):
   path = os.path.join(workdir, "config.json")
   if not os.path.isfile(path):
     return
-  with open(path) as fh:
-    existing = Config.from_dict(json.load(fh))
+  existing = Config.from_dict(checkpoint.read_config_dict(workdir))  # names a bad file
   if existing.model != config.model:
     diff = [f"{k}: {getattr(existing.model, k)!r} -> {getattr(config.model, k)!r}"
             for k in config.model.__dataclass_fields__

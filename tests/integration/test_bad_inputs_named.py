@@ -58,3 +58,13 @@ def test_unparseable_config_json_is_named(content, tiny_run, tmp_path):
   with pytest.raises(ValueError, match=rf"{wd / 'config.json'} "):  # resuming the run
     train(tiny_run_config(), wd, dataset=tiny_dataset(0), quiet=True)
   assert ckpt.list_steps(wd) == TINY_RUN_STEPS and not (wd / "checkpoints_bad").exists()
+
+
+def test_import_into_a_workdir_with_an_unparseable_config_json_names_it(tmp_path):
+  from sbjax.cli import convert  # deferred: it defines absl flags when imported
+  wd = tmp_path / "run"
+  wd.mkdir()
+  (wd / "config.json").write_bytes(b'{"model": ')
+  with pytest.raises(ValueError, match=rf"{wd / 'config.json'} is not valid JSON"):
+    convert._check_workdir_config(str(wd), tiny_run_config())
+  assert sorted(p.name for p in wd.iterdir()) == ["config.json"]
