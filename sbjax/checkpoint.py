@@ -48,9 +48,10 @@ from orbax.checkpoint.checkpoint_managers import preservation_policy as pp
 from orbax.checkpoint.checkpoint_managers import save_decision_policy as sdp
 
 from sbjax import checksums
-from sbjax.atomic import atomic_write_text
+from sbjax.atomic import atomic_write_text, is_local
 from sbjax.config import Config, TrainConfig
 from sbjax.model import Model
+from sbjax.paths import upath
 
 log = logging.getLogger("sbjax")
 
@@ -71,7 +72,7 @@ def log_spaced_steps(tc: TrainConfig) -> list[int]:
 
 
 def ckpt_dir(workdir) -> Path:
-  return Path(workdir) / "checkpoints"
+  return upath(workdir) / "checkpoints"
 
 
 def _preservation(tc: TrainConfig | None):
@@ -109,7 +110,7 @@ class _SealingManager(ocp.CheckpointManager):
   def _sb_seal(self) -> None:
     steps, self._sb_unsealed = self._sb_unsealed, []
     for step in steps:
-      d = Path(self.directory) / str(step)
+      d = upath(self.directory) / str(step)
       if (d / COMMIT_FILE).is_file() and jax.process_index() == 0:  # absent: deleted by policy
         try:
           checksums.write_manifest(d)
@@ -128,7 +129,8 @@ def make_manager(workdir, tc: TrainConfig | None = None, *, read_only=False,
       read_only=read_only,
       create=not read_only,
   )
-  path = ckpt_dir(workdir).absolute()
+  path = ckpt_dir(workdir)
+  path = path.absolute() if is_local(path) else path  # absolute() of gs:// is a local path
   if read_only and not path.exists():
     raise FileNotFoundError(f"no checkpoints in {workdir}: {path} does not exist; "
                             "is this a training workdir?")
@@ -175,13 +177,22 @@ def _unique(dst: Path) -> Path:
   return out
 
 
+def _move(src, dst) -> None:
+  """Rename a directory: atomic on one local file system; copy-then-delete on an object
+  store (a kill in between leaves both copies, never neither)."""
+  if is_local(src):
+    shutil.move(str(src), str(dst))
+  else:
+    src.rename(dst)
+
+
 def move_aside(workdir, step: int, reason: str) -> Path:
   """Move a bad step directory to WORKDIR/checkpoints_bad/<step>_<unix time> (never delete)."""
   src = ckpt_dir(workdir) / str(step)
-  dst_root = Path(workdir) / "checkpoints_bad"
+  dst_root = upath(workdir) / "checkpoints_bad"
   dst_root.mkdir(parents=True, exist_ok=True)
   dst = _unique(dst_root / f"{step}_{int(time.time())}")
-  shutil.move(str(src), str(dst))  # a rename on the same filesystem: atomic
+  _move(src, dst)
   log.warning("checkpoint step %d in %s is bad (%s); moved it aside to %s", step, workdir,
               reason, dst)
   return dst
@@ -386,7 +397,7 @@ def _move_ahead(workdirs, step: int, moved) -> None:
 def write_params(workdir, config: Config, params, step: int) -> None:
   """Write WORKDIR/config.json (if absent) and a params-only checkpoint at ``step``
   (used by imports from Hugging Face)."""
-  workdir = Path(workdir)
+  workdir = upath(workdir)
   workdir.mkdir(parents=True, exist_ok=True)
   cfg_path = workdir / "config.json"
   if not cfg_path.exists():
@@ -399,7 +410,7 @@ def write_params(workdir, config: Config, params, step: int) -> None:
 
 def read_config_dict(workdir) -> dict:
   """The JSON object of WORKDIR/config.json; an unparseable file is a ValueError naming it."""
-  path = Path(workdir) / "config.json"
+  path = upath(workdir) / "config.json"
   if not path.exists():
     raise FileNotFoundError(f"{workdir} has no config.json; is it an sbjax workdir?")
   try:
@@ -449,7 +460,7 @@ def cleanup_tmp(workdir) -> list[str]:
     for p in sorted(d.iterdir()):
       if "tmp" in p.name and not p.name.isdigit():
         found.append(p.name)
-        dst = Path(workdir) / "checkpoints_bad"
+        dst = upath(workdir) / "checkpoints_bad"
         dst.mkdir(exist_ok=True)
-        shutil.move(str(p), str(_unique(dst / f"{p.name}_{int(time.time())}")))
+        _move(p, _unique(dst / f"{p.name}_{int(time.time())}"))
   return found

@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from sbjax.atomic import atomic_write_json
+from sbjax.atomic import atomic_write_json, is_local
+from sbjax.paths import upath
 
 MANIFEST_FILE = "checksums.json"
 ALGORITHM = "sha256"
@@ -44,6 +46,11 @@ def file_digest(path) -> str:
   h = hashlib.sha256()
   buf = bytearray(_CHUNK)
   view = memoryview(buf)
+  if not is_local(path):
+    with upath(path).open("rb") as f:
+      while chunk := f.read(_CHUNK):
+        h.update(chunk)
+    return h.hexdigest()
   with open(path, "rb", buffering=0) as f:
     while n := f.readinto(buf):
       h.update(view[:n])
@@ -55,12 +62,23 @@ def _digests(d: Path, rels: list[str]) -> list[str]:
     return list(pool.map(lambda r: file_digest(d / r), rels))
 
 
+def _files(d) -> list[str]:
+  """Every file under ``d``, relative, posix (``rglob`` locally; a walk on remote storage,
+  where epath refuses a recursive glob)."""
+  if is_local(d):
+    root = Path(d)  # pathlib: epath refuses a recursive glob even on local disk
+    return [p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()]
+  def bare(p) -> str:  # fsspec walks may drop the scheme: compare without it
+    return os.fspath(p).split("://", 1)[-1].rstrip("/")
+  root = bare(d) + "/"
+  return [f"{bare(top)}/{f}"[len(root):] for top, _, files in d.walk() for f in files]
+
+
 def write_manifest(d) -> dict:
   """Hash every file under ``d`` and write ``d/checksums.json``; returns the manifest."""
-  d = Path(d)
-  rels = sorted(p.relative_to(d).as_posix() for p in d.rglob("*")
-                if p.is_file() and p.relative_to(d).as_posix() != MANIFEST_FILE)
-  sizes = [(d / r).stat().st_size for r in rels]
+  d = upath(d)
+  rels = sorted(r for r in _files(d) if r != MANIFEST_FILE)
+  sizes = [(d / r).stat().length for r in rels]
   files = {r: [s, h] for r, s, h in zip(rels, sizes, _digests(d, rels))}
   manifest = {"format": 1, "algorithm": ALGORITHM, "files": files}
   atomic_write_json(d / MANIFEST_FILE, manifest)
@@ -69,7 +87,7 @@ def write_manifest(d) -> dict:
 
 def read_manifest(d) -> dict | None:
   """The manifest of ``d``, or None when it has none; an unreadable one is a ChecksumError."""
-  path = Path(d) / MANIFEST_FILE
+  path = upath(d) / MANIFEST_FILE
   if not path.is_file():
     return None
   try:
@@ -93,7 +111,7 @@ def _selected(rels, items) -> list[str]:
 def verify_manifest(d, items=None) -> bool:
   """Check the files of ``d`` against its manifest (see the module docstring). True when
   verified, False when ``d`` has no manifest; raises ``ChecksumError`` naming the file."""
-  d = Path(d)
+  d = upath(d)
   m = read_manifest(d)
   if m is None:
     return False
@@ -103,7 +121,7 @@ def verify_manifest(d, items=None) -> bool:
     p = d / r
     if not p.is_file():
       raise ChecksumError(f"{r} is missing (listed in {MANIFEST_FILE})")
-    got = p.stat().st_size
+    got = p.stat().length
     if got != size:
       raise ChecksumError(f"{r} has {got} bytes, {MANIFEST_FILE} says {size} (truncated or "
                           "extended)")

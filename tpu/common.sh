@@ -242,6 +242,47 @@ sbjax_run() {
   "$@"
 }
 
+# sbjax_buckets_in WORDS...: the distinct buckets of the gs:// URLs in WORDS,
+# one a line.
+sbjax_buckets_in() {
+  local word rest
+  for word in "$@"; do
+    rest="$word"
+    while [[ "$rest" == *gs://* ]]; do
+      rest="${rest#*gs://}"
+      printf '%s\n' "${rest%%[/ \"\',;]*}"
+    done
+  done | sort -u
+}
+
+# sbjax_check_bucket BUCKET: write then delete a probe object in gs://BUCKET
+# (gcloud storage), so that a run never starts with a workdir it cannot write.
+# Under --dry-run the probe is printed to stderr, not run.
+sbjax_check_bucket() {
+  local bucket="$1" probe
+  case "$bucket" in
+    '' | *[!a-z0-9._-]*)
+      sbjax_warn "not checking gs://$bucket: not a literal bucket name"
+      return 0
+      ;;
+  esac
+  probe="gs://$bucket/.sbjax-write-probe-$(date +%s)-$$"
+  if sbjax_is_true "$SBJAX_DRY_RUN"; then
+    sbjax_info "would check that gs://$bucket is writable:"
+    sbjax_print_cmd gcloud storage cp - "$probe" >&2
+    sbjax_print_cmd gcloud storage rm "$probe" >&2
+    return 0
+  fi
+  if ! command -v gcloud >/dev/null 2>&1; then
+    sbjax_die "gcloud not found on PATH; install the Google Cloud CLI (https://cloud.google.com/sdk/docs/install)"
+  fi
+  if ! printf 'sbjax write probe\n' | gcloud storage cp - "$probe" >/dev/null 2>&1; then
+    sbjax_die "the bucket gs://$bucket is not writable (gcloud storage cp to $probe failed); check that the bucket exists and that your account may write to it (roles/storage.objectUser), or pass --skip-bucket-check"
+  fi
+  gcloud storage rm "$probe" >/dev/null 2>&1 ||
+    sbjax_warn "could not delete the probe object $probe"
+}
+
 # sbjax_gcloud ARGS...: run gcloud ARGS... (or print it under --dry-run).
 sbjax_gcloud() {
   if ! sbjax_is_true "$SBJAX_DRY_RUN" && ! command -v gcloud >/dev/null 2>&1; then

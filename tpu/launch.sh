@@ -28,6 +28,8 @@ Flags:
                           (repeatable); PYTHONUNBUFFERED=1 is always set
   --worker W              workers to run on         [default all]
   --foreground            run attached, streaming output, instead of nohup
+  --skip-bucket-check     do not check first that every gs:// bucket named in
+                          the command (and --bucket) is writable
 
 $(sbjax_common_help)
 
@@ -42,6 +44,7 @@ run_name="${SBJAX_RUN_NAME:-}"
 log_dir=sbjax-logs
 worker=all
 foreground=0
+bucket_check=1
 envs=(PYTHONUNBUFFERED=1)
 cmd=()
 while [ "$#" -gt 0 ]; do
@@ -82,6 +85,10 @@ while [ "$#" -gt 0 ]; do
       foreground=1
       shift
       ;;
+    --skip-bucket-check)
+      bucket_check=0
+      shift
+      ;;
     --)
       shift
       cmd=("$@")
@@ -115,6 +122,11 @@ case "$log_dir" in
   /* | *..* | '') sbjax_die "--log-dir must be a non-empty path relative to \$HOME without '..'" ;;
 esac
 remote_dir="$(sbjax_remote_dir_word)"
+if [ "$bucket_check" = 1 ]; then
+  while IFS= read -r bucket; do
+    sbjax_check_bucket "$bucket"
+  done < <(sbjax_buckets_in "${cmd[@]}" ${SBJAX_BUCKET:+"gs://${SBJAX_BUCKET#gs://}"})
+fi
 loc=(--project="$SBJAX_TPU_PROJECT" --zone="$SBJAX_TPU_ZONE")
 
 # Quote every word for the remote (bash) shell, so arguments with spaces,

@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -75,8 +76,10 @@ from sbjax.analysis.progress import CheckpointProgress
 from sbjax.analysis.rows import GroupResult, step_row, with_gamma
 from sbjax.analysis.samples import Samples
 from sbjax.analysis.settings import Settings
+from sbjax.atomic import is_local
 from sbjax.convert import integrity
 from sbjax.model import Model
+from sbjax.paths import upath
 
 
 # ------------------------------------------------------------------------------------ the run
@@ -95,8 +98,13 @@ class _Run:
 def _check_out_dir(out: Path) -> None:
   try:
     out.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=out, prefix=".write_test_"):
-      pass
+    if is_local(out):
+      with tempfile.NamedTemporaryFile(dir=out, prefix=".write_test_"):
+        pass
+    else:  # an object store: write and delete a probe object
+      probe = out / f".write_test_{os.getpid()}"
+      probe.write_bytes(b"")
+      probe.unlink()
   except OSError as e:
     raise OSError(f"the analysis output directory {out} is not writable ({e.strerror or e}); "
                   "nothing was computed or changed; pass a writable --out_dir") from None
@@ -104,7 +112,7 @@ def _check_out_dir(out: Path) -> None:
 
 def _open_run(workdir, settings: Settings) -> _Run:
   """Check the workdir, its checkpoints, the output directory and the steps asked for."""
-  workdir = Path(workdir)
+  workdir = upath(workdir)
   if not workdir.is_dir():
     raise FileNotFoundError(f"the workdir {workdir} does not exist")
   if not (workdir / "config.json").exists():
@@ -114,7 +122,7 @@ def _open_run(workdir, settings: Settings) -> _Run:
   if not all_steps:
     raise FileNotFoundError(f"no checkpoints to analyse in {workdir}: "
                             f"{ckpt.ckpt_dir(workdir)} has no step directories")
-  out = Path(settings.out_dir) if settings.out_dir else workdir / "analysis"
+  out = upath(settings.out_dir) if settings.out_dir else workdir / "analysis"
   cfg = ckpt.load_config(workdir)
   # the data measured on: --tokens / --data.* overrides; an import left on planted data is refused
   cfg, data_key, overridden = data_source.effective_config(cfg, workdir, settings.tokens,

@@ -27,6 +27,8 @@ from pathlib import Path
 import numpy as np
 
 from sbjax.analysis.table import atomic_write_bytes, atomic_write_json
+from sbjax.atomic import is_local
+from sbjax.paths import upath
 
 
 def digest(obj) -> str:
@@ -39,7 +41,7 @@ class Cache:
   """Per-step JSON entries and the CKA reference, all keyed by ``run_key``."""
 
   def __init__(self, directory, run_key: str, enabled: bool = True):
-    self.dir = Path(directory)
+    self.dir = upath(directory)
     self.run_key = run_key
     self.enabled = enabled
 
@@ -80,7 +82,7 @@ class Cache:
     if not p.exists():
       return None
     try:
-      with np.load(p, allow_pickle=False) as z:
+      with np.load(io.BytesIO(p.read_bytes()), allow_pickle=False) as z:
         if str(z["key"]) != self.run_key:
           return None
         return {k: np.asarray(z[k]) for k in z.files if k != "key"}
@@ -98,6 +100,8 @@ class Cache:
 
 def mtime_ns(path) -> int | None:
   try:
-    return os.stat(path).st_mtime_ns
+    if is_local(path):
+      return os.stat(path).st_mtime_ns
+    return int((upath(path) / "commit_success.txt").stat().mtime * 10**9)  # no dir mtime there
   except OSError:
     return None

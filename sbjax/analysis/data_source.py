@@ -24,19 +24,19 @@ workdir; the effective config (and the token file's content hash) enter the cach
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 from sbjax import checkpoint as ckpt
 from sbjax import overrides
 from sbjax.config import Config
 from sbjax.data import sources as data_sources
 from sbjax.data import tokens as tokens_lib
+from sbjax.paths import upath
 
 
 def is_import(workdir) -> bool:
   """True for a workdir written by ``experiments.convert --from_hf`` (an import record,
   or a finished checkpoint without optimizer state)."""
-  workdir = Path(workdir)
+  workdir = upath(workdir)
   if (workdir / "import.json").is_file():
     return True
   steps = ckpt.list_steps(workdir)
@@ -101,7 +101,7 @@ def _imported_data(cfg: Config, workdir) -> Config:
   if source.synthetic:
     raise ValueError(refusal(workdir, data.source))
   if source.needs_tokenizer and not data.options.tokenizer:
-    imported = Path(workdir) / "tokenizer.json"  # copied from the series by the import
+    imported = upath(workdir) / "tokenizer.json"  # copied from the series by the import
     if not imported.is_file():
       raise ValueError(
           f"{workdir} is an imported model: a text corpus must be tokenised with the "

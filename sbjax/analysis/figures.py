@@ -19,7 +19,9 @@ Steps are plotted on a symmetric-log x axis (linear below 1), so step 0 is shown
 
 from __future__ import annotations
 
+import io
 import math
+import os
 from pathlib import Path
 from typing import Sequence
 
@@ -31,10 +33,24 @@ import numpy as np  # noqa: E402
 from matplotlib import colors as mcolors  # noqa: E402
 
 from sbjax.analysis.table import read_csv  # noqa: E402
+from sbjax.atomic import atomic_write_bytes, is_local  # noqa: E402
+from sbjax.paths import upath  # noqa: E402
 
 FIGURES = {"loss_anisotropy": "fig_loss_anisotropy.png",
            "spectrum_heatmap": "fig_spectrum_heatmap.png",
            "kl_uniform": "fig_kl_uniform.png"}
+
+
+def _save(fig, path, **kwargs):
+  """``fig.savefig`` to ``path`` (local or remote: a PNG written as one object there)."""
+  if is_local(path):
+    fig.savefig(path, **kwargs)
+  else:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", **kwargs)
+    atomic_write_bytes(path, buf.getvalue())
+  plt.close(fig)
+  return Path(path) if is_local(path) else upath(path)
 
 
 def _analysis_dir(p: Path) -> Path:
@@ -46,7 +62,7 @@ def _analysis_dir(p: Path) -> Path:
 
 
 def _is_run(x) -> bool:
-  if isinstance(x, (str, Path)):
+  if isinstance(x, (str, os.PathLike)):
     return True
   if isinstance(x, dict):
     return True
@@ -65,8 +81,8 @@ def _labels(runs, labels):
     return labels
   out = []
   for i, r in enumerate(runs):
-    if isinstance(r, (str, Path)):
-      d = _analysis_dir(Path(r))
+    if isinstance(r, (str, os.PathLike)):
+      d = _analysis_dir(upath(r))
       out.append(d.parent.name if d.name == "analysis" else d.name)
     else:
       out.append(f"run {i}")
@@ -74,8 +90,8 @@ def _labels(runs, labels):
 
 
 def load_rows(run) -> list[dict]:
-  if isinstance(run, (str, Path)):
-    p = Path(run)
+  if isinstance(run, (str, os.PathLike)):
+    p = upath(run)
     return read_csv(p if p.suffix == ".csv" else _analysis_dir(p) / "metrics.csv")
   return list(run)
 
@@ -83,12 +99,12 @@ def load_rows(run) -> list[dict]:
 def load_spectrum(run) -> dict:
   if isinstance(run, dict):
     return {"steps": np.asarray(run["steps"]), "normalized_top": np.asarray(run["normalized_top"])}
-  p = Path(run)
+  p = upath(run)
   f = p if p.suffix == ".npz" else _analysis_dir(p) / "spectrum.npz"
   if not f.exists():
     raise FileNotFoundError(f"no spectrum.npz for {run}: {f} does not exist "
                             "(run the analysis with the 'spectrum' group)")
-  with np.load(f) as z:
+  with np.load(io.BytesIO(f.read_bytes())) as z:
     return {"steps": z["steps"], "normalized_top": z["normalized_top"]}
 
 
@@ -129,9 +145,7 @@ def plot_loss_anisotropy(runs, path, labels=None, title="Loss vs step, coloured 
   if len(runs) > 1:
     ax.legend(fontsize=8)
   fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
-  return Path(path)
+  return _save(fig, path, dpi=110)
 
 
 def plot_kl_uniform(runs, path, labels=None, title="Head spectrum: KL(sigma || uniform)"):
@@ -150,9 +164,7 @@ def plot_kl_uniform(runs, path, labels=None, title="Head spectrum: KL(sigma || u
   if len(runs) > 1:
     ax.legend(fontsize=8)
   fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
-  return Path(path)
+  return _save(fig, path, dpi=110)
 
 
 def plot_spectrum_heatmap(runs, path, labels=None, title="sigma_i / sigma_1 of the head"):
@@ -180,16 +192,14 @@ def plot_spectrum_heatmap(runs, path, labels=None, title="sigma_i / sigma_1 of t
     ax.set_title(f"{title}\n{lab}" if len(specs) > 1 else title, fontsize=10)
   if im is not None:
     fig.colorbar(im, ax=axes[0].tolist(), label="sigma_i / sigma_1")
-  fig.savefig(path, dpi=110, bbox_inches="tight")
-  plt.close(fig)
-  return Path(path)
+  return _save(fig, path, dpi=110, bbox_inches="tight")
 
 
 def draw_run(analysis_dir, names: Sequence[str] = tuple(FIGURES)) -> dict:
   """Draw the figures of one analysis directory from its CSV / npz; returns {name: path}.
 
   Figures whose columns are absent (a metric group was not run) are skipped."""
-  d = Path(analysis_dir)
+  d = upath(analysis_dir)
   rows = read_csv(d / "metrics.csv")
   have = set(rows[0]) if rows else set()
   out = {}

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from pathlib import Path
 
 import numpy as np
 
@@ -20,6 +19,7 @@ from sbjax import metrics as M
 from sbjax import optim
 from sbjax.analysis.samples import Samples
 from sbjax.analysis.settings import Settings
+from sbjax.paths import upath
 
 log = logging.getLogger("sbjax")
 
@@ -105,7 +105,7 @@ def with_gamma(rows: list[dict], cfg, workdir) -> list[dict]:
   """``rows`` with ``gamma`` = Γ(step) = λ Σ_{t<step} η_t (``sbjax.optim.gamma_at`` of the
   run's train config) after ``step``, for a run sbjax trained (``WORKDIR/metrics.jsonl``
   exists); an imported series has no schedule of ours, so its rows are returned as they are."""
-  if not (Path(workdir) / "metrics.jsonl").exists():
+  if not (upath(workdir) / "metrics.jsonl").exists():
     return rows
   g = optim.gamma_at(cfg.train, [int(r["step"]) for r in rows]) if rows else []
   return [{"step": r["step"], "gamma": float(gk), **r} for r, gk in zip(rows, g)]

@@ -16,12 +16,12 @@ from __future__ import annotations
 import csv
 import io
 import math
-from pathlib import Path
 from typing import Iterable, Sequence
 
 import numpy as np
 
 from sbjax.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text  # noqa: F401
+from sbjax.paths import upath
 
 
 def columns_of(rows: Iterable[dict], first: Sequence[str] = ("step",)) -> list[str]:
@@ -76,9 +76,8 @@ def _parse(key: str, s: str):
 
 def read_csv(path) -> list[dict]:
   """Rows of a CSV written by :func:`write_csv` (``step`` int, numbers float, empty = NaN)."""
-  path = Path(path)
+  path = upath(path)
   if not path.exists():
     raise FileNotFoundError(f"no such CSV: {path}")
-  with open(path, newline="") as f:
-    reader = csv.DictReader(f)
-    return [{k: _parse(k, v) for k, v in r.items()} for r in reader]
+  reader = csv.DictReader(io.StringIO(path.read_bytes().decode(), newline=""))
+  return [{k: _parse(k, v) for k, v in r.items()} for r in reader]

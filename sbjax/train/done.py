@@ -8,9 +8,8 @@ run with checkpoints short of its steps is resumed by training it again.
 from __future__ import annotations
 
 import json
-from pathlib import Path
-
 from sbjax.atomic import atomic_write_text
+from sbjax.paths import upath
 
 DONE = "DONE"
 SUMMARY_KEYS = ("step", "eval_loss", "eval_acc", "n_params", "loss")
@@ -19,7 +18,7 @@ SUMMARY_KEYS = ("step", "eval_loss", "eval_acc", "n_params", "loss")
 def finished(workdir) -> dict | None:
   """The summary of a finished run in ``workdir``, or None if it is not finished."""
   try:
-    return json.loads((Path(workdir) / DONE).read_text())["summary"]
+    return json.loads((upath(workdir) / DONE).read_text())["summary"]
   except (OSError, ValueError, KeyError, TypeError):
     return None
 
@@ -27,6 +26,6 @@ def finished(workdir) -> dict | None:
 def mark_finished(workdir, summary: dict, config: dict) -> dict:
   """Write ``WORKDIR/DONE`` with the summary's main keys and the config; returns them."""
   keep = {k: summary[k] for k in SUMMARY_KEYS if k in summary}
-  atomic_write_text(Path(workdir) / DONE,
+  atomic_write_text(upath(workdir) / DONE,
                     json.dumps({"summary": keep, "config": config}, indent=1, default=float))
   return keep

@@ -16,13 +16,13 @@ import logging
 import math
 import sys
 import time
-from pathlib import Path
 from typing import Callable, Sequence
 
 import jax
 import numpy as np
 
 from sbjax import checkpoint as ckpt
+from sbjax.paths import upath
 from sbjax.progress import Reporter, fmt_time
 from sbjax.train.loop import Boundary, Hook
 from sbjax.train.tensorboard import TensorBoardMirror
@@ -45,7 +45,7 @@ class Records(Hook):
   TensorBoard (``dirs[member]/tb``); a no-op unless ``enabled`` (process 0)."""
 
   def __init__(self, dirs, *, enabled: bool = True, tensorboard: bool = True):
-    self.paths = [Path(d) / METRICS for d in dirs]
+    self.paths = [upath(d) / METRICS for d in dirs]
     self.enabled = enabled
     self.tb = TensorBoardMirror(dirs) if enabled and tensorboard else None
 

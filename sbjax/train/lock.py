@@ -38,9 +38,9 @@ import uuid
 from pathlib import Path
 from typing import Iterator
 
-from etils import epath
 
 from sbjax.atomic import is_local
+from sbjax.paths import upath
 
 log = logging.getLogger("sbjax")
 
@@ -160,7 +160,7 @@ class HeartbeatLock:
   """A lock object with a heartbeat, for remote storage (module doc)."""
 
   def __init__(self, workdir, interval_s: float = HEARTBEAT_S, missed: int = MISSED_HEARTBEATS):
-    self.workdir, self.path = workdir, epath.Path(workdir) / LOCK
+    self.workdir, self.path = workdir, upath(workdir) / LOCK
     self.interval, self.missed = interval_s, missed
     self.info, self.stop, self.thread = None, threading.Event(), None
 
@@ -225,7 +225,7 @@ def workdir_lock(workdir, *, enabled: bool = True) -> Iterator[None]:
   if not enabled:
     yield
     return
-  wd = Path(workdir) if is_local(workdir) else epath.Path(workdir)
+  wd = upath(workdir)
   try:
     wd.mkdir(parents=True, exist_ok=True)
   except OSError as e:

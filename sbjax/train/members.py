@@ -26,6 +26,7 @@ from typing import NamedTuple, Sequence
 
 from sbjax.atomic import atomic_write_text
 from sbjax.config import Config
+from sbjax.paths import upath
 
 VARYING = ("seed", "data_seed", "lr", "weight_decay")
 
@@ -39,7 +40,7 @@ class Varies(NamedTuple):
 
 
 def member_dir(workdir, i: int) -> Path:
-  return Path(workdir) / f"member_{i}"
+  return upath(workdir) / f"member_{i}"
 
 
 def member_configs(cfg: Config, n: int | None = None, seeds=None, lrs=None) -> list[Config]:
@@ -94,6 +95,6 @@ def check_members(cfgs: Sequence[Config]) -> Varies:
 
 def write_population(workdir, cfgs: Sequence[Config], dirs: Sequence[Path]) -> None:
   """``W/population.json``: the member directories and what varies between them."""
-  members = [{"dir": Path(d).name, **{k: getattr(c.train, k) for k in VARYING}}
+  members = [{"dir": upath(d).name, **{k: getattr(c.train, k) for k in VARYING}}
              for d, c in zip(dirs, cfgs)]
-  atomic_write_text(Path(workdir) / "population.json", json.dumps({"members": members}, indent=2))
+  atomic_write_text(upath(workdir) / "population.json", json.dumps({"members": members}, indent=2))

@@ -34,6 +34,7 @@ from sbjax import data as data_lib
 from sbjax import sharding as shd
 from sbjax.config import Config
 from sbjax.optim import gamma_fn, lr_schedule
+from sbjax.paths import upath
 from sbjax.train import device_batches
 from sbjax.train import hooks as H
 from sbjax.train.build import build
@@ -58,9 +59,9 @@ def make_dataset_for(cfg: Config, workdir):
 
 def _lists(cfgs, workdirs) -> tuple[list[Config], list[Path] | None]:
   if isinstance(cfgs, Config):
-    return [cfgs], None if workdirs is None else [Path(workdirs)]
+    return [cfgs], None if workdirs is None else [upath(workdirs)]
   cfgs = list(cfgs)
-  dirs = None if workdirs is None else [Path(d) for d in workdirs]
+  dirs = None if workdirs is None else [upath(d) for d in workdirs]
   if dirs is not None and len(dirs) != len(cfgs):
     raise ValueError(f"train: {len(cfgs)} member configs but {len(dirs)} workdirs; give one "
                      "workdir per member (sbjax.train.members.member_dir)")

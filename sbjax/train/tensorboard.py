@@ -2,7 +2,8 @@
 metrics.jsonl, one scalar per numeric key (``loss``, ``acc``, ``grad_norm``, ``lr``,
 ``tokens_per_sec``, ``eval_loss``, ``eval_acc``) at the record's step. Written with
 tensorboardX (no TensorFlow) by a background thread, so the training loop never waits
-on it; ``tensorboard --logdir WORKDIR`` shows the runs.
+on it; ``tensorboard --logdir WORKDIR`` shows the runs. On remote storage (``gs://``) the
+event files are written through ``etils.epath`` like the rest of the workdir.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import os
 import queue
 import sys
 import threading
-from pathlib import Path
+
+from sbjax.paths import scheme, upath
 
 log = logging.getLogger("sbjax")
 
@@ -22,8 +24,45 @@ _FLUSH = object()
 _WRITERS = itertools.count()  # event file names: time and host, plus pid and this count
 
 
-def tb_dir(workdir) -> Path:
-  return Path(workdir) / TB_DIR
+def tb_dir(workdir):
+  return upath(workdir) / TB_DIR
+
+
+class _EpathEventFile:
+  """An event file on remote storage, written through ``etils.epath`` (so through the same
+  fsspec file system as the rest of the workdir): each flush rewrites the one object whole."""
+
+  def __init__(self, path: str):
+    self.path, self.buffer = upath(path), bytearray()
+
+  def write(self, data: bytes) -> None:
+    self.buffer += data
+
+  def flush(self) -> None:
+    self.path.write_bytes(bytes(self.buffer))
+
+  def close(self) -> None:
+    self.flush()
+
+
+class _EpathEventFiles:
+  """tensorboardX's writer factory for one URL scheme (``record_writer.register_writer_factory``)."""
+
+  def open(self, path: str) -> _EpathEventFile:
+    return _EpathEventFile(path)
+
+  def directory_check(self, path: str) -> None:
+    upath(path).mkdir(parents=True, exist_ok=True)
+
+
+def route_remote_event_files(dirs) -> None:
+  """Event files of remote ``dirs`` go through epath, not tensorboardX's own GCS/S3 clients."""
+  from tensorboardX import record_writer  # noqa: PLC0415 - deferred: loaded by import_tensorboardx
+
+  for d in dirs:
+    name = scheme(d)
+    if name:
+      record_writer.register_writer_factory(name, _EpathEventFiles())
 
 
 def import_tensorboardx():
@@ -50,7 +89,7 @@ class TensorBoardMirror:
   """Writes records ``write(member, rec)`` to ``tb_dir(dirs[member])``."""
 
   def __init__(self, dirs):
-    self._dirs = [Path(d) for d in dirs]
+    self._dirs = [upath(d) for d in dirs]
     self._suffix = f".{os.getpid()}.{next(_WRITERS)}"  # a resume in the same second: a new file
     self._q: queue.SimpleQueue = queue.SimpleQueue()
     try:  # in the calling thread: it briefly hides torch from sys.modules (~0.3 s)
@@ -75,6 +114,7 @@ class TensorBoardMirror:
       if isinstance(self._tbx, Exception):
         raise self._tbx
       tensorboardX = self._tbx
+      route_remote_event_files(self._dirs)
       writers = [tensorboardX.SummaryWriter(logdir=str(tb_dir(d)), flush_secs=30,
                                             filename_suffix=self._suffix) for d in self._dirs]
     except Exception as e:  # noqa: BLE001 - a mirror: training goes on without it

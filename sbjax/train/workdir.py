@@ -14,8 +14,9 @@ import numpy as np
 
 from sbjax import checkpoint as ckpt
 from sbjax import heads
-from sbjax.atomic import atomic_write_text
+from sbjax.atomic import atomic_write_text, is_local
 from sbjax.config import Config
+from sbjax.paths import upath
 
 log = logging.getLogger("sbjax")
 
@@ -83,7 +84,7 @@ def _without_removed(saved: dict) -> dict:
 
 
 def check_workdir_config(workdir: Path, cfg: Config) -> None:
-  path = Path(workdir) / "config.json"
+  path = upath(workdir) / "config.json"
   if not path.exists():
     if ckpt.list_steps(workdir):
       raise ConfigMismatchError(f"{workdir} holds checkpoints but no config.json; "
@@ -105,6 +106,7 @@ def check_workdir_config(workdir: Path, cfg: Config) -> None:
 
 def prepare_workdir(workdir: Path, cfg: Config, is_main: bool) -> None:
   """Create ``workdir``, refuse another run's config, write config.json (process 0)."""
+  workdir = upath(workdir)
   try:
     workdir.mkdir(parents=True, exist_ok=True)
   except OSError as e:
@@ -142,27 +144,38 @@ def clean_for_resume(workdir: Path, prefix: str = "") -> list[str]:
   moved = ckpt.cleanup_tmp(workdir)
   for name in moved:
     log.warning("moved aside an unfinished checkpoint save: %s%s", prefix, name)
-  repair_jsonl(workdir / METRICS)
+  repair_jsonl(upath(workdir) / METRICS)
   return moved
 
 
-def append_jsonl(path: Path, rec: dict) -> None:
-  with open(path, "a") as f:
-    f.write(json.dumps(rec) + "\n")
+def append_jsonl(path, rec: dict) -> None:
+  """Append one JSON line; on remote storage (no append on an object store) the object is
+  rewritten whole, so a reader sees the old or the new log, never half a line."""
+  line = json.dumps(rec) + "\n"
+  if is_local(path):
+    with open(path, "a") as f:
+      f.write(line)
+    return
+  path = upath(path)
+  old = path.read_bytes() if path.exists() else b""
+  path.write_bytes(old + line.encode())
 
 
 def repair_jsonl(path: Path) -> int:
   """Cut a partial last line (a write killed mid-line) off a JSONL log so that appended
   records start on a fresh line; returns the number of bytes removed (logged)."""
-  path = Path(path)
+  path = upath(path)
   if not path.is_file():
     return 0
   data = path.read_bytes()
   if not data or data.endswith(b"\n"):
     return 0
   keep = data.rfind(b"\n") + 1
-  with open(path, "r+b") as f:
-    f.truncate(keep)
+  if is_local(path):
+    with open(path, "r+b") as f:
+      f.truncate(keep)
+  else:
+    path.write_bytes(data[:keep])
   log.warning("%s ended in a partial line (%d bytes, from an interrupted write); removed it",
               path, len(data) - keep)
   return len(data) - keep
@@ -171,11 +184,11 @@ def repair_jsonl(path: Path) -> int:
 def read_metrics(workdir) -> list[dict]:
   """metrics.jsonl records, deduplicated by step (a resumed run's later record wins).
   Lines that are not valid JSON (a write cut off by a kill) are skipped with a warning."""
-  path = Path(workdir) / METRICS
+  path = upath(workdir) / METRICS
   if not path.exists():
     return []
   by_step: dict[int, dict] = {}
-  for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+  for n, line in enumerate(path.read_bytes().decode(errors="replace").splitlines(), 1):
     if line.strip():
       try:
         rec = json.loads(line)

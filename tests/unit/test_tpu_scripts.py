@@ -315,7 +315,9 @@ def test_launch_requires_command(run):
 def _remote_command(run, *launch_args):
     """Run launch.sh for real against the fake gcloud; return --command."""
     run("launch.sh", *LOC, *launch_args)
-    [call] = run.calls()
+    *probes, call = run.calls()  # the bucket write checks come first
+    assert all(c[:3] == ["gcloud", "storage", "cp"] or c[:3] == ["gcloud", "storage", "rm"]
+               for c in probes)
     assert call[:6] == ["gcloud", "compute", "tpus", "tpu-vm", "ssh", NAME]
     assert "--worker=all" in call
     return flag_value(call, "--command")
@@ -400,6 +402,40 @@ def test_delete_runs_gcloud_without_dry_run(run):
     run("delete.sh", *LOC, "--queued")
     [call] = run.calls()
     assert call[:6] == ["gcloud", "compute", "tpus", "queued-resources", "delete", NAME]
+
+
+# --- launch: the bucket write check ------------------------------------------------
+
+FAILING_STORAGE = FAKE_GCLOUD + 'if [ "$1" = storage ]; then echo "AccessDeniedException: 403" >&2; exit 1; fi\n'
+
+
+def test_launch_checks_every_bucket_is_writable_before_it_launches(run):
+    run("launch.sh", *LOC, "--", "python3", "-m", "experiments.train",
+        f"--workdir=gs://{BUCKET}/runs/x", "--out=gs://other-bucket/a")
+    calls = run.calls()
+    assert [c[:3] for c in calls] == [["gcloud", "storage", "cp"], ["gcloud", "storage", "rm"]] * 2 + [
+        ["gcloud", "compute", "tpus"]]
+    assert calls[0][3] == "-" and calls[0][4] == calls[1][3]  # the probe written is deleted
+    assert {calls[0][4].split("/")[2], calls[2][4].split("/")[2]} == {BUCKET, "other-bucket"}
+
+
+def test_launch_refuses_an_unwritable_bucket_without_launching(run):
+    (run.tmp / "bin" / "gcloud").write_text(FAILING_STORAGE)
+    proc = run("launch.sh", *LOC, "--", "python3", "-m", "experiments.train",
+               f"--workdir=gs://{BUCKET}/runs/x", check=False)
+    assert proc.returncode == 2
+    [line] = [x for x in proc.stderr.splitlines() if "error:" in x]
+    assert f"gs://{BUCKET} is not writable" in line and "--skip-bucket-check" in line
+    assert [c[:3] for c in run.calls()] == [["gcloud", "storage", "cp"]]  # no ssh
+
+
+def test_launch_bucket_check_dry_run_and_skip(run):
+    args = ("--", "python3", "-m", "experiments.train", f"--workdir=gs://{BUCKET}/runs/x")
+    proc = run("launch.sh", "--dry-run", *LOC, *args)
+    assert f"would check that gs://{BUCKET} is writable" in proc.stderr
+    assert "gcloud storage cp -" in proc.stderr and run.calls() == []
+    run("launch.sh", *LOC, "--skip-bucket-check", *args)
+    assert [c[:3] for c in run.calls()] == [["gcloud", "compute", "tpus"]]
 
 
 # --- environment configuration ---------------------------------------------------

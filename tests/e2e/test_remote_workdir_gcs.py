@@ -1,0 +1,93 @@
+"""A ``gs://`` workdir end to end, offline, on a real GCS server (fake-gcs-server, see
+tests/_gcs_emulator.py): a tiny run whose trainer is killed with SIGKILL after its first
+checkpoints, the rerun that resumes it (taking over the dead holder's lock object) and
+finishes it, and the analysis of the run; every file lands in the bucket, none in a local
+``gs:`` folder. The command-line tools run as processes, as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests._gcs_emulator import gcs_emulator, objects
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+RUN = "bkt/run"
+TRAIN = [sys.executable, "-m", "sbjax.cli.train", "--config=tiny", f"--workdir=gs://{RUN}",
+         "--config.train.steps=120", "--config.train.eval_every=60",
+         "--config.data.planted_train_tokens=0"]
+
+
+def _sealed(step: int) -> bool:
+  """Checkpoint ``step`` is final: its checksum manifest, written last, is in the bucket."""
+  return f"{RUN}/checkpoints/{step}/checksums.json" in objects(RUN)
+
+
+def _kill_after_checkpoint(proc, step: int) -> None:
+  """SIGKILL the trainer once checkpoint ``step`` is final in the bucket."""
+  while not _sealed(step):
+    if proc.poll() is not None:
+      raise AssertionError(f"the trainer ended before step {step}: {proc.stderr.read()[-2000:]}")
+    time.sleep(0.2)
+  assert proc.poll() is None, "the run finished before it could be killed"
+  proc.send_signal(signal.SIGKILL)
+  proc.wait()
+
+
+@pytest.fixture(scope="module")
+def gcs_run(tmp_path_factory):
+  cwd = tmp_path_factory.mktemp("cwd")
+  with gcs_emulator("bkt"):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    killed = subprocess.Popen(TRAIN, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    _kill_after_checkpoint(killed, 8)
+    after_kill = objects(RUN)
+    resumed = subprocess.run(TRAIN, cwd=cwd, env=env, capture_output=True, text=True)
+    analyzed = subprocess.run([sys.executable, "-m", "sbjax.cli.analyze",
+                               f"--workdir=gs://{RUN}"], cwd=cwd, env=env,
+                              capture_output=True, text=True)
+    yield {"cwd": cwd, "after_kill": after_kill, "resumed": resumed, "analyzed": analyzed,
+           "objects": objects(RUN)}
+
+
+def test_the_killed_run_left_its_lock_and_checkpoints_in_the_bucket(gcs_run):
+  names = gcs_run["after_kill"]
+  assert f"{RUN}/LOCK" in names and f"{RUN}/config.json" in names
+  assert f"{RUN}/checkpoints/8/checksums.json" in names and f"{RUN}/DONE" not in names
+
+
+def test_the_rerun_resumes_and_finishes_the_run(gcs_run):
+  r = gcs_run["resumed"]
+  assert r.returncode == 0, r.stderr[-3000:]
+  out = json.loads(r.stdout)
+  assert out["step"] == 120 and 8 <= out["start_step"] < 120
+  assert "took over the stale lock" in r.stderr
+  names = gcs_run["objects"]
+  for f in ("config.json", "metrics.jsonl", "checkpoints/120/checksums.json"):
+    assert f"{RUN}/{f}" in names
+  assert f"{RUN}/LOCK" not in names  # released at the end
+  assert any(n.startswith(f"{RUN}/tb/events.out.tfevents.") for n in names)
+
+
+def test_the_analysis_reads_and_writes_the_bucket(gcs_run):
+  a = gcs_run["analyzed"]
+  assert a.returncode == 0, a.stderr[-3000:]
+  out = json.loads(a.stdout)
+  assert out["csv"] == f"gs://{RUN}/analysis/metrics.csv" and out["steps"][-1] == 120
+  names = gcs_run["objects"]
+  for f in ("metrics.csv", "metrics.json", "spectrum.npz", "fig_loss_anisotropy.png"):
+    assert f"{RUN}/analysis/{f}" in names
+
+
+def test_nothing_lands_in_a_local_gs_folder(gcs_run):
+  assert os.listdir(gcs_run["cwd"]) == []
