@@ -55,7 +55,8 @@ def _floors(lang, p, ranks, out: Path, tag: str = "") -> dict:
 
 class _Languages:
   """Per arm language (``Arm.lang``): its dataset per data seed, its fixed validation windows
-  (independent of the data seed) and its floors, each built once, when first needed."""
+  (independent of the data seed) and its floors, each built once, when first needed (the
+  floors after the language's first arm has trained)."""
 
   def __init__(self, p, out: Path):
     self.p, self.out, self.ds, self.windows, self.floors, self.floor_s = p, out, {}, {}, {}, 0.0
@@ -70,15 +71,20 @@ class _Languages:
     return self.ds[key]
 
   def language(self, arm, cfg):
-    """(dataset, language, validation windows, floors) of the arm."""
+    """(dataset, language, validation windows) of the arm."""
     ds = self.dataset(arm, cfg)
     if arm.lang not in self.windows:
       self.windows[arm.lang] = validation_windows(ds, self.p.knobs.val_windows)
+    return ds, ds.planted, self.windows[arm.lang]
+
+  def floor(self, arm, lang) -> dict:
+    """The arm's planted_floor row (the language's floors fitted at its first arm's end)."""
+    if arm.lang not in self.floors:
       t = time.perf_counter()
       ranks = {a.d for a in self.p.knobs.arms if a.lang == arm.lang}
-      self.floors[arm.lang] = _floors(ds.planted, self.p, ranks, self.out, lang_tag(arm.lang))
+      self.floors[arm.lang] = _floors(lang, self.p, ranks, self.out, lang_tag(arm.lang))
       self.floor_s += time.perf_counter() - t
-    return ds, ds.planted, self.windows[arm.lang], self.floors[arm.lang]
+    return self.floors[arm.lang][arm.d]
 
 
 def _arm_rows(arm, cfg, wd: Path, windows, lang, fl: dict, knobs) -> tuple[dict, list[dict]]:
@@ -108,14 +114,14 @@ def run_planted(out: Path, preset, verbose: bool = True) -> dict:
   progress = RunsProgress(len(cfgs), "saturation-planted", disable=not verbose)
   arms, ck_rows = [], []
   for arm, cfg in cfgs:
-    ds, lang, windows, floors = langs.language(arm, cfg)
+    ds, lang, windows = langs.language(arm, cfg)
     wd = out / "runs" / arm.name
     progress.start(f"{arm.name} ({cfg.train.steps} steps)")
     trained = finished(wd) is None
     t1 = time.perf_counter()
     train_once(cfg, wd, dataset=ds, quiet=True)
     t2 = time.perf_counter()
-    row, ck = _arm_rows(arm, cfg, wd, windows, lang, floors[arm.d], p.knobs)
+    row, ck = _arm_rows(arm, cfg, wd, windows, lang, langs.floor(arm, lang), p.knobs)
     arms.append(row)
     ck_rows += ck
     write_rows(out / "planted_checkpoints.csv", ck_rows)
