@@ -1,4 +1,5 @@
-"""python -m experiments.collapse --preset=test|quick|cpu|tpu --out=DIR [--data=DIR]
+"""python -m experiments.collapse --preset=test|quick|cpu|tpu|gpu|gpu-grid --out=DIR [--data=DIR]
+(gpu, gpu-grid: --data=TRAIN.uint16.bin,VAL.uint16.bin of benchmarks/build_device_tokens.py)
 python -m experiments.collapse --series=WORKDIR --tokens=FILE --out=DIR  (series.py)"""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from pathlib import Path
 from absl import flags
 
 from sbjax.cli import common, series_flags as sf
+from .budget import OverBudget
 from .presets import PRESETS
 from .report import report_section
 from .run import run
@@ -40,7 +42,11 @@ def main(argv):
   out = Path(OUT.value)
   if sf.SERIES.value:
     return main_series(out)
-  run(out, PRESET.value, data=DATA.value)
+  try:
+    run(out, PRESET.value, data=DATA.value)
+  except OverBudget as e:  # a clean stop: finished groups are kept, a rerun resumes
+    print(f"stopped: {e}", file=sys.stderr)
+    sys.exit(75)
   section = report_section(out, ".")
   (out / "section.md").write_text(section)
   common.result(section)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .budget import watch
 from .presets import Preset
 from ..shared import config_from
 from sbjax.atomic import atomic_write_text
@@ -107,9 +108,11 @@ def _row(g, m, e: int, spe: int, p: Preset, mc: ModelConfig, n_params: int, r: d
   return row
 
 
-def run_group(p: Preset, g, tr, va, vocab: int, out: Path, verbose: bool = True) -> list[dict]:
+def run_group(p: Preset, g, tr, va, vocab: int, out: Path, verbose: bool = True,
+              clock=None) -> list[dict]:
   """Train one architecture group, measure every snapshot at every min_count; rows (kept in
-  OUT/groups/, so a finished group is read back and its data arrays are never touched)."""
+  OUT/groups/, so a finished group is read back and its data arrays are never touched).
+  ``clock`` (``budget.Clock``): the group's time estimate and budget stop."""
   name, _, n_layers, d, members, epochs = g
   path = out / "groups" / f"{name}.json"
   if path.exists():
@@ -119,6 +122,7 @@ def run_group(p: Preset, g, tr, va, vocab: int, out: Path, verbose: bool = True)
   dss = [Dataset(tr, va, seq_len=seq_len, global_batch_size=batch, seed=m.data_seed,
                  vocab_size=vocab, process_index=0, process_count=1) for m in members]
   spe = max(1, dss[0].n_train_windows // batch)  # steps per epoch
+  dss = watch(dss, clock, name, spe * max(epochs), batch * seq_len * len(members))
   t0 = time.perf_counter()
   snaps, info = cg.train_group(mc, train_config(p, spe * max(epochs)), members, dss,
                                [spe * e for e in epochs], name=name,

@@ -26,6 +26,8 @@ class Knobs:
   ceiling_arch: tuple = (1, 32)  # (L, d) trained on it (one member per weight decay)
   ceiling_steps: tuple = ()  # snapshot steps measured against the ceiling; () = table only
   ceiling_tokens: int = 65_536  # sampled training tokens (validation: 1/8 of it)
+  budget_s: float = 0.0  # stop cleanly before a group that would end past this (0 = none)
+  estimate_at: int = 200  # steps timed (after a 10-step warm-up) for the time estimate
 
 
 # every preset's training: constant learning rate after warm-up (min_lr_ratio=1: the 1-epoch
@@ -41,6 +43,14 @@ def overrides(o: dict) -> dict:
   o = {**COMMON, **o}
   return {"model.max_len": max(o["train.seq_len"], 8), **o}
 
+
+GPU = {"data.source": "tokens", "data.vocab_size": 1024, "train.seq_len": 256,
+       "train.batch_size": 32, "train.lr": 2e-3, "train.warmup_steps": 60}
+GPU_KNOBS = dict(epochs=(1, 3), epoch_tokens=0, val_tokens=0, chunk=16, budget_s=450.0)
+GPU_TEST = {"data.source": "tokens", "data.vocab_size": 64, "train.seq_len": 16,
+            "train.batch_size": 8, "train.lr": 3e-3, "train.warmup_steps": 2}
+GPU_TEST_KNOBS = dict(epochs=(1, 3), epoch_tokens=1024, val_tokens=512, chunk=16, n_perm=2000,
+                      budget_s=300.0, estimate_at=4)
 
 PRESETS: dict[str, Preset[Knobs]] = {
     # the test suite and `reproduce --preset=test`: one architecture of 3 members and a seed
@@ -87,6 +97,23 @@ PRESETS: dict[str, Preset[Knobs]] = {
                   Knobs(depths=(1, 2, 4, 8, 12), widths=(64, 128, 256, 512, 768, 1024),
                         seeds=16, seed_arch=(4, 256), epoch_tokens=0, val_tokens=1 << 22,
                         chunk=16)),
+    # issue 32, item 3 (one H200, <= 8 min each): shipped token files of the Shakespeare
+    # corpus (benchmarks/build_device_tokens.py; --data=device_tokens/V1024/train.uint16.bin,
+    # device_tokens/V1024/val.uint16.bin), V = 1024, ~2.0M train tokens, windows of 256,
+    # batch 32 (~249 steps per epoch), 3 epochs, snapshots after 1 and 3. gpu: 24 data-order
+    # seeds of L2-d256 as one population (the permutation test's power; no grid); gpu-grid:
+    # L in {1, 2, 4} x d in {64, 128, 256, 512} x λ in {0, 0.1} (24 runs, no seed group).
+    "gpu": Preset("neo", overrides(GPU), Knobs(depths=(), widths=(), seeds=24,
+                                               seed_arch=(2, 256), **GPU_KNOBS)),
+    "gpu-grid": Preset("neo", overrides(GPU), Knobs(depths=(1, 2, 4), widths=(64, 128, 256, 512),
+                                                    seeds=0, **GPU_KNOBS)),
+    # their test-size twins (the suite, device_science.sh --dry-run): the same structure on
+    # token files at V = 64 and the test preset's shapes (L1-d8, 3 members: its compiled step)
+    "gpu-test": Preset("neo", overrides(GPU_TEST), Knobs(depths=(), widths=(), seeds=3,
+                                                         seed_arch=(1, 8), **GPU_TEST_KNOBS)),
+    "gpu-grid-test": Preset("neo", overrides(GPU_TEST),
+                            Knobs(depths=(1,), widths=(8,), weight_decays=(0.0, 0.05, 0.1),
+                                  seeds=0, **GPU_TEST_KNOBS)),
 }
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .budget import Clock
 from .ceiling import run_ceiling
 from .measure import POINTS, SETTINGS, model_config, run_group, train_config
 from .tables import anchor_rows, r2_rows, seed_rows, token_table
@@ -30,7 +31,8 @@ def groups(p: Preset) -> list:
   k, out = p.knobs, []
   n_layers, d = k.seed_arch
   ms = [Member(seed=s, data_seed=s, weight_decay=k.seed_weight_decay) for s in range(k.seeds)]
-  out.append((f"seeds-L{n_layers}-d{d}", "seeds", n_layers, d, ms, (max(k.epochs),)))
+  if ms:  # (a grid-only preset has no seed group)
+    out.append((f"seeds-L{n_layers}-d{d}", "seeds", n_layers, d, ms, (max(k.epochs),)))
   for d in k.widths:
     for n_layers in k.depths:
       ms = [Member(seed=0, data_seed=0, weight_decay=float(wd)) for wd in k.weight_decays]
@@ -138,6 +140,28 @@ def weight_decay_strength(p: Preset, n_train_tokens: int) -> dict:
           "gamma": {f"{lam:g}": lam * sum_lr for lam in lams}}
 
 
+def train_groups(p: Preset, out: Path, tr, va, vocab: int, verbose: bool) -> list[dict]:
+  """Every group's rows (finished groups read back), collapse_models.csv after each; with
+  ``Knobs.budget_s`` the run stops cleanly (``budget.OverBudget``) before overrunning it."""
+  rows, gs = [], groups(p)
+  clock = Clock(p.knobs.budget_s, p.knobs.estimate_at) if p.knobs.budget_s else None
+  progress = RunsProgress(len(gs), "collapse", disable=not verbose)
+  seq_len, batch = p.overrides["train.seq_len"], p.overrides["train.batch_size"]
+  try:
+    for g in gs:
+      progress.start(f"{g[0]} ({len(g[4])} models)")
+      cached = (out / "groups" / f"{g[0]}.json").exists()
+      if clock is not None and not cached:
+        steps = max(1, (len(tr) - 1) // seq_len // batch) * max(g[5])
+        clock.check_start(g[0], steps * batch * seq_len * len(g[4]))
+      rows += run_group(p, g, tr, va, vocab, out, verbose, clock=clock)
+      write_rows(out / "collapse_models.csv", rows)
+      progress.finish(trained=not cached)
+  finally:
+    progress.close()
+  return rows
+
+
 def run(out: Path, preset: str, *, data: str | None = None, verbose: bool = True) -> None:
   """Run the experiment into ``out`` (finished groups are skipped); see the package doc.
   ``data``: a directory of .txt files (default: the packaged sample corpus), token files
@@ -152,15 +176,7 @@ def run(out: Path, preset: str, *, data: str | None = None, verbose: bool = True
                               "knobs": dataclasses.asdict(p.knobs), "vocab": int(vocab),
                               "train_tokens": int(len(tr)), "val_tokens": int(len(va)),
                               "settings": SETTINGS})
-  rows, gs = [], groups(p)
-  progress = RunsProgress(len(gs), "collapse", disable=not verbose)
-  for g in gs:
-    progress.start(f"{g[0]} ({len(g[4])} models)")
-    cached = (out / "groups" / f"{g[0]}.json").exists()
-    rows += run_group(p, g, tr, va, vocab, out, verbose)
-    write_rows(out / "collapse_models.csv", rows)
-    progress.finish(trained=not cached)
-  progress.close()
+  rows = train_groups(p, out, tr, va, vocab, verbose)
   run_ceiling(out, p, verbose)  # the planted language's ceiling and models trained towards it
   tok = Path(tok_path).resolve() if tok_path else None
   write_json(out / "collapse_meta.json", {

@@ -157,9 +157,11 @@ def _piece(out: Path, meta: dict):
 
 def token_table(out: Path, top: int = TOP_TOKENS) -> list[dict]:
   """Table 5: per-class CDNV and interference of the most frequent tokens of the grid's
-  best model (lowest val loss; its smallest min_count) vs the average analysed token."""
-  ok = [r for r in model_rows(out, "grid", min_counts(out)[0]) if math.isfinite(r["val_loss"])
-        and math.isfinite(r.get("nc1_mean_log10_cdnv", math.nan))]
+  best model (lowest val loss; its smallest min_count; a preset without a grid: the seed
+  group's) vs the average analysed token."""
+  mc = min_counts(out)[0]
+  ok = [r for r in (model_rows(out, "grid", mc) or model_rows(out, "seeds", mc, "last"))
+        if math.isfinite(r["val_loss"]) and math.isfinite(r.get("nc1_mean_log10_cdnv", math.nan))]
   best = min(ok, key=lambda r: r["val_loss"])
   z = np.load(Path(out) / "perclass" / f"{best['model']}.npz")
   ids, cdnv, itf = z["class_ids"], z["per_class_cdnv"], z["per_class_interference"]

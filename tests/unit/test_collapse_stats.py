@@ -80,4 +80,4 @@ def test_tpu_preset_configs_validate():
       collapse.PRESETS["quick"])) and test.epoch_tokens < quick.epoch_tokens
   assert len(collapse.validate(collapse.PRESETS["test"])) == 2
   with pytest.raises(ValueError, match="unknown collapse preset"):
-    collapse.get_preset("gpu")
+    collapse.get_preset("h100")

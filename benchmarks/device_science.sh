@@ -1,0 +1,178 @@
+#!/usr/bin/env bash
+# One part of issue 32's science on a lent GPU: one preset of <= 8 minutes on one H200,
+# compiles included, no network, no TFDS; everything in ONE archive.
+#
+# On the lent machine (the `run` tool of the device workplace), in one call:
+#   command:   bash benchmarks/device_science.sh collapse --out "$OUT"
+#   timeout_s: 560          carry: ["device_tokens", ".whl"]
+# (device_tokens: the token files, built here once on the CPU with
+#    python benchmarks/build_device_tokens.py --data=DIR_OF_SHAKESPEARE_TXT --out=device_tokens
+#  .whl: the wheels that `import sbjax` lacks there, `bash benchmarks/device_wheels.sh`;
+#  the archive comes back as $OUT/device_science_collapse.tar.gz)
+#
+#   bash benchmarks/device_science.sh PART [--out DIR] [--dry-run] [--tokens DIR]
+# PART: collapse (24 data-order seeds of L2-d256, V 1024, --preset=gpu) | collapse-grid
+# (L {1,2,4} x d {64..512}, --preset=gpu-grid) | vocab_threshold | saturation (those two
+# have no gpu preset yet: the script says so and stops).
+# Checks: the token files are present (else it says how to build them on a CPU), jax sees
+# the GPU and nvidia-smi reports the free memory the part needs (a dry run skips both, with
+# a note). The experiment runs under `timeout` (RUN_LIMIT_S, 520 s); a preset that would
+# overrun its own budget stops cleanly (exit status 75) and a rerun with the same --out
+# resumes after its finished groups (OUT/PART/ is kept). Report (section.md), CSVs, figures,
+# the log and status.json are packed into OUT/device_science_PART.tar.gz, also on a failure.
+# --dry-run: the part's test-size twin (gpu-test, gpu-grid-test) on the CPU, on generated
+# token files, then the archive is checked (tests/e2e/test_device_science.py).
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+PART=""
+DRY=0
+OUT_DIR="${OUT:-device_science}"
+TOKENS="device_tokens"
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    collapse|collapse-grid|vocab_threshold|saturation) PART="$1" ;;
+    --dry-run) DRY=1 ;;
+    --out) OUT_DIR="${2:?--out needs a directory}"; shift ;;
+    --out=*) OUT_DIR="${1#--out=}" ;;
+    --tokens) TOKENS="${2:?--tokens needs a directory}"; shift ;;
+    --tokens=*) TOKENS="${1#--tokens=}" ;;
+    -h|--help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0"; exit 0 ;;
+    *) echo "error: unknown argument '$1'; use PART [--out DIR] [--dry-run] [--tokens DIR]," \
+         "PART one of collapse, collapse-grid, vocab_threshold, saturation" >&2
+       exit 2 ;;
+  esac
+  shift
+done
+if [[ -z "${PART}" ]]; then
+  echo "error: no PART; use one of collapse, collapse-grid, vocab_threshold, saturation" >&2
+  exit 2
+fi
+case "${PART}" in
+  collapse) EXP=collapse; PRESET=gpu; VOCAB=1024; NEED_MIB=20000 ;;
+  collapse-grid) EXP=collapse; PRESET=gpu-grid; VOCAB=1024; NEED_MIB=20000 ;;
+  *) echo "error: part '${PART}' has no gpu preset yet (issue 32, item 3: only collapse and" \
+       "collapse-grid are built); run one of those" >&2
+     exit 2 ;;
+esac
+if [[ "${DRY}" == 1 ]]; then PRESET="${PRESET}-test"; VOCAB=64; fi
+PY="${PYTHON:-$(command -v python3 || command -v python)}"
+START=$(date +%s)
+RUN_LIMIT_S="${RUN_LIMIT_S:-520}"
+mkdir -p "${OUT_DIR}"
+OUT_DIR="$(cd "${OUT_DIR}" && pwd)"
+RUN_DIR="${OUT_DIR}/${PART}"  # kept: a rerun resumes after the finished groups
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/sbjax_device_science.XXXXXX")"
+mkdir -p "${RUN_DIR}"
+STATUS="${RUN_DIR}/status.json"
+step() { echo "== [$(($(date +%s) - START)) s] $*"; }
+ARCHIVE="${OUT_DIR}/device_science_${PART}.tar.gz"
+# On any exit, also a failed one: what the run wrote goes into the one archive.
+pack() {
+  tar -czf "${ARCHIVE}" --exclude=perclass -C "${OUT_DIR}" "${PART}" && step "archive: ${ARCHIVE}"
+  rm -rf "${WORK}"
+}
+trap pack EXIT
+export PYTHONPATH="${PWD}${PYTHONPATH:+:${PYTHONPATH}}" PYTHONUNBUFFERED=1
+if [[ "${DRY}" == 1 ]]; then  # a dry run checks the script, not speed
+  XLA_FLAGS="${XLA_FLAGS:+${XLA_FLAGS} }--xla_backend_optimization_level=0"
+  export XLA_FLAGS="${XLA_FLAGS} --xla_cpu_use_fusion_emitters=false"
+  export JAX_PLATFORMS=cpu
+fi
+
+# --- data: shipped token files (a dry run writes a small generated pair) --------------------
+if [[ "${DRY}" == 1 ]]; then
+  TOKENS="${WORK}/tokens"
+  mkdir -p "${TOKENS}/V${VOCAB}"
+  "${PY}" - "${TOKENS}/V${VOCAB}" "${VOCAB}" <<'EOF'
+import sys
+import numpy as np
+d, v = sys.argv[1], int(sys.argv[2])
+rng = np.random.default_rng(0)
+nxt = rng.integers(0, v, (v, 4))  # a 4-way branching chain: learnable, not trivial
+for name, n in (("train", 4096), ("val", 1024)):
+  x = np.zeros(n, np.uint16)
+  for i in range(1, n):
+    x[i] = nxt[x[i - 1], rng.integers(0, 4)]
+  x.tofile(f"{d}/{name}.uint16.bin")
+EOF
+fi
+TRAIN="${TOKENS}/V${VOCAB}/train.uint16.bin"
+VAL="${TOKENS}/V${VOCAB}/val.uint16.bin"
+for f in "${TRAIN}" "${VAL}"; do
+  if [[ ! -s "${f}" ]]; then
+    echo "error: token file ${f} is missing. Build the token files on a CPU machine:" >&2
+    echo "  python benchmarks/build_device_tokens.py --data=DIR_OF_SHAKESPEARE_TXT --out=${TOKENS}" >&2
+    echo "  then carry them here (the run tool's carry: [\"${TOKENS}\", \".whl\"])." >&2
+    exit 3
+  fi
+done
+step "token files: ${TRAIN}, ${VAL}"
+
+# --- the device: jax sees it, and it has the memory ------------------------------------------
+if [[ "${DRY}" == 0 ]]; then
+  if ! "${PY}" -c "import jax; assert jax.default_backend() == 'gpu'" 2>/dev/null; then
+    echo "error: ${PY} has no jax that sees a GPU; install jax with its CUDA plugin (offline:" \
+         "pip install --no-index the wheels made on a machine with a network)" >&2
+    exit 3
+  fi
+  FREE=$(nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits | head -n 1)
+  if [[ "${FREE}" -lt "${NEED_MIB}" ]]; then
+    echo "error: the GPU has ${FREE} MiB free; part ${PART} needs ${NEED_MIB} MiB" >&2
+    exit 3
+  fi
+  step "GPU: ${FREE} MiB free (needs ${NEED_MIB})"
+else
+  step "dry run: CPU, the device and memory checks skipped"
+fi
+if ! "${PY}" -c "import sbjax" 2>"${WORK}/import.log"; then
+  if compgen -G ".whl/*.whl" >/dev/null; then
+    step "import sbjax failed: installing .whl/*.whl (no index)"
+    "${PY}" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+      --target "${WORK}/site" .whl/*.whl
+    export PYTHONPATH="${PYTHONPATH}:${WORK}/site"
+  fi
+  if ! "${PY}" -c "import sbjax"; then
+    echo "error: import sbjax fails; run bash benchmarks/device_wheels.sh on a machine with a" \
+         "network and carry .whl here" >&2
+    exit 3
+  fi
+fi
+
+# --- the experiment ------------------------------------------------------------------------
+step "python -m experiments.${EXP} --preset=${PRESET} (at most ${RUN_LIMIT_S} s)"
+T0=$(date +%s)
+RC=0
+timeout -s TERM -k 20 "${RUN_LIMIT_S}" "${PY}" -m "experiments.${EXP}" --preset="${PRESET}" \
+  --out="${RUN_DIR}" --data="${TRAIN},${VAL}" > "${RUN_DIR}/section.out" \
+  2> "${RUN_DIR}/run.log" || RC=$?
+SECONDS_RUN=$(($(date +%s) - T0))
+case "${RC}" in
+  0) WHAT="finished" ;;
+  75) WHAT="stopped before its budget ran out; rerun the same command to resume" ;;
+  124|137) WHAT="cut off at ${RUN_LIMIT_S} s; rerun the same command to resume" ;;
+  *) WHAT="failed" ;;
+esac
+grep '^estimate:' "${RUN_DIR}/run.log" || true
+printf '{"part": "%s", "preset": "%s", "dry_run": %s, "rc": %s, "status": "%s", "seconds": %s}\n' \
+  "${PART}" "${PRESET}" "$([[ "${DRY}" == 1 ]] && echo true || echo false)" "${RC}" "${WHAT}" \
+  "${SECONDS_RUN}" > "${STATUS}"
+step "${PART}: ${WHAT} (exit status ${RC}, ${SECONDS_RUN} s)"
+if [[ "${RC}" != 0 ]]; then
+  tail -n 5 "${RUN_DIR}/run.log" >&2
+  exit "${RC}"
+fi
+
+if [[ "${DRY}" == 1 ]]; then  # the archive holds the report, the CSVs and the figures
+  trap - EXIT
+  pack
+  LISTED="$(tar -tzf "${ARCHIVE}")"
+  for f in section.md collapse_models.csv collapse_meta.json fig_collapse_vs_loss.png \
+           status.json run.log; do
+    if ! grep -qx "${PART}/${f}" <<< "${LISTED}"; then
+      echo "error: the archive ${ARCHIVE} lacks ${PART}/${f}" >&2
+      exit 4
+    fi
+  done
+  step "dry run: the archive holds the report, CSVs, figure, log and status"
+fi
