@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
+import os
 import tempfile
 import warnings
 from pathlib import Path
@@ -36,6 +37,8 @@ from sbjax.data import sources
 from sbjax.data import tokenizer as tokenizer_lib
 from sbjax.data import tokens as tokens_source
 from sbjax.data.text import DataError, cached_array, encode_documents, slug
+from sbjax.atomic import is_local
+from sbjax.paths import upath
 
 log = logging.getLogger(__name__)
 
@@ -245,13 +248,30 @@ def make_dataset(cfg, *, seq_len: int, global_batch_size: int, seed: int = 0,
   """The dataset of a ``DataConfig`` (see the module docstrings of sbjax.data).
 
   ``workdir`` holds ``tokenizer.model``, ``tokens/*.npy`` and (unless data.options.data_dir is
-  set) the TFDS data dir ``tfds/``. ``None``: planted sources are sampled in memory; text
+  set) the TFDS data dir ``tfds/`` (a remote workdir: ``local_data_dir``). ``None``: planted
+  sources are sampled in memory; text
   sources use a fresh temporary directory.
   """
   p_idx, p_cnt = _process(process_index, process_count)
   common = dict(seq_len=seq_len, global_batch_size=global_batch_size, seed=seed,
                 process_index=p_idx, process_count=p_cnt)
   return sources.get(cfg.source).build(cfg, workdir=workdir, **common)
+
+
+def local_data_dir(workdir) -> Path:
+  """Where the data files of ``workdir`` (TFDS array_record files, the tokenizer, token
+  caches) live: in the workdir on local disk. A remote workdir (``gs://``) keeps them in a
+  local cache keyed by its URL, ``$SBJAX_DATA_CACHE`` (default ``~/.cache/sbjax/data``)
+  ``/<hash>``: the array_record writer, sentencepiece and the memory-mapped token caches
+  read and write local files only. They are rebuilt from the config when absent."""
+  if is_local(workdir):
+    return Path(workdir)
+  root = os.environ.get("SBJAX_DATA_CACHE") or os.path.join(
+      os.path.expanduser("~"), ".cache", "sbjax", "data")
+  key = hashlib.sha256(os.fspath(upath(workdir)).encode()).hexdigest()[:16]
+  d = Path(root) / key
+  log.info("data files of the remote workdir %s: %s (local)", os.fspath(workdir), d)
+  return d
 
 
 def build_tokens(cfg, *, workdir=None, **common) -> Dataset:
@@ -276,7 +296,7 @@ def build_planted(cfg, *, workdir=None, **common) -> Dataset:
         name=f"{cfg.source}(v={o.vocab}, k={o.rank}, seed={o.seed}, {how})",
         extra_info={"planted": lang.info(), "entropy_nats": lang.entropy}, **common)
   if workdir or o.data_dir:
-    data_dir = o.data_dir or str(Path(workdir) / "tfds")
+    data_dir = o.data_dir or str(local_data_dir(workdir) / "tfds")
     streams = builders.prepare_planted(params, data_dir, lang)
     full_name = streams["full_name"]
   else:
@@ -312,7 +332,7 @@ def _tfds_docs(o, wd: Path) -> tuple:
 
 def _build_text(cfg, documents, workdir, common) -> Dataset:
   """Documents, a tokenizer trained or loaded under ``workdir``, cached token streams."""
-  wd = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="sbjax_data_"))
+  wd = local_data_dir(workdir) if workdir else Path(tempfile.mkdtemp(prefix="sbjax_data_"))
   docs, corpus_key, name, extra = documents(cfg.options, wd)
   tok, streams = _tokenize_splits(docs, wd, cfg.options, repr(corpus_key), name)
   return Dataset(streams["train"], streams["validation"], vocab_size=tok.vocab_size, name=name,
