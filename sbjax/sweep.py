@@ -63,6 +63,7 @@ from sbjax import checkpoint as ckpt
 from sbjax import configs, overrides
 from sbjax.atomic import atomic_write_text
 from sbjax.config import Config
+from sbjax.paths import upath
 from sbjax.data import sources as data_sources
 from sbjax.train import make_dataset_for, summary_from_metrics, train
 from sbjax.train.done import DONE, finished, mark_finished
@@ -99,7 +100,7 @@ def _flatten(d: dict) -> dict:
 
 
 def load_grid(path) -> dict:
-  path = Path(path)
+  path = upath(path)
   if not path.exists():
     raise FileNotFoundError(f"sweep grid {path} does not exist")
   try:
@@ -280,7 +281,7 @@ def write_index(sweep_dir: Path, grid: dict, runs: list[Run], rows: list[dict]) 
 
 
 def read_index(sweep_dir) -> dict:
-  return json.loads((Path(sweep_dir) / "index.json").read_text())
+  return json.loads((upath(sweep_dir) / "index.json").read_text())
 
 
 def _shared_dataset(cfg: Config, sweep_dir: Path, datasets: dict):
@@ -353,7 +354,7 @@ def run_sweep(grid, sweep_dir, *, host_index: int = 0, num_hosts: int = 1,
   """
   grid = load_grid(grid) if not isinstance(grid, dict) else dict(grid)
   runs = expand(grid)
-  sweep_dir = Path(sweep_dir)
+  sweep_dir = upath(sweep_dir)
   if num_hosts < 1 or not 0 <= host_index < num_hosts:
     raise ValueError(f"--host_index={host_index} must be in [0, --num_hosts={num_hosts})")
   host_of = lambda r: r.index % num_hosts  # noqa: E731

@@ -82,7 +82,8 @@ if [ -z "$extras" ]; then
   pkg="."
 fi
 # Build the pip command with each word quoted for the remote shell.
-pip_cmd="python3 -m pip install -e $(sbjax_quote "$pkg") -f $(sbjax_quote "$libtpu_index")"
+# gcsfs: the gs:// file system of etils.epath, for --workdir=gs://BUCKET/... .
+pip_cmd="python3 -m pip install -e $(sbjax_quote "$pkg") gcsfs -f $(sbjax_quote "$libtpu_index")"
 if [ -n "$pip_args" ]; then
   read -r -a pip_words <<<"$pip_args"
   for word in ${pip_words[@]+"${pip_words[@]}"}; do
