@@ -13,7 +13,10 @@ installed (``gcsfs`` for ``gs://``, ``s3fs`` for ``s3://``) is one error naming 
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
+import shutil
+import tempfile
 
 import fsspec
 from etils import epath
@@ -60,3 +63,32 @@ def upath(path) -> epath.Path:
     return path
   check_scheme(path)
   return epath.Path(path)
+
+
+def cache_root() -> str:
+  """The local cache of files sbjax builds or fetches for remote paths: ``$SBJAX_DATA_CACHE``,
+  default ``~/.cache/sbjax/data``."""
+  return os.environ.get("SBJAX_DATA_CACHE") or os.path.join(
+      os.path.expanduser("~"), ".cache", "sbjax", "data")
+
+
+def local_file(path) -> str:
+  """A local file holding the bytes of ``path``, for readers that memory-map a file or need
+  its name (token files): ``path`` itself on local disk; a remote object is downloaded once to
+  ``cache_root()/remote/<hash of its URL, size and mtime>/<name>`` (a changed object is a new
+  copy). A missing remote object is ``FileNotFoundError`` naming it."""
+  if not scheme(path):
+    return os.fspath(path)
+  src = upath(path)
+  if not src.is_file():
+    raise FileNotFoundError(f"no such file: {os.fspath(path)}")
+  st = src.stat()
+  key = hashlib.sha256(f"{os.fspath(src)}|{st.length}|{st.mtime}".encode()).hexdigest()[:16]
+  dst = os.path.join(cache_root(), "remote", key, src.name)
+  if not os.path.isfile(dst):
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(dst), prefix=f".{src.name}.")
+    with src.open("rb") as f, os.fdopen(fd, "wb") as out:
+      shutil.copyfileobj(f, out, 4 << 20)
+    os.replace(tmp, dst)
+  return dst

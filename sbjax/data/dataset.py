@@ -38,7 +38,7 @@ from sbjax.data import tokenizer as tokenizer_lib
 from sbjax.data import tokens as tokens_source
 from sbjax.data.text import DataError, cached_array, encode_documents, slug
 from sbjax.atomic import is_local
-from sbjax.paths import upath
+from sbjax.paths import cache_root, upath
 
 log = logging.getLogger(__name__)
 
@@ -266,8 +266,7 @@ def local_data_dir(workdir) -> Path:
   read and write local files only. They are rebuilt from the config when absent."""
   if is_local(workdir):
     return Path(workdir)
-  root = os.environ.get("SBJAX_DATA_CACHE") or os.path.join(
-      os.path.expanduser("~"), ".cache", "sbjax", "data")
+  root = cache_root()
   key = hashlib.sha256(os.fspath(upath(workdir)).encode()).hexdigest()[:16]
   d = Path(root) / key
   log.info("data files of the remote workdir %s: %s (local)", os.fspath(workdir), d)

@@ -45,6 +45,7 @@ from pathlib import Path
 import numpy as np
 
 from sbjax.data.text import DataError
+from sbjax.paths import local_file
 
 DTYPES = ("uint16", "int32", "uint32", "int64", "int16", "uint8")
 DEFAULT_DTYPE = "uint16"  # TokensOptions.dtype's default
@@ -83,9 +84,13 @@ def _check_not_mistyped(arr: np.ndarray, path, dtype: str, sample: int = 1 << 20
 
 
 def read_tokens(path: str | os.PathLike, dtype: str = "uint16") -> np.ndarray:
-  """The token array of a file, memory-mapped: ``[n, W]`` or ``[N]`` (see the module doc)."""
-  p = Path(path)
-  if not p.is_file():
+  """The token array of a file, memory-mapped: ``[n, W]`` or ``[N]`` (see the module doc); a
+  remote file (``gs://``) is read from its local copy (``sbjax.paths.local_file``)."""
+  try:
+    p = Path(local_file(path))
+  except FileNotFoundError:
+    p = None
+  if p is None or not p.is_file():
     raise DataError(f"token file not found: {path}; pass an integer .npy [n, T+1] or a flat "
                     "token .bin (data.options.path / --tokens)")
   if p.suffix == ".npy":
@@ -150,7 +155,7 @@ def check_ids(arr: np.ndarray, vocab_size: int, where: str = "", what: str = "vo
 def file_identity(path: str | os.PathLike) -> str:
   """A content hash of a token file (blake2b, 16 bytes): part of cache keys."""
   h = hashlib.blake2b(digest_size=16)
-  with open(path, "rb") as f:
+  with open(local_file(path), "rb") as f:
     for block in iter(lambda: f.read(1 << 22), b""):
       h.update(block)
   return h.hexdigest()

@@ -19,7 +19,9 @@ from sbjax import checksums, paths
 from sbjax.analysis import figures, table
 from sbjax.analysis.analyze import _check_out_dir
 from sbjax.analysis.cache import Cache
+from sbjax.data import tokens
 from sbjax.data.dataset import local_data_dir
+from sbjax.data.text import DataError
 from sbjax.train import done
 from sbjax.train import lock as lock_lib
 from sbjax.train import workdir as wd
@@ -131,3 +133,20 @@ def test_data_files_of_a_remote_workdir_go_to_a_local_cache(tmp_path, monkeypatc
   a, b = local_data_dir("gs://bkt/run"), local_data_dir("gs://bkt/other")
   assert a.parent == b.parent == tmp_path and a != b == local_data_dir("gs://bkt/other")
   assert local_data_dir(tmp_path / "run") == tmp_path / "run"
+
+
+def test_a_token_file_on_the_store_is_read_from_one_local_copy(store, tmp_path_factory,
+                                                              monkeypatch):
+  cache = tmp_path_factory.mktemp("cache")
+  monkeypatch.setenv("SBJAX_DATA_CACHE", str(cache))
+  arr = np.arange(2 * 9, dtype=np.int32).reshape(2, 9)
+  with paths.upath(f"{RUN}/tok.npy").open("wb") as f:
+    np.save(f, arr)
+  got = tokens.read_tokens(f"{RUN}/tok.npy")
+  np.testing.assert_array_equal(got, arr)
+  assert isinstance(got, np.memmap)  # memory-mapped from the local copy
+  assert tokens.file_identity(f"{RUN}/tok.npy") == tokens.file_identity(
+      paths.local_file(f"{RUN}/tok.npy"))
+  assert len(list((cache / "remote").rglob("tok.npy"))) == 1
+  with pytest.raises(DataError, match="token file not found: gs://bkt/run/nope.npy"):
+    tokens.read_tokens(f"{RUN}/nope.npy")
