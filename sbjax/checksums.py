@@ -62,7 +62,11 @@ def _digests(d: Path, rels: list[str]) -> list[str]:
     return list(pool.map(lambda r: file_digest(d / r), rels))
 
 
-def _files(d) -> list[str]:
+def _size(p) -> int:
+  return p.stat().st_size if is_local(p) else p.stat().length  # epath's StatResult: length
+
+
+def relative_files(d) -> list[str]:
   """Every file under ``d``, relative, posix (``rglob`` locally; a walk on remote storage,
   where epath refuses a recursive glob)."""
   if is_local(d):
@@ -77,8 +81,8 @@ def _files(d) -> list[str]:
 def write_manifest(d) -> dict:
   """Hash every file under ``d`` and write ``d/checksums.json``; returns the manifest."""
   d = upath(d)
-  rels = sorted(r for r in _files(d) if r != MANIFEST_FILE)
-  sizes = [(d / r).stat().length for r in rels]
+  rels = sorted(r for r in relative_files(d) if r != MANIFEST_FILE)
+  sizes = [_size(d / r) for r in rels]
   files = {r: [s, h] for r, s, h in zip(rels, sizes, _digests(d, rels))}
   manifest = {"format": 1, "algorithm": ALGORITHM, "files": files}
   atomic_write_json(d / MANIFEST_FILE, manifest)
@@ -121,7 +125,7 @@ def verify_manifest(d, items=None) -> bool:
     p = d / r
     if not p.is_file():
       raise ChecksumError(f"{r} is missing (listed in {MANIFEST_FILE})")
-    got = p.stat().length
+    got = _size(p)
     if got != size:
       raise ChecksumError(f"{r} has {got} bytes, {MANIFEST_FILE} says {size} (truncated or "
                           "extended)")

@@ -1,11 +1,12 @@
-"""User paths as ``etils.epath.Path``: local disk, ``gs://`` and any other scheme that
-fsspec knows, through one type.
+"""User paths: local disk through ``pathlib``, ``gs://`` and any other scheme fsspec knows
+through ``etils.epath``.
 
 ``upath(p)`` is how sbjax turns a path it was given (a workdir, an output directory, a token
-file) into something it reads or writes. A local path is a pathlib path underneath (the same
-bytes on disk as before); ``gs://bucket/run`` stays a bucket path (``pathlib.Path`` would
-collapse it to the local folder ``gs:/bucket/run``). A scheme whose file system is not
-installed (``gcsfs`` for ``gs://``, ``s3fs`` for ``s3://``) is one error naming the package:
+file) into something it reads or writes. A local path stays a ``pathlib.Path`` (the same
+behaviour and bytes on disk as before); ``gs://bucket/run`` becomes an epath bucket path
+(``pathlib.Path`` would collapse it to the local folder ``gs:/bucket/run``). A scheme whose file
+system is not installed (``gcsfs`` for ``gs://``, ``s3fs`` for ``s3://``) is one error naming
+the package:
 
     upath("gs://bucket/run")   # without gcsfs: ImportError: ... pip install gcsfs ...
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import pathlib
 import shutil
 import tempfile
 
@@ -57,10 +59,12 @@ def check_scheme(path) -> None:
                     f"is not installed; pip install {missing}")
 
 
-def upath(path) -> epath.Path:
-  """``path`` (str, pathlib or epath) as an ``etils.epath.Path``, its scheme checked."""
-  if isinstance(path, epath.Path) and not scheme(path):
-    return path
+def upath(path) -> pathlib.Path | epath.Path:
+  """``path`` (str, pathlib or epath) as a path object: a ``pathlib.Path`` on local disk (what
+  sbjax returned before, so callers' ``stat().st_size`` and the like are unchanged), an
+  ``etils.epath.Path`` for ``scheme://`` paths, their file system checked (module doc)."""
+  if not scheme(path):
+    return path if type(path) is type(pathlib.Path()) else pathlib.Path(os.fspath(path))
   check_scheme(path)
   return epath.Path(path)
 

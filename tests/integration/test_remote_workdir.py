@@ -15,6 +15,7 @@ import pytest
 from fsspec.registry import known_implementations
 from tensorboardX.proto import event_pb2
 
+from sbjax import checkpoint as ckpt
 from sbjax import checksums, paths
 from sbjax.analysis import figures, table
 from sbjax.analysis.analyze import _check_out_dir
@@ -150,3 +151,17 @@ def test_a_token_file_on_the_store_is_read_from_one_local_copy(store, tmp_path_f
   assert len(list((cache / "remote").rglob("tok.npy"))) == 1
   with pytest.raises(DataError, match="token file not found: gs://bkt/run/nope.npy"):
     tokens.read_tokens(f"{RUN}/nope.npy")
+
+
+def test_a_bad_step_is_moved_aside_object_by_object(store):
+  """An object store has no directories to rename (epath's rename refuses a missing parent
+  folder there): move_aside copies every object of the step, then deletes the step."""
+  step = paths.upath(f"{RUN}/checkpoints/5")
+  (step / "params").mkdir(parents=True, exist_ok=True)
+  (step / "params" / "a.bin").write_bytes(b"abc")
+  (step / "_CHECKPOINT_METADATA").write_text("{}")
+  dst = ckpt.move_aside(RUN, 5, "half-written")
+  assert os.fspath(dst).startswith(f"{RUN}/checkpoints_bad/5_")
+  assert (dst / "params" / "a.bin").read_bytes() == b"abc"
+  assert not any(k.startswith(f"{RUN}/checkpoints/5/") for k in store)
+  assert ckpt.list_steps(RUN) == []
