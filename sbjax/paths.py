@@ -44,6 +44,11 @@ def _package_of(name: str) -> str | None:
   return None
 
 
+class FileSystemMissing(ImportError, ValueError):
+  """A ``scheme://`` path whose fsspec file system is not installed (a ValueError too, so the
+  command-line tools report it as one ``error:`` line)."""
+
+
 def check_scheme(path) -> None:
   """A clear one-line error when ``path``'s scheme has no file system installed."""
   name = scheme(path)
@@ -55,8 +60,8 @@ def check_scheme(path) -> None:
   if missing == "":
     raise ValueError(f"{os.fspath(path)}: no file system is known for {name}:// paths; use a "
                      "local path or a scheme fsspec supports (gs://, s3://, ...)")
-  raise ImportError(f"{os.fspath(path)}: {name}:// paths need the package {missing}, which "
-                    f"is not installed; pip install {missing}")
+  raise FileSystemMissing(f"{os.fspath(path)}: {name}:// paths need the package {missing}, "
+                          f"which is not installed; pip install {missing}")
 
 
 def upath(path) -> pathlib.Path | epath.Path:

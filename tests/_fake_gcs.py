@@ -31,10 +31,12 @@ def fake_gcs():
   for p in FakeGCS.protocol:
     fsspec.register_implementation(p, FakeGCS, clobber=True)
   FakeGCS.store.clear()
+  FakeGCS.pseudo_dirs[:] = [""]  # directories made by mkdir: a class attribute too
   try:
     yield FakeGCS.store
   finally:
     FakeGCS.store.clear()
+    FakeGCS.pseudo_dirs[:] = [""]
     for p, cls in saved.items():
       if cls is None:
         _registry.pop(p, None)

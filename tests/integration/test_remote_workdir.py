@@ -122,6 +122,7 @@ def test_a_scheme_without_its_file_system_is_one_line_naming_the_package(monkeyp
     paths.upath("zz://bucket/run")
   assert str(e.value) == ("zz://bucket/run: zz:// paths need the package zzfs_not_installed, "
                           "which is not installed; pip install zzfs_not_installed")
+  assert isinstance(e.value, ValueError)  # so the command-line tools print one error: line
   with pytest.raises(ValueError, match="no file system is known for nope:// paths"):
     paths.upath("nope://b/x")
   assert isinstance(paths.upath("runs/x"), type(paths.upath("/tmp")))  # local: untouched
