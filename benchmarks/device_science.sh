@@ -12,8 +12,10 @@
 #
 #   bash benchmarks/device_science.sh PART [--out DIR] [--dry-run] [--tokens DIR]
 # PART: collapse (24 data-order seeds of L2-d256, V 1024, --preset=gpu) | collapse-grid
-# (L {1,2,4} x d {64..512}, --preset=gpu-grid) | vocab_threshold | saturation (those two
-# have no gpu preset yet: the script says so and stops).
+# (L {1,2,4} x d {64..512}, --preset=gpu-grid) | vocab_threshold (a d512 L6 trunk and
+# frozen-trunk heads at V 1024..8192, --preset=gpu; each head compiles on its own, so it
+# needs more than one call: a rerun with the same --out reads the finished runs back) |
+# saturation (no gpu preset yet: the script says so and stops).
 # Checks: the token files are present (else it says how to build them on a CPU), jax sees
 # the GPU and nvidia-smi reports the free memory the part needs (a dry run skips both, with
 # a note). The experiment runs under `timeout` (RUN_LIMIT_S, 520 s); a preset that would
@@ -51,11 +53,17 @@ fi
 case "${PART}" in
   collapse) EXP=collapse; PRESET=gpu; VOCAB=1024; NEED_MIB=20000 ;;
   collapse-grid) EXP=collapse; PRESET=gpu-grid; VOCAB=1024; NEED_MIB=20000 ;;
-  *) echo "error: part '${PART}' has no gpu preset yet (issue 32, item 3: only collapse and" \
-       "collapse-grid are built); run one of those" >&2
+  vocab_threshold) EXP=vocab_threshold; PRESET=gpu; VOCAB="1024 2048 4096 8192"
+    NEED_MIB=40000 ;;
+  *) echo "error: part '${PART}' has no gpu preset yet (issue 32, item 3: collapse," \
+       "collapse-grid and vocab_threshold are built); run one of those" >&2
      exit 2 ;;
 esac
-if [[ "${DRY}" == 1 ]]; then PRESET="${PRESET}-test"; VOCAB=64; fi
+if [[ "${DRY}" == 1 ]]; then
+  PRESET="${PRESET}-test"
+  VOCAB=64
+  if [[ "${EXP}" == vocab_threshold ]]; then VOCAB="96 128"; fi
+fi
 PY="${PYTHON:-$(command -v python3 || command -v python)}"
 START=$(date +%s)
 RUN_LIMIT_S="${RUN_LIMIT_S:-520}"
@@ -69,7 +77,9 @@ step() { echo "== [$(($(date +%s) - START)) s] $*"; }
 ARCHIVE="${OUT_DIR}/device_science_${PART}.tar.gz"
 # On any exit, also a failed one: what the run wrote goes into the one archive.
 pack() {
-  tar -czf "${ARCHIVE}" --exclude=perclass -C "${OUT_DIR}" "${PART}" && step "archive: ${ARCHIVE}"
+  # (per-class arrays and the runs' checkpoints stay in OUT/PART for a rerun, not in the archive)
+  tar -czf "${ARCHIVE}" --exclude=perclass --exclude=runs -C "${OUT_DIR}" "${PART}" \
+    && step "archive: ${ARCHIVE}"
   rm -rf "${WORK}"
 }
 trap pack EXIT
@@ -80,11 +90,12 @@ if [[ "${DRY}" == 1 ]]; then  # a dry run checks the script, not speed
   export JAX_PLATFORMS=cpu
 fi
 
-# --- data: shipped token files (a dry run writes a small generated pair) --------------------
+# --- data: shipped token files (a dry run writes small generated ones) ----------------------
 if [[ "${DRY}" == 1 ]]; then
   TOKENS="${WORK}/tokens"
-  mkdir -p "${TOKENS}/V${VOCAB}"
-  "${PY}" - "${TOKENS}/V${VOCAB}" "${VOCAB}" <<'EOF'
+  if [[ "${EXP}" == collapse ]]; then
+    mkdir -p "${TOKENS}/V${VOCAB}"
+    "${PY}" - "${TOKENS}/V${VOCAB}" "${VOCAB}" <<'EOF'
 import sys
 import numpy as np
 d, v = sys.argv[1], int(sys.argv[2])
@@ -96,10 +107,20 @@ for name, n in (("train", 4096), ("val", 1024)):
     x[i] = nxt[x[i - 1], rng.integers(0, 4)]
   x.tofile(f"{d}/{name}.uint16.bin")
 EOF
+  else  # vocab_threshold needs each V's tokenizer: the builder on generated text
+    "${PY}" -c "import sys; from pathlib import Path; \
+from tests._corpus import generated_docs, write_corpus; \
+write_corpus(Path(sys.argv[1]), generated_docs(3, 10))" "${WORK}/corpus"
+    "${PY}" benchmarks/build_device_tokens.py --data="${WORK}/corpus" --out="${TOKENS}" \
+      --vocabs="${VOCAB// /,}" > "${WORK}/build.log" 2>&1
+  fi
 fi
-TRAIN="${TOKENS}/V${VOCAB}/train.uint16.bin"
-VAL="${TOKENS}/V${VOCAB}/val.uint16.bin"
-for f in "${TRAIN}" "${VAL}"; do
+NEED=()
+for v in ${VOCAB}; do
+  NEED+=("${TOKENS}/V${v}/train.uint16.bin" "${TOKENS}/V${v}/val.uint16.bin")
+  if [[ "${EXP}" == vocab_threshold ]]; then NEED+=("${TOKENS}/V${v}/tokenizer.model"); fi
+done
+for f in "${NEED[@]}"; do
   if [[ ! -s "${f}" ]]; then
     echo "error: token file ${f} is missing. Build the token files on a CPU machine:" >&2
     echo "  python benchmarks/build_device_tokens.py --data=DIR_OF_SHAKESPEARE_TXT --out=${TOKENS}" >&2
@@ -107,7 +128,9 @@ for f in "${TRAIN}" "${VAL}"; do
     exit 3
   fi
 done
-step "token files: ${TRAIN}, ${VAL}"
+DATA="${TOKENS}"
+if [[ "${EXP}" == collapse ]]; then DATA="${NEED[0]},${NEED[1]}"; fi
+step "token files: ${DATA}"
 
 # --- the device: jax sees it, and it has the memory ------------------------------------------
 if [[ "${DRY}" == 0 ]]; then
@@ -144,8 +167,12 @@ step "python -m experiments.${EXP} --preset=${PRESET} (at most ${RUN_LIMIT_S} s)
 T0=$(date +%s)
 RC=0
 timeout -s TERM -k 20 "${RUN_LIMIT_S}" "${PY}" -m "experiments.${EXP}" --preset="${PRESET}" \
-  --out="${RUN_DIR}" --data="${TRAIN},${VAL}" > "${RUN_DIR}/section.out" \
-  2> "${RUN_DIR}/run.log" || RC=$?
+  --out="${RUN_DIR}" --data="${DATA}" > "${RUN_DIR}/result.out" 2> "${RUN_DIR}/run.log" || RC=$?
+if [[ "${RC}" == 0 && "${EXP}" == vocab_threshold ]]; then  # its CLI prints JSON: the section
+  "${PY}" -c "import sys; from pathlib import Path; \
+from experiments.vocab_threshold.report import report_section as r; \
+Path(sys.argv[1], 'section.md').write_text(r(Path(sys.argv[1]), '.'))" "${RUN_DIR}" || RC=$?
+fi
 SECONDS_RUN=$(($(date +%s) - T0))
 case "${RC}" in
   0) WHAT="finished" ;;
@@ -167,8 +194,11 @@ if [[ "${DRY}" == 1 ]]; then  # the archive holds the report, the CSVs and the f
   trap - EXIT
   pack
   LISTED="$(tar -tzf "${ARCHIVE}")"
-  for f in section.md collapse_models.csv collapse_meta.json fig_collapse_vs_loss.png \
-           status.json run.log; do
+  WANT=(section.md collapse_models.csv collapse_meta.json fig_collapse_vs_loss.png)
+  if [[ "${EXP}" == vocab_threshold ]]; then
+    WANT=(section.md vocab_threshold.csv runs.csv fit.json fig_vocab_threshold.png)
+  fi
+  for f in "${WANT[@]}" status.json run.log; do
     if ! grep -qx "${PART}/${f}" <<< "${LISTED}"; then
       echo "error: the archive ${ARCHIVE} lacks ${PART}/${f}" >&2
       exit 4

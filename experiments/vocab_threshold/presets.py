@@ -28,6 +28,9 @@ def _b(ranks, lrs) -> hr.Knobs:
   return hr.Knobs(ranks=ranks, lrs=lrs, protocols=("b",), head_lrs=())
 
 
+# the gpu presets read token files (per V: DATA/V<V>/{train,val}.uint16.bin, run.token_overrides)
+GPU_DATA = {"data.source": "tokens"}
+
 # overrides: dotted Config overrides; data.vocab_size, the corpus and name are per V
 PRESETS: dict[str, Preset[Knobs]] = {
     # the test suite: head_rank's test trunk, two vocabularies (the smallest fit: two points;
@@ -57,6 +60,28 @@ PRESETS: dict[str, Preset[Knobs]] = {
                                          "train.eval_batches": 32}),
                   Knobs(vocabs=(512, 1024, 2048, 4096, 8192, 16384, 32768),
                         plan=_b((8, 16, 32, 64, 128, 256), (3e-4, 1e-3, 3e-3)))),
+    # issue 32, item 3 (one H200): the shipped token files of the Shakespeare corpus
+    # (benchmarks/build_device_tokens.py; --data=device_tokens, a folder of V<V>/ with
+    # train.uint16.bin, val.uint16.bin and tokenizer.model), a d=512, 6-layer trunk per V
+    # (protocol full, the last step), then protocol (a) heads at ranks 16..512 x head lr
+    # {1e-2, 3e-2} on the frozen trunk; r* against the rank-512 head at TOL_CHAR. Each head is
+    # its own run (one compile each: the populations of frozen heads are not built).
+    "gpu": Preset(hr.BASE, hr.overrides({**GPU_DATA, "name": "vocab_threshold-gpu",
+                                         "model.d_model": 512, "model.n_layers": 6,
+                                         "model.n_heads": 8, "model.max_len": 256,
+                                         "train.steps": 1200, "train.batch_size": 64,
+                                         "train.seq_len": 256, "train.warmup_steps": 100,
+                                         "train.eval_batches": 16}),
+                  Knobs(vocabs=(1024, 2048, 4096, 8192),
+                        plan=hr.Knobs(ranks=(16, 32, 48, 64, 96, 128, 192, 256, 384, 512),
+                                      lrs=(1e-3,), head_lrs=(1e-2, 3e-2), head_steps=400,
+                                      protocols=("a",)))),
+    # its test-size twin (the suite): head_rank's test trunk (d = 4) on token files at V 96 and
+    # 128, protocol (a) heads at ranks 2 and 4 (= d, the reference) x the two head lrs
+    "gpu-test": Preset(hr.BASE, {**hr.PRESETS["test"].overrides, **GPU_DATA},
+                       Knobs(vocabs=(96, 128),
+                             plan=hr.Knobs(ranks=(2, 4), lrs=(3e-3,), head_lrs=(1e-2, 3e-2),
+                                           head_steps=4, protocols=("a",)))),
 }
 VOCABS = {name: p.knobs.vocabs for name, p in PRESETS.items()}
 

@@ -14,6 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402 - after choosing the non-interacti
 import numpy as np  # noqa: E402
 
 from ..shared import fmt, read_rows  # noqa: E402
+from .corpus_limits import corpus_sentence  # noqa: E402
 from .measure import grid_interval, slope_range  # noqa: E402
 
 NAME = "vocab_threshold"
@@ -146,4 +147,5 @@ def report_section(out: Path, rel: str) -> str:
             "tokenizer) of the reference head (the protocol-(a) rank-d head when the sweep has "
             "one, else the dense head); the W-error is that of the centred dense head. These are small models (d far below V), so the rank "
             "grid is coarse (factors of 2) and the runs are short; read beta as a trend."]
-  return "\n".join(lines) + "\n"
+  limits = corpus_sentence(table)
+  return "\n".join(lines + (["", limits] if limits else [])) + "\n"

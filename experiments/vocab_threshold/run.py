@@ -7,10 +7,12 @@ import dataclasses
 import time
 from pathlib import Path
 
+import numpy as np
+
 from sbjax.studies.corpus import corpus_overrides
 from sbjax.studies.head_rank import run_sweep, sweep_units
 from ..shared import RunsProgress, config_from, text_corpus, write_json, write_rows
-from . import ngram, report, tolerance
+from . import corpus_limits, ngram, report, tolerance
 from .measure import loglog_fit, thresholds
 from .presets import TOL, TOL_CHAR, W_LEVEL, get_preset
 from sbjax.data import make_dataset
@@ -20,12 +22,43 @@ from sbjax.studies.rank_sweep import Plan
 NAME = "vocab_threshold"
 
 
+TOKEN_FILES = ("train.uint16.bin", "val.uint16.bin", "tokenizer.model")
+
+
+def uses_tokens(preset) -> bool:
+  """A preset that reads shipped token files (gpu, gpu-test) rather than a text corpus."""
+  return get_preset(preset).overrides.get("data.source") == "tokens"
+
+
+def token_dir(data: str | None, vocabs) -> Path:
+  """``--data=DIR`` of token files: DIR/V<V>/ holds TOKEN_FILES for every V of the preset
+  (benchmarks/build_device_tokens.py writes them); one clear error names what is missing."""
+  build = ("build them on a CPU with benchmarks/build_device_tokens.py (a text directory as "
+           f"its --data, V in {', '.join(map(str, vocabs))}), then pass --data=device_tokens")
+  if not data:
+    raise ValueError(f"--data: this preset trains on token files, none given; {build}")
+  for v in vocabs:
+    for name in TOKEN_FILES:
+      if not (Path(data) / f"V{v}" / name).is_file():
+        raise FileNotFoundError(f"--data={data}: {Path(data) / f'V{v}' / name} is missing; "
+                                f"{build}")
+  return Path(data)
+
+
+def token_overrides(data: str, vocab: int) -> dict:
+  d = Path(data) / f"V{vocab}"
+  return {"data.source": "tokens", "data.options.path": str(d / TOKEN_FILES[0]),
+          "data.options.val_path": str(d / TOKEN_FILES[1]), "data.options.vocab": vocab}
+
+
 def make_plan(preset, data: str, vocab: int, tfds_dir: str = "") -> Plan:
-  """The sweep at vocabulary size ``vocab`` on the corpus ``data``."""
+  """The sweep at vocabulary size ``vocab`` on the corpus ``data`` (a token folder for a
+  preset of ``data.source=tokens``)."""
   p = get_preset(preset)
   tag = preset if isinstance(preset, str) else "custom"
-  base = config_from(p.base, {**p.overrides, **corpus_overrides("text", data, tfds_dir),
-                              "data.vocab_size": vocab, "name": f"{NAME}-{tag}-V{vocab}"})
+  where = (token_overrides(data, vocab) if uses_tokens(preset)
+           else {**corpus_overrides("text", data, tfds_dir), "data.vocab_size": vocab})
+  base = config_from(p.base, {**p.overrides, **where, "name": f"{NAME}-{tag}-V{vocab}"})
   return Plan(base, **dataclasses.asdict(p.knobs.plan))
 
 
@@ -37,9 +70,11 @@ def sweep_dataset(plan: Plan, sub: Path):
 
 
 def validation_chars_per_token(plan: Plan, sub: Path, ds=None) -> float:
-  """Characters per token of the sweep's validation stream."""
+  """Characters per token of the sweep's validation stream (token files: the tokenizer.model
+  shipped beside them)."""
   ds = sweep_dataset(plan, sub) if ds is None else ds
-  tok = Tokenizer(ds.tokenizer_path)
+  tok = Tokenizer(ds.tokenizer_path or
+                  Path(plan.base.data.options.path).with_name(TOKEN_FILES[2]))
   return tolerance.stream_chars_per_token(tok.decode, ds.val_tokens)
 
 
@@ -49,6 +84,9 @@ def measure_v(plan: Plan, sub: Path, vocab: int, knobs, ngram_rows: list) -> dic
   ds = sweep_dataset(plan, sub)
   cpt = validation_chars_per_token(plan, sub, ds)
   row = thresholds(sub, cpt=cpt)
+  counts = np.bincount(np.asarray(ds.train_tokens).astype(np.int64), minlength=vocab)
+  row.update(train_tokens=int(len(ds.train_tokens)),
+             types_under_50=int(np.sum(counts < corpus_limits.RARE)))
   if knobs.ngram is not None:
     t0 = time.perf_counter()
     rows = ngram.ngram_rows(ds.train_tokens, ds.val_tokens, vocab, knobs.ngram)
@@ -60,8 +98,8 @@ def measure_v(plan: Plan, sub: Path, vocab: int, knobs, ngram_rows: list) -> dic
 
 def run(out: Path, preset, *, data: str | None = None, verbose: bool = True) -> None:
   out = Path(out)
-  corpus = str(text_corpus(data))
   knobs = get_preset(preset).knobs
+  corpus = str(token_dir(data, knobs.vocabs) if uses_tokens(preset) else text_corpus(data))
   plans = {v: make_plan(preset, corpus, v, str(out / "tfds")) for v in knobs.vocabs}
   out.mkdir(parents=True, exist_ok=True)
   progress = RunsProgress(sum(sweep_units(p) for p in plans.values()), NAME, disable=not verbose)
