@@ -51,7 +51,8 @@ def seed_stats(rows: list[dict]) -> dict:
   t = float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n) if n > 1 else float("nan")
   n_rise, n_no = v.count("yes"), v.count("no")
   verdict = "supported" if n_rise == n else "refuted" if n_no == n else "undecided"
-  return {"n": n, "n_rise": n_rise, "n_no": n_no,
+  return {"n": n, "n_rise": n_rise, "n_no": n_no, "rises": " / ".join(fmt(x, 3) for x in r),
+          "seeds": "/".join(str(int(a.get("seed") or 0)) for a in rows),
           "n_clear0": sum(float(a["rise_ci_lo"]) > 0 for a in rows), "mean": float(r.mean()),
           "sd": sd, "t_lo": float(r.mean()) - t, "t_hi": float(r.mean()) + t,
           "half": float(np.mean([(float(a["rise_ci_hi"]) - float(a["rise_ci_lo"])) / 2
@@ -83,8 +84,8 @@ def _group_sentence(key: tuple, s: dict, threshold: float) -> str:
           f"{'seed rises' if s['n'] == 1 else 'seeds rise'} by ≥ {threshold:g} nats")
   if s["n"] == 1:
     one = {"supported": "a rise", "refuted": "no rise"}.get(s["verdict"], "undecided")
-    return head + f" ({one} in its one seed, mean {fmt(s['mean'], 3)} nats; not replicated)"
-  return (head + f"; mean rise {fmt(s['mean'], 3)} nats, SD across seeds {fmt(s['sd'], 3)}, "
+    return head + f" ({one} in its one seed, rise {fmt(s['mean'], 3)} nats; not replicated)"
+  return (head + f" (rises {s['rises']} nats, seeds {s['seeds']}); mean rise {fmt(s['mean'], 3)} nats, SD across seeds {fmt(s['sd'], 3)}, "
           f"t interval over seeds [{fmt(s['t_lo'], 3)}, {fmt(s['t_hi'], 3)}]; the bootstrap CI "
           f"is ±{fmt(s['half'], 2)} nats on average; {s['n_clear0']} of {s['n']} CIs clear 0; "
           f"the late rise is **{s['verdict']}** for this arm")

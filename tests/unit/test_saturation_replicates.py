@@ -70,6 +70,8 @@ def test_replicates_text_both_ways(tmp_path):
   assert "V 1024, Zipf 1.5, d 8, λ 0.1: 0 of 1 seed rises" in t and "not replicated" in t
   assert "covers evaluation noise only" in t and "other variance" in t
   assert "3 of 3 CIs clear 0" in t  # d64: every CI above 0, none above 0.02
+  assert "(rises 0.0119 / 0.0031 / 0.008 nats, seeds 0/1/2)" in t
+  assert "(no rise in its one seed, rise 0.002 nats; not replicated)" in t
   # every d64 seed rises: supported for d64, mixed over the widths
   d64 = [row(64, s, 0.05, 0.03, 0.07, "yes") for s in range(3)]
   t = rep.replicates_text(csv_rows(tmp_path, d8 + d64), LANG, 0.02)
