@@ -38,7 +38,9 @@ Finished architecture groups are kept in ``OUT/groups/`` and skipped on a rerun.
 ``fig_collapse_vs_loss.png`` (Fig. 1) and ``fig_collapse_ceiling.png`` and gives the
 markdown section.
 
-Modules: ``presets`` (PRESETS: test, quick, cpu, tpu), ``run`` (corpus, groups, tables),
+Modules: ``presets`` (PRESETS: test, quick, cpu, tpu; gpu and gpu-grid on shipped token
+files, with their twins gpu-test and gpu-grid-test), ``budget`` (the time estimate after 200
+steps and the clean stop before ``Knobs.budget_s``), ``run`` (corpus, groups, tables),
 ``measure`` (one group trained and measured; metric lists and the authors' anchors),
 ``tables`` (R², anchors, seeds, tokens), ``ceiling`` (the planted language's ceiling),
 ``report`` / ``report_ceiling``, ``series`` (``--series=WORKDIR --tokens=FILE``: the collapse

@@ -97,6 +97,13 @@ def load_corpus(p: Preset, out: Path, corpus: str | None):
   return np.asarray(tr), np.asarray(va), vocab, tok_path
 
 
+def result_knobs(p: Preset) -> dict:
+  """The knobs that shape the results (the time budget does not: an output written before
+  ``budget_s`` existed is still the same experiment)."""
+  return {k: v for k, v in dataclasses.asdict(p.knobs).items()
+          if k not in ("budget_s", "estimate_at")}
+
+
 def check_same_experiment(out: Path, key: dict) -> None:
   """Finished groups are reused only by the same preset, corpus and settings."""
   path = out / "groups" / "_experiment.json"
@@ -173,7 +180,7 @@ def run(out: Path, preset: str, *, data: str | None = None, verbose: bool = True
   t0, c0 = time.perf_counter(), time.process_time()
   tr, va, vocab, tok_path = load_corpus(p, out, data)
   check_same_experiment(out, {"preset": preset, "base": p.base, "overrides": p.overrides,
-                              "knobs": dataclasses.asdict(p.knobs), "vocab": int(vocab),
+                              "knobs": result_knobs(p), "vocab": int(vocab),
                               "train_tokens": int(len(tr)), "val_tokens": int(len(va)),
                               "settings": SETTINGS})
   rows = train_groups(p, out, tr, va, vocab, verbose)

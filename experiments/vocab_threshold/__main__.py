@@ -14,7 +14,8 @@ from .report import FIT
 PRESET = flags.DEFINE_enum("preset", "cpu", list(PRESETS), "experiment size")
 OUT = flags.DEFINE_string("out", "out/vocab_threshold", "output directory")
 DATA = flags.DEFINE_string("data", "", "directory of .txt files (default: the Shakespeare "
-                           "sample corpus shipped in sbjax/data/sample_text)")
+                           "sample corpus shipped in sbjax/data/sample_text); gpu presets: a "
+                           "folder of V<V>/ token files (benchmarks/build_device_tokens.py)")
 
 
 def main(argv):
