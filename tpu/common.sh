@@ -276,7 +276,9 @@ sbjax_check_bucket() {
   if ! command -v gcloud >/dev/null 2>&1; then
     sbjax_die "gcloud not found on PATH; install the Google Cloud CLI (https://cloud.google.com/sdk/docs/install)"
   fi
-  if ! printf 'sbjax write probe\n' | gcloud storage cp - "$probe" >/dev/null 2>&1; then
+  # a here-string, not a pipe: a gcloud that exits before reading stdin must not fail the
+  # probe by SIGPIPE under pipefail
+  if ! gcloud storage cp - "$probe" <<<'sbjax write probe' >/dev/null 2>&1; then
     sbjax_die "the bucket gs://$bucket is not writable (gcloud storage cp to $probe failed); check that the bucket exists and that your account may write to it (roles/storage.objectUser), or pass --skip-bucket-check"
   fi
   gcloud storage rm "$probe" >/dev/null 2>&1 ||
