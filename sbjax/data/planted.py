@@ -98,15 +98,18 @@ class _MarkovLanguage:
     joint = (pi[:, None] * self.probs).reshape(V, C // V, V).sum(0)
     return joint.reshape(C)
 
-  def _stationary(self, tol: float = 1e-14, max_iter: int = 100_000) -> np.ndarray:
-    C = self.n_contexts
+  def _stationary_start(self) -> np.ndarray:
+    """Where the power iteration of ``_stationary`` starts: for context 1 the left eigenvector
+    of P for eigenvalue 1, else uniform."""
     if self.context == 1:
-      # Left eigenvector of P for eigenvalue 1, refined by power iteration.
       w, vecs = np.linalg.eig(self.probs.T)
       v = np.real(vecs[:, np.argmin(np.abs(w - 1.0))])
-      pi = np.abs(v) / np.abs(v).sum()
-    else:
-      pi = np.full(C, 1.0 / C)
+      return np.abs(v) / np.abs(v).sum()
+    return np.full(self.n_contexts, 1.0 / self.n_contexts)
+
+  def _stationary(self, tol: float = 1e-14, max_iter: int = 100_000) -> np.ndarray:
+    """The stationary distribution: power iteration from ``_stationary_start``, refined."""
+    pi = self._stationary_start()
     for _ in range(max_iter):
       new = self.transition(pi)
       new /= new.sum()

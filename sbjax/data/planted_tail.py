@@ -62,19 +62,9 @@ class PlantedTail(PlantedMixture):
     self.log_probs = lp
     self._finish()
 
-  def _stationary(self, tol: float = 1e-14, max_iter: int = 100_000) -> np.ndarray:
-    pi = self.transition(np.full(self.n_contexts, 1.0 / self.n_contexts))
-    for _ in range(max_iter):
-      new = self.transition(pi)
-      new /= new.sum()
-      delta = np.abs(new - pi).sum()
-      pi = new
-      if delta < tol:
-        break
-    err = np.abs(self.transition(pi) - pi).sum()
-    if err > 1e-10:
-      raise RuntimeError(f"stationary distribution did not converge (L1 residual {err:.3g})")
-    return pi
+  def _stationary_start(self) -> np.ndarray:
+    # one step from uniform, not the eigenvector of the V x V matrix P (not held here)
+    return self.transition(np.full(self.n_contexts, 1.0 / self.n_contexts))
 
   def component_logits(self) -> np.ndarray:
     raise NotImplementedError("PlantedTail does not hold the [M, C, V] component logits (the "
