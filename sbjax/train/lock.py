@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Iterator
 
 
-from sbjax.atomic import is_local
+from sbjax.atomic import atomic_write_text, is_local
 from sbjax.paths import upath
 
 log = logging.getLogger("sbjax")
@@ -184,7 +184,7 @@ class HeartbeatLock:
       log.warning("took over the stale lock of %s: %s is gone (last heartbeat %.0f s ago)",
                   self.workdir, describe(old), time.time() - float(old.get("heartbeat", 0)))
     self.info = holder_info()
-    self.path.write_text(json.dumps(self.info))
+    atomic_write_text(self.path, json.dumps(self.info))
     now = self._read()
     if now.get("token") != self.info["token"]:
       raise WorkdirLockedError(busy_message(self.workdir, now))
@@ -199,7 +199,7 @@ class HeartbeatLock:
                   "stop one of the two runs", self.workdir, describe(now))
         return
       self.info["heartbeat"] = time.time()
-      self.path.write_text(json.dumps(self.info))
+      atomic_write_text(self.path, json.dumps(self.info))
 
   def release(self) -> None:
     self.stop.set()
