@@ -1,4 +1,6 @@
-"""Glue shared by the experiments: CSV rows, number formatting and report sentences. The
+"""Glue shared by the experiments: CSV rows, number formatting and report sentences, and the
+writers of figures and arrays that take an output path local or remote (``gs://``: ``out``
+is then an ``etils.epath`` path, ``sbjax.paths.upath``). The
 library-grade pieces they use live in sbjax and are re-exported here: ``config_from``
 (``sbjax.overrides``), ``text_corpus``/``with_corpus``/``DEFAULT_TEXT``
 (``sbjax.studies.corpus``), ``Preset``/``pick_preset`` (``sbjax.studies.presets``),
@@ -10,10 +12,15 @@ library-grade pieces they use live in sbjax and are re-exported here: ``config_f
 
 from __future__ import annotations
 
+import io
 import math
 from pathlib import Path
 
-from sbjax.analysis.table import atomic_write_json, read_csv, write_csv
+import numpy as np
+
+from sbjax.analysis.table import atomic_write_bytes, atomic_write_json, read_csv, write_csv
+from sbjax.atomic import is_local
+from sbjax.paths import local_file, upath
 from sbjax.overrides import config_from  # the one override path (presets' dotted keys)
 from sbjax.studies.corpus import DEFAULT_TEXT, text_corpus, with_corpus
 from sbjax.studies.presets import Preset, pick_preset
@@ -23,7 +30,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 __all__ = ["REPO", "DEFAULT_TEXT", "config_from", "text_corpus", "with_corpus", "write_rows",
            "read_rows", "write_json", "fmt", "RunsProgress", "SweepProgress", "Preset",
-           "pick_preset", "claims_sentences", "span"]
+           "pick_preset", "claims_sentences", "span", "upath", "save_figure", "save_npz",
+           "load_np"]
 
 
 def write_rows(path, rows) -> list[str]:
@@ -37,6 +45,33 @@ def read_rows(path) -> list[dict]:
 
 def write_json(path, obj) -> None:
   atomic_write_json(path, obj)
+
+
+def save_figure(fig, path, **kwargs) -> None:
+  """``fig.savefig(path, **kwargs)``; a remote ``path`` gets the bytes as one object (the
+  format from its suffix)."""
+  if is_local(path):
+    fig.savefig(path, **kwargs)
+    return
+  buf = io.BytesIO()
+  fig.savefig(buf, format=upath(path).suffix.lstrip(".") or "png", **kwargs)
+  atomic_write_bytes(path, buf.getvalue())
+
+
+def save_npz(path, **arrays) -> None:
+  """``np.savez(path, **arrays)``; a remote ``path`` gets the bytes as one object."""
+  if is_local(path):
+    np.savez(path, **arrays)
+    return
+  buf = io.BytesIO()
+  np.savez(buf, **arrays)
+  atomic_write_bytes(path, buf.getvalue())
+
+
+def load_np(path, **kwargs):
+  """``np.load`` of a local or remote ``.npy``/``.npz`` (a remote one from its local copy,
+  ``sbjax.paths.local_file``)."""
+  return np.load(local_file(path), **kwargs)
 
 
 def claims_sentences(sup: list, con: list, und: list,

@@ -4,12 +4,12 @@ the knee and its checks as one JSON line."""
 import json
 import logging
 import sys
-from pathlib import Path
 
 from absl import flags
 
 from sbjax.cli import common
 from . import PRESETS, run, summarize
+from sbjax.paths import upath
 
 OUT = flags.DEFINE_string("out", "out/planted", "output directory")
 PRESET = flags.DEFINE_enum("preset", "cpu", list(PRESETS), " | ".join(PRESETS))
@@ -18,7 +18,7 @@ PARTS = flags.DEFINE_list("parts", ["knee", "mix"], "knee,mix (part 1, part 2) o
 
 def main(argv):
   del argv
-  out = Path(OUT.value)
+  out = upath(OUT.value)
   run(out, PRESET.value, parts=tuple(PARTS.value))
   common.result(json.dumps({"out": str(out), **summarize(out)}))
 

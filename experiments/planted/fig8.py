@@ -18,7 +18,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from ..shared import read_rows, write_rows  # noqa: E402
+from ..shared import read_rows, save_figure, upath, write_rows  # noqa: E402
 from sbjax.data.builders import language_of  # noqa: E402
 from sbjax.studies.target_werror import VARIANTS, gap_opens, language_werror  # noqa: E402
 
@@ -30,7 +30,7 @@ PARTS = (("language", "planted_floor.csv"), ("mixture", "planted_mix_floor.csv")
 
 def rows(out: Path) -> list[dict]:
   """One row per (language, cached floor rank): floor_gap and the three target W-errors."""
-  out = Path(out)
+  out = upath(out)
   meta = json.loads((out / "planted_meta.json").read_text())
   res = []
   for key, csv in PARTS:
@@ -52,7 +52,7 @@ def write(out: Path) -> list[dict]:
   rs = rows(out)
   if not rs:
     return rs
-  write_rows(Path(out) / CSV, rs)
+  write_rows(upath(out) / CSV, rs)
   fig, axes = plt.subplots(1, 3, figsize=(12, 3.6), sharey=True)
   for ax, v in zip(axes, VARIANTS):
     for j, lang in enumerate(sorted({r["language"] for r in rs})):
@@ -65,7 +65,7 @@ def write(out: Path) -> list[dict]:
   axes[0].legend(fontsize=8)
   fig.suptitle("exact floors against the target's W-error (Godey et al. Fig. 8, exact)")
   fig.tight_layout()
-  fig.savefig(Path(out) / FIG, dpi=100)
+  save_figure(fig, upath(out) / FIG, dpi=100)
   plt.close(fig)
   return rs
 
@@ -99,7 +99,7 @@ def sentence(rs: list[dict], tol: float) -> str:
 
 def lines(out: Path, rel: str, tol: float) -> list[str]:
   """The report's table, figure and sentence (from planted_fig8.csv; [] without it)."""
-  out = Path(out)
+  out = upath(out)
   if not (out / CSV).exists():
     return []
   rs = read_rows(out / CSV)

@@ -15,7 +15,7 @@ import numpy as np  # noqa: E402
 
 from . import fig8  # noqa: E402
 from .mix_stats import MOS_TOL, arms, verdict  # noqa: E402
-from ..shared import fmt, read_rows  # noqa: E402
+from ..shared import fmt, read_rows, save_figure, upath  # noqa: E402
 from sbjax.studies.floor import knee  # noqa: E402
 
 FIG_KNEE = "fig_planted_knee.png"
@@ -34,8 +34,9 @@ def _f(v) -> str:
 
 def summarize(out: Path) -> dict:
   """The knee and the three checks, computed from planted.csv and planted_meta.json."""
-  rows = read_rows(Path(out) / CSV_KNEE)
-  meta = json.loads((Path(out) / META).read_text())
+  out = upath(out)
+  rows = read_rows(out / CSV_KNEE)
+  meta = json.loads((out / META).read_text())
   s = meta["settings"]
   k, tol, margin = int(s["k"]), float(s["tol"]), float(s["margin"])
   h = rows[0]["H"]
@@ -51,7 +52,7 @@ def summarize(out: Path) -> dict:
       "high_max_gap": max((r["gap"] for r in high), default=float("nan")),
       "low_ok": bool(low) and all(r["gap"] >= r["floor_gap"] - margin for r in low),
       "low_min_excess": min((r["gap"] - r["floor_gap"] for r in low), default=float("nan")),
-      "mix": verdict(read_rows(Path(out) / CSV_MIX)) if (Path(out) / CSV_MIX).exists() else None,
+      "mix": verdict(read_rows(out / CSV_MIX)) if (out / CSV_MIX).exists() else None,
   }
 
 
@@ -76,7 +77,7 @@ def _draw_knee(out: Path) -> None:
   ax.set_title(f"planted V={vocab}, k={s['k']}")
   ax.legend(fontsize=8)
   fig.tight_layout()
-  fig.savefig(out / FIG_KNEE, dpi=110)
+  save_figure(fig, out / FIG_KNEE, dpi=110)
   plt.close(fig)
 
 
@@ -92,14 +93,14 @@ def _draw_mix(out: Path) -> None:
   ax.set_ylabel("expected loss − H (nats)")
   ax.set_title("planted mixture: trained gap (bars), lowrank floor (red)")
   fig.tight_layout()
-  fig.savefig(out / FIG_MIX, dpi=110)
+  save_figure(fig, out / FIG_MIX, dpi=110)
   plt.close(fig)
 
 
 def draw(out: Path) -> None:
   """fig_planted_knee.png, fig_planted_mix.png when the mixture part ran, and the exact Fig. 8
   (planted_fig8.csv, fig_planted_fig8.png: ``fig8``) from the cached floors."""
-  out = Path(out)
+  out = upath(out)
   _draw_knee(out)
   if (out / CSV_MIX).exists():
     _draw_mix(out)
@@ -216,7 +217,7 @@ def selection_text(mixture: dict | None, v: dict | None, tol: float = MOS_TOL) -
 
 
 def report_section(out: Path, rel: str) -> str:
-  out = Path(out)
+  out = upath(out)
   rows = read_rows(out / CSV_KNEE)
   s = summarize(out)
   lines = ["## planted: the exact floor and the knee", "",
