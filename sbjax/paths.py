@@ -9,16 +9,23 @@ system is not installed (``gcsfs`` for ``gs://``, ``s3fs`` for ``s3://``) is one
 the package:
 
     upath("gs://bucket/run")   # without gcsfs: ImportError: ... pip install gcsfs ...
+
+Readers and writers that need a real local file or folder use ``local_file`` / ``local_dir``
+(a remote object or tree copied once into ``cache_root()``) and ``staged_dir`` (a local
+folder whose files are uploaded when the block ends); ``files_under`` lists a tree (epath's
+``rglob`` refuses ``**`` on remote paths).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
 import pathlib
 import shutil
 import tempfile
+from typing import Iterator
 
 import fsspec
 from etils import epath
@@ -95,9 +102,72 @@ def local_file(path) -> str:
   key = hashlib.sha256(f"{os.fspath(src)}|{st.length}|{st.mtime}".encode()).hexdigest()[:16]
   dst = os.path.join(cache_root(), "remote", key, src.name)
   if not os.path.isfile(dst):
-    os.makedirs(os.path.dirname(dst), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(dst), prefix=f".{src.name}.")
-    with src.open("rb") as f, os.fdopen(fd, "wb") as out:
-      shutil.copyfileobj(f, out, 4 << 20)
-    os.replace(tmp, dst)
+    _download(src, dst)
   return dst
+
+
+def files_under(root, suffix: str = "") -> list:
+  """The files under the folder ``root`` (recursively) whose names end with ``suffix``,
+  sorted by their path relative to ``root``. Local: ``pathlib``'s ``rglob``; remote: epath's
+  ``walk`` (``rglob("*")`` is refused on remote paths)."""
+  root = upath(root)
+  if not scheme(root):
+    found = (p for p in root.rglob(f"*{suffix}") if p.is_file())
+  else:
+    found = (d / n for d, _, names in root.walk() for n in names if n.endswith(suffix))
+  return sorted(found, key=lambda p: p.relative_to(root).as_posix())
+
+
+def _download(src, dst: str) -> None:
+  """``src``'s bytes into the local file ``dst`` (a whole file or nothing)."""
+  os.makedirs(os.path.dirname(dst), exist_ok=True)
+  fd, tmp = tempfile.mkstemp(dir=os.path.dirname(dst), prefix=f".{os.path.basename(dst)}.")
+  with src.open("rb") as f, os.fdopen(fd, "wb") as out:
+    shutil.copyfileobj(f, out, 4 << 20)
+  os.replace(tmp, dst)
+
+
+def local_dir(path, names=None) -> str:
+  """A local folder holding the files of the folder ``path`` (every file under it, or only
+  the top-level ``names`` that exist), for readers that need local files (safetensors are
+  memory-mapped, tokenizers load from a file name): ``path`` itself on local disk; a remote
+  tree is copied once to ``cache_root()/remote/<hash of its URL and of every file's name, size
+  and mtime>/<name>``. A missing remote folder is ``FileNotFoundError`` naming it."""
+  if not scheme(path):
+    return os.fspath(path)
+  src = upath(path)
+  if names is not None:
+    files = [src / n for n in names if (src / n).is_file()]
+  elif src.is_dir():
+    files = files_under(src)
+  else:
+    raise FileNotFoundError(f"no such folder: {os.fspath(path)}")
+  rels = [f.relative_to(src).as_posix() for f in files]
+  stats = [(r, f.stat()) for r, f in zip(rels, files)]
+  key = hashlib.sha256(repr([os.fspath(src)] + [(r, s.length, s.mtime) for r, s in stats])
+                       .encode()).hexdigest()[:16]
+  dst = os.path.join(cache_root(), "remote", key, src.name)
+  done = os.path.join(cache_root(), "remote", key, ".complete")  # beside the copy, not in it
+  if not os.path.isfile(done):
+    for r, f in zip(rels, files):
+      _download(f, os.path.join(dst, *r.split("/")))
+    os.makedirs(dst, exist_ok=True)
+    open(done, "w").close()
+  return dst
+
+
+@contextlib.contextmanager
+def staged_dir(path) -> Iterator[str]:
+  """A local folder to write ``path``'s files into: ``path`` itself on local disk; for a
+  remote ``path`` a temporary folder whose files are uploaded under ``path`` (one object
+  each) when the block exits normally, and dropped otherwise."""
+  if not scheme(path):
+    yield os.fspath(path)
+    return
+  dst = upath(path)
+  with tempfile.TemporaryDirectory(prefix="sbjax_stage_") as tmp:
+    yield tmp
+    for f in files_under(tmp):
+      target = dst / f.relative_to(tmp).as_posix()
+      target.parent.mkdir(parents=True, exist_ok=True)
+      target.write_bytes(f.read_bytes())

@@ -22,6 +22,7 @@ import re
 from pathlib import Path
 
 from sbjax.convert.revisions import parse_revision
+from sbjax.paths import files_under, upath
 
 log = logging.getLogger("sbjax")
 
@@ -48,7 +49,7 @@ def _step_of(path: Path, doc: dict) -> int | None:
 
 def read_results(path) -> tuple[int, dict]:
   """(step, {column: value}) of one lm-eval results JSON (see the module doc)."""
-  path = Path(path)
+  path = upath(path)
   try:
     doc = json.loads(path.read_text())
   except (OSError, ValueError) as e:
@@ -70,10 +71,10 @@ def read_results(path) -> tuple[int, dict]:
 
 def read_all(path) -> dict:
   """{step: {column: value}} of a results file or a directory of them."""
-  p = Path(path)
+  p = upath(path)  # gs://...: read through etils.epath
   if not p.exists():
     raise FileNotFoundError(f"--join_evals={path} does not exist")
-  files = [p] if p.is_file() else sorted(p.rglob("*.json"))
+  files = [p] if p.is_file() else files_under(p, ".json")
   if not files:
     raise ValueError(f"--join_evals={path}: no .json results files found")
   out: dict = {}

@@ -36,14 +36,17 @@ tokenizer.model, converted), DIR/tokenizer.json + tokenizer_config.json for
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from absl import app, flags, logging
 
 from . import common, hf_cache
 from sbjax import checkpoint
+from sbjax.atomic import atomic_write_bytes, is_local
 from sbjax.config import Config
 from sbjax.data import hf_tokenizer
 from sbjax.convert import hf_export, hf_import, integrity, revisions, series
+from sbjax.paths import local_dir, staged_dir, upath
 from sbjax.train.lock import workdir_lock
 
 FLAGS = flags.FLAGS
@@ -70,10 +73,10 @@ def check_import_target(workdir: str) -> None:
   """An import adds params-only steps: refuse a training workdir, where such a step would
   block resuming the run; ValueError naming what makes it one and the fix."""
   found = []
-  if os.path.exists(os.path.join(workdir, "metrics.jsonl")):
+  if (upath(workdir) / "metrics.jsonl").exists():
     found.append("metrics.jsonl")
   trained = [s for s in checkpoint.list_steps(workdir)
-             if os.path.isdir(os.path.join(checkpoint.ckpt_dir(workdir), str(s), "opt"))]
+             if (upath(checkpoint.ckpt_dir(workdir)) / str(s) / "opt").is_dir()]
   if trained:
     found.append(f"training checkpoints with optimizer state (steps {trained[:6]}"
                  f"{' ...' if len(trained) > 6 else ''})")
@@ -85,8 +88,7 @@ def check_import_target(workdir: str) -> None:
 
 
 def _check_workdir_config(workdir: str, config: Config):
-  path = os.path.join(workdir, "config.json")
-  if not os.path.isfile(path):
+  if not (upath(workdir) / "config.json").is_file():
     return
   existing = Config.from_dict(checkpoint.read_config_dict(workdir))  # names a bad file
   if existing.model != config.model:
@@ -133,12 +135,22 @@ def _copy_tokenizer(revision_dir: str, workdir: str) -> None:
   """WORKDIR/tokenizer.json from the (last) revision, when the series ships one: the
   analysis tokenises a text corpus with it (never with a newly trained tokenizer)."""
   src = os.path.join(revision_dir, hf_tokenizer.JSON_NAME)
-  dst = os.path.join(workdir, hf_tokenizer.JSON_NAME)
-  if os.path.isfile(src) and not os.path.exists(dst):
-    hf_tokenizer.copy_into(src, workdir)
+  dst = upath(workdir) / hf_tokenizer.JSON_NAME
+  if os.path.isfile(src) and not dst.exists():
+    if is_local(workdir):
+      hf_tokenizer.copy_into(src, workdir)
+    else:  # a gs:// workdir: checked, then written as one object
+      hf_tokenizer.HFTokenizer(src)
+      atomic_write_bytes(dst, Path(src).read_bytes())
 
 
-def _import_series(src, workdir, revs, selection, *, allow_pickle, dtype, name) -> list[int]:
+def _source_label(src: str) -> str:
+  """What import.json records as the source: the absolute path, or the URL of a gs:// one."""
+  return src if not is_local(src) else os.path.abspath(src)
+
+
+def _import_series(src, workdir, revs, selection, *, allow_pickle, dtype, name,
+                   label) -> list[int]:
   chosen = revisions.select(revs, selection, where=f"{src}: ")
   for r in chosen:
     revisions.check_present(r, f"{src}: ")
@@ -155,7 +167,7 @@ def _import_series(src, workdir, revs, selection, *, allow_pickle, dtype, name) 
       logging.info("imported %s revision %s (step %d) -> %s", src, r.name, r.step, workdir)
     _copy_tokenizer(chosen[-1].path, workdir)
     layout = "hf_cache" if revisions.cache_repo(src) is not None else "revision_dirs"
-    rec = integrity.merge_record(workdir, os.path.abspath(src), layout, records)
+    rec = integrity.merge_record(workdir, label, layout, records)
   integrity.warn_duplicates([r for r in rec["revisions"] if r["duplicate_of"] is not None],
                             rec["revisions"], f"{src}: ")
   return [r.step for r in chosen]
@@ -167,14 +179,21 @@ def import_to_workdir(src: str, workdir: str, *, step: int | None = None,
   """Import a HF directory, a directory of revisions or an HF cache into ``workdir``;
   ``steps``: a selection (``sbjax.convert.revisions.select``: a list, or "0,1000:5000:1000");
   ``step``: one revision of a series, or the step to write a single directory at. Returns
-  the steps written; WORKDIR/import.json records the hashes and duplicates."""
+  the steps written; WORKDIR/import.json records the hashes and duplicates. ``src`` and
+  ``workdir`` may be gs:// (any ``sbjax.paths`` scheme): a remote ``src`` is read from one
+  local copy (``sbjax.paths.local_dir``; safetensors are memory-mapped)."""
   check_import_target(workdir)
+  label = _source_label(src)
+  if not is_local(src):
+    if not upath(src).is_dir():
+      raise FileNotFoundError(f"--from_hf={src} does not exist")
+    src = local_dir(src)
   name = name or _source_name(src)
   revs = _series_revisions(src)
   if revs:
     selection = steps if steps not in (None, "", []) else (None if step is None else [step])
     return _import_series(src, workdir, revs, selection, allow_pickle=allow_pickle,
-                          dtype=dtype, name=name)
+                          dtype=dtype, name=name, label=label)
   if not os.path.isdir(src):
     raise FileNotFoundError(f"--from_hf={src} does not exist")
   record = {"name": os.path.basename(os.path.normpath(src)), "commit": "", "tokens": None,
@@ -188,7 +207,7 @@ def import_to_workdir(src: str, workdir: str, *, step: int | None = None,
     check_import_target(workdir)
     checkpoint.write_params(workdir, config, params, step)
     _copy_tokenizer(src, workdir)
-    integrity.merge_record(workdir, os.path.abspath(src), "single", [{"step": step, **record}])
+    integrity.merge_record(workdir, label, "single", [{"step": step, **record}])
   logging.info("imported %s -> %s at step %d", src, workdir, step)
   return [step]
 
@@ -196,11 +215,14 @@ def import_to_workdir(src: str, workdir: str, *, step: int | None = None,
 def export_from_workdir(workdir: str, out_dir: str, *, step: int | None = None,
                         dtype: str = "float32", overwrite: bool = False) -> int:
   """Export the params of ``workdir`` at ``step`` (latest if None); returns the step.
-  ``out_dir`` must not be an sbjax workdir, and must be new or empty unless ``overwrite``."""
+  ``out_dir`` must not be an sbjax workdir, and must be new or empty unless ``overwrite``.
+  Either may be gs:// (``sbjax.paths``): the files are written locally, then uploaded."""
   hf_export.check_export_target(out_dir, overwrite=overwrite)
   config, params, step = checkpoint.load_params(workdir, step)
-  hf_export.export_hf(config.model, params, out_dir, dtype=dtype)
-  kind = hf_tokenizer.export_tokenizer(workdir, out_dir, config.model.max_len)
+  tok_dir = local_dir(workdir, names=(hf_tokenizer.JSON_NAME, "tokenizer.model"))
+  with staged_dir(out_dir) as d:
+    hf_export.export_hf(config.model, params, d, dtype=dtype)
+    kind = hf_tokenizer.export_tokenizer(tok_dir, d, config.model.max_len)
   if kind:
     logging.info("exported the run's tokenizer (%s) -> %s/tokenizer.json", kind, out_dir)
   logging.info("exported %s step %d -> %s", workdir, step, out_dir)

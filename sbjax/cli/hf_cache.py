@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 from sbjax.convert import revisions
+from sbjax.paths import scheme, upath
 
 _REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
 
@@ -30,7 +31,7 @@ def hub_cache() -> Path:
 def resolve(src: str) -> str:
   """The directory to import for ``--from_hf=src``: ``src`` itself when it exists, else the
   HF cache's copy of the model ``org/name``; FileNotFoundError naming where it looked."""
-  if os.path.exists(src):
+  if os.path.exists(src) or (scheme(src) and upath(src).exists()):  # gs://...: etils.epath
     return src
   if not _REPO_ID.fullmatch(src):
     raise FileNotFoundError(f"--from_hf={src} does not exist (give an HF model directory, a "

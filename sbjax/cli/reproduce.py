@@ -18,8 +18,9 @@ module (imported only when selected; importing it defines no absl flags, those l
 ``data`` is ``--data`` (None: the experiment's default corpus); an experiment that trains on
 no corpus (a planted language) ignores it, so one ``--data`` serves a whole run.
 
-Experiment NAME runs in ``OUT/NAME/``; ``OUT/report.md`` is a header, a timing table and the
-sections in order. ``--quick`` selects the ``quick`` preset and, without ``--only``, the
+Experiment NAME runs in ``OUT/NAME/`` (``OUT`` local, or ``gs://bucket/dir`` and any other
+``sbjax.paths`` scheme: ``OUT/NAME`` is then an ``etils.epath`` path); ``OUT/report.md`` is a
+header, a timing table and the sections in order. ``--quick`` selects the ``quick`` preset and, without ``--only``, the
 registry's quick default; otherwise the preset is ``--preset`` (default ``cpu``; ``test`` is the
 tiny preset of the test suite) and the default selection is every experiment. Timings are kept
 in ``OUT/timings.json``, so rerunning with another ``--only`` keeps the others' sections
@@ -44,6 +45,7 @@ from absl import flags
 
 from . import common
 from sbjax.atomic import atomic_write_json
+from sbjax.paths import upath
 
 PRESETS = ("test", "quick", "cpu", "tpu")
 TIMINGS = "timings.json"
@@ -109,7 +111,7 @@ class Suite:
     ``data`` (``--data``: a directory of .txt files; None or "" = each experiment's default)
     goes to every experiment (``Experiment.run``). Returns the timings ({name: {"seconds",
     "preset", "status", "error"}})."""
-    out = Path(out)
+    out = upath(out)
     if preset not in PRESETS:
       raise ValueError(f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
     out.mkdir(parents=True, exist_ok=True)
@@ -134,7 +136,7 @@ class Suite:
 
   def write_report(self, out) -> Path:
     """OUT/report.md from every experiment of the registry with a timing record in OUT."""
-    out = Path(out)
+    out = upath(out)
     timings = _read_timings(out)
     names = [n for n in self.experiments if n in timings]
     lines = [f"# {self.title}", "",
@@ -164,7 +166,7 @@ class Suite:
 
   def define_flags(self):
     """The CLI flags (defined only when run as a script: the tests import the registry)."""
-    flags.DEFINE_string("out", "out", "output directory")
+    flags.DEFINE_string("out", "out", "output directory (local, or gs://bucket/dir)")
     flags.DEFINE_bool("quick", False, "the README's main job: the quick preset (<= 10 min on 2 "
                       "CPU cores), and only " + ",".join(self.quick_default)
                       + " unless --only is given")
@@ -178,7 +180,7 @@ class Suite:
   def main(self, argv):
     del argv
     f = flags.FLAGS
-    out, quick, only, preset = Path(f.out), bool(f.quick), list(f.only), f.preset
+    out, quick, only, preset = upath(f.out), bool(f.quick), list(f.only), f.preset
     names = self.select(only, quick)
     timings = self.run_all(out, names, "quick" if quick else preset, data=f.data)
     report = out / "report.md"

@@ -32,6 +32,7 @@ from sbjax import model as model_lib
 from sbjax.config import ModelConfig
 from sbjax.convert import st_io
 from sbjax.convert.hf_import import _np_dtype
+from sbjax.paths import upath
 
 _GELU_NAMES = {"exact": "gelu", "tanh": "gelu_new"}
 
@@ -190,10 +191,10 @@ def hf_tensors(cfg: ModelConfig, params) -> tuple[dict, dict]:
 def workdir_marks(path) -> list[str]:
   """What makes ``path`` an sbjax workdir: a checkpoints/ directory, a metrics.jsonl, or a
   config.json of sbjax (a ``model`` section, no HF ``model_type``); [] for anything else."""
-  marks = [n for n in ("checkpoints", "metrics.jsonl") if os.path.exists(os.path.join(path, n))]
+  p = upath(path)  # gs://...: through etils.epath
+  marks = [n for n in ("checkpoints", "metrics.jsonl") if (p / n).exists()]
   try:
-    with open(os.path.join(path, "config.json")) as fh:
-      conf = json.load(fh)
+    conf = json.loads((p / "config.json").read_text())
   except (OSError, ValueError):
     conf = None
   if isinstance(conf, dict) and isinstance(conf.get("model"), dict) and "model_type" not in conf:
@@ -204,16 +205,17 @@ def workdir_marks(path) -> list[str]:
 def check_export_target(out_dir: str, *, overwrite: bool = False) -> None:
   """An export never writes into an sbjax workdir, and replaces the files of a non-empty
   directory only with ``overwrite``; ValueError naming the directory and the fix."""
-  if not os.path.exists(out_dir):
+  out = upath(out_dir)
+  if not out.exists():
     return
-  if not os.path.isdir(out_dir):
+  if not out.is_dir():
     raise ValueError(f"--to_hf={out_dir} is a file, not a directory; give a new directory")
   marks = workdir_marks(out_dir)
   if marks:
     raise ValueError(f"--to_hf={out_dir} is an sbjax workdir (it holds {', '.join(marks)}); an "
                      "export never writes into a workdir: give a new directory, e.g. "
                      f"--to_hf={os.path.join(out_dir.rstrip(os.sep), 'hf')}")
-  entries = sorted(os.listdir(out_dir))
+  entries = sorted(e.name for e in out.iterdir())
   if entries and not overwrite:
     raise ValueError(f"--to_hf={out_dir} is not empty ({len(entries)} entries: "
                      f"{', '.join(entries[:4])}{', ...' if len(entries) > 4 else ''}); give a "

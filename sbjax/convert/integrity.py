@@ -34,6 +34,7 @@ from pathlib import Path
 from sbjax.atomic import atomic_write_text
 
 from sbjax.convert import hf_import, st_io
+from sbjax.paths import upath
 
 log = logging.getLogger("sbjax")
 RECORD = "import.json"
@@ -125,7 +126,7 @@ def warn_duplicates(dups: list[dict], records: list[dict], where: str = "") -> N
 
 
 def read_record(workdir) -> dict | None:
-  p = Path(workdir) / RECORD
+  p = upath(workdir) / RECORD
   return json.loads(p.read_text()) if p.is_file() else None
 
 
@@ -139,7 +140,7 @@ def merge_record(workdir, source: str, layout: str, new: list[dict]) -> dict:
   dups = mark_duplicates(revs)
   rec = {"source": source, "layout": layout, "revisions": revs,
          "duplicates": {str(r["step"]): r["duplicate_of"] for r in dups}}
-  atomic_write_text(Path(workdir) / RECORD, json.dumps(rec, indent=1))
+  atomic_write_text(upath(workdir) / RECORD, json.dumps(rec, indent=1))
   return rec
 
 

@@ -32,8 +32,10 @@ from typing import Any
 import numpy as np
 import tensorflow_datasets as tfds
 
+from sbjax.atomic import is_local
 from sbjax.data import sources
 from sbjax.data.text import DataError, TextCorpus, scan_text_dir, slug, split_documents
+from sbjax.paths import upath
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +118,8 @@ class LocalText(tfds.core.GeneratorBasedBuilder):
 def local_text_builder(path: str, val_fraction: float, data_dir: str) -> LocalText:
   corpus = scan_text_dir(path)
   key = hashlib.blake2b(f"{corpus.identity}|{val_fraction!r}".encode(), digest_size=6).hexdigest()
-  name = f"{slug(Path(path).resolve().name, 24)}_{key}"
+  base = Path(path).resolve().name if is_local(path) else upath(path).name  # gs://b/corpus
+  name = f"{slug(base, 24)}_{key}"
   config = LocalTextConfig(name=name, path=str(path), val_fraction=float(val_fraction),
                            corpus=corpus, description=f"text files of {path}")
   return LocalText(config=config, data_dir=data_dir, file_format="array_record")

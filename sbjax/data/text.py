@@ -34,12 +34,12 @@ import logging
 import os
 import re
 import warnings
-from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
 
 from sbjax.atomic import atomic_path
+from sbjax.paths import files_under, local_file, upath
 
 log = logging.getLogger(__name__)
 
@@ -71,15 +71,15 @@ def _h(*parts) -> str:
 
 
 def scan_text_dir(path: str | os.PathLike) -> TextCorpus:
-  """Reads every ``.txt`` file under ``path`` (see the module docstring for the policy)."""
-  root = Path(path)
+  """Reads every ``.txt`` file under ``path`` (see the module docstring for the policy); a
+  ``gs://`` (any ``sbjax.paths`` scheme) folder is read through etils.epath."""
+  root = upath(path)
   if not root.exists():
     raise DataError(f"text corpus directory does not exist: {path}; set --config.data.path "
                     "to a directory of UTF-8 .txt files")
   if not root.is_dir():
     raise DataError(f"text corpus path is not a directory: {path}")
-  files = sorted((p for p in root.rglob("*.txt") if p.is_file()),
-                 key=lambda p: p.relative_to(root).as_posix())
+  files = files_under(root, ".txt")
   if not files:
     raise DataError(f"text corpus directory has no .txt files: {path}; put UTF-8 .txt files "
                     "there or set --config.data.path to another directory")
@@ -168,9 +168,9 @@ def cached_array(path: str | os.PathLike | None, make: Callable[[], np.ndarray])
   """``np.load(path)`` (memory-mapped) if it exists, else ``make()`` saved atomically."""
   if path is None:
     return make()
-  path = Path(path)
+  path = upath(path)
   if path.is_file():
-    return np.load(path, allow_pickle=False, mmap_mode="r")
+    return np.load(local_file(path), allow_pickle=False, mmap_mode="r")
   arr = np.ascontiguousarray(make())
   with atomic_path(path) as tmp, open(tmp, "wb") as f:
     np.save(f, arr, allow_pickle=False)

@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 import jax
@@ -65,6 +64,7 @@ from sbjax.config import ModelConfig
 from sbjax.convert import series
 from sbjax.errors import config_error
 from sbjax.model import Model
+from sbjax.paths import local_dir, upath
 from sbjax.studies.convergence_summary import (  # noqa: F401 - public API
     KINDS,
     PERCENTILES,
@@ -168,7 +168,7 @@ class Source:
 
 def workdir_source(workdir, name: str | None = None) -> Source:
   """The checkpoints of an sbjax run (or a series imported with ``write_params``)."""
-  workdir = Path(workdir)
+  workdir = upath(workdir)  # gs://...: etils.epath
   cfg = ckpt.load_config(workdir)
   steps = ckpt.list_steps(workdir)
   if not steps:
@@ -183,7 +183,10 @@ def workdir_source(workdir, name: str | None = None) -> Source:
 
 def series_source(path, name: str | None = None, dtype: str = "float32") -> Source:
   """A directory of Hugging Face revisions (``step<N>/`` each with config.json and
-  safetensors), e.g. a downloaded Pythia series (``sbjax.convert.series``)."""
+  safetensors), e.g. a downloaded Pythia series (``sbjax.convert.series``); a gs:// one is
+  read from one local copy (``sbjax.paths.local_dir``: safetensors are memory-mapped)."""
+  name = name or upath(path).name
+  path = local_dir(path)
   mc = series.series_config(str(path), dtype=dtype)
   steps = [s for s, _ in series.find_revisions(str(path))]
 
@@ -191,7 +194,7 @@ def series_source(path, name: str | None = None, dtype: str = "float32") -> Sour
     got = dict(series.iter_series(str(path), dtype=dtype, steps=ss))
     return [got[s] for s in ss]
 
-  return Source(name or Path(path).name, mc, steps, load)
+  return Source(name, mc, steps, load)
 
 
 # ------------------------------------------------------------------------------ measure

@@ -14,6 +14,7 @@ from pathlib import Path
 from sbjax import overrides
 from sbjax.config import Config
 from sbjax.data.sample_corpus import sample_corpus_dir
+from sbjax.paths import upath
 
 log = logging.getLogger("sbjax")
 # The default corpus of every preset: the public-domain sample shipped in the package
@@ -28,7 +29,7 @@ def text_corpus(data: str | Path | None = "") -> Path:
     log.info("no --data given: using the sample corpus shipped with sbjax (%s; 5 plays, ~590 "
              "KB); published cpu-preset numbers used a larger corpus, pass --data=DIR",
              DEFAULT_TEXT)
-  path = Path(data) if data else DEFAULT_TEXT
+  path = upath(data) if data else DEFAULT_TEXT  # gs://b/corpus: read through etils.epath
   if not path.is_dir():
     where = f"--data={data}" if data else f"the default corpus {DEFAULT_TEXT}"
     raise FileNotFoundError(f"corpus directory not found ({where}); pass --data=DIR, a "

@@ -12,6 +12,7 @@ from pathlib import Path
 from sbjax.config import Config, ModelConfig, TrainConfig
 from sbjax.data import make_dataset
 from sbjax.overrides import config_from
+from sbjax.paths import upath
 from sbjax.studies import rank_sweep
 from sbjax.studies.corpus import corpus_overrides
 from sbjax.studies.presets import Preset, pick_preset
@@ -129,7 +130,7 @@ def run_sweep(plan: rank_sweep.Plan, out: Path, progress: RunsProgress, prefix: 
 def train_sweep(out: Path, preset, data: str, verbose: bool = True) -> rank_sweep.Plan:
   """Train (or read back) the sweep of ``preset`` on the corpus directory ``data`` into
   ``out`` (``head_rank.csv``, ``plan.json``, ``full_head.npy``, ``runs/``); returns its plan."""
-  out = Path(out)
+  out = upath(out)
   plan = make_plan(preset, str(data))
   out.mkdir(parents=True, exist_ok=True)
   progress = RunsProgress(sweep_units(plan), NAME, disable=not verbose)

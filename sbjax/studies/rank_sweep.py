@@ -51,6 +51,7 @@ from sbjax import heads as heads_lib
 from sbjax.analysis.table import atomic_write_json, read_csv, write_csv
 from sbjax.config import Config, ModelConfig
 from sbjax.heads import head_param_count
+from sbjax.paths import upath
 from sbjax.train import member_dir, train_once
 from sbjax.train.done import finished
 
@@ -234,7 +235,8 @@ def save_full_head(out: Path, trunk_dir: Path) -> np.ndarray:
   """Write ``OUT/full_head.npy``: the V x d head matrix of the best full run's last step."""
   cfg, params, _ = ckpt.load_params(trunk_dir)
   w = np.asarray(heads_lib.head_matrix(params, cfg.model), np.float32)
-  np.save(out / FULL_HEAD, w, allow_pickle=False)
+  with upath(out / FULL_HEAD).open("wb") as f:  # local or gs:// (sbjax.paths)
+    np.save(f, w, allow_pickle=False)
   return w
 
 
@@ -261,7 +263,7 @@ def run_plan(plan: Plan, out, dataset, *, progress: Callable[[str], None] | None
   trained as one population in ``OUT/runs/<group>/member_<i>``; other runs are separate
   ``sbjax.train.train`` runs in ``OUT/runs/<run>``.
   """
-  out = Path(out)
+  out = upath(out)
   (out / "runs").mkdir(parents=True, exist_ok=True)
   say = progress or (lambda s: log.info("%s", s))
   vocab = dataset.vocab_size
@@ -301,7 +303,7 @@ def run_plan(plan: Plan, out, dataset, *, progress: Callable[[str], None] | None
 
 def best_full_dir(out, rows: Sequence[dict] | None = None) -> Path:
   """The run directory of the best ``full`` (dense-head) run."""
-  out = Path(out)
+  out = upath(out)
   rows = mark_best(list(rows)) if rows is not None else read_rows(out)
   full = [r for r in rows if r["protocol"] == "full" and int(r["best"])]
   if not full:
@@ -311,7 +313,7 @@ def best_full_dir(out, rows: Sequence[dict] | None = None) -> Path:
 
 def read_rows(out) -> list[dict]:
   """The rows of ``OUT/head_rank.csv`` (numbers as float, text as str)."""
-  return read_csv(Path(out) / CSV_NAME)
+  return read_csv(upath(out) / CSV_NAME)
 
 
 def non_increasing(losses: Sequence[float], tol: float = 0.0) -> bool:
