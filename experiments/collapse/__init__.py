@@ -6,10 +6,12 @@ r"""Linguistic collapse (Wu & Papyan 2024): neural-collapse metrics vs validatio
 
 A grid of GPT-Neo-like models (``sbjax.configs.neo``: learned positions, tied head,
 alternating global/local attention), depth L x width d x weight decay λ, each measured at two
-snapshots (cpu: after 1 and 3 epochs of 262k tokens, 1536 steps of 8 x 64), plus a seed-only group (one architecture, >= 16
-data-order seeds at cpu). Models of one architecture train together in one vmapped program
-(``sbjax.studies.collapse_grid.train_group``: per-member data order, init seed and weight
-decay). The learning rate is constant after warm-up, so an earlier snapshot is exactly the
+snapshots (cpu: after 1 and 3 epochs of 262k tokens, 1536 steps of 8 x 64), plus seed-only
+groups (one per shape, ``Knobs.seed_arch`` and ``extra_seed_archs``; at cpu 16 data-order seeds
+of each of L1-d32 and L2-d64), each asking whether a metric's correlation with the loss at fixed
+shape differs from 0 (95% Fisher-z interval of r). Models of one architecture train together
+in one vmapped program (``sbjax.studies.collapse_grid.train_group``: per-member data order,
+init seed and weight decay). The learning rate is constant after warm-up, so an earlier snapshot is exactly the
 model of a shorter run. An "epoch" is one pass over a fixed token budget (the first
 ``epoch_tokens`` tokens of the training split). ``collapse_meta.json`` records the
 weight-decay strength Γ = λ·Σ lr (a decay with Γ << 1 does nothing).
@@ -28,8 +30,10 @@ columns ``run``, ``last_snapshot``, ``min_count``, every metric, ``unc3_reason``
 points)), ``collapse_anchors.csv`` (the like-for-like table: our R² and sign, one point per
 run, against the authors' R² "computed from the authors' results", agree/disagree; log10 of
 the mean CDNV, NC4, UNC3 raw and guarded, raw and bias-corrected norm CoV, NC3, GNC2),
-``collapse_seeds.csv`` (seed-only group: r, R² and the permutation p-value with ``n_perm``
-= 10^4 permutations, Table 1), ``collapse_tokens.csv`` (per-class CDNV and interference of
+``collapse_seeds.csv`` (per seed-only group and min_count: r with its 95% Fisher-z interval,
+``ci_verdict`` = r > 0 / r < 0 / not distinguishable from 0, R², the permutation p-value with
+``n_perm`` = 10^4 permutations, the loss's mean and SD over seeds; Table 1),
+``collapse_tokens.csv`` (per-class CDNV and interference of
 the most frequent tokens vs the average token of the best model, Table 5), ``perclass/``,
 ``collapse_meta.json``, and with ``Knobs.ceiling`` the collapse ceiling of a planted
 language (``ceiling.py``: ``collapse_ceiling.csv``, ``collapse_ceiling_trained.csv``).

@@ -6,7 +6,8 @@ the ceiling.
 
 Thresholds (stated in the text they produce): a correlation is "strong" when R² > 0.5 and
 "negligible" when R² ≤ 0.3 (the verdict's bound for the authors' "no relation" anchors); a
-seed-group correlation is supported when its permutation p < 0.05. Every correlation of
+seed-group correlation (one shape, only the seed differs) differs from 0 when its 95% Fisher-z
+interval excludes 0 (the permutation p is printed beside it). Every correlation of
 ``interval_sentence`` and ``seed_sentence`` carries its 95% Fisher-z interval; a claim is
 supported, refuted or undecided by the interval (an interval that spans 0 is undecided).
 """
@@ -15,7 +16,9 @@ from __future__ import annotations
 
 import math
 
-STRONG, NEGLIGIBLE, P_SEED = 0.5, 0.3, 0.05
+from sbjax.studies import stats
+
+STRONG, NEGLIGIBLE = 0.5, 0.3
 # the "no relation" anchors (the authors' R² ≈ 0.08) against an interval: a relation is
 # negligible when |r| < sqrt(NEGLIGIBLE), the bound of the point verdict (R² ≤ 0.3)
 NO_RELATION_R = math.sqrt(NEGLIGIBLE)
@@ -115,7 +118,10 @@ def sign_sentence(rows: list[dict]) -> str:
 
 def norm_cov_sentence(an: list[dict], seeds: list[dict]) -> str:
   """Does the bias-corrected norm CoV still correlate with the loss? (the issue's question)"""
-  by, sd = _by(an, "min_count", "metric"), _by(seeds, "min_count", "metric")
+  by = _by(an, "min_count", "metric")
+  sd: dict = {}  # (min_count, metric) -> [(group, row)], one per seed group
+  for r in seeds:
+    sd.setdefault((int(r["min_count"]), r["metric"]), []).append((r.get("group", ""), r))
   mcs = sorted({k[0] for k in by})
   parts, strong = [], []
   for m in mcs:
@@ -125,9 +131,10 @@ def norm_cov_sentence(an: list[dict], seeds: list[dict]) -> str:
     r2r, r2c = _num(raw["r2"]), _num(cor["r2"])
     s = (f"min_count {m}: raw R² {r2r:.2f} ({_sign(raw['sign'])}), corrected R² {r2c:.2f} "
          f"({_sign(cor['sign'])}, {strength(r2c)})")
-    ps = sd.get((m, "nc2_norm_cov_corrected"))
-    if ps is not None:
-      s += f", seed group p = {_num(ps['p_perm']):.3f}"
+    ps = sd.get((m, "nc2_norm_cov_corrected"), [])
+    if ps:
+      s += ", seed group p = " + ", ".join(f"{_num(r['p_perm']):.3f}" + (f" ({g})" if g else "")
+                                           for g, r in ps)
     parts.append(s)
     strong.append(strength(r2c) == "strong")
   if not parts:
@@ -159,21 +166,58 @@ def counting_sentence(r2: list[dict], metrics: tuple | None = None) -> str:
   return "Counting every snapshot as a model flips the sign of r for " + "; ".join(flips) + "."
 
 
+def seed_verdict(lo, hi) -> str:
+  """The per-shape seed test: is r different from 0? By the 95% interval: 'r > 0' or
+  'r < 0' when it excludes 0, 'not distinguishable from 0' when it contains 0."""
+  c = stats.ci_sign(lo, hi)
+  if not math.isfinite(c):
+    return "undefined (no interval: too few seeds)"
+  return {1.0: "r > 0", -1.0: "r < 0", 0.0: "not distinguishable from 0"}[c]
+
+
+def _seed_group_text(gs: list[dict], metrics: tuple) -> tuple[str, int, int]:
+  """One seed group's clause, and (intervals that exclude 0, intervals) over its tests."""
+  n = max(int(_num(r["n"])) for r in gs if math.isfinite(_num(r["n"])))
+  loss = (f", loss {_num(gs[0]['val_loss_mean']):.3f} ± {_num(gs[0]['val_loss_sd']):.3f} "
+          "(mean ± SD)") if "val_loss_mean" in gs[0] else ""
+  out, hits, tests = [], 0, 0
+  for m in sorted({int(r["min_count"]) for r in gs}):
+    sel = [r for r in gs if int(r["min_count"]) == m and r["metric"] in metrics]
+    by: dict[str, list[str]] = {}
+    for r in sel:
+      v = seed_verdict(r.get("ci_lo"), r.get("ci_hi"))
+      p = f", p {_num(r['p_perm']):.3f}" if math.isfinite(_num(r.get("p_perm"))) else ""
+      ci = ci_text(r["pearson_r"], r.get("ci_lo"), r.get("ci_hi"))
+      by.setdefault(v, []).append(f"{r['metric']} ({ci}{p})")
+      hits += v in ("r > 0", "r < 0")
+      tests += not v.startswith("undefined")
+    ne0 = by.get("r > 0", []) + by.get("r < 0", [])
+    rest = "; ".join(f"{k}: " + ", ".join(v) for k, v in by.items() if k not in ("r > 0", "r < 0"))
+    out.append(f"min_count {m}: r ≠ 0 for " + (", ".join(ne0) if ne0 else "none")
+               + (f"; {rest}" if rest else ""))
+  return f"{gs[0].get('group', 'one shape')} ({n} seeds{loss}): " + "; ".join(out), hits, tests
+
+
 def seed_sentence(seeds: list[dict], metrics: tuple) -> str:
-  """Which of ``metrics`` the seed-only group supports (p < P_SEED), at each min_count."""
+  """Per seed-only group (one shape, only the data-order seed differs) and min_count: which
+  of ``metrics`` correlate with the loss, r ≠ 0 by the 95% Fisher-z interval
+  (``seed_verdict``; the permutation p beside), and how many intervals exclude 0 against
+  the 1 in 20 expected by chance."""
   if not seeds:
     return ""
+  names = list(dict.fromkeys(str(r.get("group", "one shape")) for r in seeds))
+  clauses, hits, tests = [], 0, 0
+  for g in names:
+    c, h, t = _seed_group_text([r for r in seeds if str(r.get("group", "one shape")) == g],
+                               metrics)
+    clauses.append(c)
+    hits, tests = hits + h, tests + t
   n = int(_num(seeds[0]["n"]))
-  out = []
-  for m in sorted({int(r["min_count"]) for r in seeds}):
-    sig = [f"{r['metric']} ("
-           + (ci_text(r["pearson_r"], r["ci_lo"], r["ci_hi"]) if "ci_lo" in r
-              else f"r {_num(r['pearson_r']):+.2f}") + f", p {_num(r['p_perm']):.3f})"
-           for r in seeds if int(r["min_count"]) == m and r["metric"] in metrics
-           and _num(r["p_perm"]) < P_SEED]
-    out.append(f"min_count {m}: " + (", ".join(sig) if sig else "none"))
-  return (f"Among {n} data-order seeds of one shape (only the seed differs), the anchor metrics "
-          f"with a permutation p < {P_SEED}: " + "; ".join(out) + ".")
+  return (f"Among {n} data-order seeds of each of {len(names)} shape(s) (only the seed "
+          "differs), is each metric's correlation with the loss different from 0 (95% "
+          "Fisher-z interval of r; the permutation p beside)? " + ". ".join(clauses)
+          + f". {hits} of {tests} intervals exclude 0, against about {tests / 20:.1f} expected "
+          "by chance alone at 95% if no metric followed the loss among seeds.")
 
 
 def ceiling_sentence(ceil: list[dict], trained: list[dict], metrics: tuple) -> str:

@@ -16,6 +16,9 @@ class Knobs:
   weight_decays: tuple = (0.0, 0.1)
   seeds: int = 8  # seed-only group size
   seed_arch: tuple = (2, 64)  # (L, d) of the seed-only group
+  # further (L, d) shapes of the seed-only test, each its own group of ``seeds`` data-order
+  # seeds (issue 33 item 4: the per-shape test for two shapes); () = one shape
+  extra_seed_archs: tuple = ()
   seed_weight_decay: float = 0.1
   epoch_tokens: int = 65_536  # 0 = the whole training split
   val_tokens: int = 16_384  # 0 = the whole validation split
@@ -54,14 +57,16 @@ GPU_TEST_KNOBS = dict(epochs=(1, 3), epoch_tokens=1024, val_tokens=512, chunk=16
 
 PRESETS: dict[str, Preset[Knobs]] = {
     # the test suite and `reproduce --preset=test`: one architecture of 3 members and a seed
-    # group of 3 of the same shape (one compiled step), 8 steps per epoch; the ceiling's
+    # group of 3 of the same shape (one compiled step), a second seed shape L1-d16 (the
+    # per-shape seed test for two shapes; one more compile), 8 steps per epoch; the ceiling's
     # language has the grid's V=64 and width k+1 = 8 and trains 24 steps (the grid's run
     # length), so it reuses the grid's compiled step and forward
     "test": Preset("neo", overrides({"data.vocab_size": 64, "train.seq_len": 16,
                                      "train.batch_size": 8, "train.lr": 3e-3,
                                      "train.warmup_steps": 2}),
                    Knobs(depths=(1,), widths=(8,), weight_decays=(0.0, 0.05, 0.1), seeds=3,
-                         seed_arch=(1, 8), epoch_tokens=1024, val_tokens=512, chunk=16,
+                         seed_arch=(1, 8), extra_seed_archs=((1, 16),), epoch_tokens=1024,
+                         val_tokens=512, chunk=16,
                          n_perm=2000, ceiling=(64, 7), ceiling_arch=(1, 8),
                          ceiling_steps=(8, 24), ceiling_tokens=2048)),
     # quick: 3 weight decays and 3 seeds, so the seed group (M=3, L1-d16) reuses the
@@ -80,12 +85,16 @@ PRESETS: dict[str, Preset[Knobs]] = {
     # data-order seeds of L1-d32 for the permutation test; min_count 1 and 20. Training cost
     # is per token (measured ≈ 17 µs CPU per token per L1-d32 member at batch 16 and 32
     # alike), so the issue's 6 epochs of 524k tokens (≈ 50 CPU-min) are cut 4x in tokens,
-    # keeping the step count and Γ of 3 epochs at batch 16.
+    # keeping the step count and Γ of 3 epochs at batch 16. Issue 33 item 4: a second shape of
+    # 16 seeds, L2-d64 (the grid's middle: other depth and width than L1-d32; measured under
+    # load ≈ 350 s CPU for its 16 × 1536 steps, against ≈ 1030 s for L2-d128, the grid's
+    # largest, which would not fit the session's CPU budget beside the rest).
     "cpu": Preset("neo", overrides({"data.vocab_size": 256, "train.seq_len": 64,
                                     "train.batch_size": 8, "train.lr": 3e-3,
                                     "train.warmup_steps": 100}),
                   Knobs(depths=(1, 2), widths=(32, 64, 128), epochs=(1, 3), seeds=16,
-                        seed_arch=(1, 32), epoch_tokens=262_144, val_tokens=32_768,
+                        seed_arch=(1, 32), extra_seed_archs=((2, 64),), epoch_tokens=262_144,
+                        val_tokens=32_768,
                         ceiling=(256, 8), ceiling_arch=(1, 32),
                         ceiling_steps=(50, 100, 200, 400, 800, 1600),
                         ceiling_tokens=262_144)),
@@ -115,6 +124,11 @@ PRESETS: dict[str, Preset[Knobs]] = {
                             Knobs(depths=(1,), widths=(8,), weight_decays=(0.0, 0.05, 0.1),
                                   seeds=0, **GPU_TEST_KNOBS)),
 }
+
+
+def seed_shapes(k: Knobs) -> tuple:
+  """Every (L, d) of the seed-only test: ``seed_arch``, then ``extra_seed_archs``."""
+  return (tuple(k.seed_arch),) + tuple(tuple(a) for a in k.extra_seed_archs)
 
 
 def get_preset(name) -> Preset:

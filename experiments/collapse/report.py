@@ -42,8 +42,9 @@ def figure(out: Path) -> Path:
       last = int(r["last_snapshot"]) == 1
       ax.scatter(xi, yi, s=10 + 40 * math.log2(int(r["d_model"]) / 16 + 1) / 5,
                  color=c if last else "none", edgecolors=c, marker="o", alpha=0.8)
-    if seeds:
-      ax.scatter(column(seeds, k), column(seeds, "val_loss"), s=12, color="red", marker="x")
+    for j, g in enumerate(dict.fromkeys(r["group"] for r in seeds)):  # one marker per shape
+      sg = [r for r in seeds if r["group"] == g]
+      ax.scatter(column(sg, k), column(sg, "val_loss"), s=12, color="red", marker="x+1"[j % 3])
     lm = np.asarray([int(r["last_snapshot"]) == 1 for r in grid], bool)
     s = stats.correlation_summary(x[lm], y[lm])
     ax.set_title(f"{k}\nR²={s['r2']:.2f}  {F.ci_text(s['pearson_r'], s['ci_lo'], s['ci_hi'])}",
@@ -56,7 +57,8 @@ def figure(out: Path) -> Path:
   for ax in axes.ravel()[len(METRICS):]:
     ax.axis("off")
   fig.suptitle(f"collapse metrics vs validation loss (min_count {mc0}; colour: depth; filled: "
-               "last snapshot, open: earlier; size: width; x: seed group)", fontsize=10)
+               "last snapshot, open: earlier; size: width; red x, +: the seed groups' shapes)",
+               fontsize=10)
   fig.tight_layout()
   path = Path(out) / FIGURE
   fig.savefig(path, dpi=100)
@@ -73,14 +75,15 @@ def _seed_lines(out: Path, meta: dict) -> list[str]:
     return []
   sd = read_rows(out / "collapse_seeds.csv")
   n = int(sd[0]["n"]) if sd else 0
-  return (["", f"Seed-only group ({n} data-order seeds of one architecture, last snapshot; "
-           f"two-sided permutation p-values, {meta['n_permutations']} permutations; 95% "
-           "Fisher-z interval of r; their Table 1):", "",
-           "| metric | min_count | n | Pearson r | 95% CI of r | R² | p |",
-           "|---|---|---|---|---|---|---|"]
-          + [f"| {r['metric']} | {int(r['min_count'])} | {int(r['n'])} | {_f(r['pearson_r'])} | "
-             f"{_ci(r.get('ci_lo'), r.get('ci_hi'))} | {_f(r['r2'])} | {_f(r['p_perm'])} |"
-             for r in sd])
+  return (["", f"Seed-only groups ({n} data-order seeds per shape, last snapshot; is r ≠ 0 at "
+           "fixed shape? by the 95% Fisher-z interval of r; two-sided permutation p-values, "
+           f"{meta['n_permutations']} permutations; their Table 1):", "",
+           "| group | metric | min_count | n | Pearson r | 95% CI of r | r ≠ 0? | R² | p |",
+           "|---|---|---|---|---|---|---|---|---|"]
+          + [f"| {_txt(r.get('group'))} | {r['metric']} | {int(r['min_count'])} | {int(r['n'])} | "
+             f"{_f(r['pearson_r'])} | {_ci(r.get('ci_lo'), r.get('ci_hi'))} | "
+             f"{F.seed_verdict(r.get('ci_lo'), r.get('ci_hi'))} | {_f(r['r2'])} | "
+             f"{_f(r['p_perm'])} |" for r in sd])
 
 
 def _ci(lo, hi) -> str:
@@ -171,12 +174,11 @@ def _paragraph(an: list[dict], tk: list[dict], meta: dict, r2: list[dict],
                    if a is not None and not k.endswith(("_guarded", "_corrected")))
   gam = ", ".join(f"λ={k}: Γ={v:.2f}" for k, v in meta["weight_decay"]["gamma"].items())
   mcs = sorted({int(r["min_count"]) for r in an})
-  anchor_metrics = tuple(k for k, v in ANCHORS.items() if v[0] is not None)
   sents = [f"The authors' released results give, over 230 TinyStories models, {refs}."]
   sents += [F.anchor_sentence(an, m) for m in mcs]
   sents += [F.interval_sentence(an, m) for m in mcs] + [F.sign_sentence(last)]
   sents += [F.norm_cov_sentence(an, seeds), F.counting_sentence(r2, tuple(ANCHORS)),
-            F.seed_sentence(seeds, anchor_metrics)]
+            F.seed_sentence(seeds, tuple(ANCHORS))]
   sents += [f"Weight-decay strength Γ = λ·Σ lr: {gam} "
             f"({meta['weight_decay']['steps']} steps per run).",
             f"The most frequent tokens have mean log10 CDNV_c {top_l:.2f} vs "
@@ -197,8 +199,13 @@ def report_section(out: Path, rel: str) -> str:
   r2 = read_rows(out / "collapse_r2.csv")
   grid = model_rows(out, "grid", min_counts(out)[0])
   n_runs = len({r["run"] for r in grid})
+  sg = model_rows(out, "seeds", min_counts(out)[0], "last")
+  sgs = {g: sum(r["group"] == g for r in sg) for g in dict.fromkeys(r["group"] for r in sg)}
+  seed_txt = (" and seed-only groups " + ", ".join(f"{g} ({n} seeds)" for g, n in sgs.items())
+              if sgs else "")
   lines = ["## Linguistic collapse (Wu & Papyan 2024)", "",
-           f"{n_runs} grid runs, {len(grid)} snapshots (preset `{meta['preset']}`, vocabulary "
+           f"{n_runs} grid runs, {len(grid)} snapshots{seed_txt} (preset `{meta['preset']}`, "
+           "vocabulary "
            f"{meta['vocab_size']}, {meta['train_tokens']} training tokens per epoch, "
            f"{meta['val_tokens']} validation tokens, min_count "
            + " and ".join(str(m) for m in meta["min_counts"]) + "; settings: "

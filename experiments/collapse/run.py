@@ -14,7 +14,7 @@ from .budget import Clock
 from .ceiling import run_ceiling
 from .measure import POINTS, SETTINGS, model_config, run_group, train_config
 from .tables import anchor_rows, r2_rows, seed_rows, token_table
-from .presets import Preset, get_preset
+from .presets import Preset, get_preset, seed_shapes
 from ..shared import RunsProgress, write_json, write_rows
 from sbjax import overrides
 from sbjax.config import Config
@@ -26,18 +26,17 @@ from sbjax.studies.corpus import corpus_overrides
 
 
 def groups(p: Preset) -> list:
-  """[(name, kind, L, d, [Member], snapshot epochs)]: the seed group, then the grid by
-  increasing cost (an interrupted run has the permutation test and the cheap models)."""
-  k, out = p.knobs, []
-  n_layers, d = k.seed_arch
+  """[(name, kind, L, d, [Member], snapshot epochs)]: the first seed group, then the grid by
+  increasing cost, then the seed groups of ``extra_seed_archs`` (an interrupted run has the
+  permutation test and the cheap models)."""
+  k = p.knobs
   ms = [Member(seed=s, data_seed=s, weight_decay=k.seed_weight_decay) for s in range(k.seeds)]
-  if ms:  # (a grid-only preset has no seed group)
-    out.append((f"seeds-L{n_layers}-d{d}", "seeds", n_layers, d, ms, (max(k.epochs),)))
-  for d in k.widths:
-    for n_layers in k.depths:
-      ms = [Member(seed=0, data_seed=0, weight_decay=float(wd)) for wd in k.weight_decays]
-      out.append((f"L{n_layers}-d{d}", "grid", n_layers, d, ms, tuple(k.epochs)))
-  return out
+  seed_groups = [(f"seeds-L{n_layers}-d{d}", "seeds", n_layers, d, ms, (max(k.epochs),))
+                 for n_layers, d in seed_shapes(k)] if ms else []  # (grid-only: none)
+  grid = [(f"L{n_layers}-d{d}", "grid", n_layers, d,
+           [Member(seed=0, data_seed=0, weight_decay=float(wd)) for wd in k.weight_decays],
+           tuple(k.epochs)) for d in k.widths for n_layers in k.depths]
+  return seed_groups[:1] + grid + seed_groups[1:]
 
 
 def validate(p: Preset, vocab: int | None = None) -> list:
@@ -99,9 +98,10 @@ def load_corpus(p: Preset, out: Path, corpus: str | None):
 
 def result_knobs(p: Preset) -> dict:
   """The knobs that shape the results (the time budget does not: an output written before
-  ``budget_s`` existed is still the same experiment)."""
+  ``budget_s`` existed is still the same experiment; nor does an empty ``extra_seed_archs``,
+  for the same reason)."""
   return {k: v for k, v in dataclasses.asdict(p.knobs).items()
-          if k not in ("budget_s", "estimate_at")}
+          if k not in ("budget_s", "estimate_at") and not (k == "extra_seed_archs" and not v)}
 
 
 def check_same_experiment(out: Path, key: dict) -> None:

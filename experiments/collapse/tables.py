@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .findings import NO_RELATION_R
+from .findings import NO_RELATION_R, seed_verdict
 from .measure import ANCHOR_SOURCE, ANCHORS, METRICS, POINTS, TOP_TOKENS
 from ..shared import read_rows
 from sbjax.data.tokenizer import Tokenizer
@@ -72,13 +72,27 @@ def r2_rows(out: Path) -> list[dict]:
   return rows
 
 
+def seed_groups(out: Path) -> list[str]:
+  """The seed-only groups of collapse_models.csv (one per shape), in the order they ran."""
+  return list(dict.fromkeys(r["group"] for r in model_rows(out, "seeds")))
+
+
 def seed_rows(out: Path, n_perm: int) -> list[dict]:
-  """collapse_seeds.csv: the seed-only group (last snapshot) with permutation p-values."""
+  """collapse_seeds.csv: per seed-only group (one shape, only the data-order seed differs;
+  last snapshot) and min_count, every metric's r with its 95% Fisher-z interval, the verdict
+  of "r ≠ 0" (``seed_verdict``), the permutation p, and the loss's mean and SD over seeds."""
   rows = []
-  for mcount in min_counts(out):
-    sel = model_rows(out, "seeds", mcount, "last")
-    if len(sel) >= 3:
-      rows += [{"min_count": mcount, **r} for r in r2_table(sel, n_perm=n_perm)]
+  for g in seed_groups(out):
+    for mcount in min_counts(out):
+      sel = [r for r in model_rows(out, "seeds", mcount, "last") if r["group"] == g]
+      if len(sel) < 3:
+        continue
+      loss = column(sel, "val_loss")
+      head = {"group": g, "n_layers": int(sel[0]["n_layers"]), "d_model": int(sel[0]["d_model"]),
+              "min_count": mcount, "val_loss_mean": float(np.nanmean(loss)),
+              "val_loss_sd": float(np.nanstd(loss, ddof=1))}
+      rows += [{**head, **r, "ci_verdict": seed_verdict(r["ci_lo"], r["ci_hi"])}
+               for r in r2_table(sel, n_perm=n_perm)]
   return rows
 
 

@@ -89,7 +89,10 @@ def test_preset_end_to_end(test_out):
   grid = [r for r in rows if r["kind"] == "grid"]
   seeds = [r for r in rows if r["kind"] == "seeds"]
   n_grid = len(p.depths) * len(p.widths) * len(p.weight_decays) * len(p.epochs)
-  assert len(grid) == n_grid * n_mc and len(seeds) == p.seeds * n_mc
+  shapes = collapse.presets.seed_shapes(p)  # two shapes of p.seeds seeds each
+  assert len(shapes) == 2
+  assert len(grid) == n_grid * n_mc and len(seeds) == p.seeds * n_mc * len(shapes)
+  assert {(int(r["n_layers"]), int(r["d_model"])) for r in seeds} == set(shapes)
   assert len({(r["model"], r["min_count"]) for r in rows}) == len(rows)  # one row per model
   keys = set(collapse.METRICS) | set(collapse.COUNT_KEYS) | set(collapse.SETTINGS) | {
       "val_loss", "n_layers", "d_model", "weight_decay", "epochs", "data_seed", "min_count",
@@ -137,6 +140,14 @@ def test_preset_end_to_end(test_out):
     assert (r["authors_source"] == "computed from the authors' results") == (a is not None)
   sd = _read(test_out / "collapse_seeds.csv")
   assert all(0 < float(r["p_perm"]) <= 1 for r in sd if r["p_perm"] not in ("", "nan"))
+  # the per-shape seed test: r of each seed group alone (numpy on the CSV), one group per shape
+  assert {r["group"] for r in sd} == {f"seeds-L{a}-d{b}" for a, b in shapes}
+  for t in sd:
+    sel = [r for r in seeds if r["group"] == t["group"] and r["min_count"] == t["min_count"]]
+    x, y = (np.array([float(r[c]) for r in sel]) for c in (t["metric"], "val_loss"))
+    if t["pearson_r"] not in ("", "nan") and np.isfinite(x).all():
+      assert float(t["pearson_r"]) == pytest.approx(np.corrcoef(x, y)[0, 1], abs=1e-9)
+    assert t["ci_verdict"].startswith("undefined")  # 3 seeds: n - 3 = 0, no interval
   tok = _read(test_out / "collapse_tokens.csv")
   counts = [float(r["count"]) for r in tok[:-1]]
   assert counts == sorted(counts, reverse=True) and tok[-1]["rank"] == "average"
@@ -151,7 +162,8 @@ def test_preset_end_to_end(test_out):
   assert f"{float(table[('1', 'last', 'nc1_log10_mean_cdnv')]['r2']):.3g}" in md
   # the findings in words, from the same tables (their logic: tests/unit/test_collapse_findings.py)
   assert "bias-corrected norm CoV" in md and "Counting every snapshot as a model" in md
-  assert f"Among {p.seeds} data-order seeds" in md
+  assert f"Among {p.seeds} data-order seeds of each of 2 shape(s)" in md
+  assert "| seeds-L1-d16 | nc4_agreement |" in md
   # the collapse ceiling of the planted language, and models trained towards it
   ceil = _read(test_out / "collapse_ceiling.csv")
   assert [r["variant"] for r in ceil] == ["balanced", "planted"]

@@ -42,12 +42,21 @@ def test_anchor_counting_and_seed_sentences():
                                      "a at min_count 1 (r +0.50 per run, -0.30 over snapshots).")
   assert "changes no sign" in F.counting_sentence(r2[2:])
   assert "changes no sign" in F.counting_sentence(r2, ("b",))
-  seeds = [{"min_count": 1, "metric": "a", "p_perm": 0.01, "pearson_r": 0.7, "n": 16},
-           {"min_count": 1, "metric": "b", "p_perm": 0.2, "pearson_r": 0.3, "n": 16},
-           {"min_count": 20, "metric": "a", "p_perm": 0.07, "pearson_r": 0.4, "n": 16}]
+  # the per-shape seed test (r ≠ 0 by the Fisher interval): tests/unit/test_collapse_seed_shapes.py
+  seeds = [{"min_count": 1, "metric": "a", "p_perm": 0.01, "pearson_r": 0.7, "n": 16,
+            "ci_lo": 0.3, "ci_hi": 0.89},
+           {"min_count": 1, "metric": "b", "p_perm": 0.2, "pearson_r": 0.3, "n": 16,
+            "ci_lo": -0.2, "ci_hi": 0.68},
+           {"min_count": 20, "metric": "a", "p_perm": 0.07, "pearson_r": 0.4, "n": 16,
+            "ci_lo": -0.1, "ci_hi": 0.75}]
   assert F.seed_sentence(seeds, ("a", "b")) == (
-      "Among 16 data-order seeds of one shape (only the seed differs), the anchor metrics with a "
-      "permutation p < 0.05: min_count 1: a (r +0.70, p 0.010); min_count 20: none.")
+      "Among 16 data-order seeds of each of 1 shape(s) (only the seed differs), is each "
+      "metric's correlation with the loss different from 0 (95% Fisher-z interval of r; the "
+      "permutation p beside)? one shape (16 seeds): min_count 1: r ≠ 0 for a (r +0.70 [+0.30, "
+      "+0.89], p 0.010); not distinguishable from 0: b (r +0.30 [-0.20, +0.68], p 0.200); "
+      "min_count 20: r ≠ 0 for none; not distinguishable from 0: a (r +0.40 [-0.10, +0.75], "
+      "p 0.070). 1 of 3 intervals exclude 0, against about 0.1 expected by chance alone at 95% "
+      "if no metric followed the loss among seeds.")
 
 
 def test_ceiling_sentence_classifies_each_metric():

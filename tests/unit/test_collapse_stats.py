@@ -78,6 +78,6 @@ def test_tpu_preset_configs_validate():
   test, quick = collapse.PRESETS["test"].knobs, collapse.PRESETS["quick"].knobs
   assert len(collapse.groups(collapse.PRESETS["test"])) <= len(collapse.groups(
       collapse.PRESETS["quick"])) and test.epoch_tokens < quick.epoch_tokens
-  assert len(collapse.validate(collapse.PRESETS["test"])) == 2
+  assert len(collapse.validate(collapse.PRESETS["test"])) == 3  # seeds, grid, second seed shape
   with pytest.raises(ValueError, match="unknown collapse preset"):
     collapse.get_preset("h100")
