@@ -106,15 +106,24 @@ def local_file(path) -> str:
   return dst
 
 
+def _remote_files(d, suffix: str):
+  """The files under the remote folder ``d`` by ``iterdir`` (epath refuses ``rglob("**")`` on
+  remote paths, and its ``walk`` yields paths without their ``gs://`` on gcsfs)."""
+  for c in d.iterdir():
+    if c.is_dir():
+      yield from _remote_files(c, suffix)
+    elif c.name.endswith(suffix):
+      yield c
+
+
 def files_under(root, suffix: str = "") -> list:
   """The files under the folder ``root`` (recursively) whose names end with ``suffix``,
-  sorted by their path relative to ``root``. Local: ``pathlib``'s ``rglob``; remote: epath's
-  ``walk`` (``rglob("*")`` is refused on remote paths)."""
+  sorted by their path relative to ``root``: ``pathlib``'s ``rglob`` on local disk."""
   root = upath(root)
   if not scheme(root):
     found = (p for p in root.rglob(f"*{suffix}") if p.is_file())
   else:
-    found = (d / n for d, _, names in root.walk() for n in names if n.endswith(suffix))
+    found = _remote_files(root, suffix)
   return sorted(found, key=lambda p: p.relative_to(root).as_posix())
 
 

@@ -1,0 +1,102 @@
+"""An experiment's output folder and a Hugging Face round trip on ``gs://``, offline, on a real
+GCS server (fake-gcs-server, tests/_gcs_emulator.py), the command-line tools run as
+processes: ``experiments.reproduce --out=gs://bkt/out --only=planted --preset=test`` (runs,
+checkpoints, CSVs, figures and the report in the bucket), then ``experiments.convert`` exports
+one of its runs to ``gs://bkt/hf``, imports that into the workdir ``gs://bkt/imported`` and
+exports it again: the second export's weights are the first's, byte for byte. Nothing lands in
+a local ``gs:`` folder. (The same files on fsspec's in-memory ``gs://``, each compared with a
+local run: tests/integration/test_remote_outputs.py.)"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from gcsfs.core import GCSFileSystem
+
+from tests._gcs_emulator import gcs_emulator, objects
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+OUT = "bkt/out"
+
+
+def _read(name: str) -> bytes:
+  fs = GCSFileSystem(token="anon", endpoint_url=os.environ["STORAGE_EMULATOR_HOST"])
+  return fs.cat(name)
+
+
+def _run(args, cwd, env):
+  return subprocess.run([sys.executable, "-m", *args], cwd=cwd, env=env, capture_output=True,
+                        text=True)
+
+
+@pytest.fixture(scope="module")
+def bucket(tmp_path_factory):
+  cwd = tmp_path_factory.mktemp("cwd")
+  with gcs_emulator("bkt"):
+    env = {**os.environ, "PYTHONPATH": str(ROOT),
+           "SBJAX_DATA_CACHE": str(tmp_path_factory.mktemp("cache"))}
+    res = {"repro": _run(["experiments.reproduce", f"--out=gs://{OUT}", "--only=planted",
+                          "--preset=test"], cwd, env)}
+    runs = sorted({n.split("/")[4] for n in objects(f"{OUT}/planted/runs")
+                   if n.split("/")[4].startswith("r")})
+    res["runs"] = runs
+    if runs:
+      src = f"gs://{OUT}/planted/runs/{runs[-1]}"
+      res["export"] = _run(["experiments.convert", f"--from_workdir={src}", "--to_hf=gs://bkt/hf"],
+                           cwd, env)
+      res["import"] = _run(["experiments.convert", "--from_hf=gs://bkt/hf",
+                            "--to=gs://bkt/imported", "--step=7"], cwd, env)
+      res["again"] = _run(["experiments.convert", "--from_workdir=gs://bkt/imported",
+                           "--to_hf=gs://bkt/hf2"], cwd, env)
+    res["objects"] = objects("bkt")
+    res["read"] = {n: _read(n) for n in res["objects"]
+                   if n.endswith((".csv", ".json", ".md", ".safetensors", ".png"))
+                   and "/checkpoints/" not in n}
+    res["cwd"] = cwd
+    yield res
+
+
+def test_the_planted_experiment_writes_its_folder_to_the_bucket(bucket):
+  r = bucket["repro"]
+  assert r.returncode == 0, r.stderr[-3000:]
+  out = json.loads(r.stdout)
+  assert out["report"] == f"gs://{OUT}/report.md" and out["failed"] == []
+  names = set(bucket["objects"])
+  for f in ("report.md", "timings.json", "planted/planted.csv", "planted/planted_floor.csv",
+            "planted/planted_mix.csv", "planted/planted_meta.json",
+            "planted/fig_planted_knee.png", "planted/fig_planted_mix.png"):
+    assert f"{OUT}/{f}" in names, f
+  read = bucket["read"]
+  rows = list(csv.DictReader(io.StringIO(read[f"{OUT}/planted/planted.csv"].decode())))
+  assert sorted(f"r{int(x['rank'])}" for x in rows) == sorted(bucket["runs"])
+  for run in bucket["runs"]:  # every knee run trained in the bucket: config, DONE, checkpoints
+    assert f"{OUT}/planted/runs/{run}/DONE" in names
+    assert any(n.startswith(f"{OUT}/planted/runs/{run}/checkpoints/") for n in names)
+  assert json.loads(read[f"{OUT}/planted/planted_meta.json"])["preset"] == "test"
+  report = read[f"{OUT}/report.md"].decode()
+  assert "| planted | test | ok |" in report and "## planted" in report
+  assert read[f"{OUT}/planted/fig_planted_knee.png"][:4] == b"\x89PNG"
+
+
+def test_a_run_exports_imports_and_exports_again_through_the_bucket(bucket):
+  for key in ("export", "import", "again"):
+    assert bucket[key].returncode == 0, (key, bucket[key].stderr[-3000:])
+  read, names = bucket["read"], set(bucket["objects"])
+  assert read["bkt/hf/model.safetensors"] == read["bkt/hf2/model.safetensors"]
+  assert json.loads(read["bkt/hf/config.json"]) == json.loads(read["bkt/hf2/config.json"])
+  rec = json.loads(read["bkt/imported/import.json"])
+  assert rec["source"] == "gs://bkt/hf" and [r["step"] for r in rec["revisions"]] == [7]
+  assert "bkt/imported/checkpoints/7/checksums.json" in names
+
+
+def test_nothing_lands_in_a_local_gs_folder(bucket):
+  assert os.listdir(bucket["cwd"]) == []
