@@ -7,8 +7,9 @@ Two late-rise tests: the naive one (``detect_rise``: final − best > rise_tol, 
 ``rise_stat``, ``rise_ci_lo``, ``rise_ci_hi``, ``rise_verdict``, ``rise_onset_step``;
 ``train_rise_stat``: the same statistic of the train loss binned between checkpoints).
 N is reported without the head (``n_nonembedding``, the fits ``final`` and ``best``) and
-with it (``n_with_head``, the fit ``final_with_head``); the widths below the fit get a
-paired-bootstrap CI of their final gap (``gap_final_ci_lo``/``hi``, ``scaling.bootstrap_gap``)."""
+with it (``n_with_head``, the fit ``final_with_head``); every width gets a paired-bootstrap CI
+of its final gap under both counts (``gap_final_ci_lo``/``hi`` and
+``gap_final_with_head_ci_lo``/``hi``, ``scaling.bootstrap_gap``)."""
 
 from __future__ import annotations
 
@@ -150,11 +151,18 @@ def fit_rows(rows: list[dict], fit_min_width: int) -> tuple[list[dict], list[dic
   return rows, out
 
 
+# the gap CIs: (fit, N column) for N counted without the head (the fit ``final``) and with it
+# (``final_with_head``); both resample the same windows (one seed), so they are paired
+GAP_FITS = (("final", "n_nonembedding"), ("final_with_head", "n_with_head"))
+
+
 def gap_cis(rows: list[dict], wds: list[Path], k: Knobs) -> None:
-  """gap_final_ci_lo/hi: the paired-bootstrap CI of every width's final gap (in place; NaN
-  when a width has no windows.npz or the fit is undefined)."""
+  """gap_<fit>_ci_lo/hi for both N counts (``GAP_FITS``): the paired-bootstrap CI of every
+  width's final gap (``scaling.bootstrap_gap``, the law refitted on the widths in the fit each
+  draw). In place; NaN when a width has no windows.npz or the fit is undefined."""
   for r in rows:
-    r["gap_final_ci_lo"] = r["gap_final_ci_hi"] = math.nan
+    for fit, _ in GAP_FITS:
+      r[f"gap_{fit}_ci_lo"] = r[f"gap_{fit}_ci_hi"] = math.nan
   finals = []
   for wd in wds:
     if not (wd / WINDOWS).exists():
@@ -164,10 +172,12 @@ def gap_cis(rows: list[dict], wds: list[Path], k: Knobs) -> None:
   infit = np.array([bool(r["in_fit"]) for r in rows])
   if infit.sum() < 3:
     return
-  n = [r["n_nonembedding"] for r in rows]
-  g = scaling.bootstrap_gap(n, np.stack(finals), infit, n_boot=k.n_boot)
-  for r, lo, hi in zip(rows, g["lo"], g["hi"]):
-    r["gap_final_ci_lo"], r["gap_final_ci_hi"] = float(lo), float(hi)
+  for fit, col in GAP_FITS:
+    if not all(col in r for r in rows):
+      continue
+    g = scaling.bootstrap_gap([r[col] for r in rows], np.stack(finals), infit, n_boot=k.n_boot)
+    for r, lo, hi in zip(rows, g["lo"], g["hi"]):
+      r[f"gap_{fit}_ci_lo"], r[f"gap_{fit}_ci_hi"] = float(lo), float(hi)
 
 
 def summarize(out: Path, k: Knobs) -> None:

@@ -14,6 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from .measure import FITS, smooth  # noqa: E402
+from .scaling_reading import gap_verdict, scaling_paragraph  # noqa: E402
 from ..shared import claims_sentences, fmt, read_rows, span  # noqa: E402
 from sbjax.analysis import figures  # noqa: E402
 from sbjax.studies.scaling import ScalingFit  # noqa: E402
@@ -109,8 +110,9 @@ def report_section(out: Path, rel: str) -> str:
     lines += [f"![{title}]({rel}/{FIGS[name]})", ""]
   lines += ["| d | N (non-emb.) | final loss | best loss (step) | naive rise | > rise_tol | "
             "train rise | gap final % | gap best % | KL best → final | in fit | N with head | "
-            "gap final % 95% CI | paired rise [95% CI] | rise? | train rise stat |",
-            "|" + "---|" * 16]
+            "gap final % 95% CI | paired rise [95% CI] | rise? | train rise stat | "
+            "gap final with head % [95% CI] |",
+            "|" + "---|" * 17]
   for r in rows:
     lines.append(
         f"| {int(r['width'])} | {int(r['n_nonembedding'])} | {_f(r['final_eval_loss'])} | "
@@ -121,7 +123,10 @@ def report_section(out: Path, rel: str) -> str:
         f"{'yes' if r['in_fit'] else 'no'} | {_f(r.get('n_with_head'))} | "
         f"[{_f(r.get('gap_final_ci_lo'), '+.2f')}, {_f(r.get('gap_final_ci_hi'), '+.2f')}] | "
         f"{_f(r.get('rise_stat'))} [{_f(r.get('rise_ci_lo'))}, {_f(r.get('rise_ci_hi'))}] | "
-        f"{r.get('rise_verdict', 'n/a')} | {_f(r.get('train_rise_stat'))} |")
+        f"{r.get('rise_verdict', 'n/a')} | {_f(r.get('train_rise_stat'))} | "
+        f"{_f(r.get('gap_final_with_head_pct'), '+.2f')} "
+        f"[{_f(r.get('gap_final_with_head_ci_lo'), '+.2f')}, "
+        f"{_f(r.get('gap_final_with_head_ci_hi'), '+.2f')}] |")
   lines.append("")
   for key in (*FITS, "final_with_head"):
     f = fits.get(key)
@@ -129,7 +134,7 @@ def report_section(out: Path, rel: str) -> str:
       lines.append(f"Fit on the {key} losses of widths {f['widths']}: L = {_f(f['A'], '.4g')}"
                    f" / N^{_f(f['alpha'], '.4f')} + {_f(f['E'], '.4f')} "
                    f"(rmse {_f(f['rmse'], '.2g')} nats, {int(f['n_points'])} points).")
-  lines += ["", paragraph(rows, tol), ""]
+  lines += ["", paragraph(rows, tol), "", scaling_paragraph(rows, fits, meta), ""]
   return "\n".join(lines)
 
 
@@ -215,7 +220,8 @@ def claims_text(rows: list[dict], paired: bool) -> str:
   if small and all(math.isfinite(x) for x in lo + hi):
     c = "small models lie above the scaling law of the larger ones"
     ci = ", ".join(f"d={int(r['width'])} [{a:+.2f}, {b:+.2f}]%" for r, a, b in zip(small, lo, hi))
-    (sup if min(lo) > 0 else con if max(hi) < 0 else und).append(f"{c} (95% CI {ci})")
+    v = gap_verdict(lo, hi)  # N without the head; both counts: scaling_reading
+    (sup if v == "supported" else con if v == "refuted" else und).append(f"{c} (95% CI {ci})")
   jump = max(r["kl_final"] - r["kl_best"] for r in rows)
   aniso = max(r["anisotropy_final"] for r in rows)
   if all(math.isfinite(x) for x in (jump, aniso)):

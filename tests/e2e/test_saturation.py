@@ -101,6 +101,12 @@ def test_report_section_reads_the_csv(done):
       rise_lib.rise_statistic(st, lw.mean(1), PRESET.overrides["train.steps"]))
   assert lw.mean(1)[-1] == pytest.approx(rows[8]["final_eval_loss"], abs=1e-4)
   assert "Preset `test`" in text
+  # the scaling reading (scaling_reading.py) from the same CSV: N without and with the head
+  assert "**Scaling fit (Godey et al. Fig. 1b).**" in text
+  assert ("every width is in the fit" in text) == all(r["in_fit"] for r in rows.values())
+  assert "Verdict: undecided." in text and "one seed per width" in text
+  for r in rows.values():  # one width: no fit, so no gap and no CI under either count
+    assert math.isnan(r["gap_final_ci_lo"]) and math.isnan(r["gap_final_with_head_ci_hi"])
 
 
 def test_rerun_skips_finished_runs(done):
