@@ -16,6 +16,7 @@ from .presets import PRESETS
 from .report import report_section
 from .run import run
 from .series import run_series, series_section
+from ..shared import upath
 
 PRESET = flags.DEFINE_string("preset", "cpu", " | ".join(PRESETS))
 OUT = flags.DEFINE_string("out", "out/collapse", "output directory")
@@ -39,7 +40,7 @@ def main_series(out: Path) -> None:
 
 def main(argv):
   del argv
-  out = Path(OUT.value)
+  out = upath(OUT.value)
   if sf.SERIES.value:
     return main_series(out)
   try:

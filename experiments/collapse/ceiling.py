@@ -22,7 +22,7 @@ import numpy as np
 
 from .measure import METRICS, model_config, scalar, train_config, windows
 from .presets import Preset
-from ..shared import write_rows
+from ..shared import upath, write_rows
 from sbjax.data.dataset import Dataset
 from sbjax.data.planted import PlantedLanguage
 from sbjax.studies import collapse_ceiling as CC
@@ -88,6 +88,6 @@ def run_ceiling(out: Path, p: Preset, verbose: bool = True) -> None:
   if not p.knobs.ceiling:
     return
   lang = language(p)
-  write_rows(Path(out) / "collapse_ceiling.csv", ceiling_rows(lang))
-  if p.knobs.ceiling_steps and not (Path(out) / "collapse_ceiling_trained.csv").exists():
-    write_rows(Path(out) / "collapse_ceiling_trained.csv", trained_rows(p, lang, verbose))
+  write_rows(upath(out) / "collapse_ceiling.csv", ceiling_rows(lang))
+  if p.knobs.ceiling_steps and not (upath(out) / "collapse_ceiling_trained.csv").exists():
+    write_rows(upath(out) / "collapse_ceiling_trained.csv", trained_rows(p, lang, verbose))

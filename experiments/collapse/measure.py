@@ -12,7 +12,7 @@ import numpy as np
 
 from .budget import watch
 from .presets import Preset
-from ..shared import config_from
+from ..shared import config_from, save_npz
 from sbjax.atomic import atomic_write_text
 from sbjax.config import ModelConfig, TrainConfig
 from sbjax.data.dataset import Dataset
@@ -142,7 +142,7 @@ def run_group(p: Preset, g, tr, va, vocab: int, out: Path, verbose: bool = True,
         r = per[mcount]
         row = _row(g, m, e, spe, p, mc, n_params, r, mcount)
         if mcount == min_counts[0]:
-          np.savez(out / "perclass" / f"{row['model']}.npz", class_ids=r["class_ids"],
+          save_npz(out / "perclass" / f"{row['model']}.npz", class_ids=r["class_ids"],
                    per_class_cdnv=r["per_class_cdnv"],
                    per_class_interference=r["per_class_interference"], counts=r["class_counts"])
         row.update(train_seconds=round(t_train / len(members), 2),

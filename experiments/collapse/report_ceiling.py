@@ -14,7 +14,7 @@ import matplotlib.ticker  # noqa: E402
 import numpy as np  # noqa: E402
 
 from .findings import ceiling_sentence  # noqa: E402
-from ..shared import fmt, read_rows  # noqa: E402
+from ..shared import fmt, read_rows, save_figure, upath  # noqa: E402
 
 FIGURE = "fig_collapse_ceiling.png"
 SHOWN = ("nc1_log10_mean_cdnv", "nc2_norm_cov", "etf_error", "gnc2_log_kernel_mean",
@@ -43,15 +43,15 @@ def figure(out: Path, ceil: list[dict], trained: list[dict]) -> Path:
                "entropy (training runs right to left); dashed/dotted: the Bayes-optimal model",
                fontsize=10)
   fig.tight_layout()
-  path = Path(out) / FIGURE
-  fig.savefig(path, dpi=100)
+  path = upath(out) / FIGURE
+  save_figure(fig, path, dpi=100)
   plt.close(fig)
   return path
 
 
 def ceiling_lines(out: Path, rel: str) -> list[str]:
   """The markdown lines of the ceiling part ([] when the preset has none)."""
-  out = Path(out)
+  out = upath(out)
   if not (out / "collapse_ceiling.csv").exists():
     return []
   ceil = read_rows(out / "collapse_ceiling.csv")

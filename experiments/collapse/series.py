@@ -19,10 +19,9 @@ keys, ``val_loss``, the settings, ``duplicate_of``) and OUT/collapse_series_meta
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 from .measure import COUNT_KEYS, METRICS, PASS_KEYS, SETTINGS, scalar
-from ..shared import fmt, read_rows, write_json, write_rows
+from ..shared import fmt, read_rows, upath, write_json, write_rows
 from sbjax import checkpoint as ckpt
 from sbjax.analysis import samples as samples_lib
 from sbjax.analysis.analyze import open_run
@@ -60,7 +59,7 @@ def run_series(workdir, out, tokens: str = "", data_items=(), steps=(),
                chunk: int = 8) -> list[dict]:
   """Collapse metrics of every checkpoint of ``workdir`` (see the module doc); the rows."""
   t0 = time.perf_counter()
-  out = Path(out)
+  out = upath(out)
   settings = series_settings(out, tokens, data_items, steps, allow_duplicates,
                              collapse_sequences, eval_sequences)
   run = open_run(workdir, settings)  # refusals: planted data of an import, duplicates
@@ -100,7 +99,7 @@ def run_series(workdir, out, tokens: str = "", data_items=(), steps=(),
 
 def series_section(out) -> str:
   """A short markdown table of collapse_series.csv (smallest min_count)."""
-  rows = read_rows(Path(out) / CSV)
+  rows = read_rows(upath(out) / CSV)
   mc0 = min(int(r["min_count"]) for r in rows)
   keys = ("val_loss", "nc1_log10_mean_cdnv", "nc2_norm_cov", "nc3_cos_mean", "unc3_cos_cov",
           "nc4_agreement", "n_classes")

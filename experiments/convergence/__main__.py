@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from pathlib import Path
 
 from absl import flags
 
@@ -19,6 +18,7 @@ from sbjax.cli import data_flags as df
 from .presets import PRESETS
 from .report import report_section
 from .run import run
+from ..shared import upath
 
 OUT = flags.DEFINE_string("out", "out/convergence", "output directory")
 PRESET = flags.DEFINE_enum("preset", "cpu", list(PRESETS), "size preset")
@@ -57,12 +57,12 @@ def _series_tokens() -> str:
 def main(argv):
   del argv
   grad = {"preset": None, "on": True, "off": False}[GRAD_PER.value]
-  run(Path(OUT.value), PRESET.value, data=DATA.value, series=SERIES.value,
+  run(upath(OUT.value), PRESET.value, data=DATA.value, series=SERIES.value,
       series_tokens=_series_tokens(), allow_duplicates=df.ALLOW_DUP.value,
       widths=tuple(int(w) for w in WIDTHS.value) if WIDTHS.value else None,
       token_modes=tuple(TOKEN_MODES.value), estimators=tuple(ESTIMATORS.value),
       per_mlp_r=PER_MLP_R.value, per_ov_r=PER_OV_R.value, grad_per=grad)
-  out = Path(OUT.value)
+  out = upath(OUT.value)
   (out / "section.md").write_text(report_section(out, "."))
   common.result(json.dumps({"out": str(out), "section": str(out / "section.md"),
                             **json.loads((out / "summary.json").read_text())}))

@@ -25,11 +25,13 @@ from sbjax.analysis.analyze import open_run
 from sbjax.analysis.settings import Settings
 from sbjax.data import tokens as tokens_lib
 from sbjax.studies import convergence as conv
+from ..shared import upath
 
 
 def is_workdir(path) -> bool:
   """An sbjax workdir (config.json at the top): an import or a run, not an HF revision dir."""
-  return (Path(path) / "config.json").is_file() and not (Path(path) / "model.safetensors").exists()
+  p = upath(path)
+  return (p / "config.json").is_file() and not (p / "model.safetensors").exists()
 
 
 def _workdir_source(path, tokens: str, allow_duplicates: bool, out: Path):
@@ -37,7 +39,7 @@ def _workdir_source(path, tokens: str, allow_duplicates: bool, out: Path):
   run = open_run(path, Settings(groups=("loss",), tokens=tokens, out_dir=str(out),
                                 allow_duplicates=allow_duplicates, progress=False,
                                 figures=False, use_cache=False))
-  src = conv.workdir_source(path, Path(path).name)
+  src = conv.workdir_source(path, upath(path).name)
   dups = {int(s): int(d) for s, d in (run.duplicates or {}).items()}
   return dataclasses.replace(src, steps=list(run.steps)), dups
 
@@ -58,7 +60,7 @@ def series_sources(series: list, tokens: str, allow_duplicates: bool = False,
   sources, dups = [], {}
   for p in series:
     if is_workdir(p):
-      s, d = _workdir_source(p, tokens, allow_duplicates, Path(out) / "measure" / Path(p).name)
+      s, d = _workdir_source(p, tokens, allow_duplicates, upath(out) / "measure" / Path(p).name)
       dups[s.name] = d
     else:
       s = conv.series_source(p)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..shared import fmt, read_rows, write_rows
+from ..shared import fmt, read_rows, upath, write_rows
 from sbjax.studies import convergence as conv
 from sbjax.studies import stabilisation as stab
 
@@ -149,7 +149,7 @@ def stabilisation_tests(layers: list[dict], n_perm: int = 10_000) -> list[dict]:
 
 def summarise(out: Path, metas: list[dict]) -> None:
   """bands.csv, layers.csv/.md, correlations.csv and models.csv from measure/<model>/."""
-  out = Path(out)
+  out = upath(out)
   bands, layers, models = [], [], []
   for m in metas:
     mdir = out / "measure" / m["model"]

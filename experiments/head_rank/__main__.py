@@ -3,13 +3,13 @@
 import json
 import logging
 import sys
-from pathlib import Path
 
 from absl import flags
 
 from sbjax.cli import common
 from . import PRESETS, run, summarize
 from .report import FIGURE
+from ..shared import upath
 
 PRESET = flags.DEFINE_enum("preset", "cpu", list(PRESETS), "experiment size")
 OUT = flags.DEFINE_string("out", "out/head_rank", "output directory")
@@ -19,7 +19,7 @@ DATA = flags.DEFINE_string("data", "", "directory of .txt files (default: the Sh
 
 def main(argv):
   del argv
-  out = Path(OUT.value)
+  out = upath(OUT.value)
   run(out, PRESET.value, data=DATA.value)
   s = summarize(out)
   common.result(json.dumps({

@@ -10,7 +10,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - after choosing the non-interactive backend
 
-from ..shared import fmt  # noqa: E402
+from ..shared import fmt, save_figure, upath  # noqa: E402
 from sbjax.studies import rank_sweep as rs  # noqa: E402
 
 NAME = "head_rank"
@@ -70,8 +70,8 @@ def draw(out: Path) -> Path:
   axes[0].legend(fontsize=7)
   fig.suptitle("Head rank (Godey Fig. 6 analogue), best LR per rank")
   fig.tight_layout()
-  path = Path(out) / FIGURE
-  fig.savefig(path, dpi=110)
+  path = upath(out) / FIGURE
+  save_figure(fig, path, dpi=110)
   plt.close(fig)
   return path
 
@@ -117,7 +117,7 @@ def _findings(s: dict) -> list[str]:
 
 def report_section(out: Path, rel: str) -> str:
   """Markdown: figure, best-LR table and the paper comparison, all read from OUT's CSV."""
-  out = Path(out)
+  out = upath(out)
   rows = rs.read_rows(out)
   by = {p: {int(r["rank"]): r for r in rs.best_rows(rows, p)} for p in ("a", "b")}
   ranks = sorted(set(by["a"]) | set(by["b"]))

@@ -19,6 +19,7 @@ from .presets import PRESETS
 from .report import report_section
 from .run import run
 from .series import run_series, series_section
+from ..shared import upath
 
 OUT = flags.DEFINE_string("out", "out/saturation", "output directory")
 PRESET = flags.DEFINE_enum("preset", "cpu", list(PRESETS) + list(PLANTED_PRESETS),
@@ -39,7 +40,7 @@ def main_series(out: Path) -> None:
 
 def main(argv):
   del argv
-  out = Path(OUT.value)
+  out = upath(OUT.value)
   if sf.SERIES.value:
     return main_series(out)
   if PRESET.value in PLANTED_PRESETS:  # the planted arms (width x Γ)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from .planted_report import report_section as planted_section
 from .planted_run import run_planted
+from ..shared import upath
 
 PRESETS = {"test": "test-planted", "quick": "test-planted", "cpu": "cpu-planted",
            "tpu": "tpu-planted"}
@@ -18,7 +19,7 @@ def run(out: Path, preset, *, data: str | None = None, verbose: bool = True) -> 
   one). ``data`` is ignored: the planted mixture is sampled, no corpus is read (the
   ``Experiment`` protocol of ``sbjax.cli.reproduce``)."""
   del data
-  run_planted(Path(out), PRESETS.get(preset, preset), verbose=verbose)
+  run_planted(upath(out), PRESETS.get(preset, preset), verbose=verbose)
 
 
 def report_section(out: Path, rel: str) -> str:

@@ -9,11 +9,12 @@ from pathlib import Path
 from .measure import summarize
 from .presets import Preset, get_preset
 from .windows import validation_windows, window_losses
-from ..shared import RunsProgress, config_from, write_json
+from ..shared import RunsProgress, config_from, upath, write_json
 from sbjax import overrides
 from sbjax.analysis import Settings, analyze_run
 from sbjax.config import Config, DataConfig
 from sbjax.data import make_dataset
+from sbjax.data.dataset import local_data_dir
 from sbjax.train import train_once
 from sbjax.studies.corpus import corpus_overrides
 from sbjax.train.done import finished
@@ -24,7 +25,8 @@ def data_config(p: Preset, out: Path, data: str | None) -> DataConfig:
   the preset's vocabulary, or a TFDS name (``data`` overrides the preset's)."""
   o = p.overrides  # the data.* overrides; the base preset's data section is not used
   keep = {k: o[k] for k in ("data.vocab_size", "data.tfds_name", "data.max_docs") if k in o}
-  where = None if o["data.source"] == "tfds" else Path(out) / "data" / "tfds"
+  # TFDS array_record files need a local folder (a gs:// out: sbjax's local data cache)
+  where = None if o["data.source"] == "tfds" else local_data_dir(out) / "data" / "tfds"
   return overrides.apply(Config(), {**keep, **corpus_overrides(o["data.source"], data, where)}).data
 
 
@@ -52,7 +54,7 @@ def run(out: Path, preset, *, data: str | None = None, verbose: bool = True) -> 
 
   ``preset``: a name of PRESETS or a Preset."""
   p = preset if isinstance(preset, Preset) else get_preset(preset)
-  out = Path(out)
+  out = upath(out)
   out.mkdir(parents=True, exist_ok=True)
   t0 = time.perf_counter()
   dc = data_config(p, out, data)

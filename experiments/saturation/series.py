@@ -22,7 +22,7 @@ from pathlib import Path
 
 from .measure import detect_rise
 from .report import FIGS
-from ..shared import fmt, read_rows, write_json, write_rows
+from ..shared import fmt, read_rows, upath, write_json, write_rows
 from sbjax import checkpoint as ckpt
 from sbjax.analysis import analyze_run, figures
 from sbjax.analysis.settings import Settings
@@ -43,14 +43,14 @@ def series_settings(workdir, out, tokens: str = "", data_items=(), steps=(),
                   cka_sequences=eval_sequences, anisotropy_tokens=anisotropy_tokens,
                   w_error_dims=dims, batch_sequences=min(32, eval_sequences), progress=False,
                   figures=False, tokens=tokens, data=tuple(data_items), steps=tuple(steps),
-                  allow_duplicates=allow_duplicates, out_dir=str(Path(out) / "analysis"))
+                  allow_duplicates=allow_duplicates, out_dir=str(upath(out) / "analysis"))
 
 
 def run_series(workdir, out, tokens: str = "", data_items=(), steps=(),
                allow_duplicates: bool = False, eval_sequences: int = 64,
                anisotropy_tokens: int = 4096, rise_tol: float = 0.02) -> list[dict]:
   """Analyse, write the CSV / JSON and draw the figures (see the module doc); the rows."""
-  out = Path(out)
+  out = upath(out)
   settings = series_settings(workdir, out, tokens, data_items, steps, allow_duplicates,
                              eval_sequences, anisotropy_tokens)
   rows = analyze_run(workdir, settings)
@@ -62,7 +62,7 @@ def run_series(workdir, out, tokens: str = "", data_items=(), steps=(),
   write_json(out / SUMMARY, {"workdir": str(workdir), "tokens": tokens,
                              "data": list(data_items), "rise_tol": rise_tol,
                              **{k: v for k, v in rise.items() if not k.startswith("i_")}})
-  adir, label = [out / "analysis"], [Path(workdir).name]
+  adir, label = [out / "analysis"], [upath(workdir).name]
   figures.plot_loss_anisotropy(adir, out / FIGS["loss_anisotropy"], labels=label,
                                title="Eval loss vs step, coloured by last-layer anisotropy")
   figures.plot_spectrum_heatmap(adir, out / FIGS["spectrum_heatmap"], labels=label)
@@ -72,7 +72,7 @@ def run_series(workdir, out, tokens: str = "", data_items=(), steps=(),
 
 def series_section(out, rel: str = ".") -> str:
   """The markdown section of a series: the per-checkpoint table, the rise and the figures."""
-  out = Path(out)
+  out = upath(out)
   rows = read_rows(out / CSV)
   s = json.loads((out / SUMMARY).read_text())
   cols = [k for k in ("eval_loss", "anisotropy_last", "head_kl_uniform",

@@ -7,7 +7,6 @@ from __future__ import annotations
 import functools
 import io
 import math
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -16,6 +15,7 @@ import numpy as np
 from sbjax import checkpoint as ckpt
 from sbjax.analysis.table import atomic_write_bytes
 from sbjax.model import Model
+from ..shared import load_np, upath
 
 FILE = "windows.npz"
 
@@ -41,10 +41,10 @@ def _nll_fn(mc):
 def window_losses(wd, windows_WxT1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
   """(steps, L[K, W]) of every checkpoint of ``wd``; kept in ``wd/windows.npz`` and reused
   while the checkpoints and the windows are the same."""
-  path = Path(wd) / FILE
+  path = upath(wd) / FILE
   steps = np.asarray(ckpt.list_steps(wd), np.int64)
   if path.exists():
-    with np.load(path) as z:
+    with load_np(path) as z:
       if np.array_equal(z["steps"], steps) and np.array_equal(z["windows"], windows_WxT1):
         return steps, z["loss_KxW"]
   fn = _nll_fn(ckpt.load_config(wd).model)

@@ -3,12 +3,12 @@
 import json
 import logging
 import sys
-from pathlib import Path
 
 from absl import flags
 
 from sbjax.cli import common
 from . import CSV, PRESETS, run
+from ..shared import upath
 
 OUT = flags.DEFINE_string("out", "out/target_rank", "output directory")
 PRESET = flags.DEFINE_enum("preset", "cpu", list(PRESETS), " | ".join(PRESETS))
@@ -18,7 +18,7 @@ DATA = flags.DEFINE_string("data", "", "a directory of .txt files (default: the 
 
 def main(argv):
   del argv
-  out = Path(OUT.value)
+  out = upath(OUT.value)
   run(out, PRESET.value, data=DATA.value or None)
   common.result(json.dumps({"out": str(out), "csv": str(out / CSV)}))
 

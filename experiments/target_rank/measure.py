@@ -13,13 +13,15 @@ from ..shared import config_from
 from sbjax.studies.corpus import corpus_overrides
 from .presets import Preset, fields
 from sbjax.config import DataConfig
+from sbjax.data.dataset import local_data_dir
 from sbjax.studies import lowrank_svd, ngram
 
 
 def data_config(p: Preset, vocab: int, out: Path, data: str | None) -> DataConfig:
   """The DataConfig of one vocabulary size (validated)."""
   source = p.overrides.get("data.source")
-  where = None if source == "tfds" else Path(out) / "data" / "tfds"
+  # TFDS array_record files need a local folder (a gs:// out: sbjax's local data cache)
+  where = None if source == "tfds" else local_data_dir(out) / "data" / "tfds"
   return config_from(p.base, {**p.overrides, "data.vocab_size": vocab,
                               **corpus_overrides(source, data, where)}).data
 

@@ -13,7 +13,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - after choosing the non-interactive backend
 import numpy as np  # noqa: E402
 
-from ..shared import fmt, read_rows  # noqa: E402
+from ..shared import fmt, read_rows, save_figure, upath  # noqa: E402
 
 CSV = "target_rank.csv"
 CONTEXTS_CSV = "target_rank_contexts.csv"
@@ -32,7 +32,7 @@ def read_table(path) -> list[dict]:
 
 def draw(out: Path) -> list[Path]:
   """fig_target_rank_<variant>.png: one panel per V, one W-error curve per n."""
-  rows = read_table(Path(out) / CSV)
+  rows = read_table(upath(out) / CSV)
   paths = []
   for var in sorted({r["variant"] for r in rows}, key=_variant_order):
     sub = [r for r in rows if r["variant"] == var]
@@ -52,8 +52,8 @@ def draw(out: Path) -> list[Path]:
     axes[0][0].set_ylabel("W-error(d)")
     fig.suptitle(f"W-error of the {var} next-token matrix (Godey Fig. 7 analogue)", fontsize=11)
     fig.tight_layout()
-    path = Path(out) / f"fig_target_rank_{var}.png"
-    fig.savefig(path, dpi=110)
+    path = upath(out) / f"fig_target_rank_{var}.png"
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
     paths.append(path)
   return paths
@@ -111,7 +111,7 @@ def _log_verdict(vs_raw: dict) -> str:
 
 
 def report_section(out: Path, rel: str) -> str:
-  out = Path(out)
+  out = upath(out)
   rows = read_table(out / CSV)
   ctx = read_table(out / CONTEXTS_CSV)
   meta = json.loads((out / META).read_text()) if (out / META).exists() else {}

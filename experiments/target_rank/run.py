@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..shared import DEFAULT_TEXT, REPO, RunsProgress, write_json, write_rows
+from ..shared import DEFAULT_TEXT, REPO, RunsProgress, upath, write_json, write_rows
 from . import report
 from .measure import curves, data_config, part_key
 from .presets import Preset, fields, get_preset
@@ -51,7 +51,7 @@ def _ordered(rows: list[dict], columns) -> list[dict]:
 def run(out: Path, preset, *, data: str | None = None, verbose: bool = True) -> None:
   """Every (V, n) of the preset (finished ones in OUT/parts are skipped); see the package doc."""
   p = get_preset(preset)
-  out = Path(out)
+  out = upath(out)
   (out / "parts").mkdir(parents=True, exist_ok=True)
   t0 = time.perf_counter()
   rows, infos, data_info = [], [], {}

@@ -16,6 +16,7 @@ from . import tolerance
 from .presets import TOL, TOL_CHAR, W_LEVEL
 from sbjax.studies.werror import rank_at, threshold_rank, w_error_curve
 from sbjax.studies import rank_sweep as rs
+from ..shared import load_np, upath
 
 
 def loglog_fit(v, r) -> dict:
@@ -59,7 +60,7 @@ def thresholds(sub: Path, cpt: float | None = None, tol_char: float = TOL_CHAR) 
   validation text) r* uses the per-character tolerance against the protocol-(a) rank-d head
   when the sweep has one (``tolerance``); without it, the older rule (within TOL of the dense
   head, relative). The dense run counts as rank d. W-error on the centred dense head."""
-  sub = Path(sub)
+  sub = upath(sub)
   rows = rs.read_rows(sub)
   full = [r for r in rows if r["protocol"] == "full" and int(r["best"])][0]
   lf, d = float(full["eval_loss"]), int(full["rank"])
@@ -79,7 +80,7 @@ def thresholds(sub: Path, cpt: float | None = None, tol_char: float = TOL_CHAR) 
     tol_token = tolerance.token_tolerance(tol_char, cpt)
     rstar = tolerance.r_star(ranks, losses, ref["loss"], tol_token)
   rstar = d if rstar is None else rstar
-  w = np.load(sub / rs.FULL_HEAD, allow_pickle=False)
+  w = load_np(sub / rs.FULL_HEAD, allow_pickle=False)
   _, curve = w_error_curve(tolerance.centred(w))
   _, raw = w_error_curve(w)
   plan = json.loads((sub / "plan.json").read_text())

@@ -13,7 +13,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - after choosing the non-interactive backend
 import numpy as np  # noqa: E402
 
-from ..shared import fmt, read_rows  # noqa: E402
+from ..shared import fmt, read_rows, save_figure, upath  # noqa: E402
 from .corpus_limits import corpus_sentence  # noqa: E402
 from .measure import grid_interval, slope_range  # noqa: E402
 
@@ -60,7 +60,7 @@ def _fit_panel(ax, table: list, fit: dict) -> None:
 
 
 def draw(out: Path) -> Path:
-  out = Path(out)
+  out = upath(out)
   table = read_rows(out / TABLE_CSV)
   fit = json.loads((out / FIT).read_text())
   fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
@@ -69,7 +69,7 @@ def draw(out: Path) -> Path:
   fig.suptitle("Rank needed vs vocabulary size")
   fig.tight_layout()
   path = out / FIGURE
-  fig.savefig(path, dpi=110)
+  save_figure(fig, path, dpi=110)
   plt.close(fig)
   return path
 
@@ -120,7 +120,7 @@ def _grid_text(out: Path, table: list) -> str:
 
 
 def report_section(out: Path, rel: str) -> str:
-  out = Path(out)
+  out = upath(out)
   table = read_rows(out / TABLE_CSV)
   fit = json.loads((out / FIT).read_text())
   lines = [f"## {NAME}", "", f"![rank vs V]({rel}/{FIGURE})", "",

@@ -11,7 +11,7 @@ import numpy as np
 
 from sbjax.studies.corpus import corpus_overrides
 from sbjax.studies.head_rank import run_sweep, sweep_units
-from ..shared import RunsProgress, config_from, text_corpus, write_json, write_rows
+from ..shared import RunsProgress, config_from, text_corpus, upath, write_json, write_rows
 from . import corpus_limits, ngram, report, tolerance
 from .measure import loglog_fit, thresholds
 from .presets import TOL, TOL_CHAR, W_LEVEL, get_preset
@@ -66,7 +66,7 @@ def sweep_dataset(plan: Plan, sub: Path):
   """The sweep's dataset, as ``run_sweep`` built it in sub/data (the tokens are cached)."""
   tc = plan.base.train
   return make_dataset(plan.base.data, seq_len=tc.seq_len, global_batch_size=tc.batch_size,
-                      seed=tc.data_seed, workdir=str(Path(sub) / "data"))
+                      seed=tc.data_seed, workdir=str(upath(sub) / "data"))
 
 
 def validation_chars_per_token(plan: Plan, sub: Path, ds=None) -> float:
@@ -97,7 +97,7 @@ def measure_v(plan: Plan, sub: Path, vocab: int, knobs, ngram_rows: list) -> dic
 
 
 def run(out: Path, preset, *, data: str | None = None, verbose: bool = True) -> None:
-  out = Path(out)
+  out = upath(out)
   knobs = get_preset(preset).knobs
   corpus = str(token_dir(data, knobs.vocabs) if uses_tokens(preset) else text_corpus(data))
   plans = {v: make_plan(preset, corpus, v, str(out / "tfds")) for v in knobs.vocabs}

@@ -4,13 +4,13 @@
 import json
 import logging
 import sys
-from pathlib import Path
 
 from absl import flags
 
 from sbjax.cli import common
 from . import PRESETS, run
 from .report import CSV, FIGURE, SUMMARY
+from ..shared import upath
 
 PRESET = flags.DEFINE_enum("preset", "cpu", list(PRESETS),
                            "preset of the head-rank sweep, if it has to be run")
@@ -21,7 +21,7 @@ DATA = flags.DEFINE_string("data", "", "corpus for the head-rank sweep if it has
 
 def main(argv):
   del argv
-  out = Path(OUT.value)
+  out = upath(OUT.value)
   run(out, PRESET.value, data=DATA.value, head_rank_dir_=HR_DIR.value)
   common.result(json.dumps({"out": str(out), "csv": str(out / CSV), "figure": str(out / FIGURE),
                             "summary": json.loads((out / SUMMARY).read_text())}))

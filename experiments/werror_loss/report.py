@@ -11,7 +11,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - after choosing the non-interactive backend
 
-from ..shared import fmt, read_rows  # noqa: E402
+from ..shared import fmt, read_rows, save_figure, upath  # noqa: E402
 from .presets import THRESHOLD  # noqa: E402
 
 NAME = "werror_loss"
@@ -50,7 +50,7 @@ def _loss_panel(ax, rows: list, threshold: float) -> None:
 
 
 def draw(out: Path) -> Path:
-  out = Path(out)
+  out = upath(out)
   threshold = _summary(out).get("threshold", THRESHOLD)
   fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
   _curve_panel(axes[0], read_rows(out / CURVE_CSV), threshold)
@@ -58,13 +58,13 @@ def draw(out: Path) -> Path:
   fig.suptitle("Loss vs W-error (Godey Fig. 8 analogue)")
   fig.tight_layout()
   path = out / FIGURE
-  fig.savefig(path, dpi=110)
+  save_figure(fig, path, dpi=110)
   plt.close(fig)
   return path
 
 
 def _summary(out: Path) -> dict:
-  return json.loads((Path(out) / SUMMARY).read_text())
+  return json.loads((upath(out) / SUMMARY).read_text())
 
 
 def _f(x, nd=3) -> str:
@@ -93,7 +93,7 @@ def _findings(s: dict) -> tuple[list, list]:
 
 
 def report_section(out: Path, rel: str) -> str:
-  out = Path(out)
+  out = upath(out)
   rows = read_rows(out / CSV)
   found, verdicts = _findings(_summary(out))
   lines = [f"## {NAME}", "", f"![loss vs W-error]({rel}/{FIGURE})", "",

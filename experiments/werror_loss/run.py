@@ -6,9 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import numpy as np
-
-from ..shared import text_corpus, write_json, write_rows
+from ..shared import load_np, text_corpus, upath, write_json, write_rows
 from . import report
 from sbjax.studies.werror import rank_at, threshold_rank, w_error_curve
 from .presets import Knobs, get_preset
@@ -19,7 +17,7 @@ NAME = "werror_loss"
 
 
 def head_rank_dir(out: Path, given: str = "") -> Path:
-  return Path(given) if given else Path(out).parent / "head_rank"
+  return upath(given) if given else upath(out).parent / "head_rank"
 
 
 def sweep_written(hr: Path) -> bool:
@@ -48,10 +46,10 @@ def _protocol(rows, curve, lf: float, p: str, k: Knobs) -> tuple[list, dict]:
 
 def compute(out: Path, hr: Path, knobs: Knobs = Knobs()) -> dict:
   """Writes the CSVs and summary.json of OUT from the sweep in ``hr``; returns the summary."""
-  out = Path(out)
+  out = upath(out)
   out.mkdir(parents=True, exist_ok=True)
   rows = rs.read_rows(hr)
-  sigma, curve = w_error_curve(np.load(hr / rs.FULL_HEAD, allow_pickle=False))
+  sigma, curve = w_error_curve(load_np(hr / rs.FULL_HEAD, allow_pickle=False))
   write_rows(out / report.CURVE_CSV, [{"d": d, "w_error": float(v)} for d, v in enumerate(curve)])
   full = [r for r in rows if r["protocol"] == "full" and int(r["best"])][0]
   lf = float(full["eval_loss"])
@@ -73,7 +71,7 @@ def compute(out: Path, hr: Path, knobs: Knobs = Knobs()) -> dict:
 def run(out: Path, preset, *, data: str | None = None, head_rank_dir_: str = "",
         verbose: bool = True) -> None:
   """Compute from the head-rank sweep (trained first with ``preset`` if it is not there)."""
-  out = Path(out)
+  out = upath(out)
   p = get_preset(preset)
   hr = head_rank_dir(out, head_rank_dir_)
   if not sweep_written(hr):
