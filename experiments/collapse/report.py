@@ -18,7 +18,7 @@ from .report_ceiling import ceiling_lines  # noqa: E402
 from . import findings as F  # noqa: E402
 from .measure import ANCHOR_SOURCE, ANCHORS, METRICS, POINTS  # noqa: E402
 from .tables import column, min_counts, model_rows  # noqa: E402
-from ..shared import fmt, read_rows  # noqa: E402
+from ..shared import fmt, read_rows, save_figure, upath  # noqa: E402
 from sbjax.studies import stats  # noqa: E402
 
 FIGURE = "fig_collapse_vs_loss.png"
@@ -60,8 +60,8 @@ def figure(out: Path) -> Path:
                "last snapshot, open: earlier; size: width; red x, +: the seed groups' shapes)",
                fontsize=10)
   fig.tight_layout()
-  path = Path(out) / FIGURE
-  fig.savefig(path, dpi=100)
+  path = upath(out) / FIGURE
+  save_figure(fig, path, dpi=100)
   plt.close(fig)
   return path
 
@@ -193,7 +193,7 @@ def _paragraph(an: list[dict], tk: list[dict], meta: dict, r2: list[dict],
 
 def report_section(out: Path, rel: str) -> str:
   """The markdown section of the report (the figure drawn now; numbers from the CSVs)."""
-  out = Path(out)
+  out = upath(out)
   figure(out)
   meta = json.loads((out / "collapse_meta.json").read_text())
   r2 = read_rows(out / "collapse_r2.csv")

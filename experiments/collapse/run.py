@@ -15,7 +15,7 @@ from .ceiling import run_ceiling
 from .measure import POINTS, SETTINGS, model_config, run_group, train_config
 from .tables import anchor_rows, r2_rows, seed_rows, token_table
 from .presets import Preset, get_preset, seed_shapes
-from ..shared import RunsProgress, write_json, write_rows
+from ..shared import RunsProgress, upath, write_json, write_rows
 from sbjax import overrides
 from sbjax.config import Config
 from sbjax.data import make_dataset
@@ -124,7 +124,7 @@ def write_tables(out: Path, n_perm: int) -> None:
   collapse_seeds.csv (seed group, with permutation p-values), collapse_anchors.csv (the
   like-for-like comparison with the authors) and collapse_tokens.csv (the best grid model's
   most frequent tokens)."""
-  out = Path(out)
+  out = upath(out)
   r2 = r2_rows(out)
   write_rows(out / "collapse_r2.csv", r2)
   seeds = seed_rows(out, n_perm)
@@ -175,7 +175,7 @@ def run(out: Path, preset: str, *, data: str | None = None, verbose: bool = True
   ``TRAIN.bin[,VAL.bin]`` / ``.npy`` (the tpu preset: TinyStories ids of the GPT-Neo
   tokenizer), or a TFDS name (a preset whose source is tfds)."""
   p = get_preset(preset)
-  out = Path(out)
+  out = upath(out)
   out.mkdir(parents=True, exist_ok=True)
   t0, c0 = time.perf_counter(), time.process_time()
   tr, va, vocab, tok_path = load_corpus(p, out, data)

@@ -14,7 +14,7 @@ import numpy as np
 
 from .findings import NO_RELATION_R, seed_verdict
 from .measure import ANCHOR_SOURCE, ANCHORS, METRICS, POINTS, TOP_TOKENS
-from ..shared import read_rows
+from ..shared import load_np, read_rows, upath
 from sbjax.data.tokenizer import Tokenizer
 from sbjax.studies import stats
 
@@ -22,7 +22,7 @@ from sbjax.studies import stats
 def model_rows(out: Path, kind: str, min_count=None, points: str = "all") -> list[dict]:
   """The rows of collapse_models.csv of one kind (grid | seeds); with ``min_count`` only
   those measured at it; ``points="last"``: only each run's last snapshot."""
-  rows = [r for r in read_rows(Path(out) / "collapse_models.csv") if r.get("kind") == kind]
+  rows = [r for r in read_rows(upath(out) / "collapse_models.csv") if r.get("kind") == kind]
   if min_count is not None:
     rows = [r for r in rows if int(r["min_count"]) == int(min_count)]
   if points == "last":
@@ -31,7 +31,7 @@ def model_rows(out: Path, kind: str, min_count=None, points: str = "all") -> lis
 
 
 def min_counts(out: Path) -> list[int]:
-  return sorted({int(r["min_count"]) for r in read_rows(Path(out) / "collapse_models.csv")})
+  return sorted({int(r["min_count"]) for r in read_rows(upath(out) / "collapse_models.csv")})
 
 
 def column(rows, key) -> np.ndarray:
@@ -163,7 +163,7 @@ def _piece(out: Path, meta: dict):
   """Token id -> its piece with the experiment's tokenizer (the id itself without one)."""
   tok = meta.get("tokenizer")
   if tok:
-    tp = Path(tok) if Path(tok).is_absolute() else Path(out) / tok
+    tp = Path(tok) if Path(tok).is_absolute() else upath(out) / tok
     if tp.exists():
       return Tokenizer(tp).id_to_piece
   return str
@@ -177,10 +177,10 @@ def token_table(out: Path, top: int = TOP_TOKENS) -> list[dict]:
   ok = [r for r in (model_rows(out, "grid", mc) or model_rows(out, "seeds", mc, "last"))
         if math.isfinite(r["val_loss"]) and math.isfinite(r.get("nc1_mean_log10_cdnv", math.nan))]
   best = min(ok, key=lambda r: r["val_loss"])
-  z = np.load(Path(out) / "perclass" / f"{best['model']}.npz")
+  z = load_np(upath(out) / "perclass" / f"{best['model']}.npz")
   ids, cdnv, itf = z["class_ids"], z["per_class_cdnv"], z["per_class_interference"]
   cnt = z["counts"][ids]
-  piece = _piece(out, json.loads((Path(out) / "collapse_meta.json").read_text()))
+  piece = _piece(out, json.loads((upath(out) / "collapse_meta.json").read_text()))
   rows = []
   for rank, j in enumerate(np.argsort(-cnt, kind="stable")[:top], 1):
     rows.append({"model": best["model"], "rank": rank, "token_id": int(ids[j]),

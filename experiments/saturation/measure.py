@@ -21,7 +21,7 @@ import numpy as np
 
 from .presets import Knobs
 from .windows import FILE as WINDOWS
-from ..shared import read_rows, write_rows
+from ..shared import load_np, read_rows, upath, write_rows
 from sbjax import checkpoint as ckpt
 from sbjax import optim
 from sbjax.heads import head_param_count
@@ -99,7 +99,7 @@ def paired_rise(wd: Path, total: int, k: Knobs) -> dict:
          "rise_verdict": "n/a", "rise_onset_step": None, "train_rise_stat": math.nan}
   if not (wd / WINDOWS).exists():
     return out
-  with np.load(wd / WINDOWS) as z:
+  with load_np(wd / WINDOWS) as z:
     steps, losses = z["steps"], z["loss_KxW"]
   if steps[-1] < k.rise_after * total:
     return out
@@ -167,7 +167,7 @@ def gap_cis(rows: list[dict], wds: list[Path], k: Knobs) -> None:
   for wd in wds:
     if not (wd / WINDOWS).exists():
       return
-    with np.load(wd / WINDOWS) as z:
+    with load_np(wd / WINDOWS) as z:
       finals.append(z["loss_KxW"][-1])
   infit = np.array([bool(r["in_fit"]) for r in rows])
   if infit.sum() < 3:
@@ -182,7 +182,7 @@ def gap_cis(rows: list[dict], wds: list[Path], k: Knobs) -> None:
 
 def summarize(out: Path, k: Knobs) -> None:
   """saturation_runs.csv, saturation_fit.csv and saturation_train_loss.csv from the runs."""
-  out = Path(out)
+  out = upath(out)
   wds = sorted((d for d in (out / "runs").iterdir() if (d / "analysis" / "metrics.csv").exists()),
                key=lambda d: int(d.name[1:]))
   if not wds:
