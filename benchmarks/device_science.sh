@@ -15,7 +15,11 @@
 # (L {1,2,4} x d {64..512}, --preset=gpu-grid) | vocab_threshold (a d512 L6 trunk and
 # frozen-trunk heads at V 1024..8192, --preset=gpu; each head compiles on its own, so it
 # needs more than one call: a rerun with the same --out reads the finished runs back) |
-# saturation (no gpu preset yet: the script says so and stops).
+# saturation (the planted arms d {32,128,512} x Γ {7.9, 2.4} on the rare-token tail language,
+# tokens drawn on the device, one population per width: --preset=gpu-planted; no token files) |
+# timing (benchmarks/step_timing.py: every run of the saturation and collapse gpu presets
+# built at full size, its first 10 + 50 steps timed after compile and extrapolated: the
+# measured estimate of each preset, timing.json).
 # Checks: the token files are present (else it says how to build them on a CPU), jax sees
 # the GPU and nvidia-smi reports the free memory the part needs (a dry run skips both, with
 # a note). The experiment runs under `timeout` (RUN_LIMIT_S, 520 s); a preset that would
@@ -33,7 +37,7 @@ OUT_DIR="${OUT:-device_science}"
 TOKENS="device_tokens"
 while [[ $# -gt 0 ]]; do
   case "$1" in
-    collapse|collapse-grid|vocab_threshold|saturation) PART="$1" ;;
+    collapse|collapse-grid|vocab_threshold|saturation|timing) PART="$1" ;;
     --dry-run) DRY=1 ;;
     --out) OUT_DIR="${2:?--out needs a directory}"; shift ;;
     --out=*) OUT_DIR="${1#--out=}" ;;
@@ -41,13 +45,14 @@ while [[ $# -gt 0 ]]; do
     --tokens=*) TOKENS="${1#--tokens=}" ;;
     -h|--help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0"; exit 0 ;;
     *) echo "error: unknown argument '$1'; use PART [--out DIR] [--dry-run] [--tokens DIR]," \
-         "PART one of collapse, collapse-grid, vocab_threshold, saturation" >&2
+         "PART one of collapse, collapse-grid, vocab_threshold, saturation, timing" >&2
        exit 2 ;;
   esac
   shift
 done
 if [[ -z "${PART}" ]]; then
-  echo "error: no PART; use one of collapse, collapse-grid, vocab_threshold, saturation" >&2
+  echo "error: no PART; use one of collapse, collapse-grid, vocab_threshold, saturation," \
+       "timing" >&2
   exit 2
 fi
 case "${PART}" in
@@ -55,14 +60,19 @@ case "${PART}" in
   collapse-grid) EXP=collapse; PRESET=gpu-grid; VOCAB=1024; NEED_MIB=20000 ;;
   vocab_threshold) EXP=vocab_threshold; PRESET=gpu; VOCAB="1024 2048 4096 8192"
     NEED_MIB=40000 ;;
-  *) echo "error: part '${PART}' has no gpu preset yet (issue 32, item 3: collapse," \
-       "collapse-grid and vocab_threshold are built); run one of those" >&2
-     exit 2 ;;
+  saturation) EXP=saturation; PRESET=gpu-planted; VOCAB=""; NEED_MIB=30000 ;;
+  timing) EXP=timing; PRESET="saturation:gpu-planted,collapse:gpu,collapse:gpu-grid"; VOCAB=""
+    NEED_MIB=30000 ;;
 esac
+TIMED=(--warmup=10 --steps=50)
 if [[ "${DRY}" == 1 ]]; then
   PRESET="${PRESET}-test"
   VOCAB=64
   if [[ "${EXP}" == vocab_threshold ]]; then VOCAB="96 128"; fi
+  if [[ "${EXP}" == saturation ]]; then VOCAB=""; fi
+  if [[ "${EXP}" == timing ]]; then
+    PRESET="saturation:gpu-planted-test,collapse:gpu-test"; VOCAB=""; TIMED=(--warmup=2 --steps=3)
+  fi
 fi
 PY="${PYTHON:-$(command -v python3 || command -v python)}"
 START=$(date +%s)
@@ -90,8 +100,9 @@ if [[ "${DRY}" == 1 ]]; then  # a dry run checks the script, not speed
   export JAX_PLATFORMS=cpu
 fi
 
-# --- data: shipped token files (a dry run writes small generated ones) ----------------------
-if [[ "${DRY}" == 1 ]]; then
+# --- data: shipped token files (a dry run writes small generated ones; the planted language
+# of saturation is drawn on the device, and timing's collapse runs time random tokens) ------
+if [[ "${DRY}" == 1 && -n "${VOCAB}" ]]; then
   TOKENS="${WORK}/tokens"
   if [[ "${EXP}" == collapse ]]; then
     mkdir -p "${TOKENS}/V${VOCAB}"
@@ -120,7 +131,7 @@ for v in ${VOCAB}; do
   NEED+=("${TOKENS}/V${v}/train.uint16.bin" "${TOKENS}/V${v}/val.uint16.bin")
   if [[ "${EXP}" == vocab_threshold ]]; then NEED+=("${TOKENS}/V${v}/tokenizer.model"); fi
 done
-for f in "${NEED[@]}"; do
+for f in "${NEED[@]+"${NEED[@]}"}"; do
   if [[ ! -s "${f}" ]]; then
     echo "error: token file ${f} is missing. Build the token files on a CPU machine:" >&2
     echo "  python benchmarks/build_device_tokens.py --data=DIR_OF_SHAKESPEARE_TXT --out=${TOKENS}" >&2
@@ -130,7 +141,7 @@ for f in "${NEED[@]}"; do
 done
 DATA="${TOKENS}"
 if [[ "${EXP}" == collapse ]]; then DATA="${NEED[0]},${NEED[1]}"; fi
-step "token files: ${DATA}"
+if [[ -n "${VOCAB}" ]]; then step "token files: ${DATA}"; fi
 
 # --- the device: jax sees it, and it has the memory ------------------------------------------
 if [[ "${DRY}" == 0 ]]; then
@@ -163,16 +174,30 @@ if ! "${PY}" -c "import sbjax" 2>"${WORK}/import.log"; then
 fi
 
 # --- the experiment ------------------------------------------------------------------------
-step "python -m experiments.${EXP} --preset=${PRESET} (at most ${RUN_LIMIT_S} s)"
+CMD=("${PY}" -m "experiments.${EXP}" --preset="${PRESET}" --out="${RUN_DIR}")
+case "${EXP}" in
+  saturation) ;;  # the planted tail language: no --data
+  timing) CMD=("${PY}" benchmarks/step_timing.py --runs="${PRESET}" "${TIMED[@]}"
+                --out="${RUN_DIR}") ;;
+  *) CMD+=(--data="${DATA}") ;;
+esac
+step "${CMD[*]:1} (at most ${RUN_LIMIT_S} s)"
 T0=$(date +%s)
 RC=0
-timeout -s TERM -k 20 "${RUN_LIMIT_S}" "${PY}" -m "experiments.${EXP}" --preset="${PRESET}" \
-  --out="${RUN_DIR}" --data="${DATA}" > "${RUN_DIR}/result.out" 2> "${RUN_DIR}/run.log" || RC=$?
+timeout -s TERM -k 20 "${RUN_LIMIT_S}" "${CMD[@]}" > "${RUN_DIR}/result.out" \
+  2> "${RUN_DIR}/run.log" || RC=$?
 if [[ "${RC}" == 0 && "${EXP}" == vocab_threshold ]]; then  # its CLI prints JSON: the section
   "${PY}" -c "import sys; from pathlib import Path; \
 from experiments.vocab_threshold.report import report_section as r; \
 Path(sys.argv[1], 'section.md').write_text(r(Path(sys.argv[1]), '.'))" "${RUN_DIR}" || RC=$?
 fi
+if [[ "${RC}" == 75 && "${EXP}" == saturation && -s "${RUN_DIR}/planted_arms.csv" ]]; then
+  # a budget stop: the report of the populations that finished (its text names the stop)
+  "${PY}" -c "import sys; from pathlib import Path; \
+from experiments.saturation.planted_report import report_section as r; \
+Path(sys.argv[1], 'section.md').write_text(r(Path(sys.argv[1]), '.'))" "${RUN_DIR}" || true
+fi
+if [[ "${EXP}" == timing ]]; then cat "${RUN_DIR}/result.out"; fi
 SECONDS_RUN=$(($(date +%s) - T0))
 case "${RC}" in
   0) WHAT="finished" ;;
@@ -180,7 +205,7 @@ case "${RC}" in
   124|137) WHAT="cut off at ${RUN_LIMIT_S} s; rerun the same command to resume" ;;
   *) WHAT="failed" ;;
 esac
-grep '^estimate:' "${RUN_DIR}/run.log" || true
+grep '^estimate:' "${RUN_DIR}/run.log" || true  # the experiment's own measured estimates
 printf '{"part": "%s", "preset": "%s", "dry_run": %s, "rc": %s, "status": "%s", "seconds": %s}\n' \
   "${PART}" "${PRESET}" "$([[ "${DRY}" == 1 ]] && echo true || echo false)" "${RC}" "${WHAT}" \
   "${SECONDS_RUN}" > "${STATUS}"
@@ -198,6 +223,11 @@ if [[ "${DRY}" == 1 ]]; then  # the archive holds the report, the CSVs and the f
   if [[ "${EXP}" == vocab_threshold ]]; then
     WANT=(section.md vocab_threshold.csv runs.csv fit.json fig_vocab_threshold.png)
   fi
+  if [[ "${EXP}" == saturation ]]; then
+    WANT=(section.md planted_arms.csv planted_checkpoints.csv planted_meta.json
+          planted_floor.csv fig_planted_loss_gamma.png)
+  fi
+  if [[ "${EXP}" == timing ]]; then WANT=(timing.json result.out); fi
   for f in "${WANT[@]}" status.json run.log; do
     if ! grep -qx "${PART}/${f}" <<< "${LISTED}"; then
       echo "error: the archive ${ARCHIVE} lacks ${PART}/${f}" >&2

@@ -14,7 +14,11 @@ tokens each, the same for every checkpoint and every arm):
   (I − 11ᵀ/V) W;
 * ``w_error_raw_<r>``, ``w_error_centred_<r>`` (r ∈ ``W_ERROR_DIMS``): W-error(r) =
   sqrt(Σ_{i>r} σ_i²) / sqrt(Σ σ_i²) of W and of (I − 11ᵀ/V) W (0 when r ≥ d);
-* ``ln_f_bias_norm``: ‖b‖₂ of the final LayerNorm bias; ``gamma`` = λ Σ_{t<s} η_t.
+* ``ln_f_bias_norm``: ‖b‖₂ of the final LayerNorm bias; ``gamma`` = λ Σ_{t<s} η_t;
+* the head's row norms ‖W_w‖₂ (W the V x d head matrix): ``rare_row_norm`` = their mean over
+  the ``n_rare(V)`` = max(1, V // 128) rarest tokens (smallest stationary marginal
+  q_w = Σ_{c: last token w} π_c, ``sbjax.data.planted_tail.token_marginal``),
+  ``frequent_row_norm`` over the n_rare most frequent, ``row_norm_mean`` over all V.
 """
 
 from __future__ import annotations
@@ -31,11 +35,25 @@ from sbjax import heads as heads_lib
 from sbjax import optim
 from sbjax.metrics import anisotropy as aniso_lib
 from sbjax.metrics import spectrum
+from sbjax.data.planted_tail import token_marginal
 from sbjax.model import Model
 from sbjax.studies import rise as rise_lib
 
 
 W_ERROR_DIMS = (2, 4, 8)  # W-error(r) columns (r >= d gives 0: the head has rank <= d)
+ROW_NORMS = ("rare_row_norm", "frequent_row_norm", "row_norm_mean")
+
+
+def n_rare(vocab: int) -> int:
+  """How many tokens the rare (and the frequent) row norms average over: 1 in 128."""
+  return max(1, vocab // 128)
+
+
+def rare_and_frequent(lang) -> tuple[np.ndarray, np.ndarray]:
+  """(the n_rare(V) rarest token ids, the n_rare(V) most frequent), by stationary marginal."""
+  order = np.argsort(token_marginal(lang), kind="stable")
+  n = n_rare(lang.vocab)
+  return order[:n].astype(np.int32), order[::-1][:n].astype(np.int32)
 
 
 def _w_error_cols(m: dict) -> dict:
@@ -49,19 +67,22 @@ def _checkpoint_fn(mc):
   """jit(params, x_WxT, y_WxT, c_WxT, probs_CxV) -> per-window losses and the metrics."""
   model = Model(mc)
 
-  def f(params, x, y, c, probs):
+  def f(params, x, y, c, probs, rare, frequent):
     scores, ex = model.forward(params, x, ("h",))
     logq = jax.nn.log_softmax(scores.astype(jnp.float32), axis=-1)
     rb = -jnp.sum(probs[c] * logq, axis=-1)  # (W, T)
     nll = -jnp.take_along_axis(logq, y[..., None], axis=-1)[..., 0]
     h = ex["h"].reshape(-1, ex["h"].shape[-1])
-    sp = spectrum.head_spectra(heads_lib.head_matrix(params, mc), d=jnp.asarray(W_ERROR_DIMS),
-                               method="svd")
+    w = heads_lib.head_matrix(params, mc)
+    sp = spectrum.head_spectra(w, d=jnp.asarray(W_ERROR_DIMS), method="svd")
+    norms = jnp.linalg.norm(w.astype(jnp.float32), axis=-1)
     return {"w_error_raw": sp["raw"]["w_error"], "w_error_centred": sp["centred"]["w_error"],
             "rb_W": rb.mean(-1), "nll_W": nll.mean(-1), "anisotropy_last": aniso_lib.anisotropy(h),
             "kl_raw": sp["raw"]["kl_to_uniform"], "erank_raw": sp["raw"]["effective_rank"],
             "kl_centred": sp["centred"]["kl_to_uniform"],
-            "erank_centred": sp["centred"]["effective_rank"]}
+            "erank_centred": sp["centred"]["effective_rank"],
+            "rare_row_norm": norms[rare].mean(), "frequent_row_norm": norms[frequent].mean(),
+            "row_norm_mean": norms.mean()}
 
   return jax.jit(f)
 
@@ -75,17 +96,18 @@ def measure_arm(wd, windows_WxT1: np.ndarray, lang) -> tuple[list[dict], np.ndar
   fn = _checkpoint_fn(cfg.model)
   probs = jnp.asarray(lang.probs, jnp.float32)
   table = optim.gamma_schedule(cfg.train)
+  rare, frequent = rare_and_frequent(lang)
   rows, losses = [], []
   for s in ckpt.list_steps(wd):
     _, params, _ = ckpt.load_params(wd, s)
-    m = jax.device_get(fn(params, x, y, x, probs))
+    m = jax.device_get(fn(params, x, y, x, probs, rare, frequent))
     losses.append(np.asarray(m["rb_W"], np.float64))
     bias = params.get("ln_f", {}).get("bias")
     rows.append({"step": int(s), "gamma": float(optim.gamma_at(cfg.train, s, table)),
                  "expected_loss": float(losses[-1].mean()),
                  "eval_loss": float(np.mean(m["nll_W"])),
                  **{k: float(m[k]) for k in ("anisotropy_last", "kl_raw", "kl_centred",
-                                             "erank_raw", "erank_centred")},
+                                             "erank_raw", "erank_centred", *ROW_NORMS)},
                  **_w_error_cols(m),
                  "ln_f_bias_norm": float(np.linalg.norm(np.asarray(bias))) if bias is not None
                  else float("nan")})
@@ -133,7 +155,8 @@ def arm_summary(rows: list[dict], losses_KxW: np.ndarray, train_recs: list[dict]
   out.update(final_expected_loss=final["expected_loss"], floor=floor, H=entropy,
              floor_gap=floor - entropy, gap_to_floor=final["expected_loss"] - floor,
              final_kl_raw=final["kl_raw"], final_kl_centred=final["kl_centred"],
-             final_anisotropy=final["anisotropy_last"], final_ln_f_bias_norm=final["ln_f_bias_norm"])
+             final_anisotropy=final["anisotropy_last"], final_ln_f_bias_norm=final["ln_f_bias_norm"],
+             **{f"final_{k}": final[k] for k in ROW_NORMS if k in final})
   return out
 
 

@@ -71,6 +71,19 @@ class Knobs:
   anisotropy_level: float = 0.9
   floor_gtol: float = 1e-6
   floor_max_iter: int = 5000
+  # "fit": floor(d) by ``sbjax.studies.floor.floor_curve`` (best of several L-BFGS starts);
+  # "svd": only its svd start's value, a certified upper bound floor(d) ≤ F(svd_d) (one SVD of
+  # the π-weighted centred log-probs; the fit takes hours at V = 4096 on a CPU)
+  floor_mode: str = "fit"
+  small_d: int = 16  # the width account: "exactly the arms with d ≤ small_d rise"
+  # the device presets: arms of one shape (d, dtype, language) train as ONE population
+  # (members differ in λ and seed, one vmapped step); a time budget in seconds since the run
+  # began (0 = none): the time of the remaining steps is projected after estimate_at steps
+  # (after a 10-step warm-up) and a population that would end past it stops cleanly, resumable
+  # (``planted_budget``)
+  population: bool = False
+  budget_s: float = 0.0
+  estimate_at: int = 200
 
 
 BASE = "planted"
@@ -139,6 +152,28 @@ REPLICATE_ARMS = (tuple(Arm(d, 0.1, seed=s) for s in (1, 2) for d in (8, 64))
                   + (Arm(8, 0.1, lang=TAIL_LANG), Arm(32, 0.1, lang=TAIL_LANG))
                   + (Arm(8, 0.1), Arm(64, 0.1)))
 
+# issue 32, item 3, `saturation` (one H200, ≤ 8 min): the rare-token tail language
+# (``sbjax.data.planted_tail``: V 4096, M 8 components of rank 32, Zipf 1.5, H 3.5715 nats),
+# fresh tokens drawn inside the jitted step (data.options.sampler = device), d ∈ {32, 128, 512}
+# x λ ∈ {0.1, 0.03} (Γ 7.9 / 2.4 at η 1e-2, 14,377 steps), 2 layers, batch 64 x 128. The arms
+# of one width are ONE population (λ and seed vary between members). Seed replicates where
+# the time is cheapest: 3 seeds at d 32, 2 at d 128, 1 at d 512 (an ESTIMATE, not measured:
+# float32 compute is HIGHEST precision on a GPU, ~6 bf16 passes, so d 512 costs ~5.9 PFLOP
+# per member, ~2 min each at 50 TFLOP/s; the small widths are bound by the per-step overhead;
+# benchmarks/step_timing.py measures it on the device). Populations run by increasing cost,
+# so a budget stop keeps the cheap ones.
+GPU_SEEDS = {32: (0, 1, 2), 128: (0, 1), 512: (0,)}
+GPU_ARMS = tuple(Arm(d, wd, seed=s) for d, seeds in GPU_SEEDS.items() for s in seeds
+                 for wd in (0.1, 0.03))
+GPU = {"data.source": "planted_tail", "data.planted_vocab": 4096, "data.planted_rank": 32,
+       "data.planted_mix": 8, "data.planted_zipf": 1.5, "data.planted_sampler": "device",
+       "model.n_layers": 2, "train.batch_size": 64, "train.seq_len": 128,
+       "train.ckpt_every": 1000, "train.log_every": 100}
+# head_dim 32: 1, 4 and 16 attention heads; floors: the svd bound (the fit takes hours at
+# V 4096); the width account: "only d 32 rises"
+GPU_KNOBS = dict(head_dim=32, streaming=True, val_windows=64, floor_mode="svd", small_d=32,
+                 population=True, budget_s=450.0, estimate_at=200)
+
 PLANTED_PRESETS: dict[str, Preset[Knobs]] = {
     # the e2e test: a tiny language, one arm (each arm costs ~15 s of compilation on CPU;
     # the multi-arm readout is unit-tested), 20 steps
@@ -168,6 +203,17 @@ PLANTED_PRESETS: dict[str, Preset[Knobs]] = {
         Knobs(arms=(Arm(8, 0.1, seed=1), Arm(8, 0.1, lang=(("data.planted_vocab", 64),
                                                            ("data.planted_zipf", 1.5)))),
               val_windows=8, n_boot=200, floor_gtol=1e-4, floor_max_iter=300)),
+    # issue 32's device preset (GPU above) and its test-size twin (the suite and
+    # `device_science.sh saturation --dry-run`: a tail language of V 32, one width, two λ x
+    # two seeds as one population, 20 steps, the estimate after 4 timed steps)
+    "gpu-planted": planted_preset(GPU, Knobs(arms=GPU_ARMS, **GPU_KNOBS)),
+    "gpu-planted-test": planted_preset(
+        {**GPU, "data.planted_vocab": 32, "data.planted_rank": 2, "data.planted_mix": 2,
+         "model.n_layers": 1, "train.steps": 20, "train.batch_size": 4, "train.seq_len": 16,
+         "train.ckpt_every": 10, "train.log_every": 2},
+        Knobs(arms=tuple(Arm(8, wd, seed=s) for s in (0, 1) for wd in (0.1, 0.03)),
+              **{**GPU_KNOBS, "head_dim": 8, "val_windows": 8, "small_d": 8,
+                 "budget_s": 300.0, "estimate_at": 4}, n_boot=200)),
     # Pythia-14m's learning rate (1e-3) and step count for Γ = 7.9 (143,770 steps, Pythia:
     # 143,000) at 32 x 64 tokens per step (294M fresh tokens per arm, sampled on demand:
     # sbjax.data.planted_stream), 2 layers; not run yet

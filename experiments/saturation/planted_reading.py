@@ -20,7 +20,8 @@ import numpy as np
 from ..shared import fmt
 from sbjax.studies import rise as rise_lib
 
-SMALL_D = 16  # Godey et al.'s saturating models have small heads; here d ≤ 16
+SMALL_D = 16  # Godey et al.'s saturating models have small heads; here d ≤ 16 (a preset's
+# knobs may say otherwise: ``small_d``, e.g. 32 for the device preset's widths 32, 128, 512)
 # the claims concern Pythia on the Pile: a planted language that does not show them does not
 # contradict the paper, it does not reproduce it
 NOT_REPRODUCED = "Not reproduced on this language (the paper's claims concern Pythia on the Pile)"
@@ -48,17 +49,18 @@ def _names(arms) -> str:
 def _claims(arms: list[dict], tr: dict, k: dict) -> tuple[list[str], list[str], list[str]]:
   """(supported, not reproduced on this language, untested) claim sentences."""
   fp32 = [a for a in arms if a.get("dtype", "float32") == "float32"]
-  small = [a for a in fp32 if a["d"] <= SMALL_D]
-  big = [a for a in fp32 if a["d"] > SMALL_D]
+  small_d = int(k.get("small_d", SMALL_D))
+  small = [a for a in fp32 if a["d"] <= small_d]
+  big = [a for a in fp32 if a["d"] > small_d]
   yes = lambda xs: [a for a in xs if a["rise_verdict"] == "yes"]  # noqa: E731
   no = lambda xs: [a for a in xs if a["rise_verdict"] == "no"]  # noqa: E731
   sup, con, unt = [], [], []
   falls = [tr[a["arm"]]["late_fall"] for a in arms]
   c1 = "small models saturate (their loss rises late in training)"
   if small and len(yes(small)) == len(small):
-    sup.append(f"{c1}: every arm with d ≤ {SMALL_D} rises ({_names(small)})")
+    sup.append(f"{c1}: every arm with d ≤ {small_d} rises ({_names(small)})")
   elif small and len(no(small)) == len(small):
-    con.append(f"{c1}: no arm with d ≤ {SMALL_D} rises (every rise CI is below "
+    con.append(f"{c1}: no arm with d ≤ {small_d} rises (every rise CI is below "
                f"{k['threshold']} nats), and the expected loss of every arm still falls by "
                f"{fmt(min(falls), 3)}–{fmt(max(falls), 3)} nats over the last 30% of training")
   else:
@@ -85,7 +87,7 @@ def _claims(arms: list[dict], tr: dict, k: dict) -> tuple[list[str], list[str], 
   c4 = "larger models do not saturate"
   if big and not yes(big):
     (sup if yes(small) else unt).append(
-        f"{c4}: no arm with d > {SMALL_D} rises" + ("" if yes(small) else
+        f"{c4}: no arm with d > {small_d} rises" + ("" if yes(small) else
                                                     " (but neither does any small one, so "
                                                     "this does not separate them)"))
   elif big:

@@ -21,7 +21,7 @@ PLANTED_FIGS = {"loss": "fig_planted_loss_gamma.png",
                 "kl_anisotropy": "fig_planted_kl_anisotropy_gamma.png"}
 
 ACCOUNTS = {
-    "width": "the **width** account: only the arms with d ≤ 16 rise, whatever λ",
+    "width": "the **width** account: only the arms with d ≤ {small_d} rise, whatever λ",
     "gamma": "the **Γ** account: the rise follows λ·Ση (the arms at Γ ≈ 7.9 rise, those at "
              "Γ ≈ 2.4 do not), whatever d",
     "neither": "**neither** account: no arm rises, so width and Γ do not set the trajectory "
@@ -114,6 +114,51 @@ def _replicates(arms: list[dict], lang: dict, k: dict) -> list[str]:
           *rep.table(arms, lang), "", rep.replicates_text(arms, lang, k["threshold"]), ""]
 
 
+def _device_lines(meta: dict, k: dict, lang: dict) -> list[str]:
+  """The run's set-up beyond the cpu presets': populations, the device sampler, the floor
+  bound, the rarest token, the budget's estimates and stop (from planted_meta.json)."""
+  out = []
+  if k.get("population"):
+    out.append("Arms of one width train as ONE population (one vmapped step; members differ "
+               "in λ and seed, seed s = train.seed = train.data_seed).")
+  if meta.get("sampler") == "device":
+    out.append("Train tokens are drawn fresh every step inside the jitted step "
+               "(data.options.sampler = device: no stored stream, no host transfer).")
+  if k.get("floor_mode") == "svd":
+    out.append("floor(d) here is the svd bound (planted_floor.py): the value of the rank-d "
+               "truncated SVD of the π-weighted centred log-probabilities, a certified upper "
+               "bound, H ≤ floor(d) ≤ bound(d), not the fitted floor (hours at this V on a "
+               "CPU); a negative gap to it means the model beat the bound, not the floor.")
+  rare = meta.get("rarest_token")
+  if rare:
+    out.append(f"Rarest token: {rare['token']}, marginal probability {rare['probability']:.3g},"
+               f" expected {rare['expected_count']:.1f} times in the {rare['n_tokens']:,} "
+               f"training tokens of one arm (P(never seen) ≈ {rare['p_absent_poisson']:.2g}); "
+               f"{meta.get('types_below_50', 0)} of {lang['vocab']} types are expected fewer "
+               "than 50 times.")
+  for name, e in meta.get("estimates", {}).items():
+    out.append(f"Time estimate of population {name}: {e['s_per_step']:.4g} s/step over its "
+               f"{e['steps']} steps, measured after {k.get('estimate_at')} steps (projected "
+               f"end {e['projected_end_s']:g} s into the run).")
+  if meta.get("stopped"):
+    out.append(f"**Stopped by the time budget ({k.get('budget_s'):g} s)**: {meta['stopped']}. "
+               f"Not run yet: {', '.join(meta['not_run']) or 'none'}; rerunning the same "
+               "command resumes.")
+  return [" ".join(out), ""] if out else []
+
+
+def _row_norm_lines(arms: list[dict]) -> list[str]:
+  """The final head row norms: rare vs frequent tokens (when measured)."""
+  if not arms or "final_rare_row_norm" not in arms[0]:
+    return []
+  return ["| arm | final ‖W_w‖ rare | frequent | mean over V |", "|---|---|---|---|",
+          *[f"| {a['arm']} | {fmt(a['final_rare_row_norm'], 3)} | "
+            f"{fmt(a['final_frequent_row_norm'], 3)} | {fmt(a['final_row_norm_mean'], 3)} |"
+            for a in arms], "",
+          "Rare / frequent: the mean row norm of the head over the V/128 tokens of smallest / "
+          "largest stationary probability (at least one).", ""]
+
+
 def report_section(out: Path, rel: str = ".") -> str:
   """The markdown section of the planted arms (draws the figures): the table and reading of
   the preset's arms, then the replicates (other seeds, other languages) when the run has
@@ -125,7 +170,7 @@ def report_section(out: Path, rel: str = ".") -> str:
   meta = json.loads((out / "planted_meta.json").read_text())
   k, lang = meta["knobs"], meta["language"]
   arms, others = _split(all_arms, lang)
-  acc = account(arms) if others else meta["account"]
+  acc = account(arms, small_d=k.get("small_d", 16)) if others else meta["account"]
   n_yes = sum(a["rise_verdict"] == "yes" for a in arms)
   n_coin = sum(a["coincidence"] == "yes" for a in arms)
   lines = [
@@ -141,12 +186,15 @@ def report_section(out: Path, rel: str = ".") -> str:
       "draws); 'yes' when the CI's lower end clears the threshold, 'no' when its upper end is "
       f"below it. Coincidence: a KL(σ‖u) jump ≥ {k['kl_jump']} nat (raw or centred, named) and "
       f"anisotropy ≥ {k['anisotropy_level']} within ±1 checkpoint of the rise onset.", ""]
+  lines += _device_lines(meta, k, lang)
   if arms:
     lines += [*_table(arms), "",
               f"![expected loss vs Γ]({rel}/{PLANTED_FIGS['loss']})",
               f"![KL and anisotropy vs Γ]({rel}/{PLANTED_FIGS['kl_anisotropy']})", "",
               f"{n_yes} of {len(arms)} arms (seed 0, this language) show a late rise and "
-              f"{n_coin} a coincident spectrum collapse; account: {acc} ({ACCOUNTS[acc]}).", "",
+              f"{n_coin} a coincident spectrum collapse; account: {acc} "
+              f"({ACCOUNTS[acc].format(small_d=k.get('small_d', 16))}).", "",
+              *_row_norm_lines(arms),
               reading(arms, ck, k, acc), ""]
   if others:
     lines += _replicates(all_arms, lang, k)

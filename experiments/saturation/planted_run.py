@@ -7,12 +7,23 @@ per-arm readout, ``planted_measure.arm_summary``, with the arm's seed, vocab and
 floors ``planted_floor.csv`` (the preset's language) and ``planted_floor<lang_tag>.csv`` (an
 arm's own language, ``Arm.lang``), ``planted_meta.json`` (preset, language, languages,
 account, timings). An arm with its own language or seed gets its own dataset and windows.
+
+With ``Knobs.population`` (the device presets) the arms of one shape (d, dtype, language)
+train as ONE run of N members (``sbjax.train.train``: one vmapped step; λ and seed vary), each
+member in its own ``runs/<arm>/`` workdir; members with another data seed share the language
+(``_reseeded``: built once, 11 s and 0.9 GB at V 4096). With ``Knobs.budget_s`` a population's
+time is projected after ``estimate_at`` steps and the run stops cleanly, resumable, before it
+would overrun (``planted_budget``); the finished populations are measured and written first,
+and planted_meta.json names the stop and the arms not run.
 """
 
 from __future__ import annotations
 
+import copy
+import functools
 import io
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -20,13 +31,18 @@ import numpy as np
 
 from . import planted_measure as pm
 from .windows import validation_windows
-from .planted_presets import arm_config, get_planted_preset, knobs_record, lang_tag
+from .planted_floor import floors as _floors
+from .planted_budget import Clock, OverBudget, Watch
+from .planted_presets import arm_config, arm_name, get_planted_preset, knobs_record, lang_tag
 from ..shared import RunsProgress, read_rows, write_json, write_rows
 from sbjax.analysis.table import atomic_write_bytes
 from sbjax.data import make_dataset
-from sbjax.studies.floor import floor_curve
-from sbjax.train import read_metrics, train_once
-from sbjax.train.done import finished
+from sbjax.data.dataset import StreamingPlanted
+from sbjax.checkpoint import list_steps
+from sbjax.data.planted_tail import rarest_token, types_below
+from sbjax.train import read_metrics, train, train_once
+from sbjax.train.done import finished, mark_finished
+from sbjax.train.lock import workdir_locks
 
 
 def _save_windows(path: Path, steps, losses) -> None:
@@ -35,22 +51,17 @@ def _save_windows(path: Path, steps, losses) -> None:
   atomic_write_bytes(path, buf.getvalue())
 
 
-def _floors(lang, p, ranks, out: Path, tag: str = "") -> dict:
-  """floor(d) − H for every arm width of a language: {d: row of planted_floor<tag>.csv}
-  (tag: ``lang_tag`` of an arm's own language, "" for the preset's); kept in OUT and reused
-  while the language, the widths and the optimiser settings are the same."""
-  k = p.knobs
-  key = json.dumps({"lang": lang.info(), "ranks": sorted(ranks),
-                    "gtol": k.floor_gtol, "max_iter": k.floor_max_iter}, sort_keys=True)
-  path, kpath = out / f"planted_floor{tag}.csv", out / f"planted_floor{tag}.key"
-  if path.exists() and kpath.exists() and kpath.read_text() == key:
-    return {int(r["rank"]): r for r in read_rows(path)}
-  res = floor_curve(lang, sorted(ranks), gtol=k.floor_gtol,
-                    max_iter=k.floor_max_iter, restarts=2, require_converged=False)
-  rows = {r.rank: r.row() for r in res}
-  write_rows(path, [rows[d] for d in sorted(rows)])
-  kpath.write_text(key)
-  return rows
+def _reseeded(ds: StreamingPlanted, seed: int) -> StreamingPlanted:
+  """The same planted dataset (language, validation tokens) with another data seed: batches
+  on demand are pure in (planted seed, data seed, i), read at call time; the per-seed caches
+  (device tables, window permutations) start empty."""
+  new = copy.copy(ds)
+  new.seed = int(seed)
+  new._perm = functools.lru_cache(maxsize=4)(new._permutation)
+  for attr in ("_tables", "_on_device"):
+    if hasattr(new, attr):
+      setattr(new, attr, None)
+  return new
 
 
 class _Languages:
@@ -63,7 +74,10 @@ class _Languages:
 
   def dataset(self, arm, cfg):
     key = (arm.lang, cfg.train.data_seed)
-    if key not in self.ds:
+    built = next((d for (lang, _), d in self.ds.items() if lang == arm.lang), None)
+    if key not in self.ds and isinstance(built, StreamingPlanted):
+      self.ds[key] = _reseeded(built, cfg.train.data_seed)  # the language is built once
+    elif key not in self.ds:
       self.ds[key] = make_dataset(cfg.data, seq_len=cfg.train.seq_len,
                                   global_batch_size=cfg.train.batch_size,
                                   seed=cfg.train.data_seed, workdir=None, process_index=0,
@@ -100,43 +114,131 @@ def _arm_rows(arm, cfg, wd: Path, windows, lang, fl: dict, knobs) -> tuple[dict,
   return {**summary, **who}, ck
 
 
+def groups(p, cfgs) -> list[tuple[str, list]]:
+  """[(name, [(arm, cfg), ...])]: each arm alone, or with ``Knobs.population`` the arms of one
+  shape (d, dtype, language) together as one population (they differ in λ and seed), in the
+  order their first arm appears."""
+  if not p.knobs.population:
+    return [(a.name, [(a, c)]) for a, c in cfgs]
+  out: dict = {}
+  for a, c in cfgs:
+    key = arm_name(a.d, 0.0, a.dtype, 0, a.lang).replace("-wd0", "")
+    out.setdefault(key, []).append((a, c))
+  return list(out.items())
+
+
+def population_plan(preset) -> list[tuple[str, list, list]]:
+  """[(name, member Configs, datasets)] of a preset's groups, as ``run_planted`` trains them
+  (one dataset when the members share a data seed); for ``benchmarks/step_timing.py``."""
+  p = get_planted_preset(preset)
+  cfgs = [(a, arm_config(p, a)) for a in p.knobs.arms]
+  langs = _Languages(p, Path("."))  # (floors are not asked for here)
+  out = []
+  for name, group in groups(p, cfgs):
+    dss = [langs.language(a, c)[0] for a, c in group]
+    out.append((name, [c for _, c in group], dss[:1] if len({d.seed for d in dss}) == 1
+                else dss))
+  return out
+
+
+def _train_population(name: str, group: list, wds: list, dss: list, clock) -> None:
+  """Train (or resume) one population with its time estimate and budget stop
+  (``planted_budget``), then mark every member finished (``sbjax.train.done``)."""
+  cfgs = [c for _, c in group]
+  tc = cfgs[0].train
+  member_tokens = tc.batch_size * tc.seq_len * len(cfgs)
+  hooks = []
+  if clock is not None:
+    clock.check_start(name, (tc.steps - min(_steps_done(w) for w in wds)) * member_tokens)
+    hooks = [Watch(clock, name, member_tokens)]
+  one = len(cfgs) == 1
+  with workdir_locks(wds):  # the run and its DONE marks
+    sums = train(cfgs[0] if one else cfgs, wds[0] if one else wds,
+                 dataset=dss[0] if len(dss) == 1 else dss, quiet=True, hooks=hooks)
+    for cfg, d, s in zip(cfgs, wds, [sums] if one else sums):
+      if s.get("step") != cfg.train.steps or "eval_loss" not in s:
+        raise RuntimeError(f"run {d} stopped at step {s.get('step')} of {cfg.train.steps}")
+      mark_finished(d, s, cfg.to_dict())
+
+
+def _steps_done(wd: Path) -> int:
+  steps = list_steps(wd) if wd.exists() else []
+  return steps[-1] if steps else 0
+
+
+def _train_group(p, name, group, out: Path, langs, clock) -> bool:
+  """Train one group (an arm, or a population); True if anything was trained."""
+  wds = [out / "runs" / a.name for a, _ in group]
+  if all(finished(w) is not None for w in wds):
+    return False
+  dss = [langs.language(a, c)[0] for a, c in group]
+  if len({d.seed for d in dss}) == 1:
+    dss = dss[:1]  # one data seed: one batch for every member
+  if p.knobs.population:
+    _train_population(name, group, wds, dss, clock)
+  else:
+    train_once(group[0][1], wds[0], dataset=dss[0], quiet=True)
+  return True
+
+
+def _meta(p, preset, cfgs, langs, arms, timings, t0, clock, stopped) -> dict:
+  """planted_meta.json: preset, knobs, languages, tokens per arm, the rarest token, the
+  account, timings, the time estimates and (after a budget stop) what was not run."""
+  c0 = cfgs[0][1]
+  lang0 = langs.language(cfgs[0][0], c0)[1]
+  tokens = c0.train.steps * c0.train.batch_size * c0.train.seq_len
+  done = {a["arm"] for a in arms}
+  return {"preset": preset if isinstance(preset, str) else "custom",
+          "knobs": knobs_record(p, c0), "language": lang0.info(), "steps": c0.train.steps,
+          "languages": {lang_tag(a.lang): langs.language(a, c)[1].info() for a, c in cfgs},
+          "tokens_per_arm": tokens, "sampler": getattr(c0.data.options, "sampler", "host"),
+          "rarest_token": rarest_token(lang0, tokens),
+          "types_below_50": types_below(lang0, tokens, 50.0),
+          "account": pm.account(arms, small_d=p.knobs.small_d), "timings": timings,
+          "estimates": clock.estimates if clock is not None else {},
+          "stopped": stopped, "not_run": [a.name for a, _ in cfgs if a.name not in done],
+          "seconds": round(time.perf_counter() - t0, 1)}
+
+
 def run_planted(out: Path, preset, verbose: bool = True) -> dict:
   """Train, measure and summarise every arm of a planted preset (a name or a Preset);
-  planted_arms.csv and planted_checkpoints.csv are rewritten after every arm."""
+  planted_arms.csv and planted_checkpoints.csv are rewritten after every group. A budget stop
+  (``planted_budget.OverBudget``) writes what the finished groups measured, then stops."""
   p = get_planted_preset(preset)
   out = Path(out)
   out.mkdir(parents=True, exist_ok=True)
   t0 = time.perf_counter()
   cfgs = [(a, arm_config(p, a)) for a in p.knobs.arms]  # all validated before any training
-  c0 = cfgs[0][1]
   langs = _Languages(p, out)
-  timings = {}
-  progress = RunsProgress(len(cfgs), "saturation-planted", disable=not verbose)
-  arms, ck_rows = [], []
-  for arm, cfg in cfgs:
-    ds, lang, windows = langs.language(arm, cfg)
-    wd = out / "runs" / arm.name
-    progress.start(f"{arm.name} ({cfg.train.steps} steps)")
-    trained = finished(wd) is None
-    t1 = time.perf_counter()
-    train_once(cfg, wd, dataset=ds, quiet=True)
-    t2 = time.perf_counter()
-    row, ck = _arm_rows(arm, cfg, wd, windows, lang, langs.floor(arm, lang), p.knobs)
-    arms.append(row)
-    ck_rows += ck
-    write_rows(out / "planted_checkpoints.csv", ck_rows)
-    write_rows(out / "planted_arms.csv", arms)
-    timings[arm.name] = {"train_s": round(t2 - t1, 1),
-                         "measure_s": round(time.perf_counter() - t2, 1)}
-    progress.finish(trained)
-  progress.close()
-  lang0 = langs.language(cfgs[0][0], c0)[1]
-  timings["floor_s"] = round(langs.floor_s, 1)
-  meta = {"preset": preset if isinstance(preset, str) else "custom",
-          "knobs": knobs_record(p, c0), "language": lang0.info(), "steps": c0.train.steps,
-          "languages": {lang_tag(a.lang): langs.language(a, c)[1].info() for a, c in cfgs},
-          "tokens_per_arm": c0.train.steps * c0.train.batch_size * c0.train.seq_len,
-          "account": pm.account(arms), "timings": timings,
-          "seconds": round(time.perf_counter() - t0, 1)}
-  write_json(out / "planted_meta.json", meta)
-  return meta
+  clock = Clock(p.knobs.budget_s, p.knobs.estimate_at) if p.knobs.budget_s else None
+  timings, arms, ck_rows, stopped = {}, [], [], None
+  gs = groups(p, cfgs)
+  progress = RunsProgress(len(gs), "saturation-planted", disable=not verbose)
+  try:
+    for name, group in gs:
+      progress.start(f"{name} ({len(group)} arms, {group[0][1].train.steps} steps)")
+      t1 = time.perf_counter()
+      trained = _train_group(p, name, group, out, langs, clock)
+      t2 = time.perf_counter()
+      for arm, cfg in group:
+        _, lang, windows = langs.language(arm, cfg)
+        row, ck = _arm_rows(arm, cfg, out / "runs" / arm.name, windows, lang,
+                            langs.floor(arm, lang), p.knobs)
+        arms.append(row)
+        ck_rows += ck
+      write_rows(out / "planted_checkpoints.csv", ck_rows)
+      write_rows(out / "planted_arms.csv", arms)
+      timings[name] = {"train_s": round(t2 - t1, 1),
+                       "measure_s": round(time.perf_counter() - t2, 1)}
+      progress.finish(trained)
+  except OverBudget as e:
+    stopped = str(e)
+    print(f"stopped: {stopped}", file=sys.stderr, flush=True)
+    raise
+  finally:
+    progress.close()
+    if arms or stopped:
+      timings["floor_s"] = round(langs.floor_s, 1)
+      write_json(out / "planted_meta.json",
+                 _meta(p, preset, cfgs, langs, arms, timings, t0, clock, stopped))
+  return json.loads((out / "planted_meta.json").read_text())

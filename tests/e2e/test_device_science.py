@@ -1,4 +1,5 @@
-"""benchmarks/device_science.sh collapse --dry-run on CPU: the gpu preset's test-size twin
+"""benchmarks/device_science.sh collapse|saturation --dry-run on CPU (saturation: the last test).
+collapse: the gpu preset's test-size twin
 (gpu-test: a population of 3 data-order seeds on token files) runs end to end on generated
 token files, prints its time estimate, and the one archive holds the report, the CSVs, the
 figure, the log and status.json. (The other part, collapse-grid, runs its twin in
@@ -11,6 +12,9 @@ import os
 import subprocess
 import tarfile
 from pathlib import Path
+
+import numpy as np
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "device_science.sh"
@@ -38,3 +42,59 @@ def test_dry_run_collapse_writes_one_archive(tmp_path):
   assert section.startswith("## Linguistic collapse") and "Among 3 data-order seeds" in section
   assert meta["preset"] == "gpu-test" and meta["vocab_size"] == 64
   assert {r["kind"] for r in rows} == {"seeds"} and len({r["data_seed"] for r in rows}) == 3
+
+
+def test_dry_run_saturation_writes_one_archive(tmp_path):
+  """`saturation --dry-run`: gpu-planted-test (the tail language at V 32, tokens drawn on the
+  device, one width with λ {0.1, 0.03} x seeds {0, 1} as ONE population) end to end; the
+  archive's numbers checked against independent recomputations: the svd floor bound by numpy
+  from the language, the rare-token row norms from the last checkpoint's head."""
+  from experiments.saturation.planted_presets import arm_config, get_planted_preset
+  from sbjax import checkpoint as ckpt
+  from sbjax import heads
+  from sbjax.data import make_dataset
+  from sbjax.studies import floor as floor_lib
+
+  env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+  out = tmp_path / "ds"
+  proc = subprocess.run(["bash", str(SCRIPT), "saturation", "--dry-run", "--out", str(out)],
+                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+  assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+  assert "estimate: population d8: 20 steps" in proc.stdout
+  assert "dry run: the archive holds the report" in proc.stdout
+  with tarfile.open(out / "device_science_saturation.tar.gz") as tar:
+    names = set(tar.getnames())
+    section = tar.extractfile("saturation/section.md").read().decode()
+    meta = json.load(tar.extractfile("saturation/planted_meta.json"))
+    arms = list(csv.DictReader(io.TextIOWrapper(tar.extractfile("saturation/planted_arms.csv"))))
+    ck = list(csv.DictReader(io.TextIOWrapper(
+        tar.extractfile("saturation/planted_checkpoints.csv"))))
+    fl = list(csv.DictReader(io.TextIOWrapper(tar.extractfile("saturation/planted_floor.csv"))))
+  assert not any("/runs/" in n for n in names)  # the workdirs stay in OUT, not in the archive
+  assert meta["preset"] == "gpu-planted-test" and meta["sampler"] == "device"
+  assert meta["language"]["kind"] == "planted_tail" and meta["knobs"]["population"]
+  assert set(meta["estimates"]) == {"d8"} and meta["stopped"] is None and meta["not_run"] == []
+  assert {(a["weight_decay"], a["seed"]) for a in arms} == {("0.1", "0"), ("0.03", "0"),
+                                                             ("0.1", "1"), ("0.03", "1")}
+  assert len({a["final_expected_loss"] for a in arms}) == 4  # 4 members, 4 trajectories
+  assert "ONE population" in section and "svd bound" in section and "Rarest token" in section
+  assert "account:" in section and "### Replicates" in section
+  # the floor bound: the objective at floor.svd_start's own SVD, by numpy, and ≥ H
+  p = get_planted_preset("gpu-planted-test")
+  cfg = arm_config(p, p.knobs.arms[0])
+  lang = make_dataset(cfg.data, seq_len=16, global_batch_size=4, workdir=None).planted
+  pi = lang.stationary / lang.stationary.sum()
+  x, y = floor_lib.svd_start(lang.probs, pi, 8)
+  want, _ = floor_lib.objective(x @ y.T, lang.probs, pi)
+  assert float(fl[0]["floor"]) == pytest.approx(want, rel=1e-9)
+  assert float(fl[0]["floor"]) >= float(fl[0]["H"]) == pytest.approx(lang.entropy, rel=1e-12)
+  # the rare / frequent row norms of the last checkpoint of member (λ 0.03, seed 1)
+  arm = p.knobs.arms[-1]
+  _, params, _ = ckpt.load_params(out / "saturation" / "runs" / arm.name)
+  w = np.asarray(heads.head_matrix(params, arm_config(p, arm).model), np.float64)
+  q = lang.stationary.reshape(-1, lang.vocab).sum(0)
+  last = [r for r in ck if r["arm"] == arm.name][-1]
+  norms = np.linalg.norm(w, axis=1)
+  assert float(last["rare_row_norm"]) == pytest.approx(norms[np.argmin(q)], rel=1e-5)
+  assert float(last["frequent_row_norm"]) == pytest.approx(norms[np.argmax(q)], rel=1e-5)
+  assert float(last["row_norm_mean"]) == pytest.approx(norms.mean(), rel=1e-5)

@@ -1,5 +1,5 @@
 """benchmarks/device_science.sh without a device or a run: shellcheck-clean, refuses a bad
-argument or a part with no gpu preset, and stops before any run when the shipped token files
+argument, stops at the device check off a GPU, and stops before any run when the shipped token files
 are missing, saying how to build them on a CPU. (Its dry run: tests/e2e/test_device_science.py.)"""
 
 import os
@@ -39,8 +39,10 @@ def test_bad_arguments_are_one_clear_error(tmp_path):
   assert bad.returncode == 2 and "unknown argument '--nope'" in bad.stderr
   none = _script(tmp_path=tmp_path)
   assert none.returncode == 2 and "error: no PART; use one of collapse" in none.stderr
-  later = _script("saturation", tmp_path=tmp_path)
-  assert later.returncode == 2 and "part 'saturation' has no gpu preset yet" in later.stderr
+  # saturation is a part now (its dry run: tests/e2e/test_device_science.py); off a GPU the
+  # real run stops at the device check
+  sat = _script("saturation", tmp_path=tmp_path)
+  assert sat.returncode == 3 and "has no jax that sees a GPU" in sat.stderr, sat.stderr
   usage = subprocess.run(["bash", str(SCRIPT), "--help"], capture_output=True, text=True).stdout
   assert 'command:   bash benchmarks/device_science.sh collapse --out "$OUT"' in usage
   assert 'carry: ["device_tokens", ".whl"]' in usage

@@ -1,0 +1,171 @@
+r"""Measured train-step times of the device presets (issue 32): each run of a preset is built
+at its full size, trained for its first W + N steps on this machine's default device, timed,
+and its whole training extrapolated. This replaces the FLOP-count estimates.
+
+  PYTHONPATH=. python benchmarks/step_timing.py [--runs=saturation:gpu-planted,collapse:gpu,
+      collapse:gpu-grid] [--warmup=10] [--steps=50] [--only=RUN,...] [--out=DIR]
+      [--collapse_tokens=2000000]
+
+A run is what the preset trains in one vmapped step: a population of the saturation planted
+arms (``experiments.saturation.planted_run.population_plan``: the tail language, the device
+sampler) or a collapse group (``experiments.collapse.run.groups``: its members on token
+windows; random tokens of the preset's vocabulary stand in for the shipped files, whose
+length, ``--collapse_tokens`` train tokens, sets the step count: the content does not change
+the time of a step). Each run trains in memory (no checkpoint, no evaluation) with a loop hook
+that reads the clock when the loop reports a step (the step's metrics have reached the host,
+so the step is done):
+
+  compile_s   = t(step 0 reported) − t(loop start): compilation and the first step
+  s_per_step  = (t(step W + N reported) − t(step W reported)) / N
+  projected_s = compile_s + s_per_step · (steps − 1)
+
+Not included: checkpoint saves, evaluations, the measurement passes, floors and the
+language's construction (``build_s``, the datasets' set-up, is printed beside). One line
+``BENCH {json}`` per run, a table, and ``timing.json`` in ``--out``; per preset the sum of
+its runs' projections against the 480 s a device preset may take.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import time
+from pathlib import Path
+
+import _bench  # noqa: F401  (puts the checkout on sys.path)
+import jax
+import numpy as np
+
+from _bench import emit
+from sbjax.config import Config
+from sbjax.data.dataset import Dataset
+from sbjax.train import train
+from sbjax.train.loop import Hook
+
+LIMIT_S = 480.0  # a device preset's whole command: 8 minutes
+
+
+class Timer(Hook):
+  """The clock at the loop's start and when steps 0, W and W + N are reported."""
+
+  def __init__(self, warmup: int, n: int):
+    self.marks, self.want = {}, {0, warmup, warmup + n}
+
+  def begin(self, state, start: int, end: int) -> None:
+    self.marks["begin"] = time.perf_counter()
+
+  def on_step(self, i: int, metrics: dict) -> None:
+    if i in self.want:
+      self.marks[i] = time.perf_counter()
+
+
+def projection(marks: dict, warmup: int, n: int, steps: int) -> dict:
+  """compile_s, s_per_step and projected_s of the module doc from a Timer's marks."""
+  compile_s = marks[0] - marks["begin"]
+  per_step = (marks[warmup + n] - marks[warmup]) / n
+  return {"compile_s": compile_s, "s_per_step": per_step,
+          "projected_s": compile_s + per_step * (steps - 1)}
+
+
+def time_run(cfgs: list, datasets: list, warmup: int, n: int) -> dict:
+  """Train the members' first ``warmup + n + 1`` steps in memory and project (module doc)."""
+  timer = Timer(warmup, n)
+  one = len(cfgs) == 1
+  train(cfgs[0] if one else cfgs, None, dataset=datasets[0] if len(datasets) == 1 else datasets,
+        stop_after=warmup + n + 2, quiet=True, hooks=[timer])
+  return projection(timer.marks, warmup, n, cfgs[0].train.steps)
+
+
+def saturation_plan(preset: str) -> list:
+  from experiments.saturation.planted_run import population_plan
+  return population_plan(preset)
+
+
+def collapse_plan(preset: str, train_tokens: int) -> list:
+  """[(name, member Configs, datasets)] of a collapse preset's groups on random tokens of
+  ``train_tokens`` (or the preset's own epoch_tokens when it sets one)."""
+  from experiments.collapse.measure import model_config, train_config
+  from experiments.collapse.presets import get_preset
+  from experiments.collapse.run import groups
+
+  p = get_preset(preset)
+  o, k = p.overrides, p.knobs
+  vocab, seq_len, batch = o["data.vocab_size"], o["train.seq_len"], o["train.batch_size"]
+  n_tr = k.epoch_tokens or train_tokens
+  rng = np.random.default_rng(0)
+  tr = rng.integers(0, vocab, n_tr + 1, dtype=np.int32)
+  va = rng.integers(0, vocab, max(k.val_tokens, batch * seq_len) + 1, dtype=np.int32)
+  out = []
+  for name, _, n_layers, d, members, epochs in groups(p):
+    spe = max(1, (len(tr) - 1) // seq_len // batch)
+    tc = train_config(p, spe * max(epochs))
+    mc = model_config(p, n_layers, d, vocab)
+    cfgs = [Config(model=mc, name=name, train=dataclasses.replace(
+        tc, seed=m.seed, data_seed=m.data_seed, weight_decay=m.weight_decay)) for m in members]
+    dss = [Dataset(tr, va, seq_len=seq_len, global_batch_size=batch, seed=m.data_seed,
+                   vocab_size=vocab, process_index=0, process_count=1) for m in members]
+    out.append((name, cfgs, dss))
+  return out
+
+
+def plan(run: str, train_tokens: int) -> list:
+  exp, _, preset = run.partition(":")
+  if exp == "saturation":
+    return saturation_plan(preset)
+  if exp == "collapse":
+    return collapse_plan(preset, train_tokens)
+  raise SystemExit(f"error: --runs: unknown experiment {exp!r} in {run!r}; use "
+                   "saturation:PRESET or collapse:PRESET")
+
+
+def _save(out: str, result: dict) -> None:
+  if out:
+    Path(out).mkdir(parents=True, exist_ok=True)
+    (Path(out) / "timing.json").write_text(json.dumps(result, indent=1))
+
+
+def main(argv=None) -> dict:
+  ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  ap.add_argument("--runs", default="saturation:gpu-planted,collapse:gpu,collapse:gpu-grid")
+  ap.add_argument("--warmup", type=int, default=10)
+  ap.add_argument("--steps", type=int, default=50)
+  ap.add_argument("--collapse_tokens", type=int, default=2_000_000)
+  ap.add_argument("--only", default="", help="comma-separated run names (e.g. d32); "
+                  "default: every run of each preset")
+  ap.add_argument("--out", default="")
+  a = ap.parse_args(argv)
+  if a.warmup < 1 or a.steps < 1:
+    raise SystemExit(f"error: --warmup={a.warmup} and --steps={a.steps} must be >= 1")
+  result = {"device": str(jax.devices()[0]), "backend": jax.default_backend(),
+            "warmup": a.warmup, "timed_steps": a.steps, "runs": [], "presets": {}}
+  for spec in a.runs.split(","):
+    t0 = time.perf_counter()
+    only = set(filter(None, a.only.split(",")))
+    for name, cfgs, dss in plan(spec, a.collapse_tokens):
+      if only and name not in only:
+        continue
+      build_s = time.perf_counter() - t0
+      tc = cfgs[0].train
+      rec = {"preset": spec, "run": name, "members": len(cfgs), "steps": tc.steps,
+             "d": cfgs[0].model.d_model, "batch": tc.batch_size, "seq_len": tc.seq_len,
+             "build_s": round(build_s, 2), **time_run(cfgs, dss, a.warmup, a.steps)}
+      result["runs"].append(emit(rec))
+      t0 = time.perf_counter()
+      _save(a.out, result)  # after every run: a command cut off keeps what it measured
+    total = sum(r["projected_s"] for r in result["runs"] if r["preset"] == spec)
+    result["presets"][spec] = {"projected_s": total, "fits_480_s": total <= LIMIT_S}
+    _save(a.out, result)
+  print(f"{'run':<34} {'members':>7} {'steps':>7} {'compile s':>9} {'s/step':>9} "
+        f"{'projected s':>11}")
+  for r in result["runs"]:
+    print(f"{r['preset'] + ' ' + r['run']:<34} {r['members']:>7} {r['steps']:>7} "
+          f"{r['compile_s']:>9.2f} {r['s_per_step']:>9.4g} {r['projected_s']:>11.1f}")
+  for spec, p in result["presets"].items():
+    print(f"{spec}: projected training {p['projected_s']:.0f} s "
+          f"({'within' if p['fits_480_s'] else 'OVER'} the {LIMIT_S:g} s of one command)")
+  return result
+
+
+if __name__ == "__main__":
+  main()

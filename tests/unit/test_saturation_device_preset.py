@@ -1,0 +1,88 @@
+"""The saturation device preset's parts that need no training: the preset itself (the tail
+language, the device sampler, one population per width), the budget hook's projection and
+clean stop (``planted_budget``), and the svd floor bound (``planted_floor``) against the
+fitted floors and numpy."""
+
+import dataclasses
+import json
+
+import pytest
+
+from experiments.saturation import planted_budget as pb
+from experiments.saturation.planted_floor import floors, svd_bounds
+from experiments.saturation.planted_presets import arm_config, get_planted_preset
+from experiments.saturation.planted_run import groups
+from sbjax.data.planted_tail import PlantedTail
+from sbjax.studies import floor as floor_lib
+from sbjax.train.preempt import EXIT_PREEMPTED
+
+
+def test_gpu_preset_is_the_issue_recipe():
+  p = get_planted_preset("gpu-planted")
+  cfgs = [(a, arm_config(p, a)) for a in p.knobs.arms]
+  c = cfgs[0][1]
+  o = c.data.options
+  assert (c.data.source, o.vocab, o.rank, o.mix, o.zipf, o.sampler, o.train_tokens) == \
+      ("planted_tail", 4096, 32, 8, 1.5, "device", 0)
+  assert (c.model.n_layers, c.train.batch_size, c.train.seq_len, c.train.lr, c.train.steps) == \
+      (2, 64, 128, 1e-2, 14_377)
+  assert {(a.d, a.weight_decay) for a, _ in cfgs} == {(d, wd) for d in (32, 128, 512)
+                                                      for wd in (0.1, 0.03)}
+  # one population per width, by increasing cost; λ and seed vary inside it
+  gs = groups(p, cfgs)
+  assert [n for n, _ in gs] == ["d32", "d128", "d512"]
+  for name, g in gs:
+    assert {c.model.d_model for _, c in g} == {int(name[1:])}
+    assert {a.weight_decay for a, _ in g} == {0.1, 0.03}
+  # the cpu presets keep one run per arm
+  cpu = get_planted_preset("cpu-planted")
+  assert [len(g) for _, g in groups(cpu, [(a, None) for a in cpu.knobs.arms])] == [1] * 6
+
+
+def test_budget_projects_and_stops_cleanly():
+  assert pb.projected_end(now=12.0, t_start=10.0, n=4, steps_left=100) == (0.5, 62.0)
+  clock = pb.Clock(budget_s=1e-6, estimate_at=3)
+  hook = pb.Watch(clock, "d32", member_tokens_per_step=1000)
+  hook.begin(None, start=0, end=500)
+  for i in range(pb.WARMUP + 3):
+    hook.on_step(i, {})
+  with pytest.raises(pb.OverBudget) as e:  # step W + n: projected past a 1 µs budget
+    hook.on_step(pb.WARMUP + 3, {})
+  assert e.value.code == EXIT_PREEMPTED and "past the 1e-06 s budget" in str(e.value)
+  est = clock.estimates["d32"]
+  assert est["steps"] == 500 and est["s_per_step"] > 0 and clock.s_per_token > 0
+  with pytest.raises(pb.OverBudget, match="population d128 needs"):
+    clock.check_start("d128", 10 ** 12)
+  pb.Clock(budget_s=0.0, estimate_at=3).check_start("d128", 10 ** 12)  # 0: no budget
+
+
+@pytest.fixture(scope="module")
+def tail():
+  return PlantedTail(vocab=12, rank=2, n_mix=2, seed=3)
+
+
+def test_svd_bound_brackets_the_fitted_floor(tail):
+  p, pi = tail.probs, tail.stationary / tail.stationary.sum()
+  rows = svd_bounds(tail, [1, 2, 4, 12])
+  fitted = {r.rank: r.value for r in floor_lib.floor_curve(tail, [1, 2, 4], gtol=1e-7,
+                                                           n_random=1, n_wide=0)}
+  for row in rows:
+    x, y = floor_lib.svd_start(p, pi, row["rank"])  # its own SVD
+    assert row["floor"] == pytest.approx(floor_lib.objective(x @ y.T, p, pi)[0], rel=1e-12)
+    assert row["H"] == pytest.approx(tail.entropy, rel=1e-12)
+    if row["rank"] in fitted:
+      assert row["floor"] >= fitted[row["rank"]] - 1e-9 >= row["H"] - 1e-9
+  # full rank: the centred log-probs themselves, so the bound is H
+  assert rows[-1]["floor"] == pytest.approx(tail.entropy, abs=1e-9)
+
+
+def test_floor_modes_cache_apart(tail, tmp_path):
+  p = get_planted_preset("gpu-planted-test")
+  got = floors(tail, p, [2], tmp_path)
+  assert got[2]["start"] == "svd-bound"
+  key = json.loads((tmp_path / "planted_floor.key").read_text())
+  assert key["mode"] == "svd" and key["ranks"] == [2]
+  assert floors(tail, p, [2], tmp_path)[2]["start"] == "svd-bound"  # read back
+  bad = dataclasses.replace(p, knobs=dataclasses.replace(p.knobs, floor_mode="exact"))
+  with pytest.raises(ValueError, match="floor_mode='exact'; use one of fit, svd"):
+    floors(tail, bad, [2], tmp_path / "x")
