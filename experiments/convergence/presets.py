@@ -20,6 +20,10 @@ class Knobs:
   group_size: int = 4  # checkpoints per compiled forward
   chunk: int = 32
   per_mlp_r: int = 0  # MLP PER over the top r singular values (0: all; head_dim: the authors')
+  # stabilisation is also measured on a second, disjoint probe batch of n_sequences (the next
+  # validation windows; primary token mode and estimator only), at every level of
+  # summary.STAB_LEVELS, and the two batches' steps are compared (stab_levels.csv)
+  probe_batches: int = 2
 
 
 # the cpu preset's model, training and data in dotted keys over ``tiny``; the other presets
@@ -90,6 +94,49 @@ PRESETS: dict[str, Preset[Knobs]] = {
                                    "train.lr": (1e-3, 6e-4, 3e-4)},
                         all_sequences=8, group_size=2, chunk=8)),
 }
+
+
+# Issue 33, item 6: stabilisation where depth matters. 4 layers (4 heads), Pythia's recipe by Γ
+# at η = 1e-2 (λ 0.1, 1% warm-up, cosine to 10%; the cpu-gamma preset's η), 8 x 64 tokens a
+# step. Γ fixes the number of steps at a given η (Γ 2.4: 4,368 steps; 7.9: 14,377), so the
+# CPU budget (45 min of CPU for the four runs and their measurement) is met by the smallest
+# batch and models that keep the design, not by fewer steps. Checkpoints: log-spaced 0..512
+# plus every 100 steps (44 at Γ 2.4, 153 at Γ 7.9: every 250 there), so a stabilisation
+# fraction is resolved to ~2% of training.
+_DEPTH = {"model.n_layers": 4, "model.n_heads": 4, "train.lr": 1e-2, "train.batch_size": 8,
+          "train.seq_len": 64, "train.ckpt_every": 100, "train.eval_batches": 2}
+# (b) a planted language of context 2: V = 64, 64^2 = 4096 contexts, each with its own random
+# rank-8 logit vector, so the next token depends on the last TWO tokens (attention must move
+# the previous token, the MLPs combine the pair); 32,768 validation tokens hold the two probe
+# batches (2 x 128 windows of 65)
+_CTX2 = {**_DEPTH, "data.source": "planted", "data.planted_vocab": 64, "data.planted_rank": 8,
+         "data.planted_context": 2, "data.planted_val_tokens": 32_768}
+_DEPTH_KNOBS = dict(grad_per=False, all_sequences=32, probe_batches=2)
+# the test-size counterparts (seconds): the same data kinds, 4 layers of width 16, 48 steps;
+# text at a 64-piece tokenizer so both share the model's shapes (one compile)
+_TINY_DEPTH = {"model.n_layers": 4, "model.n_heads": 2, "train.steps": 48, "train.ckpt_every": 16,
+               "train.batch_size": 8, "train.seq_len": 16, "train.lr": 3e-3,
+               "train.warmup_steps": 4}
+
+PRESETS.update({
+    # (a) Shakespeare (--data=DIR; default the packaged sample), V = 1024, d in {32, 128}, Γ 2.4
+    "depth-text": Preset("tiny", gamma_overrides({**_DEPTH, "data.source": "text",
+                                                  "data.vocab_size": 1024}, target=2.4),
+                         Knobs(widths=(32, 128), **_DEPTH_KNOBS)),
+    # (b) the context-2 planted language at the larger Pythias' Γ (2.4) and the small ones' (7.9)
+    "depth-planted-g2.4": Preset("tiny", gamma_overrides(_CTX2, target=2.4),
+                                 Knobs(widths=(32,), **_DEPTH_KNOBS)),
+    "depth-planted-g7.9": Preset("tiny", gamma_overrides({**_CTX2, "train.ckpt_every": 250},
+                                                         target=7.9),
+                                 Knobs(widths=(32,), **_DEPTH_KNOBS)),
+    "test-depth-text": Preset("tiny", overrides({**_TINY_DEPTH, "data.source": "text",
+                                                 "data.vocab_size": 64}),
+                              Knobs(widths=(16,), **_TINY_KNOBS)),
+    "test-depth-planted": Preset("tiny", overrides({**_TINY_DEPTH, **{
+        k: v for k, v in _CTX2.items() if k.startswith("data.")},
+        "data.planted_train_tokens": 50_000, "data.planted_val_tokens": 4096}),
+        Knobs(widths=(16,), **_TINY_KNOBS)),
+})
 
 
 def get_preset(name) -> Preset:

@@ -1,5 +1,6 @@
 """Train one model per width (or read imported series), measure every checkpoint on one
-fixed batch, then summarise into the CSVs (``summary.py``)."""
+fixed batch and on the disjoint probe batches (``probes.py``), then summarise into the CSVs
+(``summary.py``; stabilisation at several levels on every probe: ``levels.py``)."""
 
 from __future__ import annotations
 
@@ -12,12 +13,12 @@ from pathlib import Path
 
 import numpy as np
 
+from . import levels, probes
 from .presets import Preset, get_preset
 from .series import series_sources
 from .summary import FRAC, summarise
 from ..shared import RunsProgress, config_from, write_json, write_rows
 from sbjax import optim, overrides
-from sbjax.analysis import samples
 from sbjax.config import Config, DataConfig
 from sbjax.data import make_dataset
 from sbjax.data import sources as data_sources
@@ -36,7 +37,9 @@ def data_config(preset: str, data: str = "") -> DataConfig:
   (``data`` or the sample corpus), or, for a planted preset without ``data``, its language."""
   o = get_preset(preset).overrides
   if data_sources.get(o["data.source"]).synthetic and not data:
-    return overrides.apply(Config(), {k: o[k] for k in ("data.source",) + PLANTED_KEYS}).data
+    keys = ("data.source",) + PLANTED_KEYS + tuple(  # context, alpha, ...: when the preset sets them
+        k for k in o if k.startswith("data.planted_") and k not in PLANTED_KEYS)
+    return overrides.apply(Config(), {k: o[k] for k in keys}).data
   keep = {k: o[k] for k in ("data.vocab_size", "data.tfds_name") if k in o}
   return overrides.apply(Config(), {**keep, **corpus_overrides(o["data.source"], data)}).data
 
@@ -99,6 +102,13 @@ def measure_one(src, batch, settings, mdir: Path) -> dict:
   return meta
 
 
+def probe_settings(settings: conv.ConvergenceSettings) -> conv.ConvergenceSettings:
+  """The settings of the further probe batches: the primary token mode and estimator only
+  (what stabilisation is read from), no gradient PER."""
+  return settings.replace(token_modes=settings.token_modes[:1],
+                          estimators=settings.estimators[:1], grad_per=False)
+
+
 def per_variants_one(src, mdir: Path) -> None:
   """measure/<model>/per_variants.csv: PER of the weights with r = every singular value and
   with r = head_dim (``conv.per_variants``), skipped when its key file matches."""
@@ -111,7 +121,8 @@ def per_variants_one(src, mdir: Path) -> None:
 
 
 def train_all(out: Path, preset: str, data: str, widths, progress: RunsProgress):
-  """Train (or skip) each width; returns (sources, fixed batch, data info)."""
+  """Train (or skip) each width; returns (sources, the probe batches: the fixed batch first
+  (``probes.probe_batches``), data info)."""
   cfgs = configs(preset, data, widths)
   tc0, dc = cfgs[0][1].train, cfgs[0][1].data
   ds = make_dataset(dc, seq_len=tc0.seq_len, global_batch_size=tc0.batch_size,
@@ -126,12 +137,13 @@ def train_all(out: Path, preset: str, data: str, widths, progress: RunsProgress)
     timings[name] = round(time.perf_counter() - t0, 2)
     progress.finish(trained)
     sources.append(conv.workdir_source(wd, name))
-  batch = samples.eval_sample(ds, get_preset(preset).knobs.n_sequences)
+  k = get_preset(preset).knobs
+  batches = probes.probe_batches(ds, k.n_sequences, k.probe_batches)
   path = getattr(dc.options, "path", "")
   info = {"source": dc.source, "corpus": Path(path).name if path else ds.name,
           "vocab_size": ds.vocab_size, "train_seconds": timings,
           "gamma_total": {name: optim.gamma_total(cfg.train) for name, cfg in cfgs}}
-  return sources, batch, info
+  return sources, batches, info
 
 
 def run(out: Path, preset: str, *, data: str | None = None, series: list | None = None,
@@ -152,17 +164,23 @@ def run(out: Path, preset: str, *, data: str | None = None, series: list | None 
                           disable=not verbose)
   if series:
     sources, batch, info = series_sources(series, series_tokens, allow_duplicates, out)
+    batches = probes.split_rows(batch, settings.n_sequences, p.knobs.probe_batches)
   else:
-    sources, batch, info = train_all(out, preset, data, widths, progress)
+    sources, batches, info = train_all(out, preset, data, widths, progress)
   metas = []
   for s in sources:
-    progress.start(f"measure {s.name} ({len(s.steps)} checkpoints)")
-    metas.append(measure_one(s, batch, settings, out / "measure" / s.name))
+    progress.start(f"measure {s.name} ({len(s.steps)} checkpoints, {len(batches)} probe "
+                   "batches)")
+    metas.append(measure_one(s, batches[0], settings, out / "measure" / s.name))
+    for j, b in enumerate(batches[1:], 1):
+      measure_one(s, b, probe_settings(settings), out / "measure" / s.name / f"probe{j}")
     per_variants_one(s, out / "measure" / s.name)
     progress.finish()
   progress.close()
   summarise(out, metas)
+  write_rows(out / "stab_levels.csv", levels.level_rows(out, metas))
   write_json(out / "summary.json", {
       "preset": preset, "data": info, "settings": settings.to_dict(), "frac": FRAC,
+      "probe_batches": len(batches),
       "all_figures": preset not in ("test", "quick"),
       "models": [m["model"] for m in metas], "seconds": round(time.perf_counter() - t0, 1)})
