@@ -1,0 +1,61 @@
+"""The budget stop of the saturation device preset (gpu-planted-test: one population of 4
+members, tokens drawn in the jitted step): a population whose budget runs out while it trains
+stops after its time estimate with exit status 75, keeping its checkpoints; rerunning the same
+preset resumes it from its newest checkpoint and ends with the parameters of an uninterrupted
+run, bit for bit."""
+
+import json
+
+import jax
+import numpy as np
+import pytest
+
+from experiments.saturation import planted_budget as pb
+from experiments.saturation import planted_run as pr
+from experiments.saturation.planted_presets import arm_config, get_planted_preset
+from experiments.shared import read_rows
+from sbjax import checkpoint as ckpt
+from sbjax.train.preempt import EXIT_PREEMPTED
+
+P = get_planted_preset("gpu-planted-test")
+
+
+class _SpentOnceStarted(pb.Clock):
+  """The real clock and hook, with the budget spent right after the population starts (what
+  a slower device than the estimate does), so that its estimate must stop it."""
+
+  def check_start(self, name: str, member_tokens: int) -> None:
+    super().check_start(name, member_tokens)
+    self.budget_s = 1e-6
+
+
+def _final_params(out, arm):
+  wd = out / "runs" / arm.name
+  _, params, _ = ckpt.load_params(wd, ckpt.list_steps(wd)[-1])
+  return jax.tree.leaves(jax.device_get(params))
+
+
+def test_budget_stop_then_resume_is_bitwise(tmp_path):
+  cut = tmp_path / "cut"
+  cfgs = [(a, arm_config(P, a)) for a in P.knobs.arms]
+  ((name, group),) = pr.groups(P, cfgs)
+  langs = pr._Languages(P, cut)
+  dss = [langs.language(a, c)[0] for a, c in group]
+  wds = [cut / "runs" / a.name for a, _ in group]
+  with pytest.raises(pb.OverBudget) as e:
+    pr._train_population(name, group, wds, dss, _SpentOnceStarted(1e9, P.knobs.estimate_at))
+  assert e.value.code == EXIT_PREEMPTED and "past the 1e-06 s budget" in str(e.value)
+  stopped_at = ckpt.list_steps(wds[0])[-1]
+  assert 0 < stopped_at < P.overrides["train.steps"]
+  assert all(ckpt.list_steps(w)[-1] == stopped_at for w in wds)
+  meta = pr.run_planted(cut, "gpu-planted-test", verbose=False)  # the rerun resumes
+  assert meta["stopped"] is None and meta["not_run"] == []
+  for w in wds:
+    assert json.loads((w / "DONE").read_text())["summary"]["step"] == P.overrides["train.steps"]
+  whole = tmp_path / "whole"
+  pr.run_planted(whole, "gpu-planted-test", verbose=False)
+  for arm in P.knobs.arms:
+    for a, b in zip(_final_params(cut, arm), _final_params(whole, arm)):
+      np.testing.assert_array_equal(a, b)
+  assert [r["final_expected_loss"] for r in read_rows(cut / "planted_arms.csv")] == \
+      [r["final_expected_loss"] for r in read_rows(whole / "planted_arms.csv")]
