@@ -24,9 +24,18 @@ estimator), ``fig_cka_bands_<tokens>_<estimator>.png`` for every combination (no
 test and quick presets) and ``fig_step_vs_per.png``, and gives the markdown section; the
 CLI writes it to ``section.md``. Rerunning skips finished training and measurements.
 
-Modules: ``presets`` (PRESETS: test, quick, cpu, tpu), ``run`` (configs, training,
-measurement), ``summary`` (the summary CSVs), ``report`` (figures, markdown), ``__main__``
-(the CLI).
+Stabilisation where depth matters (issue 33, item 6): every run also measures a second,
+disjoint probe batch of ``n_sequences`` validation windows (``probes``) and writes
+``stab_levels.csv`` (the stabilisation step of every layer at levels 0.8, 0.9 and 0.95 on each
+batch, ``levels``); the report adds their table and a generated reading (supported / refuted /
+undecided, with the batches' agreement and the Γ scope, ``depth_reading``). Presets
+``depth-text`` (Shakespeare via --data, d 32 and 128, 4 layers, Γ 2.4), ``depth-planted-g2.4``
+and ``depth-planted-g7.9`` (a planted language of context 2, V = 64, 4096 contexts, d 32).
+
+Modules: ``presets`` (PRESETS: test, quick, cpu, cpu-gamma, tpu, depth-*, test-depth-*),
+``run`` (configs, training, measurement), ``probes`` (the probe batches), ``summary`` (the
+summary CSVs), ``levels`` (stab_levels.csv), ``report`` (figures, markdown),
+``depth_reading`` (the stabilisation reading), ``__main__`` (the CLI).
 """
 
 from .presets import PRESETS, Knobs, Preset, get_preset
