@@ -16,6 +16,7 @@ import numpy as np  # noqa: E402
 
 from .summary import (FRAC, PAPER_FRAC, STAB_LEVEL, cell,  # noqa: E402
                                              layers_markdown, primary)
+from .depth_reading import section_lines  # noqa: E402
 from ..shared import claims_sentences, read_rows, span  # noqa: E402
 from sbjax import checkpoint as ckpt  # noqa: E402
 from sbjax import optim  # noqa: E402
@@ -127,8 +128,20 @@ def report_section(out: Path, rel: str) -> str:
   lines += ["", paragraph(models, pc), ""]
   stab_rows = read_rows(out / "stabilisation.csv")
   lines += stabilisation_lines(models, stab_rows, tok, est)
-  lines += ["", claims_text(models, stab_rows, tok, est, gamma_totals(out, summary)), ""]
+  gammas = gamma_totals(out, summary)
+  lines += ["", claims_text(models, stab_rows, tok, est, gammas), ""]
+  lines += section_lines(out, depth_scope(summary, gammas))
   return "\n".join(lines) + "\n"
+
+
+def depth_scope(summary: dict, gammas: dict) -> str:
+  """The scope sentence of the stabilisation reading: the data, and the runs' Γ against
+  Pythia's (``gamma_regime``)."""
+  d = summary.get("data", {})
+  where = (f"Scope: {d.get('source')} ({d.get('corpus') or ', '.join(d.get('series', []))}), "
+           "not Pythia on the Pile.")
+  return where + (" " + gamma_regime(list(gammas.values())) if gammas else
+                  " Γ_total is unknown (an imported series).")
 
 
 def stabilisation_lines(models, stab_rows, tok: str, est: str) -> list[str]:
