@@ -165,8 +165,8 @@ def depth_claims(rows: list[dict], scope: str) -> str:
 
 def levels_lines(rows: list[dict]) -> list[str]:
   """The table of median stabilisation fractions per model, level and batch."""
-  lines = ["| model | level | batch | median stabilisation / final (all, MLP, OV) | layers "
-           "L/2..L-1 | stabilised by 20% |", "|---|---|---|---|---|---|"]
+  lines = [("| model | level | batch | median stabilisation / final (all, MLP, OV) | layers "
+            "L/2..L-1 | stabilised by 20% |"), "|---|---|---|---|---|---|"]
   for m in _by_width(rows):
     for level, probe in _cells(rows):
       sel = _sel(rows, level, probe, model=m)
@@ -187,6 +187,6 @@ def section_lines(out, scope: str) -> list[str]:
   if not path.exists():
     return []
   rows = read_rows(path)
-  return ["Stabilisation by level and probe batch (median fraction of training after which "
-          "CKA to the final checkpoint stays ≥ the level):", "", *levels_lines(rows), "",
+  return [("Stabilisation by level and probe batch (median fraction of training after which "
+           "CKA to the final checkpoint stays ≥ the level):"), "", *levels_lines(rows), "",
           depth_claims(rows, scope), ""]

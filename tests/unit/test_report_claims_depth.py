@@ -31,7 +31,7 @@ def rows_of(models: dict, frac) -> list[dict]:
             out.append({"model": m, "width": w, "n_layers": 4, "probe": probe, "kind": kind,
                         "layer": layer, "level": level, "tokens": "last",
                         "estimator": "biased", "n_sequences": 128,
-                        "stabilisation_step": int(round(f * FINAL)), "final_step": FINAL,
+                        "stabilisation_step": round(f * FINAL), "final_step": FINAL,
                         "stabilisation_frac": round(f * FINAL) / FINAL})
   return out
 
@@ -40,7 +40,7 @@ def verdicts(text: str) -> dict:
   """{"Supported": ..., "Refuted": ..., "Undecided": ...} sections of the paragraph."""
   out, rest = {}, text
   for name in ("Supported", "Refuted", "Undecided"):
-    head, rest = rest.split(f"{name}: ", 1)
+    rest = rest.split(f"{name}: ", 1)[1]
     out[name] = rest.split(". ", 1)[0] if name != "Undecided" else rest.split(". At ")[0]
   return out
 
