@@ -17,7 +17,7 @@ from . import levels, probes
 from .presets import Preset, get_preset
 from .series import series_sources
 from .summary import FRAC, summarise
-from ..shared import RunsProgress, config_from, write_json, write_rows
+from ..shared import RunsProgress, config_from, upath, write_json, write_rows
 from sbjax import optim, overrides
 from sbjax.config import Config, DataConfig
 from sbjax.data import make_dataset
@@ -140,7 +140,7 @@ def train_all(out: Path, preset: str, data: str, widths, progress: RunsProgress)
   k = get_preset(preset).knobs
   batches = probes.probe_batches(ds, k.n_sequences, k.probe_batches)
   path = getattr(dc.options, "path", "")
-  info = {"source": dc.source, "corpus": Path(path).name if path else ds.name,
+  info = {"source": dc.source, "corpus": upath(path).name if path else ds.name,
           "vocab_size": ds.vocab_size, "train_seconds": timings,
           "gamma_total": {name: optim.gamma_total(cfg.train) for name, cfg in cfgs}}
   return sources, batches, info
@@ -154,7 +154,7 @@ def run(out: Path, preset: str, *, data: str | None = None, series: list | None 
   ``series_tokens`` instead of training (``experiments.convergence.series``; duplicated
   revisions of an import refused unless ``allow_duplicates``). ``widths``: a subset of the
   preset's widths; ``settings_over``: ConvergenceSettings fields."""
-  out = Path(out)
+  out = upath(out)
   t0 = time.perf_counter()
   p: Preset = get_preset(preset)
   settings = settings_for(preset, **settings_over)

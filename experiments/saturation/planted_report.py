@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from . import planted_replicates as rep  # noqa: E402
 from .planted_measure import account  # noqa: E402
 from .planted_reading import reading  # noqa: E402
-from ..shared import fmt, read_rows  # noqa: E402
+from ..shared import fmt, read_rows, save_figure, upath  # noqa: E402
 
 PLANTED_FIGS = {"loss": "fig_planted_loss_gamma.png",
                 "kl_anisotropy": "fig_planted_kl_anisotropy_gamma.png"}
@@ -40,7 +40,7 @@ def _by_arm(rows):
 
 
 def draw(out: Path) -> None:
-  out = Path(out)
+  out = upath(out)
   arms = read_rows(out / "planted_arms.csv")
   ck = _by_arm(read_rows(out / "planted_checkpoints.csv"))
   colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
@@ -58,7 +58,7 @@ def draw(out: Path) -> None:
   ax.set_title("Planted mixture: expected loss vs Γ; dashed: floor(d)")
   ax.legend(fontsize=7)
   fig.tight_layout()
-  fig.savefig(out / PLANTED_FIGS["loss"], dpi=110)
+  save_figure(fig, out / PLANTED_FIGS["loss"], dpi=110)
   plt.close(fig)
   fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.2))
   for i, a in enumerate(arms):
@@ -76,7 +76,7 @@ def draw(out: Path) -> None:
   a1.legend(fontsize=6)
   a2.legend(fontsize=7)
   fig.tight_layout()
-  fig.savefig(out / PLANTED_FIGS["kl_anisotropy"], dpi=110)
+  save_figure(fig, out / PLANTED_FIGS["kl_anisotropy"], dpi=110)
   plt.close(fig)
 
 
@@ -163,7 +163,7 @@ def report_section(out: Path, rel: str = ".") -> str:
   """The markdown section of the planted arms (draws the figures): the table and reading of
   the preset's arms, then the replicates (other seeds, other languages) when the run has
   them."""
-  out = Path(out)
+  out = upath(out)
   draw(out)
   all_arms = read_rows(out / "planted_arms.csv")
   ck = _by_arm(read_rows(out / "planted_checkpoints.csv"))

@@ -34,7 +34,7 @@ from .windows import validation_windows
 from .planted_floor import floors as _floors
 from .planted_budget import Clock, OverBudget, Watch
 from .planted_presets import arm_config, arm_name, get_planted_preset, knobs_record, lang_tag
-from ..shared import RunsProgress, read_rows, write_json, write_rows
+from ..shared import RunsProgress, read_rows, upath, write_json, write_rows
 from sbjax.analysis.table import atomic_write_bytes
 from sbjax.data import make_dataset
 from sbjax.data.dataset import StreamingPlanted
@@ -205,7 +205,7 @@ def run_planted(out: Path, preset, verbose: bool = True) -> dict:
   planted_arms.csv and planted_checkpoints.csv are rewritten after every group. A budget stop
   (``planted_budget.OverBudget``) writes what the finished groups measured, then stops."""
   p = get_planted_preset(preset)
-  out = Path(out)
+  out = upath(out)
   out.mkdir(parents=True, exist_ok=True)
   t0 = time.perf_counter()
   cfgs = [(a, arm_config(p, a)) for a in p.knobs.arms]  # all validated before any training
