@@ -15,6 +15,12 @@ variants, each as W-error(r) = sqrt(Σ_{i>r} σ_i²) / ‖A‖_F of its matrix A
 A planted language of rank k (Zipf bias b) has L = α U Y/√k + 1 bᵀ − (log Z_c) 1ᵀ: the raw
 target has rank ≤ k + 2, the centred ones rank ≤ k + 1, where the floor reaches H.
 
+The same three variants of a trained model (``model_werror``): its matrix M of mean log q(w|c)
+over the positions whose context is c (``context_means``; a model's prediction also depends on
+the tokens before the context, so M is its average prediction in context c), in place of L,
+over the contexts seen, with π restricted to them and renormalised. For a model of width d,
+centred M has rank ≤ d (logits h·Wᵀ), so its W-error is 0 from r = d on.
+
 ``gap_opens(werr, gaps, tol)``: the W-error interval where the floor gap opens: the largest
 W-error with floor − H ≤ tol and the smallest with floor − H > tol (the two ranks around the
 knee); NaN on a side with no rank.
@@ -54,6 +60,32 @@ def language_werror(lang, ranks) -> dict:
   """{variant: W-error at each rank} of a planted language (``log_probs``, ``stationary``)."""
   return {k: werror(a, ranks)
           for k, a in target_matrices(lang.log_probs, lang.stationary).items()}
+
+
+def context_means(logq, contexts, n_contexts: int) -> tuple[np.ndarray, np.ndarray]:
+  """(M [C, V], counts [C]): the mean of the rows of ``logq`` [N, V] (a model's log-probs at
+  N positions) per context index in ``contexts`` [N] (entries < 0: no full context, skipped);
+  rows of unseen contexts are NaN."""
+  lq = np.asarray(logq, np.float64).reshape(-1, np.shape(logq)[-1])
+  c = np.asarray(contexts, np.int64).reshape(-1)
+  if c.shape[0] != lq.shape[0]:
+    raise ValueError(f"context_means: {lq.shape[0]} rows of log-probs but {c.shape[0]} contexts")
+  ok = c >= 0
+  counts = np.bincount(c[ok], minlength=n_contexts).astype(np.int64)
+  sums = np.zeros((n_contexts, lq.shape[1]))
+  np.add.at(sums, c[ok], lq[ok])
+  with np.errstate(invalid="ignore", divide="ignore"):
+    return sums / counts[:, None], counts
+
+
+def model_werror(means, counts, pi, ranks) -> dict:
+  """{variant: W-error at each rank} of a trained model's mean log-probs ``means`` [C, V]
+  (``context_means``) over the contexts with counts > 0, π restricted to them (module doc)."""
+  seen = np.asarray(counts) > 0
+  if seen.sum() < 2:
+    raise ValueError(f"model W-error: {int(seen.sum())} context(s) seen; sample more positions")
+  return {k: werror(a, ranks) for k, a in
+          target_matrices(np.asarray(means)[seen], np.asarray(pi, np.float64)[seen]).items()}
 
 
 def gap_opens(werr, gaps, tol: float) -> tuple[float, float]:

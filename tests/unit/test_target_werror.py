@@ -70,3 +70,31 @@ def test_fig8_rows_and_sentence_both_ways(tmp_path, lang):
   assert "open at every cached rank" in fig8.sentence([r for r in rs if r["rank"] <= 2], 0.05)
   md = "\n".join(fig8.lines(tmp_path, "pl", 0.05))
   assert "| language | 3 | 0.0400 |" in md and "k = 3, ranks 1, 2, 3, 4, 8" in md
+
+
+def test_model_werror_of_the_exact_model_is_the_target(lang):
+  """A model that predicts log P exactly has the target's W-errors; context_means is the
+  per-context mean (numpy loop), unseen contexts are dropped with their π renormalised."""
+  rng = np.random.default_rng(3)
+  c = rng.integers(-1, lang.n_contexts, 4000)  # -1: no full context, skipped
+  noise = rng.normal(size=(c.size, lang.vocab))
+  lq = np.where((c >= 0)[:, None], lang.log_probs[np.maximum(c, 0)], 0.0) + noise
+  means, counts = T.context_means(lq, c, lang.n_contexts)
+  for j in (0, 5, lang.n_contexts - 1):
+    np.testing.assert_allclose(means[j], lq[c == j].mean(0), atol=1e-12)
+    assert counts[j] == np.sum(c == j)
+  exact, n = T.context_means(lang.log_probs[np.maximum(c, 0)], c, lang.n_contexts)
+  got = T.model_werror(exact, n, lang.stationary, range(6))
+  want = T.language_werror(lang, range(6))
+  for v in T.VARIANTS:
+    np.testing.assert_allclose(got[v], want[v], atol=1e-10)
+  # two contexts never seen: their rows are NaN and left out, π renormalised over the rest
+  keep = (c != 1) & (c != 4)
+  m2, n2 = T.context_means(lang.log_probs[np.maximum(c[keep], 0)], c[keep], lang.n_contexts)
+  assert n2[1] == n2[4] == 0 and np.isnan(m2[1]).all()
+  seen = np.setdiff1d(np.arange(lang.n_contexts), [1, 4])
+  a = T.target_matrices(lang.log_probs[seen], lang.stationary[seen])["weighted"]
+  np.testing.assert_allclose(T.model_werror(m2, n2, lang.stationary, [2])["weighted"],
+                             T.werror(a, [2]), atol=1e-12)
+  with pytest.raises(ValueError, match="1 context"):
+    T.model_werror(m2, (np.arange(lang.n_contexts) == 0).astype(int), lang.stationary, [1])
