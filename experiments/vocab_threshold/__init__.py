@@ -30,6 +30,13 @@ dense run), then protocol (a) heads r in {2, 4, 8, 12, 16, 24, 32, 48, 64} on th
 trunk, and the exact bigram r* at ranks {4, …, 128}. (The older preset, V = 512..8192 with
 protocol b against the dense head, took 29 min and was censored at every V.)
 
+The bigram r*(V, N) presets (issue 33, item 3; ``--preset=cpu-bigram-n``, its test size
+``test-bigram-n``) train nothing: the exact bigram r* at V in {256, 1024, 2048} x data
+fractions {1/4, 1/2, 1}, every fit run to gtol 1e-5 or flagged, and whether r*(V) moves with
+the data size (``bigram_n.py``, ``bigram_n_run.py``, ``bigram_n_report.py``;
+``bigram_n_cells.csv``, ``bigram_n_fits.csv``, ``bigram_n.json``, ``fig_bigram_n.png``).
+The protocol-(a) heads at each head lr side by side: ``head_lrs.py``.
+
 Layout: ``presets.py`` (overrides as in head_rank; knobs: the vocabulary sizes and the sweep
 plan), ``measure.py`` (r*, r_0.6, the fit), ``run.py`` (``run``), ``report.py``
 (``report_section`` and the figure, from the CSV/JSON files only).

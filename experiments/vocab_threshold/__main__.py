@@ -8,6 +8,7 @@ from absl import flags
 
 from sbjax.cli import common
 from . import PRESETS, run
+from .bigram_n_report import SUMMARY
 from .report import FIT
 from ..shared import upath
 
@@ -22,6 +23,10 @@ def main(argv):
   del argv
   out = upath(OUT.value)
   run(out, PRESET.value, data=DATA.value)
+  if PRESETS[PRESET.value].knobs.bigram_n is not None:  # the bigram r*(V, N) study
+    common.result(json.dumps({"out": str(out),
+                              "bigram_n": json.loads((out / SUMMARY).read_text())}))
+    return
   common.result(json.dumps({"out": str(out), "fit": json.loads((out / FIT).read_text())}))
 
 

@@ -8,6 +8,7 @@ import dataclasses
 
 from sbjax.studies import head_rank as hr
 from sbjax.studies.presets import Preset, pick_preset
+from .bigram_n import BigramNKnobs
 from .ngram import NgramKnobs
 
 TOL = 0.02  # the older r*: the smallest rank within 2% of the dense head's loss
@@ -20,8 +21,9 @@ W_LEVEL = 0.6  # r_0.6: the smallest k with W-error(k) <= 0.6
 @dataclasses.dataclass(frozen=True)
 class Knobs:
   vocabs: tuple  # vocabulary sizes V (one sentencepiece tokenizer and one sweep each)
-  plan: hr.Knobs  # the sweep at every V (protocol b only: no head_lrs)
+  plan: hr.Knobs | None  # the sweep at every V (None: no training, the bigram-n study only)
   ngram: NgramKnobs | None = None  # the exact bigram r*(V) beside the trained one (None: off)
+  bigram_n: BigramNKnobs | None = None  # the exact bigram r*(V, N) study (issue 33, item 3)
 
 
 def _b(ranks, lrs) -> hr.Knobs:
@@ -46,11 +48,15 @@ PRESETS: dict[str, Preset[Knobs]] = {
     # Session 10, on the 42-file development corpus (--data=DIR): 31 min 46 s on 2
     # quiet cores; r* = 48 at every V (uncensored), exact bigram r* 64, 64, 128, 128
     # (BUILD_NOTES "vocab_threshold"). Without --data it runs on the packaged 5-play sample.
+    # Issue 33 adds head lr 3e-2 beside 1e-2 (reported side by side, head_lrs.py): twice the
+    # 36 protocol-(a) head runs; that version has not been run on the CPU yet.
     "cpu": Preset(hr.BASE, hr.overrides({"name": "vocab_threshold-cpu", "train.steps": 600,
                                          "train.warmup_steps": 60}),
                   Knobs(vocabs=(256, 512, 1024, 2048),
+                        # issue 33: a second head lr (3e-2) beside 1e-2, reported side by side
                         plan=hr.Knobs(ranks=(2, 4, 8, 12, 16, 24, 32, 48, 64), lrs=(3e-3,),
-                                      head_lrs=(1e-2,), head_steps=300, protocols=("a",)),
+                                      head_lrs=(1e-2, 3e-2), head_steps=300,
+                                      protocols=("a",)),
                         ngram=NgramKnobs(ranks=(4, 8, 16, 32, 64, 128), max_iter=40))),
     "tpu": Preset(hr.BASE, hr.overrides({"name": "vocab_threshold-tpu", "data.vocab_size": 8192,
                                          "model.d_model": 512, "model.n_layers": 6,
@@ -82,6 +88,25 @@ PRESETS: dict[str, Preset[Knobs]] = {
                        Knobs(vocabs=(96, 128),
                              plan=hr.Knobs(ranks=(2, 4), lrs=(3e-3,), head_lrs=(1e-2, 3e-2),
                                            head_steps=4, protocols=("a",)))),
+    # issue 33, item 3: the exact bigram r*(V, N), no training. V in {256, 1024, 2048} x the
+    # nested data fractions {1/4, 1/2, 1} of the train tokens, each rank fitted to gtol 1e-5,
+    # r* by a galloping search on a half-octave grid (sbjax/studies/bigram_rstar.py) from the
+    # previous fraction's r*. Sized to the issue's 40 min of CPU on 2 shared cores: one L-BFGS
+    # iteration costs ~0.01 / 0.045 / 0.18 s CPU at V = 256 / 1024 / 2048 (r = 64; C ~ V
+    # contexts, dense C x V), so the caps below bound each fit at ~30 / 70 / 100 s of CPU; a
+    # fit stopped by its cap is flagged unconverged (grad norm, iterations) in the CSVs.
+    "cpu-bigram-n": Preset(hr.BASE, hr.overrides({"name": "vocab_threshold-bigram-n"}),
+                           Knobs(vocabs=(256, 1024, 2048), plan=None,
+                                 bigram_n=BigramNKnobs(fractions=(0.25, 0.5, 1.0),
+                                                       grid=(16, 24, 32, 48, 64, 96, 128,
+                                                             192, 256),
+                                                       max_iters=(3000, 1500, 500)))),
+    # its test size (the suite, seconds): two small V on a generated corpus, two fractions
+    "test-bigram-n": Preset(hr.BASE, hr.PRESETS["test"].overrides,
+                            Knobs(vocabs=(96, 128), plan=None,
+                                  bigram_n=BigramNKnobs(fractions=(0.5, 1.0), grid=(2, 4, 8, 16),
+                                                        max_iters=(300, 300), guess=4,
+                                                        block=256))),
 }
 VOCABS = {name: p.knobs.vocabs for name, p in PRESETS.items()}
 

@@ -14,7 +14,9 @@ import matplotlib.pyplot as plt  # noqa: E402 - after choosing the non-interacti
 import numpy as np  # noqa: E402
 
 from ..shared import fmt, read_rows, save_figure, upath  # noqa: E402
+from . import bigram_n_report  # noqa: E402
 from .corpus_limits import corpus_sentence  # noqa: E402
+from .head_lrs import head_lr_section  # noqa: E402
 from .measure import grid_interval, slope_range  # noqa: E402
 
 NAME = "vocab_threshold"
@@ -121,6 +123,9 @@ def _grid_text(out: Path, table: list) -> str:
 
 def report_section(out: Path, rel: str) -> str:
   out = upath(out)
+  bigram = bigram_n_report.section(out, rel)
+  if not (out / TABLE_CSV).exists() and bigram:  # the bigram r*(V, N) presets only
+    return f"## {NAME}\n\n" + bigram
   table = read_rows(out / TABLE_CSV)
   fit = json.loads((out / FIT).read_text())
   lines = [f"## {NAME}", "", f"![rank vs V]({rel}/{FIGURE})", "",
@@ -147,5 +152,7 @@ def report_section(out: Path, rel: str) -> str:
             "tokenizer) of the reference head (the protocol-(a) rank-d head when the sweep has "
             "one, else the dense head); the W-error is that of the centred dense head. These are small models (d far below V), so the rank "
             "grid is coarse (factors of 2) and the runs are short; read beta as a trend."]
+  lrs = head_lr_section(read_rows(out / RUNS_CSV), table) if (out / RUNS_CSV).exists() else []
   limits = corpus_sentence(table)
-  return "\n".join(lines + (["", limits] if limits else [])) + "\n"
+  return ("\n".join(lines + (["", *lrs] if lrs else []) + (["", limits] if limits else []))
+          + "\n" + ("\n" + bigram if bigram else ""))

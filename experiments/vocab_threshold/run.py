@@ -13,6 +13,7 @@ from sbjax.studies.corpus import corpus_overrides
 from sbjax.studies.head_rank import run_sweep, sweep_units
 from ..shared import RunsProgress, config_from, text_corpus, upath, write_json, write_rows
 from . import corpus_limits, ngram, report, tolerance
+from .bigram_n_run import run_bigram_n
 from .measure import loglog_fit, thresholds
 from .presets import TOL, TOL_CHAR, W_LEVEL, get_preset
 from sbjax.data import make_dataset
@@ -99,6 +100,8 @@ def measure_v(plan: Plan, sub: Path, vocab: int, knobs, ngram_rows: list) -> dic
 def run(out: Path, preset, *, data: str | None = None, verbose: bool = True) -> None:
   out = upath(out)
   knobs = get_preset(preset).knobs
+  if knobs.bigram_n is not None:  # the bigram r*(V, N) presets: no training
+    return run_bigram_n(out, preset, data=data, verbose=verbose)
   corpus = str(token_dir(data, knobs.vocabs) if uses_tokens(preset) else text_corpus(data))
   plans = {v: make_plan(preset, corpus, v, str(out / "tfds")) for v in knobs.vocabs}
   out.mkdir(parents=True, exist_ok=True)

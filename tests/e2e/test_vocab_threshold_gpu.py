@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from experiments import vocab_threshold as vt
+from experiments.vocab_threshold.head_lrs import head_lr_rows
 from experiments.vocab_threshold.report import report_section
 from experiments.vocab_threshold.tolerance import stream_chars_per_token
 from sbjax.data.tokenizer import Tokenizer
@@ -62,5 +63,13 @@ def test_twin_end_to_end(tmp_path):
   assert md.startswith("## vocab_threshold") and "| a-r=d |" in md
   assert "types seen fewer than 50 times in training" in md and "none at the papers' V" in md
   assert (out / "fig_vocab_threshold.png").exists()
+  with open(out / "runs.csv") as f:  # issue 33: both head lrs side by side, per V
+    lr_rows = head_lr_rows(list(csv.DictReader(f)), table)
+  assert {(r["V"], r["lr"]) for r in lr_rows} == {(v, lr) for v in k.vocabs
+                                                   for lr in k.plan.head_lrs}
+  assert "at each head lr, side by side" in md
+  for r in lr_rows:
+    rs = "–" if r["r_star"] is None else str(r["r_star"])
+    assert f"| {r['V']} | {r['lr']:g} | " in md and f" | {rs} | " in md
   vt_run = importlib.import_module("experiments.vocab_threshold.run")
   assert vt_run.uses_tokens("gpu-test") and not vt_run.uses_tokens("test")

@@ -77,7 +77,8 @@ def test_presets_have_test_quick_cpu_tpu_and_test_is_smallest(tmp_path):
   corpus = str(tmp_path)
   for mod in (head_rank, werror_loss, vocab_threshold):
     assert list(mod.PRESETS)[:4] == ["test", "quick", "cpu", "tpu"]
-  assert list(vocab_threshold.PRESETS)[4:] == ["gpu", "gpu-test"]  # issue 32's device preset
+  # issue 32's device preset and its twin, issue 33's bigram r*(V, N) study and its test size
+  assert list(vocab_threshold.PRESETS)[4:] == ["gpu", "gpu-test", "cpu-bigram-n", "test-bigram-n"]
   t, q = head_rank.PRESETS["test"], head_rank.PRESETS["quick"]
   assert t.overrides["train.steps"] < q.overrides["train.steps"]
   assert t.knobs.head_steps < q.knobs.head_steps

@@ -1,0 +1,172 @@
+"""The bigram r*(V, N) reading (issue 33, item 3), from ``bigram_n_cells.csv`` and
+``bigram_n_fits.csv`` only: the verdict, the generated paragraph and the figure.
+
+Claim tested: "r*(V) is a property of the language, not of the data size": at fixed V, r* is
+the same at every data fraction. Per V, only cells whose decisive fits (the fit at r* and the
+one at the failing grid rank below it) converged to gtol count ("reliable"); each r* is known
+to lie in (lo, r*] (censored: above the grid's top). Per V:
+
+* ``grows`` / ``shrinks`` / ``mixed``: two reliable cells' intervals are disjoint, r* rising,
+  falling or both with N;
+* ``same``: every cell reliable, uncensored and at one grid rank;
+* ``undecided``: otherwise (reliable cells agree but some cell is unconverged or censored).
+
+Overall: **refuted** (r* depends on N) if some V is grows/shrinks/mixed, **supported** if every
+V is ``same``, else **undecided**. The scope is this corpus, these V, N from the smallest to the
+largest fraction, and the grid's resolution.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402 - after choosing the non-interactive backend
+
+from ..shared import read_rows, save_figure, upath  # noqa: E402
+from .measure import loglog_fit  # noqa: E402
+
+FITS_CSV = "bigram_n_fits.csv"
+CELLS_CSV = "bigram_n_cells.csv"
+SUMMARY = "bigram_n.json"
+FIGURE = "fig_bigram_n.png"
+
+
+def _interval(c: dict) -> tuple[float, float]:
+  return (float(c["lo"]), math.inf) if int(c["censored"]) else (float(c["lo"]), float(c["r_star"]))
+
+
+def v_status(cells: list) -> str:
+  """grows / shrinks / mixed / same / undecided for the cells of one V (module docstring)."""
+  cs = sorted(cells, key=lambda c: float(c["fraction"]))
+  rel = [c for c in cs if int(c["decisive_converged"])]
+  ivs = [_interval(c) for c in rel]
+  steps = []
+  for (alo, ahi), (blo, bhi) in zip(ivs, ivs[1:]):
+    steps.append(1 if ahi <= blo else -1 if bhi <= alo else 0)
+  if any(steps):
+    return "grows" if min(steps) >= 0 else "shrinks" if max(steps) <= 0 else "mixed"
+  if len(rel) == len(cs) and not any(int(c["censored"]) for c in cs):
+    if len({int(c["r_star"]) for c in cs}) == 1:
+      return "same"
+  return "undecided"
+
+
+def verdict(cells: list) -> dict:
+  """{"overall": supported / refuted / undecided, "per_v": {V: status}}."""
+  vs = sorted({int(c["V"]) for c in cells})
+  per_v = {v: v_status([c for c in cells if int(c["V"]) == v]) for v in vs}
+  if any(s in ("grows", "shrinks", "mixed") for s in per_v.values()):
+    overall = "refuted"
+  elif per_v and all(s == "same" for s in per_v.values()):
+    overall = "supported"
+  else:
+    overall = "undecided"
+  return {"overall": overall, "per_v": {str(v): s for v, s in per_v.items()}}
+
+
+def _v_sentence(cells: list, status: str) -> str:
+  cs = sorted(cells, key=lambda c: float(c["fraction"]))
+  parts = []
+  for c in cs:
+    lo, rs = int(c["lo"]), int(c["r_star"])
+    r = f"> {lo}" if int(c["censored"]) else f"{rs} (in ({lo}, {rs}])"
+    flag = "" if int(c["decisive_converged"]) else ", decisive fit unconverged"
+    parts.append(f"f = {float(c['fraction']):g} (N = {int(c['train_tokens']):,}): r* = {r}, "
+                 f"excess {float(c['val_excess_at_r_star']):+.4f} vs tol "
+                 f"{float(c['tol_token']):.4f}{flag}")
+  ok = [c for c in cs if not int(c["censored"])]
+  slope = loglog_fit([int(c["train_tokens"]) for c in ok], [int(c["r_star"]) for c in ok])
+  sl = (f"; log r* on log N: slope {slope['beta']:.2f}" if slope["n"] >= 2
+        and math.isfinite(slope["beta"]) else "")
+  return f"V = {int(cs[0]['V']):,} [{status}]: " + "; ".join(parts) + sl + "."
+
+
+def _convergence_sentence(fits: list, gtol: float) -> str:
+  bad = [f for f in fits if not int(f["converged"])]
+  head = (f"{len(fits) - len(bad)} of {len(fits)} fits converged to gtol {gtol:g} "
+          f"(largest gradient norm {max(float(f['grad_norm']) for f in fits):.2e}).")
+  if not bad:
+    return head
+  cells = "; ".join(f"V = {int(f['V'])}, f = {float(f['fraction']):g}, r = {int(f['rank'])}: "
+                    f"gradient {float(f['grad_norm']):.2e} after {int(f['n_iter'])} iterations"
+                    f", F still fell {float(f['drift']):.1e} over its last 100"
+                    for f in bad)
+  return head + f" NOT converged (upper bounds on the floor): {cells}."
+
+
+WORDS = {"supported": "SUPPORTED: r* does not move with N at any V",
+         "refuted": "REFUTED: at fixed V the bigram's r* moves with the data size",
+         "undecided": "UNDECIDED: the converged fits do not separate r* at different N, but "
+                      "some cell is unconverged or censored"}
+
+
+def paragraph(cells: list, fits: list, summary: dict) -> str:
+  """The generated reading: verdict, scope, per-V numbers, convergence, every choice."""
+  k, v = summary["knobs"], verdict(cells)
+  vs = sorted({int(c["V"]) for c in cells})
+  n_lo = min(int(c["train_tokens"]) for c in cells)
+  n_hi = max(int(c["train_tokens"]) for c in cells)
+  per_v = " ".join(_v_sentence([c for c in cells if int(c["V"]) == x], v["per_v"][str(x)])
+                   for x in vs)
+  return (
+      "**Exact bigram r\\*(V, N)** (no training; is r\\*(V) a property of the language or of "
+      f"the data size?). Claim tested: at fixed V, r\\* does not depend on the number N of "
+      f"training tokens. **{WORDS[v['overall']]}** — scope: this corpus, V ∈ "
+      f"{{{', '.join(map(str, vs))}}}, N from {n_lo:,} to {n_hi:,} tokens (fractions "
+      f"{', '.join(f'{f:g}' for f in k['fractions'])}), r\\* on the grid "
+      f"{{{', '.join(map(str, k['grid']))}}}. {per_v} "
+      + _convergence_sentence(fits, k["gtol"]) +
+      f" Choices: add-k {k['add_k']:g} smoothing of the train counts; val(r) and val_full "
+      "scored on the whole validation stream's counts (only contexts seen in that fraction); "
+      f"tolerance {summary['tol_char']} nats per character × characters per token (the "
+      "trained r\\*'s rule); fractions = nested blocks of "
+      f"{k['block']} tokens (index mod {k['period']}); r\\* by a galloping search on the grid "
+      "from the previous fraction's r\\* (assumes val(r) falls with r), each fit an L-BFGS run to "
+      f"tangent gradient ≤ {k['gtol']:g} or its cap ({', '.join(map(str, k['max_iters']))} "
+      "iterations at the V above), warm-started from the previous fraction's fit at that rank "
+      "or the nearest fitted rank.")
+
+
+def section(out, rel: str) -> str:
+  """The markdown section of the bigram-n study (empty when it has not run in ``out``)."""
+  out = upath(out)
+  if not (out / CELLS_CSV).exists():
+    return ""
+  cells, fits = read_rows(out / CELLS_CSV), read_rows(out / FITS_CSV)
+  summary = json.loads((out / SUMMARY).read_text())
+  fig = f"![bigram r* vs N]({rel}/{FIGURE})\n\n" if (out / FIGURE).exists() else ""
+  return "### bigram r*(V, N)\n\n" + fig + paragraph(cells, fits, summary) + "\n"
+
+
+def draw(out):
+  out = upath(out)
+  cells, fits = read_rows(out / CELLS_CSV), read_rows(out / FITS_CSV)
+  fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+  for i, v in enumerate(sorted({int(c["V"]) for c in cells})):
+    for j, f in enumerate(sorted({float(c["fraction"]) for c in cells})):
+      pts = sorted((int(r["rank"]), float(r["val_excess"])) for r in fits
+                   if int(r["V"]) == v and float(r["fraction"]) == f)
+      if pts:
+        axes[0].plot(*zip(*pts), "os^"[j % 3] + "-", color=f"C{i}", alpha=0.4 + 0.3 * j,
+                     label=f"V={v}, f={f:g}")
+    cs = sorted((c for c in cells if int(c["V"]) == v), key=lambda c: int(c["train_tokens"]))
+    tol = float(cs[0]["tol_token"])
+    axes[0].axhline(tol, color=f"C{i}", ls=":", lw=0.8)
+    axes[1].errorbar([int(c["train_tokens"]) for c in cs], [int(c["r_star"]) for c in cs],
+                     yerr=[[int(c["r_star"]) - max(int(c["lo"]), 1) for c in cs],
+                           [0] * len(cs)], fmt="o-", color=f"C{i}", label=f"V={v}")
+  axes[0].set(xscale="log", yscale="symlog", xlabel="rank r",
+              ylabel="val(r) − val_full (nats/token)")
+  axes[0].legend(fontsize=6)
+  axes[1].set(xscale="log", yscale="log", xlabel="training tokens N",
+              ylabel="r* (bar: down to the failing rank)")
+  axes[1].legend(fontsize=7)
+  fig.suptitle("Exact bigram r*(V, N)")
+  fig.tight_layout()
+  path = out / FIGURE
+  save_figure(fig, path, dpi=110)
+  plt.close(fig)
+  return path

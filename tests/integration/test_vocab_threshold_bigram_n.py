@@ -1,0 +1,91 @@
+"""vocab_threshold's bigram r*(V, N) preset at its test size (issue 33, item 3), on a generated
+corpus: real tokenizers and token streams, converged rank-r fits, the CSVs checked against a
+plain-Python counting reference (the smoothed bigram's validation score, the nested
+fractions), r* against the per-fit rows and the tolerance rule, and the report's verdict
+against the CSV."""
+
+import csv
+import json
+import math
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from experiments import vocab_threshold as vt
+from experiments.vocab_threshold import bigram_n_report as rep
+from experiments.vocab_threshold.bigram_n_run import streams_of
+from tests._corpus import generated_docs, write_corpus
+
+PRESET = "test-bigram-n"
+
+
+@pytest.fixture(scope="module")
+def done(tmp_path_factory):
+  root = tmp_path_factory.mktemp("bigram_n")
+  corpus = write_corpus(root / "corpus", generated_docs(3, 10))
+  vt.run(root / "out", PRESET, data=str(corpus), verbose=False)
+  return root / "out", str(corpus)
+
+
+def _csv(path):
+  with open(path) as f:
+    return list(csv.DictReader(f))
+
+
+def _val_full(train_blocks, val, vocab, k):
+  """-mean log P_k(v|c) over validation pairs whose context was seen in training."""
+  pairs, nc = Counter(), Counter()
+  for b in train_blocks:
+    b = b.tolist()
+    pairs.update(zip(b[:-1], b[1:]))
+    nc.update(b[:-1])
+  val = val.tolist()
+  lp = [math.log((pairs[(c, v)] + k) / (nc[c] + k * vocab))
+        for c, v in zip(val[:-1], val[1:]) if nc[c] > 0]
+  return -sum(lp) / len(lp)
+
+
+def test_cells_follow_the_counts_and_the_rule(done):
+  out, corpus = done
+  knobs = vt.PRESETS[PRESET].knobs
+  k = knobs.bigram_n
+  cells, fits = _csv(out / rep.CELLS_CSV), _csv(out / rep.FITS_CSV)
+  assert [(int(c["V"]), float(c["fraction"])) for c in cells] == [
+      (v, f) for v in knobs.vocabs for f in k.fractions]
+  for v in knobs.vocabs:
+    tr, va, cpt = streams_of(PRESET, corpus, v, out)
+    tr, va = np.asarray(tr), np.asarray(va)
+    for c in (c for c in cells if int(c["V"]) == v):
+      f = float(c["fraction"])
+      blocks = [tr[s:s + k.block] for i, s in enumerate(range(0, len(tr), k.block))
+                if i % k.period < round(f * k.period)]
+      assert int(c["train_tokens"]) == sum(len(b) for b in blocks)
+      assert float(c["val_full"]) == pytest.approx(_val_full(blocks, va, v, k.add_k), rel=1e-9)
+      assert float(c["tol_token"]) == pytest.approx(vt.TOL_CHAR * cpt)
+      mine = [r for r in fits if int(r["V"]) == v and float(r["fraction"]) == f]
+      ok = {int(r["rank"]): int(r["ok"]) for r in mine}
+      for r in mine:  # ok is the tolerance rule on each fit's own numbers
+        assert int(r["ok"]) == int(float(r["val_excess"]) <= float(c["tol_token"]))
+        assert int(r["converged"]) == int(float(r["grad_norm"]) <= k.gtol)
+        assert int(r["n_iter"]) <= k.max_iters[knobs.vocabs.index(v)]
+      rs, lo = int(c["r_star"]), int(c["lo"])
+      if int(c["censored"]):
+        assert not any(ok.values())
+      else:
+        assert ok[rs] == 1 and (lo == 0 or ok[lo] == 0)
+        assert lo == max([g for g in k.grid if g < rs], default=0)
+
+
+def test_report_reads_the_verdict_of_its_csv(done):
+  out, _ = done
+  cells = _csv(out / rep.CELLS_CSV)
+  v = rep.verdict(cells)
+  assert json.loads((out / rep.SUMMARY).read_text())["verdict"] == v
+  text = vt.report_section(out, "vt")
+  word = {"supported": "**SUPPORTED", "refuted": "**REFUTED", "undecided": "**UNDECIDED"}
+  assert word[v["overall"]] in text
+  assert all(w not in text for o, w in word.items() if o != v["overall"])
+  for c in cells:
+    assert f"(N = {int(c['train_tokens']):,})" in text
+  assert (out / rep.FIGURE).stat().st_size > 0
