@@ -10,6 +10,10 @@
 #  .whl: the wheels that `import sbjax` lacks there, `bash benchmarks/device_wheels.sh`;
 #  the archive comes back as $OUT/device_science_collapse.tar.gz)
 #
+# saturation and timing need no token files (the planted language is made on the device):
+#   command:   bash benchmarks/device_science.sh saturation --out "$OUT"   (or: timing)
+#   timeout_s: 560          carry: [".whl"]
+#
 #   bash benchmarks/device_science.sh PART [--out DIR] [--dry-run] [--tokens DIR]
 # PART: collapse (24 data-order seeds of L2-d256, V 1024, --preset=gpu) | collapse-grid
 # (L {1,2,4} x d {64..512}, --preset=gpu-grid) | vocab_threshold (a d512 L6 trunk and

@@ -98,3 +98,20 @@ def test_dry_run_saturation_writes_one_archive(tmp_path):
   assert float(last["rare_row_norm"]) == pytest.approx(norms[np.argmin(q)], rel=1e-5)
   assert float(last["frequent_row_norm"]) == pytest.approx(norms[np.argmax(q)], rel=1e-5)
   assert float(last["row_norm_mean"]) == pytest.approx(norms.mean(), rel=1e-5)
+
+
+def test_dry_run_timing_measures_the_test_presets(tmp_path):
+  """`timing --dry-run`: benchmarks/step_timing.py on the test-size twins of the saturation
+  and collapse device presets; timing.json in the archive holds one measured run each."""
+  env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+  out = tmp_path / "dt"
+  proc = subprocess.run(["bash", str(SCRIPT), "timing", "--dry-run", "--out", str(out)],
+                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+  assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+  with tarfile.open(out / "device_science_timing.tar.gz") as tar:
+    timing = json.load(tar.extractfile("timing/timing.json"))
+  assert [(r["preset"], r["run"], r["members"]) for r in timing["runs"]] == [
+      ("saturation:gpu-planted-test", "d8", 4), ("collapse:gpu-test", "seeds-L1-d8", 3)]
+  for r in timing["runs"]:
+    assert r["projected_s"] == pytest.approx(r["compile_s"] + (r["steps"] - 1) * r["s_per_step"])
+  assert "projected training" in proc.stdout  # the table, printed by the device command

@@ -46,6 +46,8 @@ def test_bad_arguments_are_one_clear_error(tmp_path):
   usage = subprocess.run(["bash", str(SCRIPT), "--help"], capture_output=True, text=True).stdout
   assert 'command:   bash benchmarks/device_science.sh collapse --out "$OUT"' in usage
   assert 'carry: ["device_tokens", ".whl"]' in usage
+  assert 'command:   bash benchmarks/device_science.sh saturation --out "$OUT"' in usage
+  assert 'carry: [".whl"]' in usage
 
 
 def test_missing_token_files_say_how_to_build_them(tmp_path):
