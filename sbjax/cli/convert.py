@@ -31,6 +31,10 @@ DIR/model.safetensors for
 when the run has a tokenizer (WORKDIR/tokenizer.json, or a sentencepiece unigram
 tokenizer.model, converted), DIR/tokenizer.json + tokenizer_config.json for
 ``AutoTokenizer.from_pretrained(DIR)`` (so ``lm-eval --model hf`` can run on it).
+
+Every directory may be remote (``gs://bucket/dir`` or any ``sbjax.paths`` scheme): a remote
+``--from_hf`` is read from one local copy (``$SBJAX_DATA_CACHE``), a remote ``--to_hf`` is
+written locally and uploaded, and a ``gs://`` workdir is written as a training run's is.
 """
 
 from __future__ import annotations
