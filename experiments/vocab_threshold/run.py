@@ -12,6 +12,7 @@ import numpy as np
 from sbjax.studies.corpus import corpus_overrides
 from sbjax.studies.head_rank import run_sweep, sweep_units
 from ..shared import RunsProgress, config_from, text_corpus, upath, write_json, write_rows
+from sbjax.paths import local_file
 from . import corpus_limits, ngram, report, tolerance
 from .bigram_n_run import run_bigram_n
 from .measure import loglog_fit, thresholds
@@ -40,14 +41,14 @@ def token_dir(data: str | None, vocabs) -> Path:
     raise ValueError(f"--data: this preset trains on token files, none given; {build}")
   for v in vocabs:
     for name in TOKEN_FILES:
-      if not (Path(data) / f"V{v}" / name).is_file():
-        raise FileNotFoundError(f"--data={data}: {Path(data) / f'V{v}' / name} is missing; "
+      if not (upath(data) / f"V{v}" / name).is_file():  # local or gs://
+        raise FileNotFoundError(f"--data={data}: {upath(data) / f'V{v}' / name} is missing; "
                                 f"{build}")
-  return Path(data)
+  return upath(data)
 
 
 def token_overrides(data: str, vocab: int) -> dict:
-  d = Path(data) / f"V{vocab}"
+  d = upath(data) / f"V{vocab}"
   return {"data.source": "tokens", "data.options.path": str(d / TOKEN_FILES[0]),
           "data.options.val_path": str(d / TOKEN_FILES[1]), "data.options.vocab": vocab}
 
@@ -75,7 +76,7 @@ def validation_chars_per_token(plan: Plan, sub: Path, ds=None) -> float:
   shipped beside them)."""
   ds = sweep_dataset(plan, sub) if ds is None else ds
   tok = Tokenizer(ds.tokenizer_path or
-                  Path(plan.base.data.options.path).with_name(TOKEN_FILES[2]))
+                  local_file(upath(plan.base.data.options.path).with_name(TOKEN_FILES[2])))
   return tolerance.stream_chars_per_token(tok.decode, ds.val_tokens)
 
 
