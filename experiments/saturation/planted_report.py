@@ -119,8 +119,13 @@ def _device_lines(meta: dict, k: dict, lang: dict) -> list[str]:
   bound, the rarest token, the budget's estimates and stop (from planted_meta.json)."""
   out = []
   if k.get("population"):
+    seeds: dict = {}
+    for a in k.get("arms", []):
+      seeds.setdefault(a["d"], set()).add(a["seed"])
     out.append("Arms of one width train as ONE population (one vmapped step; members differ "
-               "in λ and seed, seed s = train.seed = train.data_seed).")
+               "in λ and seed, seed s = train.seed = train.data_seed); seeds per width, "
+               "chosen by cost before any run: " + ", ".join(
+                   f"d {d}: {len(s)}" for d, s in sorted(seeds.items())) + ".")
   if meta.get("sampler") == "device":
     out.append("Train tokens are drawn fresh every step inside the jitted step "
                "(data.options.sampler = device: no stored stream, no host transfer).")
@@ -145,6 +150,25 @@ def _device_lines(meta: dict, k: dict, lang: dict) -> list[str]:
                f"Not run yet: {', '.join(meta['not_run']) or 'none'}; rerunning the same "
                "command resumes.")
   return [" ".join(out), ""] if out else []
+
+
+ANSWERS = {"width": "only at small d (width)", "gamma": "only at Γ ≈ 7.9 (the optimiser)",
+           "neither": "nowhere", "both": "undecided (width and Γ change together)",
+           "mixed": "undecided (the rises follow neither width nor Γ alone)",
+           "inconclusive": "undecided (a rise CI straddles the threshold)"}
+
+
+def _answer(arms: list[dict], acc: str, k: dict, partial: bool) -> list[str]:
+  """Issue 32's question, answered from the account of the seed-0 arms (device presets)."""
+  if not k.get("population"):
+    return []
+  ds = ", ".join(str(d) for d in sorted({int(a["d"]) for a in arms}))
+  gammas = ", ".join(fmt(g, 3) for g in sorted({float(a["gamma_total"]) for a in arms}))
+  return [f"**Question: does a late rise appear only at small d (width), only at Γ 7.9 (the "
+          f"optimiser), or nowhere?** Answer from these arms (seed 0; d {ds}; Γ {gammas}; "
+          f"small d = d ≤ {k.get('small_d')}): **{ANSWERS[acc]}**"
+          + (" — from the populations that finished before the budget stop only."
+             if partial else "."), ""]
 
 
 def _row_norm_lines(arms: list[dict]) -> list[str]:
@@ -194,6 +218,7 @@ def report_section(out: Path, rel: str = ".") -> str:
               f"{n_yes} of {len(arms)} arms (seed 0, this language) show a late rise and "
               f"{n_coin} a coincident spectrum collapse; account: {acc} "
               f"({ACCOUNTS[acc].format(small_d=k.get('small_d', 16))}).", "",
+              *_answer(arms, acc, k, bool(meta.get("not_run"))),
               *_row_norm_lines(arms),
               reading(arms, ck, k, acc), ""]
   if others:

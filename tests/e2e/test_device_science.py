@@ -79,6 +79,7 @@ def test_dry_run_saturation_writes_one_archive(tmp_path):
   assert len({a["final_expected_loss"] for a in arms}) == 4  # 4 members, 4 trajectories
   assert "ONE population" in section and "svd bound" in section and "Rarest token" in section
   assert "account:" in section and "### Replicates" in section
+  assert "Answer from these arms" in section and "seeds per width" in section
   # the floor bound: the objective at floor.svd_start's own SVD, by numpy, and ≥ H
   p = get_planted_preset("gpu-planted-test")
   cfg = arm_config(p, p.knobs.arms[0])

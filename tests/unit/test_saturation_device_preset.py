@@ -86,3 +86,26 @@ def test_floor_modes_cache_apart(tail, tmp_path):
   bad = dataclasses.replace(p, knobs=dataclasses.replace(p.knobs, floor_mode="exact"))
   with pytest.raises(ValueError, match="floor_mode='exact'; use one of fit, svd"):
     floors(tail, bad, [2], tmp_path / "x")
+
+
+def _arm(d, wd, verdict):
+  return {"d": d, "weight_decay": wd, "gamma_total": 7.9 if wd == 0.1 else 2.37,
+          "rise_verdict": verdict}
+
+
+@pytest.mark.parametrize("rises, want", [
+    ({32}, "only at small d (width)"),  # d 32 rises at both Γ, the wider arms never
+    ({0.1}, "only at Γ ≈ 7.9 (the optimiser)"),  # every width at λ 0.1, none at 0.03
+    (set(), "nowhere")])
+def test_the_report_answers_the_question(rises, want):
+  from experiments.saturation.planted_measure import account
+  from experiments.saturation.planted_report import _answer
+  arms = [_arm(d, wd, "yes" if d in rises or wd in rises else "no")
+          for d in (32, 128, 512) for wd in (0.1, 0.03)]
+  acc = account(arms, small_d=32)
+  (text, _) = _answer(arms, acc, {"population": True, "small_d": 32}, partial=False)
+  assert f"**{want}**." in text and "d 32, 128, 512; Γ 2.37, 7.9" in text
+  (cut, _) = _answer(arms[:2], account(arms[:2], small_d=32), {"population": True,
+                                                              "small_d": 32}, partial=True)
+  assert "before the budget stop only" in cut
+  assert _answer(arms, acc, {"population": False}, partial=False) == []
