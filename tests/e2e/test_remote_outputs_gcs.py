@@ -4,7 +4,8 @@ processes: ``experiments.reproduce --out=gs://bkt/out --only=planted --preset=te
 checkpoints, CSVs, figures and the report in the bucket), then ``experiments.convert`` exports
 one of its runs to ``gs://bkt/hf``, imports that into the workdir ``gs://bkt/imported`` and
 exports it again: the second export's weights are the first's, byte for byte. Nothing lands in
-a local ``gs:`` folder. (The same files on fsspec's in-memory ``gs://``, each compared with a
+a local ``gs:`` folder. A text corpus and lm-eval results are read from the bucket in
+process (gcsfs lists a tree differently from the in-memory fake). (The same files on fsspec's in-memory ``gs://``, each compared with a
 local run: tests/integration/test_remote_outputs.py.)"""
 
 from __future__ import annotations
@@ -20,6 +21,10 @@ from pathlib import Path
 import pytest
 from gcsfs.core import GCSFileSystem
 
+from sbjax import paths
+from sbjax.analysis import evals
+from sbjax.data.text import scan_text_dir
+from tests._corpus import generated_docs, write_corpus
 from tests._gcs_emulator import gcs_emulator, objects
 
 pytestmark = pytest.mark.e2e
@@ -36,6 +41,26 @@ def _read(name: str) -> bytes:
 def _run(args, cwd, env):
   return subprocess.run([sys.executable, "-m", *args], cwd=cwd, env=env, capture_output=True,
                         text=True)
+
+
+def test_a_text_corpus_and_evaluations_are_read_from_the_bucket(tmp_path):
+  """First in the file: its own server, before the module's fixture starts one."""
+  local = write_corpus(tmp_path / "corpus", generated_docs(5, 3, n_lines=8))
+  write_corpus(local / "more", generated_docs(6, 1, n_lines=8), prefix="sub")
+  ev = {"step1000/results.json": {"results": {"piqa": {"acc,none": 0.5}}}}
+  with gcs_emulator("bkt"):
+    for f in sorted(p for p in local.rglob("*") if p.is_file()):
+      (paths.upath("gs://bkt/corpus") / f.relative_to(local).as_posix()).write_bytes(
+          f.read_bytes())
+    for name, doc in ev.items():
+      (paths.upath("gs://bkt/ev") / name).write_text(json.dumps(doc))
+    remote = scan_text_dir("gs://bkt/corpus")
+    joined = evals.read_all("gs://bkt/ev")
+  here = scan_text_dir(local)
+  assert [n for n, _ in remote.docs] == [n for n, _ in here.docs] == [
+      "doc00.txt", "doc01.txt", "doc02.txt", "more/sub00.txt"]
+  assert remote.docs == here.docs and remote.identity == here.identity
+  assert joined == {1000: {"lmeval_piqa_acc": 0.5}}
 
 
 @pytest.fixture(scope="module")
