@@ -5,8 +5,9 @@ checkpoints, CSVs, figures and the report in the bucket), then ``experiments.con
 one of its runs to ``gs://bkt/hf``, imports that into the workdir ``gs://bkt/imported`` and
 exports it again: the second export's weights are the first's, byte for byte. Nothing lands in
 a local ``gs:`` folder. A text corpus and lm-eval results are read from the bucket in
-process (gcsfs lists a tree differently from the in-memory fake). (The same files on fsspec's in-memory ``gs://``, each compared with a
-local run: tests/integration/test_remote_outputs.py.)"""
+process (gcsfs lists a tree differently from the in-memory fake). (The same files on fsspec's
+in-memory ``gs://``, each compared with a local run: tests/integration/test_remote_outputs.py.)
+"""
 
 from __future__ import annotations
 
