@@ -17,7 +17,7 @@ import numpy as np  # noqa: E402
 from .summary import (FRAC, PAPER_FRAC, STAB_LEVEL, cell,  # noqa: E402
                                              layers_markdown, primary)
 from .depth_reading import section_lines  # noqa: E402
-from ..shared import claims_sentences, read_rows, span  # noqa: E402
+from ..shared import claims_sentences, read_rows, save_figure, span, upath  # noqa: E402
 from sbjax import checkpoint as ckpt  # noqa: E402
 from sbjax import optim  # noqa: E402
 from sbjax.studies import convergence as conv  # noqa: E402
@@ -58,14 +58,14 @@ def draw_band_figure(out: Path, bands: list[dict], models: list[str], tokens: st
                f"{'s' if tokens == 'all' else ''}, {est})", fontsize=9)
   fig.tight_layout()
   for n in names:
-    fig.savefig(out / n, dpi=100)
+    save_figure(fig, out / n, dpi=100)
   plt.close(fig)
 
 
 def draw_figures(out: Path) -> None:
   """fig_cka_bands.png (the primary token mode / estimator), fig_cka_bands_<tokens>_<est>.png
   for every combination (not for the test and quick presets) and fig_step_vs_per.png."""
-  out = Path(out)
+  out = upath(out)
   summary = json.loads((out / "summary.json").read_text())
   bands, layers = read_rows(out / "bands.csv"), read_rows(out / "layers.csv")
   models, settings = summary["models"], summary["settings"]
@@ -88,14 +88,14 @@ def draw_figures(out: Path) -> None:
   ax.set_ylabel("first step CKA ≥ 0.9 (fraction of training)")
   ax.legend(fontsize=7, ncol=2)
   fig.tight_layout()
-  fig.savefig(out / "fig_step_vs_per.png", dpi=100)
+  save_figure(fig, out / "fig_step_vs_per.png", dpi=100)
   plt.close(fig)
 
 
 def report_section(out: Path, rel: str) -> str:
   """The markdown section of the report (figures drawn now); every number is read from
   out's CSVs."""
-  out = Path(out)
+  out = upath(out)
   draw_figures(out)
   summary = json.loads((out / "summary.json").read_text())
   models = read_rows(out / "models.csv")
@@ -245,7 +245,7 @@ def gamma_totals(out: Path, summary: dict) -> dict:
     return g
   found = {}
   for name in summary["models"]:
-    wd = Path(out) / "runs" / name
+    wd = upath(out) / "runs" / name
     if (wd / "config.json").exists():
       found[name] = optim.gamma_total(ckpt.load_config(wd).train)
   return found
