@@ -21,9 +21,9 @@
 # needs more than one call: a rerun with the same --out reads the finished runs back) |
 # saturation (the planted arms d {32,128,512} x Γ {7.9, 2.4} on the rare-token tail language,
 # tokens drawn on the device, one population per width: --preset=gpu-planted; no token files) |
-# timing (benchmarks/step_timing.py: every run of the saturation and collapse gpu presets
-# built at full size, its first 10 + 50 steps timed after compile and extrapolated: the
-# measured estimate of each preset, timing.json).
+# timing (benchmarks/step_timing.py: every run of the saturation, collapse and vocab_threshold
+# gpu presets built at full size, its first 10 + 50 steps timed after compile and
+# extrapolated: the measured estimate of each preset, timing.json, written after every run).
 # Checks: the token files are present (else it says how to build them on a CPU), jax sees
 # the GPU and nvidia-smi reports the free memory the part needs (a dry run skips both, with
 # a note). The experiment runs under `timeout` (RUN_LIMIT_S, 520 s); a preset that would
@@ -65,8 +65,8 @@ case "${PART}" in
   vocab_threshold) EXP=vocab_threshold; PRESET=gpu; VOCAB="1024 2048 4096 8192"
     NEED_MIB=40000 ;;
   saturation) EXP=saturation; PRESET=gpu-planted; VOCAB=""; NEED_MIB=30000 ;;
-  timing) EXP=timing; PRESET="saturation:gpu-planted,collapse:gpu,collapse:gpu-grid"; VOCAB=""
-    NEED_MIB=30000 ;;
+  timing) EXP=timing; VOCAB=""; NEED_MIB=40000
+    PRESET="saturation:gpu-planted,collapse:gpu,vocab_threshold:gpu,collapse:gpu-grid" ;;
 esac
 TIMED=(--warmup=10 --steps=50)
 if [[ "${DRY}" == 1 ]]; then

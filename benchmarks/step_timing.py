@@ -3,21 +3,22 @@ at its full size, trained for its first W + N steps on this machine's default de
 and its whole training extrapolated. This replaces the FLOP-count estimates.
 
   PYTHONPATH=. python benchmarks/step_timing.py [--runs=saturation:gpu-planted,collapse:gpu,
-      collapse:gpu-grid] [--warmup=10] [--steps=50] [--only=RUN,...] [--out=DIR]
-      [--collapse_tokens=2000000]
+      collapse:gpu-grid,vocab_threshold:gpu] [--warmup=10] [--steps=50] [--only=RUN,...]
+      [--out=DIR] [--collapse_tokens=2000000]
 
 A run is what the preset trains in one vmapped step: a population of the saturation planted
 arms (``experiments.saturation.planted_run.population_plan``: the tail language, the device
-sampler) or a collapse group (``experiments.collapse.run.groups``: its members on token
+sampler), a collapse group (``experiments.collapse.run.groups``: its members on token
 windows; random tokens of the preset's vocabulary stand in for the shipped files, whose
 length, ``--collapse_tokens`` train tokens, sets the step count: the content does not change
-the time of a step). Each run trains in memory (no checkpoint, no evaluation) with a loop hook
-that reads the clock when the loop reports a step (the step's metrics have reached the host,
-so the step is done):
+the time of a step), or a vocab_threshold trunk and its heads (``vocab_threshold_plan``: the
+heads timed as one run of the largest rank, counted once per head). Each run trains in memory
+(no checkpoint, no evaluation) with a loop hook that reads the clock when the loop reports a
+step (the step's metrics have reached the host, so the step is done):
 
   compile_s   = t(step 0 reported) − t(loop start): compilation and the first step
   s_per_step  = (t(step W + N reported) − t(step W reported)) / N
-  projected_s = compile_s + s_per_step · (steps − 1)
+  projected_s = repeat · (compile_s + s_per_step · (steps − 1))   (repeat 1 but for heads)
 
 Not included: checkpoint saves, evaluations, the measurement passes, floors and the
 language's construction (``build_s``, the datasets' set-up, is printed beside). One line
@@ -30,6 +31,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import tempfile
 import time
 from pathlib import Path
 
@@ -69,12 +71,18 @@ def projection(marks: dict, warmup: int, n: int, steps: int) -> dict:
 
 
 def time_run(cfgs: list, datasets: list, warmup: int, n: int) -> dict:
-  """Train the members' first ``warmup + n + 1`` steps in memory and project (module doc)."""
+  """Train the members' first ``warmup + n + 1`` steps in memory and project (module doc); a
+  run shorter than that times fewer (``warmup``, ``timed`` in the result say how many)."""
+  steps = cfgs[0].train.steps
+  warmup = min(warmup, max(steps - 2, 0))
+  n = min(n, steps - 1 - warmup)
+  if n < 1:
+    raise SystemExit(f"error: {cfgs[0].name}: {steps} steps are too few to time")
   timer = Timer(warmup, n)
   one = len(cfgs) == 1
   train(cfgs[0] if one else cfgs, None, dataset=datasets[0] if len(datasets) == 1 else datasets,
-        stop_after=warmup + n + 2, quiet=True, hooks=[timer])
-  return projection(timer.marks, warmup, n, cfgs[0].train.steps)
+        stop_after=warmup + n + 1, quiet=True, hooks=[timer])
+  return {"warmup": warmup, "timed": n, **projection(timer.marks, warmup, n, steps)}
 
 
 def saturation_plan(preset: str) -> list:
@@ -109,14 +117,51 @@ def collapse_plan(preset: str, train_tokens: int) -> list:
   return out
 
 
-def plan(run: str, train_tokens: int) -> list:
+def vocab_threshold_plan(preset: str, tmp: Path) -> list:
+  """Per V of a vocab_threshold preset: its trunk (the full run), and its frozen-trunk heads
+  timed as ONE run of the largest head rank, counted ``repeat`` = number of heads times (each
+  head is its own run and compile there). The head is timed unfrozen (protocol b, the same
+  model, head_steps steps: protocol a needs a trained trunk), so its step also backpropagates
+  through the trunk: an upper bound on a frozen head's step. Random token files of each V
+  stand in for the shipped ones (under ``tmp``)."""
+  from experiments.vocab_threshold.presets import get_preset
+  from experiments.vocab_threshold.run import TOKEN_FILES, make_plan
+  from sbjax.data import make_dataset
+  from sbjax.studies import rank_sweep as rs
+
+  out = []
+  rng = np.random.default_rng(0)
+  for v in get_preset(preset).knobs.vocabs:
+    (tmp / f"V{v}").mkdir(parents=True, exist_ok=True)
+    for f in TOKEN_FILES[:2]:
+      rng.integers(0, v, 1 << 18, dtype=np.uint16).tofile(tmp / f"V{v}" / f)
+    p = make_plan(preset, str(tmp), v)
+    sp = rs.specs(p)
+    trunk = rs.run_config(p, next(s for s in sp if s.protocol == "full"))
+    heads = [s for s in sp if s.protocol == "a"]
+    top = max(heads, key=lambda s: s.rank)
+    head = rs.run_config(p, dataclasses.replace(top, protocol="b"))
+    head = head.replace(train=dataclasses.replace(head.train, steps=p.head_steps or
+                                                  head.train.steps))
+    tc = trunk.train
+    ds = make_dataset(trunk.data, seq_len=tc.seq_len, global_batch_size=tc.batch_size,
+                      workdir=str(tmp / f"V{v}"))
+    out += [(f"V{v}-trunk", [trunk], [ds], 1),
+            (f"V{v}-heads-r{top.rank}", [head], [ds], len(heads))]
+  return out
+
+
+def plan(run: str, train_tokens: int, tmp: Path | None = None) -> list:
+  """[(name, member Configs, datasets, repeat)] of ``EXPERIMENT:PRESET``."""
   exp, _, preset = run.partition(":")
   if exp == "saturation":
-    return saturation_plan(preset)
+    return [(*r, 1) for r in saturation_plan(preset)]
   if exp == "collapse":
-    return collapse_plan(preset, train_tokens)
+    return [(*r, 1) for r in collapse_plan(preset, train_tokens)]
+  if exp == "vocab_threshold":
+    return vocab_threshold_plan(preset, tmp or Path(tempfile.mkdtemp()))
   raise SystemExit(f"error: --runs: unknown experiment {exp!r} in {run!r}; use "
-                   "saturation:PRESET or collapse:PRESET")
+                   "saturation:PRESET, collapse:PRESET or vocab_threshold:PRESET")
 
 
 def _save(out: str, result: dict) -> None:
@@ -127,7 +172,8 @@ def _save(out: str, result: dict) -> None:
 
 def main(argv=None) -> dict:
   ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  ap.add_argument("--runs", default="saturation:gpu-planted,collapse:gpu,collapse:gpu-grid")
+  ap.add_argument("--runs", default="saturation:gpu-planted,collapse:gpu,collapse:gpu-grid,"
+                  "vocab_threshold:gpu")
   ap.add_argument("--warmup", type=int, default=10)
   ap.add_argument("--steps", type=int, default=50)
   ap.add_argument("--collapse_tokens", type=int, default=2_000_000)
@@ -137,30 +183,35 @@ def main(argv=None) -> dict:
   a = ap.parse_args(argv)
   if a.warmup < 1 or a.steps < 1:
     raise SystemExit(f"error: --warmup={a.warmup} and --steps={a.steps} must be >= 1")
+  tmp = tempfile.TemporaryDirectory()
   result = {"device": str(jax.devices()[0]), "backend": jax.default_backend(),
             "warmup": a.warmup, "timed_steps": a.steps, "runs": [], "presets": {}}
   for spec in a.runs.split(","):
     t0 = time.perf_counter()
     only = set(filter(None, a.only.split(",")))
-    for name, cfgs, dss in plan(spec, a.collapse_tokens):
+    for name, cfgs, dss, repeat in plan(spec, a.collapse_tokens, Path(tmp.name)):
       if only and name not in only:
         continue
       build_s = time.perf_counter() - t0
       tc = cfgs[0].train
       rec = {"preset": spec, "run": name, "members": len(cfgs), "steps": tc.steps,
              "d": cfgs[0].model.d_model, "batch": tc.batch_size, "seq_len": tc.seq_len,
-             "build_s": round(build_s, 2), **time_run(cfgs, dss, a.warmup, a.steps)}
+             "build_s": round(build_s, 2), "repeat": repeat,
+             **time_run(cfgs, dss, a.warmup, a.steps)}
+      rec["projected_s"] *= repeat
       result["runs"].append(emit(rec))
       t0 = time.perf_counter()
       _save(a.out, result)  # after every run: a command cut off keeps what it measured
     total = sum(r["projected_s"] for r in result["runs"] if r["preset"] == spec)
     result["presets"][spec] = {"projected_s": total, "fits_480_s": total <= LIMIT_S}
     _save(a.out, result)
-  print(f"{'run':<34} {'members':>7} {'steps':>7} {'compile s':>9} {'s/step':>9} "
+  tmp.cleanup()
+  print(f"{'run':<40} {'members':>7} {'steps':>7} {'x':>3} {'compile s':>9} {'s/step':>9} "
         f"{'projected s':>11}")
   for r in result["runs"]:
-    print(f"{r['preset'] + ' ' + r['run']:<34} {r['members']:>7} {r['steps']:>7} "
-          f"{r['compile_s']:>9.2f} {r['s_per_step']:>9.4g} {r['projected_s']:>11.1f}")
+    print(f"{r['preset'] + ' ' + r['run']:<40} {r['members']:>7} {r['steps']:>7} "
+          f"{r['repeat']:>3} {r['compile_s']:>9.2f} {r['s_per_step']:>9.4g} "
+          f"{r['projected_s']:>11.1f}")
   for spec, p in result["presets"].items():
     print(f"{spec}: projected training {p['projected_s']:.0f} s "
           f"({'within' if p['fits_480_s'] else 'OVER'} the {LIMIT_S:g} s of one command)")
