@@ -67,7 +67,14 @@ def verdict(cells: list) -> dict:
   return {"overall": overall, "per_v": {str(v): s for v, s in per_v.items()}}
 
 
-def _v_sentence(cells: list, status: str) -> str:
+def _excess_at(fits: list, c: dict, rank: int) -> str:
+  """", r = <rank> fails by <excess>" from the fit rows (empty when that rank was not fitted)."""
+  at = [f for f in fits if int(f["V"]) == int(c["V"]) and float(f["fraction"]) ==
+        float(c["fraction"]) and int(f["rank"]) == rank]
+  return f" (r = {rank}: excess {float(at[0]['val_excess']):+.4f})" if at else ""
+
+
+def _v_sentence(cells: list, status: str, fits: list) -> str:
   cs = sorted(cells, key=lambda c: float(c["fraction"]))
   parts = []
   for c in cs:
@@ -76,7 +83,7 @@ def _v_sentence(cells: list, status: str) -> str:
     flag = "" if int(c["decisive_converged"]) else ", decisive fit unconverged"
     parts.append(f"f = {float(c['fraction']):g} (N = {int(c['train_tokens']):,}): r* = {r}, "
                  f"excess {float(c['val_excess_at_r_star']):+.4f} vs tol "
-                 f"{float(c['tol_token']):.4f}{flag}")
+                 f"{float(c['tol_token']):.4f}{_excess_at(fits, c, lo)}{flag}")
   ok = [c for c in cs if not int(c["censored"])]
   slope = loglog_fit([int(c["train_tokens"]) for c in ok], [int(c["r_star"]) for c in ok])
   sl = (f"; log r* on log N: slope {slope['beta']:.2f}" if slope["n"] >= 2
@@ -109,8 +116,8 @@ def paragraph(cells: list, fits: list, summary: dict) -> str:
   vs = sorted({int(c["V"]) for c in cells})
   n_lo = min(int(c["train_tokens"]) for c in cells)
   n_hi = max(int(c["train_tokens"]) for c in cells)
-  per_v = " ".join(_v_sentence([c for c in cells if int(c["V"]) == x], v["per_v"][str(x)])
-                   for x in vs)
+  per_v = " ".join(_v_sentence([c for c in cells if int(c["V"]) == x], v["per_v"][str(x)],
+                               fits) for x in vs)
   return (
       "**Exact bigram r\\*(V, N)** (no training; is r\\*(V) a property of the language or of "
       f"the data size?). Claim tested: at fixed V, r\\* does not depend on the number N of "

@@ -23,10 +23,12 @@ def cells_of(v, rstars, conv=(1, 1, 1), censored=(0, 0, 0)):
 
 
 def fits_of(cells, grad=5e-6):
-  return [{"V": c["V"], "fraction": c["fraction"], "rank": c["r_star"],
+  """The fit at each cell's r* (excess 0.004) and at the failing rank below (0.02)."""
+  return [{"V": c["V"], "fraction": c["fraction"], "rank": r, "val_excess": ex,
            "converged": c["decisive_converged"],
            "grad_norm": grad if c["decisive_converged"] else 3e-4,
-           "n_iter": 700, "drift": 2e-4} for c in cells]
+           "n_iter": 700, "drift": 2e-4}
+          for c in cells for r, ex in ((c["r_star"], 0.004), (c["lo"], 0.02)) if r]
 
 
 def text(cells):
@@ -39,7 +41,8 @@ def test_same_rstar_at_every_n_is_supported():
   assert v == {"overall": "supported", "per_v": {"256": "same", "1024": "same"}}
   t = text(cells)
   assert "**SUPPORTED" in t and "REFUTED" not in t and "NOT converged" not in t
-  assert "N from 100,000 to 400,000 tokens" in t and "6 of 6 fits converged" in t
+  assert "N from 100,000 to 400,000 tokens" in t and "12 of 12 fits converged" in t
+  assert "r* = 32 (in (16, 32]), excess +0.0040 vs tol 0.0100 (r = 16: excess +0.0200)" in t
   assert "slope 0.00" in t
 
 
@@ -60,6 +63,7 @@ def test_an_unconverged_cell_leaves_it_undecided_and_is_named():
   t = text(cells)
   assert "**UNDECIDED" in t and "decisive fit unconverged" in t
   assert "NOT converged" in t and "r = 32: gradient 3.00e-04 after 700 iterations" in t
+  assert "2 of 6 fits" not in t and "4 of 6 fits converged" in t
   # ...but converged cells that already differ decide it, whatever the unconverged one says
   cells = cells_of(256, [32, 64, 64], conv=(1, 0, 1))
   assert rep.verdict(cells)["overall"] == "refuted"
