@@ -179,4 +179,5 @@ def staged_dir(path) -> Iterator[str]:
     for f in files_under(tmp):
       target = dst / f.relative_to(tmp).as_posix()
       target.parent.mkdir(parents=True, exist_ok=True)
-      target.write_bytes(f.read_bytes())
+      with f.open("rb") as src, target.open("wb") as out:  # streamed: one object at close
+        shutil.copyfileobj(src, out, 4 << 20)
