@@ -24,6 +24,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - after choosing the non-interactive backend
+from matplotlib.ticker import ScalarFormatter  # noqa: E402
 
 from ..shared import read_rows, save_figure, upath  # noqa: E402
 from .measure import loglog_fit  # noqa: E402
@@ -165,11 +166,15 @@ def draw(out):
     axes[1].errorbar([int(c["train_tokens"]) for c in cs], [int(c["r_star"]) for c in cs],
                      yerr=[[int(c["r_star"]) - max(int(c["lo"]), 1) for c in cs],
                            [0] * len(cs)], fmt="o-", color=f"C{i}", label=f"V={v}")
-  axes[0].set(xscale="log", yscale="symlog", xlabel="rank r",
-              ylabel="val(r) − val_full (nats/token)")
+  axes[0].set_xscale("log", base=2)
+  axes[0].set(xlabel="rank r", ylabel="val(r) − val_full (nats/token; dotted: tol)")
   axes[0].legend(fontsize=6)
-  axes[1].set(xscale="log", yscale="log", xlabel="training tokens N",
-              ylabel="r* (bar: down to the failing rank)")
+  axes[1].set_xscale("log")
+  axes[1].set_yscale("log", base=2)
+  axes[1].set(xlabel="training tokens N", ylabel="r* (bar: down to the failing rank)")
+  for ax in axes:
+    ax.yaxis.set_major_formatter(ScalarFormatter())
+  axes[0].xaxis.set_major_formatter(ScalarFormatter())
   axes[1].legend(fontsize=7)
   fig.suptitle("Exact bigram r*(V, N)")
   fig.tight_layout()
