@@ -8,11 +8,12 @@ from sbjax.cli.reproduce import PRESETS, Suite
 
 # experiment name -> module (``experiments.X`` in a checkout, ``sbjax_experiments.X`` in a
 # wheel), in report order; saturation_planted = the saturation experiment's planted arms
-# (width x Γ on the planted mixture language)
+# (width x Γ on the planted mixture language); mos_text = MoS against dense and the
+# parameter-matched lowrank head on text
 _MODULES = (("planted", "planted"), ("head_rank", "head_rank"), ("werror_loss", "werror_loss"),
             ("vocab_threshold", "vocab_threshold"), ("saturation", "saturation"),
             ("saturation_planted", "saturation.planted"), ("target_rank", "target_rank"),
-            ("collapse", "collapse"), ("convergence", "convergence"))
+            ("collapse", "collapse"), ("convergence", "convergence"), ("mos_text", "mos_text"))
 EXPERIMENTS = {name: f"{__package__}.{mod}" for name, mod in _MODULES}
 QUICK_DEFAULT = ("planted",)
 SUITE = Suite(EXPERIMENTS, QUICK_DEFAULT)

@@ -13,13 +13,14 @@ from sbjax.paths import upath
 
 OUT = flags.DEFINE_string("out", "out/planted", "output directory")
 PRESET = flags.DEFINE_enum("preset", "cpu", list(PRESETS), " | ".join(PRESETS))
-PARTS = flags.DEFINE_list("parts", ["knee", "mix"], "knee,mix (part 1, part 2) or one of them")
+PARTS = flags.DEFINE_list("parts", None, "knee,mix (part 1, part 2) or one of them; default: "
+                          "the preset's (both, or part 2 alone for the *-mos-seeds presets)")
 
 
 def main(argv):
   del argv
   out = upath(OUT.value)
-  run(out, PRESET.value, parts=tuple(PARTS.value))
+  run(out, PRESET.value, parts=tuple(PARTS.value) if PARTS.value else None)
   common.result(json.dumps({"out": str(out), **summarize(out)}))
 
 

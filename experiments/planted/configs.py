@@ -68,24 +68,56 @@ def mix_lrs(p: Preset) -> tuple:
   return tuple(float(x) for x in p.knobs.mix_lrs) or (float(p.overrides["train.lr"]),)
 
 
+OBJECTIVE_TAG = {"sampled": "sampled", "expected": "rb"}  # arm names: rb = Rao-Blackwellised
+
+
+def mix_cells(p: Preset) -> list:
+  """Part 2's (language, objective) cells: [(lang, objective, dotted overrides over
+  ``mix_overrides``)], every language of ``mix_langs`` (name, overrides[, its own objectives])
+  with every objective of ``mix_objectives``; one cell (None, None, {}) when the preset has neither ``mix_langs``
+  nor ``mix_objectives`` (its arms keep their plain labels)."""
+  if not p.knobs.mix_langs and not p.knobs.mix_objectives:
+    return [(None, None, {})]
+  langs = p.knobs.mix_langs or (("mix", {}),)
+  objs = p.knobs.mix_objectives or (mix_overrides(p).get("train.objective", "sampled"),)
+  # a language entry (name, overrides[, objectives]) may restrict the objectives
+  return [(str(lang[0]), str(obj), {**dict(lang[1]), "train.objective": str(obj)})
+          for lang in langs for obj in (lang[2] if len(lang) > 2 else objs)]
+
+
+def cell_of(p: Preset) -> dict:
+  """{arm: (lang, objective, run label)} of every arm of part 2 (``mix_cells`` x ``mix_runs``)."""
+  return {cell_arm(lang, obj, run[0]): (lang, obj, run[0])
+          for lang, obj, _ in mix_cells(p) for run in p.knobs.mix_runs}
+
+
+def cell_arm(lang, objective, label: str) -> str:
+  """The arm name of run ``label`` in cell (lang, objective): ``lang-<sampled|rb>-label``, or
+  ``label`` for the plain cell."""
+  return label if lang is None else f"{lang}-{OBJECTIVE_TAG[objective]}-{label}"
+
+
 def mix_configs(p: Preset) -> list:
-  """(label, Config) of part 2, validated, for every run of ``mix_runs``, learning rate of
-  ``mix_lrs`` and seed of ``mix_seeds`` (``run_label``; the arm is ``arm_of(cfg)``); a lowrank
-  run with n_mix=0 gets the rank whose head parameter count matches the first mos run. The
-  seed is ``train.seed`` (the init); the data stream is shared (one dataset for part 2, as
-  ``run`` builds it)."""
+  """(label, Config) of part 2, validated, for every cell of ``mix_cells``, run of
+  ``mix_runs``, learning rate of ``mix_lrs`` and seed of ``mix_seeds`` (``run_label``; the arm
+  is ``arm_of(cfg)``); a lowrank run with n_mix=0 gets the rank whose head parameter count
+  matches the first mos run. The seed is ``train.seed`` (the init); the data stream is shared
+  by a cell's runs (one dataset per language, as ``run`` builds it)."""
   lrs = mix_lrs(p)
   grid = len(lrs) > 1
   return [(run_label(label, s, lr if grid else None),
            dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, seed=int(s), lr=lr)))
-          for label, cfg in _mix_arms(p) for lr in lrs for s in p.knobs.mix_seeds]
+          for lang, obj, o in mix_cells(p)
+          for label, cfg in _mix_arms(p, o, lang, obj)
+          for lr in lrs for s in p.knobs.mix_seeds]
 
 
-def _mix_arms(p: Preset) -> list:
-  """(label, Config) of part 2 at seed 0 (see ``mix_configs``)."""
+def _mix_arms(p: Preset, cell: dict | None = None, lang=None, objective=None) -> list:
+  """(label, Config) of part 2 at seed 0 in one cell (see ``mix_configs``)."""
   out, mos_params = [], None
-  base = mix_overrides(p)
-  for label, head, d_model, n in p.knobs.mix_runs:
+  base = {**mix_overrides(p), **(cell or {})}
+  for run, head, d_model, n in p.knobs.mix_runs:
+    label = cell_arm(lang, objective, run)
     o = {**base, "model.head": head, "model.d_model": int(d_model),
          "model.n_heads": _n_heads(int(d_model), p.overrides["model.n_heads"]),
          "name": f"planted-mix-{label}"}

@@ -27,6 +27,18 @@ def expected_nll_sum(logq: np.ndarray, x: np.ndarray, lang) -> tuple[float, int]
   return float(-(lang.probs[c[ok]] * logq[ok]).sum()), int(ok.sum())
 
 
+SELECT_STREAM = 3  # the selection stream's key [language seed, 3]: train is 1, validation 2
+
+
+def selection_batches(lang, n: int, batch: int, seq_len: int, seed: int) -> list[np.ndarray]:
+  """n batches [batch, seq_len + 1] of the selection stream: ``n * batch`` independent chains
+  of the language, each from its stationary distribution, sampled with the key
+  [seed, SELECT_STREAM], which neither the training nor the validation stream uses
+  (``sbjax.data.builders.planted_streams``)."""
+  x = lang.sample([int(seed), SELECT_STREAM], (int(n) * int(batch), int(seq_len) + 1))
+  return [np.asarray(b, np.int32) for b in np.split(x, int(n))]
+
+
 @functools.lru_cache(maxsize=8)
 def _logp_fn(model_cfg):
   """The jitted log-probs of a model config, compiled once for every run of that shape (a

@@ -3,7 +3,10 @@ gap to H and the seed spread, and the verdict MoS vs the parameter-matched lowra
 
 For arm a at learning rate η with gaps g_s = expected_loss_s − H over seeds s:
     mean_{a,η} = Σ_s g_s / n,   spread_{a,η} = max_s g_s − min_s g_s   (0 with one seed),
-and the arm is taken at its best η (the smallest mean; one η when the preset has no grid).
+and the arm is taken at its best η: the smallest mean of the selection stream's gaps
+(``sel_gap``, an independent sample of the language) when the rows have them, else the
+smallest mean itself (one η when the preset has no grid); mean and spread are then those of
+the reported (validation) stream at that η.
 The comparison of the first mos arm with every lowrank arm of at most 1.05× its head parameters:
     margin = mean_lowrank − mean_mos,   spread = max(spread_mos, spread_lowrank),
 and the issue's criteria: MoS − H ≤ ``mos_tol`` (0.03), matched lowrank − H ≥ its exact floor
@@ -36,27 +39,37 @@ def _group(rows) -> dict:
         "gaps": [], "seeds": []})
     rec["gaps"].append(float(r["gap"]))
     rec["seeds"].append(int(r.get("seed", 0)))
+    if r.get("sel_gap", "") not in ("", None):
+      rec.setdefault("sel_gaps", []).append(float(r["sel_gap"]))
   for rec in out.values():
     g = rec["gaps"]
     rec["n"] = len(g)
     rec["mean"] = sum(g) / len(g)
     rec["spread"] = max(g) - min(g)
+    sg = rec.get("sel_gaps")
+    rec["sel_mean"] = sum(sg) / len(sg) if sg else float("nan")
   return out
 
 
 def arms(rows) -> list[dict]:
   """One record per arm, in the order of first appearance (rows from planted_mix.csv), at
-  the arm's best learning rate (the smallest mean gap over seeds; ``by_lr`` maps every lr
-  of the arm to its mean gap). The lr is chosen on the measurement it reports (the same
-  validation batches): the choice is optimistic by at most the seed-level noise, for every
-  arm alike."""
+  the arm's best learning rate (``by_lr`` maps every lr of the arm to its mean gap). With a
+  selection stream (``sel_gap``) the lr is the one of the smallest mean selection gap
+  (``selected_on`` "selection"; ``sel_by_lr`` maps lr to it) and the reported stream only
+  reports; without one it is chosen on the measurement it reports (``selected_on``
+  "reported": optimistic by at most the seed-level noise, for every arm alike)."""
   best: dict = {}
   for rec in _group(rows).values():
     cur = best.get(rec["arm"])
     by_lr = (cur["by_lr"] if cur else {})
+    sel_by = (cur["sel_by_lr"] if cur else {})
     by_lr[rec["lr"]] = rec["mean"]
-    if cur is None or rec["mean"] < cur["mean"]:
+    sel_by[rec["lr"]] = rec["sel_mean"]
+    rec["selected_on"] = "reported" if math.isnan(rec["sel_mean"]) else "selection"
+    key = "mean" if rec["selected_on"] == "reported" else "sel_mean"
+    if cur is None or rec[key] < cur[key]:
       cur = rec
+    cur["sel_by_lr"] = sel_by
     cur["by_lr"] = by_lr
     best[rec["arm"]] = cur
   return list(best.values())

@@ -57,6 +57,16 @@ class Knobs:
   # per arm (sbjax.train.population: one vmapped step); the report takes each arm's best lr by
   # its mean gap over seeds. () = train.lr alone (and one run per seed when there is one lr)
   mix_lrs: tuple = ()
+  # the cells of part 2 (configs.mix_cells): languages ((name, dotted data overrides over
+  # ``mix``), ...) x training objectives (train.objective: sampled | expected); () = ``mix``'s
+  # own language and objective (arm labels without a cell prefix)
+  mix_langs: tuple = ()
+  mix_objectives: tuple = ()
+  # batches of the selection stream: each arm's lr is chosen on that many batches of an
+  # independent sample of the language (run.selection_batches) and reported on the validation
+  # stream; 0 = chosen on the reported batches themselves
+  select_batches: int = 0
+  parts: tuple = ("knee", "mix")  # the parts ``run`` runs unless told (run.PARTS)
 
 
 def part1(o: dict) -> dict:
@@ -76,6 +86,18 @@ MOS_LANGUAGE = {"data.source": "planted_mos", "data.planted_mix": 8, "data.plant
                 "data.planted_alpha": 8.0, "data.planted_gate": "uniform",
                 "train.objective": "expected", "train.batch_size": 8}
 LINEAR_MOS = {**MOS, "model.mos_dim": 5, "model.mos_act": "linear"}
+
+# issue 33 item 5: the languages of the mos-seeds presets. knee: part 1's planted-rank language
+# (V=256, k=8, alpha=4: logits of rank k+1 = 9, which the matched lowrank r=11 represents
+# exactly: a language where MoS should NOT win); mos: the planted MoS language of the quick
+# and cpu presets (M=8, k=4, alpha=8; chosen after k=8 failed, report.selection_text)
+KNEE_LANGUAGE = {"data.source": "planted", "data.planted_rank": 8, "data.planted_alpha": 4.0}
+MOS_DATA = {k: v for k, v in MOS_LANGUAGE.items() if k.startswith("data.")}
+# the arms of the mos-seeds presets at d=16: MoS 16 x 5, the parameter-matched lowrank (r=11)
+# and MoS at the lowrank head's FLOPs (2 components of e=5: 2 752 head MACs per token against
+# 2 992; sbjax.studies.head_flops)
+SEEDS_RUNS = (("mos", "mos", 16, 16), ("lowrank", "lowrank", 16, 0), ("mos-flops", "mos", 16, 2))
+SEEDS_LRS = (0.03, 0.1, 0.3)
 
 PRESETS: dict[str, Preset[Knobs]] = {
     # the test suite and `reproduce --preset=test`: V=32, k=3, d=16, 30 steps, 2 knee runs and
@@ -113,6 +135,46 @@ PRESETS: dict[str, Preset[Knobs]] = {
                         mix_runs=(("mos", "mos", 16, 16), ("lowrank", "lowrank", 16, 0),
                                   ("lowrank-d16", "lowrank", 16, 16),
                                   ("sigsoftmax", "sigsoftmax", 16, 0)))),
+    # issue 33 item 5 at test size: both languages at V=32 (knee k=3 with sampled targets;
+    # MoS M=2, k=2 with the Rao-Blackwellised loss), the three arms, 2 lrs x 2 seeds per
+    # population (6 populations), the lr chosen on 2 batches of the selection stream
+    "test-mos-seeds": Preset(BASE, part1({"model.vocab_size": 32, "data.planted_rank": 3,
+                                          "model.d_model": 16, "model.n_heads": 2,
+                                          "train.steps": 4, "train.batch_size": 4,
+                                          "train.seq_len": 8, "train.warmup_steps": 1,
+                                          "data.planted_train_tokens": 4096,
+                                          "data.planted_val_tokens": 2048}),
+                             Knobs(ranks=(4,), measure_batches=2, select_batches=2,
+                                   parts=("mix",), mix={"train.steps": 4},
+                                   mos=LINEAR_MOS | {"model.mos_dim": 3},
+                                   mix_langs=(("knee", {"data.source": "planted",
+                                                        "data.planted_rank": 3}, ("sampled",)),
+                                              ("mos", {**MOS_DATA, "data.planted_mix": 2,
+                                                       "data.planted_rank": 2},
+                                               ("expected",))),
+                                   mix_seeds=(0, 1), mix_lrs=(0.03, 0.1),
+                                   mix_runs=(("mos", "mos", 16, 4),
+                                             ("lowrank", "lowrank", 16, 0),
+                                             ("mos-flops", "mos", 16, 1)))),
+    # issue 33 item 5: both planted languages (knee, mos) x sampled targets (the headline)
+    # and, on the mos language, the Rao-Blackwellised loss beside it, x the three arms of
+    # SEEDS_RUNS; 5 init seeds x 3 lrs = 15 members in ONE population per arm (one compile);
+    # the lr of each arm chosen on 8 batches of an independent selection stream, reported on
+    # the validation stream (8 batches). Size, for the issue's budget (45 min of CPU with the
+    # text arm, on 2 cores shared by 7 engineers, where one process got ~20% of a core):
+    # 200 steps at batch 8 x 32 (the languages have context 1, so the sequence length only
+    # sets the positions per step), 9 populations of 15. That is 51k training positions per
+    # run, a tenth of the quick preset's (1000 x 8 x 64): the gaps are training-limited, the
+    # report says so, and the knee language's Rao-Blackwellised cell was left out for time.
+    "cpu-mos-seeds": Preset(BASE, part1({"train.seq_len": 32}),
+                            Knobs(ranks=(9,), measure_batches=8, select_batches=8,
+                                  parts=("mix",), mix={"train.steps": 200, "train.batch_size": 8},
+                                  mos=LINEAR_MOS,
+                                  mix_langs=(("knee", KNEE_LANGUAGE, ("sampled",)),
+                                             ("mos", MOS_DATA)),
+                                  mix_objectives=("sampled", "expected"),
+                                  mix_seeds=(0, 1, 2, 3, 4), mix_lrs=SEEDS_LRS,
+                                  mix_runs=SEEDS_RUNS)),
     # the paper's scale in spirit: a larger vocabulary and planted rank, a 2-layer d=256 model
     "tpu": Preset(BASE, part1({"model.vocab_size": 1024, "data.planted_rank": 32,
                                "model.d_model": 256, "model.n_layers": 2, "model.n_heads": 4,

@@ -14,7 +14,9 @@ import matplotlib.pyplot as plt  # noqa: E402 - after choosing the non-interacti
 import numpy as np  # noqa: E402
 
 from . import fig8  # noqa: E402
+from . import mos_cells_report  # noqa: E402
 from .mix_stats import MOS_TOL, arms, verdict  # noqa: E402
+from .mos_cells import cell_summary, cells  # noqa: E402
 from ..shared import fmt, read_rows, save_figure, upath  # noqa: E402
 from sbjax.studies.floor import knee  # noqa: E402
 
@@ -26,15 +28,32 @@ CSV_MIX = "planted_mix.csv"
 CSV_MIX_FLOOR = "planted_mix_floor.csv"
 META = "planted_meta.json"
 YES = {True: "yes", False: "no"}
+OBJECTIVE_NAME = {"sampled": "sampled targets", "expected": "the Rao-Blackwellised loss"}
 
 
 def _f(v) -> str:
   return fmt(v, spec=".4f")
 
 
+def _mix_summary(out: Path):
+  """``verdict`` of planted_mix.csv (the plain part 2), or the verdicts of each (language,
+  objective) cell (``mos_cells``) when it has them; None without the file."""
+  if not (out / CSV_MIX).exists():
+    return None
+  m = read_rows(out / CSV_MIX)
+  if m and "lang" in m[0]:
+    return {f"{lang}/{obj}": {k: (w["verdict"] if w else None)
+                              for k, w in cell_summary(rs).items() if k != "arms"}
+            for (lang, obj), rs in cells(m)}
+  return verdict(m)
+
+
 def summarize(out: Path) -> dict:
-  """The knee and the three checks, computed from planted.csv and planted_meta.json."""
+  """The knee and the three checks, computed from planted.csv and planted_meta.json (the
+  mixture's summary alone when part 1 did not run)."""
   out = upath(out)
+  if not (out / CSV_KNEE).exists():
+    return {"knee": None, "mix": _mix_summary(out)}
   rows = read_rows(out / CSV_KNEE)
   meta = json.loads((out / META).read_text())
   s = meta["settings"]
@@ -52,7 +71,7 @@ def summarize(out: Path) -> dict:
       "high_max_gap": max((r["gap"] for r in high), default=float("nan")),
       "low_ok": bool(low) and all(r["gap"] >= r["floor_gap"] - margin for r in low),
       "low_min_excess": min((r["gap"] - r["floor_gap"] for r in low), default=float("nan")),
-      "mix": verdict(read_rows(out / CSV_MIX)) if (out / CSV_MIX).exists() else None,
+      "mix": _mix_summary(out),
   }
 
 
@@ -101,9 +120,14 @@ def draw(out: Path) -> None:
   """fig_planted_knee.png, fig_planted_mix.png when the mixture part ran, and the exact Fig. 8
   (planted_fig8.csv, fig_planted_fig8.png: ``fig8``) from the cached floors."""
   out = upath(out)
-  _draw_knee(out)
+  if (out / CSV_KNEE).exists():
+    _draw_knee(out)
   if (out / CSV_MIX).exists():
-    _draw_mix(out)
+    m = read_rows(out / CSV_MIX)
+    if m and "lang" in m[0]:
+      mos_cells_report.draw(m, out / FIG_MIX)
+    else:
+      _draw_mix(out)
   fig8.write(out)
 
 
@@ -216,8 +240,31 @@ def selection_text(mixture: dict | None, v: dict | None, tol: float = MOS_TOL) -
   return f"{hist} {now}"
 
 
+def _cells_section(out: Path, rel: str) -> list[str]:
+  """Part 2 in (language, objective) cells (``mos_cells_report``), with the selection history
+  of the MoS language beside its Rao-Blackwellised cell (the objective of the history's 0.03
+  criterion)."""
+  m = read_rows(out / CSV_MIX)
+  meta = json.loads((out / META).read_text())
+  lines = ["## planted: MoS against the matched lowrank head, seeds and lrs (issue 33 item 5)",
+           "", f"![mixture]({rel}/{FIG_MIX})", "", *mos_cells_report.table(m), "",
+           *[x for p in mos_cells_report.paragraph(m, meta) for x in (p, "")]]
+  mix = meta.get("mixture") or {}
+  name = next((k for k, v in (meta.get("languages") or {}).items() if v == mix), None)
+  cell = dict(cells(m)).get((name, "expected")) or dict(cells(m)).get((name, "sampled"))
+  if cell:
+    mos = cell_summary(cell)["arms"].get("mos")
+    sel = selection_text(mix, {"mos_gap": mos["mean"], "mos_within_tol": mos["mean"] <= MOS_TOL}
+                         ) if mos else ""
+    obj = OBJECTIVE_NAME[str(cell[0]["objective"])]
+    lines += [f"{sel} (This run's MoS − H: language {name}, trained on {obj}.)"] if sel else []
+  return lines + below_floor_lines(m)
+
+
 def report_section(out: Path, rel: str) -> str:
   out = upath(out)
+  if not (out / CSV_KNEE).exists():
+    return "\n".join(_cells_section(out, rel) + [""])
   rows = read_rows(out / CSV_KNEE)
   s = summarize(out)
   lines = ["## planted: the exact floor and the knee", "",
@@ -231,7 +278,9 @@ def report_section(out: Path, rel: str) -> str:
         "eval_loss", "eval_acc", "expected_loss", "floor", "H", "gap", "floor_gap")]) + " |")
   lines += ["", _knee_text(out, s)]
   lines += below_floor_lines(rows)
-  if (out / CSV_MIX).exists():
+  if (out / CSV_MIX).exists() and "lang" in read_rows(out / CSV_MIX)[0]:
+    lines += ["", *_cells_section(out, rel)]
+  elif (out / CSV_MIX).exists():
     lines += _mix_lines(out, rel)
     sel = selection_text(json.loads((out / META).read_text()).get("mixture"), s["mix"])
     lines += ["", sel] if sel else []

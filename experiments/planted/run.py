@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 
 from . import report
-from .configs import arm_of, knee_configs, mix_configs, settings, validate
-from .measure import measure
+from .configs import arm_of, cell_of, knee_configs, mix_configs, settings, validate
+from .measure import measure, selection_batches
 from .presets import Preset, get_preset
 from ..shared import RunsProgress, read_rows, upath, write_json, write_rows
 from sbjax import checkpoint as ckpt
@@ -18,6 +18,7 @@ from sbjax.data import make_dataset
 from sbjax import heads
 from sbjax.heads import head_param_count
 from sbjax.studies.floor import floor_curve
+from sbjax.studies.head_flops import head_flops
 from sbjax.train import member_dir, train_once
 from sbjax.train.done import finished
 
@@ -26,7 +27,8 @@ CSV_MIX_FLOOR = report.CSV_MIX_FLOOR
 
 
 def _result_key(cfg, p: Preset) -> str:
-  return json.dumps(cfg.to_dict(), sort_keys=True) + f"|{p.knobs.measure_batches}"
+  sel = f"|select{p.knobs.select_batches}" if p.knobs.select_batches else ""
+  return json.dumps(cfg.to_dict(), sort_keys=True) + f"|{p.knobs.measure_batches}" + sel
 
 
 def _cached_result(wd: Path, key: str) -> dict | None:
@@ -39,10 +41,20 @@ def _cached_result(wd: Path, key: str) -> dict | None:
   return None
 
 
+def _selection(ds, p: Preset, cfg) -> list:
+  """The selection stream's batches of ``ds``'s language (``measure.selection_batches``)."""
+  return selection_batches(ds.planted, p.knobs.select_batches, cfg.train.batch_size,
+                           cfg.train.seq_len, cfg.data.options.seed)
+
+
 def _measure_into(cfg, wd: Path, ds, p: Preset, key: str, seconds: float) -> dict:
-  """Measures wd's last checkpoint and keeps it in wd/result.json."""
+  """Measures wd's last checkpoint on the validation stream (and, with ``select_batches``,
+  on the selection stream: sel_*) and keeps it in wd/result.json."""
   _, params, _ = ckpt.load_params(wd)
   res = measure(cfg, params, ds.planted, ds.eval_batches(p.knobs.measure_batches))
+  if p.knobs.select_batches:
+    sel = measure(cfg, params, ds.planted, _selection(ds, p, cfg))
+    res.update({f"sel_{k}": v for k, v in sel.items()})
   res.update(key=key, seconds=seconds, head_params=head_param_count(cfg.model))
   atomic_write_text(wd / "result.json", json.dumps(res))
   return res
@@ -152,41 +164,83 @@ def mix_groups(mconfs) -> list:
   return list(groups.items())
 
 
-def _mixture(out: Path, mconfs, p: Preset, progress, verbose: bool):
-  """Part 2: planted_mix.csv, one row per mixture run; returns the mixture language."""
-  mds = _dataset(mconfs[0][1])
-  mix = mds.planted
-  lr_ranks = sorted({c.model.rank for _, c in mconfs if _has_rank(c)})
-  mfloors = _floors(mix, lr_ranks, p, out / CSV_MIX_FLOOR) if lr_ranks else {}
-  mrows = []
+def _cell_columns(cell: tuple, cfg, res: dict, h: float) -> dict:
+  """The columns of a run in a (language, objective) cell: the cell, the head's FLOPs per
+  token (``sbjax.studies.head_flops``) and the selection stream's measurement."""
+  lang, obj, run = cell
+  return {"lang": lang, "objective": obj, "run": run, "head_flops": head_flops(cfg.model),
+          "sel_eval_loss": res["sel_eval_loss"], "sel_expected_loss": res["sel_expected_loss"],
+          "sel_gap": res["sel_expected_loss"] - h}
+
+
+def _mix_language(out: Path, name, confs, p: Preset) -> tuple:
+  """(dataset, exact lowrank floors) of one part-2 language (``name`` None: the plain part 2,
+  floors in planted_mix_floor.csv; else planted_mix_floor_<name>.csv)."""
+  mds = _dataset(confs[0])
+  lr_ranks = sorted({c.model.rank for c in confs if _has_rank(c)})
+  path = out / (CSV_MIX_FLOOR if name is None else f"planted_mix_floor_{name}.csv")
+  return mds, (_floors(mds.planted, lr_ranks, p, path) if lr_ranks else {})
+
+
+def _mix_arm(out: Path, arm: str, runs, mds, p: Preset, progress, verbose: bool) -> list:
+  """Trains (or reuses) one arm of part 2, as one population when it has several runs."""
+  wd = out / "runs" / f"mix-{arm}"
+  cfgs = [c for _, c in runs]
+  progress.start(f"mix {arm}" + (f" x{len(runs)}" if len(runs) > 1 else ""))
+  if len(runs) == 1:
+    trained = finished(wd) is None
+    results = [_train_and_measure(cfgs[0], wd, mds, p, verbose)]
+  else:
+    results, trained = _population_and_measure(cfgs, wd, mds, p, verbose)
+  progress.finish(trained=trained)
+  return results
+
+
+def _mixture(out: Path, mconfs, p: Preset, progress, verbose: bool) -> dict:
+  """Part 2: planted_mix.csv, one row per mixture run; returns {language name: language}
+  (name None for a preset without ``mix_langs``/``mix_objectives``)."""
+  cells, langs, mrows = cell_of(p), {}, []
   for arm, runs in mix_groups(mconfs):
-    wd = out / "runs" / f"mix-{arm}"
-    cfgs = [c for _, c in runs]
-    progress.start(f"mix {arm}" + (f" x{len(runs)}" if len(runs) > 1 else ""))
-    if len(runs) == 1:
-      trained = finished(wd) is None
-      results = [_train_and_measure(cfgs[0], wd, mds, p, verbose)]
-    else:
-      results, trained = _population_and_measure(cfgs, wd, mds, p, verbose)
-    progress.finish(trained=trained)
-    mrows += [_mix_row(label, c, res, mix, mfloors) for (label, c), res in zip(runs, results)]
+    cell = cells[arm]
+    if cell[0] not in langs:
+      langs[cell[0]] = _mix_language(out, cell[0], [c for _, c in mconfs
+                                                    if cells[arm_of(c)][0] == cell[0]], p)
+    mds, mfloors = langs[cell[0]]
+    results = _mix_arm(out, arm, runs, mds, p, progress, verbose)
+    for (label, c), res in zip(runs, results):
+      row = _mix_row(label, c, res, mds.planted, mfloors)
+      mrows.append(row if cell[0] is None else
+                   {**row, **_cell_columns(cell, c, res, mds.planted.entropy)})
     write_rows(out / CSV_MIX, mrows)
-  return mix
+  return {name: mds.planted for name, (mds, _) in langs.items()}
+
+
+def _mixture_meta(langs: dict) -> dict:
+  """planted_meta.json's record of part 2: ``mixture`` (the plain part 2's language, or the
+  first planted-mixture language of the cells) and, with cells, ``languages`` by name."""
+  if not langs:
+    return {"mixture": None}
+  if None in langs:
+    return {"mixture": langs[None].info()}
+  info = {name: lang.info() for name, lang in langs.items()}
+  mix = next((v for v in info.values() if v.get("kind") != "planted"), next(iter(info.values())))
+  return {"mixture": mix, "languages": info}
 
 
 PARTS = ("knee", "mix")
 
 
 def run(out: Path, preset, *, data: str | None = None, verbose: bool = True,
-        parts=PARTS) -> None:
-  """Runs both parts into ``out`` (finished runs and floors are reused) and draws the figures;
-  ``parts`` = ("mix",) runs part 2 alone (part 1's CSV is then whatever ``out`` holds).
-  ``data`` is ignored: the planted languages are sampled, no corpus is read (the
-  ``Experiment`` protocol of ``sbjax.cli.reproduce``)."""
+        parts=None) -> None:
+  """Runs the preset's parts (``Knobs.parts``; both by default) into ``out`` (finished runs
+  and floors are reused) and draws the figures; ``parts`` = ("mix",) runs part 2 alone (part
+  1's CSV is then whatever ``out`` holds). ``data`` is ignored: the planted languages are
+  sampled, no corpus is read (the ``Experiment`` protocol of ``sbjax.cli.reproduce``)."""
   del data
+  p = get_preset(preset)
+  parts = tuple(p.knobs.parts if parts is None else parts)
   if not parts or set(parts) - set(PARTS):
     raise ValueError(f"planted: parts={tuple(parts)}; allowed: a non-empty subset of {PARTS}")
-  p = get_preset(preset)
   validate(p)
   out = upath(out)
   out.mkdir(parents=True, exist_ok=True)
@@ -198,12 +252,11 @@ def run(out: Path, preset, *, data: str | None = None, verbose: bool = True,
     lang = (_knee(out, confs, p, progress, verbose) if "knee" in parts
             else _dataset(confs[0][1]).planted)
     t1 = time.perf_counter()
-    mix = _mixture(out, mconfs, p, progress, verbose) if mconfs else None
+    langs = _mixture(out, mconfs, p, progress, verbose) if mconfs else {}
   finally:
     progress.close()
   write_json(out / META, {"preset": preset if isinstance(preset, str) else "custom",
                           "settings": settings(p), "language": lang.info(),
-                          "mixture": mix.info() if mix is not None else None,
-                          "seconds_knee": t1 - t0,
-                          "seconds_mix": time.perf_counter() - t1 if mix is not None else 0.0})
+                          **_mixture_meta(langs), "seconds_knee": t1 - t0,
+                          "seconds_mix": time.perf_counter() - t1 if langs else 0.0})
   report.draw(out)

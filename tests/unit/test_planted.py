@@ -166,7 +166,7 @@ def test_expected_nll_and_context_index():
 def test_presets_validate_and_match_parameters():
   for name in exp.PRESETS:
     exp.validate(name)  # builds every config, runs nothing (tpu included)
-  assert set(exp.PRESETS) == {"test", "quick", "cpu", "tpu"}
+  assert set(exp.PRESETS) == {"test", "quick", "cpu", "tpu", "test-mos-seeds", "cpu-mos-seeds"}
   p = exp.get_preset("cpu")
   k, d, vocab = (p.overrides[x] for x in ("data.planted_rank", "model.d_model", "model.vocab_size"))
   assert max(p.knobs.ranks) <= d and k + 1 in p.knobs.ranks

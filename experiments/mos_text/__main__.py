@@ -1,0 +1,31 @@
+"""``python -m experiments.mos_text --preset=cpu --out=out/mos_text [--data=DIR]``."""
+
+import json
+import logging
+import sys
+
+from absl import flags
+
+from sbjax.cli import common
+from . import PRESETS, comparisons, run
+from .report import CSV
+from ..shared import read_rows, upath
+
+OUT = flags.DEFINE_string("out", "out/mos_text", "output directory")
+PRESET = flags.DEFINE_enum("preset", "cpu", list(PRESETS), " | ".join(PRESETS))
+DATA = flags.DEFINE_string("data", "", "a directory of .txt files (default: the sample corpus "
+                           "shipped in sbjax/data/sample_text)")
+
+
+def main(argv):
+  del argv
+  out = upath(OUT.value)
+  run(out, PRESET.value, data=DATA.value or None)
+  c = comparisons(read_rows(out / CSV))
+  common.result(json.dumps({"out": str(out), **{k: (v["verdict"] if v else None)
+                                                for k, v in c.items()}}))
+
+
+if __name__ == "__main__":
+  logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+  common.run_script(main, __name__)  # stdout: the result only
