@@ -27,6 +27,7 @@ import sentencepiece as spm
 
 from sbjax.atomic import atomic_write_bytes, atomic_write_text
 from sbjax.data import hf_tokenizer
+from sbjax.paths import local_file
 
 log = logging.getLogger(__name__)
 
@@ -246,8 +247,10 @@ def load_or_train(workdir: str | os.PathLike, texts_fn, *, vocab_size: int, mode
 
   If it exists it is reloaded (resume is deterministic), and its size must equal
   ``vocab_size``. Else, if ``existing`` names a model, that model is copied into the workdir;
-  else one is trained on ``texts_fn()`` (an iterable of strings).
+  else one is trained on ``texts_fn()`` (an iterable of strings). A ``gs://`` ``existing`` is
+  read from its local copy (``sbjax.paths.local_file``).
   """
+  existing = local_file(existing) if existing else existing
   if existing and hf_tokenizer.is_hf_tokenizer(existing):  # a tokenizer.json (HF tokenizers)
     return hf_tokenizer.copy_into(existing, workdir)
   path = Path(workdir) / MODEL_NAME

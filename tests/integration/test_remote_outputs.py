@@ -1,10 +1,10 @@
 """Outputs and inputs beyond the workdir on a non-local etils.epath backend (``gs://`` served
 by fsspec's in-memory file system, tests/_fake_gcs.py): the experiment runner's output folder
 (``sbjax.cli.reproduce.Suite``) and the experiments' writers (``experiments.shared``), a text
-corpus read from ``gs://``, lm-eval results joined from ``gs://``, and Hugging Face imports
-from and exports to ``gs://``. Each is compared with the same call on local disk, and no
-local ``gs:`` folder appears. The planted experiment, a convert round trip and orbax on a real
-GCS server: tests/e2e/test_remote_outputs_gcs.py."""
+corpus and its tokenizer.json read from ``gs://``, lm-eval results joined from ``gs://``, and
+Hugging Face imports from and exports to ``gs://``. Each is compared with the same call on
+local disk, and no local ``gs:`` folder appears. The planted experiment, a convert round trip
+and orbax on a real GCS server: tests/e2e/test_remote_outputs_gcs.py."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from sbjax.analysis import evals
 from sbjax.cli import convert as convert_cli
 from sbjax.cli.reproduce import Suite
 from sbjax.config import DataConfig, ModelConfig
-from sbjax.data import make_dataset
+from sbjax.data import hf_tokenizer, make_dataset
 from sbjax.data.text import scan_text_dir
 from sbjax.studies import convergence, corpus, rank_sweep
 from tests._corpus import generated_docs, write_corpus
@@ -126,12 +126,17 @@ def test_a_text_corpus_on_the_store_reads_as_its_local_copy(store, tmp_path):
                                                               "data.path": f"{B}/corpus"}
   with pytest.raises(FileNotFoundError, match="corpus directory not found"):
     corpus.text_corpus(f"{B}/nothing")
-  ds = {}
-  for key, path in (("gs", f"{B}/corpus"), ("local", str(local))):
-    cfg = DataConfig(source="text", options=dict(path=path, vocab_size=64, val_fraction=0.25))
+  tok = hf_tokenizer.train_bpe(docs, tmp_path / "tok" / "tokenizer.json", vocab_size=300)
+  _upload(tmp_path / "tok", f"{B}/tok")
+  ds = {}  # the corpus and its tokenizer.json (data.tokenizer) both on the store, or both here
+  for key, path, tj in (("gs", f"{B}/corpus", f"{B}/tok/tokenizer.json"),
+                        ("local", str(local), tok.path)):
+    cfg = DataConfig(source="text", options=dict(path=path, tokenizer=str(tj), val_fraction=0.25))
     ds[key] = make_dataset(cfg, seq_len=16, global_batch_size=4, workdir=str(tmp_path / key),
                            process_index=0, process_count=1)
   assert ds["gs"].info()["tfds_name"] == ds["local"].info()["tfds_name"]
+  assert ds["gs"].vocab_size == ds["local"].vocab_size == 300
+  assert (tmp_path / "gs" / "tokenizer.json").read_bytes() == tok.serialized()
   np.testing.assert_array_equal(np.asarray(ds["gs"].val_tokens), np.asarray(ds["local"].val_tokens))
 
 
