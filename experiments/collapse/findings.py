@@ -217,7 +217,8 @@ def seed_sentence(seeds: list[dict], metrics: tuple) -> str:
           "differs), is each metric's correlation with the loss different from 0 (95% "
           "Fisher-z interval of r; the permutation p beside)? " + ". ".join(clauses)
           + f". {hits} of {tests} intervals exclude 0, against about {tests / 20:.1f} expected "
-          "by chance alone at 95% if no metric followed the loss among seeds.")
+          "by chance alone at 95% if no metric followed the loss among seeds (a rough count: "
+          "the tests are not independent, e.g. a metric's raw and guarded or corrected forms).")
 
 
 def ceiling_sentence(ceil: list[dict], trained: list[dict], metrics: tuple) -> str:

@@ -56,7 +56,8 @@ def test_anchor_counting_and_seed_sentences():
       "+0.89], p 0.010); not distinguishable from 0: b (r +0.30 [-0.20, +0.68], p 0.200); "
       "min_count 20: r ≠ 0 for none; not distinguishable from 0: a (r +0.40 [-0.10, +0.75], "
       "p 0.070). 1 of 3 intervals exclude 0, against about 0.1 expected by chance alone at 95% "
-      "if no metric followed the loss among seeds.")
+      "if no metric followed the loss among seeds (a rough count: the tests are not "
+      "independent, e.g. a metric's raw and guarded or corrected forms).")
 
 
 def test_ceiling_sentence_classifies_each_metric():
