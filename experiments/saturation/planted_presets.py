@@ -157,14 +157,25 @@ REPLICATE_ARMS = (tuple(Arm(d, 0.1, seed=s) for s in (1, 2) for d in (8, 64))
 # fresh tokens drawn inside the jitted step (data.options.sampler = device), d ∈ {32, 128, 512}
 # x λ ∈ {0.1, 0.03} (Γ 7.9 / 2.4 at η 1e-2, 14,377 steps), 2 layers, batch 64 x 128. The arms
 # of one width are ONE population (λ and seed vary between members). Seed replicates where
-# the time is cheapest: 3 seeds at d 32, 2 at d 128, 1 at d 512 (an ESTIMATE, not measured:
-# float32 compute is HIGHEST precision on a GPU, ~6 bf16 passes, so d 512 costs ~5.9 PFLOP
-# per member, ~2 min each at 50 TFLOP/s; the small widths are bound by the per-step overhead;
-# benchmarks/step_timing.py measures it on the device). Populations run by increasing cost,
-# so a budget stop keeps the cheap ones.
+# the time is cheapest: 3 seeds at d 32, 2 at d 128, 1 at d 512. Size (an ESTIMATE from FLOPs,
+# not measured: no GPU was lent; benchmarks/step_timing.py measures it on the device): 6 ·
+# params · tokens = 0.12 / 0.70 / 6.1 PFLOP per member at d 32 / 128 / 512, 15.7 PFLOP for
+# the 12 members. In float32 a GPU computes at HIGHEST precision (~6 bf16 passes): at
+# ~40 TFLOP/s that is ~6.5 min of matmuls alone, before compiles, the sampler, checkpoints,
+# measurement and floors: over 8 min. So gpu-planted computes in bfloat16 (parameters,
+# softmax and loss stay float32; every arm alike, so the width and Γ contrasts are not
+# confounded; Pythia trained in fp16): ~1 min of matmuls at ~300 TFLOP/s. gpu-planted-fp32
+# runs the same arms in float32 (the budget stop ends it with the populations it finished).
+# Populations run by increasing cost, so a budget stop keeps the cheap ones.
 GPU_SEEDS = {32: (0, 1, 2), 128: (0, 1), 512: (0,)}
-GPU_ARMS = tuple(Arm(d, wd, seed=s) for d, seeds in GPU_SEEDS.items() for s in seeds
-                 for wd in (0.1, 0.03))
+
+
+def gpu_arms(dtype: str) -> tuple:
+  return tuple(Arm(d, wd, dtype, seed=s) for d, seeds in GPU_SEEDS.items() for s in seeds
+               for wd in (0.1, 0.03))
+
+
+GPU_ARMS = gpu_arms("bfloat16")
 GPU = {"data.source": "planted_tail", "data.planted_vocab": 4096, "data.planted_rank": 32,
        "data.planted_mix": 8, "data.planted_zipf": 1.5, "data.planted_sampler": "device",
        "model.n_layers": 2, "train.batch_size": 64, "train.seq_len": 128,
@@ -207,11 +218,12 @@ PLANTED_PRESETS: dict[str, Preset[Knobs]] = {
     # `device_science.sh saturation --dry-run`: a tail language of V 32, one width, two λ x
     # two seeds as one population, 20 steps, the estimate after 4 timed steps)
     "gpu-planted": planted_preset(GPU, Knobs(arms=GPU_ARMS, **GPU_KNOBS)),
+    "gpu-planted-fp32": planted_preset(GPU, Knobs(arms=gpu_arms("float32"), **GPU_KNOBS)),
     "gpu-planted-test": planted_preset(
         {**GPU, "data.planted_vocab": 32, "data.planted_rank": 2, "data.planted_mix": 2,
          "model.n_layers": 1, "train.steps": 20, "train.batch_size": 4, "train.seq_len": 16,
          "train.ckpt_every": 10, "train.log_every": 2},
-        Knobs(arms=tuple(Arm(8, wd, seed=s) for s in (0, 1) for wd in (0.1, 0.03)),
+        Knobs(arms=tuple(Arm(8, wd, "bfloat16", seed=s) for s in (0, 1) for wd in (0.1, 0.03)),
               **{**GPU_KNOBS, "head_dim": 8, "val_windows": 8, "small_d": 8,
                  "budget_s": 300.0, "estimate_at": 4}, n_boot=200)),
     # Pythia-14m's learning rate (1e-3) and step count for Γ = 7.9 (143,770 steps, Pythia:

@@ -42,13 +42,21 @@ def arm_trajectory(arm: dict, ck: list[dict], after: float) -> dict:
   return out
 
 
+def ref_dtype(arms: list[dict]) -> str:
+  """The compute dtype the claims are read at: float32 when any arm has it (a reduced-precision
+  arm is then a contrast), else the arms' most common dtype (an all-bfloat16 preset)."""
+  dts = [a.get("dtype") or "float32" for a in arms]
+  return "float32" if "float32" in dts or not dts else max(set(dts), key=dts.count)
+
+
 def _names(arms) -> str:
   return ", ".join(a["arm"] for a in arms) or "none"
 
 
 def _claims(arms: list[dict], tr: dict, k: dict) -> tuple[list[str], list[str], list[str]]:
   """(supported, not reproduced on this language, untested) claim sentences."""
-  fp32 = [a for a in arms if a.get("dtype", "float32") == "float32"]
+  ref = ref_dtype(arms)
+  fp32 = [a for a in arms if (a.get("dtype") or "float32") == ref]
   small_d = int(k.get("small_d", SMALL_D))
   small = [a for a in fp32 if a["d"] <= small_d]
   big = [a for a in fp32 if a["d"] > small_d]
@@ -112,7 +120,8 @@ def _claims(arms: list[dict], tr: dict, k: dict) -> tuple[list[str], list[str], 
 def _pairs(arms: list[dict]) -> list[str]:
   """The arms' contrasts: Γ at fixed d, width at fixed Γ, precision at fixed (d, Γ)."""
   out = []
-  by = {(int(a["d"]), a["weight_decay"], a.get("dtype", "float32")): a for a in arms}
+  ref = ref_dtype(arms)
+  by = {(int(a["d"]), a["weight_decay"], a.get("dtype") or "float32"): a for a in arms}
 
   def diff(a, b, what):
     return (f"{what} ({a['arm']} vs {b['arm']}): rise {a['rise_verdict']} vs "
@@ -121,18 +130,18 @@ def _pairs(arms: list[dict]) -> list[str]:
   lams = sorted({a["weight_decay"] for a in arms}, reverse=True)
   ds = sorted({int(a["d"]) for a in arms})
   for d in ds:
-    if len(lams) > 1 and (d, lams[0], "float32") in by and (d, lams[-1], "float32") in by:
-      hi, lo = by[(d, lams[0], "float32")], by[(d, lams[-1], "float32")]
+    if len(lams) > 1 and (d, lams[0], ref) in by and (d, lams[-1], ref) in by:
+      hi, lo = by[(d, lams[0], ref)], by[(d, lams[-1], ref)]
       out.append(diff(hi, lo, f"Γ {fmt(hi['gamma_total'], 3)} vs {fmt(lo['gamma_total'], 3)} "
                                f"at d = {d}"))
   for lam in lams:
-    if (ds[0], lam, "float32") in by and (ds[-1], lam, "float32") in by and ds[0] != ds[-1]:
-      a, b = by[(ds[0], lam, "float32")], by[(ds[-1], lam, "float32")]
+    if (ds[0], lam, ref) in by and (ds[-1], lam, ref) in by and ds[0] != ds[-1]:
+      a, b = by[(ds[0], lam, ref)], by[(ds[-1], lam, ref)]
       out.append(diff(a, b, f"width {ds[0]} vs {ds[-1]} at Γ {fmt(a['gamma_total'], 3)}"))
   for a in arms:
-    twin = by.get((int(a["d"]), a["weight_decay"], "float32"))
-    if a.get("dtype", "float32") != "float32" and twin is not None:
-      out.append(diff(a, twin, f"{a['dtype']} vs float32 compute"))
+    twin = by.get((int(a["d"]), a["weight_decay"], ref))
+    if (a.get("dtype") or "float32") != ref and twin is not None:
+      out.append(diff(a, twin, f"{a['dtype']} vs {ref} compute"))
   return out
 
 

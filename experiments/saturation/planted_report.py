@@ -126,6 +126,10 @@ def _device_lines(meta: dict, k: dict, lang: dict) -> list[str]:
                "in λ and seed, seed s = train.seed = train.data_seed); seeds per width, "
                "chosen by cost before any run: " + ", ".join(
                    f"d {d}: {len(s)}" for d, s in sorted(seeds.items())) + ".")
+  dts = sorted({a.get("dtype", "float32") for a in k.get("arms", [])})
+  if dts and dts != ["float32"]:
+    out.append(f"Compute dtype: {', '.join(dts)} (model.dtype; parameters, softmax and loss "
+               "stay float32).")
   if meta.get("sampler") == "device":
     out.append("Train tokens are drawn fresh every step inside the jitted step "
                "(data.options.sampler = device: no stored stream, no host transfer).")

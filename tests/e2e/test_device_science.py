@@ -60,7 +60,7 @@ def test_dry_run_saturation_writes_one_archive(tmp_path):
   proc = subprocess.run(["bash", str(SCRIPT), "saturation", "--dry-run", "--out", str(out)],
                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
   assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-  assert "estimate: population d8: 20 steps" in proc.stdout
+  assert "estimate: population d8-bf16: 20 steps" in proc.stdout
   assert "dry run: the archive holds the report" in proc.stdout
   with tarfile.open(out / "device_science_saturation.tar.gz") as tar:
     names = set(tar.getnames())
@@ -73,13 +73,14 @@ def test_dry_run_saturation_writes_one_archive(tmp_path):
   assert not any("/runs/" in n for n in names)  # the workdirs stay in OUT, not in the archive
   assert meta["preset"] == "gpu-planted-test" and meta["sampler"] == "device"
   assert meta["language"]["kind"] == "planted_tail" and meta["knobs"]["population"]
-  assert set(meta["estimates"]) == {"d8"} and meta["stopped"] is None and meta["not_run"] == []
+  assert set(meta["estimates"]) == {"d8-bf16"} and meta["stopped"] is None and meta["not_run"] == []
   assert {(a["weight_decay"], a["seed"]) for a in arms} == {("0.1", "0"), ("0.03", "0"),
                                                              ("0.1", "1"), ("0.03", "1")}
   assert len({a["final_expected_loss"] for a in arms}) == 4  # 4 members, 4 trajectories
   assert "ONE population" in section and "svd bound" in section and "Rarest token" in section
   assert "account:" in section and "### Replicates" in section
   assert "Answer from these arms" in section and "seeds per width" in section
+  assert "Compute dtype: bfloat16" in section and "| d8-wd0.03-bf16 |" in section
   # the floor bound: the objective at floor.svd_start's own SVD, by numpy, and ≥ H
   p = get_planted_preset("gpu-planted-test")
   cfg = arm_config(p, p.knobs.arms[0])
@@ -112,7 +113,7 @@ def test_dry_run_timing_measures_the_test_presets(tmp_path):
   with tarfile.open(out / "device_science_timing.tar.gz") as tar:
     timing = json.load(tar.extractfile("timing/timing.json"))
   assert [(r["preset"], r["run"], r["members"]) for r in timing["runs"]] == [
-      ("saturation:gpu-planted-test", "d8", 4), ("collapse:gpu-test", "seeds-L1-d8", 3)]
+      ("saturation:gpu-planted-test", "d8-bf16", 4), ("collapse:gpu-test", "seeds-L1-d8", 3)]
   for r in timing["runs"]:
     assert r["projected_s"] == pytest.approx(r["compile_s"] + (r["steps"] - 1) * r["s_per_step"])
   assert "projected training" in proc.stdout  # the table, printed by the device command

@@ -27,7 +27,8 @@ def test_times_the_test_population(tmp_path):
   res = st.main(["--runs=saturation:gpu-planted-test", "--warmup=2", "--steps=3",
                  "--out", str(tmp_path)])
   (rec,) = res["runs"]
-  assert (rec["run"], rec["members"], rec["steps"], rec["d"], rec["repeat"]) == ("d8", 4, 20, 8, 1)
+  assert (rec["run"], rec["members"], rec["steps"], rec["d"], rec["repeat"]) == \
+      ("d8-bf16", 4, 20, 8, 1)
   assert (rec["warmup"], rec["timed"]) == (2, 3)
   assert rec["compile_s"] > 0 and rec["s_per_step"] > 0
   assert rec["projected_s"] == pytest.approx(rec["compile_s"] + 19 * rec["s_per_step"])

@@ -30,10 +30,15 @@ def test_gpu_preset_is_the_issue_recipe():
                                                       for wd in (0.1, 0.03)}
   # one population per width, by increasing cost; λ and seed vary inside it
   gs = groups(p, cfgs)
-  assert [n for n, _ in gs] == ["d32", "d128", "d512"]
+  assert [n for n, _ in gs] == ["d32-bf16", "d128-bf16", "d512-bf16"]
   for name, g in gs:
-    assert {c.model.d_model for _, c in g} == {int(name[1:])}
+    assert {c.model.d_model for _, c in g} == {int(name[1:].split("-")[0])}
+    assert {c.model.dtype for _, c in g} == {"bfloat16"}
     assert {a.weight_decay for a, _ in g} == {0.1, 0.03}
+  fp32 = get_planted_preset("gpu-planted-fp32")  # the same arms in float32
+  assert [(a.d, a.weight_decay, a.seed) for a in fp32.knobs.arms] == \
+      [(a.d, a.weight_decay, a.seed) for a in p.knobs.arms]
+  assert {a.dtype for a in fp32.knobs.arms} == {"float32"}
   # the cpu presets keep one run per arm
   cpu = get_planted_preset("cpu-planted")
   assert [len(g) for _, g in groups(cpu, [(a, None) for a in cpu.knobs.arms])] == [1] * 6
@@ -109,3 +114,10 @@ def test_the_report_answers_the_question(rises, want):
                                                               "small_d": 32}, partial=True)
   assert "before the budget stop only" in cut
   assert _answer(arms, acc, {"population": False}, partial=False) == []
+
+
+def test_claims_are_read_at_the_presets_dtype():
+  from experiments.saturation.planted_reading import ref_dtype
+  assert ref_dtype([{"dtype": "bfloat16"}, {"dtype": "float32"}]) == "float32"  # bf16: a contrast
+  assert ref_dtype([{"dtype": "bfloat16"}] * 3) == "bfloat16"  # an all-bf16 preset
+  assert ref_dtype([{}]) == "float32"
