@@ -91,16 +91,17 @@ PRESETS: dict[str, Preset[Knobs]] = {
     # issue 33, item 3: the exact bigram r*(V, N), no training. V in {256, 1024, 2048} x the
     # nested data fractions {1/4, 1/2, 1} of the train tokens, each rank fitted to gtol 1e-5,
     # r* by a galloping search on a half-octave grid (sbjax/studies/bigram_rstar.py) from the
-    # previous fraction's r*. Sized to the issue's 40 min of CPU on 2 shared cores: one L-BFGS
-    # iteration costs ~0.01 / 0.045 / 0.18 s CPU at V = 256 / 1024 / 2048 (r = 64; C ~ V
-    # contexts, dense C x V), so the caps below bound each fit at ~30 / 70 / 100 s of CPU; a
-    # fit stopped by its cap is flagged unconverged (grad norm, iterations) in the CSVs.
+    # previous fraction's r*. Sized to the issue's 40 min of CPU on 2 shared cores (session
+    # 14, measured: fits to 1e-5 took 500-1290 L-BFGS iterations at V = 256 and 1024, 2-7 s
+    # and 13-47 s of CPU each; at V = 2048 one iteration costs ~0.09 s at r = 32, so the cap
+    # of 1500 bounds a fit at ~2-4 min). A fit stopped by its cap is flagged unconverged
+    # (gradient norm, iterations, last-100-iteration drift) in the CSVs and the paragraph.
     "cpu-bigram-n": Preset(hr.BASE, hr.overrides({"name": "vocab_threshold-bigram-n"}),
                            Knobs(vocabs=(256, 1024, 2048), plan=None,
                                  bigram_n=BigramNKnobs(fractions=(0.25, 0.5, 1.0),
                                                        grid=(16, 24, 32, 48, 64, 96, 128,
                                                              192, 256),
-                                                       max_iters=(3000, 1500, 500)))),
+                                                       max_iters=(3000, 1500, 1500)))),
     # its test size (the suite, seconds): two small V on a generated corpus, two fractions
     "test-bigram-n": Preset(hr.BASE, hr.PRESETS["test"].overrides,
                             Knobs(vocabs=(96, 128), plan=None,
