@@ -105,6 +105,27 @@ def _convergence_sentence(fits: list, gtol: float) -> str:
   return head + f" NOT converged (upper bounds on the floor): {cells}."
 
 
+def _margin_sentence(cells: list, fits: list) -> str:
+  """The closest call: the decisive fit (at r* or the failing rank below) whose val excess is
+  nearest the tolerance, beside how much converged fits still fell per 100 iterations."""
+  dec = []
+  for c in cells:
+    for f in fits:
+      if (int(f["V"]), float(f["fraction"])) == (int(c["V"]), float(c["fraction"])) and int(
+          f["rank"]) in (int(c["r_star"]), int(c["lo"])):
+        dec.append((abs(float(f["val_excess"]) - float(c["tol_token"])), f, c))
+  if not dec:
+    return ""
+  m, f, c = min(dec, key=lambda x: x[0])
+  drifts = [float(x["drift"]) for x in fits if int(x["converged"])
+            and math.isfinite(float(x["drift"]))]
+  tail = (f"; converged fits still fell by up to {max(drifts):.1e} nats over their last 100 "
+          "iterations, so a decision this close can move with a tighter gtol" if drifts else "")
+  return (f" Closest call: V = {int(c['V'])}, f = {float(c['fraction']):g}, r = {int(f['rank'])}"
+          f" is {m:.4f} nats from the tolerance (excess {float(f['val_excess']):+.4f} vs "
+          f"{float(c['tol_token']):.4f}){tail}.")
+
+
 WORDS = {"supported": "SUPPORTED: r* does not move with N at any V",
          "refuted": "REFUTED: at fixed V the bigram's r* moves with the data size",
          "undecided": "UNDECIDED: the converged fits do not separate r* at different N, but "
@@ -126,7 +147,7 @@ def paragraph(cells: list, fits: list, summary: dict) -> str:
       f"{{{', '.join(map(str, vs))}}}, N from {n_lo:,} to {n_hi:,} tokens (fractions "
       f"{', '.join(f'{f:g}' for f in k['fractions'])}), r\\* on the grid "
       f"{{{', '.join(map(str, k['grid']))}}}. {per_v} "
-      + _convergence_sentence(fits, k["gtol"]) +
+      + _convergence_sentence(fits, k["gtol"]) + _margin_sentence(cells, fits) +
       f" Choices: add-k {k['add_k']:g} smoothing of the train counts; val(r) and val_full "
       "scored on the whole validation stream's counts (only contexts seen in that fraction); "
       f"tolerance {summary['tol_char']} nats per character × characters per token (the "

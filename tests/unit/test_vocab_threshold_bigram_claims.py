@@ -44,6 +44,13 @@ def test_same_rstar_at_every_n_is_supported():
   assert "N from 100,000 to 400,000 tokens" in t and "12 of 12 fits converged" in t
   assert "r* = 32 (in (16, 32]), excess +0.0040 vs tol 0.0100 (r = 16: excess +0.0200)" in t
   assert "slope 0.00" in t
+  # the closest call: r* fits sit 0.006 from tol 0.01, the failing ones 0.01
+  assert "Closest call: V = 256, f = 0.25, r = 32 is 0.0060 nats from the tolerance" in t
+  assert "still fell by up to 2.0e-04 nats over their last 100 iterations" in t
+  near = [dict(f, val_excess=0.0101) if (f["V"], f["fraction"], f["rank"]) == (1024, 1.0, 32)
+          else f for f in fits_of(cells)]
+  t = rep.paragraph(cells, near, SUMMARY)
+  assert "Closest call: V = 1024, f = 1, r = 32 is 0.0001 nats" in t
 
 
 @pytest.mark.parametrize("rs, status", [([32, 64, 128], "grows"), ([128, 64, 64], "shrinks"),
