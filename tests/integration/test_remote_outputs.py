@@ -215,3 +215,33 @@ def test_export_to_the_store_equals_the_local_export(store, tmp_path, hf):
   np.testing.assert_array_equal(shared.load_np(f"{B}/sweep/{rank_sweep.FULL_HEAD}"), w)
   assert w.shape == (MC.vocab_size, MC.d_model)
 
+
+
+# ------------------------------------------------------------------ sbjax.paths' folder helpers
+
+def test_local_dir_copies_a_tree_once_and_staged_dir_uploads_only_on_success(store, tmp_path):
+  root = paths.upath(f"{B}/tree")
+  (root / "sub").mkdir(parents=True, exist_ok=True)
+  (root / "a.txt").write_text("a")
+  (root / "sub" / "b.bin").write_bytes(b"\0\1")
+  first = Path(paths.local_dir(f"{B}/tree"))
+  assert _files(first) == {"a.txt": b"a", "sub/b.bin": b"\0\1"} and first.name == "tree"
+  (first / "a.txt").write_text("kept")  # a second call reuses the copy: nothing is fetched
+  assert paths.local_dir(f"{B}/tree") == str(first) and (first / "a.txt").read_text() == "kept"
+  (root / "a.txt").write_text("changed")  # another size: another copy
+  again = Path(paths.local_dir(f"{B}/tree"))
+  assert again != first and (again / "a.txt").read_text() == "changed"
+  only = Path(paths.local_dir(f"{B}/tree", names=("a.txt", "missing.json")))
+  assert _files(only) == {"a.txt": b"changed"}
+  assert paths.local_dir(tmp_path) == str(tmp_path)  # local: the folder itself
+  with pytest.raises(FileNotFoundError, match="no such folder: gs://bkt/none"):
+    paths.local_dir(f"{B}/none")
+  with pytest.raises(RuntimeError, match="cut short"):
+    with paths.staged_dir(f"{B}/staged") as d:
+      Path(d, "x.json").write_text("{}")
+      raise RuntimeError("cut short")
+  assert not _objects(store, f"{B}/staged")
+  with paths.staged_dir(f"{B}/staged") as d:
+    Path(d, "q").mkdir()
+    Path(d, "q", "y.txt").write_text("y")
+  assert _objects(store, f"{B}/staged") == {"q/y.txt": b"y"}
