@@ -133,12 +133,14 @@ def population_plan(preset) -> list[tuple[str, list, list]]:
   p = get_planted_preset(preset)
   cfgs = [(a, arm_config(p, a)) for a in p.knobs.arms]
   langs = _Languages(p, Path("."))  # (floors are not asked for here)
-  out = []
-  for name, group in groups(p, cfgs):
-    dss = [langs.language(a, c)[0] for a, c in group]
-    out.append((name, [c for _, c in group], dss[:1] if len({d.seed for d in dss}) == 1
-                else dss))
-  return out
+  return [(name, [c for _, c in g], _datasets(g, langs)) for name, g in groups(p, cfgs)]
+
+
+def _datasets(group: list, langs) -> list:
+  """The datasets of a group's members: one when they share a data seed (one batch for every
+  member), else one per member (each draws its own batches)."""
+  dss = [langs.language(a, c)[0] for a, c in group]
+  return dss[:1] if len({d.seed for d in dss}) == 1 else dss
 
 
 def _train_population(name: str, group: list, wds: list, dss: list, clock) -> None:
@@ -171,9 +173,7 @@ def _train_group(p, name, group, out: Path, langs, clock) -> bool:
   wds = [out / "runs" / a.name for a, _ in group]
   if all(finished(w) is not None for w in wds):
     return False
-  dss = [langs.language(a, c)[0] for a, c in group]
-  if len({d.seed for d in dss}) == 1:
-    dss = dss[:1]  # one data seed: one batch for every member
+  dss = _datasets(group, langs)
   if p.knobs.population:
     _train_population(name, group, wds, dss, clock)
   else:
