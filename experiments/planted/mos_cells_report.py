@@ -48,17 +48,38 @@ def _cmp(name: str, a: dict, low: dict, w: dict | None) -> str:
           f"{low['n']} seeds: **{w['verdict']}**")
 
 
-def _objective_text(obj: str, s: dict) -> str:
+def _budget_text(s: dict, lrs: tuple) -> str:
+  """Where the cell's numbers stop: arms whose chosen lr is an end of the grid (a wider grid
+  might move them), and the matched lowrank head's distance from its exact floor gap."""
+  out = []
+  edge = [f"{run} ({a['lr']:g})" for run, a in s["arms"].items()
+          if len(lrs) > 1 and a["lr"] in (min(lrs), max(lrs))]
+  if edge:
+    out.append("chosen lr at an end of the grid: " + ", ".join(edge)
+               + " (a wider grid might lower these arms)")
+  low = s["arms"].get("lowrank")
+  if low is not None and low["floor_gap"] == low["floor_gap"]:
+    out.append(f"the matched lowrank head ends {_f(low['mean'] - low['floor_gap'])} nats above "
+               f"its exact floor gap ({_f(low['floor_gap'])}), so these runs "
+               + ("stop short of the heads' limits: the comparison is of what each head reaches "
+                  "in this budget" if low["mean"] - low["floor_gap"] > low["spread"] else
+                  "reach that head's limit within its seed spread"))
+  return ("; ".join(out) + ".") if out else ""
+
+
+def _objective_text(obj: str, s: dict, lrs: tuple = ()) -> str:
   low = s["arms"].get("lowrank")
   if low is None:
     return ""
   parts = [_cmp("MoS", s["arms"]["mos"], low, s["params"]) if s["params"] else "",
            _cmp("MoS at the lowrank head's FLOPs", s["arms"]["mos-flops"], low, s["flops"])
            if s["flops"] else ""]
-  return f"With {OBJECTIVE.get(obj, obj)}: " + "; ".join(p for p in parts if p) + "."
+  budget = _budget_text(s, lrs)
+  return (f"With {OBJECTIVE.get(obj, obj)}: " + "; ".join(p for p in parts if p) + "."
+          + (f" {budget[0].upper()}{budget[1:]}" if budget else ""))
 
 
-def _lang_text(lang: str, info: dict | None, by_obj: dict) -> str:
+def _lang_text(lang: str, info: dict | None, by_obj: dict, lrs: tuple = ()) -> str:
   kind = (info or {}).get("kind", "?")
   h = (info or {}).get("entropy_nats", float("nan"))
   what = (f"{kind}, V = {(info or {}).get('vocab', '?')}, k = {(info or {}).get('rank', '?')}"
@@ -70,7 +91,7 @@ def _lang_text(lang: str, info: dict | None, by_obj: dict) -> str:
              "e = k + 1 represents exactly and no lowrank head of rank ≤ d does")
   order = [o for o in ("sampled", "expected") if o in by_obj] + \
       [o for o in by_obj if o not in ("sampled", "expected")]
-  body = " ".join(_objective_text(o, by_obj[o]) for o in order)
+  body = " ".join(_objective_text(o, by_obj[o], lrs) for o in order)
   return (f"**Language {lang}** ({what}; {premise}). Claim tested (Yang et al. 2018): a MoS "
           f"head beats a softmax head of equal head parameters. {body}")
 
@@ -83,7 +104,8 @@ def paragraph(rows, meta: dict) -> list[str]:
   by_lang: dict = {}
   for (lang, obj), rs in cells(rows):
     by_lang.setdefault(lang, {})[obj] = cell_summary(rs)
-  lines = [_lang_text(lang, langs.get(lang), objs) for lang, objs in by_lang.items()]
+  grid = tuple(float(x) for x in s.get("mix_lrs", ()))
+  lines = [_lang_text(lang, langs.get(lang), objs, grid) for lang, objs in by_lang.items()]
   seeds = ", ".join(str(x) for x in s.get("mix_seeds", ()))
   lrs = ", ".join(f"{x:g}" for x in s.get("mix_lrs", ()))
   steps = (s.get("mix") or {}).get("train.steps", "?")

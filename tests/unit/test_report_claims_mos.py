@@ -60,6 +60,10 @@ def test_lr_is_chosen_on_the_selection_stream():
   assert mos["mean"] == pytest.approx(np.mean([0.1 - 0.003 + noise(s) for s in SEEDS]))
   table = "\n".join(mos_cells_report.table(rows))
   assert "| mos | sampled | mos | mos | 2912 | 44032 | 0.03 |" in table
+  # 0.03 is an end of the grid, and the lowrank head ends far above its floor gap (0.04)
+  text = "\n".join(mos_cells_report.paragraph(rows, META))
+  assert "Chosen lr at an end of the grid: mos (0.03), lowrank (0.03), mos-flops (0.03)" in text
+  assert "stop short of the heads' limits" in text
 
 
 @pytest.mark.parametrize("mos_gap,want", [(0.01, "supported"), (0.08, "refuted"),
@@ -81,6 +85,8 @@ def test_planted_paragraph_both_ways(mos_gap, want):
   assert f"− H = {np.mean(g['mos']):.4f} against lowrank r = 11" in text
   assert "With sampled targets" in text and "rank ≈ V − 1" in text
   assert "200 steps at batch 8 × 32" in text and "lrs 0.03, 0.1, 0.3" in text
+  # every arm is best at lr 0.1, inside the grid; the lowrank head ends at its floor gap
+  assert "end of the grid" not in text and "reach that head's limit" in text
   # mos-flops equals lowrank on average: its comparison is undecided whatever MoS does
   assert s["flops"]["verdict"] == "undecided"
 
