@@ -179,7 +179,10 @@ GPU_ARMS = gpu_arms("bfloat16")
 GPU = {"data.source": "planted_tail", "data.planted_vocab": 4096, "data.planted_rank": 32,
        "data.planted_mix": 8, "data.planted_zipf": 1.5, "data.planted_sampler": "device",
        "model.n_layers": 2, "train.batch_size": 64, "train.seq_len": 128,
-       "train.ckpt_every": 1000, "train.log_every": 100}
+       "train.ckpt_every": 1000, "train.log_every": 100,
+       # ~28 checkpoints per member (log-spaced, then every 1000 steps), 12 members: saved
+       # while the next steps run
+       "train.async_checkpoint": True}
 # head_dim 32: 1, 4 and 16 attention heads; floors: the svd bound (the fit takes hours at
 # V 4096); the width account: "only d 32 rises"
 GPU_KNOBS = dict(head_dim=32, streaming=True, val_windows=64, floor_mode="svd", small_d=32,
@@ -231,7 +234,10 @@ PLANTED_PRESETS: dict[str, Preset[Knobs]] = {
     # sbjax.data.planted_stream), 2 layers; not run yet
     "tpu-planted": planted_preset(
         {"train.lr": 1e-3, "train.batch_size": 32, "model.n_layers": 2,
-         "train.ckpt_every": 1000, "train.log_every": 100},
+         "train.ckpt_every": 1000, "train.log_every": 100,
+       # ~28 checkpoints per member (log-spaced, then every 1000 steps), 12 members: saved
+       # while the next steps run
+       "train.async_checkpoint": True},
         Knobs(arms=PYTHIA_ARMS + (BF16_ARM,), val_windows=256, streaming=True)),
 }
 
