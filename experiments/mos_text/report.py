@@ -80,7 +80,7 @@ def paragraph(rows, meta: dict) -> str:
           f"{_f(mos['mean'])} nats/token; " + "; ".join(p for p in parts if p) + ". "
           f"Scope and choices: one corpus ({Path(str(meta.get('corpus', '?'))).name}, "
           f"sentencepiece V = {d.get('vocab_size', '?')}), a {s.get('n_layers', '?')}-layer "
-          f"trunk of d = {rows[0]['d_model']}, {s.get('steps', '?')} steps at batch "
+          f"trunk of d = {int(rows[0]['d_model'])}, {s.get('steps', '?')} steps at batch "
           f"{s.get('batch', '?')} × {s.get('seq_len', '?')}, one lr ({s.get('lr', '?')}) for "
           "every arm (not tuned per arm), init seeds "
           f"{', '.join(str(x) for x in meta.get('seeds', ()))}, every arm from the same data "

@@ -19,6 +19,7 @@ from sbjax.overrides import config_from
 from sbjax.studies.corpus import corpus_overrides
 from sbjax.studies.head_flops import head_flops
 from sbjax.train import member_dir, train_once
+from sbjax.train.done import finished
 
 
 def matched_rank(base: Config, target: int) -> int:
@@ -80,10 +81,11 @@ def run(out: Path, preset, *, data: str | None = None, verbose: bool = True) -> 
               for s in p.knobs.seeds]
       dirs = [member_dir(out / "runs" / arm, i) for i in range(len(cfgs))]
       progress.start(f"{arm} x{len(cfgs)}")
+      trained = any(finished(d) is None for d in dirs)
       t0 = time.perf_counter()
       sums = train_once(cfgs, dirs, dataset=ds, quiet=not verbose)
       sec = (time.perf_counter() - t0) / len(cfgs)
-      progress.finish(trained=sec > 1.0)
+      progress.finish(trained=trained)
       rows += [_row(arm, c, s, sec) for c, s in zip(cfgs, sums)]
       write_rows(out / report.CSV, rows)
   finally:

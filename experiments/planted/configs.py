@@ -74,8 +74,8 @@ OBJECTIVE_TAG = {"sampled": "sampled", "expected": "rb"}  # arm names: rb = Rao-
 def mix_cells(p: Preset) -> list:
   """Part 2's (language, objective) cells: [(lang, objective, dotted overrides over
   ``mix_overrides``)], every language of ``mix_langs`` (name, overrides[, its own objectives])
-  with every objective of ``mix_objectives``; one cell (None, None, {}) when the preset has neither ``mix_langs``
-  nor ``mix_objectives`` (its arms keep their plain labels)."""
+  with every objective of ``mix_objectives``; one cell (None, None, {}) when the preset has
+  neither ``mix_langs`` nor ``mix_objectives`` (its arms keep their plain labels)."""
   if not p.knobs.mix_langs and not p.knobs.mix_objectives:
     return [(None, None, {})]
   langs = p.knobs.mix_langs or (("mix", {}),)

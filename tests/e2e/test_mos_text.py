@@ -33,7 +33,8 @@ def test_rows_arms_and_matching(out):
   r = int(by["lowrank"]["rank"])
   mos = int(by["mos"]["head_params"])
   assert all(abs(r * (v + d) - mos) <= abs(q * (v + d) - mos) for q in range(1, d + 1))
-  assert int(by["dense"]["head_params"]) == v * d and int(by["lowrank"]["head_params"]) == r * (v + d)
+  assert int(by["dense"]["head_params"]) == v * d
+  assert int(by["lowrank"]["head_params"]) == r * (v + d)
   assert all(np.isfinite(float(x["eval_loss"])) and int(x["steps"]) == 4 for x in rows)
   # seeds differ in init, so their losses differ
   assert len({r["eval_loss"] for r in rows if r["arm"] == "mos"}) == len(p.knobs.seeds)
@@ -45,7 +46,8 @@ def test_report_verdicts_match_scipy(out):
   rows = read_rows(out / mos_text.CSV)
   meta = json.loads((out / mos_text.META).read_text())
   text = mos_text.report_section(out, ".")
-  loss = {a: [float(r["eval_loss"]) for r in rows if r["arm"] == a] for a in ("mos", "lowrank", "dense")}
+  loss = {a: [float(r["eval_loss"]) for r in rows if r["arm"] == a]
+          for a in ("mos", "lowrank", "dense")}
   for other, key in (("lowrank", "params"), ("dense", "flops")):
     t = stats.ttest_ind(loss[other], loss["mos"], equal_var=False)
     lo, hi = t.confidence_interval(0.95)

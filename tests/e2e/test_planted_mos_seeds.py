@@ -36,7 +36,8 @@ def test_rows_cells_and_selection_columns(out):
   cfg = dict(exp.mix_configs(p))
   for r in rows:
     assert r["head_flops"] == head_flops(cfg[r["label"]].model)
-    assert np.isfinite(r["sel_gap"]) and r["sel_gap"] == pytest.approx(r["sel_expected_loss"] - r["H"])
+    assert np.isfinite(r["sel_gap"])
+    assert r["sel_gap"] == pytest.approx(r["sel_expected_loss"] - r["H"])
     assert r["sel_expected_loss"] != r["expected_loss"]  # another stream
   low = next(r for r in rows if r["run"] == "lowrank")
   flops = next(r for r in rows if r["run"] == "mos-flops")
@@ -62,7 +63,8 @@ def test_report_recomputed_from_csv(out):
     gaps = {}
     for run in ("mos", "lowrank", "mos-flops"):
       sel = [r for r in rs if r["run"] == run]
-      by_lr = {lr: np.mean([r["sel_gap"] for r in sel if r["lr"] == lr]) for lr in {r["lr"] for r in sel}}
+      by_lr = {lr: np.mean([r["sel_gap"] for r in sel if r["lr"] == lr])
+               for lr in {r["lr"] for r in sel}}
       best = min(by_lr, key=by_lr.get)  # chosen on the selection stream
       gaps[run] = [r["gap"] for r in sel if r["lr"] == best]
     for key, run in (("params", "mos"), ("flops", "mos-flops")):
