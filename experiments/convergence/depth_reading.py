@@ -82,7 +82,8 @@ def _label(level, probe) -> str:
 
 
 def claim_cells(rows: list[dict]) -> dict:
-  """{claim: [(cell label, outcome True/False/None, text)]} of every cell (module doc)."""
+  """{claim: [(cell label, outcome True/False/None, text)]} of every cell (module doc), and
+  "lower_late": per cell, whether the smallest model's lower layers are late too."""
   names = _by_width(rows)
   small, big = names[0], names[-1]
   out = {"early": [], "bottom_up": [], "late_top": []}
@@ -98,6 +99,7 @@ def claim_cells(rows: list[dict]) -> dict:
                    if int(r["layer"]) < int(r["n_layers"]) / 2])
     out["late_top"].append((lab, math.isfinite(top) and top > PAPER_FRAC,
                             f"{cell(top, 2)} (lower layers {cell(low, 2)})"))
+    out.setdefault("lower_late", []).append(math.isfinite(low) and low > PAPER_FRAC)
   return out
 
 
@@ -138,9 +140,14 @@ def depth_claims(rows: list[dict], scope: str) -> str:
   names = _by_width(rows)
   n_probe = len({int(r["probe"]) for r in rows})
   sup, con, und = [], [], []
-  for claim, cells in claim_cells(rows).items():
+  found = claim_cells(rows)
+  lower_late = all(found.pop("lower_late"))
+  for claim, cells in found.items():
     txt = CLAIMS[claim].format(big=names[-1], small=names[0], cells="; ".join(
         f"{lab} {t}" for lab, _, t in cells))
+    if claim == "late_top" and lower_late:
+      txt += (f"; {names[0]}'s lower layers also stabilise after 20% in every cell, so the "
+              "lateness is not specific to the later layers")
     v = _verdict([o for _, o, _ in cells])
     held = sum(o is True for _, o, _ in cells)
     (sup if v == "supported" else con if v == "refuted" else und).append(

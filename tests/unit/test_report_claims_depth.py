@@ -67,7 +67,7 @@ def test_paper_like_rows_support_every_claim():
   assert "0.8/batch 1 0.08" in t and "0.95/batch 2 0.55 (lower layers 0.07)" in t
   assert "same step for 8 of 8 layers" not in t and "same step for 16 of 16 layers" in t
   assert "lies within the 2.4–4.7" in t and "Contradicted" not in t
-  assert "of 128 sequences, models d32, d128" in t
+  assert "of 128 sequences, models d32, d128" in t and "not specific to the later" not in t
 
 
 def test_reversed_rows_refute_every_claim():
@@ -101,6 +101,14 @@ def test_level_dependence_is_undecided_with_the_cell_count():
     return paper_like(m, probe, kind, layer, level) + (0.0 if level == 0.8 else 0.3)
   v = verdicts(dr.depth_claims(rows_of(TWO, by_level), SCOPE))
   assert "within ~20%" in v["Undecided"] and "holds in 2 of 6 cells" in v["Undecided"]
+
+
+def test_late_lower_layers_are_named_beside_a_late_top():
+  def all_late(m, probe, kind, layer, level):  # d32: every layer after 20%
+    return paper_like(m, probe, kind, layer, level) + (0.3 if m == "d32" else 0.0)
+  v = verdicts(dr.depth_claims(rows_of(TWO, all_late), SCOPE))
+  assert "later layers stabilise late" in v["Supported"]
+  assert "d32's lower layers also stabilise after 20% in every cell" in v["Supported"]
 
 
 def test_no_order_is_undecided_and_one_width_is_named():
