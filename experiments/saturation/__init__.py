@@ -4,8 +4,8 @@ r"""Saturation of small language models (Godey et al. 2024, E1/E3/E4): a width s
   python -m experiments.saturation --preset=quick --out=/tmp/sat --data=DIR_OF_TXT
   python -m experiments.saturation --preset=test --out=/tmp/sat   # seconds, for the tests
 
-Models of widths d (cpu: 16, 32, 64, 128, 256) at a fixed depth and vocabulary are trained
-on one text corpus (default: the sample corpus ``sbjax/data/sample_text``, one sentencepiece tokenizer for
+Models of widths d (cpu: 16, 32, 48, 64, 96, 128, 192, 256) at a fixed depth and vocabulary
+are trained on one text corpus (default: the sample corpus ``sbjax/data/sample_text``, one sentencepiece tokenizer for
 all widths) for the same number of steps, with log-spaced checkpoints (0, 1, 2, 4, ..., 512)
 and then one every ``ckpt_every`` steps up to the end. Every run is analysed with
 ``sbjax.analysis.analyze_run`` (groups loss, anisotropy, spectrum; one fixed validation
@@ -35,7 +35,9 @@ only) draws ``fig_loss_anisotropy.png``, ``fig_spectrum_heatmap.png``, ``fig_kl_
 Late rise, paired: every width's per-window losses on the fixed validation windows
 (``windows.npz``, ``windows.py``) give the rise statistic of ``sbjax.studies.rise`` with a
 paired-bootstrap CI (``rise_stat``, ``rise_ci_lo``/``hi``, ``rise_verdict``) and the CI of the
-small widths' gap (``gap_final_ci_lo``/``hi``); N is reported with and without the head.
+widths' gap under both counts of N, without and with the head (``gap_final_ci_lo``/``hi``,
+``gap_final_with_head_ci_lo``/``hi``); ``scaling_reading`` turns them into the Fig. 1b verdict
+(supported / refuted / undecided per count, with its scope).
 
 The planted arms (``--preset=test-planted|cpu-planted|tpu-planted``; ``planted_presets``,
 ``planted_run``, ``planted_measure``, ``planted_report``): arms of width d and weight decay λ
@@ -45,6 +47,7 @@ on fixed validation windows at every checkpoint, the exact floor(d), and a per-a
 
 Modules: ``presets`` (PRESETS: test, quick, cpu, tpu), ``run`` (training, analysis),
 ``measure`` (late-rise test, scaling fits, the CSVs), ``report`` (figures, markdown),
+``scaling_reading`` (the generated paragraph on the scaling fit),
 ``series`` (``--series=WORKDIR --tokens=FILE``: the analysis half on the checkpoints of an
 imported series or a run, no training), ``__main__`` (the CLI).
 """

@@ -58,8 +58,10 @@ PRESETS: dict[str, Preset[Knobs]] = {
                     Knobs(widths=(8, 16, 32), fit_min_width=8, eval_sequences=16,
                           anisotropy_tokens=128, smooth=2, n_boot=200)),
     # eight widths, six of them (>= 48) in the fit (3 residual degrees of freedom); ~1.2M
-    # tokens per run, 0.6 epoch. The five-width version took 9 min on 2 cores (BUILD_NOTES.md);
-    # this one is an ESTIMATE of ~20 min (not measured)
+    # tokens per run, 0.6 epoch of the 42-file Shakespeare corpus (--data). Measured (session
+    # 14, BUILD_NOTES.md): 1094 s of CPU (992 user + 102 sys), 75 min wall on 2 cores shared
+    # at load 10-20; within the 45-min CPU budget unshrunk (the steps and seq_len are the
+    # five-width version's, whose d 16/32/64/128 losses it reproduces to every printed digit)
     "cpu": Preset("planted", overrides({}), Knobs(widths=(16, 32, 48, 64, 96, 128, 192, 256),
                                                  fit_min_width=48)),
     # Pythia-like: depth 6, V = 50304, 2048-token windows, 0.5M tokens per step (~15B tokens)

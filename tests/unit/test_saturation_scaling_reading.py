@@ -102,6 +102,14 @@ def test_paragraph_both_ways():
   t = scaling_paragraph(rows_with(up, down), FITS, META)
   assert verdict(t) == ("undecided: it depends on how N is counted (without the head: "
                         "supported, with the head: refuted)")
+  # a gap inside the law's own residual on the fitted widths is not told from it: undecided
+  rows = rows_with(up, up)
+  rows[2].update(gap_final_pct=3.0, gap_final_with_head_pct=-0.5)
+  t = scaling_paragraph(rows, FITS, META)
+  assert "largest residual on the fitted widths, 3.00% (d=48): undecided" in t
+  assert "largest residual on the fitted widths, 0.50% (d=48): supported" in t
+  assert verdict(t).startswith("undecided: it depends")
+  t = scaling_paragraph(rows_with(up, down), FITS, META)
   # the scope names the recipe, the tokens and what the CI covers
   assert "lr 0.003 (batch 16 × 64 tokens: 1,228,800 tokens per run, 0.58 epochs" in t
   assert "one seed per width" in t and "not seed variance" in t
@@ -117,6 +125,9 @@ def test_paragraph_without_fit_or_ci():
   t = scaling_paragraph(one, {"final": {**FIT, "alpha": math.nan, "n_points": 1}}, {})
   assert verdict(t) == "undecided" and "every width is in the fit" in t
   assert gap_verdict([], []) == "undecided" and gap_verdict([0.1], [math.nan]) == "undecided"
+  assert gap_verdict([1.0], [3.0], [2.0], misfit=1.5) == "supported"
+  assert gap_verdict([1.0], [3.0], [2.0], misfit=2.5) == "undecided"
+  assert gap_verdict([-3.0], [-1.0], [-2.0], misfit=1.5) == "refuted"
 
 
 def test_claims_text_uses_the_same_rule():
