@@ -5,9 +5,9 @@ r"""Saturation of small language models (Godey et al. 2024, E1/E3/E4): a width s
   python -m experiments.saturation --preset=test --out=/tmp/sat   # seconds, for the tests
 
 Models of widths d (cpu: 16, 32, 48, 64, 96, 128, 192, 256) at a fixed depth and vocabulary
-are trained on one text corpus (default: the sample corpus ``sbjax/data/sample_text``, one sentencepiece tokenizer for
-all widths) for the same number of steps, with log-spaced checkpoints (0, 1, 2, 4, ..., 512)
-and then one every ``ckpt_every`` steps up to the end. Every run is analysed with
+are trained on one text corpus (default: the sample corpus ``sbjax/data/sample_text``, one
+sentencepiece tokenizer for all widths) for the same number of steps, with log-spaced
+checkpoints (0, 1, 2, 4, ..., 512) and then one every ``ckpt_every`` steps up to the end. Every run is analysed with
 ``sbjax.analysis.analyze_run`` (groups loss, anisotropy, spectrum; one fixed validation
 sample). Then:
 

@@ -85,7 +85,9 @@ def overall(verdicts: dict[str, str]) -> str:
 def scope(rows: list[dict], meta: dict) -> str:
   """What the verdict covers: the models, data, recipe and what the CI resamples."""
   widths = ", ".join(str(int(r["width"])) for r in rows)
-  text = (f"Scope: {len(rows)} width{'s' if len(rows) > 1 else ''} (d = {widths}) of {int(rows[0]['n_layers'])}-layer models, "
+  plural = "s" if len(rows) > 1 else ""
+  text = (f"Scope: {len(rows)} width{plural} (d = {widths}) of {int(rows[0]['n_layers'])}-layer "
+          "models, "
           f"V = {int(rows[0]['vocab_size'])}, {int(rows[0]['steps'])} steps")
   o, k, d = meta.get("overrides", {}), meta.get("knobs", {}), meta.get("data", {})
   if o and k and d:

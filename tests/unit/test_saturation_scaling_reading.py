@@ -35,7 +35,8 @@ def windows(tmp_path, means, seed=0, w=64):
 
 def measured(tmp_path, means):
   rows = [{"width": d, "n_nonembedding": float(a), "n_with_head": float(b), "final_eval_loss": m,
-           "best_eval_loss": m, "n_layers": 2, "vocab_size": 1024, "steps": 1200} for d, a, b, m in zip(WIDTHS, N_NE, N_H, means)]
+           "best_eval_loss": m, "n_layers": 2, "vocab_size": 1024, "steps": 1200}
+          for d, a, b, m in zip(WIDTHS, N_NE, N_H, means)]
   rows, fits = saturation.fit_rows(rows, fit_min_width=48)
   gap_cis(rows, windows(tmp_path, means), saturation.Knobs(widths=WIDTHS, fit_min_width=48,
                                                            n_boot=200))
