@@ -7,9 +7,9 @@ r"""Saturation of small language models (Godey et al. 2024, E1/E3/E4): a width s
 Models of widths d (cpu: 16, 32, 48, 64, 96, 128, 192, 256) at a fixed depth and vocabulary
 are trained on one text corpus (default: the sample corpus ``sbjax/data/sample_text``, one
 sentencepiece tokenizer for all widths) for the same number of steps, with log-spaced
-checkpoints (0, 1, 2, 4, ..., 512) and then one every ``ckpt_every`` steps up to the end. Every run is analysed with
-``sbjax.analysis.analyze_run`` (groups loss, anisotropy, spectrum; one fixed validation
-sample). Then:
+checkpoints (0, 1, 2, 4, ..., 512) and then one every ``ckpt_every`` steps up to the end.
+Every run is analysed with ``sbjax.analysis.analyze_run`` (groups loss, anisotropy, spectrum;
+one fixed validation sample). Then:
 
 * Figures for all widths together: eval loss vs step coloured by last-layer anisotropy
   (Godey Fig. 3), the sigma_i/sigma_1 heat-map of the head (Fig. 4), KL(sigma || u) of the
