@@ -24,7 +24,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - after choosing the non-interactive backend
-from matplotlib.ticker import ScalarFormatter  # noqa: E402
+from matplotlib.ticker import NullFormatter, ScalarFormatter  # noqa: E402
 
 from ..shared import read_rows, save_figure, upath  # noqa: E402
 from .measure import loglog_fit  # noqa: E402
@@ -193,9 +193,14 @@ def draw(out):
   axes[1].set_xscale("log")
   axes[1].set_yscale("log", base=2)
   axes[1].set(xlabel="training tokens N", ylabel="r* (bar: down to the failing rank)")
+  axes[0].set_xticks(sorted({int(r["rank"]) for r in fits}))
+  axes[1].set_yticks(sorted({int(c["r_star"]) for c in cells}
+                            | {int(c["lo"]) for c in cells if int(c["lo"]) > 0}))
   for ax in axes:
     ax.yaxis.set_major_formatter(ScalarFormatter())
+    ax.yaxis.set_minor_formatter(NullFormatter())
   axes[0].xaxis.set_major_formatter(ScalarFormatter())
+  axes[0].xaxis.set_minor_formatter(NullFormatter())
   axes[1].legend(fontsize=7)
   fig.suptitle("Exact bigram r*(V, N)")
   fig.tight_layout()
