@@ -57,7 +57,7 @@ def _cmp(what: str, mos: dict, other: dict, w: dict | None) -> str:
   if w is None:
     return ""
   return (f"against {what} ({other['head_params']} head parameters, {other['head_flops']} "
-          f"FLOPs/token; loss {_f(other['mean'])}) MoS is lower by {_f(w['diff'])} nats, "
+          f"FLOPs/token; loss {_f(other['mean'])}) its loss − MoS's = {_f(w['diff'])} nats, "
           f"{int(LEVEL * 100)}% Welch CI [{_f(w['lo'])}, {_f(w['hi'])}] over {mos['n']} + "
           f"{other['n']} seeds: **{w['verdict']}**")
 
@@ -85,8 +85,10 @@ def paragraph(rows, meta: dict) -> str:
           "every arm (not tuned per arm), init seeds "
           f"{', '.join(str(x) for x in meta.get('seeds', ()))}, every arm from the same data "
           "order; head FLOPs count the forward matmuls (sbjax.studies.head_flops), not the "
-          "softmaxes' exponentials. A verdict holds at this size and budget only; undecided "
-          "means the interval covers 0.")
+          "softmaxes' exponentials. The interval covers the seeds' variation only: every arm "
+          f"is scored on the same {s.get('eval_batches', '?')} validation batches, whose own "
+          "sampling error is not in it. A verdict holds at this size and budget only; "
+          "undecided means the interval covers 0.")
 
 
 def draw(out: Path) -> None:

@@ -95,5 +95,6 @@ def run(out: Path, preset, *, data: str | None = None, verbose: bool = True) -> 
                                  "data": ds.info(), "seeds": list(p.knobs.seeds),
                                  "settings": {"steps": tc.steps, "batch": tc.batch_size,
                                               "seq_len": tc.seq_len, "lr": tc.lr,
+                                              "eval_batches": tc.eval_batches,
                                               "n_layers": cfg.model.n_layers}})
   report.draw(out)

@@ -34,6 +34,16 @@ floor gap, and whether the margin exceeds 5× the spread. Whether MoS wins is re
 assumed. The test preset keeps the older ``planted_mix`` (independent output embeddings per
 component). ``--parts=mix`` runs part 2 alone.
 
+Part 2 in cells (issue 33 item 5; presets ``test-mos-seeds``, ``cpu-mos-seeds``, part 2 alone):
+languages (``Knobs.mix_langs``: the knee language and the MoS language) x training objectives
+(``mix_objectives``: sampled targets, the headline, and the Rao-Blackwellised loss beside it) x
+arms (MoS 16 × 5, the parameter-matched lowrank, MoS at the lowrank head's FLOPs), each arm one
+population of init seeds x lrs; each arm's lr is chosen on an independent selection stream
+(``select_batches``; ``measure.selection_batches``) and reported on the validation stream;
+planted_mix.csv then has the columns lang, objective, run, head_flops
+(``sbjax.studies.head_flops``) and sel_*; ``mos_cells`` gives each cell's Welch verdicts
+(``sbjax.studies.welch``) and ``mos_cells_report`` the table, figure and paragraph.
+
 Outputs in OUT: ``planted.csv`` (rank, eval_loss, eval_acc, expected_loss, floor, H, gap,
 floor_gap), ``planted_floor.csv`` (the floor fit with its convergence record),
 ``planted_mix.csv`` (one row per run, with its arm, lr and seed), ``planted_mix_floor.csv``,

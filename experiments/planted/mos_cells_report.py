@@ -120,8 +120,10 @@ def paragraph(rows, meta: dict) -> list[str]:
            "The gap is the Rao-Blackwellised validation loss − H (the mean KL to the "
            "language) whatever the training objective. Head FLOPs count the forward matmuls "
            "(sbjax.studies.head_flops), not the softmaxes' exponentials (MoS: M × V per token). "
-           "A verdict holds for this size and budget only; undecided means the interval "
-           "covers 0.")
+           "The interval covers the seeds' variation only: every arm is measured on the same "
+           "reported batches, whose own sampling error (rare contexts carry much of the mean "
+           "KL) is not in it. A verdict holds for this size and budget only; undecided means "
+           "the interval covers 0.")
   return lines + [scope]
 
 

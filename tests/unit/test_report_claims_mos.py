@@ -108,7 +108,8 @@ def test_text_paragraph_both_ways(mos, want):
   low = (4.3, 4.31, 4.29)
   rows = text_rows({"dense": (4.25, 4.26, 4.24), "mos": mos, "lowrank": low})
   meta = {"corpus": "x/shakespeare", "data": {"vocab_size": 1024}, "seeds": [0, 1, 2],
-          "settings": {"steps": 200, "batch": 8, "seq_len": 64, "lr": 0.01, "n_layers": 2}}
+          "settings": {"steps": 200, "batch": 8, "seq_len": 64, "lr": 0.01, "n_layers": 2,
+                       "eval_batches": 16}}
   text = text_report.paragraph(rows, meta)
   lo, hi = stats.ttest_ind(low, mos, equal_var=False).confidence_interval(0.95)
   assert text_report.comparisons(rows)["params"]["verdict"] == want
@@ -116,3 +117,4 @@ def test_text_paragraph_both_ways(mos, want):
   first = text.split("the dense head")[0]
   assert f"**{want}**" in first
   assert f"{np.mean(mos):.4f} nats/token" in text and "200 steps at batch 8 × 64" in text
+  assert "the same 16 validation batches" in text
