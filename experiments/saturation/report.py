@@ -15,7 +15,7 @@ import numpy as np  # noqa: E402
 
 from .measure import FITS, smooth  # noqa: E402
 from .scaling_reading import gap_verdict, scaling_paragraph  # noqa: E402
-from ..shared import claims_sentences, fmt, read_rows, span  # noqa: E402
+from ..shared import claims_sentences, fmt, read_rows, save_figure, span, upath  # noqa: E402
 from sbjax.analysis import figures  # noqa: E402
 from sbjax.studies.scaling import ScalingFit  # noqa: E402
 
@@ -31,13 +31,13 @@ def _f(x, spec: str = ".4f") -> str:
 def read_fits(out: Path) -> dict[str, ScalingFit]:
   return {r["fit_on"]: ScalingFit(A=r["A"], alpha=r["alpha"], E=r["E"],
                                   n_points=int(r["n_points"]), rmse=r["rmse"])
-          for r in read_rows(Path(out) / "saturation_fit.csv")}
+          for r in read_rows(upath(out) / "saturation_fit.csv")}
 
 
 def draw(out: Path) -> None:
   """Every width together: Godey Fig. 3 (loss coloured by anisotropy), Fig. 4 (head
   sigma_i/sigma_1), Fig. 5 (KL(sigma||u)), and the scaling fit with the training loss."""
-  out = Path(out)
+  out = upath(out)
   rows = read_rows(out / "saturation_runs.csv")
   labels = [f"d={int(r['width'])}" for r in rows]
   adirs = [out / "runs" / f"d{int(r['width'])}" / "analysis" for r in rows]
@@ -59,7 +59,7 @@ def draw(out: Path) -> None:
   ax2.set_title("Training loss")
   ax2.legend(fontsize=7)
   fig.tight_layout()
-  fig.savefig(out / FIGS["scaling"], dpi=110)
+  save_figure(fig, out / FIGS["scaling"], dpi=110)
   plt.close(fig)
 
 
@@ -86,7 +86,7 @@ def _scaling_panel(ax, rows: list[dict], fits: dict) -> None:
 
 def report_section(out: Path, rel: str) -> str:
   """The markdown section: figures (drawn now), the per-width table and the fits."""
-  out = Path(out)
+  out = upath(out)
   draw(out)
   rows = read_rows(out / "saturation_runs.csv")
   fits = {r["fit_on"]: r for r in read_rows(out / "saturation_fit.csv")}
