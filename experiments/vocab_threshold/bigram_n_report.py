@@ -120,7 +120,9 @@ def _margin_sentence(cells: list, fits: list) -> str:
   drifts = [float(x["drift"]) for x in fits if int(x["converged"])
             and math.isfinite(float(x["drift"]))]
   tail = (f"; converged fits still fell by up to {max(drifts):.1e} nats over their last 100 "
-          "iterations, so a decision this close can move with a tighter gtol" if drifts else "")
+          "iterations, and fits of one rank from other starts can differ on validation by more "
+          "than their train floors do, so a decision this close can move with the start or a "
+          "tighter gtol" if drifts else "")
   return (f" Closest call: V = {int(c['V'])}, f = {float(c['fraction']):g}, r = {int(f['rank'])}"
           f" is {m:.4f} nats from the tolerance (excess {float(f['val_excess']):+.4f} vs "
           f"{float(c['tol_token']):.4f}){tail}.")
