@@ -58,6 +58,19 @@ def save_figure(fig, path, **kwargs) -> None:
   atomic_write_bytes(path, buf.getvalue())
 
 
+def finish_figure(fig, path, title: str | None = None, *, dpi: int = 110, fontsize=None):
+  """A report figure's last steps: ``title`` as the suptitle, tight layout, saved to ``path``
+  (``save_figure``), closed; returns ``path``."""
+  import matplotlib.pyplot as plt  # deferred: reading a CSV must not import matplotlib
+
+  if title is not None:
+    fig.suptitle(title, fontsize=fontsize)
+  fig.tight_layout()
+  save_figure(fig, path, dpi=dpi)
+  plt.close(fig)
+  return path
+
+
 def save_npz(path, **arrays) -> None:
   """``np.savez(path, **arrays)``; a remote ``path`` gets the bytes as one object."""
   if is_local(path):

@@ -18,7 +18,7 @@ from .report_ceiling import ceiling_lines  # noqa: E402
 from . import findings as F  # noqa: E402
 from .measure import ANCHOR_SOURCE, ANCHORS, METRICS, POINTS  # noqa: E402
 from .tables import column, min_counts, model_rows  # noqa: E402
-from ..shared import fmt, read_rows, save_figure, upath  # noqa: E402
+from ..shared import fmt, read_rows, finish_figure, upath  # noqa: E402
 from sbjax.studies import stats  # noqa: E402
 
 FIGURE = "fig_collapse_vs_loss.png"
@@ -56,14 +56,9 @@ def figure(out: Path) -> Path:
       ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
   for ax in axes.ravel()[len(METRICS):]:
     ax.axis("off")
-  fig.suptitle(f"collapse metrics vs validation loss (min_count {mc0}; colour: depth; filled: "
-               "last snapshot, open: earlier; size: width; red x, +: the seed groups' shapes)",
-               fontsize=10)
-  fig.tight_layout()
-  path = upath(out) / FIGURE
-  save_figure(fig, path, dpi=100)
-  plt.close(fig)
-  return path
+  title = (f"collapse metrics vs validation loss (min_count {mc0}; colour: depth; filled: "
+           "last snapshot, open: earlier; size: width; red x, +: the seed groups' shapes)")
+  return finish_figure(fig, upath(out) / FIGURE, title, dpi=100, fontsize=10)
 
 
 def _f(v) -> str:

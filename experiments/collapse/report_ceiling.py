@@ -14,7 +14,7 @@ import matplotlib.ticker  # noqa: E402
 import numpy as np  # noqa: E402
 
 from .findings import ceiling_sentence  # noqa: E402
-from ..shared import fmt, read_rows, save_figure, upath  # noqa: E402
+from ..shared import fmt, read_rows, finish_figure, upath  # noqa: E402
 
 FIGURE = "fig_collapse_ceiling.png"
 SHOWN = ("nc1_log10_mean_cdnv", "nc2_norm_cov", "etf_error", "gnc2_log_kernel_mean",
@@ -39,14 +39,9 @@ def figure(out: Path, ceil: list[dict], trained: list[dict]) -> Path:
     ax.set_xlabel("gap to H (nats)", fontsize=8)
     ax.tick_params(labelsize=7)
   axes.ravel()[0].legend(fontsize=7)
-  fig.suptitle("collapse metrics of models trained on the planted language vs their gap to the "
-               "entropy (training runs right to left); dashed/dotted: the Bayes-optimal model",
-               fontsize=10)
-  fig.tight_layout()
-  path = upath(out) / FIGURE
-  save_figure(fig, path, dpi=100)
-  plt.close(fig)
-  return path
+  title = ("collapse metrics of models trained on the planted language vs their gap to the "
+           "entropy (training runs right to left); dashed/dotted: the Bayes-optimal model")
+  return finish_figure(fig, upath(out) / FIGURE, title, dpi=100, fontsize=10)
 
 
 def ceiling_lines(out: Path, rel: str) -> list[str]:

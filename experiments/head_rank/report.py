@@ -10,7 +10,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - after choosing the non-interactive backend
 
-from ..shared import fmt, save_figure, upath  # noqa: E402
+from ..shared import fmt, finish_figure, upath  # noqa: E402
 from sbjax.studies import rank_sweep as rs  # noqa: E402
 
 NAME = "head_rank"
@@ -68,12 +68,7 @@ def draw(out: Path) -> Path:
     ax.set_xlabel("head rank r")
     ax.set_ylabel(label)
   axes[0].legend(fontsize=7)
-  fig.suptitle("Head rank (Godey Fig. 6 analogue), best LR per rank")
-  fig.tight_layout()
-  path = upath(out) / FIGURE
-  save_figure(fig, path, dpi=110)
-  plt.close(fig)
-  return path
+  return finish_figure(fig, upath(out) / FIGURE, "Head rank (Godey Fig. 6 analogue), best LR per rank", dpi=110)
 
 
 def _f(x) -> str:

@@ -26,7 +26,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - after choosing the non-interactive backend
 from matplotlib.ticker import NullFormatter, ScalarFormatter  # noqa: E402
 
-from ..shared import read_rows, save_figure, upath  # noqa: E402
+from ..shared import read_rows, finish_figure, upath  # noqa: E402
 from .measure import loglog_fit  # noqa: E402
 
 FITS_CSV = "bigram_n_fits.csv"
@@ -204,9 +204,4 @@ def draw(out):
   axes[0].xaxis.set_major_formatter(ScalarFormatter())
   axes[0].xaxis.set_minor_formatter(NullFormatter())
   axes[1].legend(fontsize=7)
-  fig.suptitle("Exact bigram r*(V, N)")
-  fig.tight_layout()
-  path = out / FIGURE
-  save_figure(fig, path, dpi=110)
-  plt.close(fig)
-  return path
+  return finish_figure(fig, out / FIGURE, "Exact bigram r*(V, N)", dpi=110)

@@ -13,7 +13,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - after choosing the non-interactive backend
 import numpy as np  # noqa: E402
 
-from ..shared import fmt, read_rows, save_figure, upath  # noqa: E402
+from ..shared import fmt, read_rows, finish_figure, upath  # noqa: E402
 from . import bigram_n_report  # noqa: E402
 from .corpus_limits import corpus_sentence  # noqa: E402
 from .head_lrs import head_lr_section  # noqa: E402
@@ -68,12 +68,7 @@ def draw(out: Path) -> Path:
   fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
   _ratio_panel(axes[0], table, read_rows(out / RUNS_CSV), fit["tol"])
   _fit_panel(axes[1], table, fit)
-  fig.suptitle("Rank needed vs vocabulary size")
-  fig.tight_layout()
-  path = out / FIGURE
-  save_figure(fig, path, dpi=110)
-  plt.close(fig)
-  return path
+  return finish_figure(fig, out / FIGURE, "Rank needed vs vocabulary size", dpi=110)
 
 
 def _ngram_cell(t: dict) -> str:

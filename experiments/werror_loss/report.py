@@ -11,7 +11,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - after choosing the non-interactive backend
 
-from ..shared import fmt, read_rows, save_figure, upath  # noqa: E402
+from ..shared import fmt, read_rows, finish_figure, upath  # noqa: E402
 from .presets import THRESHOLD  # noqa: E402
 
 NAME = "werror_loss"
@@ -55,12 +55,7 @@ def draw(out: Path) -> Path:
   fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
   _curve_panel(axes[0], read_rows(out / CURVE_CSV), threshold)
   _loss_panel(axes[1], read_rows(out / CSV), threshold)
-  fig.suptitle("Loss vs W-error (Godey Fig. 8 analogue)")
-  fig.tight_layout()
-  path = out / FIGURE
-  save_figure(fig, path, dpi=110)
-  plt.close(fig)
-  return path
+  return finish_figure(fig, out / FIGURE, "Loss vs W-error (Godey Fig. 8 analogue)", dpi=110)
 
 
 def _summary(out: Path) -> dict:
