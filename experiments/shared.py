@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import io
 import math
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -56,6 +58,43 @@ def save_figure(fig, path, **kwargs) -> None:
   buf = io.BytesIO()
   fig.savefig(buf, format=upath(path).suffix.lstrip(".") or "png", **kwargs)
   atomic_write_bytes(path, buf.getvalue())
+
+
+class BudgetClock:
+  """A run's start, time budget (seconds since the start; 0: none) and the slowest seconds per
+  member-token seen so far, for the device presets' budget stops; ``over`` is the exception
+  a stop raises, ``unit`` names what is trained ("group", "population")."""
+
+  def __init__(self, budget_s: float, estimate_at: int, *, over: type, unit: str):
+    self.t0, self.budget_s, self.estimate_at = time.perf_counter(), float(budget_s), estimate_at
+    self.s_per_token, self.over, self.unit = 0.0, over, unit
+    self.estimates: dict = {}  # unit's name -> {"s_per_step", "steps", "projected_end_s"}
+
+  def elapsed(self) -> float:
+    return time.perf_counter() - self.t0
+
+  def check_start(self, name: str, member_tokens: int) -> None:
+    """Refuse to start a ``unit`` that the slowest rate so far says cannot fit."""
+    need = self.s_per_token * member_tokens
+    if self.budget_s and self.elapsed() + need > self.budget_s:
+      raise self.over(f"{self.unit} {name} needs ~{need:.0f} s, "
+                      f"{self.budget_s - self.elapsed():.0f} s of the {self.budget_s:g} s "
+                      "budget are left: stopped before it; rerun the same command to resume "
+                      f"(finished {self.unit}s are kept)")
+
+  def estimate(self, name: str, per_step: float, member_tokens_per_step: int, steps: int,
+               end: float, stop_text: str) -> None:
+    """Record a ``unit``'s measured rate and projected ``end`` (seconds since the start),
+    print the estimate on stderr, and stop (``over``, saying ``stop_text``) past the budget."""
+    self.s_per_token = max(self.s_per_token, per_step / member_tokens_per_step)
+    self.estimates[name] = {"s_per_step": per_step, "steps": steps,
+                            "projected_end_s": round(end, 1)}
+    print(f"estimate: {self.unit} {name}: {steps} steps, {per_step:.4g} s/step, "
+          f"ends at ~{end:.0f} s of the run (now {self.elapsed():.0f} s)", file=sys.stderr,
+          flush=True)
+    if self.budget_s and end > self.budget_s:
+      raise self.over(f"{self.unit} {name} would end at ~{end:.0f} s, past the "
+                      f"{self.budget_s:g} s budget: {stop_text}")
 
 
 def finish_figure(fig, path, title: str | None = None, *, dpi: int = 110, fontsize=None):

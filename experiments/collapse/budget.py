@@ -16,8 +16,9 @@ the collapse passes is not projected (a few seconds of a group's).
 
 from __future__ import annotations
 
-import sys
 import time
+
+from ..shared import BudgetClock
 
 WARMUP = 10
 
@@ -26,23 +27,12 @@ class OverBudget(RuntimeError):
   """The run stopped cleanly before its budget ran out (a rerun resumes)."""
 
 
-class Clock:
-  """The run's start, budget and slowest seconds per member-token seen so far."""
+class Clock(BudgetClock):
+  """The run's start, budget and slowest seconds per member-token seen so far
+  (``experiments.shared.BudgetClock``; a stop raises this module's ``OverBudget``)."""
 
   def __init__(self, budget_s: float, estimate_at: int):
-    self.t0, self.budget_s, self.estimate_at = time.perf_counter(), float(budget_s), estimate_at
-    self.s_per_token = 0.0
-
-  def elapsed(self) -> float:
-    return time.perf_counter() - self.t0
-
-  def check_start(self, name: str, member_tokens: int) -> None:
-    """Refuse to start a group that the slowest rate so far says cannot fit."""
-    need = self.s_per_token * member_tokens
-    if self.budget_s and self.elapsed() + need > self.budget_s:
-      raise OverBudget(f"group {name} needs ~{need:.0f} s, {self.budget_s - self.elapsed():.0f}"
-                       f" s of the {self.budget_s:g} s budget are left: stopped before it; "
-                       "rerun the same command to resume (finished groups are kept)")
+    super().__init__(budget_s, estimate_at, over=OverBudget, unit="group")
 
 
 class Watched:
@@ -61,16 +51,10 @@ class Watched:
       self._t = time.perf_counter()
     elif i == WARMUP + n and self._t is not None:
       per_step = (time.perf_counter() - self._t) / n
-      c.s_per_token = max(c.s_per_token, per_step / self._mt)
-      end = c.elapsed() + per_step * (self._steps - i)
-      print(f"estimate: group {self._name}: {self._steps} steps, {per_step:.4g} s/step, "
-            f"ends at ~{end:.0f} s of the run (now {c.elapsed():.0f} s)", file=sys.stderr,
-            flush=True)
-      if c.budget_s and end > c.budget_s:
-        raise OverBudget(f"group {self._name} would end at ~{end:.0f} s, past the "
-                         f"{c.budget_s:g} s budget: stopped after {i} steps (nothing of it "
-                         "kept); finished groups are kept, rerun to resume, or use a smaller "
-                         "preset")
+      c.estimate(self._name, per_step, self._mt, self._steps,
+                 c.elapsed() + per_step * (self._steps - i),
+                 f"stopped after {i} steps (nothing of it kept); finished groups are kept, "
+                 "rerun to resume, or use a smaller preset")
     return self._ds.train_batch(i)
 
 

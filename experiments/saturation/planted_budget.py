@@ -24,11 +24,11 @@ not started. The measurement of the checkpoints and the floors are not projected
 
 from __future__ import annotations
 
-import sys
-import time
 
 from sbjax.train.loop import Hook
 from sbjax.train.preempt import EXIT_PREEMPTED
+
+from ..shared import BudgetClock
 
 WARMUP = 10
 
@@ -51,25 +51,12 @@ def projected_end(now: float, t_start: float, n: int, steps_left: int) -> tuple[
   return per_step, now + per_step * steps_left
 
 
-class Clock:
-  """The run's start, budget and slowest seconds per member-token seen so far."""
+class Clock(BudgetClock):
+  """The run's start, budget and slowest seconds per member-token seen so far
+  (``experiments.shared.BudgetClock``; a stop raises this module's ``OverBudget``)."""
 
   def __init__(self, budget_s: float, estimate_at: int):
-    self.t0, self.budget_s, self.estimate_at = time.perf_counter(), float(budget_s), estimate_at
-    self.s_per_token = 0.0
-    self.estimates: dict = {}  # population -> {"s_per_step", "steps", "projected_end_s"}
-
-  def elapsed(self) -> float:
-    return time.perf_counter() - self.t0
-
-  def check_start(self, name: str, member_tokens: int) -> None:
-    """Refuse to start a population that the slowest rate so far says cannot fit."""
-    need = self.s_per_token * member_tokens
-    if self.budget_s and self.elapsed() + need > self.budget_s:
-      raise OverBudget(f"population {name} needs ~{need:.0f} s, "
-                       f"{self.budget_s - self.elapsed():.0f} s of the {self.budget_s:g} s "
-                       "budget are left: stopped before it; rerun the same command to resume "
-                       "(finished populations are kept)")
+    super().__init__(budget_s, estimate_at, over=OverBudget, unit="population")
 
 
 class Watch(Hook):
@@ -88,14 +75,6 @@ class Watch(Hook):
       self.t = c.elapsed()
     elif self.t is not None and i == self.first + n:
       per_step, end = projected_end(c.elapsed(), self.t, n, self.end - i - 1)
-      c.s_per_token = max(c.s_per_token, per_step / self.mt)
-      c.estimates[self.name] = {"s_per_step": per_step, "steps": self.end,
-                                "projected_end_s": round(end, 1)}
-      print(f"estimate: population {self.name}: {self.end} steps, {per_step:.4g} s/step, "
-            f"ends at ~{end:.0f} s of the run (now {c.elapsed():.0f} s)", file=sys.stderr,
-            flush=True)
-      if c.budget_s and end > c.budget_s:
-        raise OverBudget(f"population {self.name} would end at ~{end:.0f} s, past the "
-                         f"{c.budget_s:g} s budget: stopped after {i + 1} steps (its checkpoints "
-                         "so far are kept); rerun the same command to resume, or use a smaller "
-                         "preset")
+      c.estimate(self.name, per_step, self.mt, self.end, end,
+                 f"stopped after {i + 1} steps (its checkpoints so far are kept); rerun the "
+                 "same command to resume, or use a smaller preset")
