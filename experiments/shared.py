@@ -97,6 +97,16 @@ class BudgetClock:
                       f"{self.budget_s:g} s budget: {stop_text}")
 
 
+def welch_clause(w: dict, n_a: int, n_b: int) -> str:
+  """The end of a report sentence on one Welch comparison (``sbjax.studies.welch.welch``'s
+  dict ``w``): "<diff> nats, 95% Welch CI [lo, hi] over n_a + n_b seeds: **verdict**"."""
+  from sbjax.studies.welch import LEVEL  # deferred: it loads scipy.stats (few reports need it)
+
+  f4 = lambda v: fmt(v, spec=".4f")  # noqa: E731
+  return (f"{f4(w['diff'])} nats, {int(LEVEL * 100)}% Welch CI [{f4(w['lo'])}, {f4(w['hi'])}]"
+          f" over {n_a} + {n_b} seeds: **{w['verdict']}**")
+
+
 def finish_figure(fig, path, title: str | None = None, *, dpi: int = 110, fontsize=None):
   """A report figure's last steps: ``title`` as the suptitle, tight layout, saved to ``path``
   (``save_figure``), closed; returns ``path``."""

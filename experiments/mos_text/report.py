@@ -14,8 +14,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - after choosing the non-interactive backend
 
-from ..shared import fmt, read_rows, save_figure, upath  # noqa: E402
-from sbjax.studies.welch import LEVEL, welch  # noqa: E402
+from ..shared import fmt, read_rows, save_figure, upath, welch_clause  # noqa: E402
+from sbjax.studies.welch import welch  # noqa: E402
 
 CSV = "mos_text.csv"
 META = "mos_text_meta.json"
@@ -57,9 +57,8 @@ def _cmp(what: str, mos: dict, other: dict, w: dict | None) -> str:
   if w is None:
     return ""
   return (f"against {what} ({other['head_params']} head parameters, {other['head_flops']} "
-          f"FLOPs/token; loss {_f(other['mean'])}) its loss − MoS's = {_f(w['diff'])} nats, "
-          f"{int(LEVEL * 100)}% Welch CI [{_f(w['lo'])}, {_f(w['hi'])}] over {mos['n']} + "
-          f"{other['n']} seeds: **{w['verdict']}**")
+          f"FLOPs/token; loss {_f(other['mean'])}) its loss − MoS's = "
+          f"{welch_clause(w, mos['n'], other['n'])}")
 
 
 def paragraph(rows, meta: dict) -> str:

@@ -13,8 +13,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - after choosing the non-interactive backend
 
-from .mos_cells import LEVEL, cell_summary, cells  # noqa: E402
-from ..shared import fmt, save_figure  # noqa: E402
+from .mos_cells import cell_summary, cells  # noqa: E402
+from ..shared import fmt, save_figure, welch_clause  # noqa: E402
 
 OBJECTIVE = {"sampled": "sampled targets", "expected": "the Rao-Blackwellised loss"}
 
@@ -43,9 +43,8 @@ def _cmp(name: str, a: dict, low: dict, w: dict | None) -> str:
     return ""
   return (f"{name} ({a['head_params']} head parameters, {a['head_flops']} FLOPs/token) − H = "
           f"{_f(a['mean'])} against lowrank r = {low['rank']} ({low['head_params']}, "
-          f"{low['head_flops']}) − H = {_f(low['mean'])}: lowrank − MoS = {_f(w['diff'])} nats, "
-          f"{int(LEVEL * 100)}% Welch CI [{_f(w['lo'])}, {_f(w['hi'])}] over {a['n']} + "
-          f"{low['n']} seeds: **{w['verdict']}**")
+          f"{low['head_flops']}) − H = {_f(low['mean'])}: lowrank − MoS = "
+          f"{welch_clause(w, a['n'], low['n'])}")
 
 
 def _budget_text(s: dict, lrs: tuple) -> str:
