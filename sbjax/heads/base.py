@@ -27,7 +27,12 @@ A ``HeadKind`` answers, for a ``ModelConfig`` ``cfg`` whose head is ``kind.name`
   (mos); either way ``log_softmax(scores)`` gives the model's log-probabilities;
 - ``factors(params, h, cfg)``: (x, M) with scores = x·Mᵀ, for the chunked losses, or None;
 - ``matrix(params, cfg)``: the effective V×d matrix W whose rank limits the logits;
-- ``param_count(cfg)``, ``flop_params(cfg)`` (the matmul parameters of the scores);
+- ``param_count(cfg)``; ``flop_params(cfg)``: the multiply-adds per token of the scores'
+  matmuls (the one count of a head's FLOPs: ``sbjax.model.flops_per_token`` takes 6× it
+  for training, ``sbjax.studies.head_flops`` 2× for the forward; biases and softmaxes are
+  not counted). The default is ``param_count``, right when every parameter is used once
+  per token in one matmul (dense, lowrank); a kind that applies a matrix several times
+  (mos), has biases (sigsoftmax) or borrows one (tied) overrides it;
 - ``param_keys``: the top-level parameter keys that are the head (trainable in frozen-trunk
   mode); ``leaf_specs``: the sharding of its own leaves under ``params["head"]``, as tuples
   of mesh axis names (``sbjax.sharding``);

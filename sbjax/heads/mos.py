@@ -105,6 +105,12 @@ class MoS(HeadKind):
     v, d, m, e = cfg.vocab_size, cfg.d_model, cfg.head.n_mix, component_dim(cfg)
     return d * m + m + d * m * e + m * e + v * e
 
+  def flop_params(self, cfg) -> int:
+    # the forward's multiply-adds per token: the prior h·P (d M), the projections h·U_m
+    # (d M e) and the M logit sets W·g_m (M e V): the shared W is applied once per component
+    v, d, m, e = cfg.vocab_size, cfg.d_model, cfg.head.n_mix, component_dim(cfg)
+    return d * m + d * m * e + m * e * v
+
   def rank(self, cfg) -> int:
     return component_dim(cfg)
 

@@ -84,6 +84,10 @@ class SigSoftmax(HeadKind):
     r = sig_rank(cfg)
     return cfg.vocab_size * r + r * cfg.d_model + cfg.vocab_size
 
+  def flop_params(self, cfg) -> int:
+    r = sig_rank(cfg)
+    return r * cfg.d_model + cfg.vocab_size * r  # B·h then A·(B h); the bias c is no matmul
+
   def validate(self, cfg) -> None:
     r = cfg.head.rank
     if not isinstance(r, int) or isinstance(r, bool) or r < 0 or r > cfg.d_model:

@@ -51,7 +51,11 @@ def test_mos_matmuls_against_xla():
     assert _xla_flops(hi) - _xla_flops(lo) == head_flops(hi) - head_flops(lo) + m * 4
 
 
-def test_unknown_kind_is_one_clear_error():
-  cfg = _cfg({"model.head": "tied"})
-  with pytest.raises(ValueError, match="no FLOP count for head kind 'tied'"):
-    head_flops(cfg)
+def test_tied_and_sigsoftmax_from_the_registry():
+  # tied: no head module, but the embedding's V×D product is computed
+  assert head_flops(_cfg({"model.head": "tied"})) == 2 * V * D
+  # sigsoftmax: the matmuls of z = A(Bh) + c; XLA adds the bias and z + log σ(z), a few
+  # flops per vocabulary entry
+  cfg = _cfg({"model.head": "sigsoftmax", "model.head_rank": 5})
+  assert head_flops(cfg) == 2 * (D * 5 + 5 * V)
+  assert 0 < _xla_flops(cfg) - head_flops(cfg) <= 16 * V

@@ -22,6 +22,8 @@ from sbjax.model import Model, flops_per_token
 from sbjax.optim import make_optimizer, trainable_labels
 from sbjax.heads.lowrank import LowRankHead
 from sbjax.heads.mos import MoSHead
+from sbjax.heads.sigsoftmax import SigSoftmaxHead
+from sbjax.studies.head_flops import head_flops
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = ModelConfig(vocab_size=40, d_model=16, n_layers=1, n_heads=2, max_len=8)
@@ -118,9 +120,55 @@ def test_param_counts_match_the_formulas_and_the_trees(params):
     assert sum(math.prod(x.shape) for x in leaves) == want[k]
     trunk = Model(c).param_count() - want[k]
     assert trunk == Model(CFGS["dense"]).param_count() - v * d
-    # FLOPs: the head's matmul parameters (tied: the embedding's V×d product)
-    body = 6.0 * BASE.n_layers * (4 * d * d + 2 * d * BASE.ff_dim) + 12 * BASE.n_layers * 8 * d / 2
-    assert flops_per_token(c, 8) == pytest.approx(body + 6.0 * (v * d if k == "tied" else want[k]))
+
+
+def _dot_macs(jaxpr) -> int:
+  """Multiply-adds of every dot_general in a jaxpr and its sub-jaxprs, from the shapes alone:
+  (elements of the output) × (product of the lhs's contracted dimensions)."""
+  total = 0
+  for eqn in jaxpr.eqns:
+    if eqn.primitive.name == "dot_general":
+      (contract, _), _ = eqn.params["dimension_numbers"]
+      lhs = eqn.invars[0].aval.shape
+      total += math.prod(eqn.outvars[0].aval.shape) * math.prod(lhs[i] for i in contract)
+    for sub in eqn.params.values():
+      sub = getattr(sub, "jaxpr", sub)  # a ClosedJaxpr's jaxpr
+      if hasattr(sub, "eqns"):
+        total += _dot_macs(sub)
+  return total
+
+
+def _flop_cfgs() -> dict:
+  """One config per registered kind, its component/rank dimensions apart from d (16) and
+  from each other so that a formula mixing them up fails."""
+  out = {**CFGS, "mos": dataclasses.replace(BASE, head=MoSHead(n_mix=3, dim=5)),
+         "sigsoftmax": dataclasses.replace(BASE, head=SigSoftmaxHead(rank=6))}
+  if "padded_lowrank" in heads.names():  # its stored width pad is what the matmuls do
+    out["padded_lowrank"] = dataclasses.replace(
+        BASE, head=heads.head_config("padded_lowrank", rank=3, pad=5))
+  missing = sorted(set(heads.names()) - set(out))
+  assert not missing, f"add a config of the head kind(s) {missing} to _flop_cfgs"
+  return out
+
+
+def test_flop_params_are_the_forwards_dot_shapes():
+  """flop_params (the one head FLOP count: flops_per_token 6×, head_flops 2×) against the
+  multiply-adds of the dot_generals the head's forward traces to, for one token."""
+  d, v = BASE.d_model, BASE.vocab_size
+  cfgs = _flop_cfgs()
+  body = 6.0 * BASE.n_layers * (4 * d * d + 2 * d * BASE.ff_dim) + 12 * BASE.n_layers * 8 * d / 2
+  macs = {}
+  for k, c in cfgs.items():
+    jaxpr = jax.make_jaxpr(lambda p, h, c=c: heads.scores_fn(p, c)(h))(
+        _head_params(c), jnp.zeros((1, d), jnp.float32))
+    macs[k] = _dot_macs(jaxpr.jaxpr)
+    assert heads.get(k).flop_params(c) == macs[k], k
+    assert head_flops(c) == 2 * macs[k], k
+    assert flops_per_token(c, 8) == pytest.approx(body + 6.0 * macs[k]), k
+  # the counter itself on hand counts: MoS 3 × 5 (prior d·M, projections d·M·e, logits
+  # M·e·V: the shared W once per component, more than its V·e parameters), sigsoftmax r = 6
+  assert macs["mos"] == d * 3 + d * 3 * 5 + 3 * 5 * v > heads.head_param_count(cfgs["mos"])
+  assert macs["sigsoftmax"] == d * 6 + 6 * v and macs["tied"] == macs["dense"] == d * v
 
 
 def test_rank_and_fields():
