@@ -128,12 +128,18 @@ def files_under(root, suffix: str = "") -> list:
 
 
 def _download(src, dst: str) -> None:
-  """``src``'s bytes into the local file ``dst`` (a whole file or nothing)."""
+  """``src``'s bytes into the local file ``dst`` (a whole file or nothing: a failed or
+  interrupted download removes its temporary file and raises)."""
   os.makedirs(os.path.dirname(dst), exist_ok=True)
   fd, tmp = tempfile.mkstemp(dir=os.path.dirname(dst), prefix=f".{os.path.basename(dst)}.")
-  with src.open("rb") as f, os.fdopen(fd, "wb") as out:
-    shutil.copyfileobj(f, out, 4 << 20)
-  os.replace(tmp, dst)
+  try:
+    with os.fdopen(fd, "wb") as out, src.open("rb") as f:  # the fd is owned before src opens
+      shutil.copyfileobj(f, out, 4 << 20)
+    os.replace(tmp, dst)
+  except BaseException:
+    with contextlib.suppress(FileNotFoundError):
+      os.remove(tmp)
+    raise
 
 
 def local_dir(path, names=None) -> str:
