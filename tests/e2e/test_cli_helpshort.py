@@ -24,8 +24,8 @@ ABSL = {"help", "helpshort", "helpfull"}
 # flags of another command that a command's messages name on purpose, with that command
 OTHERS = {"convert": {"config.": "train (train from an import: --config.train.init_from=DIR)",
                       "allow_duplicates": "analyze (which refuses duplicate revisions)"}}
-EXPERIMENTS = ["collapse", "convergence", "head_rank", "planted", "saturation", "target_rank",
-               "vocab_threshold", "werror_loss"]
+EXPERIMENTS = ["collapse", "convergence", "head_rank", "mos_text", "planted", "saturation",
+               "target_rank", "vocab_threshold", "werror_loss"]
 SOURCES = {
     "train": ["sbjax/cli/train.py", "sbjax/cli/common.py", "sbjax/configs.py", "sbjax/overrides.py", "sbjax/train/*.py",
               "sbjax/sharding.py", "sbjax/attention.py", "sbjax/checkpoint.py",

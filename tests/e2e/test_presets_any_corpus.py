@@ -28,6 +28,8 @@ from experiments.convergence import presets as conv_presets
 from experiments.convergence.run import configs as conv_configs
 from experiments.head_rank import presets as hr_presets
 from experiments.head_rank.run import make_plan as hr_plan
+from experiments.mos_text import presets as mos_text_presets
+from experiments.mos_text.run import arm_configs as mos_text_arms
 from experiments.saturation import presets as sat_presets
 from experiments.saturation.run import data_config as sat_data_config
 from experiments.saturation.run import run_configs as sat_run_configs
@@ -122,6 +124,18 @@ def _head_rank(preset, corpus, out):
   return [ds.vocab_size]
 
 
+def _mos_text(preset, corpus, out):
+  p = mos_text_presets.get_preset(preset)  # its lowrank arm gets the matched rank
+  cfgs = [c for _, c in mos_text_arms(p, str(corpus))]
+  tc = cfgs[0].train  # run's dataset
+  ds = make_dataset(cfgs[0].data, seq_len=tc.seq_len, global_batch_size=tc.batch_size,
+                    seed=tc.data_seed, workdir=str(out / "data"))
+  # run refuses a tokenizer whose size is not the preset's model.vocab_size
+  assert all(c.model.vocab_size == ds.vocab_size for c in cfgs)
+  _check(ds, cfgs[0].data.options.vocab_size, cfgs)
+  return [ds.vocab_size]
+
+
 def _saturation(preset, corpus, out):
   p = sat_presets.get_preset(preset)
   dc = sat_data_config(p, out, str(corpus))
@@ -168,7 +182,7 @@ def _werror_loss(preset, corpus, out):
 
 
 EXPERIMENTS = {"collapse": _collapse, "convergence": _convergence, "head_rank": _head_rank,
-               "saturation": _saturation, "target_rank": _target_rank,
+               "mos_text": _mos_text, "saturation": _saturation, "target_rank": _target_rank,
                "vocab_threshold": _vocab_threshold, "werror_loss": _werror_loss}
 
 
