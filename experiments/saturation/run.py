@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from pathlib import Path
 
 from .measure import summarize
 from .presets import Preset, get_preset
+from .timings import merge as merge_timings
 from .windows import validation_windows, window_losses
 from ..shared import RunsProgress, config_from, upath, write_json
 from sbjax import overrides
@@ -65,7 +67,8 @@ def run(out: Path, preset, *, data: str | None = None, verbose: bool = True) -> 
     dc = dc.replace_options(tokenizer=str(ds.tokenizer_path))
   cfgs = run_configs(p, dc)
   windows = validation_windows(ds, p.knobs.eval_sequences)  # the rise/gap bootstrap units
-  timings, progress = {}, RunsProgress(len(cfgs), "saturation", disable=not verbose)
+  timings, trained_now = {}, set()
+  progress = RunsProgress(len(cfgs), "saturation", disable=not verbose)
   for w, cfg in cfgs:
     wd = out / "runs" / f"d{w}"
     progress.start(f"d={w} ({cfg.train.steps} steps)")
@@ -76,11 +79,16 @@ def run(out: Path, preset, *, data: str | None = None, verbose: bool = True) -> 
     analyze_run(wd, analysis_settings(p, w), dataset=ds)
     window_losses(wd, windows)
     timings[w] = {"train_s": round(t2 - t1, 1), "analyze_s": round(time.perf_counter() - t2, 1)}
+    if trained:
+      trained_now.add(w)
     progress.finish(trained)
   progress.close()
   summarize(out, p.knobs)
   steps = p.overrides["train.steps"]
-  write_json(out / "saturation_meta.json", {
+  meta = out / "saturation_meta.json"  # a rerun keeps the first real times (timings.py)
+  times = merge_timings(json.loads(meta.read_text()) if meta.exists() else {}, timings,
+                        trained_now, time.perf_counter() - t0)
+  write_json(meta, {
       "preset": preset if isinstance(preset, str) else "custom", "base": p.base,
       "overrides": p.overrides, "knobs": dataclasses.asdict(p.knobs),
       "data": {"source": dc.source,
@@ -88,4 +96,4 @@ def run(out: Path, preset, *, data: str | None = None, verbose: bool = True) -> 
                "vocab_size": ds.vocab_size, "train_tokens": int(len(ds.train_tokens)),
                "val_tokens": int(len(ds.val_tokens)),
                "epochs": steps * batch * seq_len / max(1, len(ds.train_tokens))},
-      "timings": timings, "seconds": round(time.perf_counter() - t0, 1)})
+      **times})

@@ -113,8 +113,13 @@ def test_rerun_skips_finished_runs(done):
   out, corpus, _ = done
   ck = out / "runs" / "d8" / "checkpoints"
   before = sorted((p.name, p.stat().st_mtime_ns) for p in ck.iterdir())
+  meta = json.loads((out / "saturation_meta.json").read_text())
   saturation.run(out, "test", data=str(corpus), verbose=False)
   assert sorted((p.name, p.stat().st_mtime_ns) for p in ck.iterdir()) == before
+  # the meta keeps the first (training) call's times; the rerun's are its last_call
+  again = json.loads((out / "saturation_meta.json").read_text())
+  assert (again["timings"], again["seconds"]) == (meta["timings"], meta["seconds"])
+  assert meta["last_call"]["trained"] == [8] and again["last_call"]["trained"] == []
 
 
 def test_cli_reruns_and_writes_the_section(done):
