@@ -12,6 +12,8 @@ iterations and its last-100-iteration drift, and says when it did not converge),
 
 searched by ``sbjax.studies.bigram_rstar.gallop`` from the r* of the previous fraction (fits
 warm-started from the nearest fitted rank, or from the previous fraction's fit at that rank).
+Each cell's decisive fit nearest the tolerance is then fitted again from a second, independent
+start (``bigram_n_check``: the start check); a cell whose pass/fail flips is unreliable.
 
 The fractions are nested and spread over the corpus: the train stream is cut into blocks of
 ``block`` tokens and fraction k/period keeps the blocks whose index mod ``period`` is < k; a
@@ -21,13 +23,15 @@ bigram pair never crosses two kept blocks (each block is its own stream).
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 
 import numpy as np
 
 from sbjax.studies import bigram_fit as bf
 from sbjax.studies import ngram_floor as nf
-from sbjax.studies.bigram_rstar import gallop
+from sbjax.studies.bigram_rstar import Search, gallop
+from . import bigram_n_check as ck
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,12 +44,17 @@ class BigramNKnobs:
   gtol: float = 1e-5  # tangent-gradient tolerance of a converged fit
   period: int = 4  # fractions are multiples of 1/period
   block: int = 2048  # tokens per block of the nested fractions
+  check: int = 1  # start check: decisive ranks refitted from a second start per cell (0: off,
+  # 1: the one nearest the tolerance, 2: both; bigram_n_check.py)
 
   def __post_init__(self):
     for f in self.fractions:
       if not (0 < f <= 1 and abs(f * self.period - round(f * self.period)) < 1e-9):
         raise ValueError(f"bigram-n: fraction {f} is not k/{self.period} with 0 < k <= "
                          f"{self.period}; use multiples of 1/{self.period}")
+    if self.check not in (0, 1, 2):
+      raise ValueError(f"bigram-n: check={self.check} must be 0 (off), 1 (the decisive rank "
+                       "nearest the tolerance) or 2 (both decisive ranks)")
 
 
 def fraction_streams(tokens, frac: float, period: int = 4, block: int = 2048) -> list:
@@ -98,36 +107,83 @@ def cell(t: dict, knobs: BigramNKnobs, tol: float, guess: int, max_iter: int,
   return rows, gallop(ok, knobs.grid, guess), fits
 
 
+def _check(t: dict, knobs: BigramNKnobs, tol: float, max_iter: int, first: dict, s,
+           log=lambda s: None) -> list:
+  """The start check's fit rows (``bigram_n_check``): the decisive ranks nearest the tolerance
+  fitted again from a second start."""
+  rows = []
+  for r in ck.pick(first, s.r_star, s.lo, tol, knobs.check):
+    name, x, y = ck.second_start(t["p"], t["pi"], r, str(first[r]["start"]))
+    c0 = time.process_time()
+    res = bf.fit(t["p"], t["pi"], x, y, gtol=knobs.gtol, max_iter=max_iter, start=name)
+    rows.append(_row(res, t, tol, time.process_time() - c0))
+    x = rows[-1]
+    log(f"  check r={r} ({name}): val excess {x['val_excess']:+.4f} (search "
+        f"{float(first[r]['val_excess']):+.4f}), grad {x['grad_norm']:.2e}, {x['n_iter']} it, "
+        f"{x['cpu_s']} s CPU")
+  return rows
+
+
+def _reused(old: tuple, t: dict, vocab: int, f: float) -> tuple:
+  """(search rows, Search) of a cell already searched in an earlier run of the same preset
+  (``old`` = (cell row, its fit rows)), after checking that its target is this one."""
+  c, rows = old
+  if not math.isclose(float(c["val_full"]), t["full"], rel_tol=1e-9, abs_tol=0.0):
+    raise ValueError(f"bigram-n: the earlier run's cell V={vocab}, f={f} has val_full "
+                     f"{float(c['val_full'])!r}, this target's is {t['full']!r}; use a fresh "
+                     "--out (its CSVs come from other data or knobs)")
+  cens = int(c["censored"])
+  ev = tuple(int(r) for r in str(c["evaluated"]).split())
+  return rows, Search(None if cens else int(c["r_star"]), int(c["lo"]), ev)
+
+
+def _cell_row(head: dict, rows: list, s, checks: list, t: dict, cpt: float, tol: float,
+              max_iter: int) -> dict:
+  at = {int(r["rank"]): r for r in rows}
+  top = at[s.r_star if s.r_star is not None else max(at)]
+  dec_ok = all(int(at[r]["converged"]) for r in ck.decisive_ranks(s.r_star, s.lo) if r in at)
+  return {**head, "chars_per_token": cpt, "tol_token": tol, "r_star": int(top["rank"]),
+          "lo": s.lo, "censored": int(s.censored), "decisive_converged": int(dec_ok),
+          "all_converged": int(all(int(r["converged"]) for r in rows)),
+          "max_grad_norm": max(float(r["grad_norm"]) for r in rows),
+          "max_n_iter": max(int(r["n_iter"]) for r in rows), "n_fits": len(rows),
+          "evaluated": " ".join(map(str, s.evaluated)), "val_full": t["full"],
+          "val_excess_at_r_star": float(top["val_excess"]), "coverage": t["cov"],
+          "n_contexts": len(t["ctx"]), "max_iter": max_iter,
+          **ck.columns(at, checks, s.r_star, s.lo, dec_ok)}
+
+
 def run_v(train_tokens, val_tokens, vocab: int, cpt: float, knobs: BigramNKnobs,
           tol_char: float, max_iter: int, guess: int, log=lambda s: None,
-          on_cell=lambda fits, cells: None) -> tuple:
-  """(fit rows, cell rows) of one V over the knobs' fractions (ascending); ``on_cell`` sees
-  both after every cell (to write them as they come)."""
-  tol = tol_char * cpt
-  fit_rows, cells, prior = [], [], None
+          on_cell=lambda fits, checks, cells: None, done: dict | None = None) -> tuple:
+  """(fit rows, check rows, cell rows) of one V over the knobs' fractions (ascending), each
+  cell searched and then start-checked (``bigram_n_check``). ``done`` maps (V, fraction) to
+  (cell row, fit rows) of an earlier run of the same preset: those cells are not searched
+  again (their next fraction then starts cold), only checked. ``on_cell`` sees the rows after
+  every cell (to write them as they come)."""
+  tol, done = tol_char * cpt, done or {}
+  fit_rows, check_rows, cells, prior = [], [], [], None
   for f in sorted(knobs.fractions):
     streams = fraction_streams(train_tokens, f, knobs.period, knobs.block)
-    n_tok = int(sum(len(s) for s in streams))
+    head = {"V": int(vocab), "fraction": f, "train_tokens": int(sum(len(x) for x in streams))}
     c0 = time.process_time()
     t = targets_of(streams, val_tokens, vocab, knobs.add_k)
-    rows, s, fits = cell(t, knobs, tol, guess, max_iter, prior, log)
-    head = {"V": int(vocab), "fraction": f, "train_tokens": n_tok}
-    fit_rows += [{**head, **r} for r in rows]
-    at = {r["rank"]: r for r in rows}
-    top = at[s.r_star if s.r_star is not None else max(at)]
-    decisive = [at[r] for r in (s.r_star, s.lo) if r in at]
-    cells.append({**head, "chars_per_token": cpt, "tol_token": tol,
-                  "r_star": top["rank"], "lo": s.lo, "censored": int(s.censored),
-                  "decisive_converged": int(all(r["converged"] for r in decisive)),
-                  "all_converged": int(all(r["converged"] for r in rows)),
-                  "max_grad_norm": max(r["grad_norm"] for r in rows),
-                  "max_n_iter": max(r["n_iter"] for r in rows), "n_fits": len(rows),
-                  "evaluated": " ".join(map(str, s.evaluated)), "val_full": t["full"],
-                  "val_excess_at_r_star": top["val_excess"], "coverage": t["cov"],
-                  "n_contexts": len(t["ctx"]), "max_iter": max_iter,
+    old = done.get((int(vocab), f))
+    if old is not None:
+      rows, s = _reused(old[:2], t, vocab, f)
+      fits, reuse = {}, " (search reused from the earlier run)"
+    else:
+      rows, s, fits = cell(t, knobs, tol, guess, max_iter, prior, log)
+      rows, reuse = [{**head, **r} for r in rows], ""
+    checks = old[2] if old is not None and old[2] is not None else [
+        {**head, **r} for r in _check(t, knobs, tol, max_iter,
+                                      {int(r["rank"]): r for r in rows}, s, log)]
+    fit_rows, check_rows = fit_rows + rows, check_rows + checks
+    cells.append({**_cell_row(head, rows, s, checks, t, cpt, tol, max_iter),
                   "cpu_s": round(time.process_time() - c0, 1)})
-    log(f"V={vocab} f={f}: r*={top['rank']} (lo {s.lo}, censored {int(s.censored)}), "
-        f"fits {s.evaluated}, {cells[-1]['cpu_s']} s CPU")
-    guess, prior = top["rank"], (t["ctx"], fits)
-    on_cell(fit_rows, cells)
-  return fit_rows, cells
+    log(f"V={vocab} f={f}: r*={cells[-1]['r_star']} (lo {s.lo}, censored {int(s.censored)}), "
+        f"fits {s.evaluated}{reuse}, start check {cells[-1]['start_check']}, "
+        f"{cells[-1]['cpu_s']} s CPU")
+    guess, prior = cells[-1]["r_star"], ((t["ctx"], fits) if fits else None)
+    on_cell(fit_rows, check_rows, cells)
+  return fit_rows, check_rows, cells

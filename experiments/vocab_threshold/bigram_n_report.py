@@ -2,14 +2,17 @@
 ``bigram_n_fits.csv`` only: the verdict, the generated paragraph and the figure.
 
 Claim tested: "r*(V) is a property of the language, not of the data size": at fixed V, r* is
-the same at every data fraction. Per V, only cells whose decisive fits (the fit at r* and the
-one at the failing grid rank below it) converged to gtol count ("reliable"); each r* is known
-to lie in (lo, r*] (censored: above the grid's top). Per V:
+the same at every data fraction. Per V, only "reliable" cells count: their decisive fits (the
+fit at r* and the one at the failing grid rank below it) converged to gtol, and the start check
+(``bigram_n_check``: the decisive fit nearest the tolerance refitted from a second start) put
+it on the same side of the tolerance (cells of a run without the check: convergence alone).
+Each r* is known to lie in (lo, r*] (censored: above the grid's top). Per V:
 
 * ``grows`` / ``shrinks`` / ``mixed``: two reliable cells' intervals are disjoint, r* rising,
   falling or both with N;
 * ``same``: every cell reliable, uncensored and at one grid rank;
-* ``undecided``: otherwise (reliable cells agree but some cell is unconverged or censored).
+* ``undecided``: otherwise (reliable cells agree but some cell is unconverged, censored or
+  flips under the start check).
 
 Overall: **refuted** (r* depends on N) if some V is grows/shrinks/mixed, **supported** if every
 V is ``same``, else **undecided**. The scope is this corpus, these V, N from the smallest to the
@@ -26,10 +29,12 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - after choosing the non-interactive backend
 from matplotlib.ticker import NullFormatter, ScalarFormatter  # noqa: E402
 
+from sbjax.studies.floor import RANDOM_SCALE  # noqa: E402
 from ..shared import read_rows, finish_figure, upath  # noqa: E402
 from .measure import loglog_fit  # noqa: E402
 
 FITS_CSV = "bigram_n_fits.csv"
+CHECKS_CSV = "bigram_n_checks.csv"
 CELLS_CSV = "bigram_n_cells.csv"
 SUMMARY = "bigram_n.json"
 FIGURE = "fig_bigram_n.png"
@@ -39,10 +44,17 @@ def _interval(c: dict) -> tuple[float, float]:
   return (float(c["lo"]), math.inf) if int(c["censored"]) else (float(c["lo"]), float(c["r_star"]))
 
 
+def reliable(c: dict) -> bool:
+  """The cell's ``reliable`` column; a run without the start check: its decisive fits
+  converged."""
+  r = c.get("reliable")
+  return bool(int(c["decisive_converged"] if r is None or r == "" else r))
+
+
 def v_status(cells: list) -> str:
   """grows / shrinks / mixed / same / undecided for the cells of one V (module docstring)."""
   cs = sorted(cells, key=lambda c: float(c["fraction"]))
-  rel = [c for c in cs if int(c["decisive_converged"])]
+  rel = [c for c in cs if reliable(c)]
   ivs = [_interval(c) for c in rel]
   steps = []
   for (alo, ahi), (blo, bhi) in zip(ivs, ivs[1:]):
@@ -81,7 +93,7 @@ def _v_sentence(cells: list, status: str, fits: list) -> str:
   for c in cs:
     lo, rs = int(c["lo"]), int(c["r_star"])
     r = f"> {lo}" if int(c["censored"]) else f"{rs} (in ({lo}, {rs}])"
-    flag = "" if int(c["decisive_converged"]) else ", decisive fit unconverged"
+    flag = ("" if int(c["decisive_converged"]) else ", decisive fit unconverged") + _check_part(c)
     parts.append(f"f = {float(c['fraction']):g} (N = {int(c['train_tokens']):,}): r* = {r}, "
                  f"excess {float(c['val_excess_at_r_star']):+.4f} vs tol "
                  f"{float(c['tol_token']):.4f}{_excess_at(fits, c, lo)}{flag}")
@@ -128,10 +140,49 @@ def _margin_sentence(cells: list, fits: list) -> str:
           f"{float(c['tol_token']):.4f}){tail}.")
 
 
+def _check_part(c: dict) -> str:
+  """", start check <status>: r = 32 from svd +0.0116" for one cell (empty: no check)."""
+  st = c.get("start_check")
+  if not isinstance(st, str) or st == "off":
+    return ""
+  parts = []
+  for r, name in zip(str(c["check_ranks"]).split(), str(c["check_starts"]).split()):
+    r = int(float(r))
+    ex = c["check_excess_at_r_star"] if r == int(c["r_star"]) and not int(c["censored"]) \
+        else c["check_excess_at_lo"]
+    parts.append(f"r = {r} from {name} {float(ex):+.4f}")
+  word = {"flips": "FLIPS", "unconverged": "second fit unconverged"}.get(st, st)
+  return f", start check {word} ({', '.join(parts)})"
+
+
+def _check_sentence(cells: list) -> str:
+  """How many cells the start check ran on, and which flipped or did not converge."""
+  ran = [c for c in cells if isinstance(c.get("start_check"), str) and c["start_check"] != "off"]
+  if not ran:
+    return " No start check was run (each r* rests on one chain of starts)."
+  out = f" Start check: {sum(c['start_check'] == 'agrees' for c in ran)} of {len(ran)} cells agree"
+  bad = [c for c in ran if c["start_check"] != "agrees"]
+  for st, word in (("flips", "flip"), ("unconverged", "have an unconverged second fit")):
+    mine = [c for c in bad if c["start_check"] == st]
+    if mine:
+      out += (f"; {len(mine)} {word} (" + "; ".join(
+          f"V = {int(c['V'])}, f = {float(c['fraction']):g}" for c in mine) + ")")
+  return out + ("; such cells are left out of the verdict." if bad else ".")
+
+
+def _check_choice(n: int) -> str:
+  if not n:
+    return "no start check"
+  which = "the decisive fit nearest the tolerance" if n == 1 else "both decisive fits"
+  return (f"start check: per cell {which} refitted to the same gtol and cap from the svd start "
+          f"(a seeded random start N(0, {RANDOM_SCALE:g}²) where the search's fit began at svd); a cell whose "
+          "side of the tolerance flips, or whose second fit stops at its cap, is unreliable")
+
+
 WORDS = {"supported": "SUPPORTED: r* does not move with N at any V",
          "refuted": "REFUTED: at fixed V the bigram's r* moves with the data size",
-         "undecided": "UNDECIDED: the converged fits do not separate r* at different N, but "
-                      "some cell is unconverged or censored"}
+         "undecided": "UNDECIDED: the reliable cells do not separate r* at different N, but "
+                      "some cell is unconverged, censored or flips under the start check"}
 
 
 def paragraph(cells: list, fits: list, summary: dict) -> str:
@@ -149,7 +200,8 @@ def paragraph(cells: list, fits: list, summary: dict) -> str:
       f"{{{', '.join(map(str, vs))}}}, N from {n_lo:,} to {n_hi:,} tokens (fractions "
       f"{', '.join(f'{f:g}' for f in k['fractions'])}), r\\* on the grid "
       f"{{{', '.join(map(str, k['grid']))}}}. {per_v} "
-      + _convergence_sentence(fits, k["gtol"]) + _margin_sentence(cells, fits) +
+      + _convergence_sentence(fits, k["gtol"]) + _check_sentence(cells) +
+      _margin_sentence(cells, fits) +
       f" Choices: add-k {k['add_k']:g} smoothing of the train counts; val(r) and val_full "
       "scored on the whole validation stream's counts (only contexts seen in that fraction); "
       f"tolerance {summary['tol_char']} nats per character × characters per token (the "
@@ -158,7 +210,7 @@ def paragraph(cells: list, fits: list, summary: dict) -> str:
       "from the previous fraction's r\\* (assumes val(r) falls with r), each fit an L-BFGS run to "
       f"tangent gradient ≤ {k['gtol']:g} or its cap ({', '.join(map(str, k['max_iters']))} "
       "iterations at the V above), warm-started from the previous fraction's fit at that rank "
-      "or the nearest fitted rank.")
+      "or the nearest fitted rank; " + _check_choice(k.get("check", 0)) + ".")
 
 
 def section(out, rel: str) -> str:
@@ -175,6 +227,7 @@ def section(out, rel: str) -> str:
 def draw(out):
   out = upath(out)
   cells, fits = read_rows(out / CELLS_CSV), read_rows(out / FITS_CSV)
+  checks = read_rows(out / CHECKS_CSV) if (out / CHECKS_CSV).exists() else []
   fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
   for i, v in enumerate(sorted({int(c["V"]) for c in cells})):
     for j, f in enumerate(sorted({float(c["fraction"]) for c in cells})):
@@ -183,6 +236,9 @@ def draw(out):
       if pts:
         axes[0].plot(*zip(*pts), "os^"[j % 3] + "-", color=f"C{i}", alpha=0.4 + 0.3 * j,
                      label=f"V={v}, f={f:g}")
+    second = [(int(r["rank"]), float(r["val_excess"])) for r in checks if int(r["V"]) == v]
+    if second:  # the start check's second fits
+      axes[0].plot(*zip(*second), "x", color=f"C{i}", ms=8, label=f"V={v}, second start")
     cs = sorted((c for c in cells if int(c["V"]) == v), key=lambda c: int(c["train_tokens"]))
     tol = float(cs[0]["tol_token"])
     axes[0].axhline(tol, color=f"C{i}", ls=":", lw=0.8)

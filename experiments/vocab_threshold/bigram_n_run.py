@@ -1,20 +1,26 @@
 """vocab_threshold's bigram-n presets (``cpu-bigram-n``, ``test-bigram-n``): the exact bigram
 r*(V, N), no training (``bigram_n.py``). Per V the tokenizer and token streams of the trained
 sweeps (the text source of the preset's corpus, cached in OUT/V<V>/data), then the fractions;
-writes ``bigram_n_fits.csv`` (every fit), ``bigram_n_cells.csv`` (one row per (V, fraction)),
-``bigram_n.json`` (the knobs and the verdict) and the figure."""
+writes ``bigram_n_fits.csv`` (every fit of the searches), ``bigram_n_checks.csv`` (the start
+check's second fits, ``bigram_n_check.py``), ``bigram_n_cells.csv`` (one row per (V, fraction)),
+``bigram_n.json`` (the knobs and the verdict) and the figure. Rerun into the same OUT with the
+same knobs, the cells already in its CSVs are not searched again (an interrupted run resumes;
+the start check runs on cells that lack it)."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import sys
 
 from sbjax.data import make_dataset
 from sbjax.data.tokenizer import Tokenizer
 from sbjax.studies.corpus import corpus_overrides
-from ..shared import config_from, text_corpus, upath, write_json, write_rows
+from ..shared import config_from, read_rows, text_corpus, upath, write_json, write_rows
 from . import bigram_n, bigram_n_report as rep, tolerance
 from .presets import TOL_CHAR, get_preset
+
+CSVS = (rep.FITS_CSV, rep.CHECKS_CSV, rep.CELLS_CSV)
 
 
 def streams_of(preset, corpus: str, vocab: int, out):
@@ -29,6 +35,37 @@ def streams_of(preset, corpus: str, vocab: int, out):
   return ds.train_tokens, ds.val_tokens, cpt
 
 
+def earlier(out, summary: dict) -> dict:
+  """(V, fraction) -> (cell row, fit rows, check rows or None) of an earlier run of the same
+  knobs in ``out`` (empty when there is none): its cells are not searched again. Check rows
+  are reused only when that run's check knob is this one's and the cell was checked."""
+  if not (out / rep.CELLS_CSV).exists():
+    return {}
+  old = json.loads((out / rep.SUMMARY).read_text()) if (out / rep.SUMMARY).exists() else {}
+  new = json.loads(json.dumps(summary))
+
+  def key(x):
+    return ({k: v for k, v in x.get("knobs", {}).items() if k != "check"}, x.get("vocabs"),
+            x.get("tol_char"))
+
+  if key(old) != key(new):
+    raise ValueError(f"bigram-n: {out} holds the CSVs of a bigram-n run with other knobs (or "
+                     f"without its {rep.SUMMARY}); use a fresh --out")
+  same_check = old["knobs"].get("check", 0) == new["knobs"]["check"]
+  checks = read_rows(out / rep.CHECKS_CSV) if (out / rep.CHECKS_CSV).exists() else []
+  fits = read_rows(out / rep.FITS_CSV)
+  done = {}
+  for c in read_rows(out / rep.CELLS_CSV):
+    at = (int(c["V"]), float(c["fraction"]))
+
+    def mine(rows, at=at):
+      return [r for r in rows if (int(r["V"]), float(r["fraction"])) == at]
+
+    ran = same_check and c.get("start_check") not in (None, "off") and mine(checks)
+    done[at] = (c, mine(fits), mine(checks) if ran else None)
+  return done
+
+
 def run_bigram_n(out, preset, *, data: str | None = None, verbose: bool = True) -> None:
   out = upath(out)
   knobs = get_preset(preset).knobs
@@ -38,18 +75,22 @@ def run_bigram_n(out, preset, *, data: str | None = None, verbose: bool = True) 
                      f"{knobs.vocabs}")
   corpus = str(text_corpus(data))
   out.mkdir(parents=True, exist_ok=True)
+  summary = {"knobs": dataclasses.asdict(k), "vocabs": list(knobs.vocabs), "tol_char": TOL_CHAR}
+  done = earlier(out, summary)
+  write_json(out / rep.SUMMARY, {**summary, "verdict": None})
   log = (lambda s: print(s, file=sys.stderr, flush=True)) if verbose else (lambda s: None)
-  fits, cells, guess = [], [], k.guess
+  fits, checks, cells, guess = [], [], [], k.guess
   for v, cap in zip(knobs.vocabs, k.max_iters):
     tr, va, cpt = streams_of(preset, corpus, v, out)
 
-    def write(f_rows, c_rows, done=(fits, cells)):
-      write_rows(out / rep.FITS_CSV, done[0] + f_rows)
-      write_rows(out / rep.CELLS_CSV, done[1] + c_rows)
+    def write(f_rows, k_rows, c_rows, old=(fits, checks, cells)):
+      for name, before, rows in zip(CSVS, old, (f_rows, k_rows, c_rows)):
+        if before + rows:
+          write_rows(out / name, before + rows)
 
-    f_rows, c_rows = bigram_n.run_v(tr, va, v, cpt, k, TOL_CHAR, cap, guess, log, write)
-    fits, cells = fits + f_rows, cells + c_rows
+    f_rows, k_rows, c_rows = bigram_n.run_v(tr, va, v, cpt, k, TOL_CHAR, cap, guess, log,
+                                            write, done)
+    fits, checks, cells = fits + f_rows, checks + k_rows, cells + c_rows
     guess = c_rows[0]["r_star"]  # the next V starts where this V's smallest fraction ended
-  write_json(out / rep.SUMMARY, {"knobs": dataclasses.asdict(k), "vocabs": list(knobs.vocabs),
-                                 "tol_char": TOL_CHAR, "verdict": rep.verdict(cells)})
+  write_json(out / rep.SUMMARY, {**summary, "verdict": rep.verdict(cells)})
   rep.draw(out)

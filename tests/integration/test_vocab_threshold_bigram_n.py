@@ -1,20 +1,22 @@
 """vocab_threshold's bigram r*(V, N) preset at its test size (issue 33, item 3), on a generated
 corpus: real tokenizers and token streams, converged rank-r fits, the CSVs checked against a
 plain-Python counting reference (the smoothed bigram's validation score, the nested
-fractions), r* against the per-fit rows and the tolerance rule, and the report's verdict
-against the CSV."""
+fractions), r* against the per-fit rows and the tolerance rule, the start check's second fit
+against the cell's decisive fits, the report's verdict against the CSV, and a rerun into the
+same folder resuming without a fit."""
 
 import csv
 import json
 import math
+import shutil
 from collections import Counter
 
 import numpy as np
 import pytest
 
 from experiments import vocab_threshold as vt
-from experiments.vocab_threshold import bigram_n_report as rep
-from experiments.vocab_threshold.bigram_n_run import streams_of
+from experiments.vocab_threshold import bigram_n, bigram_n_report as rep
+from experiments.vocab_threshold.bigram_n_run import earlier, streams_of
 from tests._corpus import generated_docs, write_corpus
 
 PRESET = "test-bigram-n"
@@ -89,3 +91,58 @@ def test_report_reads_the_verdict_of_its_csv(done):
   for c in cells:
     assert f"(N = {int(c['train_tokens']):,})" in text
   assert (out / rep.FIGURE).stat().st_size > 0
+
+
+def _same(a, b):
+  """Two CSV values equal as numbers (a rewritten 96 reads back as 96.0) or as text."""
+  try:
+    return float(a) == float(b) or (math.isnan(float(a)) and math.isnan(float(b)))
+  except ValueError:
+    return a == b
+
+
+def test_start_check_refits_the_decisive_fit_nearest_the_tolerance(done):
+  out, _ = done
+  cells, fits, checks = (_csv(out / n) for n in (rep.CELLS_CSV, rep.FITS_CSV, rep.CHECKS_CSV))
+  assert len(checks) == len(cells)  # the preset's check=1: one second fit per cell
+  for c in cells:
+    at = (c["V"], c["fraction"])
+    first = {int(r["rank"]): r for r in fits if (r["V"], r["fraction"]) == at}
+    tol, lo = float(c["tol_token"]), int(c["lo"])
+    dec = [r for r in (lo, None if int(c["censored"]) else int(c["r_star"])) if r in first]
+    want = min(dec, key=lambda r: (abs(float(first[r]["val_excess"]) - tol), r))
+    (s,) = [r for r in checks if (r["V"], r["fraction"]) == at]
+    assert int(s["rank"]) == want and c["check_ranks"] == str(want)
+    assert s["start"] == ("random" if first[want]["start"] == "svd" else "svd")
+    assert int(s["ok"]) == int(float(s["val_excess"]) <= tol)
+    flip = int(s["converged"]) and s["ok"] != first[want]["ok"]
+    expect = "flips" if flip else "agrees" if int(s["converged"]) else "unconverged"
+    assert c["start_check"] == expect
+    assert int(c["reliable"]) == int(int(c["decisive_converged"]) and expect == "agrees")
+    col = "check_excess_at_lo" if want == lo else "check_excess_at_r_star"
+    assert float(c[col]) == pytest.approx(float(s["val_excess"]))
+  text = vt.report_section(out, "vt")
+  assert f"Start check: {sum(c['start_check'] == 'agrees' for c in cells)} of {len(cells)}" in text
+
+
+def test_a_rerun_into_the_same_out_resumes_without_fitting(done, tmp_path, monkeypatch):
+  out, corpus = done
+  again = tmp_path / "again"
+  shutil.copytree(out, again)
+  names = (rep.CELLS_CSV, rep.FITS_CSV, rep.CHECKS_CSV)
+  before = {n: _csv(again / n) for n in names}
+
+  def no_fit(*a, **k):
+    raise AssertionError("a cell of the earlier run was fitted again")
+
+  monkeypatch.setattr(bigram_n.bf, "fit", no_fit)
+  vt.run(again, PRESET, data=corpus, verbose=False)
+  for n in names:
+    after = _csv(again / n)
+    assert len(after) == len(before[n])
+    for a, b in zip(after, before[n]):
+      assert all(_same(a[k], b[k]) for k in b if k != "cpu_s"), n
+  summary = json.loads((again / rep.SUMMARY).read_text())
+  other = {**summary, "knobs": {**summary["knobs"], "gtol": 1e-6}}
+  with pytest.raises(ValueError, match="other knobs.*use a fresh --out"):
+    earlier(again, other)

@@ -51,6 +51,8 @@ def test_fractions_are_nested_blocks_spread_over_the_stream():
   assert max(starts[0.25]) >= 9000  # reaches the end of the stream
   with pytest.raises(ValueError, match="not k/4"):
     BigramNKnobs(fractions=(0.3,), grid=(2,), max_iters=(1,))
+  with pytest.raises(ValueError, match="check=3 must be 0 \\(off\\)"):
+    BigramNKnobs(fractions=(0.5,), grid=(2,), max_iters=(1,), check=3)
 
 
 def _problem(seed=0, C=7, V=6):

@@ -1,10 +1,14 @@
 """The generated bigram r*(V, N) reading against its CSV rows, both ways (as
 test_report_claims does): constructed cells where r* stays, where it moves with N, and where
-an unconverged fit leaves it open; the paragraph must follow the numbers, not a fixed text."""
+an unconverged fit leaves it open, and where the start check (a decisive fit refitted from a
+second start) flips or agrees; the paragraph must follow the numbers, not a fixed text."""
 
+import numpy as np
 import pytest
 
+from experiments.vocab_threshold import bigram_n_check as ck
 from experiments.vocab_threshold import bigram_n_report as rep
+from sbjax.studies import floor as fl
 
 KNOBS = {"fractions": [0.25, 0.5, 1.0], "grid": [16, 32, 64, 128], "max_iters": [100, 100],
          "add_k": 0.1, "gtol": 1e-5, "period": 4, "block": 2048}
@@ -82,3 +86,70 @@ def test_censoring_is_an_interval_not_a_value():
   all_cens = cells_of(256, [128, 128, 128], censored=(1, 1, 1))
   assert rep.verdict(all_cens)["overall"] == "undecided"
   assert "r* = > 128" in text(all_cens)
+
+
+def checked(cells, second):
+  """The cells with their start-check columns from ``bigram_n_check.columns``: ``second`` maps
+  (V, fraction) to (rank, second start's excess, converged) of its refitted decisive fit."""
+  out = []
+  for c in cells:
+    first = {int(f["rank"]): dict(f, ok=int(f["val_excess"] <= c["tol_token"]), start="prior")
+             for f in fits_of([c]) if (f["V"], f["fraction"]) == (c["V"], c["fraction"])}
+    r, ex, conv = second[(c["V"], c["fraction"])]
+    rows = [{"rank": r, "start": "svd", "val_excess": ex, "converged": conv,
+             "ok": int(ex <= c["tol_token"])}]
+    out.append({**c, **ck.columns(first, rows, c["r_star"], c["lo"],
+                                  bool(c["decisive_converged"]))})
+  return out
+
+
+def test_a_start_check_flip_leaves_the_verdict_undecided_and_agreement_keeps_it():
+  cells = cells_of(256, [32, 32, 32]) + cells_of(1024, [32, 32, 64])
+  agree = {(c["V"], c["fraction"]): (c["lo"], 0.015, 1) for c in cells}  # lo still fails
+  v = rep.verdict(checked(cells, agree))
+  assert v == {"overall": "refuted", "per_v": {"256": "same", "1024": "grows"}}
+  t = rep.paragraph(checked(cells, agree), fits_of(cells), SUMMARY)
+  assert "**REFUTED" in t and "Start check: 6 of 6 cells agree." in t
+  assert "start check agrees (r = 32 from svd +0.0150)" in t and "left out" not in t
+  # the failing rank below the full-data r* = 64 passes from the second start: that cell's
+  # r* is not a property of its target, and the "grows" rested on it
+  flip = {**agree, (1024, 1.0): (32, 0.009, 1)}
+  cs = checked(cells, flip)
+  assert [c["start_check"] for c in cs][-1] == "flips" and cs[-1]["reliable"] == 0
+  assert rep.verdict(cs) == {"overall": "undecided", "per_v": {"256": "same", "1024": "undecided"}}
+  t = rep.paragraph(cs, fits_of(cells), SUMMARY)
+  assert "**UNDECIDED" in t and "REFUTED" not in t
+  assert "start check FLIPS (r = 32 from svd +0.0090)" in t
+  assert "5 of 6 cells agree; 1 flip (V = 1024, f = 1); such cells are left out" in t
+  # a second fit stopped at its cap decides nothing either way
+  capped = checked(cells, {**agree, (1024, 1.0): (32, 0.009, 0)})
+  assert capped[-1]["start_check"] == "unconverged"
+  assert rep.verdict(capped)["per_v"]["1024"] == "undecided"
+  assert "second fit unconverged" in rep.paragraph(capped, fits_of(cells), SUMMARY)
+
+
+def test_a_flip_where_the_others_still_differ_keeps_the_refutation():
+  cells = cells_of(1024, [32, 64, 64])
+  second = {(c["V"], c["fraction"]): (c["lo"], 0.015, 1) for c in cells}
+  second[(1024, 1.0)] = (32, 0.009, 1)  # the last cell flips; f = 1/4 and 1/2 still differ
+  assert rep.verdict(checked(cells, second))["per_v"] == {"1024": "grows"}
+
+
+def test_check_picks_the_decisive_fit_nearest_the_tolerance_and_an_independent_start():
+  first = {32: {"val_excess": 0.0098, "start": "svd"}, 24: {"val_excess": 0.03, "start": "x"},
+           48: {"val_excess": -0.02, "start": "pad32"}}
+  assert ck.pick(first, 48, 32, 0.01, 1) == [32]  # 0.0002 from tol against 0.03
+  assert ck.pick(first, 48, 32, 0.01, 2) == [32, 48]
+  assert ck.pick(first, 32, 24, 0.01, 0) == []
+  assert ck.pick(first, None, 48, 0.01, 2) == [48]  # censored: only the grid's top decides
+  with pytest.raises(ValueError, match="check=3 must be 0"):
+    ck.pick(first, 48, 32, 0.01, 3)
+  rng = np.random.default_rng(0)
+  p, pi = rng.dirichlet(np.ones(5), size=4), np.full(4, 0.25)
+  name, x, y = ck.second_start(p, pi, 2, "pad1")
+  sx, sy = fl.svd_start(p, pi, 2)
+  assert name == "svd" and np.array_equal(x, sx) and np.array_equal(y, sy)
+  name, x, y = ck.second_start(p, pi, 2, "svd")  # the search began at svd: a random start
+  assert name == "random" and x.shape == (4, 2) and y.shape == (5, 2)
+  assert 0 < np.abs(x).max() < 0.1 and not np.allclose(x, sx)
+  assert ck.status({32: {"ok": 1}}, []) == "off"
