@@ -31,6 +31,7 @@ With nothing requested ``apply`` returns only the scores and does no extra work.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Sequence
 
@@ -237,6 +238,13 @@ def _check_collect(collect: Sequence[str]) -> tuple:
   return collect
 
 
+@functools.lru_cache(maxsize=64)
+def _abstract_params(model_cls, cfg: ModelConfig, seq_len: int, x64: bool):
+  """``Model.abstract_params`` (x64 is in the key: dtypes may follow it)."""
+  del x64
+  return jax.eval_shape(lambda k: model_cls(cfg).init(k, 1, seq_len), jax.random.key(0))
+
+
 class Model:
   """Functional wrapper: plain-pytree params, pure ``apply``; vmappable over params."""
 
@@ -253,7 +261,10 @@ class Model:
     return jax.tree.map(lambda x: x, dict(variables["params"]))
 
   def abstract_params(self, seq_len: int = 8):
-    return jax.eval_shape(lambda k: self.init(k, 1, seq_len), jax.random.key(0))
+    """The params' shapes and dtypes (a fresh tree of jax.ShapeDtypeStruct), traced once per
+    (model class, config, seq_len): every checkpoint restore asks for them."""
+    cached = _abstract_params(type(self), self.cfg, seq_len, jax.config.jax_enable_x64)
+    return jax.tree.map(lambda x: x, cached)
 
   def apply(self, params, tokens_BxT, *, embeds_BxTxD=None):
     """Scores (B×T×V float32: logits, or log-probs for a mos head).
