@@ -22,8 +22,14 @@ pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = "bkt/run"
+STEPS, KILL_AT = 120, 30
+# Checkpoints at 0, 30, 60, 90 and 120 only (not tiny's log-spaced 1, 2, 4, ... and every 25:
+# 13 of them): each is an orbax save to the server and a step of the analysis, ~1 s of CPU,
+# and nothing here depends on how many there are. The kill comes after step 30's; the saves of
+# 60, 90 and 120 still ahead keep the trainer running while the test sees it and kills it.
 TRAIN = [sys.executable, "-m", "sbjax.cli.train", "--config=tiny", f"--workdir=gs://{RUN}",
-         "--config.train.steps=120", "--config.train.eval_every=60",
+         f"--config.train.steps={STEPS}", "--config.train.eval_every=60",
+         "--config.train.ckpt_log_spaced=false", f"--config.train.ckpt_every={KILL_AT}",
          "--config.data.planted_train_tokens=0"]
 
 
@@ -50,7 +56,7 @@ def gcs_run(tmp_path_factory):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     killed = subprocess.Popen(TRAIN, cwd=cwd, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
-    _kill_after_checkpoint(killed, 8)
+    _kill_after_checkpoint(killed, KILL_AT)
     after_kill = objects(RUN)
     resumed = subprocess.run(TRAIN, cwd=cwd, env=env, capture_output=True, text=True)
     analyzed = subprocess.run([sys.executable, "-m", "sbjax.cli.analyze",
@@ -63,17 +69,17 @@ def gcs_run(tmp_path_factory):
 def test_the_killed_run_left_its_lock_and_checkpoints_in_the_bucket(gcs_run):
   names = gcs_run["after_kill"]
   assert f"{RUN}/LOCK" in names and f"{RUN}/config.json" in names
-  assert f"{RUN}/checkpoints/8/checksums.json" in names and f"{RUN}/DONE" not in names
+  assert f"{RUN}/checkpoints/{KILL_AT}/checksums.json" in names and f"{RUN}/DONE" not in names
 
 
 def test_the_rerun_resumes_and_finishes_the_run(gcs_run):
   r = gcs_run["resumed"]
   assert r.returncode == 0, r.stderr[-3000:]
   out = json.loads(r.stdout)
-  assert out["step"] == 120 and 8 <= out["start_step"] < 120
+  assert out["step"] == STEPS and KILL_AT <= out["start_step"] < STEPS
   assert "took over the stale lock" in r.stderr
   names = gcs_run["objects"]
-  for f in ("config.json", "metrics.jsonl", "checkpoints/120/checksums.json"):
+  for f in ("config.json", "metrics.jsonl", f"checkpoints/{STEPS}/checksums.json"):
     assert f"{RUN}/{f}" in names
   assert f"{RUN}/LOCK" not in names  # released at the end
   assert any(n.startswith(f"{RUN}/tb/events.out.tfevents.") for n in names)
@@ -83,7 +89,8 @@ def test_the_analysis_reads_and_writes_the_bucket(gcs_run):
   a = gcs_run["analyzed"]
   assert a.returncode == 0, a.stderr[-3000:]
   out = json.loads(a.stdout)
-  assert out["csv"] == f"gs://{RUN}/analysis/metrics.csv" and out["steps"][-1] == 120
+  assert out["csv"] == f"gs://{RUN}/analysis/metrics.csv"
+  assert out["steps"] == list(range(0, STEPS + 1, KILL_AT))  # every checkpoint analysed
   names = gcs_run["objects"]
   for f in ("metrics.csv", "metrics.json", "spectrum.npz", "fig_loss_anisotropy.png"):
     assert f"{RUN}/analysis/{f}" in names
