@@ -9,11 +9,14 @@ for any N: ``keys(seeds)``, ``init(keys)``, ``opt_init``, ``step(state, batch, *
 ``evaluate(params, batches)`` -> one {eval_loss, eval_acc} per member, ``finite(params)``,
 ``split(state)`` -> [(params, opt_state)] per member and ``join(params, opts)`` (per-member
 lists to the state's trees). ``cfg`` is member 0's config: the members share every program field
-(``sbjax.train.members``); their lr scales and weight decays are arguments of the step.
+(``sbjax.train.members``); their lr scales and weight decays are arguments of the step, and
+members whose head configs differ (``varies.heads``: a padded head's rank) are initialised
+by the models of their own heads (``members_init``; one program, one vmapped init per head).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import types
 
 import jax
@@ -21,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from sbjax import losses
+from sbjax import heads, losses
 from sbjax import sharding as shd
 from sbjax.config import Config
 from sbjax.data import sources as data_sources
@@ -36,9 +39,30 @@ from sbjax.train.step import (TrainState, all_finite_jit, evaluate, evaluate_mem
 ONE = Varies(False, False, False)
 
 
+def frozen_trunk(loss, cfg: Config):
+  """``loss`` with, under ``train.freeze_trunk``, every non-head parameter behind
+  ``stop_gradient``: their updates are zero anyway (``sbjax.optim``), so the backward pass
+  stops at the head's input and a frozen trunk costs its forward only. The updates are
+  unchanged; the step's ``grad_norm`` is then the norm of the head's gradient."""
+  if not cfg.train.freeze_trunk:
+    return loss
+  keys = set(heads.get(cfg.model.head).param_keys)
+
+  def fn(params, batch):
+    return loss({k: v if k in keys else jax.lax.stop_gradient(v) for k, v in params.items()},
+                batch)
+
+  return fn
+
+
 def objective_loss(cfg: Config, model: Model):
   """The loss of ``cfg.train.objective`` (``sbjax.losses``): ``Model.loss`` when sampled, the
-  Rao-Blackwellised loss on the planted language's exact table when expected."""
+  Rao-Blackwellised loss on the planted language's exact table when expected; the trunk
+  behind ``stop_gradient`` when frozen (``frozen_trunk``)."""
+  return frozen_trunk(_objective(cfg, model), cfg)
+
+
+def _objective(cfg: Config, model: Model):
   if cfg.train.objective == "sampled":
     return model.loss
   lang = data_sources.get(cfg.data.source).language(cfg.data.options)
@@ -92,6 +116,25 @@ def _stacked(tree, n: int):
   return jax.tree.map(lambda x: jax.ShapeDtypeStruct((n,) + x.shape, x.dtype), tree)
 
 
+def members_init(cfg: Config, heads: tuple):
+  """keys (n,) -> the members' stacked params: ``Model.init`` vmapped over the keys, or with
+  per-member ``heads``, each head's model vmapped over its members' keys, in member order."""
+  seq = cfg.train.seq_len
+  if not heads:
+    return jax.vmap(lambda k: Model(cfg.model).init(k, 1, seq))
+  groups: dict = {}
+  for i, h in enumerate(heads):
+    groups.setdefault(h, []).append(i)
+  order = np.argsort(np.concatenate([np.asarray(ix) for ix in groups.values()]))
+
+  def init(keys):
+    parts = [jax.vmap(lambda k, h=h: Model(dataclasses.replace(cfg.model, head=h))
+                      .init(k, 1, seq))(keys[np.asarray(ix)]) for h, ix in groups.items()]
+    return jax.tree.map(lambda *xs: jnp.concatenate(xs)[order], *parts)
+
+  return init
+
+
 def _members(cfg: Config, mesh, c: types.SimpleNamespace, nan_at_step: int, n: int,
              varies: Varies) -> types.SimpleNamespace:
   tc, model = cfg.train, c.model
@@ -114,7 +157,7 @@ def _members(cfg: Config, mesh, c: types.SimpleNamespace, nan_at_step: int, n: i
   return types.SimpleNamespace(
       **vars(c), p_sh=p_sh, o_sh=o_sh, batch_sh=batch_sh,
       keys=lambda seeds: jax.vmap(jax.random.key)(jnp.asarray(seeds, jnp.uint32)),
-      init=jax.jit(jax.vmap(lambda k: model.init(k, 1, tc.seq_len)), out_shardings=p_sh),
+      init=jax.jit(members_init(cfg, varies.heads), out_shardings=p_sh),
       opt_init=jax.jit(jax.vmap(c.tx.init), out_shardings=o_sh),
       step=jax.jit(state_step(step), in_shardings=(state_sh, batch_sh, c.repl, c.repl),
                    out_shardings=(state_sh, c.repl), donate_argnums=(0,)),

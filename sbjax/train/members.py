@@ -11,7 +11,11 @@ difference there is refused (``check_members``). How each varying field enters t
   seeds give every member its own batch (a leading member axis, one dataset per member);
 - ``train.lr``: the update of the optimizer built with member 0's lr is scaled by
   lr_i / lr_0 (``sbjax.optim.make_optimizer(lr_scale=...)``; exact for lr_i = lr_0);
-- ``train.weight_decay``: the member's decoupled λ_i, a traced value of its optimizer.
+- ``train.weight_decay``: the member's decoupled λ_i, a traced value of its optimizer;
+- ``model.head``'s fields that its kind lists in ``member_varying`` (the ``padded_lowrank``
+  head's ``rank``: every member has the same parameter shapes): the member's init only
+  (each member is initialised by the model of its own head config, ``sbjax.train.build``);
+  the step is member 0's program.
 
 Layout of a population on disk: ``W/member_<i>/`` (``member_dir``) is a normal workdir per
 member; ``W/population.json`` (``write_population``) lists them.
@@ -24,6 +28,7 @@ import json
 from pathlib import Path
 from typing import NamedTuple, Sequence
 
+from sbjax import heads
 from sbjax.atomic import atomic_write_text
 from sbjax.config import Config
 from sbjax.paths import upath
@@ -37,6 +42,7 @@ class Varies(NamedTuple):
   data: bool  # per-member batches
   lr: bool  # per-member update scale
   weight_decay: bool  # per-member λ
+  heads: tuple = ()  # the members' head configs when they differ (member_varying), else ()
 
 
 def member_dir(workdir, i: int) -> Path:
@@ -74,7 +80,19 @@ def _shared(cfg: Config) -> dict:
                    if not (sec == "train" and k in VARYING)})
     elif sec != "name":
       flat[sec] = v
+  head = cfg.model.head
+  free = getattr(heads.get(head), "member_varying", ())
+  flat["model.head"] = {k: x for k, x in head.to_dict().items() if k not in free}
   return flat
+
+
+def _hint(diff: list, cfgs: Sequence[Config]) -> str:
+  """What to do about members that differ in ``diff``."""
+  if diff == ["model.head"] and all(c.model.head.kind == "lowrank" for c in cfgs):
+    pad = max(c.model.head.rank for c in cfgs)
+    return (f"lowrank heads of different ranks: use head padded_lowrank with pad={pad} (the "
+            "largest rank) and each member's rank, or train them as separate runs")
+  return "train them as separate runs"
 
 
 def check_members(cfgs: Sequence[Config]) -> Varies:
@@ -87,10 +105,12 @@ def check_members(cfgs: Sequence[Config]) -> Varies:
     diff = sorted(k for k in first.keys() | other.keys() if first.get(k) != other.get(k))
     if diff:
       raise ValueError(f"member {i} differs from member 0 in {diff}; the members of one run "
-                       f"may differ only in train.{{{','.join(VARYING)}}}: train them as "
-                       "separate runs")
+                       f"may differ only in train.{{{','.join(VARYING)}}} (and a padded "
+                       f"head's rank): {_hint(diff, [cfgs[0], cfg])}")
+  hs = tuple(c.model.head for c in cfgs)
   return Varies(*(len({getattr(c.train, k) for c in cfgs}) > 1
-                  for k in ("data_seed", "lr", "weight_decay")))
+                  for k in ("data_seed", "lr", "weight_decay")),
+                heads=hs if len(set(hs)) > 1 else ())
 
 
 def write_population(workdir, cfgs: Sequence[Config], dirs: Sequence[Path]) -> None:

@@ -304,16 +304,17 @@ def _train_locked(cfgs, dirs, *, dataset, stop_after, mesh, quiet, tensorboard, 
   return out
 
 
-def train_once(cfgs, workdirs, *, dataset=None, quiet: bool = True):
+def train_once(cfgs, workdirs, *, dataset=None, quiet: bool = True,
+               hooks: Sequence[H.Hook] = ()):
   """Train (or resume) a run unless every member is finished (``sbjax.train.done``); marks
   each member finished and returns its summary (a list for lists, as ``train``). A run that
-  stops short of ``train.steps`` raises."""
+  stops short of ``train.steps`` raises. ``hooks``: as ``train``."""
   one = isinstance(cfgs, Config)
   cfgs, dirs = _lists(cfgs, workdirs)
   done = [finished(d) for d in dirs]
   if any(x is None for x in done):
     with workdir_locks(dirs, enabled=jax.process_index() == 0):  # the run and its DONE mark
-      sums = train(cfgs, dirs, dataset=dataset, quiet=quiet)
+      sums = train(cfgs, dirs, dataset=dataset, quiet=quiet, hooks=hooks)
       done = []
       for cfg, d, s in zip(cfgs, dirs, sums):
         if s.get("step") != cfg.train.steps or "eval_loss" not in s:

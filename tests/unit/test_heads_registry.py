@@ -56,7 +56,7 @@ def test_registered_kinds_are_the_files_of_the_package():
   files = {m.name for m in pkgutil.iter_modules(heads.__path__)} - {"base"}
   by_module = {k.__class__.__module__.rsplit(".", 1)[1]: k.name for k in heads.kinds()}
   assert set(by_module) == {f for f in files if not f.startswith("_")}
-  assert heads.names() == ("dense", "tied", "lowrank", "mos", "sigsoftmax")
+  assert heads.names() == ("dense", "tied", "lowrank", "mos", "sigsoftmax", "padded_lowrank")
 
 
 def test_unknown_head_and_field_messages():

@@ -1,0 +1,136 @@
+"""The padded low-rank head: a rank-``rank`` head W = A·B stored in factors of width ``pad``,
+A (V×pad) and B (pad×d), whose columns of A and rows of B at index ≥ ``rank`` are zero.
+
+Config ``PaddedLowRankHead(rank, pad, init)`` (JSON ``{"kind": "padded_lowrank", "rank": 8,
+"pad": 16, "init": "scaled"}``), 1 ≤ rank ≤ pad ≤ d_model. It exists so that heads of
+different ranks have one shape and can train as the members of ONE vmapped run
+(``sbjax.train.members``: ``rank`` is the field its members may vary, ``pad`` is shared;
+a study sets pad = the largest rank of the population).
+
+Equal to the ``lowrank`` head of rank r = ``rank``:
+
+- init: A[:, :r] and B[:r] are drawn exactly as a rank-r ``lowrank`` head draws A and B
+  (the same initializers, shapes (V, r) and (r, d) and parameter keys, so the same values
+  for the same seed); the padding A[:, r:] and B[r:] is zero;
+- forward: scores = (h·Bᵀ)·Aᵀ = Σ_{j<pad} (h·B_jᵀ) A_j, and the terms j ≥ r are exact zeros,
+  so the scores are the rank-r head's up to the order of the float32 sums;
+- training: with A_j = 0 and B_j = 0 the gradients of both are exactly zero
+  (∂L/∂A_j = Σ g (h·B_jᵀ), ∂L/∂B_j = Σ (g·A_j) h), and the project's AdamW maps a zero
+  gradient with zero moments to a zero update (m/(√v + eps) with eps > 0, clipping scales
+  it, decoupled weight decay λ·0): the padding is a fixed point, so it stays exactly zero
+  and the first r columns follow the rank-r head's trajectory. No explicit mask is needed;
+  ``padding_is_zero`` checks the invariant (the studies check it on every trained head).
+
+``param_count`` counts the stored factors (V·pad + pad·d: the memory and the FLOPs the
+matmuls do); ``rank`` is the active rank r. Not exported to Hugging Face (a run of it is a
+rank-r lowrank run: export that).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import TYPE_CHECKING, ClassVar
+
+import flax.linen as nn
+import jax.numpy as jnp
+from jax import lax
+
+from sbjax.errors import config_error
+from sbjax.heads.base import HEAD_KEY, HeadConfig, HeadKind, register
+from sbjax.precision import matmul_precision
+
+if TYPE_CHECKING:  # only for annotations: a head module must not import sbjax.config (base.py)
+  from sbjax.config import ModelConfig
+
+INITS = ("scaled", "godey")  # as sbjax.heads.lowrank
+
+
+@dataclasses.dataclass(frozen=True)
+class PaddedLowRankHead(HeadConfig):
+  """A rank-``rank`` head in factors of width ``pad`` (both 1 .. d_model, rank ≤ pad)."""
+
+  kind: ClassVar[str] = "padded_lowrank"
+  rank: int = 0
+  pad: int = 0
+  init: str = "scaled"
+
+  def check(self) -> None:
+    if self.init not in INITS:
+      raise config_error("model.head.init", self.init, " | ".join(INITS))
+
+
+def _padded(init, shape, axis: int, width: int):
+  """An initializer of ``shape`` padded with zeros along ``axis`` to ``width``."""
+
+  def fn(key, dtype):
+    x = init(key, shape, dtype)
+    widths = [(0, 0)] * len(shape)
+    widths[axis] = (0, width - shape[axis])
+    return jnp.pad(x, widths)
+
+  return fn
+
+
+class _PaddedModule(nn.Module):
+  cfg: ModelConfig
+
+  @nn.compact
+  def __call__(self, h):
+    c = self.cfg
+    r, pad, dt = c.head.rank, c.head.pad, jnp.dtype(c.param_dtype)
+    if c.head.init == "godey":
+      a_init, b_init = nn.initializers.normal(1.0), nn.initializers.normal(1.0)
+    else:  # sbjax.heads.lowrank's scaled init at rank r
+      a_init = nn.initializers.normal(c.init_std * math.sqrt(c.d_model / r))
+      b_init = nn.initializers.normal(1.0 / math.sqrt(c.d_model))
+    a = self.param("a", _padded(a_init, (c.vocab_size, r), 1, pad), dt)
+    b = self.param("b", _padded(b_init, (r, c.d_model), 0, pad), dt)
+    prec = matmul_precision(c)
+    z = jnp.einsum("...d,rd->...r", h, b.astype(h.dtype), precision=prec)
+    return jnp.einsum("...r,vr->...v", z, a.astype(h.dtype), precision=prec)
+
+
+def padding_is_zero(params, cfg) -> bool:
+  """True when A[:, rank:] and B[rank:] of ``params["head"]`` are exactly zero."""
+  hp, r = params[HEAD_KEY], cfg.head.rank
+  return bool(jnp.all(hp["a"][..., r:] == 0) & jnp.all(hp["b"][..., r:, :] == 0))
+
+
+class PaddedLowRank(HeadKind):
+  name = "padded_lowrank"
+  description = "a padded low-rank head"
+  order = 5
+  leaf_specs = {"a": ("tensor", "fsdp"), "b": (None, "fsdp")}  # as lowrank
+  config = PaddedLowRankHead  # hf_tied None: a training device, not exported (see module doc)
+  member_varying = ("rank",)  # the members of one run may differ in it (sbjax.train.members)
+
+  def module(self, cfg):
+    return _PaddedModule(cfg, name=HEAD_KEY)
+
+  def factors(self, params, h, cfg):
+    """(h·Bᵀ, A) over the pad columns (the padding contributes zeros)."""
+    hp = params[HEAD_KEY]
+    return (jnp.einsum("...d,rd->...r", h, hp["b"].astype(h.dtype),
+                       precision=matmul_precision(cfg)), hp["a"])
+
+  def matrix(self, params, cfg):
+    hp = params[HEAD_KEY]
+    return jnp.matmul(hp["a"], hp["b"], precision=lax.Precision.HIGHEST)
+
+  def param_count(self, cfg) -> int:
+    return cfg.vocab_size * cfg.head.pad + cfg.head.pad * cfg.d_model
+
+  def validate(self, cfg) -> None:
+    r, pad = cfg.head.rank, cfg.head.pad
+    for name, v, hi in (("pad", pad, cfg.d_model), ("rank", r, pad)):
+      if not isinstance(v, int) or isinstance(v, bool) or v < 1 or v > hi:
+        raise config_error(f"model.head.{name}", v,
+                           f"1 .. {hi} (a padded_lowrank head needs 1 <= rank <= pad <= "
+                           f"d_model={cfg.d_model}; pad = the largest rank of the population)")
+
+  def rank(self, cfg) -> int:
+    return cfg.head.rank
+
+
+register(PaddedLowRank())
