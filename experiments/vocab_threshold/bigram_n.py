@@ -46,12 +46,17 @@ class BigramNKnobs:
   block: int = 2048  # tokens per block of the nested fractions
   check: int = 1  # start check: decisive ranks refitted from a second start per cell (0: off,
   # 1: the one nearest the tolerance, 2: both; bigram_n_check.py)
+  check_cap: float = 2.0  # the second fit's iteration cap, x the V's: its start is cold, the
+  # search's are warm (session 15: an svd refit at V = 1024, r = 32 stopped at 1500, grad 4.5e-5)
 
   def __post_init__(self):
     for f in self.fractions:
       if not (0 < f <= 1 and abs(f * self.period - round(f * self.period)) < 1e-9):
         raise ValueError(f"bigram-n: fraction {f} is not k/{self.period} with 0 < k <= "
                          f"{self.period}; use multiples of 1/{self.period}")
+    if self.check_cap < 1:
+      raise ValueError(f"bigram-n: check_cap={self.check_cap} must be >= 1 (the second fit's "
+                       "iteration cap as a multiple of the search's)")
     if self.check not in (0, 1, 2):
       raise ValueError(f"bigram-n: check={self.check} must be 0 (off), 1 (the decisive rank "
                        "nearest the tolerance) or 2 (both decisive ranks)")
@@ -107,6 +112,11 @@ def cell(t: dict, knobs: BigramNKnobs, tol: float, guess: int, max_iter: int,
   return rows, gallop(ok, knobs.grid, guess), fits
 
 
+def check_cap(knobs: BigramNKnobs, max_iter: int) -> int:
+  """The start check's iteration cap at a V whose search fits are capped at ``max_iter``."""
+  return int(round(knobs.check_cap * max_iter))
+
+
 def _check(t: dict, knobs: BigramNKnobs, tol: float, max_iter: int, first: dict, s,
            log=lambda s: None) -> list:
   """The start check's fit rows (``bigram_n_check``): the decisive ranks nearest the tolerance
@@ -115,7 +125,8 @@ def _check(t: dict, knobs: BigramNKnobs, tol: float, max_iter: int, first: dict,
   for r in ck.pick(first, s.r_star, s.lo, tol, knobs.check):
     name, x, y = ck.second_start(t["p"], t["pi"], r, str(first[r]["start"]))
     c0 = time.process_time()
-    res = bf.fit(t["p"], t["pi"], x, y, gtol=knobs.gtol, max_iter=max_iter, start=name)
+    res = bf.fit(t["p"], t["pi"], x, y, gtol=knobs.gtol, start=name,
+                 max_iter=check_cap(knobs, max_iter))
     rows.append(_row(res, t, tol, time.process_time() - c0))
     x = rows[-1]
     log(f"  check r={r} ({name}): val excess {x['val_excess']:+.4f} (search "

@@ -170,11 +170,13 @@ def _check_sentence(cells: list) -> str:
   return out + ("; such cells are left out of the verdict." if bad else ".")
 
 
-def _check_choice(n: int) -> str:
+def _check_choice(k: dict) -> str:
+  n = k.get("check", 0)
   if not n:
     return "no start check"
   which = "the decisive fit nearest the tolerance" if n == 1 else "both decisive fits"
-  return (f"start check: per cell {which} refitted to the same gtol and cap from the svd start "
+  return (f"start check: per cell {which} refitted to the same gtol, with {k.get('check_cap', 1):g}x "
+          "the search's iteration cap, from the svd start "
           f"(a seeded random start N(0, {RANDOM_SCALE:g}²) where the search's fit began at svd); a cell whose "
           "side of the tolerance flips, or whose second fit stops at its cap, is unreliable")
 
@@ -210,7 +212,7 @@ def paragraph(cells: list, fits: list, summary: dict) -> str:
       "from the previous fraction's r\\* (assumes val(r) falls with r), each fit an L-BFGS run to "
       f"tangent gradient ≤ {k['gtol']:g} or its cap ({', '.join(map(str, k['max_iters']))} "
       "iterations at the V above), warm-started from the previous fraction's fit at that rank "
-      "or the nearest fitted rank; " + _check_choice(k.get("check", 0)) + ".")
+      "or the nearest fitted rank; " + _check_choice(k) + ".")
 
 
 def section(out, rel: str) -> str:

@@ -35,18 +35,19 @@ def streams_of(preset, corpus: str, vocab: int, out):
   return ds.train_tokens, ds.val_tokens, cpt
 
 
-def earlier(out, summary: dict) -> dict:
+def earlier(out, summary: dict, knobs) -> dict:
   """(V, fraction) -> (cell row, fit rows, check rows or None) of an earlier run of the same
   knobs in ``out`` (empty when there is none): its cells are not searched again. Check rows
-  are reused only when that run's check knob is this one's and the cell was checked."""
+  are reused when that run's check knob is this one's, the cell was checked and each second fit
+  converged or ran to this run's check cap (an unconverged one with a smaller cap is redone)."""
   if not (out / rep.CELLS_CSV).exists():
     return {}
   old = json.loads((out / rep.SUMMARY).read_text()) if (out / rep.SUMMARY).exists() else {}
   new = json.loads(json.dumps(summary))
 
   def key(x):
-    return ({k: v for k, v in x.get("knobs", {}).items() if k != "check"}, x.get("vocabs"),
-            x.get("tol_char"))
+    return ({k: v for k, v in x.get("knobs", {}).items() if k not in ("check", "check_cap")},
+            x.get("vocabs"), x.get("tol_char"))
 
   if key(old) != key(new):
     raise ValueError(f"bigram-n: {out} holds the CSVs of a bigram-n run with other knobs (or "
@@ -61,7 +62,9 @@ def earlier(out, summary: dict) -> dict:
     def mine(rows, at=at):
       return [r for r in rows if (int(r["V"]), float(r["fraction"])) == at]
 
-    ran = same_check and c.get("start_check") not in (None, "off") and mine(checks)
+    cap = bigram_n.check_cap(knobs, knobs.max_iters[summary["vocabs"].index(at[0])])
+    ran = (same_check and c.get("start_check") not in (None, "off") and mine(checks)
+           and all(int(r["converged"]) or int(r["n_iter"]) >= cap for r in mine(checks)))
     done[at] = (c, mine(fits), mine(checks) if ran else None)
   return done
 
@@ -76,7 +79,7 @@ def run_bigram_n(out, preset, *, data: str | None = None, verbose: bool = True) 
   corpus = str(text_corpus(data))
   out.mkdir(parents=True, exist_ok=True)
   summary = {"knobs": dataclasses.asdict(k), "vocabs": list(knobs.vocabs), "tol_char": TOL_CHAR}
-  done = earlier(out, summary)
+  done = earlier(out, summary, k)
   write_json(out / rep.SUMMARY, {**summary, "verdict": None})
   log = (lambda s: print(s, file=sys.stderr, flush=True)) if verbose else (lambda s: None)
   fits, checks, cells, guess = [], [], [], k.guess

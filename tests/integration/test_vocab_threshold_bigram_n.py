@@ -104,6 +104,8 @@ def _same(a, b):
 def test_start_check_refits_the_decisive_fit_nearest_the_tolerance(done):
   out, _ = done
   cells, fits, checks = (_csv(out / n) for n in (rep.CELLS_CSV, rep.FITS_CSV, rep.CHECKS_CSV))
+  knobs = vt.PRESETS[PRESET].knobs
+  k = knobs.bigram_n
   assert len(checks) == len(cells)  # the preset's check=1: one second fit per cell
   for c in cells:
     at = (c["V"], c["fraction"])
@@ -115,6 +117,8 @@ def test_start_check_refits_the_decisive_fit_nearest_the_tolerance(done):
     assert int(s["rank"]) == want and c["check_ranks"] == str(want)
     assert s["start"] == ("random" if first[want]["start"] == "svd" else "svd")
     assert int(s["ok"]) == int(float(s["val_excess"]) <= tol)
+    cap = k.max_iters[knobs.vocabs.index(int(c["V"]))] * k.check_cap
+    assert int(s["n_iter"]) <= cap and int(s["converged"]) == int(float(s["grad_norm"]) <= k.gtol)
     flip = int(s["converged"]) and s["ok"] != first[want]["ok"]
     expect = "flips" if flip else "agrees" if int(s["converged"]) else "unconverged"
     assert c["start_check"] == expect
@@ -145,4 +149,4 @@ def test_a_rerun_into_the_same_out_resumes_without_fitting(done, tmp_path, monke
   summary = json.loads((again / rep.SUMMARY).read_text())
   other = {**summary, "knobs": {**summary["knobs"], "gtol": 1e-6}}
   with pytest.raises(ValueError, match="other knobs.*use a fresh --out"):
-    earlier(again, other)
+    earlier(again, other, vt.PRESETS[PRESET].knobs.bigram_n)

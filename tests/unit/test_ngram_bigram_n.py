@@ -53,6 +53,8 @@ def test_fractions_are_nested_blocks_spread_over_the_stream():
     BigramNKnobs(fractions=(0.3,), grid=(2,), max_iters=(1,))
   with pytest.raises(ValueError, match="check=3 must be 0 \\(off\\)"):
     BigramNKnobs(fractions=(0.5,), grid=(2,), max_iters=(1,), check=3)
+  with pytest.raises(ValueError, match="check_cap=0.5 must be >= 1"):
+    BigramNKnobs(fractions=(0.5,), grid=(2,), max_iters=(1,), check_cap=0.5)
 
 
 def _problem(seed=0, C=7, V=6):

@@ -13,6 +13,7 @@ from sbjax.studies import floor as fl
 KNOBS = {"fractions": [0.25, 0.5, 1.0], "grid": [16, 32, 64, 128], "max_iters": [100, 100],
          "add_k": 0.1, "gtol": 1e-5, "period": 4, "block": 2048}
 SUMMARY = {"knobs": KNOBS, "tol_char": 0.005}
+CHECKED = {"knobs": {**KNOBS, "check": 1, "check_cap": 2.0}, "tol_char": 0.005}
 
 
 def cells_of(v, rstars, conv=(1, 1, 1), censored=(0, 0, 0)):
@@ -108,8 +109,10 @@ def test_a_start_check_flip_leaves_the_verdict_undecided_and_agreement_keeps_it(
   agree = {(c["V"], c["fraction"]): (c["lo"], 0.015, 1) for c in cells}  # lo still fails
   v = rep.verdict(checked(cells, agree))
   assert v == {"overall": "refuted", "per_v": {"256": "same", "1024": "grows"}}
-  t = rep.paragraph(checked(cells, agree), fits_of(cells), SUMMARY)
+  t = rep.paragraph(checked(cells, agree), fits_of(cells), CHECKED)
   assert "**REFUTED" in t and "Start check: 6 of 6 cells agree." in t
+  assert "decisive fit nearest the tolerance refitted to the same gtol, with 2x the search's" in t
+  assert "No start check" in text(cells) and "; no start check." in text(cells)
   assert "start check agrees (r = 32 from svd +0.0150)" in t and "left out" not in t
   # the failing rank below the full-data r* = 64 passes from the second start: that cell's
   # r* is not a property of its target, and the "grows" rested on it
@@ -117,7 +120,7 @@ def test_a_start_check_flip_leaves_the_verdict_undecided_and_agreement_keeps_it(
   cs = checked(cells, flip)
   assert [c["start_check"] for c in cs][-1] == "flips" and cs[-1]["reliable"] == 0
   assert rep.verdict(cs) == {"overall": "undecided", "per_v": {"256": "same", "1024": "undecided"}}
-  t = rep.paragraph(cs, fits_of(cells), SUMMARY)
+  t = rep.paragraph(cs, fits_of(cells), CHECKED)
   assert "**UNDECIDED" in t and "REFUTED" not in t
   assert "start check FLIPS (r = 32 from svd +0.0090)" in t
   assert "5 of 6 cells agree; 1 flip (V = 1024, f = 1); such cells are left out" in t
@@ -125,7 +128,7 @@ def test_a_start_check_flip_leaves_the_verdict_undecided_and_agreement_keeps_it(
   capped = checked(cells, {**agree, (1024, 1.0): (32, 0.009, 0)})
   assert capped[-1]["start_check"] == "unconverged"
   assert rep.verdict(capped)["per_v"]["1024"] == "undecided"
-  assert "second fit unconverged" in rep.paragraph(capped, fits_of(cells), SUMMARY)
+  assert "second fit unconverged" in rep.paragraph(capped, fits_of(cells), CHECKED)
 
 
 def test_a_flip_where_the_others_still_differ_keeps_the_refutation():
