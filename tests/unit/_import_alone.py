@@ -4,8 +4,9 @@ third-party packages (used by test_structure.py). Usage: _import_alone.py ROOT M
 The parent first loads every third-party module that sbjax's imports pull in, so each child
 pays only for sbjax's own modules: the check is about the order of sbjax's imports, and the
 third-party imports would otherwise cost up to 0.5 s per child. Which modules those are is
-found twice: the import statements under ROOT/sbjax (read with ``ast``; a ``from X import Y``
-also names X.Y, often a lazily loaded submodule such as jax's pallas kernels), and one probe
+found twice: the import statements under ROOT/sbjax that run at import time (read with
+``ast``, outside function bodies; a ``from X import Y`` also names X.Y, often a lazily loaded
+submodule such as jax's pallas kernels), and one probe
 child that imports every named module and reports the non-sbjax modules that appeared
 (matplotlib's backend, transformers' lazy parts). No sbjax module is ever loaded in the parent:
 each child checks that first."""
@@ -69,12 +70,24 @@ def _forked(fn, arg) -> tuple[bool, str]:
   return code == 0, out
 
 
+def _import_time_nodes(tree: ast.Module):
+  """The nodes of a module that run when it is imported: all but the bodies of functions (a
+  function-local ``deferred:`` import, e.g. torch for an allowed pickle, runs only when
+  called; preloading it would make the parent, and so every fork, heavier for nothing)."""
+  stack = list(tree.body)
+  while stack:
+    node = stack.pop()
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+      yield node
+      stack.extend(ast.iter_child_nodes(node))
+
+
 def third_party(root: str) -> list[str]:
-  """Modules named by import statements under ROOT/sbjax that are not sbjax's own, with
-  ``X.Y`` for each ``from X import Y`` (Y may be a submodule)."""
+  """Modules named by the import-time import statements under ROOT/sbjax that are not sbjax's
+  own, with ``X.Y`` for each ``from X import Y`` (Y may be a submodule)."""
   found = set()
   for path in sorted(Path(root, "sbjax").rglob("*.py")):
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in _import_time_nodes(ast.parse(path.read_text())):
       if isinstance(node, ast.Import):
         found.update(a.name for a in node.names)
       elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:

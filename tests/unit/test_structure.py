@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import subprocess
 import sys
@@ -27,6 +28,14 @@ def _py_files(*tops: str) -> list[Path]:
   return sorted(p for top in tops for p in (ROOT / top).rglob("*.py") if "__pycache__" not in p.parts)
 
 
+@functools.lru_cache(maxsize=None)
+def _parsed(path: Path) -> tuple[ast.Module, list[str]]:
+  """(syntax tree, lines) of a source file, parsed once per session: three checks read the
+  same files (parsing them is most of those checks' time)."""
+  text = path.read_text()
+  return ast.parse(text), text.splitlines()
+
+
 def _module_name(path: Path) -> str:
   parts = list(path.relative_to(ROOT).with_suffix("").parts)
   if parts[-1] == "__init__":
@@ -36,7 +45,7 @@ def _module_name(path: Path) -> str:
 
 def _imports(path: Path, known: set[str]) -> set[str]:
   """The project modules that ``path`` imports (anywhere in the file)."""
-  tree = ast.parse(path.read_text())
+  tree = _parsed(path)[0]
   out = set()
   for node in ast.walk(tree):
     if isinstance(node, ast.Import):
@@ -132,7 +141,7 @@ def test_import_alone_finds_a_planted_order_dependent_cycle(tmp_path):
 def _too_long(paths) -> list[str]:
   funcs = []
   for p in paths:
-    for node in ast.walk(ast.parse(p.read_text())):
+    for node in ast.walk(_parsed(p)[0]):
       if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
         length = node.end_lineno - node.lineno + 1
         if length > MAX_FUNCTION_LINES:
@@ -157,8 +166,8 @@ def test_imports_at_the_top_of_files():
   after absl flag parsing or jax.distributed.initialize)."""
   bad = []
   for p in _py_files("sbjax", "experiments"):
-    lines = p.read_text().splitlines()
-    for node in ast.walk(ast.parse("\n".join(lines))):
+    tree, lines = _parsed(p)
+    for node in ast.walk(tree):
       if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
         for sub in ast.walk(node):
           if isinstance(sub, (ast.Import, ast.ImportFrom)):
