@@ -22,6 +22,7 @@ from sbjax.optim import make_optimizer
 from sbjax.train import (ConfigMismatchError, NonFiniteLossError, make_train_step, read_metrics,
                          train)
 from sbjax.heads.lowrank import LowRankHead
+from tests._tiny import tiny_run_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -50,7 +51,9 @@ GOLDEN_LOSS_STEP1 = 3.9008024
 def test_golden_one_step_regression():
   cfg = tiny_cfg(warmup_steps=0)
   model = Model(cfg.model)
-  params = model.init(jax.random.key(cfg.train.seed), 1, cfg.train.seq_len)
+  # jitted init, as train() initialises (one compile instead of ~80 eager op compiles)
+  params = jax.jit(model.init, static_argnums=(1, 2))(jax.random.key(cfg.train.seed), 1,
+                                                     cfg.train.seq_len)
   tx = make_optimizer(cfg.train, cfg.model, params)
   opt = tx.init(params)
   step = jax.jit(make_train_step(model, tx, 1, False))
@@ -105,7 +108,9 @@ def test_stop_and_resume_equals_uninterrupted_run_bitwise(tmp_path, tiny_ds, tin
 
 
 def test_nan_loss_stops_with_step_and_keeps_last_good_checkpoint(tmp_path, tiny_ds):
-  cfg = tiny_cfg(steps=12, log_every=1)
+  # the tiny run's config (tests/_tiny.py): the step program with the NaN hook at 5 is
+  # test_checkpoint_corrupt.py's (one compile per session); the run stops at 5 whatever steps is
+  cfg = tiny_run_config()
   with pytest.raises(NonFiniteLossError, match=r"non-finite loss or gradient .* at step 5;") as e:
     train(cfg, tmp_path, dataset=tiny_ds, quiet=True, nan_at_step=5)
   assert "last good checkpoint is step 4" in str(e.value)
@@ -116,14 +121,17 @@ def test_nan_loss_stops_with_step_and_keeps_last_good_checkpoint(tmp_path, tiny_
 
 
 def test_skip_nonfinite_steps_skips_and_finishes(tmp_path, tiny_ds):
-  cfg = tiny_cfg(steps=10, log_every=1, skip_nonfinite_steps=2)
+  # checkpoints only at 0 and the end (ckpt_log_spaced, a loop-only field): the skip is the point
+  cfg = tiny_cfg(steps=10, log_every=1, skip_nonfinite_steps=2, ckpt_log_spaced=False)
   out = train(cfg, tmp_path, dataset=tiny_ds, quiet=True, nan_at_step=5)
   assert out["skipped_steps"] == 1 and out["step"] == 10
   assert np.isfinite(out["eval_loss"])
 
 
 def test_frozen_trunk_trains_only_the_head(tmp_path, tiny_ds, tiny_run):
-  base = tiny_cfg(steps=8)  # the trunk: the session's shared tiny run (same model)
+  # the trunk: the session's shared tiny run (same model); checkpoints at 0 and 8 only
+  # (ckpt_log_spaced, a loop-only field): the test reads those two
+  base = tiny_cfg(steps=8, ckpt_log_spaced=False, ckpt_every=8)
   cfg = base.replace(
       model=dataclasses.replace(base.model, head=LowRankHead(rank=4)),
       train=dataclasses.replace(base.train, freeze_trunk=True, init_from=str(tiny_run)))
@@ -153,16 +161,20 @@ def test_training_on_planted_language_approaches_entropy(tmp_path):
 
 
 def test_resume_refuses_a_different_model(tmp_path, tiny_ds):
-  cfg = tiny_cfg(steps=2)
-  train(cfg, tmp_path, dataset=tiny_ds, quiet=True)
+  # the tiny run's programs (tests/_tiny.py), stopped at step 2 (checkpoint 2): no compile
+  cfg = tiny_run_config()
+  assert train(cfg, tmp_path, dataset=tiny_ds, stop_after=2, quiet=True)["step"] == 2
   before = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+  assert "2" in before
   other = cfg.replace(model=dataclasses.replace(cfg.model, d_model=64))
   with pytest.raises(ConfigMismatchError, match=r"model.d_model: saved 32 -> now 64"):
     train(other, tmp_path, dataset=tiny_ds, quiet=True)
   assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == before
-  # optimizer hyperparameters may change (with a warning)
-  more = cfg.replace(train=dataclasses.replace(cfg.train, steps=3, lr=1e-3))
-  assert train(more, tmp_path, dataset=tiny_ds, quiet=True)["step"] == 3
+  # optimizer hyperparameters may change (with a warning): lr / 3 and weight decay 0, the
+  # program of test_run_members.py's separate member 1 (one compile per session)
+  more = cfg.replace(train=dataclasses.replace(cfg.train, lr=cfg.train.lr / 3, weight_decay=0.0))
+  out = train(more, tmp_path, dataset=tiny_ds, stop_after=3, quiet=True)
+  assert out["start_step"] == 2 and out["step"] == 3
 
 
 @pytest.mark.parametrize("kw,needle", [
