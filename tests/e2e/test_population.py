@@ -35,28 +35,24 @@ def _cli(workdir, *flags):
 def runs(tmp_path_factory):
   root = tmp_path_factory.mktemp("population")
   cache = md.cache_dir(tmp_path_factory)
-  # the separate runs (one subprocess) and the population (CLI, interrupted after step 2
-  # and resumed) run side by side
-  sep = subprocess.Popen(
-      [sys.executable, str(md.ROOT / "tests" / "_multidevice.py"), "separate", str(root),
-       ",".join(map(str, SEEDS)), ",".join(map(str, LRS)),
-       *[f"{k}={v}" for k, v in EXTRA.items()]],
-      env=md.env(1, cache), cwd=md.ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-      text=True)
+  # the population through the CLI (interrupted after step 2, then resumed) in subprocesses;
+  # the separate runs, the reference (no process boundary to test), in this process while
+  # the first CLI run goes (one interpreter and JAX start-up fewer)
   pop_flags = ["--population=3", "--population_lrs=" + ",".join(map(str, LRS))]
+  first = subprocess.Popen(_cli(root / "pop", *pop_flags, "--stop_after=2"), env=md.env(1, cache),
+                           cwd=md.ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
   try:
-    first = subprocess.run(_cli(root / "pop", *pop_flags, "--stop_after=2"), env=md.env(1, cache),
-                           cwd=md.ROOT, capture_output=True, text=True, timeout=240)
-    assert first.returncode == 0, first.stderr[-4000:]
-    second = subprocess.run(_cli(root / "pop", *pop_flags), env=md.env(1, cache), cwd=md.ROOT,
-                            capture_output=True, text=True, timeout=240)
-    assert second.returncode == 0, second.stderr[-4000:]
-    _, err = sep.communicate(timeout=240)
+    md.task_separate(root, ",".join(map(str, SEEDS)), ",".join(map(str, LRS)),
+                     *[f"{k}={v}" for k, v in EXTRA.items()])
+    _, err = first.communicate(timeout=240)
   finally:
-    if sep.poll() is None:
-      sep.kill()
-      sep.communicate()
-  assert sep.returncode == 0, err[-4000:]
+    if first.poll() is None:
+      first.kill()
+      first.communicate()
+  assert first.returncode == 0, err[-4000:]
+  second = subprocess.run(_cli(root / "pop", *pop_flags), env=md.env(1, cache), cwd=md.ROOT,
+                          capture_output=True, text=True, timeout=240)
+  assert second.returncode == 0, second.stderr[-4000:]
   summaries = [json.loads(x) for x in second.stdout.splitlines() if x.startswith("{")]
   return root, summaries
 
