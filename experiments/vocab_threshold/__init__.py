@@ -37,6 +37,12 @@ the data size (``bigram_n.py``, ``bigram_n_run.py``, ``bigram_n_report.py``;
 ``bigram_n_cells.csv``, ``bigram_n_fits.csv``, ``bigram_n.json``, ``fig_bigram_n.png``).
 The protocol-(a) heads at each head lr side by side: ``head_lrs.py``.
 
+The accelerator preset (issue 32, ``--preset=gpu``, twin ``gpu-test``) trains on shipped token
+files (``--data=DIR`` of V<V>/), its trunk's best validation checkpoint carries the protocol-(a)
+heads, which train as ONE population of padded heads per V (``rank_sweep.Plan.head_population``,
+``sbjax.heads.padded_lowrank``), and every run prints its time estimate and stops cleanly before
+the preset's budget (exit status 75; a rerun resumes): ``budget.py``.
+
 Layout: ``presets.py`` (overrides as in head_rank; knobs: the vocabulary sizes and the sweep
 plan), ``measure.py`` (r*, r_0.6, the fit), ``run.py`` (``run``), ``report.py``
 (``report_section`` and the figure, from the CSV/JSON files only).

@@ -89,4 +89,8 @@ def thresholds(sub: Path, cpt: float | None = None, tol_char: float = TOL_CHAR) 
           "chars_per_token": math.nan if cpt is None else cpt, "tol_token": tol_token,
           "r_star": rstar, "loss_at_r_star": losses[ranks.index(rstar)],
           "censored": int(rstar == d), "r_werror06": rank_at(curve, W_LEVEL),
-          "r_werror06_raw": rank_at(raw, W_LEVEL), "ranks": " ".join(map(str, ranks))}
+          "r_werror06_raw": rank_at(raw, W_LEVEL), "ranks": " ".join(map(str, ranks)),
+          "trunk": plan.get("trunk", "last"), "trunk_step": plan.get("trunk_step", -1),
+          "trunk_eval_loss": plan.get("trunk_eval_loss"),
+          "head_population": int(bool(plan.get("head_population"))),
+          "dtype": plan["base"]["model"].get("dtype", "float32")}

@@ -24,6 +24,17 @@ class Knobs:
   plan: hr.Knobs | None  # the sweep at every V (None: no training, the bigram-n study only)
   ngram: NgramKnobs | None = None  # the exact bigram r*(V) beside the trained one (None: off)
   bigram_n: BigramNKnobs | None = None  # the exact bigram r*(V, N) study (issue 33, item 3)
+  # protocol (a)'s heads of every rank and head lr as ONE population of padded heads (one
+  # compile per V; rank_sweep.Plan.head_population), and its trunk: the full run's "last"
+  # step or its "best" validation checkpoint (rank_sweep.Plan.trunk)
+  head_population: bool = False
+  trunk: str = "last"
+  # a time budget in seconds since the run began (0 = none): each run's remaining time is
+  # projected after estimate_warmup + estimate_at steps, and a run that would overrun stops
+  # cleanly, resumable (exit 75; budget.py)
+  budget_s: float = 0.0
+  estimate_at: int = 200
+  estimate_warmup: int = 10
 
 
 def _b(ranks, lrs) -> hr.Knobs:
@@ -69,25 +80,42 @@ PRESETS: dict[str, Preset[Knobs]] = {
     # issue 32, item 3 (one H200): the shipped token files of the Shakespeare corpus
     # (benchmarks/build_device_tokens.py; --data=device_tokens, a folder of V<V>/ with
     # train.uint16.bin, val.uint16.bin and tokenizer.model), a d=512, 6-layer trunk per V
-    # (protocol full, the last step), then protocol (a) heads at ranks 16..512 x head lr
-    # {1e-2, 3e-2} on the frozen trunk; r* against the rank-512 head at TOL_CHAR. Each head is
-    # its own run (one compile each: the populations of frozen heads are not built).
-    "gpu": Preset(hr.BASE, hr.overrides({**GPU_DATA, "name": "vocab_threshold-gpu",
-                                         "model.d_model": 512, "model.n_layers": 6,
-                                         "model.n_heads": 8, "model.max_len": 256,
-                                         "train.steps": 1200, "train.batch_size": 64,
-                                         "train.seq_len": 256, "train.warmup_steps": 100,
-                                         "train.eval_batches": 16}),
+    # (protocol full, evaluated and checkpointed every 200 steps; the trunk of protocol (a) is
+    # its best validation checkpoint), then protocol (a) heads at ranks 16..512 x head lr
+    # {1e-2, 3e-2} on the frozen trunk as ONE population of 20 padded heads per V (one
+    # compile per V: sbjax.heads.padded_lowrank); r* against the rank-512 head at TOL_CHAR.
+    # Computed in bfloat16 (parameters, softmax and loss float32), as saturation's gpu-planted:
+    # in float32 (HIGHEST precision, ~40 TFLOP/s on an H200) its 39 PFLOP alone would take
+    # ~16 min. Time: each run prints its estimate after 10 + 200 steps and stops cleanly (exit
+    # 75, resumable by the same command) if it would end past 450 s (budget.py). H200 estimate
+    # (FLOPs, BUILD_NOTES "vocab_threshold gpu"): 10.6 PFLOP of trunks + 28.4 of heads (the
+    # frozen trunk's forward only) ~ 200 s at 20% of the bf16 peak, plus 8 compiles (4 trunks,
+    # 4 head populations) and checkpoints: ~6.5 min; not scaled down (over 8 min only below
+    # ~14% utilisation, where the budget stop ends it and a second call resumes).
+    "gpu": Preset(hr.BASE, {**hr.overrides({**GPU_DATA, "name": "vocab_threshold-gpu",
+                                            "model.d_model": 512, "model.n_layers": 6,
+                                            "model.n_heads": 8, "model.max_len": 256,
+                                            "train.steps": 1200, "train.batch_size": 64,
+                                            "train.seq_len": 256, "train.warmup_steps": 100,
+                                            "train.eval_batches": 16,
+                                            "model.dtype": "bfloat16"}),
+                            "train.eval_every": 200, "train.ckpt_every": 200},
                   Knobs(vocabs=(1024, 2048, 4096, 8192),
                         plan=hr.Knobs(ranks=(16, 32, 48, 64, 96, 128, 192, 256, 384, 512),
                                       lrs=(1e-3,), head_lrs=(1e-2, 3e-2), head_steps=400,
-                                      protocols=("a",)))),
+                                      protocols=("a",)),
+                        head_population=True, trunk="best", budget_s=450.0, estimate_at=200)),
     # its test-size twin (the suite): head_rank's test trunk (d = 4) on token files at V 96 and
-    # 128, protocol (a) heads at ranks 2 and 4 (= d, the reference) x the two head lrs
-    "gpu-test": Preset(hr.BASE, {**hr.PRESETS["test"].overrides, **GPU_DATA},
+    # 128 (evaluated and checkpointed every 3 of its 6 steps), protocol (a) heads at ranks 2
+    # and 4 (= d, the reference) x the two head lrs as one padded population; the estimate
+    # after 1 + 2 steps, a budget no run reaches
+    "gpu-test": Preset(hr.BASE, {**hr.PRESETS["test"].overrides, **GPU_DATA,
+                                 "train.eval_every": 3, "train.ckpt_every": 3},
                        Knobs(vocabs=(96, 128),
                              plan=hr.Knobs(ranks=(2, 4), lrs=(3e-3,), head_lrs=(1e-2, 3e-2),
-                                           head_steps=4, protocols=("a",)))),
+                                           head_steps=4, protocols=("a",)),
+                             head_population=True, trunk="best", budget_s=3600.0,
+                             estimate_at=2, estimate_warmup=1)),
     # issue 33, item 3: the exact bigram r*(V, N), no training. V in {256, 1024, 2048} x the
     # nested data fractions {1/4, 1/2, 1} of the train tokens, each rank fitted to gtol 1e-5,
     # r* by a galloping search on a half-octave grid (sbjax/studies/bigram_rstar.py) from the

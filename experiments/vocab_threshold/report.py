@@ -116,6 +116,27 @@ def _grid_text(out: Path, table: list) -> str:
   return text
 
 
+def trunk_sentence(table: list) -> str:
+  """How protocol (a)'s heads were trained, when not as separate runs on the last step."""
+  best = [t for t in table if t.get("trunk") == "best"]
+  pop = any(int(t.get("head_population") or 0) for t in table)
+  text = ""
+  if best:
+    at = "; ".join(f"V = {int(t['V'])}: step {int(t['trunk_step'])}, validation loss "
+                   f"{fmt(t['trunk_eval_loss'], spec='.4f')}" for t in best)
+    text += (f"The protocol-(a) heads sit on each trunk's best validation checkpoint ({at}); "
+             "the full-rank loss in the table is the dense run's last step.")
+  if pop:
+    text += (" At each V the heads of every rank and head lr trained as one population of "
+             "padded heads (one compile; sbjax.heads.padded_lowrank: each equals its separate "
+             "rank-r run up to float32 summation order).")
+  low = sorted({t["dtype"] for t in table if t.get("dtype") not in (None, "", "float32")})
+  if low:
+    text += (f" The models computed in {', '.join(low)} (parameters, softmax and loss in "
+             "float32).")
+  return text.strip()
+
+
 def report_section(out: Path, rel: str) -> str:
   out = upath(out)
   bigram = bigram_n_report.section(out, rel)
@@ -149,5 +170,7 @@ def report_section(out: Path, rel: str) -> str:
             "grid is coarse (factors of 2) and the runs are short; read beta as a trend."]
   lrs = head_lr_section(read_rows(out / RUNS_CSV), table) if (out / RUNS_CSV).exists() else []
   limits = corpus_sentence(table)
-  return ("\n".join(lines + (["", *lrs] if lrs else []) + (["", limits] if limits else []))
+  trunk = trunk_sentence(table)
+  return ("\n".join(lines + ([trunk] if trunk else []) + (["", *lrs] if lrs else [])
+                    + (["", limits] if limits else []))
           + "\n" + ("\n" + bigram if bigram else ""))

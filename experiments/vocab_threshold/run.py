@@ -4,17 +4,20 @@ vocab_threshold.csv, runs.csv, fit.json and the figure."""
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
+from sbjax.studies import rank_sweep
 from sbjax.studies.corpus import corpus_overrides
-from sbjax.studies.head_rank import run_sweep, sweep_units
+from sbjax.studies.progress import SweepProgress
 from ..shared import RunsProgress, config_from, text_corpus, upath, write_json, write_rows
 from sbjax.paths import local_file
 from . import corpus_limits, ngram, report, tolerance
 from .bigram_n_run import run_bigram_n
+from .budget import Clock, OverBudget
 from .measure import loglog_fit, thresholds
 from .presets import TOL, TOL_CHAR, W_LEVEL, get_preset
 from sbjax.data import make_dataset
@@ -61,7 +64,8 @@ def make_plan(preset, data: str, vocab: int, tfds_dir: str = "") -> Plan:
   where = (token_overrides(data, vocab) if uses_tokens(preset)
            else {**corpus_overrides("text", data, tfds_dir), "data.vocab_size": vocab})
   base = config_from(p.base, {**p.overrides, **where, "name": f"{NAME}-{tag}-V{vocab}"})
-  return Plan(base, **dataclasses.asdict(p.knobs.plan))
+  return Plan(base, **dataclasses.asdict(p.knobs.plan), head_population=p.knobs.head_population,
+              trunk=p.knobs.trunk)
 
 
 def sweep_dataset(plan: Plan, sub: Path):
@@ -69,6 +73,17 @@ def sweep_dataset(plan: Plan, sub: Path):
   tc = plan.base.train
   return make_dataset(plan.base.data, seq_len=tc.seq_len, global_batch_size=tc.batch_size,
                       seed=tc.data_seed, workdir=str(upath(sub) / "data"))
+
+
+def train_v(plan: Plan, sub: Path, progress: RunsProgress, clock: Clock | None) -> list:
+  """Train (or read back) the sweep of one V into ``sub``; the CSV rows. With a ``clock``
+  every run that trains is timed, and stopped before the budget (``budget``)."""
+  steps = SweepProgress(progress, f"V={sub.name[1:]} ")
+  try:
+    return rank_sweep.run_plan(plan, sub, sweep_dataset(plan, sub), progress=steps,
+                               hooks=None if clock is None else clock.hooks(f"{sub.name}/"))
+  finally:
+    steps.finish()
 
 
 def validation_chars_per_token(plan: Plan, sub: Path, ds=None) -> float:
@@ -106,18 +121,24 @@ def run(out: Path, preset, *, data: str | None = None, verbose: bool = True) -> 
   corpus = str(token_dir(data, knobs.vocabs) if uses_tokens(preset) else text_corpus(data))
   plans = {v: make_plan(preset, corpus, v, str(out / "tfds")) for v in knobs.vocabs}
   out.mkdir(parents=True, exist_ok=True)
-  progress = RunsProgress(sum(sweep_units(p) for p in plans.values()), NAME, disable=not verbose)
+  progress = RunsProgress(sum(rank_sweep.progress_units(p) for p in plans.values()), NAME,
+                          disable=not verbose)
+  clock = (Clock(knobs.budget_s, knobs.estimate_at, knobs.estimate_warmup) if knobs.budget_s
+           else None)
   table, runs, ngram_rows = [], [], []
   try:
     for v, plan in plans.items():
       sub = out / f"V{v}"
-      rows = run_sweep(plan, sub, progress, prefix=f"V={v} ")
+      rows = train_v(plan, sub, progress, clock)
       runs += [{"V": v, **r} for r in rows]
       table.append(measure_v(plan, sub, v, knobs, ngram_rows))
       write_rows(out / report.TABLE_CSV, table)
       write_rows(out / report.RUNS_CSV, runs)
       if ngram_rows:
         write_rows(out / report.NGRAM_CSV, ngram_rows)
+  except OverBudget as e:  # the finished V are in the tables; a rerun resumes
+    print(f"stopped: {e}", file=sys.stderr, flush=True)
+    raise
   finally:
     progress.close()
   write_json(out / report.FIT, {

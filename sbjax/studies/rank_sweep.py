@@ -5,13 +5,20 @@ learning-rate grids. :func:`run_plan` trains every run of the plan under ``OUT/r
 writes ``OUT/head_rank.csv``. An LR grid of protocol ``full`` or ``b`` (same shapes) is one
 vmapped run of N members (``sbjax.train.train``; one compilation for the grid) in
 ``OUT/runs/<group>/member_<i>``; protocol ``a`` runs (frozen trunk) are separate runs in
-``OUT/runs/<run>``. The protocols are:
+``OUT/runs/<run>``, unless ``Plan.head_population``: then protocol a's lowrank heads of every
+rank and head lr are ONE population (one compile) of ``padded_lowrank`` heads, pad = the
+largest rank (``sbjax.heads.padded_lowrank``: each member equals its rank-r lowrank run up to
+float32 summation order), in ``OUT/runs/a-lowrank-pad<R>/member_<i>``. The protocols are:
 
 * ``full``: the reference, a dense (full-rank) head trained from scratch over the LR grid.
   Its best run gives the trunk of protocol ``a`` and "the full-rank head" (saved as
   ``OUT/full_head.npy``, V x d, for W-error).
 * ``a``: frozen trunk. The best ``full`` run's trunk is loaded (``train.init_from``) and
-  only a new head is trained (``train.freeze_trunk``), for ``head_steps`` steps.
+  only a new head is trained (``train.freeze_trunk``), for ``head_steps`` steps (checkpoints
+  at step 0 and the end: every member's saves hold the whole model). The trunk
+  is that run's last step (``Plan.trunk = "last"``) or its checkpoint of the lowest
+  validation loss (``"best"``: the eval steps > 0 that have a checkpoint; ties: the earliest);
+  ``plan.json`` records the step and its loss as ``trunk_step`` and ``trunk_eval_loss``.
 * ``b``: from scratch with the head (``train.steps`` steps).
 
 Heads: ``lowrank`` (W = A B, rank r) at every rank of the plan; ``mos`` (mixture of
@@ -42,7 +49,7 @@ import dataclasses
 import logging
 import math
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -51,8 +58,9 @@ from sbjax import heads as heads_lib
 from sbjax.analysis.table import atomic_write_json, read_csv, write_csv
 from sbjax.config import Config, ModelConfig
 from sbjax.heads import head_param_count
+from sbjax.heads.padded_lowrank import padding_is_zero
 from sbjax.paths import upath
-from sbjax.train import member_dir, train_once
+from sbjax.train import member_dir, read_metrics, train_once
 from sbjax.train.done import finished
 
 log = logging.getLogger("sbjax")
@@ -61,6 +69,7 @@ PROTOCOLS = ("full", "a", "b")
 COLUMNS = ("protocol", "head", "rank", "n_mix", "matched_rank", "lr", "steps", "params",
            "param_ratio", "n_params", "eval_loss", "eval_acc", "best", "run")
 CSV_NAME = "head_rank.csv"
+TRUNKS = ("last", "best")
 FULL_HEAD = "full_head.npy"
 
 
@@ -90,6 +99,8 @@ class Plan:
   mos_protocols: tuple = ("b",)
   mos_lrs: tuple = ()  # () = the protocol's own grid
   population: bool = True  # train each LR grid of protocols full/b as one vmapped population
+  head_population: bool = False  # protocol a's lowrank heads as one padded population
+  trunk: str = "last"  # protocol a's trunk: the best full run's "last" step or "best" eval
 
   def __post_init__(self):
     d = self.base.model.d_model
@@ -122,6 +133,9 @@ class Plan:
     object.__setattr__(self, "mos_mix", mix)
     if self.head_steps < 0:
       raise ValueError(f"head-rank plan: head_steps={self.head_steps} must be >= 0")
+    if self.trunk not in TRUNKS:
+      raise ValueError(f"head-rank plan: trunk={self.trunk!r} unknown; allowed: "
+                       f"{' | '.join(TRUNKS)}")
 
   @property
   def d_model(self) -> int:
@@ -175,8 +189,11 @@ def model_config(base: ModelConfig, spec: RunSpec, vocab_size: int | None = None
   return dataclasses.replace(base, **kw)
 
 
-def run_config(plan: Plan, spec: RunSpec, trunk_dir: str = "") -> Config:
-  """The Config of one run. Protocol a needs ``trunk_dir`` (the best full run)."""
+def run_config(plan: Plan, spec: RunSpec, trunk_dir: str = "", trunk_step: int = -1,
+               pad: int = 0) -> Config:
+  """The Config of one run. Protocol a needs ``trunk_dir`` (the best full run) and loads its
+  step ``trunk_step`` (-1: the newest); ``pad`` > 0: the lowrank head as a ``padded_lowrank``
+  head of that width (a member of a padded population)."""
   base = plan.base
   tc = dataclasses.replace(base.train, lr=spec.lr)
   if spec.protocol == "a":
@@ -184,11 +201,14 @@ def run_config(plan: Plan, spec: RunSpec, trunk_dir: str = "") -> Config:
       raise ValueError("protocol a needs the trunk of a finished full-rank run")
     steps = plan.head_steps or base.train.steps
     tc = dataclasses.replace(tc, steps=steps, freeze_trunk=True, init_from=str(trunk_dir),
-                             init_step=-1, eval_every=min(tc.eval_every, steps),
-                             ckpt_every=min(tc.ckpt_every, steps),
+                             init_step=trunk_step, eval_every=min(tc.eval_every, steps),
+                             ckpt_every=steps,  # a head: step 0 and its end
                              warmup_steps=min(tc.warmup_steps, max(steps // 10, 1)))
-  return base.replace(model=model_config(base.model, spec), train=tc,
-                      name=f"{base.name}-{spec.name}")
+  mc = model_config(base.model, spec)
+  if pad:
+    mc = dataclasses.replace(mc, head=heads_lib.head_config(
+        "padded_lowrank", rank=spec.rank, pad=pad, init=mc.head.init))
+  return base.replace(model=mc, train=tc, name=f"{base.name}-{spec.name}")
 
 
 def matched_rank(mc: ModelConfig, params: int, ranks: Sequence[int]) -> tuple[int, float]:
@@ -231,73 +251,150 @@ def _row(plan: Plan, spec: RunSpec, cfg: Config, summary: dict, vocab_size: int)
           "run": spec.name}
 
 
-def save_full_head(out: Path, trunk_dir: Path) -> np.ndarray:
-  """Write ``OUT/full_head.npy``: the V x d head matrix of the best full run's last step."""
-  cfg, params, _ = ckpt.load_params(trunk_dir)
+def save_full_head(out: Path, trunk_dir: Path, step: int | None = None) -> np.ndarray:
+  """Write ``OUT/full_head.npy``: the V x d head matrix of the best full run at ``step``
+  (None: its last step; the step of protocol a's trunk)."""
+  cfg, params, _ = ckpt.load_params(trunk_dir, step)
   w = np.asarray(heads_lib.head_matrix(params, cfg.model), np.float32)
   with upath(out / FULL_HEAD).open("wb") as f:  # local or gs:// (sbjax.paths)
     np.save(f, w, allow_pickle=False)
   return w
 
 
+class Trunk(NamedTuple):
+  """Protocol a's trunk: the best full run's directory, its step (-1: the newest) and the
+  validation loss there (NaN when not evaluated at it)."""
+
+  dir: Path
+  step: int
+  eval_loss: float
+
+
+def trunk_of(plan: Plan, out, rows: Sequence[dict]) -> Trunk:
+  """The trunk of ``plan.trunk`` (module doc): the last step, or the checkpointed eval step
+  after step 0 of the lowest validation loss (ties: the earliest)."""
+  d = best_full_dir(out, rows)
+  evals = {int(r["step"]): float(r["eval_loss"]) for r in read_metrics(d) if "eval_loss" in r}
+  if plan.trunk == "last":
+    last = ckpt.list_steps(d)[-1]
+    return Trunk(d, -1, evals.get(last, math.nan))
+  have = [s for s in ckpt.list_steps(d) if s > 0 and s in evals and math.isfinite(evals[s])]
+  if not have:
+    raise ValueError(f"head-rank plan: trunk='best' but {d} has no checkpoint at an eval step; "
+                     "set train.ckpt_every to a multiple of train.eval_every")
+  step = min(have, key=lambda s: (evals[s], s))
+  return Trunk(d, step, evals[step])
+
+
 def _group_dir(specs_: Sequence[RunSpec]) -> str:
   s0 = specs_[0]
+  if len({s.rank for s in specs_}) > 1:  # a padded population of ranks
+    return f"{s0.protocol}-lowrank-pad{max(s.rank for s in specs_)}"
   what = {"dense": "dense", "lowrank": f"r{s0.rank}", "mos": f"mos{s0.n_mix}"}[s0.head]
   return f"{s0.protocol}-{what}-lr" + "_".join(f"{s.lr:g}" for s in specs_)
 
 
 def groups(plan: Plan) -> list[list[RunSpec]]:
-  """The plan's runs grouped by (protocol, head, rank, n_mix), in training order."""
+  """The plan's runs grouped by (protocol, head, rank, n_mix), in training order; with
+  ``plan.head_population`` protocol a's lowrank runs are one group (every rank and lr)."""
   out: dict[tuple, list[RunSpec]] = {}
   for s in specs(plan):
-    out.setdefault(s.group, []).append(s)
+    padded = plan.head_population and s.protocol == "a" and "rank" in _head_fields(s.head)
+    out.setdefault(("a", "lowrank-padded") if padded else s.group, []).append(s)
   return list(out.values())
 
 
+def is_population(plan: Plan, grp: Sequence[RunSpec]) -> bool:
+  """Whether ``run_plan`` trains the group ``grp`` as one population (module doc)."""
+  if grp[0].protocol == "a":
+    return plan.head_population and len({s.rank for s in grp}) > 1
+  return plan.population and len(grp) > 1
+
+
+def progress_units(plan: Plan) -> int:
+  """How many progress messages ``run_plan`` sends: one per population, one per run."""
+  return sum(1 if is_population(plan, g) else len(g) for g in groups(plan))
+
+
+def _extra(hooks, name: str, cfgs: list, dirs: list) -> list:
+  """The caller's loop hooks for a run or population about to train (none when finished)."""
+  if hooks is None or all(finished(d) is not None for d in dirs):
+    return []
+  return list(hooks(name, cfgs, dirs))
+
+
+def _check_padding(dirs) -> None:
+  """Every padded member's padding is still exactly zero (``sbjax.heads.padded_lowrank``)."""
+  for d in dirs:
+    cfg, params, step = ckpt.load_params(d)
+    if not padding_is_zero(params, cfg.model):
+      raise RuntimeError(f"{d}: the padded head's columns >= rank {cfg.model.head.rank} are "
+                         f"not zero at step {step}; its run is not the rank-r head's")
+
+
+def _train_group(plan: Plan, out: Path, grp: list, dataset, trunk: Trunk | None, tag: str,
+                 say, quiet: bool, hooks) -> list[dict]:
+  """Train (or read back) one group of ``run_plan``; its rows."""
+  pop = is_population(plan, grp)
+  pad = max(s.rank for s in grp) if pop and grp[0].protocol == "a" else 0
+  where = (str(trunk.dir), trunk.step) if trunk is not None else ()
+  cfgs = [run_config(plan, s, *(where if s.protocol == "a" else ()), pad=pad) for s in grp]
+  if pop:
+    gdir = _group_dir(grp)
+    names = [f"{gdir}/member_{j}" for j in range(len(grp))]
+    dirs = [member_dir(out / "runs" / gdir, j) for j in range(len(grp))]
+    state = "done" if all(finished(d) for d in dirs) else "training"
+    what = "heads (ranks x lrs, padded)" if pad else "learning rates"
+    say(f"{tag} {gdir} (population of {len(grp)} {what}): {state}")
+    sums = train_once(cfgs, dirs, dataset=dataset, quiet=quiet,
+                      hooks=_extra(hooks, gdir, cfgs, dirs))
+    if pad:
+      _check_padding(dirs)
+  else:
+    names, sums = [s.name for s in grp], []
+    for cfg, name in zip(cfgs, names):
+      d = out / "runs" / name
+      say(f"{tag} {name}: {'done' if finished(d) is not None else 'training'}")
+      sums.append(train_once(cfg, d, dataset=dataset, quiet=quiet,
+                             hooks=_extra(hooks, name, [cfg], [d])))
+  return [{**_row(plan, s, cfg, summ, dataset.vocab_size), "run": name}
+          for s, cfg, summ, name in zip(grp, cfgs, sums, names)]
+
+
 def run_plan(plan: Plan, out, dataset, *, progress: Callable[[str], None] | None = None,
-             quiet: bool = True) -> list[dict]:
+             quiet: bool = True, hooks=None) -> list[dict]:
   """Train every run of ``plan`` into ``OUT/runs`` (skipping finished ones); returns the rows
   of ``OUT/head_rank.csv`` (also written after every group, with the best flags).
 
   With ``plan.population`` an LR grid of protocol full or b (same shapes, no frozen trunk) is
-  trained as one population in ``OUT/runs/<group>/member_<i>``; other runs are separate
-  ``sbjax.train.train`` runs in ``OUT/runs/<run>``.
+  trained as one population in ``OUT/runs/<group>/member_<i>``, and with
+  ``plan.head_population`` protocol a's lowrank heads too (module doc); other runs are
+  separate ``sbjax.train.train`` runs in ``OUT/runs/<run>``. ``hooks(name, cfgs, dirs)``:
+  extra loop hooks for each run or population that is about to train (e.g. a time budget).
   """
   out = upath(out)
   (out / "runs").mkdir(parents=True, exist_ok=True)
   say = progress or (lambda s: log.info("%s", s))
-  vocab = dataset.vocab_size
   rows: list[dict] = []
   trunk = None
   todo = groups(plan)
   for i, grp in enumerate(todo):
     if grp[0].protocol == "a" and trunk is None:
-      trunk = best_full_dir(out, rows)
-    cfgs = [run_config(plan, s, str(trunk) if s.protocol == "a" else "") for s in grp]
-    if plan.population and len(grp) > 1 and grp[0].protocol != "a":
-      gdir = _group_dir(grp)
-      names = [f"{gdir}/member_{j}" for j in range(len(grp))]
-      state = "done" if all(finished(out / "runs" / n) for n in names) else "training"
-      say(f"[{i + 1}/{len(todo)}] {gdir} (population of {len(grp)} learning rates): {state}")
-      sums = train_once(cfgs, [member_dir(out / "runs" / gdir, j) for j in range(len(grp))],
-                        dataset=dataset, quiet=quiet)
-    else:
-      names, sums = [s.name for s in grp], []
-      for s, cfg, name in zip(grp, cfgs, names):
-        state = "done" if finished(out / "runs" / name) is not None else "training"
-        say(f"[{i + 1}/{len(todo)}] {name}: {state}")
-        sums.append(train_once(cfg, out / "runs" / name, dataset=dataset, quiet=quiet))
-    for s, cfg, summ, name in zip(grp, cfgs, sums, names):
-      rows.append({**_row(plan, s, cfg, summ, vocab), "run": name})
+      trunk = trunk_of(plan, out, rows)
+    rows += _train_group(plan, out, grp, dataset, trunk, f"[{i + 1}/{len(todo)}]", say, quiet,
+                         hooks)
     write_csv(out / CSV_NAME, mark_best(rows), COLUMNS)
-  trunk = best_full_dir(out, rows)
-  save_full_head(out, trunk)
+  trunk = trunk_of(plan, out, rows)
+  save_full_head(out, trunk.dir, None if trunk.step < 0 else trunk.step)
   atomic_write_json(out / "plan.json", {
       "ranks": plan.ranks, "lrs": plan.lrs, "head_lrs": plan.head_lrs,
       "head_steps": plan.head_steps or plan.base.train.steps, "protocols": plan.protocols,
       "mos_mix": plan.mos_mix, "mos_protocols": plan.mos_protocols, "mos_lrs": plan.mos_lrs,
-      "population": plan.population, "full_run": str(trunk.relative_to(out / "runs")),
-      "vocab_size": vocab, "base": plan.base.to_dict()})
+      "population": plan.population, "head_population": plan.head_population,
+      "trunk": plan.trunk, "trunk_step": trunk.step,
+      "trunk_eval_loss": trunk.eval_loss if math.isfinite(trunk.eval_loss) else None,
+      "full_run": str(trunk.dir.relative_to(out / "runs")),
+      "vocab_size": dataset.vocab_size, "base": plan.base.to_dict()})
   return rows
 
 

@@ -2,7 +2,12 @@
 (per V a folder of train/val uint16 files and the tokenizer, benchmarks/build_device_tokens.py),
 not on TFDS or a text corpus; its test-size twin runs end to end here on token files built from
 generated text, report included: r* against the rank-d head of protocol (a), characters per
-token through the shipped tokenizer, and what the corpus can and cannot show."""
+token through the shipped tokenizer, and what the corpus can and cannot show. The protocol-(a)
+heads of every rank and head lr are one padded population per V, on the trunk's best
+validation checkpoint; the run prints its time estimate and, over its budget, stops with exit
+status 75 and resumes when rerun."""
+
+import dataclasses
 
 import csv
 import importlib
@@ -18,6 +23,7 @@ from experiments.vocab_threshold.head_lrs import head_lr_rows
 from experiments.vocab_threshold.report import report_section
 from experiments.vocab_threshold.tolerance import stream_chars_per_token
 from sbjax.data.tokenizer import Tokenizer
+from sbjax.train import read_metrics
 from tests._corpus import generated_docs, write_corpus
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
@@ -31,6 +37,8 @@ def test_gpu_preset_is_the_issues_sweep_on_token_files(tmp_path):
   assert k.vocabs == (1024, 2048, 4096, 8192) and k.plan.protocols == ("a",)
   assert k.plan.ranks == (16, 32, 48, 64, 96, 128, 192, 256, 384, 512)
   assert k.plan.head_lrs == (1e-2, 3e-2)
+  assert k.head_population and k.trunk == "best" and k.estimate_at == 200
+  assert 0 < k.budget_s <= 480 and o["train.ckpt_every"] == o["train.eval_every"] < 1200
   with pytest.raises(ValueError, match="this preset trains on token files, none given; "
                      "build them on a CPU with benchmarks/build_device_tokens.py"):
     vt.run(tmp_path / "o", "gpu", data="")
@@ -39,12 +47,46 @@ def test_gpu_preset_is_the_issues_sweep_on_token_files(tmp_path):
     vt.run(tmp_path / "o", "gpu", data=str(tmp_path))
 
 
-def test_twin_end_to_end(tmp_path):
+def _stopped_then_resumed(monkeypatch, capfd, out, data):
+  """The twin over a 1 ms budget stops before V=96's trunk (exit status 75); the same
+  command with the preset's budget then runs, printing each run's estimate, and finishes
+  (the stop inside a run: tests/unit/test_vocab_threshold_budget.py)."""
+  p = vt.PRESETS["gpu-test"]
+  tight = dataclasses.replace(p, knobs=dataclasses.replace(p.knobs, budget_s=1e-3))
+  monkeypatch.setitem(vt.PRESETS, "gpu-test", tight)
+  with pytest.raises(SystemExit) as e:
+    vt.run(out, "gpu-test", data=data, verbose=False)
+  assert e.value.code == 75
+  assert "stopped: run V96/full-dense-lr0.003 needs ~0 s, -" in capfd.readouterr().err
+  monkeypatch.setitem(vt.PRESETS, "gpu-test", p)
+  vt.run(out, "gpu-test", data=data, verbose=False)
+  err = capfd.readouterr().err
+  for v in (96, 128):
+    assert f"estimate: run V{v}/full-dense-lr0.003: 6 steps" in err
+    assert f"estimate: run V{v}/a-lowrank-pad4: 4 steps" in err
+
+
+def _check_heads_and_trunk(out, v, k):
+  """One population of the 4 padded heads, on the trunk's best validation checkpoint."""
+  plan = json.loads((out / f"V{v}" / "plan.json").read_text())
+  evals = {r["step"]: r["eval_loss"] for r in read_metrics(out / f"V{v}" / "runs" /
+                                                           plan["full_run"]) if "eval_loss" in r}
+  best = min((s for s in evals if s in (3, 6)), key=lambda s: (evals[s], s))
+  assert plan["trunk"] == "best" and (plan["trunk_step"], plan["trunk_eval_loss"]) == (
+      best, evals[best])
+  with open(out / f"V{v}" / "head_rank.csv") as f:
+    heads = [r for r in csv.DictReader(f) if r["protocol"] == "a"]
+  assert sorted(r["run"] for r in heads) == [f"a-lowrank-pad4/member_{j}" for j in range(4)]
+  assert {(int(r["rank"]), float(r["lr"])) for r in heads} == {
+      (r, lr) for r in k.plan.ranks for lr in k.plan.head_lrs}
+
+
+def test_twin_end_to_end(tmp_path, monkeypatch, capfd):
   corpus = write_corpus(tmp_path / "corpus", generated_docs(3, 10))
   k = vt.PRESETS["gpu-test"].knobs
   bdt.build(corpus, tmp_path / "tok", k.vocabs, log=lambda s: None)
   out = tmp_path / "out"
-  vt.run(out, "gpu-test", data=str(tmp_path / "tok"), verbose=False)
+  _stopped_then_resumed(monkeypatch, capfd, out, str(tmp_path / "tok"))
   with open(out / "vocab_threshold.csv") as f:
     table = list(csv.DictReader(f))
   assert [int(t["V"]) for t in table] == list(k.vocabs)
@@ -59,9 +101,11 @@ def test_twin_end_to_end(tmp_path):
     assert float(t["chars_per_token"]) == pytest.approx(stream_chars_per_token(tok.decode, va))
     plan = json.loads((out / f"V{v}" / "plan.json").read_text())
     assert plan["vocab_size"] == v
+    _check_heads_and_trunk(out, v, k)
   md = report_section(out, "vt")
   assert md.startswith("## vocab_threshold") and "| a-r=d |" in md
   assert "types seen fewer than 50 times in training" in md and "none at the papers' V" in md
+  assert "best validation checkpoint (V = 96: step " in md and "one population of padded" in md
   assert (out / "fig_vocab_threshold.png").exists()
   with open(out / "runs.csv") as f:  # issue 33: both head lrs side by side, per V
     lr_rows = head_lr_rows(list(csv.DictReader(f)), table)
