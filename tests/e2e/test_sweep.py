@@ -1,5 +1,6 @@
 """Sweeps: grid expansion and names, a 4-run sweep killed (SIGKILL) during its second run,
-then rerun: finished runs skipped, the interrupted one resumed, the index complete."""
+then rerun: finished runs skipped, the interrupted one resumed, the index complete; a third
+pass as host 1 of 2 skips its runs."""
 
 import csv
 import json
@@ -72,10 +73,14 @@ def test_sweep_kill_and_resume(tmp_path, tmp_path_factory):
   assert first.returncode == -signal.SIGKILL, first.stderr[-3000:]
   assert (out / NAMES[0] / "DONE").exists() and not (out / NAMES[1] / "DONE").exists()
   assert not (out / NAMES[2]).exists()
-  dry = _sweep(grid_file, out, cache, "--dry_run")
+  # the listing, with the host flags of a two-host sweep parsed by the command line (the
+  # skip-only third pass below runs in-process: only the CLI's flags need the process)
+  dry = _sweep(grid_file, out, cache, "--dry_run", "--num_hosts=2", "--host_index=1")
   assert dry.returncode == 0, dry.stderr[-3000:]
-  states = {ln.split()[-1]: ln.split()[3] for ln in dry.stdout.splitlines() if "host" in ln}
+  listed = [ln.split() for ln in dry.stdout.splitlines() if "host" in ln]
+  states = {cells[-1]: cells[3] for cells in listed}
   assert states == {NAMES[0]: "done", NAMES[1]: "partial", NAMES[2]: "new", NAMES[3]: "new"}
+  assert [int(cells[2]) for cells in listed] == [0, 1, 0, 1]  # run i on host i % 2
   # rerun: skips run 0, resumes run 1 from step 3, runs 2 and 3
   second = _sweep(grid_file, out, cache)
   assert second.returncode == 0, second.stderr[-3000:]
@@ -100,9 +105,10 @@ def test_sweep_kill_and_resume(tmp_path, tmp_path_factory):
   assert [t["name"] for t in table] == NAMES
   assert set(table[0]) >= {"name", "status", "action", "train.lr", "train.seed", "steps", "loss",
                            "eval_loss", "eval_acc"}
-  # a third invocation does nothing but skip
-  third = _sweep(grid_file, out, cache, "--num_hosts=2", "--host_index=1")
-  assert third.returncode == 0, third.stderr[-3000:]
+  # a third pass, host 1 of 2, does nothing but skip (in-process: it trains nothing, and the
+  # host flags went through the command line in the dry run above)
+  third = sweep.run_sweep(grid_file, out, num_hosts=2, host_index=1)
+  assert [r["status"] for r in third] == ["done"] * 4
   new_log = [json.loads(x) for x in (out / "sweep_log.jsonl").read_text().splitlines()][len(log):]
   assert [(x["run"], x["action"], x["host"]) for x in new_log] == [
       (NAMES[1], "skipped", 1), (NAMES[3], "skipped", 1)]  # host 1 of 2: runs 1 and 3 only
