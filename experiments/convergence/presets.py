@@ -113,10 +113,12 @@ _CTX2 = {**_DEPTH, "data.source": "planted", "data.planted_vocab": 64, "data.pla
          "data.planted_context": 2, "data.planted_val_tokens": 32_768}
 _DEPTH_KNOBS = dict(grad_per=False, all_sequences=32, probe_batches=2)
 # the test-size counterparts (seconds): the same data kinds, 4 layers of width 16, 48 steps;
-# text at a 64-piece tokenizer so both share the model's shapes (one compile)
+# text at a 64-piece tokenizer so both share the model's shapes (one compile). Checkpoints
+# 0, 16, 32, 48 (no log-spaced ones: the re-reading of stab_levels.csv holds at any
+# checkpoint count; 4 per run instead of 8 halve the saves, loads and CKA passes)
 _TINY_DEPTH = {"model.n_layers": 4, "model.n_heads": 2, "train.steps": 48, "train.ckpt_every": 16,
-               "train.batch_size": 8, "train.seq_len": 16, "train.lr": 3e-3,
-               "train.warmup_steps": 4}
+               "train.ckpt_log_spaced": False, "train.batch_size": 8, "train.seq_len": 16,
+               "train.lr": 3e-3, "train.warmup_steps": 4}
 
 PRESETS.update({
     # (a) Shakespeare (--data=DIR; default the packaged sample), V = 1024, d in {32, 128}, Γ 2.4
