@@ -1,8 +1,9 @@
 """The checkpoint analysis pipeline: CSV columns, values against direct metric calls,
 CKA-to-final, figures, the resumable cache, the grouped forward, bad inputs, the CLI.
 
-One tiny run (8 steps: checkpoints 0, 1, 2, 4, 8) on the real data path is trained once
-per module and analysed once; the other tests reuse it (compiled functions are shared).
+One tiny run (tests/_tiny.py's config stopped after 8 steps: checkpoints 0, 1, 2, 4, 8) on
+the real data path is trained once per module and analysed once; the other tests reuse it
+(compiled functions are shared).
 """
 
 import dataclasses
@@ -21,11 +22,11 @@ import pytest
 from sbjax import checkpoint as ckpt
 from sbjax import heads
 from sbjax import metrics as M
-from sbjax import configs
 from sbjax import optim
 from sbjax import train as train_lib
 from sbjax.analysis import Settings, analyze_run, forward, grouped_apply, read_csv
 from sbjax.model import Model
+from tests._tiny import tiny_run_config
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = [0, 1, 2, 4, 8]
@@ -39,10 +40,12 @@ COLLAPSE_KEYS = ("nc1_cdnv", "nc1_log10_cdnv", "nc2_norm_cov", "nc2_log_norm_cov
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
-  cfg = configs.build(configs.load("tiny"))
-  cfg = cfg.replace(train=dataclasses.replace(cfg.train, steps=8, eval_every=8, log_every=4))
+  # the session's tiny run config (tests/_tiny.py), stopped after step 8: its compiled
+  # programs are the shared tiny_run's (no compile of its own), its log-spaced checkpoints
+  # up to 8 are STEPS
+  cfg = tiny_run_config()
   wd = tmp_path_factory.mktemp("analysis") / "run"
-  train_lib.train(cfg, wd, quiet=True)  # the real data path (make_dataset)
+  train_lib.train(cfg, wd, stop_after=8, quiet=True)  # the real data path (make_dataset)
   assert ckpt.list_steps(wd) == STEPS
   return wd
 
