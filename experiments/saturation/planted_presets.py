@@ -190,11 +190,13 @@ GPU_KNOBS = dict(head_dim=32, streaming=True, val_windows=64, floor_mode="svd", 
 
 PLANTED_PRESETS: dict[str, Preset[Knobs]] = {
     # the e2e test: a tiny language, one arm (each arm costs ~15 s of compilation on CPU;
-    # the multi-arm readout is unit-tested), 20 steps
+    # the multi-arm readout is unit-tested), 20 steps, checkpoints 0, 5, 10, 15, 20 (no
+    # log-spaced ones: the checks against numpy hold at any checkpoint count; 5 instead of 8
+    # saves, loads and measurements)
     "test-planted": planted_preset(
-        {"train.steps": 20, "train.batch_size": 4, "train.seq_len": 16, "train.ckpt_every": 10,
-         "train.log_every": 2, "data.planted_vocab": 32, "data.planted_rank": 2,
-         "data.planted_mix": 2},
+        {"train.steps": 20, "train.batch_size": 4, "train.seq_len": 16, "train.ckpt_every": 5,
+         "train.ckpt_log_spaced": False, "train.log_every": 2, "data.planted_vocab": 32,
+         "data.planted_rank": 2, "data.planted_mix": 2},
         Knobs(arms=(Arm(8, 0.03),), val_windows=8, n_boot=200, floor_gtol=1e-4,
               floor_max_iter=300)),
     # 2 CPU cores: the recipe (η = 1e-2, λ = 0.1, 1% warm-up, cosine to 10%, Γ = 7.9
