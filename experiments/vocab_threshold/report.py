@@ -129,7 +129,7 @@ def trunk_sentence(table: list) -> str:
   if pop:
     text += (" At each V the heads of every rank and head lr trained as one population of "
              "padded heads (one compile; sbjax.heads.padded_lowrank: each equals its separate "
-             "rank-r run up to float32 summation order).")
+             "rank-r run up to the order of its sums).")
   low = sorted({t["dtype"] for t in table if t.get("dtype") not in (None, "", "float32")})
   if low:
     text += (f" The models computed in {', '.join(low)} (parameters, softmax and loss in "
