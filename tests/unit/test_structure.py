@@ -36,6 +36,13 @@ def _parsed(path: Path) -> tuple[ast.Module, list[str]]:
   return ast.parse(text), text.splitlines()
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _free_parsed():
+  """The trees (~60 MB) are dropped when this file's tests are done."""
+  yield
+  _parsed.cache_clear()
+
+
 def _module_name(path: Path) -> str:
   parts = list(path.relative_to(ROOT).with_suffix("").parts)
   if parts[-1] == "__init__":
