@@ -348,7 +348,7 @@ def _train_group(plan: Plan, out: Path, grp: list, dataset, trunk: Trunk | None,
     say(f"{tag} {gdir} (population of {len(grp)} {what}): {state}")
     sums = train_once(cfgs, dirs, dataset=dataset, quiet=quiet,
                       hooks=_extra(hooks, gdir, cfgs, dirs))
-    if pad:
+    if pad and state == "training":  # checked once, when trained
       _check_padding(dirs)
   else:
     names, sums = [s.name for s in grp], []
