@@ -20,8 +20,18 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "device_science.sh"
 
 
+def _env() -> dict:
+  """The session's environment for the script, with XLA_FLAGS less the two flags that a dry
+  run adds itself: the script then runs with the suite's flags (tests/_xla.py), each once, so
+  its compiles and the in-process tests' share the session's compilation cache (JAX keys
+  entries by the sorted list of flags: a repeated flag was another key)."""
+  own = {"--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false"}
+  flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if f not in own]
+  return {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": " ".join(flags)}
+
+
 def test_dry_run_collapse_writes_one_archive(tmp_path):
-  env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+  env = _env()
   proc = subprocess.run(["bash", str(SCRIPT), "collapse", "--dry-run", "--out",
                          str(tmp_path / "ds")], cwd=ROOT, env=env, capture_output=True,
                         text=True, timeout=600)
@@ -55,7 +65,7 @@ def test_dry_run_saturation_writes_one_archive(tmp_path):
   from sbjax.data import make_dataset
   from sbjax.studies import floor as floor_lib
 
-  env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+  env = _env()
   out = tmp_path / "ds"
   proc = subprocess.run(["bash", str(SCRIPT), "saturation", "--dry-run", "--out", str(out)],
                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
@@ -105,7 +115,7 @@ def test_dry_run_saturation_writes_one_archive(tmp_path):
 def test_dry_run_timing_measures_the_test_presets(tmp_path):
   """`timing --dry-run`: benchmarks/step_timing.py on the test-size twins of the saturation
   and collapse device presets; timing.json in the archive holds one measured run each."""
-  env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+  env = _env()
   out = tmp_path / "dt"
   proc = subprocess.run(["bash", str(SCRIPT), "timing", "--dry-run", "--out", str(out)],
                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
