@@ -3,8 +3,9 @@ by fsspec's in-memory file system, tests/_fake_gcs.py): the experiment runner's 
 (``sbjax.cli.reproduce.Suite``) and the experiments' writers (``experiments.shared``), a text
 corpus and its tokenizer.json read from ``gs://``, lm-eval results joined from ``gs://``, and
 Hugging Face imports from and exports to ``gs://``. Each is compared with the same call on
-local disk, and no local ``gs:`` folder appears. The planted experiment, a convert round trip
-and orbax on a real GCS server: tests/e2e/test_remote_outputs_gcs.py."""
+local disk, and no local ``gs:`` folder appears. An experiment's whole folder (the saturation
+experiment's test preset), a convert round trip and orbax on a real GCS server:
+tests/e2e/test_remote_outputs_gcs.py."""
 
 from __future__ import annotations
 
