@@ -81,8 +81,9 @@ def _round_trip(src: str, cwd: Path, env: dict) -> dict:
   """What ``experiments.convert --from_workdir=SRC --to_hf=gs://bkt/hf``, then
   ``--from_hf=gs://bkt/hf --to=gs://bkt/imported --step=7``, then
   ``--from_workdir=gs://bkt/imported --to_hf=gs://bkt/hf2`` run (``convert.main``), in this
-  process, in ``cwd``, with the subprocesses' environment: {step: exported step, import: the
-  imported steps}."""
+  process, in ``cwd``, with the emulator's variables (set by ``gcs_emulator``) and the reproduce
+  process's data cache: {"export": the step exported, "import": the steps imported, "again":
+  the step exported again}."""
   with pytest.MonkeyPatch.context() as mp:
     mp.chdir(cwd)
     mp.setenv("SBJAX_DATA_CACHE", env["SBJAX_DATA_CACHE"])
