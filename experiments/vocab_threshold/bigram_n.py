@@ -169,8 +169,9 @@ def run_v(train_tokens, val_tokens, vocab: int, cpt: float, knobs: BigramNKnobs,
           on_cell=lambda fits, checks, cells: None, done: dict | None = None) -> tuple:
   """(fit rows, check rows, cell rows) of one V over the knobs' fractions (ascending), each
   cell searched and then start-checked (``bigram_n_check``). ``done`` maps (V, fraction) to
-  (cell row, fit rows) of an earlier run of the same preset: those cells are not searched
-  again (their next fraction then starts cold), only checked. ``on_cell`` sees the rows after
+  (cell row, fit rows, check rows, reuse the checks?) of an earlier run of the same preset
+  (``bigram_n_run.earlier``): those cells are not searched again (their next fraction then
+  starts cold), only checked unless their checks are reused. ``on_cell`` sees the rows after
   every cell (to write them as they come)."""
   tol, done = tol_char * cpt, done or {}
   fit_rows, check_rows, cells, prior = [], [], [], None
@@ -186,7 +187,7 @@ def run_v(train_tokens, val_tokens, vocab: int, cpt: float, knobs: BigramNKnobs,
     else:
       rows, s, fits = cell(t, knobs, tol, guess, max_iter, prior, log)
       rows, reuse = [{**head, **r} for r in rows], ""
-    checks = old[2] if old is not None and old[2] is not None else [
+    checks = old[2] if old is not None and old[3] else [
         {**head, **r} for r in _check(t, knobs, tol, max_iter,
                                       {int(r["rank"]): r for r in rows}, s, log)]
     fit_rows, check_rows = fit_rows + rows, check_rows + checks

@@ -36,9 +36,9 @@ def streams_of(preset, corpus: str, vocab: int, out):
 
 
 def earlier(out, summary: dict, knobs) -> dict:
-  """(V, fraction) -> (cell row, fit rows, check rows or None) of an earlier run of the same
-  knobs in ``out`` (empty when there is none): its cells are not searched again. Check rows
-  are reused when that run's check knob is this one's, the cell was checked and each second fit
+  """(V, fraction) -> (cell row, fit rows, check rows, reuse the checks?) of an earlier run of
+  the same knobs in ``out`` (empty when there is none): its cells are not searched again, and
+  are kept in the CSVs until this run reaches them. Check rows are reused when that run's check knob is this one's, the cell was checked and each second fit
   converged or ran to this run's check cap (an unconverged one with a smaller cap is redone)."""
   if not (out / rep.CELLS_CSV).exists():
     return {}
@@ -65,7 +65,7 @@ def earlier(out, summary: dict, knobs) -> dict:
     cap = bigram_n.check_cap(knobs, knobs.max_iters[summary["vocabs"].index(at[0])])
     ran = (same_check and c.get("start_check") not in (None, "off") and mine(checks)
            and all(int(r["converged"]) or int(r["n_iter"]) >= cap for r in mine(checks)))
-    done[at] = (c, mine(fits), mine(checks) if ran else None)
+    done[at] = (c, mine(fits), mine(checks), bool(ran))
   return done
 
 
@@ -87,9 +87,12 @@ def run_bigram_n(out, preset, *, data: str | None = None, verbose: bool = True) 
     tr, va, cpt = streams_of(preset, corpus, v, out)
 
     def write(f_rows, k_rows, c_rows, old=(fits, checks, cells)):
-      for name, before, rows in zip(CSVS, old, (f_rows, k_rows, c_rows)):
-        if before + rows:
-          write_rows(out / name, before + rows)
+      seen = {(int(c["V"]), float(c["fraction"])) for c in old[2] + c_rows}
+      rest = [d for at, d in done.items() if at not in seen]  # the earlier run's, not yet here
+      kept = ([r for d in rest for r in d[1]], [r for d in rest for r in d[2]], [d[0] for d in rest])
+      for name, before, rows, more in zip(CSVS, old, (f_rows, k_rows, c_rows), kept):
+        if before + rows + more:
+          write_rows(out / name, before + rows + more)
 
     f_rows, k_rows, c_rows = bigram_n.run_v(tr, va, v, cpt, k, TOL_CHAR, cap, guess, log,
                                             write, done)

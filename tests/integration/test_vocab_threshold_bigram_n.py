@@ -150,3 +150,31 @@ def test_a_rerun_into_the_same_out_resumes_without_fitting(done, tmp_path, monke
   other = {**summary, "knobs": {**summary["knobs"], "gtol": 1e-6}}
   with pytest.raises(ValueError, match="other knobs.*use a fresh --out"):
     earlier(again, other, vt.PRESETS[PRESET].knobs.bigram_n)
+
+
+def test_an_interrupted_resume_keeps_the_earlier_cells_it_has_not_reached(done, tmp_path,
+                                                                         monkeypatch):
+  out, corpus = done
+  again = tmp_path / "again"
+  shutil.copytree(out, again)
+  cells = _csv(again / rep.CELLS_CSV)
+  first_v = cells[0]["V"]
+  last = max(i for i, c in enumerate(cells) if c["V"] == first_v)
+  cells[last]["start_check"] = "off"  # that cell must be checked again...
+  with open(again / rep.CELLS_CSV, "w", newline="") as f:
+    w = csv.DictWriter(f, fieldnames=list(cells[0]))
+    w.writeheader()
+    w.writerows(cells)
+  before = {n: _csv(again / n) for n in (rep.FITS_CSV, rep.CHECKS_CSV)}
+
+  def stop(*a, **k):
+    raise KeyboardInterrupt  # ...and the run is stopped there, after writing earlier cells
+
+  monkeypatch.setattr(bigram_n.bf, "fit", stop)
+  with pytest.raises(KeyboardInterrupt):
+    vt.run(again, PRESET, data=corpus, verbose=False)
+  after = _csv(again / rep.CELLS_CSV)
+  key = sorted((float(c["V"]), float(c["fraction"])) for c in cells)
+  assert sorted((float(c["V"]), float(c["fraction"])) for c in after) == key
+  for n in (rep.FITS_CSV, rep.CHECKS_CSV):
+    assert len(_csv(again / n)) == len(before[n])
