@@ -118,10 +118,11 @@ def _convergence_sentence(fits: list, gtol: float) -> str:
 
 
 def _margin_sentence(cells: list, fits: list) -> str:
-  """The closest call: the decisive fit (at r* or the failing rank below) whose val excess is
-  nearest the tolerance, beside how much converged fits still fell per 100 iterations."""
+  """The closest call: of the reliable cells (those the verdict reads), the decisive fit (at r*
+  or the failing rank below) whose val excess is nearest the tolerance, beside how much
+  converged fits still fell per 100 iterations."""
   dec = []
-  for c in cells:
+  for c in filter(reliable, cells):
     for f in fits:
       if (int(f["V"]), float(f["fraction"])) == (int(c["V"]), float(c["fraction"])) and int(
           f["rank"]) in (int(c["r_star"]), int(c["lo"])):
@@ -135,7 +136,7 @@ def _margin_sentence(cells: list, fits: list) -> str:
           "iterations, and fits of one rank from other starts can differ on validation by more "
           "than their train floors do, so a decision this close can move with the start or a "
           "tighter gtol" if drifts else "")
-  return (f" Closest call: V = {int(c['V'])}, f = {float(c['fraction']):g}, r = {int(f['rank'])}"
+  return (f" Closest call of the reliable cells: V = {int(c['V'])}, f = {float(c['fraction']):g}, r = {int(f['rank'])}"
           f" is {m:.4f} nats from the tolerance (excess {float(f['val_excess']):+.4f} vs "
           f"{float(c['tol_token']):.4f}){tail}.")
 
@@ -155,8 +156,23 @@ def _check_part(c: dict) -> str:
   return f", start check {word} ({', '.join(parts)})"
 
 
-def _check_sentence(cells: list) -> str:
-  """How many cells the start check ran on, and which flipped or did not converge."""
+def _moved(c: dict, fits: list) -> list:
+  """(|second − first val excess|, rank) of each refitted decisive fit of cell ``c``."""
+  out = []
+  for r in str(c["check_ranks"]).split():
+    r = int(float(r))
+    first = [f for f in fits if (int(f["V"]), float(f["fraction"]), int(f["rank"])) ==
+             (int(c["V"]), float(c["fraction"]), r)]
+    ex = c["check_excess_at_r_star"] if r == int(c["r_star"]) and not int(c["censored"]) \
+        else c["check_excess_at_lo"]
+    if first:
+      out.append((abs(float(ex) - float(first[0]["val_excess"])), r))
+  return out
+
+
+def _check_sentence(cells: list, fits: list) -> str:
+  """How many cells the start check ran on, which flipped or did not converge, and how far
+  the second starts moved the val excess."""
   ran = [c for c in cells if isinstance(c.get("start_check"), str) and c["start_check"] != "off"]
   if not ran:
     return " No start check was run (each r* rests on one chain of starts)."
@@ -167,7 +183,13 @@ def _check_sentence(cells: list) -> str:
     if mine:
       out += (f"; {len(mine)} {word} (" + "; ".join(
           f"V = {int(c['V'])}, f = {float(c['fraction']):g}" for c in mine) + ")")
-  return out + ("; such cells are left out of the verdict." if bad else ".")
+  out += "; such cells are left out of the verdict" if bad else ""
+  moved = [(d, r, c) for c in ran for d, r in _moved(c, fits)]
+  if moved:
+    d, r, c = max(moved, key=lambda x: x[0])
+    out += (f"; the second starts moved the val excess by up to {d:.4f} nats (V = {int(c['V'])}"
+            f", f = {float(c['fraction']):g}, r = {r})")
+  return out + "."
 
 
 def _check_choice(k: dict) -> str:
@@ -202,7 +224,7 @@ def paragraph(cells: list, fits: list, summary: dict) -> str:
       f"{{{', '.join(map(str, vs))}}}, N from {n_lo:,} to {n_hi:,} tokens (fractions "
       f"{', '.join(f'{f:g}' for f in k['fractions'])}), r\\* on the grid "
       f"{{{', '.join(map(str, k['grid']))}}}. {per_v} "
-      + _convergence_sentence(fits, k["gtol"]) + _check_sentence(cells) +
+      + _convergence_sentence(fits, k["gtol"]) + _check_sentence(cells, fits) +
       _margin_sentence(cells, fits) +
       f" Choices: add-k {k['add_k']:g} smoothing of the train counts; val(r) and val_full "
       "scored on the whole validation stream's counts (only contexts seen in that fraction); "

@@ -50,12 +50,13 @@ def test_same_rstar_at_every_n_is_supported():
   assert "r* = 32 (in (16, 32]), excess +0.0040 vs tol 0.0100 (r = 16: excess +0.0200)" in t
   assert "slope 0.00" in t
   # the closest call: r* fits sit 0.006 from tol 0.01, the failing ones 0.01
-  assert "Closest call: V = 256, f = 0.25, r = 32 is 0.0060 nats from the tolerance" in t
+  assert ("Closest call of the reliable cells: V = 256, f = 0.25, r = 32 is 0.0060 nats from "
+          "the tolerance") in t
   assert "still fell by up to 2.0e-04 nats over their last 100 iterations" in t
   near = [dict(f, val_excess=0.0101) if (f["V"], f["fraction"], f["rank"]) == (1024, 1.0, 32)
           else f for f in fits_of(cells)]
   t = rep.paragraph(cells, near, SUMMARY)
-  assert "Closest call: V = 1024, f = 1, r = 32 is 0.0001 nats" in t
+  assert "Closest call of the reliable cells: V = 1024, f = 1, r = 32 is 0.0001 nats" in t
 
 
 @pytest.mark.parametrize("rs, status", [([32, 64, 128], "grows"), ([128, 64, 64], "shrinks"),
@@ -110,7 +111,8 @@ def test_a_start_check_flip_leaves_the_verdict_undecided_and_agreement_keeps_it(
   v = rep.verdict(checked(cells, agree))
   assert v == {"overall": "refuted", "per_v": {"256": "same", "1024": "grows"}}
   t = rep.paragraph(checked(cells, agree), fits_of(cells), CHECKED)
-  assert "**REFUTED" in t and "Start check: 6 of 6 cells agree." in t
+  assert "**REFUTED" in t and "Start check: 6 of 6 cells agree; the second starts moved" in t
+  assert "by up to 0.0050 nats (V = 256, f = 0.25, r = 16)" in t  # 0.015 against 0.02
   assert "decisive fit nearest the tolerance refitted to the same gtol, with 2x the search's" in t
   assert "No start check" in text(cells) and "; no start check." in text(cells)
   assert "start check agrees (r = 32 from svd +0.0150)" in t and "left out" not in t
@@ -124,6 +126,14 @@ def test_a_start_check_flip_leaves_the_verdict_undecided_and_agreement_keeps_it(
   assert "**UNDECIDED" in t and "REFUTED" not in t
   assert "start check FLIPS (r = 32 from svd +0.0090)" in t
   assert "5 of 6 cells agree; 1 flip (V = 1024, f = 1); such cells are left out" in t
+  assert "up to 0.0110 nats (V = 1024, f = 1, r = 32)" in t  # 0.009 against 0.02
+  # the flipped cell is no longer the closest call: that is read among the reliable cells
+  near = [dict(f, val_excess=0.0101) if (f["V"], f["fraction"], f["rank"]) == (1024, 1.0, 32)
+          else f for f in fits_of(cells)]
+  assert "Closest call of the reliable cells: V = 1024, f = 1" in rep.paragraph(
+      checked(cells, agree), near, CHECKED)
+  assert "Closest call of the reliable cells: V = 1024, f = 1" not in rep.paragraph(cs, near,
+                                                                                    CHECKED)
   # a second fit stopped at its cap decides nothing either way
   capped = checked(cells, {**agree, (1024, 1.0): (32, 0.009, 0)})
   assert capped[-1]["start_check"] == "unconverged"
