@@ -97,10 +97,10 @@ def _v_sentence(cells: list, status: str, fits: list) -> str:
     parts.append(f"f = {float(c['fraction']):g} (N = {int(c['train_tokens']):,}): r* = {r}, "
                  f"excess {float(c['val_excess_at_r_star']):+.4f} vs tol "
                  f"{float(c['tol_token']):.4f}{_excess_at(fits, c, lo)}{flag}")
-  ok = [c for c in cs if not int(c["censored"])]
+  ok = [c for c in cs if not int(c["censored"]) and reliable(c)]
   slope = loglog_fit([int(c["train_tokens"]) for c in ok], [int(c["r_star"]) for c in ok])
-  sl = (f"; log r* on log N: slope {slope['beta']:.2f}" if slope["n"] >= 2
-        and math.isfinite(slope["beta"]) else "")
+  sl = (f"; log r* on log N (reliable, uncensored cells): slope {slope['beta']:.2f}"
+        if slope["n"] >= 2 and math.isfinite(slope["beta"]) else "")
   return f"V = {int(cs[0]['V']):,} [{status}]: " + "; ".join(parts) + sl + "."
 
 

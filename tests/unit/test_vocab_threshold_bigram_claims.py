@@ -127,6 +127,9 @@ def test_a_start_check_flip_leaves_the_verdict_undecided_and_agreement_keeps_it(
   assert "start check FLIPS (r = 32 from svd +0.0090)" in t
   assert "5 of 6 cells agree; 1 flip (V = 1024, f = 1); such cells are left out" in t
   assert "up to 0.0110 nats (V = 1024, f = 1, r = 32)" in t  # 0.009 against 0.02
+  assert "[undecided]: " in t and "(reliable, uncensored cells): slope 0.00." in t  # f = 1 out
+  assert "(reliable, uncensored cells): slope 0.50." in rep.paragraph(
+      checked(cells, agree), fits_of(cells), CHECKED)  # 32, 32, 64 over N = 1, 2, 4 (x 1e5)
   # the flipped cell is no longer the closest call: that is read among the reliable cells
   near = [dict(f, val_excess=0.0101) if (f["V"], f["fraction"], f["rank"]) == (1024, 1.0, 32)
           else f for f in fits_of(cells)]
