@@ -27,6 +27,7 @@ from sbjax.overrides import config_from  # the one override path (presets' dotte
 from sbjax.studies.corpus import DEFAULT_TEXT, text_corpus, with_corpus
 from sbjax.studies.presets import Preset, pick_preset
 from sbjax.studies.progress import RunsProgress, SweepProgress
+from sbjax.train.preempt import EXIT_PREEMPTED
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -58,6 +59,18 @@ def save_figure(fig, path, **kwargs) -> None:
   buf = io.BytesIO()
   fig.savefig(buf, format=upath(path).suffix.lstrip(".") or "png", **kwargs)
   atomic_write_bytes(path, buf.getvalue())
+
+
+class BudgetExit(SystemExit):
+  """A device preset's run stopped cleanly before its budget ran out: exit status 75, as a
+  preemption (``sbjax.train.preempt.EXIT_PREEMPTED``); a rerun of the same command resumes."""
+
+  def __init__(self, message: str):
+    super().__init__(EXIT_PREEMPTED)
+    self.message = message
+
+  def __str__(self) -> str:
+    return self.message
 
 
 class BudgetClock:

@@ -26,22 +26,10 @@ from __future__ import annotations
 
 
 from sbjax.train.loop import Hook
-from sbjax.train.preempt import EXIT_PREEMPTED
 
-from ..shared import BudgetClock
+from ..shared import BudgetClock, BudgetExit as OverBudget
 
 WARMUP = 10
-
-
-class OverBudget(SystemExit):
-  """The run stopped cleanly before its budget ran out (exit status 75; a rerun resumes)."""
-
-  def __init__(self, message: str):
-    super().__init__(EXIT_PREEMPTED)
-    self.message = message
-
-  def __str__(self) -> str:
-    return self.message
 
 
 def projected_end(now: float, t_start: float, n: int, steps_left: int) -> tuple[float, float]:

@@ -25,20 +25,8 @@ from __future__ import annotations
 
 from sbjax.checkpoint import list_steps
 from sbjax.train.loop import Hook
-from sbjax.train.preempt import EXIT_PREEMPTED
 
-from ..shared import BudgetClock
-
-
-class OverBudget(SystemExit):
-  """The run stopped cleanly before its budget ran out (exit status 75; a rerun resumes)."""
-
-  def __init__(self, message: str):
-    super().__init__(EXIT_PREEMPTED)
-    self.message = message
-
-  def __str__(self) -> str:
-    return self.message
+from ..shared import BudgetClock, BudgetExit as OverBudget
 
 
 class Clock(BudgetClock):

@@ -34,10 +34,10 @@ from typing import TYPE_CHECKING, ClassVar
 
 import flax.linen as nn
 import jax.numpy as jnp
-from jax import lax
 
 from sbjax.errors import config_error
-from sbjax.heads.base import HEAD_KEY, HeadConfig, HeadKind, register
+from sbjax.heads.base import HEAD_KEY, HeadConfig, register
+from sbjax.heads.lowrank import LowRank
 from sbjax.precision import matmul_precision
 
 if TYPE_CHECKING:  # only for annotations: a head module must not import sbjax.config (base.py)
@@ -97,26 +97,20 @@ def padding_is_zero(params, cfg) -> bool:
   return bool(jnp.all(hp["a"][..., r:] == 0) & jnp.all(hp["b"][..., r:, :] == 0))
 
 
-class PaddedLowRank(HeadKind):
+class PaddedLowRank(LowRank):
+  """As ``lowrank`` (its factors, matrix and sharding specs: the same A·B over the pad
+  columns, the padding contributing zeros), with its own config, module, count and checks."""
+
   name = "padded_lowrank"
   description = "a padded low-rank head"
   order = 5
-  leaf_specs = {"a": ("tensor", "fsdp"), "b": (None, "fsdp")}  # as lowrank
   config = PaddedLowRankHead  # hf_tied None: a training device, not exported (see module doc)
+  legacy = {}
+  hf_tied = None
   member_varying = ("rank",)  # the members of one run may differ in it (sbjax.train.members)
 
   def module(self, cfg):
     return _PaddedModule(cfg, name=HEAD_KEY)
-
-  def factors(self, params, h, cfg):
-    """(h·Bᵀ, A) over the pad columns (the padding contributes zeros)."""
-    hp = params[HEAD_KEY]
-    return (jnp.einsum("...d,rd->...r", h, hp["b"].astype(h.dtype),
-                       precision=matmul_precision(cfg)), hp["a"])
-
-  def matrix(self, params, cfg):
-    hp = params[HEAD_KEY]
-    return jnp.matmul(hp["a"], hp["b"], precision=lax.Precision.HIGHEST)
 
   def param_count(self, cfg) -> int:
     return cfg.vocab_size * cfg.head.pad + cfg.head.pad * cfg.d_model
