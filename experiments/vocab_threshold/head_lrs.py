@@ -6,7 +6,9 @@ from ``runs.csv`` and ``vocab_threshold.csv`` only: the validation loss at every
 
 (the table's per-character tolerance, against the same lr's rank-d head), beside the r* of the
 best lr per rank (the table's). An lr where small ranks are under-trained shows as a larger
-r*_lr; the report names the lr that wins at each rank."""
+r*_lr; the report names the lr that wins at each rank, and one generated sentence
+(:func:`head_lr_reading`) says whether r*_lr is the same at every V for each lr (else:
+undecided) and whether the lrs agree on its level."""
 
 from __future__ import annotations
 
@@ -49,4 +51,35 @@ def head_lr_section(runs: list, table: list) -> list[str]:
     rs = "–" if r["r_star"] is None else str(r["r_star"])
     lines.append(f"| {r['V']} | {r['lr']:g} | {cells} | {rs} | "
                  f"{', '.join(map(str, r['wins'])) or 'none'} |")
-  return lines
+  return lines + ["", head_lr_reading(rows)]
+
+
+def head_lr_reading(rows: list[dict]) -> str:
+  """One generated sentence: per head lr, is r*_lr the same at every V (flat), and do the head
+  lrs agree on its level? (``rows`` from :func:`head_lr_rows`, more than one lr.)"""
+  lrs = sorted({r["lr"] for r in rows})
+  per = {lr: [r for r in sorted(rows, key=lambda r: r["V"]) if r["lr"] == lr] for lr in lrs}
+  vs = ", ".join(str(r["V"]) for r in per[lrs[0]])
+  parts, flat, levels = [], [], set()
+  for lr in lrs:
+    got = [r["r_star"] for r in per[lr]]
+    same = None not in got and len(set(got)) == 1
+    flat.append(same)
+    levels.update(g for g in got if g is not None)
+    parts.append(f"lr {lr:g}: " + ", ".join("–" if g is None else str(g) for g in got)
+                 + (" (the same at every V)" if same else " (not the same at every V)"))
+  text = f"r\\*_lr at V = {vs}, per head lr: " + "; ".join(parts) + ". "
+  if all(flat):
+    text += ("So a flat r\\*(V) is not the product of one head lr: it holds at every head lr "
+             "run here (this corpus and trunk, V up to the largest above). ")
+  else:
+    bad = ", ".join(f"{lr:g}" for lr, f in zip(lrs, flat) if not f)
+    text += (f"Whether r\\*(V) is flat depends on the head lr (not flat at lr {bad}): "
+             "undecided on these runs. ")
+  if len(levels) > 1:
+    text += ("Its level does depend on the head lr: each r\\*_lr is measured against the same "
+             "lr's rank-d head, and the lr that wins moves with the rank (last column), so the "
+             "table's r\\* takes the best lr at each rank.")
+  else:
+    text += "The head lrs agree on its level."
+  return text

@@ -3,7 +3,7 @@ runs.csv / vocab_threshold.csv rows: r*_lr follows each lr's own losses (an lr t
 under-trains small ranks gets a larger r*_lr), the winner per rank is named, and one head lr
 prints nothing."""
 
-from experiments.vocab_threshold.head_lrs import head_lr_rows, head_lr_section
+from experiments.vocab_threshold.head_lrs import head_lr_reading, head_lr_rows, head_lr_section
 
 TABLE = [{"V": 256, "d_model": 8, "tol_token": 0.01}]
 
@@ -31,3 +31,41 @@ def test_rstar_per_lr_follows_its_own_losses():
 
 def test_one_head_lr_prints_nothing():
   assert head_lr_section(runs({1e-2: {2: 3.5, 8: 3.1}}), TABLE) == []
+
+
+TABLE2 = [{"V": 256, "d_model": 8, "tol_token": 0.01}, {"V": 512, "d_model": 8, "tol_token": 0.01}]
+
+
+def runs2(by_v):
+  """{V: {lr: {rank: loss}}} -> runs.csv rows."""
+  return [{"V": v, "protocol": "a", "head": "lowrank", "rank": r, "lr": lr, "eval_loss": l}
+          for v, by_lr in by_v.items() for lr, losses in by_lr.items()
+          for r, l in losses.items()]
+
+
+SLOW = {2: 3.50, 4: 3.30, 8: 3.10}  # r*_lr = 8
+FAST = {2: 3.20, 4: 3.105, 8: 3.10}  # r*_lr = 4
+
+
+def test_reading_flat_at_each_lr_with_levels_that_differ():
+  rows = head_lr_rows(runs2({256: {1e-2: SLOW, 3e-2: FAST}, 512: {1e-2: SLOW, 3e-2: FAST}}),
+                      TABLE2)
+  text = head_lr_reading(rows)
+  assert "lr 0.01: 8, 8 (the same at every V); lr 0.03: 4, 4 (the same at every V)" in text
+  assert "it holds at every head lr run here" in text
+  assert "Its level does depend on the head lr" in text
+  assert text in "\n".join(head_lr_section(
+      runs2({256: {1e-2: SLOW, 3e-2: FAST}, 512: {1e-2: SLOW, 3e-2: FAST}}), TABLE2))
+
+
+def test_reading_not_flat_at_one_lr_is_undecided_and_equal_levels_agree():
+  # lr 3e-2: r* 4 at V 256, 8 at V 512 -> not flat; lr 1e-2 flat at 8
+  rows = head_lr_rows(runs2({256: {1e-2: SLOW, 3e-2: FAST}, 512: {1e-2: SLOW, 3e-2: SLOW}}),
+                      TABLE2)
+  text = head_lr_reading(rows)
+  assert "lr 0.03: 4, 8 (not the same at every V)" in text
+  assert "not flat at lr 0.03): undecided" in text and "holds at every head lr" not in text
+  rows = head_lr_rows(runs2({256: {1e-2: SLOW, 3e-2: SLOW}, 512: {1e-2: SLOW, 3e-2: SLOW}}),
+                      TABLE2)
+  text = head_lr_reading(rows)
+  assert "The head lrs agree on its level." in text and "does depend" not in text
