@@ -58,17 +58,20 @@ def _stopped_then_resumed(monkeypatch, capfd, out, data):
     vt.run(out, "gpu-test", data=data, verbose=False)
   assert e.value.code == 75
   # stopped cleanly at V=96's trunk: before it (the start check: the time already spent is
-  # past 1 ms) or, as seen once in a full-suite run, at its first estimate (its projected end
-  # is past 1 ms); either is a clean budget stop that the rerun below must resume
+  # past 1 ms; what a run of this file alone does) or at its first estimate (its projected
+  # end is past 1 ms; what two full-suite runs did, cause not established); either is a clean
+  # budget stop that the rerun below must resume
   err = capfd.readouterr().err
   assert re.search(r"stopped: run V96/full-dense-lr0\.003 (needs ~0 s, -[\d.]+ s of the "
                    r"0\.001 s budget are left: stopped before it|would end at ~\d+ s, past "
                    r"the 0\.001 s budget: stopped after \d+ steps)", err), err
+  inside = "stopped after" in err  # then V=96's trunk resumes from its checkpoint
   monkeypatch.setitem(vt.PRESETS, "gpu-test", p)
   vt.run(out, "gpu-test", data=data, verbose=False)
   err = capfd.readouterr().err
   for v in (96, 128):
-    assert f"estimate: run V{v}/full-dense-lr0.003: 6 steps" in err
+    if not (inside and v == 96):  # a resumed trunk may have too few steps left to time
+      assert f"estimate: run V{v}/full-dense-lr0.003: 6 steps" in err
     assert f"estimate: run V{v}/a-lowrank-pad4: 4 steps" in err
 
 
