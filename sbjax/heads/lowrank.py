@@ -43,6 +43,22 @@ class LowRankHead(HeadConfig):
       raise config_error("model.head.init", self.init, " | ".join(INITS))
 
 
+def factor_inits(c, r: int):
+  """The initializers of A (V×r) and B (r×d) of a rank-``r`` head under ``c.head.init``
+  (module docstring); ``sbjax.heads.padded_lowrank`` draws its first r columns with them."""
+  if c.head.init == "godey":
+    return nn.initializers.normal(1.0), nn.initializers.normal(1.0)
+  return (nn.initializers.normal(c.init_std * math.sqrt(c.d_model / r)),
+          nn.initializers.normal(1.0 / math.sqrt(c.d_model)))
+
+
+def factor_scores(h, a, b, c):
+  """scores = (h·Bᵀ)·Aᵀ at the config's matmul precision (the V×d product is never formed)."""
+  prec = matmul_precision(c)
+  z = jnp.einsum("...d,rd->...r", h, b.astype(h.dtype), precision=prec)  # h·Bᵀ, then ·Aᵀ
+  return jnp.einsum("...r,vr->...v", z, a.astype(h.dtype), precision=prec)
+
+
 class _LowRankModule(nn.Module):
   cfg: ModelConfig
 
@@ -50,16 +66,10 @@ class _LowRankModule(nn.Module):
   def __call__(self, h):
     c = self.cfg
     r = c.rank
-    if c.head.init == "godey":
-      a_init, b_init = nn.initializers.normal(1.0), nn.initializers.normal(1.0)
-    else:
-      a_init = nn.initializers.normal(c.init_std * math.sqrt(c.d_model / r))
-      b_init = nn.initializers.normal(1.0 / math.sqrt(c.d_model))
+    a_init, b_init = factor_inits(c, r)
     a = self.param("a", a_init, (c.vocab_size, r), jnp.dtype(c.param_dtype))
     b = self.param("b", b_init, (r, c.d_model), jnp.dtype(c.param_dtype))
-    prec = matmul_precision(c)
-    z = jnp.einsum("...d,rd->...r", h, b.astype(h.dtype), precision=prec)  # h·Bᵀ, then ·Aᵀ
-    return jnp.einsum("...r,vr->...v", z, a.astype(h.dtype), precision=prec)
+    return factor_scores(h, a, b, c)
 
 
 class LowRank(HeadKind):

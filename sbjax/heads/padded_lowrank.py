@@ -29,7 +29,6 @@ rank-r lowrank run: export that).
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import TYPE_CHECKING, ClassVar
 
 import flax.linen as nn
@@ -37,14 +36,10 @@ import jax.numpy as jnp
 
 from sbjax.errors import config_error
 from sbjax.heads.base import HEAD_KEY, HeadConfig, register
-from sbjax.heads.lowrank import LowRank
-from sbjax.precision import matmul_precision
+from sbjax.heads.lowrank import INITS, LowRank, factor_inits, factor_scores
 
 if TYPE_CHECKING:  # only for annotations: a head module must not import sbjax.config (base.py)
   from sbjax.config import ModelConfig
-
-INITS = ("scaled", "godey")  # as sbjax.heads.lowrank
-
 
 @dataclasses.dataclass(frozen=True)
 class PaddedLowRankHead(HeadConfig):
@@ -79,16 +74,10 @@ class _PaddedModule(nn.Module):
   def __call__(self, h):
     c = self.cfg
     r, pad, dt = c.head.rank, c.head.pad, jnp.dtype(c.param_dtype)
-    if c.head.init == "godey":
-      a_init, b_init = nn.initializers.normal(1.0), nn.initializers.normal(1.0)
-    else:  # sbjax.heads.lowrank's scaled init at rank r
-      a_init = nn.initializers.normal(c.init_std * math.sqrt(c.d_model / r))
-      b_init = nn.initializers.normal(1.0 / math.sqrt(c.d_model))
+    a_init, b_init = factor_inits(c, r)  # a rank-r lowrank head's, then zero-padded
     a = self.param("a", _padded(a_init, (c.vocab_size, r), 1, pad), dt)
     b = self.param("b", _padded(b_init, (r, c.d_model), 0, pad), dt)
-    prec = matmul_precision(c)
-    z = jnp.einsum("...d,rd->...r", h, b.astype(h.dtype), precision=prec)
-    return jnp.einsum("...r,vr->...v", z, a.astype(h.dtype), precision=prec)
+    return factor_scores(h, a, b, c)
 
 
 def padding_is_zero(params, cfg) -> bool:
