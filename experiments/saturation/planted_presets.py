@@ -247,7 +247,7 @@ PLANTED_PRESETS: dict[str, Preset[Knobs]] = {
 def knobs_record(p: Preset, cfg: Config) -> dict:
   """The knobs and the training fields of the arms' Config (``cfg``, any arm's) as one flat
   record: planted_meta.json's "knobs", which the report reads."""
-  t, d = cfg.train, cfg.data
+  t = cfg.train
   return {**dataclasses.asdict(p.knobs), "steps": t.steps, "lr": t.lr, "batch": t.batch_size,
           "seq_len": t.seq_len, "n_layers": cfg.model.n_layers, "ckpt_every": t.ckpt_every,
           "log_every": t.log_every, "vocab": cfg.model.vocab_size}

@@ -6,7 +6,8 @@ Outputs in OUT: ``runs/<arm>/`` (workdirs, with ``planted_windows.npz``: steps, 
 per-arm readout, ``planted_measure.arm_summary``, with the arm's seed, vocab and zipf), the
 floors ``planted_floor.csv`` (the preset's language) and ``planted_floor<lang_tag>.csv`` (an
 arm's own language, ``Arm.lang``), ``planted_meta.json`` (preset, language, languages,
-account, timings). An arm with its own language or seed gets its own dataset and windows.
+account, timings; ``runs``: one record per call of ``run_planted`` in this folder, so a rerun
+after a budget stop keeps the stop's record: ``_with_history``). An arm with its own language or seed gets its own dataset and windows.
 
 With ``Knobs.population`` (the device presets) the arms of one shape (d, dtype, language)
 train as ONE run of N members (``sbjax.train.train``: one vmapped step; λ and seed vary), each
@@ -14,7 +15,8 @@ member in its own ``runs/<arm>/`` workdir; members with another data seed share 
 (``_reseeded``: built once, 11 s and 0.9 GB at V 4096). With ``Knobs.budget_s`` a population's
 time is projected after ``estimate_at`` steps and the run stops cleanly, resumable, before it
 would overrun (``planted_budget``); the finished populations are measured and written first,
-and planted_meta.json names the stop and the arms not run.
+and planted_meta.json names the stop and the arms not run (its top-level fields describe
+the latest call; its ``runs`` list keeps every earlier call's stop, populations and timings).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from .windows import validation_windows
 from .planted_floor import floors as _floors
 from .planted_budget import Clock, OverBudget, Watch
 from .planted_presets import arm_config, arm_name, get_planted_preset, knobs_record, lang_tag
-from ..shared import RunsProgress, read_rows, upath, write_json, write_rows
+from ..shared import RunsProgress, upath, write_json, write_rows
 from sbjax.analysis.table import atomic_write_bytes
 from sbjax.data import make_dataset
 from sbjax.data.dataset import StreamingPlanted
@@ -200,6 +202,24 @@ def _meta(p, preset, cfgs, langs, arms, timings, t0, clock, stopped) -> dict:
           "seconds": round(time.perf_counter() - t0, 1)}
 
 
+CALL_KEYS = ("preset", "started", "ended", "seconds", "trained", "stopped", "not_run",
+             "estimates", "timings")  # one call's record in planted_meta.json's "runs"
+
+
+def _utc(t: float) -> str:
+  return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+def _with_history(path: Path, meta: dict) -> dict:
+  """``meta`` (this call's planted_meta.json) with ``runs``: the records of the earlier calls
+  into the same folder (the file's ``runs``; a file written before ``runs`` existed is one
+  record, its own fields), then this call's (``CALL_KEYS``). A rerun after a budget stop so
+  keeps what stopped the first call and when; nothing earlier is lost."""
+  old = json.loads(path.read_text()) if path.exists() else None
+  runs = [] if old is None else old.get("runs") or [{k: old.get(k) for k in CALL_KEYS}]
+  return {**meta, "runs": runs + [{k: meta.get(k) for k in CALL_KEYS}]}
+
+
 def run_planted(out: Path, preset, verbose: bool = True) -> dict:
   """Train, measure and summarise every arm of a planted preset (a name or a Preset);
   planted_arms.csv and planted_checkpoints.csv are rewritten after every group. A budget stop
@@ -207,18 +227,19 @@ def run_planted(out: Path, preset, verbose: bool = True) -> dict:
   p = get_planted_preset(preset)
   out = upath(out)
   out.mkdir(parents=True, exist_ok=True)
-  t0 = time.perf_counter()
+  t0, wall0 = time.perf_counter(), time.time()
   cfgs = [(a, arm_config(p, a)) for a in p.knobs.arms]  # all validated before any training
   langs = _Languages(p, out)
   clock = Clock(p.knobs.budget_s, p.knobs.estimate_at) if p.knobs.budget_s else None
-  timings, arms, ck_rows, stopped = {}, [], [], None
+  timings, arms, ck_rows, stopped, trained = {}, [], [], None, []
   gs = groups(p, cfgs)
   progress = RunsProgress(len(gs), "saturation-planted", disable=not verbose)
   try:
     for name, group in gs:
       progress.start(f"{name} ({len(group)} arms, {group[0][1].train.steps} steps)")
       t1 = time.perf_counter()
-      trained = _train_group(p, name, group, out, langs, clock)
+      if _train_group(p, name, group, out, langs, clock):
+        trained.append(name)
       t2 = time.perf_counter()
       for arm, cfg in group:
         _, lang, windows = langs.language(arm, cfg)
@@ -230,7 +251,7 @@ def run_planted(out: Path, preset, verbose: bool = True) -> dict:
       write_rows(out / "planted_arms.csv", arms)
       timings[name] = {"train_s": round(t2 - t1, 1),
                        "measure_s": round(time.perf_counter() - t2, 1)}
-      progress.finish(trained)
+      progress.finish(trained[-1:] == [name])
   except OverBudget as e:
     stopped = str(e)
     print(f"stopped: {stopped}", file=sys.stderr, flush=True)
@@ -239,6 +260,7 @@ def run_planted(out: Path, preset, verbose: bool = True) -> dict:
     progress.close()
     if arms or stopped:
       timings["floor_s"] = round(langs.floor_s, 1)
-      write_json(out / "planted_meta.json",
-                 _meta(p, preset, cfgs, langs, arms, timings, t0, clock, stopped))
+      meta = _meta(p, preset, cfgs, langs, arms, timings, t0, clock, stopped)
+      meta.update(started=_utc(wall0), ended=_utc(time.time()), trained=trained)
+      write_json(out / "planted_meta.json", _with_history(out / "planted_meta.json", meta))
   return json.loads((out / "planted_meta.json").read_text())

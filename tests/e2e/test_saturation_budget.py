@@ -1,8 +1,9 @@
 """The budget stop of the saturation device preset (gpu-planted-test: one population of 4
 members, tokens drawn in the jitted step): a population whose budget runs out while it trains
-stops after its time estimate with exit status 75, keeping its checkpoints; rerunning the same
-preset resumes it from its newest checkpoint and ends with the parameters of an uninterrupted
-run, bit for bit."""
+stops after its time estimate with exit status 75, keeping its checkpoints and recording the
+stop in planted_meta.json; rerunning the same preset resumes it from its newest checkpoint and
+ends with the parameters of an uninterrupted run, bit for bit, and the rerun's
+planted_meta.json keeps the first call's record of what stopped it and when (``runs``)."""
 
 import json
 
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 
 from experiments.saturation import planted_budget as pb
+from experiments.saturation import planted_report as prep
 from experiments.saturation import planted_run as pr
 from experiments.saturation.planted_presets import arm_config, get_planted_preset
 from experiments.shared import read_rows
@@ -35,21 +37,33 @@ def _final_params(out, arm):
   return jax.tree.leaves(jax.device_get(params))
 
 
-def test_budget_stop_then_resume_is_bitwise(tmp_path):
+def test_budget_stop_then_resume_is_bitwise(tmp_path, monkeypatch):
   cut = tmp_path / "cut"
   cfgs = [(a, arm_config(P, a)) for a in P.knobs.arms]
   ((name, group),) = pr.groups(P, cfgs)
-  langs = pr._Languages(P, cut)
-  dss = [langs.language(a, c)[0] for a, c in group]
   wds = [cut / "runs" / a.name for a, _ in group]
-  with pytest.raises(pb.OverBudget) as e:
-    pr._train_population(name, group, wds, dss, _SpentOnceStarted(1e9, P.knobs.estimate_at))
+  with monkeypatch.context() as mp, pytest.raises(pb.OverBudget) as e:
+    mp.setattr(pr, "Clock", _SpentOnceStarted)  # the run's clock: spent once it started
+    pr.run_planted(cut, "gpu-planted-test", verbose=False)
   assert e.value.code == EXIT_PREEMPTED and "past the 1e-06 s budget" in str(e.value)
   stopped_at = ckpt.list_steps(wds[0])[-1]
   assert 0 < stopped_at < P.overrides["train.steps"]
   assert all(ckpt.list_steps(w)[-1] == stopped_at for w in wds)
+  first = json.loads((cut / "planted_meta.json").read_text())
+  assert first["stopped"] == str(e.value) and first["not_run"] == [a.name for a, _ in group]
+  assert [r["stopped"] for r in first["runs"]] == [str(e.value)]
   meta = pr.run_planted(cut, "gpu-planted-test", verbose=False)  # the rerun resumes
-  assert meta["stopped"] is None and meta["not_run"] == []
+  assert meta["stopped"] is None and meta["not_run"] == [] and meta["trained"] == [name]
+  # the rerun's record is appended to the first call's, which is kept whole (stop, estimate,
+  # times); the top level describes the latest call
+  assert meta["runs"][0] == first["runs"][0] and len(meta["runs"]) == 2
+  assert first["runs"][0]["trained"] == [] and name in first["runs"][0]["estimates"]
+  assert meta["runs"][1] == {k: meta[k] for k in pr.CALL_KEYS}
+  assert first["runs"][0]["ended"] <= meta["runs"][1]["started"]  # ISO UTC: in call order
+  assert json.loads((cut / "planted_meta.json").read_text()) == meta
+  said = prep._calls_text(meta["runs"])[0]
+  assert said.startswith("This folder was written by 2 calls of the command: call 1 (")
+  assert f"stopped by the budget ({str(e.value)})" in said and "ran to its end" in said
   for w in wds:
     assert json.loads((w / "DONE").read_text())["summary"]["step"] == P.overrides["train.steps"]
   whole = tmp_path / "whole"

@@ -121,3 +121,25 @@ def test_claims_are_read_at_the_presets_dtype():
   assert ref_dtype([{"dtype": "bfloat16"}, {"dtype": "float32"}]) == "float32"  # bf16: a contrast
   assert ref_dtype([{"dtype": "bfloat16"}] * 3) == "bfloat16"  # an all-bf16 preset
   assert ref_dtype([{}]) == "float32"
+
+
+def test_a_rerun_appends_its_record_to_the_meta_of_earlier_calls(tmp_path):
+  """planted_meta.json's ``runs``: a file written before ``runs`` existed counts as one call
+  (its own fields), a file with ``runs`` keeps them all; the new call's record comes last."""
+  from experiments.saturation.planted_run import CALL_KEYS, _with_history
+  path = tmp_path / "planted_meta.json"
+  new = {"preset": "p", "stopped": None, "not_run": [], "trained": ["d8"], "seconds": 2.0,
+         "knobs": {"steps": 9}}
+  assert _with_history(path, new)["runs"] == [{k: new.get(k) for k in CALL_KEYS}]
+  old = {"preset": "p", "stopped": "population d8 would end past the budget",
+         "not_run": ["d8-wd0.1"], "estimates": {"d8": {"steps": 9}}, "seconds": 1.0,
+         "knobs": {"steps": 9}}
+  path.write_text(json.dumps(old))
+  first = {k: old.get(k) for k in CALL_KEYS}
+  assert first["stopped"] == old["stopped"] and first["started"] is None
+  meta = _with_history(path, new)
+  assert meta["runs"] == [first, {k: new.get(k) for k in CALL_KEYS}]
+  assert {k: meta[k] for k in new} == new  # the top level is the latest call's
+  path.write_text(json.dumps(meta))
+  third = _with_history(path, {**new, "seconds": 3.0})["runs"]
+  assert third[:2] == meta["runs"] and third[2]["seconds"] == 3.0
