@@ -170,8 +170,8 @@ def _calls_text(runs: list[dict]) -> list[str]:
   budget stop): each call's times, the populations it trained and what stopped it."""
   if len(runs) < 2:
     return []
-  said = [f"call {i + 1} ({r.get('started') or '?'} to {r.get('ended') or '?'} UTC; trained "
-          f"{', '.join(r.get('trained') or []) or 'no population'}): {_call_end(r)}"
+  said = [f"call {i + 1} ({r.get('started') or '?'} to {r.get('ended') or '?'} UTC; training "
+          f"finished: {', '.join(r.get('trained') or []) or 'none'}): {_call_end(r)}"
           for i, r in enumerate(runs)]
   return [f"This folder was written by {len(runs)} calls of the command: {'; '.join(said)}."]
 

@@ -202,8 +202,10 @@ def _meta(p, preset, cfgs, langs, arms, timings, t0, clock, stopped) -> dict:
           "seconds": round(time.perf_counter() - t0, 1)}
 
 
+# one call's record in planted_meta.json's "runs" ("trained": the populations whose training
+# ended in that call, a resumed one included; one stopped by the budget is in "stopped")
 CALL_KEYS = ("preset", "started", "ended", "seconds", "trained", "stopped", "not_run",
-             "estimates", "timings")  # one call's record in planted_meta.json's "runs"
+             "estimates", "timings")
 
 
 def _utc(t: float) -> str:
