@@ -13,7 +13,6 @@ identical programs (same shapes and shardings) compile once per test session.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import socket

@@ -13,7 +13,6 @@ import math
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import jax
 import matplotlib.image as mpimg

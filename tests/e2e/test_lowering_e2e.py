@@ -8,7 +8,6 @@ import jax.numpy as jnp
 
 from sbjax import attention
 from sbjax import lowering_suite as S
-from tests.integration.test_lowering_suite import tiny
 from tests.unit.test_attention import qkv_do, splash_vs_einsum
 
 

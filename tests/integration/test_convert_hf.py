@@ -367,7 +367,7 @@ def test_export_refusals(tmp_path):
 
 def test_buffers_and_lm_head_naming_accepted(tmp_path):
   """Old checkpoints carry mask/rotary buffers; transformers-5 may name the head lm_head."""
-  m = neox(tmp_path, seed=11)
+  neox(tmp_path, seed=11)
   _, ref = import_hf(str(tmp_path))
 
   def edit(t):

@@ -66,8 +66,6 @@ def test_permutation_uniform_under_null_and_small_for_strong_correlation():
 
 
 def test_tpu_preset_configs_validate():
-  from experiments import collapse
-
   p = collapse.PRESETS["tpu"]
   k = p.knobs
   assert k.depths == (1, 2, 4, 8, 12) and k.widths[0] == 64 and k.widths[-1] == 1024

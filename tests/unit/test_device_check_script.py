@@ -13,7 +13,6 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,6 @@ SCRIPT = BENCH / "device_check.sh"
 sys.path.insert(0, str(BENCH))
 
 import _isolated  # noqa: E402
-import device_results  # noqa: E402
 
 
 def test_device_check_lint_bad_argument_and_help():

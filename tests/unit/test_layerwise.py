@@ -2,7 +2,6 @@
 run analysis (float32 device path) and the convergence study (float64 host path)."""
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 

@@ -1,7 +1,6 @@
 """Tests for sbjax.metrics.spectrum against plain numpy references."""
 
 import math
-import warnings
 
 import jax
 import jax.numpy as jnp

@@ -113,7 +113,7 @@ def test_text_paragraph_both_ways(mos, want):
   text = text_report.paragraph(rows, meta)
   lo, hi = stats.ttest_ind(low, mos, equal_var=False).confidence_interval(0.95)
   assert text_report.comparisons(rows)["params"]["verdict"] == want
-  assert f"(r = 17)" in text and f"[{lo:.4f}, {hi:.4f}]" in text
+  assert "(r = 17)" in text and f"[{lo:.4f}, {hi:.4f}]" in text
   first = text.split("the dense head")[0]
   assert f"**{want}**" in first
   assert f"{np.mean(mos):.4f} nats/token" in text and "200 steps at batch 8 × 64" in text
