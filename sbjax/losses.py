@@ -322,14 +322,26 @@ def next_token_loss(model, params, batch_BxT1):
   memory."""
   inputs, targets = batch_BxT1[:, :-1], batch_BxT1[:, 1:]
   if model.cfg.loss_chunk:
-    h = model.features(params, inputs)
-    y = targets.reshape(-1)
-    nll, cor = model.head_loss_sums(params, h.reshape(-1, h.shape[-1]), y)
+    return features_loss(model, params, model.features(params, inputs), targets)
+  return _scores_loss(model.apply(params, inputs), targets)
+
+
+def features_loss(model, params, h_BxTxD, targets_BxT):
+  """``next_token_loss`` from the final-norm features h = ``model.features(params, inputs)``:
+  the head's part of the loss, the same operations. A frozen trunk's h is computed once for
+  the many heads of a population (``sbjax.train.population.make_shared_trunk_step``)."""
+  if model.cfg.loss_chunk:
+    y = targets_BxT.reshape(-1)
+    nll, cor = model.head_loss_sums(params, h_BxTxD.reshape(-1, h_BxTxD.shape[-1]), y)
     n = y.shape[0]
     return nll / n, {"loss": nll / n, "acc": cor / n}
-  logp = jax.nn.log_softmax(model.apply(params, inputs), axis=-1)
-  nll = -jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
-  acc = (jnp.argmax(logp, -1) == targets).astype(jnp.float32)
+  return _scores_loss(model.head_scores(params, h_BxTxD), targets_BxT)
+
+
+def _scores_loss(scores_BxTxV, targets_BxT):
+  logp = jax.nn.log_softmax(scores_BxTxV, axis=-1)
+  nll = -jnp.take_along_axis(logp, targets_BxT[..., None], axis=-1)[..., 0]
+  acc = (jnp.argmax(logp, -1) == targets_BxT).astype(jnp.float32)
   return nll.mean(), {"loss": nll.mean(), "acc": acc.mean()}
 
 

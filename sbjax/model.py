@@ -295,6 +295,10 @@ class Model:
       extras["h"] = h
     return h, extras
 
+  def head_scores(self, params, h):
+    """The head's scores (float32) on final-norm features h: ``apply``'s scores from h."""
+    return heads_lib.scores_fn(params, self.cfg)(h).astype(jnp.float32)
+
   def head_loss_sums(self, params, h_NxD, targets_N):
     """(Σ nll, Σ correct) of the head on features h, float32, ``cfg.loss_chunk`` tokens at a
     time (``sbjax.losses``; > 0 required): the matrix heads through the fused chunked CE,

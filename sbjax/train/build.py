@@ -12,6 +12,8 @@ lists to the state's trees). ``cfg`` is member 0's config: the members share eve
 (``sbjax.train.members``); their lr scales and weight decays are arguments of the step, and
 members whose head configs differ (``varies.heads``: a padded head's rank) are initialised
 by the models of their own heads (``members_init``; one program, one vmapped init per head).
+Members that share a frozen trunk run its forward once per step and per evaluation batch
+(``sbjax.train.population.shares_trunk``).
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from sbjax.data import sources as data_sources
 from sbjax.model import Model
 from sbjax.optim import make_optimizer
 from sbjax.train.members import Varies
-from sbjax.train.population import make_population_step
+from sbjax.train.population import (make_population_step, make_shared_trunk_eval,
+                                    make_shared_trunk_step, shares_trunk)
 from sbjax.train.programs import cached
 from sbjax.train.step import (TrainState, all_finite_jit, evaluate, evaluate_members,
                               make_eval_step, make_train_step, members_finite, state_step)
@@ -147,11 +150,14 @@ def _members(cfg: Config, mesh, c: types.SimpleNamespace, nan_at_step: int, n: i
     return make_optimizer(tc, cfg.model, c.abstract, lr_scale=lr_scale,
                           weight_decay=weight_decay if varies.weight_decay else None)
 
-  step = make_population_step(model, tx_of, tc, varies.lr, nan_at_step,
-                              objective_loss(cfg, model),
-                              own_batches=varies.data)
-  ev = jax.jit(jax.vmap(make_eval_step(model), in_axes=(0, None)),
-               in_shardings=(p_sh, c.eval_batch_sh), out_shardings=c.repl)
+  if shares_trunk(cfg, varies.data):  # a frozen trunk's forward once for all members
+    step = make_shared_trunk_step(model, tx_of, tc, varies.lr, nan_at_step)
+    ev_fn = make_shared_trunk_eval(model)
+  else:
+    step = make_population_step(model, tx_of, tc, varies.lr, nan_at_step,
+                                objective_loss(cfg, model), own_batches=varies.data)
+    ev_fn = jax.vmap(make_eval_step(model), in_axes=(0, None))
+  ev = jax.jit(ev_fn, in_shardings=(p_sh, c.eval_batch_sh), out_shardings=c.repl)
   take = jax.jit(lambda p, o, i: jax.tree.map(lambda x: x[i], (p, o)),
                  out_shardings=(c.p_sh1, c.o_sh1))
   return types.SimpleNamespace(

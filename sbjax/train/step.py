@@ -99,11 +99,11 @@ def state_step(step):
   """``step(params, opt_state, batch, step_idx, *extra)`` as a pure state step:
   ``(TrainState, batch, *extra) -> (TrainState with step + 1, metrics)``."""
 
-  def fn(state: TrainState, batch, *extra):
+  def train_step(state: TrainState, batch, *extra):  # its name is the program's: jit(train_step)
     params, opt_state, metrics = step(state.params, state.opt_state, batch, state.step, *extra)
     return TrainState(state.step + 1, params, opt_state), metrics
 
-  return fn
+  return train_step
 
 
 def initial_state(start: int, params, opt_state, step_sharding=None) -> TrainState:
@@ -113,11 +113,11 @@ def initial_state(start: int, params, opt_state, step_sharding=None) -> TrainSta
 
 
 def make_eval_step(model: Model):
-  def step(params, batch):
+  def eval_step(params, batch):  # the program's name: jit(eval_step)
     _, aux = model.loss(params, batch)
     return aux
 
-  return step
+  return eval_step
 
 
 def evaluate(eval_fn, params, batches) -> dict:

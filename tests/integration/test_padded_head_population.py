@@ -71,8 +71,9 @@ def test_padded_population_equals_separate_lowrank_runs(tiny_run, tmp_path, comp
           for r, lr in grid]
   dirs = [member_dir(tmp_path / "pop", i) for i in range(len(grid))]
   train(cfgs, dirs, dataset=tiny_dataset(), quiet=True)
-  # one train-step program for the 4 members
-  assert compiles.names.count("jit(step)") == 1, compiles.names
+  # one train-step program for the 4 members (``state_step`` names it), one evaluation
+  assert compiles.names.count("jit(train_step)") == 1, compiles.names
+  assert compiles.names.count("jit(eval_step)") == 1, compiles.names
   for (r, lr), d in zip(grid, dirs):
     sep = tmp_path / f"sep_r{r}_lr{lr:g}"
     train(_cfg(tiny_run, heads.head_config("lowrank", rank=r), lr), sep,
