@@ -183,7 +183,7 @@ def run(out: Path, preset: str, *, data: str | None = None, verbose: bool = True
                               "knobs": result_knobs(p), "vocab": int(vocab),
                               "train_tokens": int(len(tr)), "val_tokens": int(len(va)),
                               "settings": SETTINGS})
-  rows = train_groups(p, out, tr, va, vocab, verbose)
+  train_groups(p, out, tr, va, vocab, verbose)
   run_ceiling(out, p, verbose)  # the planted language's ceiling and models trained towards it
   tok = Path(tok_path).resolve() if tok_path else None
   write_json(out / "collapse_meta.json", {

@@ -171,7 +171,7 @@ def _head_tensor(cfg: ModelConfig) -> bool:  # its own V×d head tensor (an unti
 
 def expected_shapes(cfg: ModelConfig, model_type: str) -> dict[str, tuple]:
   """HF tensor name -> shape for a model of this config (the names import needs)."""
-  d, f, v, h = cfg.d_model, cfg.ff_dim, cfg.vocab_size, cfg.n_heads
+  d, f, v = cfg.d_model, cfg.ff_dim, cfg.vocab_size
   s: dict[str, tuple] = {}
   if model_type == "gpt_neox":
     s["gpt_neox.embed_in.weight"] = (v, d)

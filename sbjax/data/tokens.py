@@ -92,7 +92,7 @@ def read_tokens(path: str | os.PathLike, dtype: str = "uint16") -> np.ndarray:
     p = None
   if p is None or not p.is_file():
     raise DataError(f"token file not found: {path}; pass an integer .npy [n, T+1] or a flat "
-                    "token .bin (data.options.path / --tokens)")
+                    "token .bin (data.options.path or data.options.val_path; an experiment's --data=)")
   if p.suffix == ".npy":
     try:
       arr = np.load(p, mmap_mode="r", allow_pickle=False)
