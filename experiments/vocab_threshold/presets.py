@@ -85,13 +85,15 @@ PRESETS: dict[str, Preset[Knobs]] = {
     # {1e-2, 3e-2} on the frozen trunk as ONE population of 20 padded heads per V (one
     # compile per V: sbjax.heads.padded_lowrank); r* against the rank-512 head at TOL_CHAR.
     # Computed in bfloat16 (parameters, softmax and loss float32), as saturation's gpu-planted:
-    # in float32 (HIGHEST precision, ~40 TFLOP/s on an H200) its 39 PFLOP alone would take
-    # ~16 min. Time: each run prints its estimate after 10 + 200 steps and stops cleanly (exit
+    # in float32 (HIGHEST precision, ~40 TFLOP/s on an H200) its 19 PFLOP alone would take
+    # ~8 min. Time: each run prints its estimate after 10 + 200 steps and stops cleanly (exit
     # 75, resumable by the same command) if it would end past 450 s (budget.py). H200 estimate
-    # (FLOPs, BUILD_NOTES "vocab_threshold gpu"): 10.6 PFLOP of trunks + 28.4 of heads (the
-    # frozen trunk's forward only) ~ 200 s at 20% of the bf16 peak, plus 8 compiles (4 trunks,
-    # 4 head populations) and checkpoints: ~6.5 min; not scaled down (over 8 min only below
-    # ~14% utilisation, where the budget stop ends it and a second call resumes).
+    # (XLA's flop count of each step program, BUILD_NOTES "Session 16"): 10.7 PFLOP of trunks
+    # + 7.9 of heads (the frozen trunk's forward once per step for the 20 heads:
+    # sbjax.train.population.shares_trunk; 28.7 when each head recomputed it) ~ 94 s at 20%
+    # of the bf16 peak, plus 8 compiles (4 trunks, 4 head populations) and checkpoints:
+    # ~4.5 min; not scaled down (over 8 min only below ~6% utilisation, where the budget stop
+    # ends it and a second call resumes).
     "gpu": Preset(hr.BASE, {**hr.overrides({**GPU_DATA, "name": "vocab_threshold-gpu",
                                             "model.d_model": 512, "model.n_layers": 6,
                                             "model.n_heads": 8, "model.max_len": 256,
