@@ -23,6 +23,9 @@ projected.
 
 from __future__ import annotations
 
+import time
+from typing import Callable
+
 from sbjax.checkpoint import list_steps
 from sbjax.train.loop import Hook
 
@@ -31,11 +34,17 @@ from ..shared import BudgetClock, BudgetExit as OverBudget
 
 class Clock(BudgetClock):
   """The run's start, budget and slowest seconds per member-token seen so far; a stop raises
-  ``OverBudget``. ``warmup``: the steps not timed at the start of each run."""
+  ``OverBudget``. ``warmup``: the steps not timed at the start of each run; ``now``: the
+  clock, in seconds (a test may pass its own to stop at a chosen point)."""
 
-  def __init__(self, budget_s: float, estimate_at: int, warmup: int):
+  def __init__(self, budget_s: float, estimate_at: int, warmup: int,
+               now: Callable[[], float] = time.perf_counter):
     super().__init__(budget_s, estimate_at, over=OverBudget, unit="run")
-    self.warmup = warmup
+    self.warmup, self.now = warmup, now
+    self.t0 = now()
+
+  def elapsed(self) -> float:
+    return self.now() - self.t0
 
   def hooks(self, prefix: str):
     """``rank_sweep.run_plan``'s ``hooks(name, cfgs, dirs)``: the start check and a ``Watch``

@@ -1,5 +1,9 @@
 """vocab_threshold's report: the figure (loss ratio vs rank per V; r* and r_0.6 vs V with the
-fits) and the markdown section, read only from vocab_threshold.csv, runs.csv and fit.json."""
+fits) and the markdown section, read only from vocab_threshold.csv, runs.csv, fit.json and
+vocab_threshold_meta.json. A run that stopped before its end (a budget stop, exit status 75, or
+a cut-off) has no fit.json: the section then covers the V that finished, says which did not
+run and how to resume, and fits r*(V) over the finished V only, marked partial (no fit below
+two V)."""
 
 from __future__ import annotations
 
@@ -17,7 +21,8 @@ from ..shared import fmt, read_rows, finish_figure, upath  # noqa: E402
 from . import bigram_n_report  # noqa: E402
 from .corpus_limits import corpus_sentence  # noqa: E402
 from .head_lrs import head_lr_section  # noqa: E402
-from .measure import grid_interval, slope_range  # noqa: E402
+from .measure import grid_interval, loglog_fit, slope_range  # noqa: E402
+from .presets import TOL, TOL_CHAR, W_LEVEL  # noqa: E402
 
 NAME = "vocab_threshold"
 FIGURE = "fig_vocab_threshold.png"
@@ -25,8 +30,42 @@ TABLE_CSV = "vocab_threshold.csv"
 RUNS_CSV = "runs.csv"
 NGRAM_CSV = "ngram.csv"  # the exact bigram fits per V and rank (with n-gram knobs)
 FIT = "fit.json"
+META = "vocab_threshold_meta.json"  # the preset's V, those not run yet, a budget stop (run.py)
+SECTION = "section.md"
 PAPER = ("Godey et al. (2024) find that heads below about 1000 dimensions hurt Pythia models "
          "(V = 50k); whether that threshold depends on V was left open.")
+
+
+def table_fit(table: list) -> dict:
+  """fit.json: the log-log fits of r* and r_0.6 (and the exact bigram r*, when the table has
+  it) over the table's V (measure.loglog_fit), the censored counts and the tolerances."""
+  v = [float(t["V"]) for t in table]
+  fit = {"r_star": loglog_fit(v, [float(t["r_star"]) for t in table]),
+         "r_werror06": loglog_fit(v, [float(t["r_werror06"]) for t in table])}
+  if table and "r_star_ngram" in table[0]:
+    fit.update(r_star_ngram=loglog_fit(v, [float(t["r_star_ngram"]) for t in table]),
+               n_censored_ngram=sum(int(t["ngram_censored"]) for t in table))
+  return {**fit, "n_censored": sum(int(t["censored"]) for t in table), "tol": TOL,
+          "tol_char": TOL_CHAR, "w_level": W_LEVEL}
+
+
+def read_meta(out: Path) -> dict:
+  """vocab_threshold_meta.json ({} for a run that predates it)."""
+  return json.loads((out / META).read_text()) if (out / META).exists() else {}
+
+
+def not_run(out: Path, table: list) -> list[int]:
+  """The preset's V that have no row in the table (the run stopped before them)."""
+  done = {int(t["V"]) for t in table}
+  return [int(v) for v in read_meta(out).get("vocabs", []) if int(v) not in done]
+
+
+def read_fit(out: Path, table: list) -> dict:
+  """fit.json of a finished run (recomputed from the table when a cut-off came after its last
+  V but before fit.json); with V not run, the fit over the finished V, ``partial``: True."""
+  if not_run(out, table):
+    return {**table_fit(table), "partial": True}
+  return json.loads((out / FIT).read_text()) if (out / FIT).exists() else table_fit(table)
 
 
 def _ratio_panel(ax, table: list, runs: list, tol: float) -> None:
@@ -50,8 +89,10 @@ def _fit_panel(ax, table: list, fit: dict) -> None:
   keys += [("r_star_ngram", "^", "r* (exact bigram)")] if "r_star_ngram" in fit else []
   for key, marker, name in keys:
     f = fit[key]
-    ax.plot(vs, [t[key] for t in table], marker, label=f"{name}: beta={f['beta']:.2f}"
-            f" ± {f['beta_se']:.2f}")
+    beta = (f": beta={f['beta']:.2f} ± {f['beta_se']:.2f}" if math.isfinite(f["beta"])
+            else ": no fit")
+    ax.plot(vs, [t[key] for t in table], marker,
+            label=name + beta + (" (partial)" if fit.get("partial") else ""))
     if math.isfinite(f["beta"]):
       ax.plot(vs, np.exp(f["log_c"]) * vs ** f["beta"], "--", color=ax.lines[-1].get_color())
   ax.set_xscale("log", base=2)
@@ -64,7 +105,7 @@ def _fit_panel(ax, table: list, fit: dict) -> None:
 def draw(out: Path) -> Path:
   out = upath(out)
   table = read_rows(out / TABLE_CSV)
-  fit = json.loads((out / FIT).read_text())
+  fit = read_fit(out, table)
   fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
   _ratio_panel(axes[0], table, read_rows(out / RUNS_CSV), fit["tol"])
   _fit_panel(axes[1], table, fit)
@@ -137,15 +178,25 @@ def trunk_sentence(table: list) -> str:
   return text.strip()
 
 
-def report_section(out: Path, rel: str) -> str:
-  out = upath(out)
-  bigram = bigram_n_report.section(out, rel)
-  if not (out / TABLE_CSV).exists() and bigram:  # the bigram r*(V, N) presets only
-    return f"## {NAME}\n\n" + bigram
-  table = read_rows(out / TABLE_CSV)
-  fit = json.loads((out / FIT).read_text())
-  lines = [f"## {NAME}", "", f"![rank vs V]({rel}/{FIGURE})", "",
-           "| V | d | full-rank val loss | reference | chars/token | tol (nats/token) | r* | "
+def stop_paragraph(out: Path, table: list) -> str:
+  """Why the section covers only some of the preset's V, and how to resume ("" when every V
+  ran)."""
+  missing = not_run(out, table)
+  if not missing:
+    return ""
+  meta = read_meta(out)
+  done = ", ".join(str(int(t["V"])) for t in table) or "none"
+  why = (f"**The run stopped at its time budget ({meta['budget_s']:g} s)**: {meta['stopped']}."
+         if meta.get("stopped") else "**The run did not reach its end** (no budget stop was "
+         "recorded: it was cut off or failed).")
+  return (f"{why} V finished: {done}; not run: {', '.join(map(str, missing))}. The table, the "
+          "figure and the fit below cover the finished V only and say nothing about r* at the "
+          "V not run. Rerun the same command with the same --out to resume: the finished V and "
+          "the checkpoints saved so far are kept, and only what is missing trains.")
+
+
+def _table_lines(table: list) -> list[str]:
+  lines = ["| V | d | full-rank val loss | reference | chars/token | tol (nats/token) | r* | "
            "loss at r* | r at W-error 0.6 (centred) | exact bigram r* |",
            "|---|---|---|---|---|---|---|---|---|---|"]
   for t in table:
@@ -155,22 +206,57 @@ def report_section(out: Path, rel: str) -> str:
                  f"{fmt(t.get('tol_token'), spec='.4f')} | "
                  f"{int(t['r_star'])}{cens} | {fmt(t['loss_at_r_star'], spec='.4f')} | "
                  f"{int(t['r_werror06'])} | {_ngram_cell(t)} |")
+  return lines
+
+
+def _fit_text(out: Path, table: list, fit: dict) -> str:
+  """The fit of r*(V) in words: none below two V, marked partial when V are missing."""
   b, w = fit["r_star"], fit["r_werror06"]
+  define = (f"r* is the smallest rank within {fit.get('tol_char', '?')} nats per character "
+            "(converted per V through its tokenizer) of the reference head (the protocol-(a) "
+            "rank-d head when the sweep has one, else the dense head); the W-error is that of "
+            "the centred dense head. These are small models (d far below V), so the rank grid "
+            "is coarse (factors of 2) and the runs are short")
+  if b["n"] < 2:
+    return (f"No fit of r* against V: it needs two V or more, and {b['n']} finished. "
+            + define + ".")
   rejected = math.isfinite(b["beta_se"]) and abs(b["beta"]) > 2 * b["beta_se"]
-  lines += ["", PAPER, "",
-            f"sbjax here: r* ∝ V^beta with beta = {b['beta']:.3f} ± {b['beta_se']:.3f} "
-            f"(n = {b['n']}, {fit['n_censored']} censored at d); the rank at W-error 0.6 gives "
-            f"beta = {w['beta']:.3f} ± {w['beta_se']:.3f}." + _ngram_fit(fit)
-            + _grid_text(out, table),
-            f"A constant threshold (beta = 0) is {'rejected' if rejected else 'not rejected'} at "
-            "two standard errors for r*. r* is the smallest rank within "
-            f"{fit.get('tol_char', '?')} nats per character (converted per V through its "
-            "tokenizer) of the reference head (the protocol-(a) rank-d head when the sweep has "
-            "one, else the dense head); the W-error is that of the centred dense head. These are small models (d far below V), so the rank "
-            "grid is coarse (factors of 2) and the runs are short; read beta as a trend."]
+  verdict = (f"A constant threshold (beta = 0) is {'rejected' if rejected else 'not rejected'} "
+             "at two standard errors for r*. ")
+  if fit.get("partial"):
+    verdict = "Whether a constant threshold (beta = 0) holds is not tested on a partial run. "
+  return ((f"Partial fit, over the V that finished only ({b['n']} of them): " if
+           fit.get("partial") else "")
+          + f"sbjax here: r* ∝ V^beta with beta = {b['beta']:.3f} ± {b['beta_se']:.3f} "
+          f"(n = {b['n']}, {fit['n_censored']} censored at d); the rank at W-error 0.6 gives "
+          f"beta = {w['beta']:.3f} ± {w['beta_se']:.3f}." + _ngram_fit(fit)
+          + _grid_text(out, table) + "\n" + verdict + define + "; read beta as a trend.")
+
+
+def report_section(out: Path, rel: str) -> str:
+  out = upath(out)
+  bigram = bigram_n_report.section(out, rel)
+  if not (out / TABLE_CSV).exists() and bigram:  # the bigram r*(V, N) presets only
+    return f"## {NAME}\n\n" + bigram
+  table = read_rows(out / TABLE_CSV)
+  stop = stop_paragraph(out, table)
+  lines = ([f"## {NAME}", ""] + ([stop, ""] if stop else []) + [f"![rank vs V]({rel}/{FIGURE})", ""]
+           + _table_lines(table) + ["", PAPER, "", _fit_text(out, table, read_fit(out, table))])
   lrs = head_lr_section(read_rows(out / RUNS_CSV), table) if (out / RUNS_CSV).exists() else []
+  if lrs and len(table) < 2:  # its last line reads r*_lr across V: not with one V
+    lrs = lrs[:-1] + ["With one V finished, whether r\\*_lr is flat in V is not known."]
   limits = corpus_sentence(table)
   trunk = trunk_sentence(table)
   return ("\n".join(lines + ([trunk] if trunk else []) + (["", *lrs] if lrs else [])
                     + (["", limits] if limits else []))
           + "\n" + ("\n" + bigram if bigram else ""))
+
+
+def write_section(out: Path) -> Path:
+  """OUT/section.md (figures at ``./``); the figure is drawn again first when the run stopped
+  before its end (run.py draws it only at the end)."""
+  out = upath(out)
+  if not_run(out, read_rows(out / TABLE_CSV)) or not (out / FIGURE).exists():
+    draw(out)
+  (out / SECTION).write_text(report_section(out, "."))
+  return out / SECTION

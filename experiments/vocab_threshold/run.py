@@ -1,5 +1,7 @@
 """vocab_threshold's run: one head-rank sweep per vocabulary size in OUT/V<V>/, then
-vocab_threshold.csv, runs.csv, fit.json and the figure."""
+vocab_threshold.csv, runs.csv, fit.json and the figure. vocab_threshold_meta.json names the
+preset's V, those not run yet and a budget stop (written at the start, after each V and at a
+stop: the report of a run that stopped early reads it)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import dataclasses
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -18,8 +21,8 @@ from sbjax.paths import local_file
 from . import corpus_limits, ngram, report, tolerance
 from .bigram_n_run import run_bigram_n
 from .budget import Clock, OverBudget
-from .measure import loglog_fit, thresholds
-from .presets import TOL, TOL_CHAR, W_LEVEL, get_preset
+from .measure import thresholds
+from .presets import get_preset
 from sbjax.data import make_dataset
 from sbjax.data.tokenizer import Tokenizer
 from sbjax.studies.rank_sweep import Plan
@@ -113,7 +116,10 @@ def measure_v(plan: Plan, sub: Path, vocab: int, knobs, ngram_rows: list) -> dic
   return row
 
 
-def run(out: Path, preset, *, data: str | None = None, verbose: bool = True) -> None:
+def run(out: Path, preset, *, data: str | None = None, verbose: bool = True,
+        now: Callable[[], float] = time.perf_counter) -> None:
+  """The sweep of every V of ``preset`` into ``out`` (module doc); ``now``: the budget's clock
+  (budget.Clock)."""
   out = upath(out)
   knobs = get_preset(preset).knobs
   if knobs.bigram_n is not None:  # the bigram r*(V, N) presets: no training
@@ -123,8 +129,12 @@ def run(out: Path, preset, *, data: str | None = None, verbose: bool = True) -> 
   out.mkdir(parents=True, exist_ok=True)
   progress = RunsProgress(sum(rank_sweep.progress_units(p) for p in plans.values()), NAME,
                           disable=not verbose)
-  clock = (Clock(knobs.budget_s, knobs.estimate_at, knobs.estimate_warmup) if knobs.budget_s
-           else None)
+  clock = (Clock(knobs.budget_s, knobs.estimate_at, knobs.estimate_warmup, now=now)
+           if knobs.budget_s else None)
+  meta = {"preset": preset if isinstance(preset, str) else "custom",
+          "vocabs": list(knobs.vocabs), "budget_s": knobs.budget_s, "stopped": None,
+          "not_run": list(knobs.vocabs)}
+  write_json(out / report.META, meta)
   table, runs, ngram_rows = [], [], []
   try:
     for v, plan in plans.items():
@@ -136,18 +146,13 @@ def run(out: Path, preset, *, data: str | None = None, verbose: bool = True) -> 
       write_rows(out / report.RUNS_CSV, runs)
       if ngram_rows:
         write_rows(out / report.NGRAM_CSV, ngram_rows)
-  except OverBudget as e:  # the finished V are in the tables; a rerun resumes
+      write_json(out / report.META, {**meta, "not_run": list(knobs.vocabs)[len(table):]})
+  except OverBudget as e:  # the finished V are in the tables (the report says so); a rerun resumes
     print(f"stopped: {e}", file=sys.stderr, flush=True)
+    write_json(out / report.META, {**meta, "stopped": str(e),
+                                   "not_run": list(knobs.vocabs)[len(table):]})
     raise
   finally:
     progress.close()
-  write_json(out / report.FIT, {
-      "r_star": loglog_fit([t["V"] for t in table], [t["r_star"] for t in table]),
-      "r_werror06": loglog_fit([t["V"] for t in table], [t["r_werror06"] for t in table]),
-      **({"r_star_ngram": loglog_fit([t["V"] for t in table],
-                                     [t["r_star_ngram"] for t in table]),
-          "n_censored_ngram": sum(t["ngram_censored"] for t in table)}
-         if knobs.ngram is not None else {}),
-      "n_censored": sum(t["censored"] for t in table), "tol": TOL, "tol_char": TOL_CHAR,
-      "w_level": W_LEVEL})
+  write_json(out / report.FIT, report.table_fit(table))
   report.draw(out)

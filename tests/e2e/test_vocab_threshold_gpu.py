@@ -5,10 +5,10 @@ generated text, report included: r* against the rank-d head of protocol (a), cha
 token through the shipped tokenizer, and what the corpus can and cannot show. The protocol-(a)
 heads of every rank and head lr are one padded population per V, on the trunk's best
 validation checkpoint; the run prints its time estimate and, over its budget, stops with exit
-status 75 and resumes when rerun."""
+status 75, reports the V that finished (which did not, how to resume, no fit over them) and
+resumes when rerun."""
 
 import csv
-import dataclasses
 import importlib
 import json
 import re
@@ -20,7 +20,7 @@ import pytest
 
 from experiments import vocab_threshold as vt
 from experiments.vocab_threshold.head_lrs import head_lr_rows
-from experiments.vocab_threshold.report import report_section
+from experiments.vocab_threshold.report import report_section, write_section
 from experiments.vocab_threshold.tolerance import stream_chars_per_token
 from sbjax.data.tokenizer import Tokenizer
 from sbjax.train import read_metrics
@@ -47,27 +47,48 @@ def test_gpu_preset_is_the_issues_sweep_on_token_files(tmp_path):
     vt.run(tmp_path / "o", "gpu", data=str(tmp_path))
 
 
-def _stopped_then_resumed(monkeypatch, capfd, out, data):
-  """The twin over a 1 µs budget stops before V=96's trunk (exit status 75); the same
-  command with the preset's budget then runs, printing each run's estimate, and finishes
-  (the stop inside a run: tests/unit/test_vocab_threshold_budget.py)."""
-  p = vt.PRESETS["gpu-test"]
-  # 1 µs: the time already spent when V=96's trunk is about to start is past it on any path
-  # (1 ms was not: a warm second call reaches the start check 0.9 ms after the clock starts)
-  tight = dataclasses.replace(p, knobs=dataclasses.replace(p.knobs, budget_s=1e-6))
-  monkeypatch.setitem(vt.PRESETS, "gpu-test", tight)
+def _stopped_then_resumed(capfd, out, data):
+  """The twin stopped by its budget once V=96 has finished: the budget's clock (run's ``now``)
+  reads 0 s until V=96's row is in vocab_threshold.csv, then 1 s past the budget, so the stop
+  comes at V=128's start check on every path (exit status 75). The report of what finished
+  is checked on that real output (``_check_partial``); the same command with the real clock
+  then resumes after V=96 and finishes."""
+  k = vt.PRESETS["gpu-test"].knobs
+  past = lambda: k.budget_s + 1.0 if (out / "vocab_threshold.csv").exists() else 0.0  # noqa: E731
   with pytest.raises(SystemExit) as e:
-    vt.run(out, "gpu-test", data=data, verbose=False)
+    vt.run(out, "gpu-test", data=data, verbose=False, now=past)
   assert e.value.code == 75
   err = capfd.readouterr().err
-  assert re.search(r"stopped: run V96/full-dense-lr0\.003 needs ~0 s, -?0 s of the 1e-06 s "
+  assert "estimate: run V96/full-dense-lr0.003: 6 steps" in err
+  assert "estimate: run V96/a-lowrank-pad4: 4 steps" in err
+  assert re.search(r"stopped: run V128/full-dense-lr0\.003 needs ~0 s, -1 s of the 3600 s "
                    r"budget are left: stopped before it", err), err
-  monkeypatch.setitem(vt.PRESETS, "gpu-test", p)
+  _check_partial(out)
   vt.run(out, "gpu-test", data=data, verbose=False)
   err = capfd.readouterr().err
-  for v in (96, 128):
-    assert f"estimate: run V{v}/full-dense-lr0.003: 6 steps" in err
-    assert f"estimate: run V{v}/a-lowrank-pad4: 4 steps" in err
+  assert "V96/" not in err  # finished: read back, not trained or timed again
+  assert "estimate: run V128/full-dense-lr0.003: 6 steps" in err
+  assert "estimate: run V128/a-lowrank-pad4: 4 steps" in err
+
+
+def _check_partial(out):
+  """After the stop: the section (as device_science.sh writes it) covers V=96 only, says in
+  words that the run stopped at its budget, that V=128 did not run and how to resume, and
+  claims no fit over V (one V; no fit.json)."""
+  meta = json.loads((out / "vocab_threshold_meta.json").read_text())
+  assert meta["vocabs"] == [96, 128] and meta["not_run"] == [128]
+  assert meta["stopped"].startswith("run V128/full-dense-lr0.003 needs ~0 s")
+  assert not (out / "fit.json").exists()
+  md = write_section(out).read_text()
+  assert md.startswith("## vocab_threshold\n\n**The run stopped at its time budget (3600 s)**: "
+                       "run V128/full-dense-lr0.003 needs")
+  assert ("V finished: 96; not run: 128. The table, the figure and the fit below cover the "
+          "finished V only") in md
+  assert "Rerun the same command with the same --out to resume" in md
+  assert "No fit of r* against V: it needs two V or more, and 1 finished." in md
+  assert "beta =" not in md and "constant threshold" not in md and "| 96 | 4 |" in md
+  assert "| 128 |" not in md and "whether r\\*_lr is flat in V is not known" in md
+  assert "the same at every V" not in md and (out / "fig_vocab_threshold.png").exists()
 
 
 def _check_heads_and_trunk(out, v, k):
@@ -85,12 +106,12 @@ def _check_heads_and_trunk(out, v, k):
       (r, lr) for r in k.plan.ranks for lr in k.plan.head_lrs}
 
 
-def test_twin_end_to_end(tmp_path, monkeypatch, capfd):
+def test_twin_end_to_end(tmp_path, capfd):
   corpus = write_corpus(tmp_path / "corpus", generated_docs(3, 10))
   k = vt.PRESETS["gpu-test"].knobs
   bdt.build(corpus, tmp_path / "tok", k.vocabs, log=lambda s: None)
   out = tmp_path / "out"
-  _stopped_then_resumed(monkeypatch, capfd, out, str(tmp_path / "tok"))
+  _stopped_then_resumed(capfd, out, str(tmp_path / "tok"))
   with open(out / "vocab_threshold.csv") as f:
     table = list(csv.DictReader(f))
   assert [int(t["V"]) for t in table] == list(k.vocabs)
@@ -107,7 +128,9 @@ def test_twin_end_to_end(tmp_path, monkeypatch, capfd):
     assert plan["vocab_size"] == v
     _check_heads_and_trunk(out, v, k)
   md = report_section(out, "vt")
-  assert md.startswith("## vocab_threshold") and "| a-r=d |" in md
+  assert md.startswith("## vocab_threshold\n\n![rank vs V]") and "| a-r=d |" in md
+  assert json.loads((out / "vocab_threshold_meta.json").read_text())["not_run"] == []
+  assert "stopped" not in md and "Partial" not in md and "constant threshold" in md
   assert "types seen fewer than 50 times in training" in md and "none at the papers' V" in md
   assert "best validation checkpoint (V = 96: step " in md and "one population of padded" in md
   assert (out / "fig_vocab_threshold.png").exists()
