@@ -8,18 +8,22 @@
 # (device_tokens: the token files, built here once on the CPU with
 #    python benchmarks/build_device_tokens.py --data=DIR_OF_SHAKESPEARE_TXT --out=device_tokens
 #  .whl: the wheels that `import sbjax` lacks there, `bash benchmarks/device_wheels.sh`;
-#  the archive comes back as $OUT/device_science_collapse.tar.gz)
+#  the archive comes back as $OUT/device_science_collapse.tar.gz, with $OUT/status.json)
+# Resume (after exit status 75, a budget stop, or 124/137, a cut-off): make the SAME call
+# again at once, while the machine is still warm (it is given back soon after a call ends).
+# The runs are in device_runs/PART of the checkout there (git-ignored, so they stay between
+# warm calls; never under $OUT, which starts empty each call and comes back whole).
 #
 # saturation and timing need no token files (the planted language is made on the device):
 #   command:   bash benchmarks/device_science.sh saturation --out "$OUT"   (or: timing)
 #   timeout_s: 560          carry: [".whl"]
 #
-#   bash benchmarks/device_science.sh PART [--out DIR] [--dry-run] [--tokens DIR]
+#   bash benchmarks/device_science.sh PART [--out DIR] [--work DIR] [--dry-run] [--tokens DIR]
 # PART: collapse (24 data-order seeds of L2-d256, V 1024, --preset=gpu) | collapse-grid
 # (L {1,2,4} x d {64..512}, --preset=gpu-grid) | vocab_threshold (a d512 L6 trunk and
 # frozen-trunk heads at V 1024..8192, --preset=gpu; the 20 heads of each V are one padded
 # population, one compile; estimated ~6.5 min, and past its 450 s budget it stops with exit
-# status 75: a rerun with the same --out resumes after the finished runs) |
+# status 75: a rerun resumes after the finished runs, below) |
 # saturation (the planted arms d {32,128,512} x Γ {7.9, 2.4} on the rare-token tail language,
 # tokens drawn on the device, one population per width: --preset=gpu-planted; no token files) |
 # timing (benchmarks/step_timing.py: every run of the saturation, collapse and vocab_threshold
@@ -27,18 +31,25 @@
 # extrapolated: the measured estimate of each preset, timing.json, written after every run).
 # Checks: the token files are present (else it says how to build them on a CPU), jax sees
 # the GPU and nvidia-smi reports the free memory the part needs (a dry run skips both, with
-# a note). The experiment runs under `timeout` (RUN_LIMIT_S, 520 s); a preset that would
-# overrun its own budget stops cleanly (exit status 75) and a rerun with the same --out
-# resumes after its finished groups (OUT/PART/ is kept). Report (section.md), CSVs, figures,
-# the log and status.json are packed into OUT/device_science_PART.tar.gz, also on a failure.
+# a note). The experiment runs under `timeout` (RUN_LIMIT_S, 520 s) with its --out in
+# WORK/PART (--work, default device_runs in the checkout, git-ignored): the runs and their
+# checkpoints (~20 GB for vocab_threshold) stay there and never go to --out. Into --out go
+# only OUT/device_science_PART.tar.gz (report section.md, CSVs, figures, JSON, the log and
+# status.json; no checkpoints, per-class or other arrays), also on a failure, and a copy of
+# status.json. A run that stops at its own budget (exit status 75, vocab_threshold and
+# saturation then report what finished) or is cut off keeps WORK/PART: on the lent machine,
+# while it is still warm (the run tool's status: warm), call the same command again (a new,
+# empty $OUT) and it resumes there after the finished runs; a fresh machine starts over.
 # --dry-run: the part's test-size twin (gpu-test, gpu-grid-test) on the CPU, on generated
-# token files, then the archive is checked (tests/e2e/test_device_science.py).
+# token files, in device_runs/dry-run/PART unless --work is given (never mixed with a real
+# run's), then the archive and --out are checked (tests/e2e/test_device_science.py).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 PART=""
 DRY=0
 OUT_DIR="${OUT:-device_science}"
+WORK_DIR=""
 TOKENS="device_tokens"
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -46,10 +57,13 @@ while [[ $# -gt 0 ]]; do
     --dry-run) DRY=1 ;;
     --out) OUT_DIR="${2:?--out needs a directory}"; shift ;;
     --out=*) OUT_DIR="${1#--out=}" ;;
+    --work) WORK_DIR="${2:?--work needs a directory}"; shift ;;
+    --work=*) WORK_DIR="${1#--work=}" ;;
     --tokens) TOKENS="${2:?--tokens needs a directory}"; shift ;;
     --tokens=*) TOKENS="${1#--tokens=}" ;;
     -h|--help) awk 'NR > 1 && !/^#/ {exit} NR > 1' "$0"; exit 0 ;;
-    *) echo "error: unknown argument '$1'; use PART [--out DIR] [--dry-run] [--tokens DIR]," \
+    *) echo "error: unknown argument '$1'; use PART [--out DIR] [--work DIR] [--dry-run]" \
+         "[--tokens DIR]," \
          "PART one of collapse, collapse-grid, vocab_threshold, saturation, timing" >&2
        exit 2 ;;
   esac
@@ -82,20 +96,35 @@ fi
 PY="${PYTHON:-$(command -v python3 || command -v python)}"
 START=$(date +%s)
 RUN_LIMIT_S="${RUN_LIMIT_S:-520}"
-mkdir -p "${OUT_DIR}"
+if [[ -z "${WORK_DIR}" ]]; then
+  WORK_DIR="device_runs"
+  if [[ "${DRY}" == 1 ]]; then WORK_DIR="device_runs/dry-run"; fi
+fi
+mkdir -p "${OUT_DIR}" "${WORK_DIR}/${PART}"
 OUT_DIR="$(cd "${OUT_DIR}" && pwd)"
-RUN_DIR="${OUT_DIR}/${PART}"  # kept: a rerun resumes after the finished groups
-WORK="$(mktemp -d "${TMPDIR:-/tmp}/sbjax_device_science.XXXXXX")"
-mkdir -p "${RUN_DIR}"
+RUN_DIR="$(cd "${WORK_DIR}/${PART}" && pwd)"  # kept: a rerun resumes after the finished runs
+if [[ "${RUN_DIR}" == "${OUT_DIR}" || "${RUN_DIR}" == "${OUT_DIR}"/* ]]; then
+  echo "error: --work ${WORK_DIR} puts the runs inside --out ${OUT_DIR}, whose files all go" \
+       "back; use a --work outside it (default: device_runs in the checkout)" >&2
+  exit 2
+fi
+SCRATCH="$(mktemp -d "${TMPDIR:-/tmp}/sbjax_device_science.XXXXXX")"
 STATUS="${RUN_DIR}/status.json"
+rm -f "${STATUS}" "${RUN_DIR}/section.md"  # this call's, not an earlier call's
 step() { echo "== [$(($(date +%s) - START)) s] $*"; }
 ARCHIVE="${OUT_DIR}/device_science_${PART}.tar.gz"
-# On any exit, also a failed one: what the run wrote goes into the one archive.
+# On any exit, also a failed one: the report, tables, figures, JSON and log of WORK/PART go
+# into the one archive (never the runs' checkpoints, per-class or other arrays: they stay in
+# WORK/PART for a rerun), and status.json beside it.
 pack() {
-  # (per-class arrays and the runs' checkpoints stay in OUT/PART for a rerun, not in the archive)
-  tar -czf "${ARCHIVE}" --exclude=perclass --exclude=runs -C "${OUT_DIR}" "${PART}" \
-    && step "archive: ${ARCHIVE}"
-  rm -rf "${WORK}"
+  (cd "$(dirname "${RUN_DIR}")" && find "${PART}" -type f \( -name '*.md' -o -name '*.csv' \
+     -o -name '*.json' -o -name '*.png' -o -name '*.log' -o -name '*.out' \) \
+     -not -path '*/runs/*' -not -path '*/perclass/*' -not -path '*/data/*' \
+     -not -path '*/tfds/*' | LC_ALL=C sort > "${SCRATCH}/files")
+  tar -czf "${ARCHIVE}" -C "$(dirname "${RUN_DIR}")" -T "${SCRATCH}/files" \
+    && step "archive: ${ARCHIVE} ($(wc -c < "${ARCHIVE}") bytes)"
+  if [[ -s "${STATUS}" ]]; then cp "${STATUS}" "${OUT_DIR}/status.json"; fi
+  rm -rf "${SCRATCH}"
 }
 trap pack EXIT
 export PYTHONPATH="${PWD}${PYTHONPATH:+:${PYTHONPATH}}" PYTHONUNBUFFERED=1
@@ -108,7 +137,7 @@ fi
 # --- data: shipped token files (a dry run writes small generated ones; the planted language
 # of saturation is drawn on the device, and timing's collapse runs time random tokens) ------
 if [[ "${DRY}" == 1 && -n "${VOCAB}" ]]; then
-  TOKENS="${WORK}/tokens"
+  TOKENS="${SCRATCH}/tokens"
   if [[ "${EXP}" == collapse ]]; then
     mkdir -p "${TOKENS}/V${VOCAB}"
     "${PY}" - "${TOKENS}/V${VOCAB}" "${VOCAB}" <<'EOF'
@@ -126,9 +155,9 @@ EOF
   else  # vocab_threshold needs each V's tokenizer: the builder on generated text
     "${PY}" -c "import sys; from pathlib import Path; \
 from tests._corpus import generated_docs, write_corpus; \
-write_corpus(Path(sys.argv[1]), generated_docs(3, 10))" "${WORK}/corpus"
-    "${PY}" benchmarks/build_device_tokens.py --data="${WORK}/corpus" --out="${TOKENS}" \
-      --vocabs="${VOCAB// /,}" > "${WORK}/build.log" 2>&1
+write_corpus(Path(sys.argv[1]), generated_docs(3, 10))" "${SCRATCH}/corpus"
+    "${PY}" benchmarks/build_device_tokens.py --data="${SCRATCH}/corpus" --out="${TOKENS}" \
+      --vocabs="${VOCAB// /,}" > "${SCRATCH}/build.log" 2>&1
   fi
 fi
 NEED=()
@@ -164,12 +193,12 @@ if [[ "${DRY}" == 0 ]]; then
 else
   step "dry run: CPU, the device and memory checks skipped"
 fi
-if ! "${PY}" -c "import sbjax" 2>"${WORK}/import.log"; then
+if ! "${PY}" -c "import sbjax" 2>"${SCRATCH}/import.log"; then
   if compgen -G ".whl/*.whl" >/dev/null; then
     step "import sbjax failed: installing .whl/*.whl (no index)"
     "${PY}" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
-      --target "${WORK}/site" .whl/*.whl
-    export PYTHONPATH="${PYTHONPATH}:${WORK}/site"
+      --target "${SCRATCH}/site" .whl/*.whl
+    export PYTHONPATH="${PYTHONPATH}:${SCRATCH}/site"
   fi
   if ! "${PY}" -c "import sbjax"; then
     echo "error: import sbjax fails; run bash benchmarks/device_wheels.sh on a machine with a" \
@@ -191,10 +220,13 @@ T0=$(date +%s)
 RC=0
 timeout -s TERM -k 20 "${RUN_LIMIT_S}" "${CMD[@]}" > "${RUN_DIR}/result.out" \
   2> "${RUN_DIR}/run.log" || RC=$?
-if [[ "${RC}" == 0 && "${EXP}" == vocab_threshold ]]; then  # its CLI prints JSON: the section
-  "${PY}" -c "import sys; from pathlib import Path; \
-from experiments.vocab_threshold.report import report_section as r; \
-Path(sys.argv[1], 'section.md').write_text(r(Path(sys.argv[1]), '.'))" "${RUN_DIR}" || RC=$?
+if [[ "${EXP}" == vocab_threshold && -s "${RUN_DIR}/vocab_threshold.csv" ]]; then
+  # its CLI prints JSON: the section. After a budget stop (75) or a cut-off (124, 137) it
+  # covers the V that finished and says which did not and how to resume (no fit over them)
+  W=0
+  "${PY}" -c "import sys; from experiments.vocab_threshold.report import write_section; \
+write_section(sys.argv[1])" "${RUN_DIR}" || W=$?
+  if [[ "${RC}" == 0 ]]; then RC="${W}"; fi
 fi
 if [[ "${RC}" == 75 && "${EXP}" == saturation && -s "${RUN_DIR}/planted_arms.csv" ]]; then
   # a budget stop: the report of the populations that finished (its text names the stop)
@@ -239,5 +271,16 @@ if [[ "${DRY}" == 1 ]]; then  # the archive holds the report, the CSVs and the f
       exit 4
     fi
   done
-  step "dry run: the archive holds the report, CSVs, figure, log and status"
+  # nothing of the runs goes back: no checkpoint, runs folder or array in --out or the archive
+  LEAK="$(find "${OUT_DIR}" -mindepth 1 \( -name runs -o -name checkpoints -o -name perclass \
+            -o -name '*.npy' -o -name '*.npz' \) -print -quit)"
+  LEAK="${LEAK}$(grep -E '/(runs|perclass|checkpoints|data|tfds)/|\.np[yz]$' <<< "${LISTED}" \
+                   | head -n 1 || true)"
+  if [[ -n "${LEAK}" || ! -s "${OUT_DIR}/status.json" ]]; then
+    echo "error: --out ${OUT_DIR} holds ${LEAK:-no status.json}: only the archive and" \
+         "status.json belong there (the runs stay in ${RUN_DIR})" >&2
+    exit 4
+  fi
+  step "dry run: the archive holds the report, CSVs, figure, log and status; the runs stay" \
+       "in ${RUN_DIR}"
 fi

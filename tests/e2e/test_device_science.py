@@ -2,8 +2,9 @@
 collapse: the gpu preset's test-size twin
 (gpu-test: a population of 3 data-order seeds on token files) runs end to end on generated
 token files, prints its time estimate, and the one archive holds the report, the CSVs, the
-figure, the log and status.json. (The other part, collapse-grid, runs its twin in
-tests/e2e/test_collapse_gpu_presets.py.)"""
+figure, the log and status.json. The runs stay in --work (here a tmp dir, so the checkout stays
+clean): --out holds only the archive and status.json. (The other part, collapse-grid, runs its
+twin in tests/e2e/test_collapse_gpu_presets.py.)"""
 
 import csv
 import io
@@ -30,11 +31,25 @@ def _env() -> dict:
   return {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": " ".join(flags)}
 
 
+def _only_the_archive(out: Path, part: str) -> None:
+  """--out holds the archive and status.json and nothing else: no checkpoint, runs folder or
+  array comes back from the device."""
+  assert sorted(p.name for p in out.iterdir()) == [f"device_science_{part}.tar.gz",
+                                                     "status.json"]
+  with tarfile.open(out / f"device_science_{part}.tar.gz") as tar:
+    names = tar.getnames()
+    status = json.load(tar.extractfile(f"{part}/status.json"))
+  assert json.loads((out / "status.json").read_text()) == status
+  assert not [n for n in names if "/runs/" in n or "/checkpoints/" in n or "perclass" in n
+              or n.endswith((".npy", ".npz"))], names
+
+
 def test_dry_run_collapse_writes_one_archive(tmp_path):
   env = _env()
+  work = tmp_path / "work"
   proc = subprocess.run(["bash", str(SCRIPT), "collapse", "--dry-run", "--out",
-                         str(tmp_path / "ds")], cwd=ROOT, env=env, capture_output=True,
-                        text=True, timeout=600)
+                         str(tmp_path / "ds"), "--work", str(work)], cwd=ROOT, env=env,
+                        capture_output=True, text=True, timeout=600)
   assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
   assert "estimate: group seeds-L1-d8: 24 steps" in proc.stdout
   assert "dry run: the archive holds the report" in proc.stdout
@@ -52,6 +67,10 @@ def test_dry_run_collapse_writes_one_archive(tmp_path):
   assert section.startswith("## Linguistic collapse") and "Among 3 data-order seeds" in section
   assert meta["preset"] == "gpu-test" and meta["vocab_size"] == 64
   assert {r["kind"] for r in rows} == {"seeds"} and len({r["data_seed"] for r in rows}) == 3
+  _only_the_archive(tmp_path / "ds", "collapse")
+  # the runs stay in WORK/PART: the group's record (collapse trains in memory) and its tables
+  assert (work / "collapse" / "groups" / "seeds-L1-d8.json").is_file()
+  assert (work / "collapse" / "perclass").is_dir()
 
 
 def test_dry_run_saturation_writes_one_archive(tmp_path):
@@ -66,21 +85,21 @@ def test_dry_run_saturation_writes_one_archive(tmp_path):
   from sbjax.studies import floor as floor_lib
 
   env = _env()
-  out = tmp_path / "ds"
-  proc = subprocess.run(["bash", str(SCRIPT), "saturation", "--dry-run", "--out", str(out)],
-                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+  out, work = tmp_path / "ds", tmp_path / "work"
+  proc = subprocess.run(["bash", str(SCRIPT), "saturation", "--dry-run", "--out", str(out),
+                         "--work", str(work)], cwd=ROOT, env=env, capture_output=True,
+                        text=True, timeout=600)
   assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
   assert "estimate: population d8-bf16: 20 steps" in proc.stdout
   assert "dry run: the archive holds the report" in proc.stdout
   with tarfile.open(out / "device_science_saturation.tar.gz") as tar:
-    names = set(tar.getnames())
     section = tar.extractfile("saturation/section.md").read().decode()
     meta = json.load(tar.extractfile("saturation/planted_meta.json"))
     arms = list(csv.DictReader(io.TextIOWrapper(tar.extractfile("saturation/planted_arms.csv"))))
     ck = list(csv.DictReader(io.TextIOWrapper(
         tar.extractfile("saturation/planted_checkpoints.csv"))))
     fl = list(csv.DictReader(io.TextIOWrapper(tar.extractfile("saturation/planted_floor.csv"))))
-  assert not any("/runs/" in n for n in names)  # the workdirs stay in OUT, not in the archive
+  _only_the_archive(out, "saturation")  # the workdirs stay in WORK/PART (below)
   assert meta["preset"] == "gpu-planted-test" and meta["sampler"] == "device"
   assert meta["language"]["kind"] == "planted_tail" and meta["knobs"]["population"]
   assert set(meta["estimates"]) == {"d8-bf16"} and meta["stopped"] is None and meta["not_run"] == []
@@ -102,7 +121,7 @@ def test_dry_run_saturation_writes_one_archive(tmp_path):
   assert float(fl[0]["floor"]) >= float(fl[0]["H"]) == pytest.approx(lang.entropy, rel=1e-12)
   # the rare / frequent row norms of the last checkpoint of member (λ 0.03, seed 1)
   arm = p.knobs.arms[-1]
-  _, params, _ = ckpt.load_params(out / "saturation" / "runs" / arm.name)
+  _, params, _ = ckpt.load_params(work / "saturation" / "runs" / arm.name)
   w = np.asarray(heads.head_matrix(params, arm_config(p, arm).model), np.float64)
   q = lang.stationary.reshape(-1, lang.vocab).sum(0)
   last = [r for r in ck if r["arm"] == arm.name][-1]
@@ -117,8 +136,9 @@ def test_dry_run_timing_measures_the_test_presets(tmp_path):
   and collapse device presets; timing.json in the archive holds one measured run each."""
   env = _env()
   out = tmp_path / "dt"
-  proc = subprocess.run(["bash", str(SCRIPT), "timing", "--dry-run", "--out", str(out)],
-                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+  proc = subprocess.run(["bash", str(SCRIPT), "timing", "--dry-run", "--out", str(out),
+                         "--work", str(tmp_path / "work")], cwd=ROOT, env=env,
+                        capture_output=True, text=True, timeout=600)
   assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
   with tarfile.open(out / "device_science_timing.tar.gz") as tar:
     timing = json.load(tar.extractfile("timing/timing.json"))
@@ -127,3 +147,4 @@ def test_dry_run_timing_measures_the_test_presets(tmp_path):
   for r in timing["runs"]:
     assert r["projected_s"] == pytest.approx(r["compile_s"] + (r["steps"] - 1) * r["s_per_step"])
   assert "projected training" in proc.stdout  # the table, printed by the device command
+  _only_the_archive(out, "timing")

@@ -14,10 +14,12 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "device_science.sh"
 
 
-def _script(*args, tmp_path):
+def _script(*args, tmp_path, work="w"):
+  """The script with --out tmp/o and --work tmp/WORK (the checkout stays clean)."""
   env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-  return subprocess.run(["bash", str(SCRIPT), *args, "--out", str(tmp_path / "o")], cwd=ROOT,
-                        env=env, capture_output=True, text=True, timeout=60)
+  return subprocess.run(["bash", str(SCRIPT), *args, "--out", str(tmp_path / "o"), "--work",
+                         str(tmp_path / work)], cwd=ROOT, env=env, capture_output=True,
+                        text=True, timeout=60)
 
 
 def test_device_science_is_shellcheck_clean():
@@ -48,6 +50,9 @@ def test_bad_arguments_are_one_clear_error(tmp_path):
   assert 'carry: ["device_tokens", ".whl"]' in usage
   assert 'command:   bash benchmarks/device_science.sh saturation --out "$OUT"' in usage
   assert 'carry: [".whl"]' in usage
+  assert "make the SAME call" in usage and "device_runs/PART of the checkout" in usage
+  inside = _script("collapse", tmp_path=tmp_path, work="o/runs")
+  assert inside.returncode == 2 and "puts the runs inside --out" in inside.stderr, inside.stderr
 
 
 def test_missing_token_files_say_how_to_build_them(tmp_path):
@@ -55,5 +60,6 @@ def test_missing_token_files_say_how_to_build_them(tmp_path):
   assert r.returncode == 3, r.stdout + r.stderr
   assert f"token file {tmp_path / 'none'}/V1024/train.uint16.bin is missing" in r.stderr
   assert "python benchmarks/build_device_tokens.py --data=DIR_OF_SHAKESPEARE_TXT" in r.stderr
-  # the one archive is still written (status of nothing run)
+  # the one archive is still written (status of nothing run), and the run folder is in --work
   assert (tmp_path / "o" / "device_science_collapse-grid.tar.gz").exists()
+  assert (tmp_path / "w" / "collapse-grid").is_dir()
