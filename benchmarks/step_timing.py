@@ -11,17 +11,19 @@ arms (``experiments.saturation.planted_run.population_plan``: the tail language,
 sampler), a collapse group (``experiments.collapse.run.groups``: its members on token
 windows; random tokens of the preset's vocabulary stand in for the shipped files, whose
 length, ``--collapse_tokens`` train tokens, sets the step count: the content does not change
-the time of a step), or a vocab_threshold trunk and its heads (``vocab_threshold_plan``: the
-heads timed as one run of the largest rank, counted once per head). Each run trains in memory
-(no checkpoint, no evaluation) with a loop hook that reads the clock when the loop reports a
-step (the step's metrics have reached the host, so the step is done):
+the time of a step), or a vocab_threshold trunk and its heads (``vocab_threshold_plan``: per V
+the trunk run, and the ONE population of padded heads, every rank x head lr on the frozen
+trunk, that the preset trains: ``rank_sweep.group_configs``). Each run trains in memory (no
+checkpoint, no evaluation) with a loop hook that reads the clock when the loop reports a step
+(the step's metrics have reached the host, so the step is done):
 
   compile_s   = t(step 0 reported) − t(loop start): compilation and the first step
   s_per_step  = (t(step W + N reported) − t(step W reported)) / N
-  projected_s = repeat · (compile_s + s_per_step · (steps − 1))   (repeat 1 but for heads)
+  projected_s = compile_s + s_per_step · (steps − 1)
 
 Not included: checkpoint saves, evaluations, the measurement passes, floors and the
-language's construction (``build_s``, the datasets' set-up, is printed beside). One line
+language's construction (``build_s``, the datasets' set-up and, for frozen-trunk heads, the
+freshly initialised trunk they load, is printed beside). One line
 ``BENCH {json}`` per run, a table, and ``timing.json`` in ``--out``; per preset the sum of
 its runs' projections against the 480 s a device preset may take.
 """
@@ -34,6 +36,7 @@ import json
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable, NamedTuple
 
 import _bench  # noqa: F401  (puts the checkout on sys.path)
 import jax
@@ -46,6 +49,15 @@ from sbjax.train import train
 from sbjax.train.loop import Hook
 
 LIMIT_S = 480.0  # a device preset's whole command: 8 minutes
+
+
+class TimedRun(NamedTuple):
+  """One run to time: its members' Configs and datasets; ``prepare`` (None: nothing) makes
+  what it needs on disk first (a frozen-trunk head's trunk checkpoint)."""
+  name: str
+  cfgs: list
+  datasets: list
+  prepare: Callable[[], None] | None = None
 
 
 class Timer(Hook):
@@ -117,17 +129,33 @@ def collapse_plan(preset: str, train_tokens: int) -> list:
   return out
 
 
-def vocab_threshold_plan(preset: str, tmp: Path) -> list:
-  """Per V of a vocab_threshold preset: its trunk (the full run), and its frozen-trunk heads
-  timed as ONE run of the largest head rank, counted ``repeat`` = number of heads times (each
-  head is its own run and compile there). The head is timed unfrozen (protocol b, the same
-  model, head_steps steps: protocol a needs a trained trunk), so its step also backpropagates
-  through the trunk: an upper bound on a frozen head's step. Random token files of each V
-  stand in for the shipped ones (under ``tmp``)."""
+def _trunk_checkpoint(trunk, wd: Path) -> Callable[[], None]:
+  """Write ``wd``: a step-0 checkpoint of the trunk run's freshly initialised model, which
+  the frozen-trunk heads load (``train.init_from``; their step time does not depend on the
+  trunk's values). Once: a checkpoint already there is kept."""
+  def prepare() -> None:
+    from sbjax import checkpoint as ckpt
+    from sbjax.model import Model
+
+    if wd.exists() and ckpt.list_steps(wd):
+      return
+    params = Model(trunk.model).init(jax.random.PRNGKey(trunk.train.seed), seq_len=8)
+    ckpt.write_params(wd, trunk, params, 0)
+  return prepare
+
+
+def vocab_threshold_plan(preset: str, tmp: Path) -> list[TimedRun]:
+  """Per V of a vocab_threshold preset what it trains: its trunk (the full run), and its
+  protocol-(a) heads as the ONE population of padded heads of every rank x head lr on the
+  frozen trunk (``rank_sweep.group_configs``, as ``run_plan`` builds it; a preset whose heads
+  are separate runs, ``Plan.head_population`` off, is refused). Random token files of each V
+  stand in for the shipped ones (under ``tmp``), and a freshly initialised trunk
+  (``_trunk_checkpoint``, written before the heads are timed) for the trained one."""
   from experiments.vocab_threshold.presets import get_preset
   from experiments.vocab_threshold.run import TOKEN_FILES, make_plan
   from sbjax.data import make_dataset
   from sbjax.studies import rank_sweep as rs
+  from sbjax.train import resolve_vocab
 
   out = []
   rng = np.random.default_rng(0)
@@ -136,28 +164,30 @@ def vocab_threshold_plan(preset: str, tmp: Path) -> list:
     for f in TOKEN_FILES[:2]:
       rng.integers(0, v, 1 << 18, dtype=np.uint16).tofile(tmp / f"V{v}" / f)
     p = make_plan(preset, str(tmp), v)
-    sp = rs.specs(p)
-    trunk = rs.run_config(p, next(s for s in sp if s.protocol == "full"))
-    heads = [s for s in sp if s.protocol == "a"]
-    top = max(heads, key=lambda s: s.rank)
-    head = rs.run_config(p, dataclasses.replace(top, protocol="b"))
-    head = head.replace(train=dataclasses.replace(head.train, steps=p.head_steps or
-                                                  head.train.steps))
+    if not p.head_population:
+      raise SystemExit(f"error: vocab_threshold:{preset} trains its heads as separate runs; "
+                       "step_timing times the device presets (gpu, gpu-test), whose heads are "
+                       "one population (Plan.head_population)")
+    trunk = rs.run_config(p, next(s for s in rs.specs(p) if s.protocol == "full"))
     tc = trunk.train
     ds = make_dataset(trunk.data, seq_len=tc.seq_len, global_batch_size=tc.batch_size,
                       workdir=str(tmp / f"V{v}"))
-    out += [(f"V{v}-trunk", [trunk], [ds], 1),
-            (f"V{v}-heads-r{top.rank}", [head], [ds], len(heads))]
+    trunk = resolve_vocab(trunk, ds.vocab_size)
+    (grp,) = [g for g in rs.groups(p) if g[0].protocol == "a"]
+    heads, pad = rs.group_configs(p, grp, str(tmp / f"V{v}" / "trunk"), 0)
+    out += [TimedRun(f"V{v}-trunk", [trunk], [ds]),
+            TimedRun(f"V{v}-heads-pad{pad}", heads, [ds],
+                     _trunk_checkpoint(trunk, tmp / f"V{v}" / "trunk"))]
   return out
 
 
-def plan(run: str, train_tokens: int, tmp: Path | None = None) -> list:
-  """[(name, member Configs, datasets, repeat)] of ``EXPERIMENT:PRESET``."""
+def plan(run: str, train_tokens: int, tmp: Path | None = None) -> list[TimedRun]:
+  """The runs of ``EXPERIMENT:PRESET``."""
   exp, _, preset = run.partition(":")
   if exp == "saturation":
-    return [(*r, 1) for r in saturation_plan(preset)]
+    return [TimedRun(*r) for r in saturation_plan(preset)]
   if exp == "collapse":
-    return [(*r, 1) for r in collapse_plan(preset, train_tokens)]
+    return [TimedRun(*r) for r in collapse_plan(preset, train_tokens)]
   if exp == "vocab_threshold":
     return vocab_threshold_plan(preset, tmp or Path(tempfile.mkdtemp()))
   raise SystemExit(f"error: --runs: unknown experiment {exp!r} in {run!r}; use "
@@ -189,16 +219,17 @@ def main(argv=None) -> dict:
   for spec in a.runs.split(","):
     t0 = time.perf_counter()
     only = set(filter(None, a.only.split(",")))
-    for name, cfgs, dss, repeat in plan(spec, a.collapse_tokens, Path(tmp.name)):
+    for name, cfgs, dss, prepare in plan(spec, a.collapse_tokens, Path(tmp.name)):
       if only and name not in only:
         continue
+      if prepare is not None:
+        prepare()
       build_s = time.perf_counter() - t0
       tc = cfgs[0].train
       rec = {"preset": spec, "run": name, "members": len(cfgs), "steps": tc.steps,
              "d": cfgs[0].model.d_model, "batch": tc.batch_size, "seq_len": tc.seq_len,
-             "build_s": round(build_s, 2), "repeat": repeat,
+             "frozen_trunk": tc.freeze_trunk, "build_s": round(build_s, 2),
              **time_run(cfgs, dss, a.warmup, a.steps)}
-      rec["projected_s"] *= repeat
       result["runs"].append(emit(rec))
       t0 = time.perf_counter()
       _save(a.out, result)  # after every run: a command cut off keeps what it measured
@@ -206,12 +237,11 @@ def main(argv=None) -> dict:
     result["presets"][spec] = {"projected_s": total, "fits_480_s": total <= LIMIT_S}
     _save(a.out, result)
   tmp.cleanup()
-  print(f"{'run':<40} {'members':>7} {'steps':>7} {'x':>3} {'compile s':>9} {'s/step':>9} "
+  print(f"{'run':<40} {'members':>7} {'steps':>7} {'compile s':>9} {'s/step':>9} "
         f"{'projected s':>11}")
   for r in result["runs"]:
     print(f"{r['preset'] + ' ' + r['run']:<40} {r['members']:>7} {r['steps']:>7} "
-          f"{r['repeat']:>3} {r['compile_s']:>9.2f} {r['s_per_step']:>9.4g} "
-          f"{r['projected_s']:>11.1f}")
+          f"{r['compile_s']:>9.2f} {r['s_per_step']:>9.4g} {r['projected_s']:>11.1f}")
   for spec, p in result["presets"].items():
     print(f"{spec}: projected training {p['projected_s']:.0f} s "
           f"({'within' if p['fits_480_s'] else 'OVER'} the {LIMIT_S:g} s of one command)")

@@ -316,9 +316,10 @@ def progress_units(plan: Plan) -> int:
   return sum(1 if is_population(plan, g) else len(g) for g in groups(plan))
 
 
-def _extra(hooks, name: str, cfgs: list, dirs: list) -> list:
-  """The caller's loop hooks for a run or population about to train (none when finished)."""
-  if hooks is None or all(finished(d) is not None for d in dirs):
+def _extra(hooks, done: bool, name: str, cfgs: list, dirs: list) -> list:
+  """The caller's loop hooks for a run or population about to train (none when ``done``:
+  every one of ``dirs`` is finished)."""
+  if hooks is None or done:
     return []
   return list(hooks(name, cfgs, dirs))
 
@@ -332,31 +333,42 @@ def _check_padding(dirs) -> None:
                          f"not zero at step {step}; its run is not the rank-r head's")
 
 
+def group_configs(plan: Plan, grp: Sequence[RunSpec], trunk_dir: str = "",
+                  trunk_step: int = -1) -> tuple[list[Config], int]:
+  """The Configs ``run_plan`` trains the group ``grp`` with (protocol a's on the trunk
+  ``trunk_dir`` at ``trunk_step``), and the pad of its heads (> 0: one population of padded
+  heads, the largest rank; 0 otherwise)."""
+  pad = max(s.rank for s in grp) if is_population(plan, grp) and grp[0].protocol == "a" else 0
+  where = (trunk_dir, trunk_step)
+  return [run_config(plan, s, *(where if s.protocol == "a" else ()), pad=pad)
+          for s in grp], pad
+
+
 def _train_group(plan: Plan, out: Path, grp: list, dataset, trunk: Trunk | None, tag: str,
                  say, quiet: bool, hooks) -> list[dict]:
   """Train (or read back) one group of ``run_plan``; its rows."""
   pop = is_population(plan, grp)
-  pad = max(s.rank for s in grp) if pop and grp[0].protocol == "a" else 0
   where = (str(trunk.dir), trunk.step) if trunk is not None else ()
-  cfgs = [run_config(plan, s, *(where if s.protocol == "a" else ()), pad=pad) for s in grp]
+  cfgs, pad = group_configs(plan, grp, *where)
   if pop:
     gdir = _group_dir(grp)
     names = [f"{gdir}/member_{j}" for j in range(len(grp))]
     dirs = [member_dir(out / "runs" / gdir, j) for j in range(len(grp))]
-    state = "done" if all(finished(d) for d in dirs) else "training"
+    done = all(finished(d) is not None for d in dirs)  # read once
     what = "heads (ranks x lrs, padded)" if pad else "learning rates"
-    say(f"{tag} {gdir} (population of {len(grp)} {what}): {state}")
+    say(f"{tag} {gdir} (population of {len(grp)} {what}): {'done' if done else 'training'}")
     sums = train_once(cfgs, dirs, dataset=dataset, quiet=quiet,
-                      hooks=_extra(hooks, gdir, cfgs, dirs))
-    if pad and state == "training":  # checked once, when trained
+                      hooks=_extra(hooks, done, gdir, cfgs, dirs))
+    if pad and not done:  # checked once, when trained
       _check_padding(dirs)
   else:
     names, sums = [s.name for s in grp], []
     for cfg, name in zip(cfgs, names):
       d = out / "runs" / name
-      say(f"{tag} {name}: {'done' if finished(d) is not None else 'training'}")
+      done = finished(d) is not None  # read once
+      say(f"{tag} {name}: {'done' if done else 'training'}")
       sums.append(train_once(cfg, d, dataset=dataset, quiet=quiet,
-                             hooks=_extra(hooks, name, [cfg], [d])))
+                             hooks=_extra(hooks, done, name, [cfg], [d])))
   return [{**_row(plan, s, cfg, summ, dataset.vocab_size), "run": name}
           for s, cfg, summ, name in zip(grp, cfgs, sums, names)]
 
