@@ -66,8 +66,9 @@ sbjax_is_true() {
 # --- flag parsing -----------------------------------------------------------
 # sbjax_parse_common "$@": if "$1" is a common flag, consume it (and its value)
 # and set SBJAX_SHIFT to the number of words to shift; return 0. Otherwise
-# return 1. Usage in a script's argument loop:
-#   *) sbjax_parse_common "$@" || sbjax_die "unknown argument: $1"
+# return 1. Usage in a script's argument loop (sbjax_common_flag dies on an
+# unknown flag):
+#   *) sbjax_common_flag "$@"
 #      shift "$SBJAX_SHIFT" ;;
 SBJAX_SHIFT=0
 SBJAX_VALUE=""
@@ -90,6 +91,17 @@ _sbjax_flag_value() {
       SBJAX_SHIFT=2
       ;;
   esac
+}
+
+# sbjax_flag_into VAR FLAG "$@": the value of FLAG ("--flag=V" or "--flag V")
+# into the variable named VAR; sets SBJAX_SHIFT. Usage in an argument loop:
+#   --ref | --ref=*) sbjax_flag_into ref --ref "$@"
+#      shift "$SBJAX_SHIFT" ;;
+sbjax_flag_into() {
+  local _sbjax_var="$1"
+  shift
+  _sbjax_flag_value "$@"
+  printf -v "$_sbjax_var" '%s' "$SBJAX_VALUE"
 }
 
 sbjax_parse_common() {
@@ -122,6 +134,11 @@ sbjax_parse_common() {
   return 1
 }
 
+# sbjax_common_flag "$@": sbjax_parse_common, or die naming the unknown argument.
+sbjax_common_flag() {
+  sbjax_parse_common "$@" || sbjax_die "unknown argument: $1"
+}
+
 # --- validation ---------------------------------------------------------------
 # sbjax_require VALUE FLAG ENV DESCRIPTION
 sbjax_require() {
@@ -133,6 +150,12 @@ sbjax_require() {
 sbjax_require_project() { sbjax_require "$SBJAX_TPU_PROJECT" --project SBJAX_TPU_PROJECT "GCP project"; }
 sbjax_require_zone() { sbjax_require "$SBJAX_TPU_ZONE" --zone SBJAX_TPU_ZONE "zone"; }
 sbjax_require_name() { sbjax_require "$SBJAX_TPU_NAME" --name SBJAX_TPU_NAME "TPU name"; }
+# The TPU VM every script but fetch.sh acts on: project, zone and name.
+sbjax_require_location() {
+  sbjax_require_project
+  sbjax_require_zone
+  sbjax_require_name
+}
 sbjax_require_type() { sbjax_require "$SBJAX_TPU_TYPE" --accelerator-type SBJAX_TPU_TYPE "accelerator type"; }
 
 sbjax_require_bucket() {

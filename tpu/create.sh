@@ -61,15 +61,13 @@ while [ "$#" -gt 0 ]; do
       break
       ;;
     *)
-      sbjax_parse_common "$@" || sbjax_die "unknown argument: $1"
+      sbjax_common_flag "$@"
       shift "$SBJAX_SHIFT"
       ;;
   esac
 done
 
-sbjax_require_project
-sbjax_require_zone
-sbjax_require_name
+sbjax_require_location
 sbjax_require_type
 sbjax_require_version
 if [ "$spot" = 1 ] && [ "$best_effort" = 1 ]; then

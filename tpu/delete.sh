@@ -41,15 +41,13 @@ while [ "$#" -gt 0 ]; do
       shift
       ;;
     *)
-      sbjax_parse_common "$@" || sbjax_die "unknown argument: $1"
+      sbjax_common_flag "$@"
       shift "$SBJAX_SHIFT"
       ;;
   esac
 done
 
-sbjax_require_project
-sbjax_require_zone
-sbjax_require_name
+sbjax_require_location
 
 if sbjax_is_true "$SBJAX_TPU_QUEUED"; then
   # --force also deletes the node the queued resource provisioned.

@@ -44,7 +44,7 @@ while [ "$#" -gt 0 ]; do
       break
       ;;
     -*)
-      sbjax_parse_common "$@" || sbjax_die "unknown argument: $1"
+      sbjax_common_flag "$@"
       shift "$SBJAX_SHIFT"
       ;;
     *)

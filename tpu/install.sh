@@ -43,35 +43,29 @@ while [ "$#" -gt 0 ]; do
       exit 0
       ;;
     --ref | --ref=*)
-      _sbjax_flag_value --ref "$@"
-      ref="$SBJAX_VALUE"
+      sbjax_flag_into ref --ref "$@"
       shift "$SBJAX_SHIFT"
       ;;
     --clone | --clone=*)
-      _sbjax_flag_value --clone "$@"
-      clone_url="$SBJAX_VALUE"
+      sbjax_flag_into clone_url --clone "$@"
       shift "$SBJAX_SHIFT"
       ;;
     --extras | --extras=*)
-      _sbjax_flag_value --extras "$@"
-      extras="$SBJAX_VALUE"
+      sbjax_flag_into extras --extras "$@"
       shift "$SBJAX_SHIFT"
       ;;
     --pip-args | --pip-args=*)
-      _sbjax_flag_value --pip-args "$@"
-      pip_args="$SBJAX_VALUE"
+      sbjax_flag_into pip_args --pip-args "$@"
       shift "$SBJAX_SHIFT"
       ;;
     *)
-      sbjax_parse_common "$@" || sbjax_die "unknown argument: $1"
+      sbjax_common_flag "$@"
       shift "$SBJAX_SHIFT"
       ;;
   esac
 done
 
-sbjax_require_project
-sbjax_require_zone
-sbjax_require_name
+sbjax_require_location
 remote_dir="$(sbjax_remote_dir_word)"
 loc=(--project="$SBJAX_TPU_PROJECT" --zone="$SBJAX_TPU_ZONE")
 

@@ -54,13 +54,11 @@ while [ "$#" -gt 0 ]; do
       exit 0
       ;;
     --run-name | --run-name=*)
-      _sbjax_flag_value --run-name "$@"
-      run_name="$SBJAX_VALUE"
+      sbjax_flag_into run_name --run-name "$@"
       shift "$SBJAX_SHIFT"
       ;;
     --log-dir | --log-dir=*)
-      _sbjax_flag_value --log-dir "$@"
-      log_dir="$SBJAX_VALUE"
+      sbjax_flag_into log_dir --log-dir "$@"
       shift "$SBJAX_SHIFT"
       ;;
     --env | --env=*)
@@ -77,8 +75,7 @@ while [ "$#" -gt 0 ]; do
       shift "$SBJAX_SHIFT"
       ;;
     --worker | --worker=*)
-      _sbjax_flag_value --worker "$@"
-      worker="$SBJAX_VALUE"
+      sbjax_flag_into worker --worker "$@"
       shift "$SBJAX_SHIFT"
       ;;
     --foreground)
@@ -106,9 +103,7 @@ while [ "$#" -gt 0 ]; do
   esac
 done
 
-sbjax_require_project
-sbjax_require_zone
-sbjax_require_name
+sbjax_require_location
 if [ "${#cmd[@]}" -eq 0 ]; then
   sbjax_die "no command given, e.g.: $SBJAX_SCRIPT -- python3 -m experiments.train --config=pythia-70m"
 fi
