@@ -123,6 +123,10 @@ pack() {
      -not -path '*/tfds/*' | LC_ALL=C sort > "${SCRATCH}/files")
   tar -czf "${ARCHIVE}" -C "$(dirname "${RUN_DIR}")" -T "${SCRATCH}/files" \
     && step "archive: ${ARCHIVE} ($(wc -c < "${ARCHIVE}") bytes)"
+  if [[ -s "${ARCHIVE}" && "$(wc -c < "${ARCHIVE}")" -gt 16777216 ]]; then
+    echo "warning: ${ARCHIVE} is over the 16 MiB one file may take back from the lent" \
+         "machine; its files are in ${RUN_DIR}: pack fewer of them and call again" >&2
+  fi
   if [[ -s "${STATUS}" ]]; then cp "${STATUS}" "${OUT_DIR}/status.json"; fi
   rm -rf "${SCRATCH}"
 }

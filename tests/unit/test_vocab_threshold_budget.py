@@ -44,3 +44,43 @@ def test_within_the_budget_it_only_prints(capsys, tmp_path):
   _drive(clock, cfg, tmp_path / "w")
   assert "estimate: run V96/full: 6 steps" in capsys.readouterr().err
   assert clock.s_per_token > 0  # the next run's start check uses the slowest rate
+
+
+def test_report_of_a_stop_after_two_of_three_v(tmp_path):
+  """A stop after V = 256 and 512 of (256, 512, 1024) (the tables and meta as run.py writes
+  them at the stop): the section names the stop and the V not run, and its fit is over the two
+  finished V only, marked partial: beta = the slope of log r* on log V by numpy, and no
+  verdict on a constant threshold. (The same on the twin's real output, one V finished:
+  tests/e2e/test_vocab_threshold_gpu.py.)"""
+  import json
+
+  import numpy as np
+
+  from experiments.shared import write_rows
+  from experiments.vocab_threshold import report
+
+  rows = [{"V": v, "d_model": 64, "full_loss": 3.0, "reference": "a-r=d",
+           "chars_per_token": 3.0, "tol_token": 0.015, "r_star": r, "censored": 0,
+           "loss_at_r_star": 3.01, "r_werror06": w, "ranks": "8 16 32 48 64"}
+          for v, r, w in ((256, 16, 20), (512, 32, 24))]
+  write_rows(tmp_path / report.TABLE_CSV, rows)
+  (tmp_path / report.META).write_text(json.dumps({
+      "vocabs": [256, 512, 1024], "budget_s": 450.0, "not_run": [1024],
+      "stopped": "run V1024/full-dense-lr0.001 would end at ~610 s, past the 450 s budget"}))
+  fit = report.read_fit(tmp_path, report.read_rows(tmp_path / report.TABLE_CSV))
+  assert fit["partial"] and fit["r_star"]["n"] == 2
+  assert fit["r_star"]["beta"] == pytest.approx(np.polyfit(np.log([256, 512]),
+                                                           np.log([16, 32]), 1)[0])
+  md = report.report_section(tmp_path, ".")
+  assert ("**The run stopped at its time budget (450 s)**: run V1024/full-dense-lr0.001 would "
+          "end at ~610 s, past the 450 s budget. V finished: 256, 512; not run: 1024.") in md
+  assert "Partial fit, over the V that finished only (2 of them): sbjax here: r* ∝ V^beta " \
+         "with beta = 1.000" in md
+  assert "not tested on a partial run" in md and "is rejected" not in md
+  assert "not rejected" not in md and "| 1024 |" not in md
+  # once the rest has run (no V missing, fit.json written) the section is the full one
+  (tmp_path / report.META).write_text(json.dumps({"vocabs": [256, 512], "not_run": [],
+                                                  "stopped": None}))
+  (tmp_path / report.FIT).write_text(json.dumps(report.table_fit(rows)))
+  full = report.report_section(tmp_path, ".")
+  assert "stopped" not in full and "Partial" not in full and "is not rejected" in full
