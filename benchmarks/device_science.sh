@@ -22,8 +22,8 @@
 # PART: collapse (24 data-order seeds of L2-d256, V 1024, --preset=gpu) | collapse-grid
 # (L {1,2,4} x d {64..512}, --preset=gpu-grid) | vocab_threshold (a d512 L6 trunk and
 # frozen-trunk heads at V 1024..8192, --preset=gpu; the 20 heads of each V are one padded
-# population, one compile; estimated ~4.5 min (the trunk forward shared by the heads), and past its 450 s budget it stops with exit
-# status 75: a rerun resumes after the finished runs, below) |
+# population, one compile, sharing the trunk's forward; estimated ~4.5 min, and past its
+# 450 s budget it stops with exit status 75: a rerun resumes after the finished runs, below) |
 # saturation (the planted arms d {32,128,512} x Γ {7.9, 2.4} on the rare-token tail language,
 # tokens drawn on the device, one population per width: --preset=gpu-planted; no token files) |
 # timing (benchmarks/step_timing.py: every run of the saturation, collapse and vocab_threshold
