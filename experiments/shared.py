@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from absl import flags
 
 from sbjax.analysis.table import atomic_write_bytes, atomic_write_json, read_csv, write_csv
 from sbjax.atomic import is_local
@@ -34,7 +35,22 @@ REPO = Path(__file__).resolve().parents[1]
 __all__ = ["REPO", "DEFAULT_TEXT", "config_from", "text_corpus", "with_corpus", "write_rows",
            "read_rows", "write_json", "fmt", "RunsProgress", "SweepProgress", "Preset",
            "pick_preset", "claims_sentences", "span", "upath", "save_figure", "save_npz",
-           "load_np"]
+           "load_np", "main_flags", "SAMPLE_TEXT_HELP"]
+
+SAMPLE_TEXT_HELP = ("a directory of .txt files (default: the sample corpus shipped in "
+                    "sbjax/data/sample_text)")
+
+
+def main_flags(name: str, presets, data_help: str | None = SAMPLE_TEXT_HELP,
+               preset_help: str | None = None):
+  """The flags of ``python -m experiments.<name>``: --out (default ``out/<name>``), --preset
+  (one of ``presets``, default cpu; its help lists them unless ``preset_help``) and --data (a
+  string, default ''; not defined when ``data_help`` is None). Returns the holders
+  (OUT, PRESET, DATA), DATA None without --data."""
+  out = flags.DEFINE_string("out", f"out/{name}", "output directory")
+  preset = flags.DEFINE_enum("preset", "cpu", list(presets), preset_help or " | ".join(presets))
+  data = None if data_help is None else flags.DEFINE_string("data", "", data_help)
+  return out, preset, data
 
 
 def write_rows(path, rows) -> list[str]:

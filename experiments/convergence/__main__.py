@@ -18,12 +18,11 @@ from sbjax.cli import data_flags as df
 from .presets import PRESETS
 from .report import report_section
 from .run import run
-from ..shared import upath
+from ..shared import main_flags, upath
 
-OUT = flags.DEFINE_string("out", "out/convergence", "output directory")
-PRESET = flags.DEFINE_enum("preset", "cpu", list(PRESETS), "size preset")
-DATA = flags.DEFINE_string("data", "", "a directory of .txt files for the text presets "
-                           "('' = the sample corpus shipped in sbjax/data/sample_text)")
+OUT, PRESET, DATA = main_flags("convergence", PRESETS, "a directory of .txt files for the text "
+                               "presets ('' = the sample corpus shipped in sbjax/data/sample_text)",
+                               preset_help="size preset")
 SERIES = flags.DEFINE_list("series", [], "sbjax workdirs (an imported series: experiments."
                            "convert --from_hf, or a run) or HF series directories (step<N>/ "
                            "revisions) to measure instead of training; needs --tokens")

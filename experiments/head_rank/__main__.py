@@ -4,17 +4,15 @@ import json
 import logging
 import sys
 
-from absl import flags
 
 from sbjax.cli import common
 from . import PRESETS, run, summarize
 from .report import FIGURE
-from ..shared import upath
+from ..shared import main_flags, upath
 
-PRESET = flags.DEFINE_enum("preset", "cpu", list(PRESETS), "experiment size")
-OUT = flags.DEFINE_string("out", "out/head_rank", "output directory")
-DATA = flags.DEFINE_string("data", "", "directory of .txt files (default: the Shakespeare "
-                           "sample corpus shipped in sbjax/data/sample_text)")
+OUT, PRESET, DATA = main_flags(
+    "head_rank", PRESETS, "directory of .txt files (default: the Shakespeare sample corpus "
+    "shipped in sbjax/data/sample_text)", preset_help="experiment size")
 
 
 def main(argv):

@@ -4,17 +4,13 @@ import json
 import logging
 import sys
 
-from absl import flags
 
 from sbjax.cli import common
 from . import PRESETS, comparisons, run
 from .report import CSV
-from ..shared import read_rows, upath
+from ..shared import main_flags, read_rows, upath
 
-OUT = flags.DEFINE_string("out", "out/mos_text", "output directory")
-PRESET = flags.DEFINE_enum("preset", "cpu", list(PRESETS), " | ".join(PRESETS))
-DATA = flags.DEFINE_string("data", "", "a directory of .txt files (default: the sample corpus "
-                           "shipped in sbjax/data/sample_text)")
+OUT, PRESET, DATA = main_flags("mos_text", PRESETS)
 
 
 def main(argv):

@@ -10,9 +10,9 @@ from absl import flags
 from sbjax.cli import common
 from . import PRESETS, run, summarize
 from sbjax.paths import upath
+from ..shared import main_flags
 
-OUT = flags.DEFINE_string("out", "out/planted", "output directory")
-PRESET = flags.DEFINE_enum("preset", "cpu", list(PRESETS), " | ".join(PRESETS))
+OUT, PRESET, _ = main_flags("planted", PRESETS, data_help=None)
 PARTS = flags.DEFINE_list("parts", None, "knee,mix (part 1, part 2) or one of them; default: "
                           "the preset's (both, or part 2 alone for the *-mos-seeds presets)")
 

@@ -19,13 +19,10 @@ from .presets import PRESETS
 from .report import report_section
 from .run import run
 from .series import run_series, series_section
-from ..shared import upath
+from ..shared import SAMPLE_TEXT_HELP, main_flags, upath
 
-OUT = flags.DEFINE_string("out", "out/saturation", "output directory")
-PRESET = flags.DEFINE_enum("preset", "cpu", list(PRESETS) + list(PLANTED_PRESETS),
-                           " | ".join(list(PRESETS) + list(PLANTED_PRESETS)))
-DATA = flags.DEFINE_string("data", "", "a directory of .txt files (default: the sample corpus "
-                           "shipped in sbjax/data/sample_text), or a TFDS name for the tpu preset")
+OUT, PRESET, DATA = main_flags("saturation", list(PRESETS) + list(PLANTED_PRESETS),
+                               SAMPLE_TEXT_HELP + ", or a TFDS name for the tpu preset")
 ANISO_TOK = flags.DEFINE_integer("anisotropy_tokens", 4096, "series: token positions sampled "
                                  "for anisotropy; 0 = all")
 

@@ -4,16 +4,13 @@ import json
 import logging
 import sys
 
-from absl import flags
 
 from sbjax.cli import common
 from . import CSV, PRESETS, run
-from ..shared import upath
+from ..shared import SAMPLE_TEXT_HELP, main_flags, upath
 
-OUT = flags.DEFINE_string("out", "out/target_rank", "output directory")
-PRESET = flags.DEFINE_enum("preset", "cpu", list(PRESETS), " | ".join(PRESETS))
-DATA = flags.DEFINE_string("data", "", "a directory of .txt files (default: the sample corpus "
-                           "shipped in sbjax/data/sample_text), or a TFDS name for the tpu preset")
+OUT, PRESET, DATA = main_flags(
+    "target_rank", PRESETS, SAMPLE_TEXT_HELP + ", or a TFDS name for the tpu preset")
 
 
 def main(argv):

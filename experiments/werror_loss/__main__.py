@@ -10,13 +10,12 @@ from absl import flags
 from sbjax.cli import common
 from . import PRESETS, run
 from .report import CSV, FIGURE, SUMMARY
-from ..shared import upath
+from ..shared import main_flags, upath
 
-PRESET = flags.DEFINE_enum("preset", "cpu", list(PRESETS),
-                           "preset of the head-rank sweep, if it has to be run")
-OUT = flags.DEFINE_string("out", "out/werror_loss", "output directory")
+OUT, PRESET, DATA = main_flags("werror_loss", PRESETS,
+                               "corpus for the head-rank sweep if it has to be run",
+                               preset_help="preset of the head-rank sweep, if it has to be run")
 HR_DIR = flags.DEFINE_string("head_rank_dir", "", "the head_rank output (default OUT/../head_rank)")
-DATA = flags.DEFINE_string("data", "", "corpus for the head-rank sweep if it has to be run")
 
 
 def main(argv):
