@@ -4,8 +4,8 @@ r"""Overhead of an 8-device CPU mesh vs one device, and a v5e-8 estimate from FL
   python benchmarks/mesh_overhead.py --preset=tiny --steps=50
 
 Runs the sbjax training step (``train.make_train_step`` jitted with in/out shardings
-and donation under ``jax.set_mesh``, as ``sbjax.train`` does) on a 1-device mesh and
-on 8-device meshes (data, fsdp, tensor) in ONE process with 8 fake CPU devices
+and donation under ``jax.set_mesh``, as ``sbjax.train`` does: ``_mesh_step.py``) on a
+1-device mesh and on 8-device meshes (data, fsdp, tensor) in ONE process with 8 fake CPU devices
 (XLA_FLAGS is set before JAX starts unless already given), and prints steps/s and
 the ratio to one device. The fake devices share the same physical cores, so the
 ratio measures the partitioning + collective overhead, not a speed-up.
@@ -33,31 +33,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
+from benchmarks._mesh_step import mesh_train_step  # noqa: E402
 from sbjax import configs  # noqa: E402
 from sbjax import sharding as shd  # noqa: E402
 from sbjax import train as train_lib  # noqa: E402
 from sbjax.config import MeshConfig  # noqa: E402
 from sbjax.model import Model, flops_per_token  # noqa: E402
-from sbjax.optim import make_optimizer  # noqa: E402
 
 V5E_PEAK = 197e12  # bf16 FLOP/s per chip
 V5E_HBM = 16e9  # bytes per chip
 
 
 def time_mesh(cfg, mesh, params0, batches, steps: int) -> float:
-  tc, mc = cfg.train, cfg.model
-  model = Model(mc)
-  abstract = model.abstract_params(tc.seq_len)
-  tx = make_optimizer(tc, mc, abstract)
-  p_sh = shd.tree_shardings(abstract, mesh)
-  o_sh = shd.tree_shardings(jax.eval_shape(tx.init, abstract), mesh)
-  repl = shd.replicated(mesh)
+  step, params, opt = mesh_train_step(cfg, mesh, params0)
   with jax.set_mesh(mesh):
-    params = jax.device_put(params0, p_sh)
-    opt = jax.jit(tx.init, out_shardings=o_sh)(params)
-    step = jax.jit(train_lib.make_train_step(model, tx, tc.grad_accum, False),
-                   in_shardings=(p_sh, o_sh, shd.batch_sharding(mesh), repl),
-                   out_shardings=(p_sh, o_sh, repl), donate_argnums=(0, 1))
     dev_batches = [shd.global_batch(b, mesh) for b in batches]
     for i in range(3):  # compile + warm up
       params, opt, m = step(params, opt, dev_batches[i % len(dev_batches)], np.int32(i))
