@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from . import planted_replicates as rep  # noqa: E402
 from .planted_measure import account  # noqa: E402
 from .planted_reading import reading  # noqa: E402
-from ..shared import fmt, read_rows, save_figure, upath  # noqa: E402
+from ..shared import finish_figure, fmt, read_rows, upath  # noqa: E402
 
 PLANTED_FIGS = {"loss": "fig_planted_loss_gamma.png",
                 "kl_anisotropy": "fig_planted_kl_anisotropy_gamma.png"}
@@ -57,9 +57,7 @@ def draw(out: Path) -> None:
   ax.set_ylabel("expected loss (nats), fixed validation windows")
   ax.set_title("Planted mixture: expected loss vs Γ; dashed: floor(d)")
   ax.legend(fontsize=7)
-  fig.tight_layout()
-  save_figure(fig, out / PLANTED_FIGS["loss"], dpi=110)
-  plt.close(fig)
+  finish_figure(fig, out / PLANTED_FIGS["loss"])
   fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.2))
   for i, a in enumerate(arms):
     rs, c = ck[a["arm"]], colors[i % len(colors)]
@@ -75,9 +73,7 @@ def draw(out: Path) -> None:
   a2.set_title("Anisotropy of the final-norm features")
   a1.legend(fontsize=6)
   a2.legend(fontsize=7)
-  fig.tight_layout()
-  save_figure(fig, out / PLANTED_FIGS["kl_anisotropy"], dpi=110)
-  plt.close(fig)
+  finish_figure(fig, out / PLANTED_FIGS["kl_anisotropy"])
 
 
 def _table(arms) -> list[str]:

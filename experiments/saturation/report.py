@@ -15,7 +15,7 @@ import numpy as np  # noqa: E402
 
 from .measure import FITS, smooth  # noqa: E402
 from .scaling_reading import gap_verdict, scaling_paragraph  # noqa: E402
-from ..shared import claims_sentences, fmt, read_rows, save_figure, span, upath  # noqa: E402
+from ..shared import claims_sentences, finish_figure, fmt, read_rows, span, upath  # noqa: E402
 from sbjax.analysis import figures  # noqa: E402
 from sbjax.studies.scaling import ScalingFit  # noqa: E402
 
@@ -58,9 +58,7 @@ def draw(out: Path) -> None:
   ax2.set_ylabel("train loss, moving average (nats)")
   ax2.set_title("Training loss")
   ax2.legend(fontsize=7)
-  fig.tight_layout()
-  save_figure(fig, out / FIGS["scaling"], dpi=110)
-  plt.close(fig)
+  finish_figure(fig, out / FIGS["scaling"])
 
 
 def _scaling_panel(ax, rows: list[dict], fits: dict) -> None:
