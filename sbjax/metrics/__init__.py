@@ -3,7 +3,8 @@
 Submodules (no flax anywhere):
 
 * :mod:`sbjax.metrics.spectrum` -- singular values of heads, KL-to-uniform,
-  effective rank, PER, W-error, stable rank, condition number.
+  effective rank, PER, W-error, stable rank, condition number (all its public
+  names are re-exported here).
 * :mod:`sbjax.metrics.anisotropy` -- mean pairwise cosine in O(N d).
 * :mod:`sbjax.metrics.cka` -- linear CKA (biased / debiased HSIC).
 * :mod:`sbjax.metrics.collapse` -- streaming neural-collapse accumulators
@@ -23,32 +24,14 @@ from . import anisotropy, cka, collapse, spectrum
 from .anisotropy import anisotropy_by_layer
 from .cka import cka_to_reference, cka_to_reference_by_layer, linear_cka
 from .collapse import collapse_metrics, metrics_from_stats, per_class_stats
-from .spectrum import (
-    condition_number,
-    effective_rank,
-    kl_to_uniform,
-    normalized_top,
-    proportional_effective_rank,
-    singular_values,
-    spectrum_metrics,
-    stable_rank,
-    w_error,
-)
+from .spectrum import *  # noqa: F403  (its public names, listed once: spectrum.__all__)
 
 __all__ = [
     "spectrum",
     "anisotropy",
     "cka",
     "collapse",
-    "singular_values",
-    "kl_to_uniform",
-    "effective_rank",
-    "proportional_effective_rank",
-    "w_error",
-    "stable_rank",
-    "condition_number",
-    "normalized_top",
-    "spectrum_metrics",
+    *spectrum.__all__,
     "anisotropy_by_layer",
     "linear_cka",
     "cka_to_reference",
