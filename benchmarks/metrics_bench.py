@@ -134,93 +134,128 @@ def make_w(k, d):
     return (c + 0.5 * rng.standard_normal((k, d), dtype=np.float32)).astype(np.float32)
 
 
-def collapse_worker(a):
-    """Runs one side in this process; prints a JSON line with time, metrics, RSS."""
-    n, k, d, chunk = a.n, a.k, a.d, a.chunk
-    w = make_w(k, d)
+def _sbjax_means_vars(a, C, upd, vupd, k, d):
+    """The streamed class means, then variances (jitted updates, each chunk timed);
+    returns (means, counts, var state, seconds)."""
     timed = 0.0
-    if a.worker == "sbjax":
-        import jax
-        import jax.numpy as jnp
-
-        from sbjax.metrics import collapse as C
-
-        upd = jax.jit(C.mean_update)
-        vupd = jax.jit(C.var_update)
-        nupd = jax.jit(C.nc4_update, static_argnames=("chunk_size",))
-        # warm-up (compile) on a dummy chunk; compile time is excluded from timed_s
-        zx, zy, zv = np.zeros((chunk, d), np.float32), np.zeros(chunk, np.int32), np.zeros(chunk, bool)
-        upd(C.mean_init(k, d), zx, zy, zv).sums.block_until_ready()
-        vupd(C.var_init(k), zx, zy, jnp.zeros((k, d)), zv).sq_dev.block_until_ready()
-        st = C.mean_init(k, d)
-        for x, y, valid in padded_chunks(n, k, d, chunk, 0):
-            t0 = time.perf_counter()
-            st = upd(st, x, y, valid)
-            st.sums.block_until_ready()
-            timed += time.perf_counter() - t0
+    st = C.mean_init(k, d)
+    for x, y, valid in padded_chunks(a.n, k, d, a.chunk, 0):
         t0 = time.perf_counter()
-        means, counts = C.class_means(st)
-        vs = C.var_init(k)
+        st = upd(st, x, y, valid)
+        st.sums.block_until_ready()
         timed += time.perf_counter() - t0
-        for x, y, valid in padded_chunks(n, k, d, chunk, 0):
-            t0 = time.perf_counter()
-            vs = vupd(vs, x, y, means, valid)
-            vs.sq_dev.block_until_ready()
-            timed += time.perf_counter() - t0
+    t0 = time.perf_counter()
+    means, counts = C.class_means(st)
+    vs = C.var_init(k)
+    timed += time.perf_counter() - t0
+    for x, y, valid in padded_chunks(a.n, k, d, a.chunk, 0):
         t0 = time.perf_counter()
-        var = C.class_variances(vs)
-        counts_np = np.asarray(counts)
-        wr, mr, wv, mv = C.nc4_search_set(means, counts_np, w)
-        nc = C.nc4_init(k)
+        vs = vupd(vs, x, y, means, valid)
+        vs.sq_dev.block_until_ready()
         timed += time.perf_counter() - t0
-        nupd(nc, zx[: min(chunk, a.nval)], zy[: min(chunk, a.nval)], wr, mr, w_valid=wv, mean_valid=mv, chunk_size=2048).hits.block_until_ready()
-        C.metrics_from_stats(means, C.class_variances(vs), counts_np, w, nc4=nc, block_size=a.block)  # compile
-        for x, y in gen_chunks(a.nval, k, d, chunk, 1):
-            t0 = time.perf_counter()
-            nc = nupd(nc, x, y, wr, mr, w_valid=wv, mean_valid=mv, chunk_size=2048)
-            nc.hits.block_until_ready()
-            timed += time.perf_counter() - t0
-        t0 = time.perf_counter()
-        m = C.metrics_from_stats(means, var, counts_np, w, nc4=nc, block_size=a.block)
-        timed += time.perf_counter() - t0
-        t_pairs = None
-        if a.time_pairs:  # warm (compiled) metrics_from_stats alone, median of 3
-            ts = []
-            for _ in range(3):
-                t0 = time.perf_counter()
-                C.metrics_from_stats(means, var, counts_np, w, nc4=nc, block_size=a.block)
-                ts.append(time.perf_counter() - t0)
-            t_pairs = statistics.median(ts)
-        m = {key: val for key, val in m.items() if isinstance(val, (int, float))}
-    else:
-        import torch
+    return means, counts, vs, timed
 
-        from _metrics_baselines import TorchCollapse
 
-        torch.set_num_threads(os.cpu_count() or 1)
-        tc = TorchCollapse(k, d)
-        for x, y in gen_chunks(n, k, d, chunk, 0):
-            t0 = time.perf_counter()
-            tc.mean_update(x, y)
-            timed += time.perf_counter() - t0
-        tc.finish_means()
-        for x, y in gen_chunks(n, k, d, chunk, 0):
-            t0 = time.perf_counter()
-            tc.var_update(x, y)
-            timed += time.perf_counter() - t0
-        for x, y in gen_chunks(a.nval, k, d, chunk, 1):
-            t0 = time.perf_counter()
-            tc.nc4_update(x, w)
-            timed += time.perf_counter() - t0
+def _sbjax_nc4(a, nupd, nc, search, k, d):
+    """The NC4 hits of the validation chunks (jitted update, each chunk timed); returns
+    (nc4 state, seconds)."""
+    wr, mr, wv, mv = search
+    timed = 0.0
+    for x, y in gen_chunks(a.nval, k, d, a.chunk, 1):
         t0 = time.perf_counter()
-        m = tc.metrics(w)
+        nc = nupd(nc, x, y, wr, mr, w_valid=wv, mean_valid=mv, chunk_size=2048)
+        nc.hits.block_until_ready()
         timed += time.perf_counter() - t0
-        t_pairs = None
+    return nc, timed
+
+
+def _warm_metrics_s(C, means, var, counts_np, w, nc, block):
+    """Warm (compiled) metrics_from_stats alone, median of 3."""
+    ts = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        C.metrics_from_stats(means, var, counts_np, w, nc4=nc, block_size=block)
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+def _sbjax_side(a, w):
+    """The sbjax side: (timed seconds, scalar metrics, warm metrics seconds or None)."""
+    import jax
+    import jax.numpy as jnp
+
+    from sbjax.metrics import collapse as C
+
+    k, d, chunk = a.k, a.d, a.chunk
+    upd = jax.jit(C.mean_update)
+    vupd = jax.jit(C.var_update)
+    nupd = jax.jit(C.nc4_update, static_argnames=("chunk_size",))
+    # warm-up (compile) on a dummy chunk; compile time is excluded from timed_s
+    zx, zy, zv = np.zeros((chunk, d), np.float32), np.zeros(chunk, np.int32), np.zeros(chunk, bool)
+    upd(C.mean_init(k, d), zx, zy, zv).sums.block_until_ready()
+    vupd(C.var_init(k), zx, zy, jnp.zeros((k, d)), zv).sq_dev.block_until_ready()
+    means, counts, vs, timed = _sbjax_means_vars(a, C, upd, vupd, k, d)
+    t0 = time.perf_counter()
+    var = C.class_variances(vs)
+    counts_np = np.asarray(counts)
+    wr, mr, wv, mv = C.nc4_search_set(means, counts_np, w)
+    nc = C.nc4_init(k)
+    timed += time.perf_counter() - t0
+    nupd(nc, zx[: min(chunk, a.nval)], zy[: min(chunk, a.nval)], wr, mr, w_valid=wv, mean_valid=mv, chunk_size=2048).hits.block_until_ready()
+    C.metrics_from_stats(means, C.class_variances(vs), counts_np, w, nc4=nc, block_size=a.block)  # compile
+    nc, t_nc4 = _sbjax_nc4(a, nupd, nc, (wr, mr, wv, mv), k, d)
+    timed += t_nc4
+    t0 = time.perf_counter()
+    m = C.metrics_from_stats(means, var, counts_np, w, nc4=nc, block_size=a.block)
+    timed += time.perf_counter() - t0
+    t_pairs = _warm_metrics_s(C, means, var, counts_np, w, nc, a.block) if a.time_pairs else None
+    m = {key: val for key, val in m.items() if isinstance(val, (int, float))}
+    return timed, m, t_pairs
+
+
+def _torch_side(a, w):
+    """The torch baseline side: (timed seconds, metrics, None)."""
+    import torch
+
+    from _metrics_baselines import TorchCollapse
+
+    n, k, d, chunk = a.n, a.k, a.d, a.chunk
+    timed = 0.0
+    torch.set_num_threads(os.cpu_count() or 1)
+    tc = TorchCollapse(k, d)
+    for x, y in gen_chunks(n, k, d, chunk, 0):
+        t0 = time.perf_counter()
+        tc.mean_update(x, y)
+        timed += time.perf_counter() - t0
+    tc.finish_means()
+    for x, y in gen_chunks(n, k, d, chunk, 0):
+        t0 = time.perf_counter()
+        tc.var_update(x, y)
+        timed += time.perf_counter() - t0
+    for x, y in gen_chunks(a.nval, k, d, chunk, 1):
+        t0 = time.perf_counter()
+        tc.nc4_update(x, w)
+        timed += time.perf_counter() - t0
+    t0 = time.perf_counter()
+    m = tc.metrics(w)
+    timed += time.perf_counter() - t0
+    return timed, m, None
+
+
+def _peak_rss_mb() -> float:
+    """This process's peak resident memory (MB)."""
     # VmHWM is per address space and reset at exec (ru_maxrss would inherit the
     # parent's high-water mark across fork+exec on Linux)
     with open("/proc/self/status") as fh:
         hwm = [ln for ln in fh if ln.startswith("VmHWM:")]
-    rss_mb = int(hwm[0].split()[1]) / 1024.0 if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    return int(hwm[0].split()[1]) / 1024.0 if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def collapse_worker(a):
+    """Runs one side in this process; prints a JSON line with time, metrics, RSS."""
+    w = make_w(a.k, a.d)
+    timed, m, t_pairs = (_sbjax_side if a.worker == "sbjax" else _torch_side)(a, w)
+    rss_mb = _peak_rss_mb()
     print("RESULT " + json.dumps({"timed_s": timed, "rss_mb": rss_mb, "metrics": m, "t_metrics_warm_s": t_pairs}), flush=True)
 
 
