@@ -86,20 +86,9 @@ def _start(cmd, env, log_path: Path) -> tuple[subprocess.Popen, object]:
   return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT), f
 
 
-def run_soak(out: Path, *, kills: int = 3, steps: int = 12, seed: int = 0,
-             plan: list[str] | None = None, startup_kill_p: float = 0.0,
-             mid_save_p: float = 0.5, max_delay_s: float = 0.6, env: dict | None = None,
-             attempt_timeout_s: float = 300.0, verbose: bool = False) -> dict:
-  """Run the soak into ``out`` (ref/, soak/, logs/); returns the counts (see module doc).
-
-  Each kill follows a mode: "random" (a random delay after training made progress),
-  "save" (the same, then the first moment an orbax temporary directory exists: a kill
-  aimed at a save) or "startup" (a random time after the process starts, often during
-  start-up or restore). ``plan`` gives the modes in order; otherwise they are drawn with
-  ``startup_kill_p`` and ``mid_save_p``."""
-  out = Path(out)
-  env = env or soak_env()
-  rng = random.Random(seed)
+def _kill_plan(kills: int, rng: random.Random, plan, startup_kill_p: float,
+               mid_save_p: float) -> list[str]:
+  """``plan``, or ``kills`` modes drawn with ``startup_kill_p`` and ``mid_save_p``; checked."""
   if plan is None:
     plan = []
     for _ in range(kills):
@@ -108,43 +97,62 @@ def run_soak(out: Path, *, kills: int = 3, steps: int = 12, seed: int = 0,
                   "save" if u < startup_kill_p + mid_save_p else "random")
   if len(plan) != kills or set(plan) - {"random", "save", "startup"}:
     raise ValueError(f"plan must list {kills} modes out of random|save|startup, got {plan}")
-  ref_wd, wd, logs = out / "ref", out / "soak", out / "logs"
-  for p in (ref_wd, wd):
-    if p.exists():
-      raise FileExistsError(f"{p} exists; pass an empty --out")
-  logs.mkdir(parents=True, exist_ok=True)
-  say = print if verbose else (lambda *a, **k: None)
-  t0 = time.perf_counter()
+  return plan
 
-  tfds_dir = out / "tfds"  # the planted data set, prepared once by the first soak attempt
-  ref = ref_log = None
 
-  def start_ref():  # once the soak run has compiled (persistent cache) and prepared the data
-    return _start(train_cmd(ref_wd, steps, tfds_dir), env, logs / "ref.txt")
-  counts = {"kills": 0, "kills_mid_save": 0, "starts": 0, "resumes": 0, "resume_steps": [],
-            "plan": plan, "steps": steps, "seed": seed}
+class _RefRun:
+  """The uninterrupted reference run, started once: as soon as the soak run has compiled
+  (persistent cache) and prepared the data, or after it at the latest."""
+
+  def __init__(self, cmd: list[str], env: dict, log_path: Path):
+    self.cmd, self.env, self.log_path = cmd, env, log_path
+    self.proc = self.log = None
+
+  def start_once(self) -> None:
+    if self.proc is None:
+      self.proc, self.log = _start(self.cmd, self.env, self.log_path)
+
+  def finish(self, timeout_s: float) -> None:
+    self.start_once()
+    rc = self.proc.wait(timeout=timeout_s)
+    self.log.close()
+    if rc != 0:
+      raise AssertionError(f"the reference run failed ({rc}):\n{self.log_path.read_text()[-3000:]}")
+
+
+def _kill_when_due(proc, wd: Path, mode: str, rng: random.Random, before: set[int],
+                   ref: _RefRun, max_delay_s: float, attempt_timeout_s: float) -> bool:
+  """Watch one attempt and SIGKILL it as ``mode`` says (see ``run_soak``); starts the
+  reference run once step 1 is saved. Returns whether it was killed."""
+  t_start = time.perf_counter()
+  deadline = t_start + rng.uniform(0.5, 4.0) if mode == "startup" else None
+  while proc.poll() is None and time.perf_counter() - t_start < attempt_timeout_s:
+    now = time.perf_counter()
+    if ref.proc is None and 1 in _step_dirs(wd):
+      ref.start_once()
+    if deadline is None and len(_step_dirs(wd) - before) >= 1:
+      deadline = now + rng.uniform(0.0, max_delay_s)  # training is under way
+    if deadline is not None and now >= deadline and (mode != "save" or _tmp_dirs(wd)):
+      os.kill(proc.pid, signal.SIGKILL)
+      return True
+    time.sleep(0.002)
+  return False
+
+
+def _attempts(wd: Path, cmd: list[str], env: dict, logs: Path, counts: dict, rng: random.Random,
+              ref: _RefRun, max_delay_s: float, attempt_timeout_s: float, say) -> None:
+  """Start the soak run again and again, killing it as ``counts["plan"]`` says, until an
+  attempt finishes; counts the starts, kills (mid-save ones too) and resumes."""
+  plan, kills = counts["plan"], len(counts["plan"])
   while True:
     counts["starts"] += 1
     k = counts["starts"]
     log_path = logs / f"attempt_{k:02d}.txt"
     before, tmp_before = _step_dirs(wd), set(_tmp_dirs(wd))
-    proc, f = _start(train_cmd(wd, steps, tfds_dir), env, log_path)
-    killed = False
+    proc, f = _start(cmd, env, log_path)
     mode = plan[counts["kills"]] if counts["kills"] < kills else None
-    if mode is not None:
-      t_start = time.perf_counter()
-      deadline = t_start + rng.uniform(0.5, 4.0) if mode == "startup" else None
-      while proc.poll() is None and time.perf_counter() - t_start < attempt_timeout_s:
-        now = time.perf_counter()
-        if ref is None and 1 in _step_dirs(wd):
-          ref, ref_log = start_ref()
-        if deadline is None and len(_step_dirs(wd) - before) >= 1:
-          deadline = now + rng.uniform(0.0, max_delay_s)  # training is under way
-        if deadline is not None and now >= deadline and (mode != "save" or _tmp_dirs(wd)):
-          os.kill(proc.pid, signal.SIGKILL)
-          killed = True
-          break
-        time.sleep(0.002)
+    killed = mode is not None and _kill_when_due(proc, wd, mode, rng, before, ref, max_delay_s,
+                                                 attempt_timeout_s)
     rc = proc.wait(timeout=attempt_timeout_s)
     f.close()
     text = log_path.read_text(errors="replace")
@@ -162,13 +170,39 @@ def run_soak(out: Path, *, kills: int = 3, steps: int = 12, seed: int = 0,
     if rc != 0:
       raise AssertionError(f"attempt {k} failed with exit code {rc}:\n{text[-3000:]}")
     say(f"attempt {k}: finished")
-    break
-  if ref is None:
-    ref, ref_log = start_ref()
-  rc = ref.wait(timeout=attempt_timeout_s)
-  ref_log.close()
-  if rc != 0:
-    raise AssertionError(f"the reference run failed ({rc}):\n{(logs / 'ref.txt').read_text()[-3000:]}")
+    return
+
+
+def run_soak(out: Path, *, kills: int = 3, steps: int = 12, seed: int = 0,
+             plan: list[str] | None = None, startup_kill_p: float = 0.0,
+             mid_save_p: float = 0.5, max_delay_s: float = 0.6, env: dict | None = None,
+             attempt_timeout_s: float = 300.0, verbose: bool = False) -> dict:
+  """Run the soak into ``out`` (ref/, soak/, logs/); returns the counts (see module doc).
+
+  Each kill follows a mode: "random" (a random delay after training made progress),
+  "save" (the same, then the first moment an orbax temporary directory exists: a kill
+  aimed at a save) or "startup" (a random time after the process starts, often during
+  start-up or restore). ``plan`` gives the modes in order; otherwise they are drawn with
+  ``startup_kill_p`` and ``mid_save_p``."""
+  out = Path(out)
+  env = env or soak_env()
+  rng = random.Random(seed)
+  plan = _kill_plan(kills, rng, plan, startup_kill_p, mid_save_p)
+  ref_wd, wd, logs = out / "ref", out / "soak", out / "logs"
+  for p in (ref_wd, wd):
+    if p.exists():
+      raise FileExistsError(f"{p} exists; pass an empty --out")
+  logs.mkdir(parents=True, exist_ok=True)
+  say = print if verbose else (lambda *a, **k: None)
+  t0 = time.perf_counter()
+
+  tfds_dir = out / "tfds"  # the planted data set, prepared once by the first soak attempt
+  ref = _RefRun(train_cmd(ref_wd, steps, tfds_dir), env, logs / "ref.txt")
+  counts = {"kills": 0, "kills_mid_save": 0, "starts": 0, "resumes": 0, "resume_steps": [],
+            "plan": plan, "steps": steps, "seed": seed}
+  _attempts(wd, train_cmd(wd, steps, tfds_dir), env, logs, counts, rng, ref, max_delay_s,
+            attempt_timeout_s, say)
+  ref.finish(attempt_timeout_s)
   counts["moved_aside_steps"], counts["moved_aside_tmp"] = _bad_entries(wd)
   counts.update(compare(ref_wd, wd, steps))
   counts["wall_s"] = round(time.perf_counter() - t0, 1)
