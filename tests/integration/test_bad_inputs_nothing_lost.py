@@ -21,8 +21,7 @@ from sbjax.cli import convert as convert_cli
 from sbjax.config import Config, TrainConfig
 from sbjax.train import train
 from sbjax.train import lock as lock_lib
-from tests.integration.test_bad_inputs import (ROOT, assert_nothing_lost, ds, hf_dir,  # noqa: F401
-                                               run_dir, snapshot, tiny_cfg)
+from tests.integration.test_bad_inputs import ROOT, assert_nothing_lost, snapshot, tiny_cfg
 
 pytestmark = [pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
               pytest.mark.filterwarnings("ignore:coroutine .* was never awaited:RuntimeWarning")]
