@@ -165,14 +165,13 @@ def side_authors(root: Path, a) -> dict:
     m = transformers.GPTNeoXForCausalLM.from_pretrained(r.path, dtype=torch.float32).to(dev).eval()
     ph.add("load", *_since(t0))
     acts = {"mlp": [[] for _ in m.gpt_neox.layers], "ov": [[] for _ in m.gpt_neox.layers]}
-    hooks = []
+    hooks, n_heads = [], m.config.num_attention_heads
     for i, layer in enumerate(m.gpt_neox.layers):
       hooks.append(layer.mlp.register_forward_hook(
           lambda mod, inp, o, i=i: acts["mlp"][i].append(o[:, -1].double().cpu().numpy())))
 
-      def qkv_hook(mod, inp, o, i=i, layer=layer):
+      def qkv_hook(mod, inp, o, i=i, layer=layer, h=n_heads):
         b, t, _ = o.shape
-        h = m.config.num_attention_heads
         v = o.view(b, t, h, 3, -1)[:, -1, :, 2, :].reshape(b, -1)
         acts["ov"][i].append((v @ layer.attention.dense.weight.T).double().cpu().numpy())
       hooks.append(layer.attention.query_key_value.register_forward_hook(qkv_hook))

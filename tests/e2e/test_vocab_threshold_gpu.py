@@ -118,6 +118,7 @@ def test_twin_end_to_end(tmp_path, capfd):
   for t in table:
     v, d = int(t["V"]), int(t["d_model"])
     assert t["reference"] == "a-r=d" and int(t["r_star"]) in k.plan.ranks
+    assert d == max(k.plan.ranks)  # the reference head's rank r = d is the largest rank
     tr = np.fromfile(tmp_path / "tok" / f"V{v}" / "train.uint16.bin", np.uint16)
     assert int(t["train_tokens"]) == tr.size
     assert int(t["types_under_50"]) == int((np.bincount(tr, minlength=v) < 50).sum())
