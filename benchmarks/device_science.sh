@@ -74,13 +74,17 @@ if [[ -z "${PART}" ]]; then
        "timing" >&2
   exit 2
 fi
+# NEED_MIB: the free GPU memory a part needs. XLA's planned arguments + temporaries of the
+# largest step (benchmarks/step_flops.py --memory, XLA:CPU): saturation 2.9 GiB, collapse
+# 13.9, collapse-grid 4.5, vocab_threshold 33.7 (V 8192's 20-head population: its full
+# float32 logits, 20 x 16384 x 8192), with room for the runtime and the device sampler's tables.
 case "${PART}" in
   collapse) EXP=collapse; PRESET=gpu; VOCAB=1024; NEED_MIB=20000 ;;
   collapse-grid) EXP=collapse; PRESET=gpu-grid; VOCAB=1024; NEED_MIB=20000 ;;
   vocab_threshold) EXP=vocab_threshold; PRESET=gpu; VOCAB="1024 2048 4096 8192"
-    NEED_MIB=40000 ;;
+    NEED_MIB=48000 ;;
   saturation) EXP=saturation; PRESET=gpu-planted; VOCAB=""; NEED_MIB=30000 ;;
-  timing) EXP=timing; VOCAB=""; NEED_MIB=40000
+  timing) EXP=timing; VOCAB=""; NEED_MIB=48000
     PRESET="saturation:gpu-planted,collapse:gpu,vocab_threshold:gpu,collapse:gpu-grid" ;;
 esac
 TIMED=(--warmup=10 --steps=50)

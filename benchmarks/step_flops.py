@@ -12,7 +12,8 @@ configs, members and datasets as the presets train), the run's step program is b
 PEAK = 989 TFLOP/s (H200/H100 dense bf16; ``--peak``), u = ``--util`` (0.2). A frozen-trunk
 population is also lowered with each member recomputing the trunk (``shares_trunk`` off:
 ``unshared_flops``) so that the saving of ``sbjax.train.population.make_shared_trunk_step`` is
-a ratio of two counts of the same run. Not counted: evaluations, checkpoints, compiles and the
+a ratio of two counts of the same run. ``--memory`` compiles each step on this backend and adds
+XLA's planned arguments + temporaries (GiB). Not counted: evaluations, checkpoints, compiles and the
 measurement passes (see step_timing for measured times).
 
   PYTHONPATH=. python benchmarks/step_flops.py --runs=vocab_threshold:gpu,saturation:gpu-planted
@@ -61,9 +62,11 @@ def _abstract_args(fns, cfgs, varies):
   return (state, batch, *extra)
 
 
-def step_flops(cfgs, shared: bool | None = None) -> float:
+def step_flops(cfgs, shared: bool | None = None, memory: bool = False):
   """XLA's flop count of one step of the run of ``cfgs`` (module doc); ``shared``: force the
-  frozen trunk's shared forward on or off (None: as ``sbjax.train`` chooses)."""
+  frozen trunk's shared forward on or off (None: as ``sbjax.train`` chooses). ``memory``:
+  also compile it and return (flops, GiB of its arguments + temporaries, as XLA:CPU plans
+  them; the state is donated, so this is about the step's peak)."""
   n = len(cfgs)
   varies = check_members(cfgs) if n > 1 else build_mod.ONE
   mesh = shd.make_mesh(cfgs[0].mesh)
@@ -73,19 +76,28 @@ def step_flops(cfgs, shared: bool | None = None) -> float:
   try:
     with jax.set_mesh(mesh):
       fns = build_mod.build.uncached(cfgs[0], mesh, -1, n, varies)
-      return float(fns.step.lower(*_abstract_args(fns, cfgs, varies)).cost_analysis()["flops"])
+      lowered = fns.step.lower(*_abstract_args(fns, cfgs, varies))
+      flops = float(lowered.cost_analysis()["flops"])
+      if not memory:
+        return flops
+      m = lowered.compile().memory_analysis()
+      return flops, (m.argument_size_in_bytes + m.temp_size_in_bytes) / 2**30
   finally:
     build_mod.shares_trunk = chosen
 
 
-def count(run: step_timing.TimedRun) -> dict:
+def count(run: step_timing.TimedRun, memory: bool = False) -> dict:
   """One run's record: flops per step, PFLOP of its steps, and for a population on a shared
-  frozen trunk the count without the sharing."""
+  frozen trunk the count without the sharing; ``memory``: the step's planned GiB too."""
   vocab = run.datasets[0].vocab_size
   cfgs = [resolve_vocab(c, vocab) for c in run.cfgs]
   tc = cfgs[0].train
   rec = {"run": run.name, "members": len(cfgs), "steps": tc.steps,
-         "tokens_per_step": tc.batch_size * tc.seq_len, "flops_per_step": step_flops(cfgs)}
+         "tokens_per_step": tc.batch_size * tc.seq_len}
+  if memory:
+    rec["flops_per_step"], rec["step_gib"] = step_flops(cfgs, memory=True)
+  else:
+    rec["flops_per_step"] = step_flops(cfgs)
   rec["pflop"] = rec["flops_per_step"] * tc.steps / 1e15
   if len(cfgs) > 1 and shares_trunk(cfgs[0], own_batches=False):
     rec["unshared_flops_per_step"] = step_flops(cfgs, shared=False)
@@ -101,12 +113,17 @@ def main(argv=None) -> dict:
   ap.add_argument("--peak", type=float, default=PEAK, help="the device's peak FLOP/s")
   ap.add_argument("--util", type=float, default=0.2, help="the assumed utilisation")
   ap.add_argument("--out", default="", help="a folder for step_flops.json")
+  ap.add_argument("--memory", action="store_true", help="also compile each step (on this "
+                  "backend) and report its arguments + temporaries in GiB")
+  ap.add_argument("--only", default="", help="comma-separated run names; default: all")
   a = ap.parse_args(argv)
   result = {"peak": a.peak, "util": a.util, "runs": [], "presets": {}}
   with tempfile.TemporaryDirectory() as tmp:
     for spec in a.runs.split(","):
-      recs = [dict(preset=spec, **count(r))
-              for r in step_timing.plan(spec, a.collapse_tokens, Path(tmp))]
+      only = set(filter(None, a.only.split(",")))
+      recs = [dict(preset=spec, **count(r, a.memory))
+              for r in step_timing.plan(spec, a.collapse_tokens, Path(tmp))
+              if not only or r.name in only]
       for r in recs:
         print("FLOPS " + json.dumps(r), flush=True)
       pflop = sum(r["pflop"] for r in recs)
