@@ -24,7 +24,9 @@
 #                      150 s and is reported "did not finish in N s" otherwise);
 #   series       (100) K=16 pythia-70m revisions, 128x256 tokens: sbjax vs the authors' way
 #                      (transformers on the same GPU, numpy per revision), equal values;
-#   metrics       (40) benchmarks/metrics_bench.py --quick.
+#   metrics       (40) benchmarks/metrics_bench.py --quick;
+#   levers        (60) only with time left: sbjax alone at pythia-160m with 64k tokens per step
+#                      (B 64 x T 1024), the accelerator issue's first lever for its MFU goal.
 # Results: results.json (every BENCH row, each section's status, the tests' counts and the
 # issue's 23 tests one by one, the GPU goals next to the numbers as met / not met, versions),
 # one CSV per section, every log: packed into OUT/device_check_KIND.tar.gz.
@@ -183,6 +185,8 @@ if [[ "${DRY}" == 1 ]]; then
          "--shrink=n_layers=1,vocab_size=512,d_model=64,n_heads=2")
   SERIES=(--k=2 --n=4 --t=16 --shape=tiny --chunk=4)
   METRICS=(--cases=spectra --heads=2 --spec-v=256 --spec-d=32 --reps=1 --spec-methods=auto)
+  LEVERS=("--configs=pythia-160m" --sides=sbjax --batch=4 --seq=32 --reps=1 --warmup=0
+          "--shrink=n_layers=1,vocab_size=512,d_model=64,n_heads=2")
 else
   FAST=(tests -m "not e2e")
   for t in "${ISSUE_TESTS[@]}"; do FAST+=("--deselect=${t}"); done
@@ -190,6 +194,7 @@ else
          --seq=1024 --warmup=2 --reps=10 --side_timeout=70 --compile_timeout=150)
   SERIES=(--k=16 --n=128 --t=256 --shape=pythia-70m --chunk=32)
   METRICS=(--quick)
+  LEVERS=("--configs=pythia-160m" --sides=sbjax --batch=64 --seq=1024 --warmup=2 --reps=10)
   if [[ "${KIND}" == tpu ]]; then TRAIN+=(--sides=sbjax); fi  # torch has no TPU here
 fi
 PYTEST=("${PY}" -m pytest -o addopts= -v -rfEs -p no:cacheprovider)
@@ -238,6 +243,13 @@ if wanted series; then
 fi
 if wanted metrics; then
   section metrics "$(limit_of 40)" "${PY}" benchmarks/metrics_bench.py "${METRICS[@]}"
+fi
+if wanted levers; then  # last: it only uses what the sections above left of DEADLINE_S
+  L=$(limit_of 60)
+  if [[ "${L}" -le 20 ]]; then L=0; fi  # too little for a compile and 12 steps: not run
+  section levers "${L}" "${PY}" benchmarks/train_step_vs_hf.py --isolate "${LEVERS[@]}" \
+    --budget_s=$((L > 11 ? L - 10 : 1)) --dtype=bfloat16 --loss_chunk=preset --remat=preset \
+    --hf_device=auto --peak_tflops="${PEAK}"
 fi
 if [[ "${NDEV}" -gt 1 ]] && wanted device_equal; then
   section device_equal "$(limit_of 60)" "${PY}" benchmarks/device_equal.py --steps=3

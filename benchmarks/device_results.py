@@ -44,8 +44,12 @@ GOALS = (
     ("pythia-160m sbjax / torch.compile tokens/s", "train",
      ("pythia-160m", "sbjax", "vs_hf_compile"), 1.4),
     ("pythia-410m sbjax MFU", "train", ("pythia-410m", "sbjax", "mfu"), 0.55),
+    ("pythia-160m sbjax MFU at 64k tokens per step", "levers", ("pythia-160m", "sbjax", "mfu"),
+     0.45),
     ("series analysis sbjax / the authors' way (wall)", "series", ("speedup",), 5.0),
 )
+# sections that run only with time left before the deadline: "not run" is not a failure
+OPTIONAL = ("levers",)
 STATUS = re.compile(r"(?:(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) (tests/\S+::\S+))|"
                     r"(?:(tests/\S+::\S+) (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS))")
 
@@ -111,7 +115,7 @@ def issue_tests(cases: dict) -> dict:
 
 def measured(sections: dict, section: str, path: tuple):
   rows = sections.get(section, {}).get("rows", [])
-  if section == "train":
+  if section in ("train", "levers"):
     config, side, key = path
     hit = [r for r in rows if r.get("config") == config and r.get("side") == side and key in r]
   else:
@@ -168,16 +172,19 @@ def summary(res: dict) -> str:
     extra = s["tests"]["counts"] if "tests" in s else f"{len(s['rows'])} rows"
     lines.append(f"  {name:14s} {s['status']:20s} {s['seconds']:4d} s of {s['limit_s']:4d}  "
                  f"{extra}")
-  for r in res["sections"].get("train", {}).get("rows", []):
+  for r in (res["sections"].get("train", {}).get("rows", []) +
+            res["sections"].get("levers", {}).get("rows", [])):
     if "tokens_per_s" in r:
-      lines.append(f"  {r['config']:12s} {r['side']:10s} {r['tokens_per_s']:12.0f} tok/s  "
+      lines.append(f"  {r['config']:12s} {r['side']:10s} B {r.get('batch')} x {r.get('seq')} "
+                   f"{r['tokens_per_s']:12.0f} tok/s  "
                    f"MFU {100 * r['mfu']:5.1f}%  peak {r.get('peak_mem_gib')} GiB  "
                    f"compile {r.get('compile_s')} s")
     elif "skipped" in r:
       lines.append(f"  {r['config']:12s} {r['side']:10s} {r['skipped']}")
   for g in res["goals"]:
     lines.append(f"  goal {g['goal']}: {g['target']}, measured {g['measured']}: {g['status']}")
-  bad = [n for n, s in res["sections"].items() if s["status"] != "ok"]
+  bad = [n for n, s in res["sections"].items() if s["status"] != "ok"
+         and not (n in OPTIONAL and s["status"] == "not run")]
   lines.append(f"sections not ok: {bad}" if bad else "all sections ran")
   return "\n".join(lines)
 

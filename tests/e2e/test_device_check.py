@@ -1,6 +1,6 @@
 """benchmarks/device_check.sh dry-runs on CPU (tiny sizes, nothing installed): the train
-section runs sbjax and HF eager (bf16 autocast) each in its own process, the metrics section
-its spectra case, and everything lands in ONE archive holding results.json (every section's
+section runs sbjax and HF eager (bf16 autocast) each in its own process, the levers section
+sbjax alone at a larger batch, the metrics section its spectra case, and everything lands in ONE archive holding results.json (every section's
 exit status, the BENCH rows, the GPU goals as met / not met / not measured), the CSVs and the
 logs. The test and series sections are left out here for time (the whole dry run, every
 section, is `bash benchmarks/device_check.sh cpu --dry-run`); device_results.py's reading of
@@ -17,7 +17,7 @@ SCRIPT = ROOT / "benchmarks" / "device_check.sh"
 
 
 def test_device_check_dry_run_writes_one_archive(tmp_path):
-  env = dict(os.environ, OUT=str(tmp_path / "dc"), SECTIONS="train,metrics",
+  env = dict(os.environ, OUT=str(tmp_path / "dc"), SECTIONS="train,metrics,levers",
              JAX_PLATFORMS="cpu")
   proc = subprocess.run(["bash", str(SCRIPT), "cpu", "--dry-run"], cwd=ROOT, env=env,
                         capture_output=True, text=True, timeout=600)
@@ -30,7 +30,7 @@ def test_device_check_dry_run_writes_one_archive(tmp_path):
           "metrics.csv"} <= names
   assert res["kind"] == "cpu" and res["dry_run"] and res["n_devices"] == 1
   assert res["env"]["backend"] == "cpu" and res["env"]["jax"]
-  assert set(res["sections"]) == {"train", "metrics"}
+  assert set(res["sections"]) == {"train", "metrics", "levers"}
   assert all(s["status"] == "ok" and s["rc"] == 0 for s in res["sections"].values())
   rows = {r["side"]: r for r in res["sections"]["train"]["rows"]}
   assert set(rows) == {"sbjax", "hf_eager"}
@@ -44,6 +44,10 @@ def test_device_check_dry_run_writes_one_archive(tmp_path):
   assert mfu["measured"] == rows["sbjax"]["mfu"] and mfu["status"] == "not met"
   assert goals["pythia-410m sbjax MFU"]["status"] == "not measured"
   assert all(g["dry_run"] for g in goals.values())
+  (lever,) = res["sections"]["levers"]["rows"]  # sbjax alone at a larger batch
+  assert (lever["side"], lever["batch"], lever["seq"]) == ("sbjax", 4, 32)
+  assert lever["tokens_per_s"] > 0 and lever["dtype"] == "bfloat16"
+  assert goals["pythia-160m sbjax MFU at 64k tokens per step"]["measured"] == lever["mfu"]
   spectra = [r for r in res["sections"]["metrics"]["rows"] if r["case"] == "spectra"]
   assert spectra and all(r["median_s"] > 0 for r in spectra)
   assert "all sections ran" in proc.stdout

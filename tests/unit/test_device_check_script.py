@@ -75,7 +75,7 @@ def _bench_log(*rows):
 def test_device_results_reads_a_report_and_judges_the_goals(tmp_path):
   (tmp_path / "sections.tsv").write_text(
       "tests_issue31\t0\t40\t50\ntests_fast\t124\t50\t50\ntrain\t0\t200\t230\n"
-      "series\t0\t80\t90\nmetrics\tnot run\t0\t3\n")
+      "series\t0\t80\t90\nmetrics\tnot run\t0\t3\nlevers\t0\t50\t60\n")
   (tmp_path / "tests_issue31.xml").write_text(JUNIT)
   (tmp_path / "tests_fast.log").write_text(FAST_LOG)
   train = [{"bench": "train_step", "config": "pythia-160m", "side": "sbjax", "mfu": 0.5,
@@ -90,8 +90,11 @@ def test_device_results_reads_a_report_and_judges_the_goals(tmp_path):
   (tmp_path / "series.log").write_text(_bench_log(
       {"bench": "series_analysis", "speedup": 6.0, "equal_within_tol": False, "tol": 1e-4,
        "max_diff": {"eval_loss": 3e-4}}))
+  (tmp_path / "levers.log").write_text(_bench_log(
+      {"bench": "train_step", "config": "pythia-160m", "side": "sbjax", "mfu": 0.44,
+       "tokens_per_s": 5.3e5, "batch": 64, "seq": 1024}))
   (tmp_path / "env.json").write_text(json.dumps({"device": "NVIDIA H200", "n_devices": 1}))
-  subprocess.run([sys.executable, str(BENCH / "device_results.py"), str(tmp_path),
+  proc = subprocess.run([sys.executable, str(BENCH / "device_results.py"), str(tmp_path),
                   "--kind=gpu", "--dry_run=0", "--peak_tflops=989", "--seconds=400"],
                  check=True, capture_output=True, text=True)
   res = json.loads((tmp_path / "results.json").read_text())
@@ -101,10 +104,14 @@ def test_device_results_reads_a_report_and_judges_the_goals(tmp_path):
       "pythia-160m sbjax MFU": (0.5, "met"),
       "pythia-160m sbjax / torch.compile tokens/s": (1.3, "not met"),
       "pythia-410m sbjax MFU": (0.56, "met"),
+      "pythia-160m sbjax MFU at 64k tokens per step": (0.44, "not met"),
       "series analysis sbjax / the authors' way (wall)": (6.0, "met"),
       "series analysis values equal (tol 0.0001)": ({"eval_loss": 3e-4}, "not met")}
   s = res["sections"]
-  assert [s[n]["status"] for n in s] == ["ok", "cut off at its limit", "ok", "ok", "not run"]
+  assert [s[n]["status"] for n in s] == ["ok", "cut off at its limit", "ok", "ok", "not run",
+                                         "ok"]
+  assert "B 64 x 1024" in proc.stdout  # the levers row, with its batch
+  assert "sections not ok: ['tests_fast', 'metrics']" in proc.stdout
   assert s["tests_issue31"]["tests"]["counts"] == {"passed": 2, "failed": 1, "skipped": 1}
   assert s["tests_fast"]["tests"] == {
       "source": "log", "counts": {"passed": 1, "failed": 1},
@@ -120,6 +127,12 @@ def test_device_results_reads_a_report_and_judges_the_goals(tmp_path):
     table = list(csv.DictReader(f))
   assert [r["side"] for r in table] == ["sbjax", "hf_compile", "sbjax", "hf_compile"]
   assert table[3]["skipped"] == "did not finish in 150 s" and table[3]["mfu"] == ""
+  # an optional section (levers) that found no time left is not a failure; metrics is
+  (tmp_path / "sections.tsv").write_text("metrics\tnot run\t0\t3\nlevers\tnot run\t0\t0\n")
+  proc = subprocess.run([sys.executable, str(BENCH / "device_results.py"), str(tmp_path),
+                         "--kind=gpu", "--dry_run=0", "--peak_tflops=989", "--seconds=400"],
+                        check=True, capture_output=True, text=True)
+  assert "sections not ok: ['metrics']" in proc.stdout
 
 
 CHILD = """import sys, time
