@@ -7,7 +7,8 @@ per-arm readout, ``planted_measure.arm_summary``, with the arm's seed, vocab and
 floors ``planted_floor.csv`` (the preset's language) and ``planted_floor<lang_tag>.csv`` (an
 arm's own language, ``Arm.lang``), ``planted_meta.json`` (preset, language, languages,
 account, timings; ``runs``: one record per call of ``run_planted`` in this folder, so a rerun
-after a budget stop keeps the stop's record: ``_with_history``). An arm with its own language or seed gets its own dataset and windows.
+after a budget stop keeps the stop's record: ``_with_history``). An arm with its own language
+or seed gets its own dataset and windows.
 
 With ``Knobs.population`` (the device presets) the arms of one shape (d, dtype, language)
 train as ONE run of N members (``sbjax.train.train``: one vmapped step; λ and seed vary), each
