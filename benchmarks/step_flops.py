@@ -10,7 +10,7 @@ configs, members and datasets as the presets train), the run's step program is b
     s_at_u = pflop · 1e15 / (u · PEAK)              (the compute time at utilisation u)
 
 PEAK = 989 TFLOP/s (H200/H100 dense bf16; ``--peak``), u = ``--util`` (0.2). A frozen-trunk
-population is also lowered with each member recomputing the trunk (``shares_trunk`` off:
+population is also lowered with each member recomputing the trunk (``build(share_trunk=False)``:
 ``unshared_flops``) so that the saving of ``sbjax.train.population.make_shared_trunk_step`` is
 a ratio of two counts of the same run. ``--memory`` compiles each step on this backend and adds
 XLA's planned arguments + temporaries (GiB). Not counted: evaluations, checkpoints, compiles and the
@@ -63,27 +63,21 @@ def _abstract_args(fns, cfgs, varies):
 
 
 def step_flops(cfgs, shared: bool | None = None, memory: bool = False):
-  """XLA's flop count of one step of the run of ``cfgs`` (module doc); ``shared``: force the
-  frozen trunk's shared forward on or off (None: as ``sbjax.train`` chooses). ``memory``:
+  """XLA's flop count of one step of the run of ``cfgs`` (module doc); ``shared=False``: members
+  on a frozen trunk recompute its forward each (None or True: as ``sbjax.train`` chooses). ``memory``:
   also compile it and return (flops, GiB of its arguments + temporaries, as XLA:CPU plans
   them; the state is donated, so this is about the step's peak)."""
   n = len(cfgs)
   varies = check_members(cfgs) if n > 1 else build_mod.ONE
   mesh = shd.make_mesh(cfgs[0].mesh)
-  chosen = build_mod.shares_trunk
-  if shared is not None:
-    build_mod.shares_trunk = lambda cfg, own: shared
-  try:
-    with jax.set_mesh(mesh):
-      fns = build_mod.build.uncached(cfgs[0], mesh, -1, n, varies)
-      lowered = fns.step.lower(*_abstract_args(fns, cfgs, varies))
-      flops = float(lowered.cost_analysis()["flops"])
-      if not memory:
-        return flops
-      m = lowered.compile().memory_analysis()
-      return flops, (m.argument_size_in_bytes + m.temp_size_in_bytes) / 2**30
-  finally:
-    build_mod.shares_trunk = chosen
+  with jax.set_mesh(mesh):
+    fns = build_mod.build.uncached(cfgs[0], mesh, -1, n, varies, shared is not False)
+    lowered = fns.step.lower(*_abstract_args(fns, cfgs, varies))
+    flops = float(lowered.cost_analysis()["flops"])
+    if not memory:
+      return flops
+    m = lowered.compile().memory_analysis()
+    return flops, (m.argument_size_in_bytes + m.temp_size_in_bytes) / 2**30
 
 
 def count(run: step_timing.TimedRun, memory: bool = False) -> dict:

@@ -396,7 +396,8 @@ def run_plan(plan: Plan, out, dataset, *, progress: Callable[[str], None] | None
     rows += _train_group(plan, out, grp, dataset, trunk, f"[{i + 1}/{len(todo)}]", say, quiet,
                          hooks)
     write_csv(out / CSV_NAME, mark_best(rows), COLUMNS)
-  trunk = trunk_of(plan, out, rows)
+  if trunk is None:  # no protocol-a group: the best full run, for full_head.npy and plan.json
+    trunk = trunk_of(plan, out, rows)
   save_full_head(out, trunk.dir, None if trunk.step < 0 else trunk.step)
   atomic_write_json(out / "plan.json", {
       "ranks": plan.ranks, "lrs": plan.lrs, "head_lrs": plan.head_lrs,

@@ -139,7 +139,7 @@ def members_init(cfg: Config, heads: tuple):
 
 
 def _members(cfg: Config, mesh, c: types.SimpleNamespace, nan_at_step: int, n: int,
-             varies: Varies) -> types.SimpleNamespace:
+             varies: Varies, share_trunk: bool) -> types.SimpleNamespace:
   tc, model = cfg.train, c.model
   p_sh = shd.tree_shardings(_stacked(c.abstract, n), mesh, leading=1)
   o_sh = shd.tree_shardings(_stacked(c.abstract_opt, n), mesh, leading=1)
@@ -150,7 +150,7 @@ def _members(cfg: Config, mesh, c: types.SimpleNamespace, nan_at_step: int, n: i
     return make_optimizer(tc, cfg.model, c.abstract, lr_scale=lr_scale,
                           weight_decay=weight_decay if varies.weight_decay else None)
 
-  if shares_trunk(cfg, varies.data):  # a frozen trunk's forward once for all members
+  if share_trunk and shares_trunk(cfg, varies.data):  # a frozen trunk's forward once for all
     step = make_shared_trunk_step(model, tx_of, tc, varies.lr, nan_at_step)
     ev_fn = make_shared_trunk_eval(model)
   else:
@@ -174,10 +174,11 @@ def _members(cfg: Config, mesh, c: types.SimpleNamespace, nan_at_step: int, n: i
 
 
 @cached
-def build(cfg: Config, mesh, nan_at_step: int, n: int = 1,
-          varies: Varies = ONE) -> types.SimpleNamespace:
+def build(cfg: Config, mesh, nan_at_step: int, n: int = 1, varies: Varies = ONE,
+          share_trunk: bool = True) -> types.SimpleNamespace:
   """The programs of a run of ``n`` members (module doc); ``nan_at_step``: the test hook of
-  ``sbjax.train.train``."""
+  ``sbjax.train.train``; ``share_trunk=False``: members on one frozen trunk recompute its
+  forward each (the reference the shared step is measured and tested against)."""
   c = _common(cfg, mesh)
   return _one(cfg, c, nan_at_step) if n == 1 else _members(cfg, mesh, c, nan_at_step, n,
-                                                           varies)
+                                                           varies, share_trunk)

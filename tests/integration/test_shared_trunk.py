@@ -37,11 +37,10 @@ def _cfgs(loss_chunk: int, kind: str = "padded_lowrank"):
           for i, (r, lr) in enumerate(grid)]
 
 
-def _programs(cfgs, shared: bool, monkeypatch):
-  monkeypatch.setattr(build_mod, "shares_trunk", lambda cfg, own: shared)
+def _programs(cfgs, shared: bool):
   mesh = shd.make_mesh(cfgs[0].mesh)
   with jax.set_mesh(mesh):
-    return build_mod.build.uncached(cfgs[0], mesh, -1, N, check_members(cfgs)), mesh
+    return build_mod.build.uncached(cfgs[0], mesh, -1, N, check_members(cfgs), shared), mesh
 
 
 def _state(fns, cfgs):
@@ -69,13 +68,12 @@ def _run(fns, mesh, cfgs, batch):
 
 @pytest.mark.parametrize("loss_chunk,kind", [(0, "padded_lowrank"), (16, "padded_lowrank"),
                                              (0, "dense"), (16, "mos")])
-def test_shared_trunk_equals_the_vmapped_step_at_a_fraction_of_its_flops(loss_chunk, kind,
-                                                                       monkeypatch):
+def test_shared_trunk_equals_the_vmapped_step_at_a_fraction_of_its_flops(loss_chunk, kind):
   cfgs = _cfgs(loss_chunk, kind)
   assert shares_trunk(cfgs[0], own_batches=False)
   batch = np.random.default_rng(0).integers(0, 64, (8, 33)).astype(np.int32)
-  got = _run(*_programs(cfgs, True, monkeypatch), cfgs, batch)
-  ref = _run(*_programs(cfgs, False, monkeypatch), cfgs, batch)
+  got = _run(*_programs(cfgs, True), cfgs, batch)
+  ref = _run(*_programs(cfgs, False), cfgs, batch)
   for a, b in zip(got[0], ref[0]):  # each step's loss, accuracy, grad norm, ok per member
     for k in ("loss", "acc", "grad_norm"):
       np.testing.assert_allclose(a[k], b[k], rtol=1e-6, atol=1e-6, err_msg=k)
