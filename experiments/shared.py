@@ -13,6 +13,7 @@ library-grade pieces they use live in sbjax and are re-exported here: ``config_f
 from __future__ import annotations
 
 import io
+import json
 import math
 import sys
 import time
@@ -35,7 +36,7 @@ REPO = Path(__file__).resolve().parents[1]
 __all__ = ["REPO", "DEFAULT_TEXT", "config_from", "text_corpus", "with_corpus", "write_rows",
            "read_rows", "write_json", "fmt", "RunsProgress", "SweepProgress", "Preset",
            "pick_preset", "claims_sentences", "span", "upath", "save_figure", "save_npz",
-           "load_np", "main_flags", "SAMPLE_TEXT_HELP"]
+           "load_np", "main_flags", "SAMPLE_TEXT_HELP", "utc", "with_history"]
 
 SAMPLE_TEXT_HELP = ("a directory of .txt files (default: the sample corpus shipped in "
                     "sbjax/data/sample_text)")
@@ -124,6 +125,25 @@ class BudgetClock:
     if self.budget_s and end > self.budget_s:
       raise self.over(f"{self.unit} {name} would end at ~{end:.0f} s, past the "
                       f"{self.budget_s:g} s budget: {stop_text}")
+
+
+def utc(t: float) -> str:
+  """``t`` (seconds since the epoch) as ISO-8601 UTC, second resolution: a call record's
+  ``started`` and ``ended`` (they sort in call order as strings)."""
+  return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+def with_history(path, meta: dict, keys: tuple) -> dict:
+  """``meta`` (this call's record of an experiment folder, the JSON at ``path``) with
+  ``runs``: the records of the earlier calls into the same folder (the file's ``runs``; a
+  file written before ``runs`` existed counts as one record, its own fields), then this
+  call's (``meta``'s ``keys``). A rerun after a device preset's budget stop so keeps what
+  stopped the first call and when; nothing earlier is lost. The top level stays the latest
+  call's."""
+  path = upath(path)
+  old = json.loads(path.read_text()) if path.exists() else None
+  runs = [] if old is None else old.get("runs") or [{k: old.get(k) for k in keys}]
+  return {**meta, "runs": runs + [{k: meta.get(k) for k in keys}]}
 
 
 def welch_clause(w: dict, n_a: int, n_b: int) -> str:

@@ -7,8 +7,8 @@ per-arm readout, ``planted_measure.arm_summary``, with the arm's seed, vocab and
 floors ``planted_floor.csv`` (the preset's language) and ``planted_floor<lang_tag>.csv`` (an
 arm's own language, ``Arm.lang``), ``planted_meta.json`` (preset, language, languages,
 account, timings; ``runs``: one record per call of ``run_planted`` in this folder, so a rerun
-after a budget stop keeps the stop's record: ``_with_history``). An arm with its own language
-or seed gets its own dataset and windows.
+after a budget stop keeps the stop's record: ``experiments.shared.with_history``). An arm with
+its own language or seed gets its own dataset and windows.
 
 With ``Knobs.population`` (the device presets) the arms of one shape (d, dtype, language)
 train as ONE run of N members (``sbjax.train.train``: one vmapped step; λ and seed vary), each
@@ -37,7 +37,7 @@ from .windows import validation_windows
 from .planted_floor import floors as _floors
 from .planted_budget import Clock, OverBudget, Watch
 from .planted_presets import arm_config, arm_name, get_planted_preset, knobs_record, lang_tag
-from ..shared import RunsProgress, upath, write_json, write_rows
+from ..shared import RunsProgress, upath, utc, with_history, write_json, write_rows
 from sbjax.analysis.table import atomic_write_bytes
 from sbjax.data import make_dataset
 from sbjax.data.dataset import StreamingPlanted
@@ -209,20 +209,6 @@ CALL_KEYS = ("preset", "started", "ended", "seconds", "trained", "stopped", "not
              "estimates", "timings")
 
 
-def _utc(t: float) -> str:
-  return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
-
-
-def _with_history(path: Path, meta: dict) -> dict:
-  """``meta`` (this call's planted_meta.json) with ``runs``: the records of the earlier calls
-  into the same folder (the file's ``runs``; a file written before ``runs`` existed is one
-  record, its own fields), then this call's (``CALL_KEYS``). A rerun after a budget stop so
-  keeps what stopped the first call and when; nothing earlier is lost."""
-  old = json.loads(path.read_text()) if path.exists() else None
-  runs = [] if old is None else old.get("runs") or [{k: old.get(k) for k in CALL_KEYS}]
-  return {**meta, "runs": runs + [{k: meta.get(k) for k in CALL_KEYS}]}
-
-
 def run_planted(out: Path, preset, verbose: bool = True) -> dict:
   """Train, measure and summarise every arm of a planted preset (a name or a Preset);
   planted_arms.csv and planted_checkpoints.csv are rewritten after every group. A budget stop
@@ -264,6 +250,7 @@ def run_planted(out: Path, preset, verbose: bool = True) -> dict:
     if arms or stopped:
       timings["floor_s"] = round(langs.floor_s, 1)
       meta = _meta(p, preset, cfgs, langs, arms, timings, t0, clock, stopped)
-      meta.update(started=_utc(wall0), ended=_utc(time.time()), trained=trained)
-      write_json(out / "planted_meta.json", _with_history(out / "planted_meta.json", meta))
+      meta.update(started=utc(wall0), ended=utc(time.time()), trained=trained)
+      path = out / "planted_meta.json"
+      write_json(path, with_history(path, meta, CALL_KEYS))
   return json.loads((out / "planted_meta.json").read_text())

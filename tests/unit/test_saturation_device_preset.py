@@ -126,7 +126,11 @@ def test_claims_are_read_at_the_presets_dtype():
 def test_a_rerun_appends_its_record_to_the_meta_of_earlier_calls(tmp_path):
   """planted_meta.json's ``runs``: a file written before ``runs`` existed counts as one call
   (its own fields), a file with ``runs`` keeps them all; the new call's record comes last."""
-  from experiments.saturation.planted_run import CALL_KEYS, _with_history
+  from experiments.saturation.planted_run import CALL_KEYS
+  from experiments.shared import with_history
+
+  def _with_history(path, meta):
+    return with_history(path, meta, CALL_KEYS)
   path = tmp_path / "planted_meta.json"
   new = {"preset": "p", "stopped": None, "not_run": [], "trained": ["d8"], "seconds": 2.0,
          "knobs": {"steps": 9}}
