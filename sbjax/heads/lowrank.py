@@ -30,6 +30,12 @@ if TYPE_CHECKING:  # only for annotations: a head module must not import sbjax.c
 INITS = ("scaled", "godey")
 
 
+def check_init(init: str) -> None:
+  """Refuse a factor init that is not one of ``INITS`` (``model.head.init``)."""
+  if init not in INITS:
+    raise config_error("model.head.init", init, " | ".join(INITS))
+
+
 @dataclasses.dataclass(frozen=True)
 class LowRankHead(HeadConfig):
   """W = A·B of rank ``rank`` (1 .. d_model, required); ``init``: scaled | godey."""
@@ -39,8 +45,7 @@ class LowRankHead(HeadConfig):
   init: str = "scaled"
 
   def check(self) -> None:
-    if self.init not in INITS:
-      raise config_error("model.head.init", self.init, " | ".join(INITS))
+    check_init(self.init)
 
 
 def factor_inits(c, r: int):

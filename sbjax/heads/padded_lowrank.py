@@ -36,7 +36,7 @@ import jax.numpy as jnp
 
 from sbjax.errors import config_error
 from sbjax.heads.base import HEAD_KEY, HeadConfig, register
-from sbjax.heads.lowrank import INITS, LowRank, factor_inits, factor_scores
+from sbjax.heads.lowrank import LowRank, check_init, factor_inits, factor_scores
 
 if TYPE_CHECKING:  # only for annotations: a head module must not import sbjax.config (base.py)
   from sbjax.config import ModelConfig
@@ -51,8 +51,7 @@ class PaddedLowRankHead(HeadConfig):
   init: str = "scaled"
 
   def check(self) -> None:
-    if self.init not in INITS:
-      raise config_error("model.head.init", self.init, " | ".join(INITS))
+    check_init(self.init)
 
 
 def _padded(init, shape, axis: int, width: int):
