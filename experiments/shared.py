@@ -36,7 +36,8 @@ REPO = Path(__file__).resolve().parents[1]
 __all__ = ["REPO", "DEFAULT_TEXT", "config_from", "text_corpus", "with_corpus", "write_rows",
            "read_rows", "write_json", "fmt", "RunsProgress", "SweepProgress", "Preset",
            "pick_preset", "claims_sentences", "span", "upath", "save_figure", "save_npz",
-           "load_np", "main_flags", "SAMPLE_TEXT_HELP", "utc", "with_history"]
+           "load_np", "main_flags", "SAMPLE_TEXT_HELP", "utc", "with_history",
+           "call_end", "calls_text"]
 
 SAMPLE_TEXT_HELP = ("a directory of .txt files (default: the sample corpus shipped in "
                     "sbjax/data/sample_text)")
@@ -144,6 +145,28 @@ def with_history(path, meta: dict, keys: tuple) -> dict:
   old = json.loads(path.read_text()) if path.exists() else None
   runs = [] if old is None else old.get("runs") or [{k: old.get(k) for k in keys}]
   return {**meta, "runs": runs + [{k: meta.get(k) for k in keys}]}
+
+
+def call_end(r: dict) -> str:
+  """How one call of a device preset ended (a record of ``with_history``'s ``runs``): stopped
+  by the budget (and why), ended with units not run, or ran to its end."""
+  if r.get("stopped"):
+    return f"stopped by the budget ({r['stopped']})"
+  if r.get("not_run"):
+    return f"ended with {', '.join(r['not_run'])} not run"
+  return "ran to its end"
+
+
+def calls_text(runs: list[dict]) -> list[str]:
+  """When more than one call wrote an experiment folder (its meta's ``runs``, ``with_history``:
+  a rerun after a budget stop): one report sentence with each call's times, the units whose
+  training finished in it (``trained``) and how it ended (``call_end``); [] for one call."""
+  if len(runs) < 2:
+    return []
+  said = [f"call {i + 1} ({r.get('started') or '?'} to {r.get('ended') or '?'} UTC; training "
+          f"finished: {', '.join(str(t) for t in r.get('trained') or []) or 'none'}): "
+          f"{call_end(r)}" for i, r in enumerate(runs)]
+  return [f"This folder was written by {len(runs)} calls of the command: {'; '.join(said)}."]
 
 
 def welch_clause(w: dict, n_a: int, n_b: int) -> str:

@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from . import planted_replicates as rep  # noqa: E402
 from .planted_measure import account  # noqa: E402
 from .planted_reading import reading  # noqa: E402
-from ..shared import finish_figure, fmt, read_rows, upath  # noqa: E402
+from ..shared import calls_text, finish_figure, fmt, read_rows, upath  # noqa: E402
 
 PLANTED_FIGS = {"loss": "fig_planted_loss_gamma.png",
                 "kl_anisotropy": "fig_planted_kl_anisotropy_gamma.png"}
@@ -149,27 +149,8 @@ def _device_lines(meta: dict, k: dict, lang: dict) -> list[str]:
     out.append(f"**Stopped by the time budget ({k.get('budget_s'):g} s)**: {meta['stopped']}. "
                f"Not run yet: {', '.join(meta['not_run']) or 'none'}; rerunning the same "
                "command resumes.")
-  out += _calls_text(meta.get("runs") or [])
+  out += calls_text(meta.get("runs") or [])
   return [" ".join(out), ""] if out else []
-
-
-def _call_end(r: dict) -> str:
-  if r.get("stopped"):
-    return f"stopped by the budget ({r['stopped']})"
-  if r.get("not_run"):
-    return f"ended with {', '.join(r['not_run'])} not run"
-  return "ran to its end"
-
-
-def _calls_text(runs: list[dict]) -> list[str]:
-  """When more than one call wrote this folder (planted_meta.json's ``runs``: a rerun after a
-  budget stop): each call's times, the populations it trained and what stopped it."""
-  if len(runs) < 2:
-    return []
-  said = [f"call {i + 1} ({r.get('started') or '?'} to {r.get('ended') or '?'} UTC; training "
-          f"finished: {', '.join(r.get('trained') or []) or 'none'}): {_call_end(r)}"
-          for i, r in enumerate(runs)]
-  return [f"This folder was written by {len(runs)} calls of the command: {'; '.join(said)}."]
 
 
 ANSWERS = {"width": "only at small d (width)", "gamma": "only at Γ ≈ 7.9 (the optimiser)",

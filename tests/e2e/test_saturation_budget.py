@@ -12,10 +12,9 @@ import numpy as np
 import pytest
 
 from experiments.saturation import planted_budget as pb
-from experiments.saturation import planted_report as prep
 from experiments.saturation import planted_run as pr
 from experiments.saturation.planted_presets import arm_config, get_planted_preset
-from experiments.shared import read_rows
+from experiments.shared import calls_text, read_rows
 from sbjax import checkpoint as ckpt
 from sbjax.train.preempt import EXIT_PREEMPTED
 
@@ -61,7 +60,7 @@ def test_budget_stop_then_resume_is_bitwise(tmp_path, monkeypatch):
   assert meta["runs"][1] == {k: meta[k] for k in pr.CALL_KEYS}
   assert first["runs"][0]["ended"] <= meta["runs"][1]["started"]  # ISO UTC: in call order
   assert json.loads((cut / "planted_meta.json").read_text()) == meta
-  said = prep._calls_text(meta["runs"])[0]
+  said = calls_text(meta["runs"])[0]
   assert said.startswith("This folder was written by 2 calls of the command: call 1 (")
   assert f"stopped by the budget ({str(e.value)})" in said and "ran to its end" in said
   for w in wds:
