@@ -228,9 +228,10 @@ T0=$(date +%s)
 RC=0
 timeout -s TERM -k 20 "${RUN_LIMIT_S}" "${CMD[@]}" > "${RUN_DIR}/result.out" \
   2> "${RUN_DIR}/run.log" || RC=$?
-if [[ "${EXP}" == vocab_threshold && -s "${RUN_DIR}/vocab_threshold.csv" ]]; then
+if [[ "${EXP}" == vocab_threshold && -s "${RUN_DIR}/vocab_threshold_meta.json" ]]; then
   # its CLI prints JSON: the section. After a budget stop (75) or a cut-off (124, 137) it
-  # covers the V that finished and says which did not and how to resume (no fit over them)
+  # covers the V that finished and says which did not and how to resume (no fit over them);
+  # with no V finished (no vocab_threshold.csv) it says so, with the budget clock's estimates
   W=0
   "${PY}" -c "import sys; from experiments.vocab_threshold.report import write_section; \
 write_section(sys.argv[1])" "${RUN_DIR}" || W=$?

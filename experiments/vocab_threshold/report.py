@@ -3,7 +3,9 @@ fits) and the markdown section, read only from vocab_threshold.csv, runs.csv, fi
 vocab_threshold_meta.json. A run that stopped before its end (a budget stop, exit status 75, or
 a cut-off) has no fit.json: the section then covers the V that finished, says which did not
 run and how to resume, and fits r*(V) over the finished V only, marked partial (no fit below
-two V)."""
+two V). One that stopped before any V finished has no table: its section says so, gives the
+budget clock's estimates and the V not run, and how to resume (no figure, no fit). When more
+than one call wrote the folder (a rerun after a stop), the section lists the calls."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 - after choosing the non-interactive backend
 import numpy as np  # noqa: E402
 
-from ..shared import fmt, read_rows, finish_figure, upath  # noqa: E402
+from ..shared import calls_text, fmt, read_rows, finish_figure, upath  # noqa: E402
 from . import bigram_n_report  # noqa: E402
 from .corpus_limits import corpus_sentence  # noqa: E402
 from .head_lrs import head_lr_section  # noqa: E402
@@ -191,8 +193,48 @@ def stop_paragraph(out: Path, table: list) -> str:
          "recorded: it was cut off or failed).")
   return (f"{why} V finished: {done}; not run: {', '.join(map(str, missing))}. The table, the "
           "figure and the fit below cover the finished V only and say nothing about r* at the "
-          "V not run. Rerun the same command with the same --out to resume: the finished V and "
-          "the checkpoints saved so far are kept, and only what is missing trains.")
+          "V not run. " + _resume_text(meta))
+
+
+def _resume_text(meta: dict) -> str:
+  data = f" --data={meta['data']}" if meta.get("data") else ""
+  return ("Rerun the same command with the same --out to resume (here `python -m "
+          f"experiments.vocab_threshold --preset={meta.get('preset', '?')}{data} --out=<this "
+          "folder>`, or the same `bash benchmarks/device_science.sh vocab_threshold` call on "
+          "the still-warm machine): the finished runs and the checkpoints saved so far are "
+          "kept, and only what is missing trains.")
+
+
+def _estimates_text(meta: dict) -> str:
+  """The budget clock's estimates of every call (meta's ``runs``; the top level for a meta
+  without them): per run, s/step, its steps and its projected end."""
+  calls = meta.get("runs") or [meta]
+  said = []
+  for i, r in enumerate(calls):
+    est = "; ".join(f"run {name}: {e['s_per_step']:.4g} s/step over its {e['steps']} steps, "
+                    f"projected to end ~{e['projected_end_s']:g} s into the call"
+                    for name, e in (r.get("estimates") or {}).items())
+    if est:
+      said.append((f"call {i + 1}: " if len(calls) > 1 else "") + est)
+  if not said:
+    return "No time estimate was recorded (no run reached its estimate)."
+  return (f"The budget clock's estimates (each measured over {meta.get('estimate_at', '?')} "
+          f"steps, after {meta.get('estimate_warmup', '?')} untimed steps with the compiles): "
+          + "; ".join(said) + ".")
+
+
+def none_finished(out: Path) -> str:
+  """The section of a run that has no table: no V finished (a budget stop or a cut-off in
+  the first V's sweep), from vocab_threshold_meta.json only."""
+  meta = read_meta(out)
+  vocabs = ", ".join(str(int(v)) for v in meta.get("not_run") or meta.get("vocabs") or [])
+  why = (f"**The run stopped at its time budget ({meta['budget_s']:g} s) before any V "
+         f"finished**: {meta['stopped']}." if meta.get("stopped") else "**No V finished** "
+         "(no budget stop was recorded: the run was cut off, failed or is still running).")
+  lines = [f"## {NAME}", "", f"{why} Not run: {vocabs or 'unknown (no record of the run)'}. "
+           "There is no table, figure or fit: nothing is said about r* at any V.", "",
+           _estimates_text(meta), "", _resume_text(meta)]
+  return "\n".join(lines + ["", *calls_text(meta.get("runs") or [])]).rstrip() + "\n"
 
 
 def _table_lines(table: list) -> list[str]:
@@ -236,8 +278,8 @@ def _fit_text(out: Path, table: list, fit: dict) -> str:
 def report_section(out: Path, rel: str) -> str:
   out = upath(out)
   bigram = bigram_n_report.section(out, rel)
-  if not (out / TABLE_CSV).exists() and bigram:  # the bigram r*(V, N) presets only
-    return f"## {NAME}\n\n" + bigram
+  if not (out / TABLE_CSV).exists():  # the bigram r*(V, N) presets, or no V finished
+    return f"## {NAME}\n\n" + bigram if bigram else none_finished(out)
   table = read_rows(out / TABLE_CSV)
   stop = stop_paragraph(out, table)
   lines = ([f"## {NAME}", ""] + ([stop, ""] if stop else []) + [f"![rank vs V]({rel}/{FIGURE})", ""]
@@ -247,16 +289,18 @@ def report_section(out: Path, rel: str) -> str:
     lrs = lrs[:-1] + ["With one V finished, whether r\\*_lr is flat in V is not known."]
   limits = corpus_sentence(table)
   trunk = trunk_sentence(table)
+  calls = calls_text(read_meta(out).get("runs") or [])
   return ("\n".join(lines + ([trunk] if trunk else []) + (["", *lrs] if lrs else [])
-                    + (["", limits] if limits else []))
+                    + (["", limits] if limits else []) + (["", *calls] if calls else []))
           + "\n" + ("\n" + bigram if bigram else ""))
 
 
 def write_section(out: Path) -> Path:
   """OUT/section.md (figures at ``./``); the figure is drawn again first when the run stopped
-  before its end (run.py draws it only at the end)."""
+  before its end (run.py draws it only at the end), and none when no V finished (no table)."""
   out = upath(out)
-  if not_run(out, read_rows(out / TABLE_CSV)) or not (out / FIGURE).exists():
+  if (out / TABLE_CSV).exists() and (not_run(out, read_rows(out / TABLE_CSV))
+                                     or not (out / FIGURE).exists()):
     draw(out)
   (out / SECTION).write_text(report_section(out, "."))
   return out / SECTION

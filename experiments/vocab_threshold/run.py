@@ -1,7 +1,10 @@
 """vocab_threshold's run: one head-rank sweep per vocabulary size in OUT/V<V>/, then
 vocab_threshold.csv, runs.csv, fit.json and the figure. vocab_threshold_meta.json names the
-preset's V, those not run yet and a budget stop (written at the start, after each V and at a
-stop: the report of a run that stopped early reads it)."""
+preset's V, those not run yet, a budget stop and the budget clock's estimates (written at the
+start, after each V and at a stop: the report of a run that stopped early reads it), and keeps
+in ``runs`` the record of every call into OUT (``CALL_KEYS``; ``experiments.shared.
+with_history``): a rerun after a budget stop keeps the first call's stop, times and
+estimates."""
 
 from __future__ import annotations
 
@@ -16,7 +19,8 @@ import numpy as np
 from sbjax.studies import rank_sweep
 from sbjax.studies.corpus import corpus_overrides
 from sbjax.studies.progress import SweepProgress
-from ..shared import RunsProgress, config_from, text_corpus, upath, write_json, write_rows
+from ..shared import (RunsProgress, config_from, text_corpus, upath, utc, with_history,
+                      write_json, write_rows)
 from sbjax.paths import local_file
 from . import corpus_limits, ngram, report, tolerance
 from .bigram_n_run import run_bigram_n
@@ -78,13 +82,21 @@ def sweep_dataset(plan: Plan, sub: Path):
                       seed=tc.data_seed, workdir=str(upath(sub) / "data"))
 
 
-def train_v(plan: Plan, sub: Path, progress: RunsProgress, clock: Clock | None) -> list:
+def train_v(plan: Plan, sub: Path, progress: RunsProgress, clock: Clock | None,
+            trained: set) -> list:
   """Train (or read back) the sweep of one V into ``sub``; the CSV rows. With a ``clock``
-  every run that trains is timed, and stopped before the budget (``budget``)."""
+  every run that trains is timed, and stopped before the budget (``budget``); the V is added
+  to ``trained`` when any of its runs trains in this call (none does when all are finished)."""
   steps = SweepProgress(progress, f"V={sub.name[1:]} ")
+  timed = None if clock is None else clock.hooks(f"{sub.name}/")
+
+  def hooks(name: str, cfgs: list, dirs: list) -> list:
+    trained.add(int(sub.name[1:]))
+    return [] if timed is None else timed(name, cfgs, dirs)
+
   try:
     return rank_sweep.run_plan(plan, sub, sweep_dataset(plan, sub), progress=steps,
-                               hooks=None if clock is None else clock.hooks(f"{sub.name}/"))
+                               hooks=hooks)
   finally:
     steps.finish()
 
@@ -116,6 +128,32 @@ def measure_v(plan: Plan, sub: Path, vocab: int, knobs, ngram_rows: list) -> dic
   return row
 
 
+# one call's record in vocab_threshold_meta.json's "runs" ("trained": the V whose sweep
+# finished in that call after training in it, a resumed one included; "estimates": the budget
+# clock's, per run or population timed: s/step, steps, projected end in s since the call began)
+CALL_KEYS = ("preset", "started", "ended", "seconds", "trained", "stopped", "not_run",
+             "estimates")
+
+
+class CallRecord:
+  """vocab_threshold_meta.json during one call: ``meta`` (the preset's fields) with this
+  call's times, V trained, stop, V not run and estimates, and ``runs``: the earlier calls'
+  records (read once, at the start: ``with_history``) then this call's, rewritten by each
+  ``write``."""
+
+  def __init__(self, path, meta: dict, clock: Clock | None):
+    self.path, self.meta, self.clock = path, meta, clock
+    self.earlier = with_history(path, meta, CALL_KEYS)["runs"][:-1]
+    self.t0, self.wall0, self.trained = time.perf_counter(), time.time(), []
+
+  def write(self, **fields) -> None:
+    self.meta.update(fields)
+    m = {**self.meta, "started": utc(self.wall0), "ended": utc(time.time()),
+         "seconds": round(time.perf_counter() - self.t0, 1), "trained": list(self.trained),
+         "estimates": dict(self.clock.estimates) if self.clock is not None else {}}
+    write_json(self.path, {**m, "runs": self.earlier + [{k: m.get(k) for k in CALL_KEYS}]})
+
+
 def run(out: Path, preset, *, data: str | None = None, verbose: bool = True,
         now: Callable[[], float] = time.perf_counter) -> None:
   """The sweep of every V of ``preset`` into ``out`` (module doc); ``now``: the budget's clock
@@ -131,28 +169,33 @@ def run(out: Path, preset, *, data: str | None = None, verbose: bool = True,
                           disable=not verbose)
   clock = (Clock(knobs.budget_s, knobs.estimate_at, knobs.estimate_warmup, now=now)
            if knobs.budget_s else None)
-  meta = {"preset": preset if isinstance(preset, str) else "custom",
-          "vocabs": list(knobs.vocabs), "budget_s": knobs.budget_s, "stopped": None,
-          "not_run": list(knobs.vocabs)}
-  write_json(out / report.META, meta)
-  table, runs, ngram_rows = [], [], []
+  rec = CallRecord(out / report.META, {
+      "preset": preset if isinstance(preset, str) else "custom", "data": data or "",
+      "vocabs": list(knobs.vocabs), "budget_s": knobs.budget_s, "estimate_at": knobs.estimate_at,
+      "estimate_warmup": knobs.estimate_warmup, "stopped": None,
+      "not_run": list(knobs.vocabs)}, clock)
+  rec.write()
+  if clock is not None:
+    clock.on_estimate = rec.write  # an estimate is in the meta at once (a kill keeps it)
+  table, runs, ngram_rows, trained = [], [], [], set()
   try:
     for v, plan in plans.items():
       sub = out / f"V{v}"
-      rows = train_v(plan, sub, progress, clock)
+      rows = train_v(plan, sub, progress, clock, trained)
       runs += [{"V": v, **r} for r in rows]
       table.append(measure_v(plan, sub, v, knobs, ngram_rows))
       write_rows(out / report.TABLE_CSV, table)
       write_rows(out / report.RUNS_CSV, runs)
       if ngram_rows:
         write_rows(out / report.NGRAM_CSV, ngram_rows)
-      write_json(out / report.META, {**meta, "not_run": list(knobs.vocabs)[len(table):]})
+      rec.trained += [v] if v in trained else []
+      rec.write(not_run=list(knobs.vocabs)[len(table):])
   except OverBudget as e:  # the finished V are in the tables (the report says so); a rerun resumes
     print(f"stopped: {e}", file=sys.stderr, flush=True)
-    write_json(out / report.META, {**meta, "stopped": str(e),
-                                   "not_run": list(knobs.vocabs)[len(table):]})
+    rec.meta["stopped"] = str(e)
     raise
-  finally:
+  finally:  # also after a preemption (SIGTERM) or a failure: this call's record, as it ended
     progress.close()
+    rec.write(not_run=list(knobs.vocabs)[len(table):])
   write_json(out / report.FIT, report.table_fit(table))
   report.draw(out)

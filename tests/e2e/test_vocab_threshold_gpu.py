@@ -6,7 +6,9 @@ token through the shipped tokenizer, and what the corpus can and cannot show. Th
 heads of every rank and head lr are one padded population per V, on the trunk's best
 validation checkpoint; the run prints its time estimate and, over its budget, stops with exit
 status 75, reports the V that finished (which did not, how to resume, no fit over them) and
-resumes when rerun."""
+resumes when rerun, keeping every call's record (its stop, times and estimates) in the meta's
+``runs``. A stop before any V finished still reports: no table, figure or fit, the estimates,
+the V not run and how to resume."""
 
 import csv
 import importlib
@@ -63,12 +65,25 @@ def _stopped_then_resumed(capfd, out, data):
   assert "estimate: run V96/a-lowrank-pad4: 4 steps" in err
   assert re.search(r"stopped: run V128/full-dense-lr0\.003 needs ~0 s, -1 s of the 3600 s "
                    r"budget are left: stopped before it", err), err
-  _check_partial(out)
+  first = _check_partial(out)
   vt.run(out, "gpu-test", data=data, verbose=False)
   err = capfd.readouterr().err
   assert "V96/" not in err  # finished: read back, not trained or timed again
   assert "estimate: run V128/full-dense-lr0.003: 6 steps" in err
   assert "estimate: run V128/a-lowrank-pad4: 4 steps" in err
+  # the rerun's record is appended to the first call's, which is kept whole (its stop, times,
+  # estimates); the top level describes the latest call
+  meta = json.loads((out / "vocab_threshold_meta.json").read_text())
+  assert len(meta["runs"]) == 2 and meta["runs"][0] == first["runs"][0]
+  assert meta["runs"][1] == {k: meta[k] for k in _vt_run().CALL_KEYS}
+  assert meta["stopped"] is None and meta["not_run"] == [] and meta["trained"] == [128]
+  assert sorted(meta["estimates"]) == ["V128/a-lowrank-pad4", "V128/full-dense-lr0.003"]
+  assert first["runs"][0]["ended"] <= meta["runs"][1]["started"]  # ISO UTC: in call order
+  return first["stopped"]
+
+
+def _vt_run():
+  return importlib.import_module("experiments.vocab_threshold.run")
 
 
 def _check_partial(out):
@@ -89,6 +104,13 @@ def _check_partial(out):
   assert "beta =" not in md and "constant threshold" not in md and "| 96 | 4 |" in md
   assert "| 128 |" not in md and "whether r\\*_lr is flat in V is not known" in md
   assert "the same at every V" not in md and (out / "fig_vocab_threshold.png").exists()
+  assert "written by" not in md  # one call so far
+  (rec,) = meta["runs"]  # this call's record: V=96 trained in it, the stop and its estimates
+  assert rec == {k: meta[k] for k in _vt_run().CALL_KEYS} and rec["trained"] == [96]
+  assert rec["stopped"] == meta["stopped"] and rec["not_run"] == [128]
+  assert sorted(rec["estimates"]) == ["V96/a-lowrank-pad4", "V96/full-dense-lr0.003"]
+  assert all(e["steps"] in (4, 6) and e["s_per_step"] >= 0 for e in rec["estimates"].values())
+  return meta
 
 
 def _check_heads_and_trunk(out, v, k):
@@ -106,12 +128,62 @@ def _check_heads_and_trunk(out, v, k):
       (r, lr) for r in k.plan.ranks for lr in k.plan.head_lrs}
 
 
-def test_twin_end_to_end(tmp_path, capfd):
-  corpus = write_corpus(tmp_path / "corpus", generated_docs(3, 10))
-  k = vt.PRESETS["gpu-test"].knobs
-  bdt.build(corpus, tmp_path / "tok", k.vocabs, log=lambda s: None)
+@pytest.fixture(scope="module")
+def tok(tmp_path_factory):
+  """The twin's token files (V 96 and 128), built once from generated text."""
+  tmp = tmp_path_factory.mktemp("vt_tokens")
+  corpus = write_corpus(tmp / "corpus", generated_docs(3, 10))
+  bdt.build(corpus, tmp / "tok", vt.PRESETS["gpu-test"].knobs.vocabs, log=lambda s: None)
+  return tmp / "tok"
+
+
+def _ticking(step: float):
+  """A budget clock that reads 0 s, then ``step`` s more at every reading."""
+  t = [-step]
+
+  def now() -> float:
+    t[0] += step
+    return t[0]
+
+  return now
+
+
+def test_stop_before_any_v_finished_still_reports(tmp_path, tok, capfd):
+  """The clock advances 1000 s per reading: V=96's trunk passes its start check, then its
+  estimate projects an end past the 3600 s budget and it stops (exit status 75) with no V
+  finished. The section (as device_science.sh writes it whenever the meta exists) says so,
+  gives the recorded estimate, names the V not run and the command that resumes."""
   out = tmp_path / "out"
-  _stopped_then_resumed(capfd, out, str(tmp_path / "tok"))
+  with pytest.raises(SystemExit) as e:
+    vt.run(out, "gpu-test", data=str(tok), verbose=False, now=_ticking(1000.0))
+  assert e.value.code == 75
+  assert re.search(r"stopped: run V96/full-dense-lr0\.003 would end at ~\d+ s, past the 3600 s "
+                   "budget", capfd.readouterr().err)
+  meta = json.loads((out / "vocab_threshold_meta.json").read_text())
+  assert meta["not_run"] == [96, 128] and meta["trained"] == []
+  assert meta["stopped"].startswith("run V96/full-dense-lr0.003 would end at ~")
+  (rec,) = meta["runs"]
+  assert rec == {k: meta[k] for k in _vt_run().CALL_KEYS}
+  (name, est), = rec["estimates"].items()
+  assert name == "V96/full-dense-lr0.003" and est["steps"] == 6
+  assert est["projected_end_s"] > meta["budget_s"]  # what stopped it
+  assert not (out / "vocab_threshold.csv").exists() and not (out / "fit.json").exists()
+  md = write_section(out).read_text()
+  assert md.startswith("## vocab_threshold\n\n**The run stopped at its time budget (3600 s) "
+                       f"before any V finished**: {meta['stopped']}. Not run: 96, 128. There "
+                       "is no table, figure or fit")
+  assert (f"run V96/full-dense-lr0.003: {est['s_per_step']:.4g} s/step over its 6 steps, "
+          f"projected to end ~{est['projected_end_s']:g} s into the call") in md
+  assert ("Rerun the same command with the same --out to resume (here `python -m "
+          f"experiments.vocab_threshold --preset=gpu-test --data={tok} --out=<this folder>`") in md
+  assert "![" not in md and "beta" not in md and "| 96 |" not in md
+  assert not (out / "fig_vocab_threshold.png").exists()
+
+
+def test_twin_end_to_end(tmp_path, tok, capfd):
+  k = vt.PRESETS["gpu-test"].knobs
+  out = tmp_path / "out"
+  stop = _stopped_then_resumed(capfd, out, str(tok))
   with open(out / "vocab_threshold.csv") as f:
     table = list(csv.DictReader(f))
   assert [int(t["V"]) for t in table] == list(k.vocabs)
@@ -119,19 +191,22 @@ def test_twin_end_to_end(tmp_path, capfd):
     v, d = int(t["V"]), int(t["d_model"])
     assert t["reference"] == "a-r=d" and int(t["r_star"]) in k.plan.ranks
     assert d == max(k.plan.ranks)  # the reference head's rank r = d is the largest rank
-    tr = np.fromfile(tmp_path / "tok" / f"V{v}" / "train.uint16.bin", np.uint16)
+    tr = np.fromfile(tok / f"V{v}" / "train.uint16.bin", np.uint16)
     assert int(t["train_tokens"]) == tr.size
     assert int(t["types_under_50"]) == int((np.bincount(tr, minlength=v) < 50).sum())
-    va = np.fromfile(tmp_path / "tok" / f"V{v}" / "val.uint16.bin", np.uint16)
-    tok = Tokenizer(tmp_path / "tok" / f"V{v}" / "tokenizer.model")
-    assert float(t["chars_per_token"]) == pytest.approx(stream_chars_per_token(tok.decode, va))
+    va = np.fromfile(tok / f"V{v}" / "val.uint16.bin", np.uint16)
+    tz = Tokenizer(tok / f"V{v}" / "tokenizer.model")
+    assert float(t["chars_per_token"]) == pytest.approx(stream_chars_per_token(tz.decode, va))
     plan = json.loads((out / f"V{v}" / "plan.json").read_text())
     assert plan["vocab_size"] == v
     _check_heads_and_trunk(out, v, k)
   md = report_section(out, "vt")
   assert md.startswith("## vocab_threshold\n\n![rank vs V]") and "| a-r=d |" in md
   assert json.loads((out / "vocab_threshold_meta.json").read_text())["not_run"] == []
-  assert "stopped" not in md and "Partial" not in md and "constant threshold" in md
+  body, calls = md.split("\n\nThis folder was written by 2 calls of the command: call 1 (")
+  assert "stopped" not in body and "Partial" not in body and "constant threshold" in body
+  assert (f"training finished: 96): stopped by the budget ({stop}); call 2 (" in calls
+          and "training finished: 128): ran to its end." in calls)
   assert "types seen fewer than 50 times in training" in md and "none at the papers' V" in md
   assert "best validation checkpoint (V = 96: step " in md and "one population of padded" in md
   assert (out / "fig_vocab_threshold.png").exists()
@@ -143,5 +218,4 @@ def test_twin_end_to_end(tmp_path, capfd):
   for r in lr_rows:
     rs = "–" if r["r_star"] is None else str(r["r_star"])
     assert f"| {r['V']} | {r['lr']:g} | " in md and f" | {rs} | " in md
-  vt_run = importlib.import_module("experiments.vocab_threshold.run")
-  assert vt_run.uses_tokens("gpu-test") and not vt_run.uses_tokens("test")
+  assert _vt_run().uses_tokens("gpu-test") and not _vt_run().uses_tokens("test")
