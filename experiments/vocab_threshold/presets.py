@@ -93,7 +93,11 @@ PRESETS: dict[str, Preset[Knobs]] = {
     # sbjax.train.population.shares_trunk; 28.7 when each head recomputed it) ~ 94 s at 20%
     # of the bf16 peak, plus 8 compiles (4 trunks, 4 head populations) and checkpoints:
     # ~4.5 min; not scaled down (over 8 min only below ~6% utilisation, where the budget stop
-    # ends it and a second call resumes).
+    # ends it and a second call resumes). Checkpoints are saved asynchronously, as saturation's
+    # gpu presets do: 23.6 GiB in all (7 per trunk with AdamW; each head population's 20
+    # members hold the frozen trunk at steps 0 and 400), ~53 s at the 450 MiB/s of a
+    # synchronous orbax save measured on the CPU machine (BUILD_NOTES "Session 17"), so the
+    # trunks' saves overlap their training.
     "gpu": Preset(hr.BASE, {**hr.overrides({**GPU_DATA, "name": "vocab_threshold-gpu",
                                             "model.d_model": 512, "model.n_layers": 6,
                                             "model.n_heads": 8, "model.max_len": 256,
@@ -101,7 +105,8 @@ PRESETS: dict[str, Preset[Knobs]] = {
                                             "train.seq_len": 256, "train.warmup_steps": 100,
                                             "train.eval_batches": 16,
                                             "model.dtype": "bfloat16"}),
-                            "train.eval_every": 200, "train.ckpt_every": 200},
+                            "train.eval_every": 200, "train.ckpt_every": 200,
+                            "train.async_checkpoint": True},
                   Knobs(vocabs=(1024, 2048, 4096, 8192),
                         plan=hr.Knobs(ranks=(16, 32, 48, 64, 96, 128, 192, 256, 384, 512),
                                       lrs=(1e-3,), head_lrs=(1e-2, 3e-2), head_steps=400,
@@ -112,7 +117,8 @@ PRESETS: dict[str, Preset[Knobs]] = {
     # and 4 (= d, the reference) x the two head lrs as one padded population; the estimate
     # after 1 + 2 steps, a budget no run reaches
     "gpu-test": Preset(hr.BASE, {**hr.PRESETS["test"].overrides, **GPU_DATA,
-                                 "train.eval_every": 3, "train.ckpt_every": 3},
+                                 "train.eval_every": 3, "train.ckpt_every": 3,
+                                 "train.async_checkpoint": True},
                        Knobs(vocabs=(96, 128),
                              plan=hr.Knobs(ranks=(2, 4), lrs=(3e-3,), head_lrs=(1e-2, 3e-2),
                                            head_steps=4, protocols=("a",)),
