@@ -38,9 +38,13 @@ the most frequent tokens vs the average token of the best model, Table 5), ``per
 ``collapse_meta.json``, and with ``Knobs.ceiling`` the collapse ceiling of a planted
 language (``ceiling.py``: ``collapse_ceiling.csv``, ``collapse_ceiling_trained.csv``).
 Finished architecture groups are kept in ``OUT/groups/`` and skipped on a rerun.
-``report_section(out, rel)`` (report.py, from the CSVs only) draws
-``fig_collapse_vs_loss.png`` (Fig. 1) and ``fig_collapse_ceiling.png`` and gives the
-markdown section.
+``collapse_meta.json`` is written when a call starts, after every group and at its end: the
+preset's ``groups``, this call's ``started``/``ended``/``trained``/``stopped`` (a budget stop's
+text)/``not_run``/``estimates``, and ``runs``, the record of every call into the folder
+(``experiments.shared.with_history``). ``report_section(out, rel)`` (report.py, from the CSVs
+only) draws ``fig_collapse_vs_loss.png`` (Fig. 1) and ``fig_collapse_ceiling.png`` and gives
+the markdown section; ``write_section(out)`` writes OUT/section.md, after a whole run or a
+budget stop (then of the finished groups, marked partial, tables recomputed over them).
 
 Modules: ``presets`` (PRESETS: test, quick, cpu, tpu; gpu and gpu-grid on shipped token
 files, with their twins gpu-test and gpu-grid-test), ``budget`` (the time estimate after 200
@@ -53,10 +57,10 @@ pass over the checkpoints of an imported series or a run, no training), ``__main
 
 from .measure import ANCHORS, COUNT_KEYS, METRICS, SETTINGS, model_config, run_group
 from .presets import PRESETS, Knobs, Preset, get_preset
-from .report import report_section
+from .report import report_section, write_section
 from .run import check_same_experiment, groups, run, validate
 from .tables import anchor_rows, model_rows
 
 __all__ = ["ANCHORS", "COUNT_KEYS", "anchor_rows", "model_rows", "METRICS", "PRESETS", "SETTINGS", "Knobs", "Preset",
            "check_same_experiment", "get_preset", "groups", "model_config", "report_section",
-           "run", "run_group", "validate"]
+           "run", "run_group", "validate", "write_section"]

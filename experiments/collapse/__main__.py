@@ -13,7 +13,7 @@ from absl import flags
 from sbjax.cli import common, series_flags as sf
 from .budget import OverBudget
 from .presets import PRESETS
-from .report import report_section
+from .report import write_section
 from .run import run
 from .series import run_series, series_section
 from ..shared import upath
@@ -47,10 +47,9 @@ def main(argv):
     run(out, PRESET.value, data=DATA.value)
   except OverBudget as e:  # a clean stop: finished groups are kept, a rerun resumes
     print(f"stopped: {e}", file=sys.stderr)
+    write_section(out)  # the report of the groups that finished (it names the stop)
     sys.exit(75)
-  section = report_section(out, ".")
-  (out / "section.md").write_text(section)
-  common.result(section)
+  common.result(write_section(out).read_text())
 
 
 if __name__ == "__main__":

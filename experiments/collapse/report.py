@@ -1,5 +1,11 @@
 """The collapse report: Fig. 1 (every metric vs validation loss) and the markdown section,
-read only from the files of ``run`` (collapse_*.csv, collapse_meta.json)."""
+read only from the files of ``run`` (collapse_*.csv, collapse_meta.json, OUT/groups/).
+
+After a budget stop (or a cut-off) the section covers the groups that finished: a first
+paragraph names the stop, the groups finished and not run and how to resume; the tables are
+computed over the finished runs with the code of a full run (``tables.write_tables``) and
+marked "partial: over N of M runs", and no verdict is drawn from them. ``write_section``
+writes OUT/section.md in both cases."""
 
 from __future__ import annotations
 
@@ -17,16 +23,19 @@ import numpy as np  # noqa: E402
 from .report_ceiling import ceiling_lines  # noqa: E402
 from . import findings as F  # noqa: E402
 from .measure import ANCHOR_SOURCE, ANCHORS, METRICS, POINTS  # noqa: E402
-from .tables import column, min_counts, model_rows  # noqa: E402
-from ..shared import fmt, read_rows, finish_figure, upath  # noqa: E402
+from .tables import column, min_counts, model_rows, write_tables  # noqa: E402
+from ..shared import calls_text, fmt, read_rows, finish_figure, upath  # noqa: E402
 from sbjax.studies import stats  # noqa: E402
 
 FIGURE = "fig_collapse_vs_loss.png"
+SECTION = "section.md"
+META = "collapse_meta.json"
 
 
-def figure(out: Path) -> Path:
+def figure(out: Path, note: str = "") -> Path:
   """Fig. 1 analogue: every metric vs validation loss at the smallest min_count, R² and r with
-  its 95% interval (one point per run) on each panel; earlier snapshots drawn open."""
+  its 95% interval (one point per run) on each panel; earlier snapshots drawn open; ``note``
+  ends the title (a partial run's "partial: ...")."""
   mc0 = min_counts(out)[0]
   grid, seeds = model_rows(out, "grid", mc0), model_rows(out, "seeds", mc0, "last")
   y = column(grid, "val_loss")
@@ -57,7 +66,8 @@ def figure(out: Path) -> Path:
   for ax in axes.ravel()[len(METRICS):]:
     ax.axis("off")
   title = (f"collapse metrics vs validation loss (min_count {mc0}; colour: depth; filled: "
-           "last snapshot, open: earlier; size: width; red x, +: the seed groups' shapes)")
+           "last snapshot, open: earlier; size: width; red x, +: the seed groups' shapes)"
+           + (f"\n{note}" if note else ""))
   return finish_figure(fig, upath(out) / FIGURE, title, dpi=100, fontsize=10)
 
 
@@ -87,16 +97,16 @@ def _ci(lo, hi) -> str:
   return f"[{lo:+.3f}, {hi:+.3f}]" if math.isfinite(lo) and math.isfinite(hi) else "–"
 
 
-def _interval_lines(r2: list[dict]) -> list[str]:
+def _interval_lines(r2: list[dict], note: str = "") -> list[str]:
   """Every metric's r with its 95% interval and the partial r on log(parameters), one point
-  per run, at every min_count."""
+  per run, at every min_count (``note``: a partial run's mark, before the heading)."""
   rows = [r for r in r2 if r["points"] == "last" and "ci_lo" in r]
   if not rows:
     return []
-  lines = ["", "Every correlation with validation loss, one point per run: n, Pearson r and its "
-           "95% Fisher-z interval (undefined at n ≤ 3), and the partial r with log(parameters) "
-           "partialled out (the runs differ in size as well as in loss; its interval has one "
-           "control, n ≤ 4 or one size: undefined):", "",
+  lines = ["", note + "Every correlation with validation loss, one point per run: n, Pearson "
+           "r and its 95% Fisher-z interval (undefined at n ≤ 3), and the partial r with "
+           "log(parameters) partialled out (the runs differ in size as well as in loss; its "
+           "interval has one control, n ≤ 4 or one size: undefined):", "",
            "| metric | min_count | n | r | 95% CI | partial r (log params) | 95% CI |",
            "|---|---|---|---|---|---|---|"]
   for r in rows:
@@ -126,23 +136,35 @@ def _txt(v) -> str:
   return v if isinstance(v, str) and v else "–"
 
 
-def _anchor_lines(an: list[dict]) -> list[str]:
+def _anchor_cells(r: dict) -> str:
+  """A row of the like-for-like table up to the authors' sign (the verdicts follow)."""
+  return (f"| {r['metric']} | {int(r['min_count'])} | {int(r['n_runs'])} | {_f(r['r2'])} | "
+          f"{_txt(r['sign'])} | {_f(r.get('pearson_r'))} {_ci(r.get('ci_lo'), r.get('ci_hi'))} "
+          f"| {_f(r.get('partial_r'))} {_ci(r.get('partial_ci_lo'), r.get('partial_ci_hi'))} | "
+          f"{_f(r['r2_all_snapshots'])} | {_f(r['authors_r2'])} | {_txt(r['authors_sign'])} |")
+
+
+ANCHOR_HEAD = ("| metric | min_count | runs | our R² | our sign | r [95% CI] | partial r [95% CI] "
+               "| R² all snapshots | authors' R² | authors' sign |")
+
+
+def _anchor_lines(an: list[dict], note: str = "") -> list[str]:
+  """The like-for-like table; a partial run (``note``) shows the numbers without the verdicts
+  (a verdict over the finished groups would read as the experiment's answer)."""
+  if note:
+    return (["", f"{note}Like for like with the authors (their R² {ANCHOR_SOURCE}; ours: one "
+             "point per run, its last snapshot, over the finished runs only; no verdict):", "",
+             ANCHOR_HEAD, "|---" * 10 + "|"] + [_anchor_cells(r) for r in an])
   lines = ["", f"Like for like with the authors (their R² {ANCHOR_SOURCE}: the released results "
            "table of 230 TinyStories models, not a figure printed in the paper; ours: one point "
            "per run, its last snapshot; the all-snapshot R² beside it). The point verdict "
            "compares R² values; the interval verdicts judge the authors' sign by the 95% "
            "interval of r and of the partial r on log(parameters) (supported / refuted / "
            "undecided, the rule of the paragraph below):", "",
-           "| metric | min_count | runs | our R² | our sign | r [95% CI] | partial r [95% CI] | "
-           "R² all snapshots | authors' R² | authors' sign | point verdict | interval verdict "
-           "| partial verdict |", "|---" * 13 + "|"]
+           ANCHOR_HEAD + " point verdict | interval verdict | partial verdict |",
+           "|---" * 13 + "|"]
   for r in an:
-    lines.append(f"| {r['metric']} | {int(r['min_count'])} | {int(r['n_runs'])} | {_f(r['r2'])} | "
-                 f"{_txt(r['sign'])} | {_f(r.get('pearson_r'))} "
-                 f"{_ci(r.get('ci_lo'), r.get('ci_hi'))} | {_f(r.get('partial_r'))} "
-                 f"{_ci(r.get('partial_ci_lo'), r.get('partial_ci_hi'))} | "
-                 f"{_f(r['r2_all_snapshots'])} | {_f(r['authors_r2'])} | "
-                 f"{_txt(r['authors_sign'])} | {r['verdict']} | {_txt(r.get('ci_verdict'))} | "
+    lines.append(_anchor_cells(r) + f" {r['verdict']} | {_txt(r.get('ci_verdict'))} | "
                  f"{_txt(r.get('partial_verdict'))} |")
   return lines
 
@@ -160,8 +182,9 @@ def _token_lines(tk: list[dict]) -> list[str]:
 
 
 def _paragraph(an: list[dict], tk: list[dict], meta: dict, r2: list[dict],
-               seeds: list[dict], last: list[dict]) -> str:
-  """What the data support and contradict, in words computed from the tables (findings.py)."""
+               seeds: list[dict], last: list[dict], note: str = "") -> str:
+  """What the data support and contradict, in words computed from the tables (findings.py);
+  a partial run (``note``): no verdict sentence, only what was measured and why not more."""
   avg, top = tk[-1], tk[:-1]
   top_l = float(np.mean([r["log10_cdnv"] for r in top]))
   top_i = float(np.mean([r["interference"] for r in top]))
@@ -170,27 +193,77 @@ def _paragraph(an: list[dict], tk: list[dict], meta: dict, r2: list[dict],
   gam = ", ".join(f"λ={k}: Γ={v:.2f}" for k, v in meta["weight_decay"]["gamma"].items())
   mcs = sorted({int(r["min_count"]) for r in an})
   sents = [f"The authors' released results give, over 230 TinyStories models, {refs}."]
-  sents += [F.anchor_sentence(an, m) for m in mcs]
-  sents += [F.interval_sentence(an, m) for m in mcs] + [F.sign_sentence(last)]
-  sents += [F.norm_cov_sentence(an, seeds), F.counting_sentence(r2, tuple(ANCHORS)),
-            F.seed_sentence(seeds, tuple(ANCHORS))]
+  if note:
+    sents += [f"{note}the run stopped before its end, so these tables are not the "
+              "experiment's answer and no verdict is drawn from them; rerun the same command "
+              "with the same --out for the rest."]
+  else:
+    sents += [F.anchor_sentence(an, m) for m in mcs]
+    sents += [F.interval_sentence(an, m) for m in mcs] + [F.sign_sentence(last)]
+    sents += [F.norm_cov_sentence(an, seeds), F.counting_sentence(r2, tuple(ANCHORS)),
+              F.seed_sentence(seeds, tuple(ANCHORS))]
   sents += [f"Weight-decay strength Γ = λ·Σ lr: {gam} "
             f"({meta['weight_decay']['steps']} steps per run).",
             f"The most frequent tokens have mean log10 CDNV_c {top_l:.2f} vs "
             f"{float(avg['log10_cdnv']):.2f} for the average token and interference "
             f"{top_i:.3f} vs {float(avg['interference']):.3f}.",
             "These models are orders of magnitude smaller and shorter-trained than the "
-            "authors'. The point verdicts ('agrees', 'disagrees', 'weaker') compare R² values "
-            "without an interval; what the data decide is the interval verdicts: 'supported' or "
-            "'refuted' is a finding at this scale, 'undecided' is not a finding either way."]
+            "authors'." + ("" if note else " The point verdicts ('agrees', 'disagrees', "
+            "'weaker') compare R² values without an interval; what the data decide is the "
+            "interval verdicts: 'supported' or 'refuted' is a finding at this scale, "
+            "'undecided' is not a finding either way.")]
   return " ".join(s for s in sents if s)
 
 
-def report_section(out: Path, rel: str) -> str:
-  """The markdown section of the report (the figure drawn now; numbers from the CSVs)."""
-  out = upath(out)
-  figure(out)
-  meta = json.loads((out / "collapse_meta.json").read_text())
+def progress(out: Path, meta: dict) -> tuple[list[dict], list[dict]]:
+  """(finished, not run): the preset's groups (collapse_meta.json's ``groups``, each
+  {name, kind, runs}) with and without their record in OUT/groups/; a folder written before
+  ``groups`` was recorded only by a whole run: ([], [])."""
+  gs = meta.get("groups") or []
+  done = [g for g in gs if (upath(out) / "groups" / f"{g['name']}.json").exists()]
+  return done, [g for g in gs if g not in done]
+
+
+def partial_text(finished: list[dict], not_run: list[dict]) -> str:
+  """"partial: over N of M grid runs (and K of L seeds runs)" when groups did not finish,
+  else ""."""
+  if not not_run:
+    return ""
+  n = lambda gs, kind: sum(g["runs"] for g in gs if g["kind"] == kind)  # noqa: E731
+  parts = [f"{n(finished, k)} of {n(finished + not_run, k)} {k} runs"
+           for k in ("grid", "seeds") if n(finished + not_run, k)]
+  return f"partial: over {' and '.join(parts)}"
+
+
+def _groups_text(gs: list[dict]) -> str:
+  return ", ".join(f"{g['name']} ({g['runs']} runs)" for g in gs) or "none"
+
+
+def stop_lines(meta: dict, finished: list[dict], not_run: list[dict]) -> list[str]:
+  """Why the section covers only some groups, the budget clock's estimates and how to resume
+  ([] when every group finished)."""
+  if not not_run:
+    return []
+  why = (f"**The run stopped at its time budget ({float(meta['knobs']['budget_s']):g} s)**: "
+         f"{meta['stopped']}." if meta.get("stopped") else "**The run did not reach its end** "
+         "(no budget stop was recorded: it was cut off or failed).")
+  est = "; ".join(f"{k}: {v['steps']} steps at {v['s_per_step']:.4g} s/step, ending at "
+                  f"~{v['projected_end_s']:g} s of its call" for k, v in
+                  (meta.get("estimates") or {}).items())
+  cover = ("The figure and tables below cover the finished groups only." if finished else
+           "No group finished, so this section has no tables and no figure.")
+  return [f"{why} Groups finished: {_groups_text(finished)}; not finished: "
+          f"{_groups_text(not_run)}. "
+          f"{cover} The budget clock's estimates in the last call: {est or 'none recorded'}. "
+          "Rerun the same command with the same --out to resume: the finished groups "
+          "(OUT/groups/) are kept and only the groups not run train.", ""]
+
+
+def _body(out: Path, rel: str, meta: dict, partial: str) -> list[str]:
+  """The figure, the tables and the paragraph (over the runs of collapse_models.csv);
+  ``partial`` (``partial_text``) marks each table and the figure."""
+  figure(out, partial)
+  note = f"**{partial[0].upper()}{partial[1:]}** — " if partial else ""
   r2 = read_rows(out / "collapse_r2.csv")
   grid = model_rows(out, "grid", min_counts(out)[0])
   n_runs = len({r["run"] for r in grid})
@@ -198,8 +271,7 @@ def report_section(out: Path, rel: str) -> str:
   sgs = {g: sum(r["group"] == g for r in sg) for g in dict.fromkeys(r["group"] for r in sg)}
   seed_txt = (" and seed-only groups " + ", ".join(f"{g} ({n} seeds)" for g, n in sgs.items())
               if sgs else "")
-  lines = ["## Linguistic collapse (Wu & Papyan 2024)", "",
-           f"{n_runs} grid runs, {len(grid)} snapshots{seed_txt} (preset `{meta['preset']}`, "
+  lines = [f"{n_runs} grid runs, {len(grid)} snapshots{seed_txt} (preset `{meta['preset']}`, "
            "vocabulary "
            f"{meta['vocab_size']}, {meta['train_tokens']} training tokens per epoch, "
            f"{meta['val_tokens']} validation tokens, min_count "
@@ -208,12 +280,49 @@ def report_section(out: Path, rel: str) -> str:
            f"of the run call: {meta['seconds']} s wall, {meta.get('cpu_seconds', '–')} s CPU of "
            "this process (groups reused from an earlier call cost nothing here).", "",
            f"![collapse metrics vs validation loss]({rel}/{FIGURE})", ""]
-  lines += _r2_lines(r2) + _interval_lines(r2)
+  lines += ([note + "R² of every metric vs validation loss:", ""] if note else [])
+  lines += _r2_lines(r2) + _interval_lines(r2, note)
   an = read_rows(out / "collapse_anchors.csv")
-  lines += _anchor_lines(an) + _seed_lines(out, meta)
+  lines += _anchor_lines(an, note) + _seed_lines(out, meta)
   tk = read_rows(out / "collapse_tokens.csv")
   seeds = read_rows(out / "collapse_seeds.csv") if (out / "collapse_seeds.csv").exists() else []
   last = model_rows(out, "grid", min_counts(out)[0], "last")
-  lines += _token_lines(tk) + ["", _paragraph(an, tk, meta, r2, seeds, last)]
-  lines += ceiling_lines(out, rel)
+  return lines + _token_lines(tk) + ["", _paragraph(an, tk, meta, r2, seeds, last, note)]
+
+
+def read_meta(out: Path) -> dict:
+  path = upath(out) / META
+  if not path.exists():
+    raise FileNotFoundError(f"{path} is missing: the collapse run did not start there (or "
+                            "--out names another folder); run python -m experiments.collapse "
+                            "with this --out first")
+  return json.loads(path.read_text())
+
+
+def report_section(out: Path, rel: str) -> str:
+  """The markdown section of the report (the figure drawn now; numbers from the CSVs): after
+  a stop, of the finished groups, opened by the stop paragraph (``stop_lines``)."""
+  out = upath(out)
+  meta = read_meta(out)
+  finished, not_run = progress(out, meta)
+  lines = ["## Linguistic collapse (Wu & Papyan 2024)", ""]
+  lines += stop_lines(meta, finished, not_run)
+  said = calls_text(meta.get("runs") or [])
+  lines += [*said, ""] if said else []
+  if finished or not not_run:
+    lines += _body(out, rel, meta, partial_text(finished, not_run))
+    lines += ceiling_lines(out, rel)
   return "\n".join(lines) + "\n"
+
+
+def write_section(out: Path) -> Path:
+  """OUT/section.md (figures at ``./``), after a whole run or a budget stop (or cut-off): a
+  run that did not finish gets its tables recomputed over the finished groups first
+  (``tables.write_tables``, the code of a whole run); returns the path."""
+  out = upath(out)
+  meta = read_meta(out)
+  finished, not_run = progress(out, meta)
+  if finished and (not_run or not (out / "collapse_r2.csv").exists()):
+    write_tables(out, int(meta["n_permutations"]))
+  (out / SECTION).write_text(report_section(out, "."))
+  return out / SECTION

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import numpy as np
 
-from .budget import Clock
+from .budget import Clock, OverBudget
 from .ceiling import run_ceiling
 from .measure import POINTS, SETTINGS, model_config, run_group, train_config
-from .tables import anchor_rows, r2_rows, seed_rows, token_table
+from .tables import write_tables
 from .presets import Preset, get_preset, seed_shapes
-from ..shared import RunsProgress, upath, write_json, write_rows
+from ..shared import RunsProgress, upath, utc, with_history, write_json, write_rows
 from sbjax import overrides
 from sbjax.config import Config
 from sbjax.data import make_dataset
@@ -119,21 +119,6 @@ def check_same_experiment(out: Path, key: dict) -> None:
   path.write_text(json.dumps(key, indent=1))
 
 
-def write_tables(out: Path, n_perm: int) -> None:
-  """collapse_r2.csv (grid: every min_count, one point per run and all snapshots),
-  collapse_seeds.csv (seed group, with permutation p-values), collapse_anchors.csv (the
-  like-for-like comparison with the authors) and collapse_tokens.csv (the best grid model's
-  most frequent tokens)."""
-  out = upath(out)
-  r2 = r2_rows(out)
-  write_rows(out / "collapse_r2.csv", r2)
-  seeds = seed_rows(out, n_perm)
-  if seeds:
-    write_rows(out / "collapse_seeds.csv", seeds)
-  write_rows(out / "collapse_anchors.csv", anchor_rows(r2))
-  write_rows(out / "collapse_tokens.csv", token_table(out))
-
-
 def weight_decay_strength(p: Preset, n_train_tokens: int) -> dict:
   """Γ = λ · Σ_t lr(t) over the run (decoupled decay shrinks weights by ~exp(-Γ)): a decay
   with Γ << 1 does nothing."""
@@ -147,11 +132,57 @@ def weight_decay_strength(p: Preset, n_train_tokens: int) -> dict:
           "gamma": {f"{lam:g}": lam * sum_lr for lam in lams}}
 
 
-def train_groups(p: Preset, out: Path, tr, va, vocab: int, verbose: bool) -> list[dict]:
-  """Every group's rows (finished groups read back), collapse_models.csv after each; with
-  ``Knobs.budget_s`` the run stops cleanly (``budget.OverBudget``) before overrunning it."""
+META = "collapse_meta.json"
+# one call's record in collapse_meta.json's "runs" (``experiments.shared.with_history``):
+# "trained": the groups whose training ended in that call; "stopped": the budget stop's text
+# (None: no stop); "not_run": the groups without a record in OUT/groups/ when it was written
+CALL_KEYS = ("preset", "started", "ended", "seconds", "cpu_seconds", "trained", "stopped",
+             "not_run", "estimates")
+
+
+class CallRecord:
+  """This call's record in collapse_meta.json (the experiment's fields, this call's stop
+  fields, ``runs``: the earlier calls' records then this one), written when the call starts,
+  after every group and at its end: a call cut off (no chance to write) still leaves what it
+  finished and when."""
+
+  def __init__(self, out: Path):  # the call's clocks start here
+    self.path, self.meta, self.names = out / META, {}, []
+    self.t0, self.c0, self.wall0 = time.perf_counter(), time.process_time(), time.time()
+    self.trained, self.stopped, self.clock, self._earlier = [], None, None, None
+
+  def open(self, meta: dict) -> None:
+    """The experiment's fields (``experiment_meta``); the call's first record is written."""
+    self.meta, self.names = meta, [g["name"] for g in meta["groups"]]
+    self.write()
+
+  def not_run(self) -> list[str]:
+    return [n for n in self.names if not (self.path.parent / "groups" / f"{n}.json").exists()]
+
+  def write(self) -> dict:
+    meta = {**self.meta, "started": utc(self.wall0), "ended": utc(time.time()),
+            "seconds": round(time.perf_counter() - self.t0, 1),
+            "cpu_seconds": round(time.process_time() - self.c0, 1),  # this call's process
+            "trained": list(self.trained), "stopped": self.stopped, "not_run": self.not_run(),
+            "estimates": dict(self.clock.estimates) if self.clock is not None else {}}
+    if self._earlier is None:  # the first write of this call: the file's records come first
+      full = with_history(self.path, meta, CALL_KEYS)
+      self._earlier = full["runs"][:-1]
+    else:
+      full = {**meta, "runs": self._earlier + [{k: meta.get(k) for k in CALL_KEYS}]}
+    write_json(self.path, full)
+    return full
+
+
+def train_groups(p: Preset, out: Path, tr, va, vocab: int, verbose: bool,
+                 record: CallRecord | None = None) -> list[dict]:
+  """Every group's rows (finished groups read back), collapse_models.csv and ``record``
+  after each; with ``Knobs.budget_s`` the run stops cleanly (``budget.OverBudget``) before
+  overrunning it."""
   rows, gs = [], groups(p)
   clock = Clock(p.knobs.budget_s, p.knobs.estimate_at) if p.knobs.budget_s else None
+  if record is not None:
+    record.clock = clock
   progress = RunsProgress(len(gs), "collapse", disable=not verbose)
   seq_len, batch = p.overrides["train.seq_len"], p.overrides["train.batch_size"]
   try:
@@ -163,40 +194,62 @@ def train_groups(p: Preset, out: Path, tr, va, vocab: int, verbose: bool) -> lis
         clock.check_start(g[0], steps * batch * seq_len * len(g[4]))
       rows += run_group(p, g, tr, va, vocab, out, verbose, clock=clock)
       write_rows(out / "collapse_models.csv", rows)
+      if record is not None:
+        record.trained.extend([] if cached else [g[0]])
+        record.write()
       progress.finish(trained=not cached)
   finally:
     progress.close()
   return rows
 
 
-def run(out: Path, preset: str, *, data: str | None = None, verbose: bool = True) -> None:
+def experiment_meta(p: Preset, preset: str, out: Path, vocab: int, tok_path, n_train: int,
+                    n_val: int) -> dict:
+  """collapse_meta.json's fields of the experiment (the same in every call): preset, knobs,
+  settings, corpus sizes, Γ, the tokenizer, and ``groups``: every group of the preset in run
+  order with its kind and number of runs (what a partial report counts against)."""
+  tok = Path(tok_path).resolve() if tok_path else None
+  return {
+      "preset": preset, "base": p.base,
+      "overrides": p.overrides, "knobs": dataclasses.asdict(p.knobs), "settings": SETTINGS,
+      "vocab_size": vocab, "n_permutations": p.knobs.n_perm,
+      "min_counts": list(p.knobs.min_counts), "points": POINTS,
+      "weight_decay": weight_decay_strength(p, n_train),
+      "tokenizer": (str(tok.relative_to(out.resolve())) if tok and
+                    tok.is_relative_to(out.resolve()) else tok_path),
+      "train_tokens": n_train, "val_tokens": n_val,
+      "epoch_definition": "one pass over the first train_tokens tokens of the training "
+                          "split (windows of seq_len, reshuffled every epoch)",
+      "groups": [{"name": g[0], "kind": g[1], "runs": len(g[4])} for g in groups(p)]}
+
+
+def run(out: Path, preset: str, *, data: str | None = None, verbose: bool = True) -> dict:
   """Run the experiment into ``out`` (finished groups are skipped); see the package doc.
   ``data``: a directory of .txt files (default: the packaged sample corpus), token files
   ``TRAIN.bin[,VAL.bin]`` / ``.npy`` (the tpu preset: TinyStories ids of the GPT-Neo
-  tokenizer), or a TFDS name (a preset whose source is tfds)."""
+  tokenizer), or a TFDS name (a preset whose source is tfds). Returns collapse_meta.json.
+  A budget stop (``budget.OverBudget``) records it in collapse_meta.json (``stopped``,
+  ``not_run``, ``estimates``, ``runs``) and is raised again; ``report.write_section`` then
+  writes the tables and the report of the groups that finished."""
   p = get_preset(preset)
   out = upath(out)
   out.mkdir(parents=True, exist_ok=True)
-  t0, c0 = time.perf_counter(), time.process_time()
+  record = CallRecord(out)
   tr, va, vocab, tok_path = load_corpus(p, out, data)
-  check_same_experiment(out, {"preset": preset, "base": p.base, "overrides": p.overrides,
+  name = preset if isinstance(preset, str) else "custom"  # a Preset object: "custom"
+  check_same_experiment(out, {"preset": name, "base": p.base, "overrides": p.overrides,
                               "knobs": result_knobs(p), "vocab": int(vocab),
                               "train_tokens": int(len(tr)), "val_tokens": int(len(va)),
                               "settings": SETTINGS})
-  train_groups(p, out, tr, va, vocab, verbose)
+  record.open(experiment_meta(p, name, out, vocab, tok_path, int(len(tr) - 1),
+                              int(len(va) - 1)))
+  try:
+    train_groups(p, out, tr, va, vocab, verbose, record)
+  except OverBudget as e:
+    record.stopped = str(e)
+    record.write()
+    raise
   run_ceiling(out, p, verbose)  # the planted language's ceiling and models trained towards it
-  tok = Path(tok_path).resolve() if tok_path else None
-  write_json(out / "collapse_meta.json", {
-      "preset": preset, "base": p.base, "overrides": p.overrides,
-      "knobs": dataclasses.asdict(p.knobs), "settings": SETTINGS, "vocab_size": vocab,
-      "n_permutations": p.knobs.n_perm, "min_counts": list(p.knobs.min_counts),
-      "points": POINTS, "weight_decay": weight_decay_strength(p, int(len(tr) - 1)),
-      "tokenizer": (str(tok.relative_to(out.resolve())) if tok and
-                    tok.is_relative_to(out.resolve()) else tok_path),
-      "train_tokens": int(len(tr) - 1), "val_tokens": int(len(va) - 1),
-      "epoch_definition": "one pass over the first train_tokens tokens of the training "
-                          "split (windows of seq_len, reshuffled every epoch)",
-      "seconds": round(time.perf_counter() - t0, 1),
-      "cpu_seconds": round(time.process_time() - c0, 1)})  # this call (groups skipped = 0)
+  full = record.write()
   write_tables(out, p.knobs.n_perm)
-
+  return full

@@ -14,7 +14,7 @@ import numpy as np
 
 from .findings import NO_RELATION_R, seed_verdict
 from .measure import ANCHOR_SOURCE, ANCHORS, METRICS, POINTS, TOP_TOKENS
-from ..shared import load_np, read_rows, upath
+from ..shared import load_np, read_rows, upath, write_rows
 from sbjax.data.tokenizer import Tokenizer
 from sbjax.studies import stats
 
@@ -191,3 +191,18 @@ def token_table(out: Path, top: int = TOP_TOKENS) -> list[dict]:
                "cdnv": float(np.nanmean(cdnv)), "log10_cdnv": float(np.nanmean(np.log10(cdnv))),
                "interference": float(np.mean(itf))})
   return rows
+
+
+def write_tables(out: Path, n_perm: int) -> None:
+  """collapse_r2.csv (grid: every min_count, one point per run and all snapshots),
+  collapse_seeds.csv (seed group, with permutation p-values), collapse_anchors.csv (the
+  like-for-like comparison with the authors) and collapse_tokens.csv (the best grid model's
+  most frequent tokens)."""
+  out = upath(out)
+  r2 = r2_rows(out)
+  write_rows(out / "collapse_r2.csv", r2)
+  seeds = seed_rows(out, n_perm)
+  if seeds:
+    write_rows(out / "collapse_seeds.csv", seeds)
+  write_rows(out / "collapse_anchors.csv", anchor_rows(r2))
+  write_rows(out / "collapse_tokens.csv", token_table(out))

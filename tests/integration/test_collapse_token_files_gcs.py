@@ -31,7 +31,8 @@ PRESET = "gpu-test"
 B = "gs://bkt"
 CSVS = ("collapse_models.csv", "collapse_seeds.csv", "collapse_r2.csv", "collapse_anchors.csv",
         "collapse_tokens.csv")
-CLOCK = {"train_seconds", "pass_seconds", "seconds", "cpu_seconds"}  # wall/CPU time: differ
+CLOCK = {"train_seconds", "pass_seconds", "seconds", "cpu_seconds",  # wall/CPU time: differ
+         "started", "ended", "estimates", "runs"}  # the call's record: its times
 
 
 def _chain(n: int, vocab: int, seed: int) -> np.ndarray:
