@@ -9,8 +9,11 @@ spent by the test:
 2. once the first group has finished (its OUT/groups/ record exists), so the second is refused
    before it starts, and section.md is the report of the 3 finished runs, marked partial, with
    the tables of a whole run's code over them (n = 3: no Fisher interval);
-3. not at all: the run ends, section.md is the whole report, and collapse_meta.json's
-   ``runs`` holds the three calls, the first two kept whole."""
+3. not at all, but the call is cut off (an exception the run does not catch, as a kill leaves
+   it: no chance to write) before the second group: section.md (as device_science.sh writes it
+   after a cut-off) says the run did not reach its end, over what the call's record holds;
+4. not at all: the run ends, section.md is the whole report, and collapse_meta.json's
+   ``runs`` holds the four calls, the first three kept whole."""
 
 import dataclasses
 import importlib
@@ -58,6 +61,15 @@ def _spent_after(record):
   return SpentAfter
 
 
+class _CutOff(BaseException):
+  """What a kill does to the run: nothing of it runs after this point."""
+
+
+class _CutOffBeforeStart(budget.Clock):
+  def check_start(self, name: str, member_tokens: int) -> None:
+    raise _CutOff(name)
+
+
 def _call(out, data, clock) -> str | None:
   """One call as ``python -m experiments.collapse`` makes it: the run, then section.md (also
   after a stop); the stop's text (None: the run ended)."""
@@ -68,13 +80,15 @@ def _call(out, data, clock) -> str | None:
       run_mod.run(out, PRESET, data=data, verbose=False)
     except budget.OverBudget as e:
       stop = str(e)
+    except _CutOff:
+      stop = "cut off"
   write_section(out)
   return stop
 
 
 @pytest.fixture(scope="module")
 def calls(tmp_path_factory):
-  """The three calls into one folder: (out, [(stop text, section.md, meta, figure drawn?,
+  """The four calls into one folder: (out, [(stop text, section.md, meta, figure drawn?,
   collapse_r2.csv's rows or None) per call])."""
   tmp = tmp_path_factory.mktemp("collapse_budget")
   v = BASE.overrides["data.vocab_size"]
@@ -82,7 +96,8 @@ def calls(tmp_path_factory):
   _chain_tokens(tmp / "val.uint16.bin", 1024, v, 2)
   data, out = f"{tmp / 'train.uint16.bin'},{tmp / 'val.uint16.bin'}", tmp / "out"
   seen = []
-  for clock in (_SpentOnceStarted, _spent_after(out / "groups" / "L1-d8.json"), budget.Clock):
+  for clock in (_SpentOnceStarted, _spent_after(out / "groups" / "L1-d8.json"),
+                _CutOffBeforeStart, budget.Clock):
     stop = _call(out, data, clock)
     r2 = out / "collapse_r2.csv"
     seen.append((stop, (out / "section.md").read_text(),
@@ -149,19 +164,31 @@ def test_the_partial_tables_are_over_the_finished_runs(calls):
   assert line.endswith("| – | – | – |")  # the interval table: no CI of r, no partial r
 
 
+def test_a_call_cut_off_leaves_a_record_and_a_partial_report(calls):
+  _, seen = calls
+  stop, md, meta, figure, _ = seen[2]
+  assert stop == "cut off" and meta["stopped"] is None and figure
+  assert meta["trained"] == [] and meta["not_run"] == ["L1-d16"]  # as at its last write
+  assert meta["runs"][:2] == seen[1][2]["runs"] and len(meta["runs"]) == 3
+  assert md.startswith("## Linguistic collapse (Wu & Papyan 2024)\n\n**The run did not reach "
+                       "its end** (no budget stop was recorded: it was cut off or failed). "
+                       "Groups finished: L1-d8 (3 runs); not finished: L1-d16 (3 runs).")
+  assert "call 3 (" in md and "training finished: none): ended with L1-d16 not run." in md
+  assert "**Partial: over 3 of 6 grid runs** — the run stopped before its end" in md
+
+
 def test_the_rerun_finishes_with_the_whole_report_and_every_call_kept(calls):
   out, seen = calls
-  stop, md, meta, figure, _ = seen[2]
+  stop, md, meta, figure, _ = seen[3]
   assert stop is None and meta["stopped"] is None and meta["not_run"] == []
   assert meta["trained"] == ["L1-d16"]
-  assert len(meta["runs"]) == 3
-  assert meta["runs"][:2] == seen[1][2]["runs"]  # the first two calls kept whole
-  assert meta["runs"][2] == {k: meta[k] for k in run_mod.CALL_KEYS}
-  assert [r["ended"] <= s["started"] for r, s in zip(meta["runs"], meta["runs"][1:])] == \
-      [True, True]
+  assert len(meta["runs"]) == 4
+  assert meta["runs"][:3] == seen[2][2]["runs"]  # the first three calls kept whole
+  assert meta["runs"][3] == {k: meta[k] for k in run_mod.CALL_KEYS}
+  assert all(r["ended"] <= s["started"] for r, s in zip(meta["runs"], meta["runs"][1:]))
   assert "stopped at its time budget" not in md and "Partial" not in md
   assert "6 grid runs, 12 snapshots" in md and "point verdict" in md
-  assert "This folder was written by 3 calls of the command:" in md and "ran to its end" in md
+  assert "This folder was written by 4 calls of the command:" in md and "ran to its end" in md
   r2 = [r for r in read_rows(out / "collapse_r2.csv") if r["points"] == "last"]
   assert {int(r["n"]) for r in r2 if r["metric"] == "nc4_agreement"} == {6}
   assert figure
