@@ -1,5 +1,5 @@
 """The budget stop of the collapse device presets (issue 32): the gpu-grid twin with two grid
-groups (L1-d8, L1-d16; 3 runs each) run three times into one folder as the CLI does (``run``,
+groups (L1-d8, L1-d16; 3 runs each) run four times into one folder as the CLI does (``run``,
 then ``write_section``, also after a stop), with the real budget clock and hook, its budget
 spent by the test:
 
