@@ -33,11 +33,15 @@
 # the GPU and nvidia-smi reports the free memory the part needs (a dry run skips both, with
 # a note). The experiment runs under `timeout` (RUN_LIMIT_S, 520 s) with its --out in
 # WORK/PART (--work, default device_runs in the checkout, git-ignored): the runs and their
-# checkpoints (~20 GB for vocab_threshold) stay there and never go to --out. Into --out go
+# checkpoints (23.6 GiB for vocab_threshold) stay there and never go to --out. Into --out go
 # only OUT/device_science_PART.tar.gz (report section.md, CSVs, figures, JSON, the log and
 # status.json; no checkpoints, per-class or other arrays), also on a failure, and a copy of
-# status.json. A run that stops at its own budget (exit status 75, vocab_threshold and
-# saturation then report what finished) or is cut off keeps WORK/PART: on the lent machine,
+# status.json. A run that stops at its own budget (exit status 75) or is cut off (124, 137)
+# still reports: section.md covers what finished (vocab_threshold: the V; collapse: the groups,
+# its tables marked partial; saturation: the populations, once one has finished) or, for
+# vocab_threshold and collapse, says that nothing did, with the budget clock's estimates and
+# how to resume; each call is recorded in the part's meta ("runs"). It keeps WORK/PART: on the
+# lent machine,
 # while it is still warm (the run tool's status: warm), call the same command again (a new,
 # empty $OUT) and it resumes there after the finished runs; a fresh machine starts over.
 # --dry-run: the part's test-size twin (gpu-test, gpu-grid-test) on the CPU, on generated
@@ -237,8 +241,17 @@ if [[ "${EXP}" == vocab_threshold && -s "${RUN_DIR}/vocab_threshold_meta.json" ]
 write_section(sys.argv[1])" "${RUN_DIR}" || W=$?
   if [[ "${RC}" == 0 ]]; then RC="${W}"; fi
 fi
-if [[ "${RC}" == 75 && "${EXP}" == saturation && -s "${RUN_DIR}/planted_arms.csv" ]]; then
-  # a budget stop: the report of the populations that finished (its text names the stop)
+if [[ "${RC}" != 0 && "${EXP}" == collapse && -s "${RUN_DIR}/collapse_meta.json" ]]; then
+  # its CLI writes the section at its end and at a budget stop (75); after a cut-off (124,
+  # 137) or a failure: the groups that finished (partial tables), or that none did, with the
+  # budget clock's estimates and how to resume
+  "${PY}" -c "import sys; from experiments.collapse.report import write_section; \
+write_section(sys.argv[1])" "${RUN_DIR}" || true
+fi
+if [[ "${RC}" =~ ^(75|124|137)$ && "${EXP}" == saturation && -s "${RUN_DIR}/planted_arms.csv" ]]
+then
+  # a budget stop or a cut-off: the report of the populations that finished (its text names
+  # the stop, or the arms not run)
   "${PY}" -c "import sys; from pathlib import Path; \
 from experiments.saturation.planted_report import report_section as r; \
 Path(sys.argv[1], 'section.md').write_text(r(Path(sys.argv[1]), '.'))" "${RUN_DIR}" || true

@@ -37,7 +37,7 @@ __all__ = ["REPO", "DEFAULT_TEXT", "config_from", "text_corpus", "with_corpus", 
            "read_rows", "write_json", "fmt", "RunsProgress", "SweepProgress", "Preset",
            "pick_preset", "claims_sentences", "span", "upath", "save_figure", "save_npz",
            "load_np", "main_flags", "SAMPLE_TEXT_HELP", "utc", "with_history",
-           "call_end", "calls_text"]
+           "call_end", "calls_text", "CallRecord"]
 
 SAMPLE_TEXT_HELP = ("a directory of .txt files (default: the sample corpus shipped in "
                     "sbjax/data/sample_text)")
@@ -100,6 +100,7 @@ class BudgetClock:
     self.t0, self.budget_s, self.estimate_at = time.perf_counter(), float(budget_s), estimate_at
     self.s_per_token, self.over, self.unit = 0.0, over, unit
     self.estimates: dict = {}  # unit's name -> {"s_per_step", "steps", "projected_end_s"}
+    self.on_estimate = None  # called after each estimate is kept (CallRecord.watch)
 
   def elapsed(self) -> float:
     return time.perf_counter() - self.t0
@@ -116,13 +117,16 @@ class BudgetClock:
   def estimate(self, name: str, per_step: float, member_tokens_per_step: int, steps: int,
                end: float, stop_text: str) -> None:
     """Record a ``unit``'s measured rate and projected ``end`` (seconds since the start),
-    print the estimate on stderr, and stop (``over``, saying ``stop_text``) past the budget."""
+    print the estimate on stderr, call ``on_estimate`` (a meta writer: the estimate survives
+    a cut-off), and stop (``over``, saying ``stop_text``) past the budget."""
     self.s_per_token = max(self.s_per_token, per_step / member_tokens_per_step)
     self.estimates[name] = {"s_per_step": per_step, "steps": steps,
                             "projected_end_s": round(end, 1)}
     print(f"estimate: {self.unit} {name}: {steps} steps, {per_step:.4g} s/step, "
           f"ends at ~{end:.0f} s of the run (now {self.elapsed():.0f} s)", file=sys.stderr,
           flush=True)
+    if self.on_estimate is not None:
+      self.on_estimate()
     if self.budget_s and end > self.budget_s:
       raise self.over(f"{self.unit} {name} would end at ~{end:.0f} s, past the "
                       f"{self.budget_s:g} s budget: {stop_text}")
@@ -167,6 +171,39 @@ def calls_text(runs: list[dict]) -> list[str]:
           f"finished: {', '.join(str(t) for t in r.get('trained') or []) or 'none'}): "
           f"{call_end(r)}" for i, r in enumerate(runs)]
   return [f"This folder was written by {len(runs)} calls of the command: {'; '.join(said)}."]
+
+
+class CallRecord:
+  """One call's record in an experiment folder's meta JSON (``path``): the experiment's fields
+  (``meta``, updated by ``write``'s keywords), this call's ``started``, ``ended``, ``seconds``,
+  ``cpu_seconds`` (this process), ``trained`` (the units whose training ended in this call) and
+  the budget clock's ``estimates``, and ``runs``: the earlier calls' records (read once, at the
+  first write: ``with_history``) then this call's (its ``keys``). Rewritten by each ``write``:
+  at the start, after each unit, at each estimate (``watch``) and at the end, so a call that is
+  cut off (no chance to write) still leaves what it finished, its estimates and when."""
+
+  def __init__(self, path, keys: tuple, meta: dict | None = None):  # the call's clocks start
+    self.path, self.keys, self.meta = upath(path), keys, dict(meta or {})
+    self.t0, self.c0, self.wall0 = time.perf_counter(), time.process_time(), time.time()
+    self.trained, self.clock, self._earlier = [], None, None
+
+  def watch(self, clock) -> None:
+    """Record ``clock``'s estimates, each written at once (``BudgetClock.on_estimate``)."""
+    self.clock = clock
+    if clock is not None:
+      clock.on_estimate = self.write
+
+  def write(self, **fields) -> dict:
+    self.meta.update(fields)
+    m = {**self.meta, "started": utc(self.wall0), "ended": utc(time.time()),
+         "seconds": round(time.perf_counter() - self.t0, 1),
+         "cpu_seconds": round(time.process_time() - self.c0, 1), "trained": list(self.trained),
+         "estimates": dict(self.clock.estimates) if self.clock is not None else {}}
+    if self._earlier is None:  # this call's first write: the file's records come first
+      self._earlier = with_history(self.path, m, self.keys)["runs"][:-1]
+    full = {**m, "runs": self._earlier + [{k: m.get(k) for k in self.keys}]}
+    write_json(self.path, full)
+    return full
 
 
 def welch_clause(w: dict, n_a: int, n_b: int) -> str:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import time
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +14,8 @@ from .ceiling import run_ceiling
 from .measure import POINTS, SETTINGS, model_config, run_group, train_config
 from .tables import write_tables
 from .presets import Preset, get_preset, seed_shapes
-from ..shared import RunsProgress, upath, utc, with_history, write_json, write_rows
+from .. import shared
+from ..shared import RunsProgress, upath, write_rows
 from sbjax import overrides
 from sbjax.config import Config
 from sbjax.data import make_dataset
@@ -140,38 +140,25 @@ CALL_KEYS = ("preset", "started", "ended", "seconds", "cpu_seconds", "trained", 
              "not_run", "estimates")
 
 
-class CallRecord:
-  """This call's record in collapse_meta.json (the experiment's fields, this call's stop
-  fields, ``runs``: the earlier calls' records then this one), written when the call starts,
-  after every group and at its end: a call cut off (no chance to write) still leaves what it
-  finished and when."""
+class CallRecord(shared.CallRecord):
+  """collapse_meta.json during one call (``experiments.shared.CallRecord``), written when the
+  call starts, after every group, at each estimate and at its end; ``not_run``: the preset's
+  groups without a record in OUT/groups/ at that write."""
 
   def __init__(self, out: Path):  # the call's clocks start here
-    self.path, self.meta, self.names = out / META, {}, []
-    self.t0, self.c0, self.wall0 = time.perf_counter(), time.process_time(), time.time()
-    self.trained, self.stopped, self.clock, self._earlier = [], None, None, None
+    super().__init__(out / META, CALL_KEYS)
+    self.names = []
 
   def open(self, meta: dict) -> None:
     """The experiment's fields (``experiment_meta``); the call's first record is written."""
-    self.meta, self.names = meta, [g["name"] for g in meta["groups"]]
+    self.meta, self.names = {**meta, "stopped": None}, [g["name"] for g in meta["groups"]]
     self.write()
 
   def not_run(self) -> list[str]:
     return [n for n in self.names if not (self.path.parent / "groups" / f"{n}.json").exists()]
 
-  def write(self) -> dict:
-    meta = {**self.meta, "started": utc(self.wall0), "ended": utc(time.time()),
-            "seconds": round(time.perf_counter() - self.t0, 1),
-            "cpu_seconds": round(time.process_time() - self.c0, 1),  # this call's process
-            "trained": list(self.trained), "stopped": self.stopped, "not_run": self.not_run(),
-            "estimates": dict(self.clock.estimates) if self.clock is not None else {}}
-    if self._earlier is None:  # the first write of this call: the file's records come first
-      full = with_history(self.path, meta, CALL_KEYS)
-      self._earlier = full["runs"][:-1]
-    else:
-      full = {**meta, "runs": self._earlier + [{k: meta.get(k) for k in CALL_KEYS}]}
-    write_json(self.path, full)
-    return full
+  def write(self, **fields) -> dict:
+    return super().write(**fields, not_run=self.not_run())
 
 
 def train_groups(p: Preset, out: Path, tr, va, vocab: int, verbose: bool,
@@ -182,7 +169,7 @@ def train_groups(p: Preset, out: Path, tr, va, vocab: int, verbose: bool,
   rows, gs = [], groups(p)
   clock = Clock(p.knobs.budget_s, p.knobs.estimate_at) if p.knobs.budget_s else None
   if record is not None:
-    record.clock = clock
+    record.watch(clock)
   progress = RunsProgress(len(gs), "collapse", disable=not verbose)
   seq_len, batch = p.overrides["train.seq_len"], p.overrides["train.batch_size"]
   try:
@@ -246,8 +233,7 @@ def run(out: Path, preset: str, *, data: str | None = None, verbose: bool = True
   try:
     train_groups(p, out, tr, va, vocab, verbose, record)
   except OverBudget as e:
-    record.stopped = str(e)
-    record.write()
+    record.write(stopped=str(e))
     raise
   run_ceiling(out, p, verbose)  # the planted language's ceiling and models trained towards it
   full = record.write()

@@ -21,7 +21,7 @@ member-tokens) is not started. The measurements after each V (r*, the n-gram fit
 projected.
 
 Each estimate (s/step, the run's steps, its projected end in seconds since the call began) is
-kept in ``Clock.estimates`` and, through ``Clock.on_estimate``, written at once into
+kept in ``Clock.estimates`` and, through ``BudgetClock.on_estimate``, written at once into
 vocab_threshold_meta.json (run.py): a stop, a cut-off or a kill after it keeps it for the
 report.
 """
@@ -47,18 +47,9 @@ class Clock(BudgetClock):
     super().__init__(budget_s, estimate_at, over=OverBudget, unit="run")
     self.warmup, self.now = warmup, now
     self.t0 = now()
-    self.on_estimate: Callable[[], None] | None = None  # called after each estimate is kept
 
   def elapsed(self) -> float:
     return self.now() - self.t0
-
-  def estimate(self, *args, **kwargs) -> None:
-    """``BudgetClock.estimate``, then ``on_estimate`` (also when the estimate stops the run)."""
-    try:
-      super().estimate(*args, **kwargs)
-    finally:
-      if self.on_estimate is not None:
-        self.on_estimate()
 
   def hooks(self, prefix: str):
     """``rank_sweep.run_plan``'s ``hooks(name, cfgs, dirs)``: the start check and a ``Watch``

@@ -3,7 +3,7 @@ vocab_threshold.csv, runs.csv, fit.json and the figure. vocab_threshold_meta.jso
 preset's V, those not run yet, a budget stop and the budget clock's estimates (written at the
 start, after each V and at a stop: the report of a run that stopped early reads it), and keeps
 in ``runs`` the record of every call into OUT (``CALL_KEYS``; ``experiments.shared.
-with_history``): a rerun after a budget stop keeps the first call's stop, times and
+CallRecord``): a rerun after a budget stop keeps the first call's stop, times and
 estimates."""
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import numpy as np
 from sbjax.studies import rank_sweep
 from sbjax.studies.corpus import corpus_overrides
 from sbjax.studies.progress import SweepProgress
-from ..shared import (RunsProgress, config_from, text_corpus, upath, utc, with_history,
-                      write_json, write_rows)
+from ..shared import (CallRecord, RunsProgress, config_from, text_corpus, upath, write_json,
+                      write_rows)
 from sbjax.paths import local_file
 from . import corpus_limits, ngram, report, tolerance
 from .bigram_n_run import run_bigram_n
@@ -135,25 +135,6 @@ CALL_KEYS = ("preset", "started", "ended", "seconds", "trained", "stopped", "not
              "estimates")
 
 
-class CallRecord:
-  """vocab_threshold_meta.json during one call: ``meta`` (the preset's fields) with this
-  call's times, V trained, stop, V not run and estimates, and ``runs``: the earlier calls'
-  records (read once, at the start: ``with_history``) then this call's, rewritten by each
-  ``write``."""
-
-  def __init__(self, path, meta: dict, clock: Clock | None):
-    self.path, self.meta, self.clock = path, meta, clock
-    self.earlier = with_history(path, meta, CALL_KEYS)["runs"][:-1]
-    self.t0, self.wall0, self.trained = time.perf_counter(), time.time(), []
-
-  def write(self, **fields) -> None:
-    self.meta.update(fields)
-    m = {**self.meta, "started": utc(self.wall0), "ended": utc(time.time()),
-         "seconds": round(time.perf_counter() - self.t0, 1), "trained": list(self.trained),
-         "estimates": dict(self.clock.estimates) if self.clock is not None else {}}
-    write_json(self.path, {**m, "runs": self.earlier + [{k: m.get(k) for k in CALL_KEYS}]})
-
-
 def run(out: Path, preset, *, data: str | None = None, verbose: bool = True,
         now: Callable[[], float] = time.perf_counter) -> None:
   """The sweep of every V of ``preset`` into ``out`` (module doc); ``now``: the budget's clock
@@ -169,14 +150,13 @@ def run(out: Path, preset, *, data: str | None = None, verbose: bool = True,
                           disable=not verbose)
   clock = (Clock(knobs.budget_s, knobs.estimate_at, knobs.estimate_warmup, now=now)
            if knobs.budget_s else None)
-  rec = CallRecord(out / report.META, {
+  rec = CallRecord(out / report.META, CALL_KEYS, {
       "preset": preset if isinstance(preset, str) else "custom", "data": data or "",
       "vocabs": list(knobs.vocabs), "budget_s": knobs.budget_s, "estimate_at": knobs.estimate_at,
       "estimate_warmup": knobs.estimate_warmup, "stopped": None,
-      "not_run": list(knobs.vocabs)}, clock)
+      "not_run": list(knobs.vocabs)})
+  rec.watch(clock)  # an estimate is in the meta at once (a cut-off keeps it)
   rec.write()
-  if clock is not None:
-    clock.on_estimate = rec.write  # an estimate is in the meta at once (a kill keeps it)
   table, runs, ngram_rows, trained = [], [], [], set()
   try:
     for v, plan in plans.items():
