@@ -60,8 +60,9 @@ def write_rows(path, rows) -> list[str]:
   return write_csv(path, rows)
 
 
-def read_rows(path) -> list[dict]:
-  return read_csv(path)
+def read_rows(path, text: tuple = ()) -> list[dict]:
+  """``write_rows``' rows back: numbers as floats, except the columns named in ``text``."""
+  return read_csv(path, text)
 
 
 def write_json(path, obj) -> None:

@@ -284,7 +284,7 @@ def _body(out: Path, rel: str, meta: dict, partial: str) -> list[str]:
   lines += _r2_lines(r2) + _interval_lines(r2, note)
   an = read_rows(out / "collapse_anchors.csv")
   lines += _anchor_lines(an, note) + _seed_lines(out, meta)
-  tk = read_rows(out / "collapse_tokens.csv")
+  tk = read_rows(out / "collapse_tokens.csv", text=("token",))  # a piece "1" is not 1.0
   seeds = read_rows(out / "collapse_seeds.csv") if (out / "collapse_seeds.csv").exists() else []
   last = model_rows(out, "grid", min_counts(out)[0], "last")
   return lines + _token_lines(tk) + ["", _paragraph(an, tk, meta, r2, seeds, last, note)]

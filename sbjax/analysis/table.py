@@ -74,10 +74,11 @@ def _parse(key: str, s: str):
     return s
 
 
-def read_csv(path) -> list[dict]:
-  """Rows of a CSV written by :func:`write_csv` (``step`` int, numbers float, empty = NaN)."""
+def read_csv(path, text: tuple = ()) -> list[dict]:
+  """Rows of a CSV written by :func:`write_csv` (``step`` int, numbers float, empty = NaN);
+  the columns named in ``text`` stay strings as written (a token piece "007" or "1")."""
   path = upath(path)
   if not path.exists():
     raise FileNotFoundError(f"no such CSV: {path}")
   reader = csv.DictReader(io.StringIO(path.read_bytes().decode(), newline=""))
-  return [{k: _parse(k, v) for k, v in r.items()} for r in reader]
+  return [{k: v if k in text else _parse(k, v) for k, v in r.items()} for r in reader]
