@@ -32,3 +32,16 @@ def write_corpus(root: Path, docs, prefix="doc") -> Path:
   for i, d in enumerate(docs):
     (root / f"{prefix}{i:02d}.txt").write_text(d, encoding="utf-8")
   return root
+
+
+def chain_tokens(path, n: int, vocab: int, seed: int) -> np.ndarray:
+  """A token file of ``n`` uint16 ids: a 4-way branching chain over ``vocab`` ids (each id's
+  4 successors fixed by seed 0, the walk by ``seed``), learnable, so a model's loss falls.
+  Returns the ids."""
+  rng = np.random.default_rng(seed)
+  nxt = np.random.default_rng(0).integers(0, vocab, (vocab, 4))
+  x = np.zeros(n, np.uint16)
+  for i in range(1, n):
+    x[i] = nxt[x[i - 1], rng.integers(0, 4)]
+  x.tofile(path)
+  return x

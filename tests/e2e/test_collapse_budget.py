@@ -26,21 +26,12 @@ from experiments.collapse import budget
 from experiments.collapse.presets import get_preset
 from experiments.collapse.report import write_section
 from experiments.shared import read_rows
+from tests._corpus import chain_tokens
 
 run_mod = importlib.import_module("experiments.collapse.run")  # (the package's run: a function)
 BASE = get_preset("gpu-grid-test")
 # the twin with a second width: two groups, the stop between them
 PRESET = dataclasses.replace(BASE, knobs=dataclasses.replace(BASE.knobs, widths=(8, 16)))
-
-
-def _chain_tokens(path, n, vocab, seed):
-  """A 4-way branching chain over ``vocab`` ids (learnable, so the loss falls)."""
-  rng = np.random.default_rng(seed)
-  nxt = np.random.default_rng(0).integers(0, vocab, (vocab, 4))
-  x = np.zeros(n, np.uint16)
-  for i in range(1, n):
-    x[i] = nxt[x[i - 1], rng.integers(0, 4)]
-  x.tofile(path)
 
 
 class _SpentOnceStarted(budget.Clock):
@@ -92,8 +83,8 @@ def calls(tmp_path_factory):
   collapse_r2.csv's rows or None) per call])."""
   tmp = tmp_path_factory.mktemp("collapse_budget")
   v = BASE.overrides["data.vocab_size"]
-  _chain_tokens(tmp / "train.uint16.bin", 4096, v, 1)
-  _chain_tokens(tmp / "val.uint16.bin", 1024, v, 2)
+  chain_tokens(tmp / "train.uint16.bin", 4096, v, 1)
+  chain_tokens(tmp / "val.uint16.bin", 1024, v, 2)
   data, out = f"{tmp / 'train.uint16.bin'},{tmp / 'val.uint16.bin'}", tmp / "out"
   seen = []
   for clock in (_SpentOnceStarted, _spent_after(out / "groups" / "L1-d8.json"),

@@ -11,17 +11,7 @@ import pytest
 
 from experiments import collapse
 from experiments.collapse.run import groups
-
-
-def _chain_tokens(path, n, vocab, seed):
-  """A 4-way branching chain over ``vocab`` ids (learnable, so the loss falls)."""
-  rng = np.random.default_rng(seed)
-  nxt = np.random.default_rng(0).integers(0, vocab, (vocab, 4))
-  x = np.zeros(n, np.uint16)
-  for i in range(1, n):
-    x[i] = nxt[x[i - 1], rng.integers(0, 4)]
-  x.tofile(path)
-  return x
+from tests._corpus import chain_tokens
 
 
 def test_the_device_presets_train_on_token_files(tmp_path):
@@ -43,8 +33,8 @@ def test_the_device_presets_train_on_token_files(tmp_path):
 
 def test_grid_twin_end_to_end(tmp_path):
   v = collapse.get_preset("gpu-grid-test").overrides["data.vocab_size"]
-  tr = _chain_tokens(tmp_path / "train.uint16.bin", 4096, v, 1)
-  _chain_tokens(tmp_path / "val.uint16.bin", 1024, v, 2)
+  tr = chain_tokens(tmp_path / "train.uint16.bin", 4096, v, 1)
+  chain_tokens(tmp_path / "val.uint16.bin", 1024, v, 2)
   out = tmp_path / "out"
   collapse.run(out, "gpu-grid-test", data=f"{tmp_path / 'train.uint16.bin'},"
                f"{tmp_path / 'val.uint16.bin'}", verbose=False)
