@@ -6,7 +6,8 @@
   holds one idea, a review rule in the README's "Contributing" section, not a line cap);
 - imports at the top of files: a function-local import must say why with a ``deferred:``
   comment on its line (JAX must start after absl flag parsing or ``jax.distributed``);
-- no ``cfg.head == ...`` switch outside the head registry.
+- no ``cfg.head == ...`` switch outside the head registry;
+- no two test files of the same name in tests/ (pytest imports each by its basename).
 """
 
 from __future__ import annotations
@@ -166,6 +167,22 @@ def test_length_check_finds_a_planted_long_function(tmp_path, monkeypatch):
   body = "".join(f"  x{i} = {i}\n" for i in range(80))
   (tmp_path / "m.py").write_text(f"def short():\n  return 1\n\n\ndef long():\n{body}")
   assert _too_long([tmp_path / "m.py"]) == ["m.py:5 long: 81 lines"]
+
+
+def _same_basename(files) -> dict:
+  """Test modules that share a file name (pytest's default import mode imports each by its
+  basename: the second of two is a collection error, 'import file mismatch')."""
+  seen: dict = {}
+  for f in files:
+    seen.setdefault(f.name, []).append(str(f.relative_to(ROOT)))
+  return {k: v for k, v in seen.items() if len(v) > 1}
+
+
+def test_test_file_names_are_unique_across_the_layers():
+  tests = [p for p in _py_files("tests") if p.name.startswith("test_")]
+  assert len(tests) > 100 and _same_basename(tests) == {}, _same_basename(tests)
+  planted = [ROOT / "tests/unit/test_x.py", ROOT / "tests/e2e/test_x.py"]
+  assert _same_basename(planted) == {"test_x.py": ["tests/unit/test_x.py", "tests/e2e/test_x.py"]}
 
 
 def test_imports_at_the_top_of_files():
