@@ -20,7 +20,9 @@ from sbjax import overrides
 from sbjax.config import Config
 from sbjax.data import make_dataset
 from sbjax.data import tokens as tok_lib
+from sbjax.data.tokenizer import Tokenizer
 from sbjax.optim import lr_schedule
+from sbjax.paths import local_file
 from sbjax.studies.collapse_grid import Member
 from sbjax.studies.corpus import corpus_overrides
 
@@ -74,6 +76,17 @@ def token_file_corpus(data: str | None, vocab: int, dtype: str = "uint16"):
   return arrs[0][:len(arrs[0]) - n_val], arrs[0][len(arrs[0]) - n_val:]
 
 
+def beside_tokenizer(data: str, vocab: int) -> str | None:
+  """The absolute local path of the ``tokenizer.model`` beside the TRAIN token file (as
+  benchmarks/build_device_tokens.py ships one per V), when its vocabulary is ``vocab``: the
+  report's token table then shows pieces; None (token ids) when there is none or it differs."""
+  tp = upath(str(data).split(",")[0]).with_name("tokenizer.model")
+  if not tp.is_file():
+    return None
+  local = str(Path(local_file(tp)).resolve())
+  return local if Tokenizer(local).vocab_size == vocab else None
+
+
 def load_corpus(p: Preset, out: Path, corpus: str | None):
   """(train_tokens, val_tokens, vocab_size, tokenizer_path) of the preset's corpus subset:
   token files (source ``tokens``, or any preset given ``--data=FILE.bin|.npy``), a TFDS
@@ -82,7 +95,7 @@ def load_corpus(p: Preset, out: Path, corpus: str | None):
   if o["data.source"] == "tokens" or is_token_files(corpus):
     vocab = o["data.vocab_size"]
     tr, va = token_file_corpus(corpus, vocab)
-    tok_path = None
+    tok_path = beside_tokenizer(corpus, vocab)
   else:
     keep = {k: o[k] for k in ("data.vocab_size", "data.tfds_name") if k in o}
     dc = overrides.apply(Config(), {**keep, **corpus_overrides(o["data.source"], corpus)}).data

@@ -1,12 +1,17 @@
 """The collapse experiment on token files (--data=TRAIN[,VAL] .bin/.npy; the tpu preset's
 TinyStories input): the streams equal the files, the split, and the bad-input messages."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 from experiments.collapse.run import is_token_files, load_corpus, token_file_corpus
 from experiments.collapse.presets import get_preset
+from experiments.collapse.tables import _piece
 from sbjax.data.text import DataError
+from sbjax.data.tokenizer import train_tokenizer
+from tests._corpus import generated_docs
 
 
 def test_token_files_give_the_streams(tmp_path):
@@ -36,3 +41,26 @@ def test_token_file_errors_name_the_problem(tmp_path):
                      r"data.vocab_size of the preset=256\)"):
     token_file_corpus(str(tmp_path / "big.npy"), 256)
   assert is_token_files("a.bin,b.bin") and not is_token_files("some/dir")
+
+
+def test_token_files_take_the_tokenizer_beside_them(tmp_path, monkeypatch):
+  """The device token folders (benchmarks/build_device_tokens.py: V<V>/train.uint16.bin,
+  val.uint16.bin, tokenizer.model) give the report's token table pieces, not bare ids; a
+  tokenizer of another vocabulary is not used (found by benchmarks/device_rehearsal.py: the
+  collapse gpu report showed ids at V 1024)."""
+  d = tmp_path / "V96"
+  tok = train_tokenizer(generated_docs(0, 3), out_path=d / "tokenizer.model", vocab_size=96)
+  ids = np.asarray(tok.encode(generated_docs(1, 1)[0]), np.uint16)
+  ids.tofile(d / "train.uint16.bin")
+  ids[:200].tofile(d / "val.uint16.bin")
+  monkeypatch.chdir(tmp_path)  # device_science.sh passes a relative --data
+  data = "V96/train.uint16.bin,V96/val.uint16.bin"
+  gpu = get_preset("gpu-test")
+  p = dataclasses.replace(gpu, overrides={**gpu.overrides, "data.vocab_size": 96})
+  tr, va, vocab, path = load_corpus(p, tmp_path / "out", data)
+  assert path == str((d / "tokenizer.model").resolve()) and vocab == 96
+  np.testing.assert_array_equal(va, ids[:200])
+  piece = _piece(tmp_path / "out", {"tokenizer": path})
+  assert [piece(i) for i in range(96)] == [tok.sp.id_to_piece(i) for i in range(96)]
+  other = dataclasses.replace(gpu, overrides={**gpu.overrides, "data.vocab_size": 128})
+  assert load_corpus(other, tmp_path / "out", data)[3] is None  # V 128 != its 96 pieces
