@@ -17,15 +17,16 @@ dict and its knobs; every other field is the device preset's; ``--help`` prints 
 - vocab_threshold (``experiments.vocab_threshold`` preset ``gpu``; ``run`` then
   ``report.write_section``): train.steps 1200 -> 2, train.warmup_steps 100 -> 1,
   train.eval_every and train.ckpt_every 200 -> 1 (so the trunk has two evaluated checkpoints
-  to pick its best from), train.eval_batches 16 -> 2 (a d512 L6 eval batch costs ~6 s here),
-  head_steps 400 -> 2, vocabs (1024, 2048, 4096, 8192) -> (1024,): V 8192's head population
+  to pick its best from), train.eval_batches 4 -> 2 (a d512 L6 eval batch costs ~6 s of CPU
+  here; the preset's 4 x 64 windows are first checked against the validation split of every
+  V of the shipped files, without training), head_steps 400 -> 2, vocabs (1024, 2048, 4096, 8192) -> (1024,): V 8192's head population
   needs 33.7 GiB (BUILD_NOTES "Session 16"), and each V costs ~3 min of CPU. Kept: d512, 6
   layers, batch 64 x 256, bf16, the 20 padded heads (ranks 16..512 x 2 head lrs) on the frozen
   best trunk, async checkpoints, the shipped token files and tokenizer, r* at TOL_CHAR.
 - collapse (preset ``gpu``; ``run`` then ``report.write_section``): epoch_tokens 0 (the whole
   train split, ~249 steps per epoch) -> 8,193 tokens (1 step per epoch, 3 steps), which also
-  cuts the collapse pass's train windows (the class means) from ~7,980 to 32;
-  train.warmup_steps 60 -> 1. Kept: the 24 data-order seeds of L2-d256 as one population,
+  cuts the collapse pass's train windows (the class means) from ~7,980 to 32 (the warm-up,
+  60 steps, is clamped to steps - 1 = 2 by the experiment itself). Kept: the 24 data-order seeds of L2-d256 as one population,
   V 1024, batch 32 x 256, the whole validation split (val_tokens 0), chunk 16, 10,000
   permutations, the Fisher CIs and tables.
 - collapse-grid (preset ``gpu-grid``): as collapse, and depths (1, 2, 4) x widths (64, 128,
@@ -42,7 +43,11 @@ dict and its knobs; every other field is the device preset's; ``--help`` prints 
 The budget clocks are kept running (their hooks, estimates and start checks are exercised)
 with budget_s 450 -> 86,400 s: on this CPU a part takes longer than 450 s, so the real budget
 would refuse the later runs at their start check; at these step counts no run reaches its
-estimate step (10 + 200), so no estimate is made. What the rehearsal cannot show: GPU
+estimate step (10 + 200), so no estimate is made.
+
+A warning that validation windows repeat (a preset asking more eval windows than the shipped
+token files hold: ``Dataset.eval_windows``) is an error here, so that the rehearsal, which
+reads the real files, fails on it. What the rehearsal cannot show: GPU
 numerics, speed, the memory at V > 1024 (V 8192's heads), and anything that depends on the
 step count (convergence, the rise statistic's verdicts: its numbers here are of 6 steps).
 """
@@ -57,6 +62,7 @@ import resource
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 PARTS = ("vocab_threshold", "collapse", "collapse-grid", "saturation")
@@ -81,7 +87,8 @@ def vocab_threshold_preset():
   o = _overrides(p, cuts, {"train.steps": 2, "train.warmup_steps": 1, "train.eval_every": 1,
                            "train.ckpt_every": 1, "train.eval_batches": 2},
                  {"train.eval_every": "two evaluated checkpoints for the best trunk",
-                  "train.eval_batches": "a d512 L6 eval batch is ~6 s of CPU"})
+                  "train.eval_batches": "~6 s of CPU per d512 L6 batch; the preset's 4 are "
+                                        "checked against every V's files first"})
   k = p.knobs
   plan = dataclasses.replace(k.plan, head_steps=_cut(cuts, "head_steps", k.plan.head_steps, 2))
   knobs = dataclasses.replace(
@@ -92,11 +99,27 @@ def vocab_threshold_preset():
   return dataclasses.replace(p, overrides=o, knobs=knobs), cuts
 
 
+def eval_windows_fit(tokens: str) -> str:
+  """vocab_threshold gpu's evaluation windows (its real eval_batches x batch) against the
+  validation split of every V of the shipped files; a repeat is an error (module doc)."""
+  import tempfile
+  from experiments.vocab_threshold.presets import PRESETS
+  from experiments.vocab_threshold.run import make_plan, sweep_dataset
+  said = []
+  for v in PRESETS["gpu"].knobs.vocabs:
+    plan = make_plan("gpu", tokens, v)
+    with tempfile.TemporaryDirectory() as d:
+      ds = sweep_dataset(plan, Path(d))
+      n = plan.base.train.eval_batches
+      ds.eval_windows(n)  # warns (here: raises) when the split has fewer windows
+      said.append(f"V{v} {n * plan.base.train.batch_size} of {ds.n_val_windows}")
+  return "eval windows of the real preset fit every V: " + ", ".join(said)
+
+
 def _collapse(name: str, grid: bool):
   from experiments.collapse.presets import PRESETS
   p, cuts = PRESETS[name], []
-  o = _overrides(p, cuts, {"train.warmup_steps": 1}, {})
-  k = p.knobs
+  o, k = p.overrides, p.knobs  # (its warm-up is clamped to steps - 1 by measure.train_config)
   batch, seq = o["train.batch_size"], o["train.seq_len"]
   extra = {}
   if grid:
@@ -152,6 +175,7 @@ def run_part(part: str, out: Path, tokens: str) -> dict:
   times: dict = {}
   if part == "vocab_threshold":
     from experiments.vocab_threshold import report, run
+    print(_phase(times, "preflight", lambda: eval_windows_fit(tokens)), flush=True)
     _phase(times, "run", lambda: run(out, preset, data=tokens))
     _phase(times, "report", lambda: report.write_section(out))
   elif part in ("collapse", "collapse-grid"):
@@ -172,7 +196,9 @@ def run_part(part: str, out: Path, tokens: str) -> dict:
 
 
 def child(part: str, out: Path, tokens: str) -> None:
-  """The child process: run the part, write OUT/rehearsal.json."""
+  """The child process: run the part, write OUT/rehearsal.json (module doc: a repeated
+  validation window is an error)."""
+  warnings.filterwarnings("error", message=r".*windows repeat")
   res = run_part(part, out, tokens)
   (out / "rehearsal.json").write_text(json.dumps(res, indent=1))
 
