@@ -169,8 +169,8 @@ def _anchor_lines(an: list[dict], note: str = "") -> list[str]:
   return lines
 
 
-def _token_lines(tk: list[dict]) -> list[str]:
-  lines = ["", f"Token-level view of the best grid model `{tk[0]['model']}` (their Table 5): "
+def _token_lines(tk: list[dict], kind: str = "grid") -> list[str]:
+  lines = ["", f"Token-level view of the best {kind} model `{tk[0]['model']}` (their Table 5): "
            "per-class CDNV = mean over c' of s(c, c'), interference = mean cos(μ̃_c, μ̃_c').",
            "", "| rank | token | count | log10 CDNV_c | interference |", "|---|---|---|---|---|"]
   for r in tk:
@@ -182,9 +182,10 @@ def _token_lines(tk: list[dict]) -> list[str]:
 
 
 def _paragraph(an: list[dict], tk: list[dict], meta: dict, r2: list[dict],
-               seeds: list[dict], last: list[dict], note: str = "") -> str:
+               seeds: list[dict], last: list[dict], note: str = "", grid: bool = True) -> str:
   """What the data support and contradict, in words computed from the tables (findings.py);
-  a partial run (``note``): no verdict sentence, only what was measured and why not more."""
+  a partial run (``note``): no verdict sentence, only what was measured and why not more;
+  no ``grid``: the seed groups' sentence only (the others judge the grid's tables)."""
   avg, top = tk[-1], tk[:-1]
   top_l = float(np.mean([r["log10_cdnv"] for r in top]))
   top_i = float(np.mean([r["interference"] for r in top]))
@@ -197,6 +198,8 @@ def _paragraph(an: list[dict], tk: list[dict], meta: dict, r2: list[dict],
     sents += [f"{note}the run stopped before its end, so these tables are not the "
               "experiment's answer and no verdict is drawn from them; rerun the same command "
               "with the same --out for the rest."]
+  elif not grid:
+    sents += [F.seed_sentence(seeds, tuple(ANCHORS))]
   else:
     sents += [F.anchor_sentence(an, m) for m in mcs]
     sents += [F.interval_sentence(an, m) for m in mcs] + [F.sign_sentence(last)]
@@ -280,14 +283,26 @@ def _body(out: Path, rel: str, meta: dict, partial: str) -> list[str]:
            f"of the run call: {meta['seconds']} s wall, {meta.get('cpu_seconds', '–')} s CPU of "
            "this process (groups reused from an earlier call cost nothing here).", "",
            f"![collapse metrics vs validation loss]({rel}/{FIGURE})", ""]
-  lines += ([note + "R² of every metric vs validation loss:", ""] if note else [])
-  lines += _r2_lines(r2) + _interval_lines(r2, note)
   an = read_rows(out / "collapse_anchors.csv")
-  lines += _anchor_lines(an, note) + _seed_lines(out, meta)
+  if n_runs:
+    lines += ([note + "R² of every metric vs validation loss:", ""] if note else [])
+    lines += _r2_lines(r2) + _interval_lines(r2, note) + _anchor_lines(an, note)
+  else:
+    lines += [NO_GRID]
+  lines += _seed_lines(out, meta)
   tk = read_rows(out / "collapse_tokens.csv", text=("token",))  # a piece "1" is not 1.0
   seeds = read_rows(out / "collapse_seeds.csv") if (out / "collapse_seeds.csv").exists() else []
   last = model_rows(out, "grid", min_counts(out)[0], "last")
-  return lines + _token_lines(tk) + ["", _paragraph(an, tk, meta, r2, seeds, last, note)]
+  return (lines + _token_lines(tk, "grid" if n_runs else "seed-group")
+          + ["", _paragraph(an, tk, meta, r2, seeds, last, note, grid=bool(n_runs))])
+
+
+# the section of a preset without a grid (gpu: seed groups only), instead of empty grid tables
+NO_GRID = ("This preset trains no grid of shapes, only seed groups: the correlations across "
+           "shapes (R², their intervals, the partial r on log(parameters)) and the like-for-like "
+           "comparison with the authors come from a run with a grid (on the device: "
+           "`--preset=gpu-grid`); here the seed groups say whether each metric follows the "
+           "loss at one fixed shape.")
 
 
 def read_meta(out: Path) -> dict:

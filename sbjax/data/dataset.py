@@ -122,8 +122,9 @@ class Dataset:
     if total <= self.n_val_windows:
       idx = (np.arange(total, dtype=np.int64) * self.n_val_windows) // max(total, 1)
     else:
-      warnings.warn(f"{n} eval batches need {total} validation windows but {self.name!r} has "
-                    f"{self.n_val_windows}: windows repeat", stacklevel=3)
+      warnings.warn(f"{n} eval batches need {total} validation windows but the validation "
+                    f"split of {self.name!r} has {self.n_val_windows}: windows repeat",
+                    stacklevel=3)
       idx = np.arange(total, dtype=np.int64) % self.n_val_windows
     return idx.reshape(int(n), self.global_batch_size)
 
@@ -379,8 +380,9 @@ class TokenWindows(Dataset):
     the file has fewer; the analysis refuses that: sbjax.analysis.samples)."""
     total = int(n) * self.global_batch_size
     if total > self.n_val_windows:
-      warnings.warn(f"{n} eval batches need {total} validation windows but {self.name!r} has "
-                    f"{self.n_val_windows}: windows repeat", stacklevel=3)
+      warnings.warn(f"{n} eval batches need {total} validation windows but the validation "
+                    f"split of {self.name!r} has {self.n_val_windows}: windows repeat",
+                    stacklevel=3)
     return (np.arange(total, dtype=np.int64) % self.n_val_windows).reshape(
         int(n), self.global_batch_size)
 

@@ -17,6 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from experiments.collapse.report import NO_GRID
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "device_science.sh"
 
@@ -65,6 +67,9 @@ def test_dry_run_collapse_writes_one_archive(tmp_path):
   assert {"collapse/fig_collapse_vs_loss.png", "collapse/collapse_seeds.csv"} <= names
   assert not any("perclass" in n for n in names)  # per-class arrays stay out of the archive
   assert section.startswith("## Linguistic collapse") and "Among 3 data-order seeds" in section
+  # a preset without a grid: one sentence instead of the grid's empty tables and verdicts
+  assert NO_GRID in section and "| metric | min_count | n | r |" not in section
+  assert "Like for like" not in section and "best seed-group model" in section
   assert meta["preset"] == "gpu-test" and meta["vocab_size"] == 64
   assert {r["kind"] for r in rows} == {"seeds"} and len({r["data_seed"] for r in rows}) == 3
   _only_the_archive(tmp_path / "ds", "collapse")

@@ -41,7 +41,7 @@ def test_npy_rows_are_windows_and_eval_is_in_file_order(files):
   tr = np.concatenate([ds.train_batch(i) for i in range(6)])  # one epoch
   perm = np.random.default_rng([0, 0]).permutation(24)
   np.testing.assert_array_equal(tr, rows[perm])
-  with pytest.warns(UserWarning, match="need 28 validation windows but 'rows.npy' has 24"):
+  with pytest.warns(UserWarning, match="need 28 validation windows but the validation split of 'rows.npy' has 24"):
     again = np.concatenate(ds.eval_batches(7))  # training: cycles, like the packed sources
   np.testing.assert_array_equal(again, rows[np.arange(28) % 24])
 
