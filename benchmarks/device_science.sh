@@ -232,29 +232,29 @@ T0=$(date +%s)
 RC=0
 timeout -s TERM -k 20 "${RUN_LIMIT_S}" "${CMD[@]}" > "${RUN_DIR}/result.out" \
   2> "${RUN_DIR}/run.log" || RC=$?
+write_section() {  # RUN_DIR/section.md by the report module $1's write_section
+  "${PY}" -c "import importlib, sys; \
+importlib.import_module(sys.argv[1]).write_section(sys.argv[2])" "$1" "${RUN_DIR}"
+}
 if [[ "${EXP}" == vocab_threshold && -s "${RUN_DIR}/vocab_threshold_meta.json" ]]; then
   # its CLI prints JSON: the section. After a budget stop (75) or a cut-off (124, 137) it
   # covers the V that finished and says which did not and how to resume (no fit over them);
   # with no V finished (no vocab_threshold.csv) it says so, with the budget clock's estimates
   W=0
-  "${PY}" -c "import sys; from experiments.vocab_threshold.report import write_section; \
-write_section(sys.argv[1])" "${RUN_DIR}" || W=$?
+  write_section experiments.vocab_threshold.report || W=$?
   if [[ "${RC}" == 0 ]]; then RC="${W}"; fi
 fi
 if [[ "${RC}" != 0 && "${EXP}" == collapse && -s "${RUN_DIR}/collapse_meta.json" ]]; then
   # its CLI writes the section at its end and at a budget stop (75); after a cut-off (124,
   # 137) or a failure: the groups that finished (partial tables), or that none did, with the
   # budget clock's estimates and how to resume
-  "${PY}" -c "import sys; from experiments.collapse.report import write_section; \
-write_section(sys.argv[1])" "${RUN_DIR}" || true
+  write_section experiments.collapse.report || true
 fi
 if [[ "${RC}" =~ ^(75|124|137)$ && "${EXP}" == saturation && -s "${RUN_DIR}/planted_arms.csv" ]]
 then
   # a budget stop or a cut-off: the report of the populations that finished (its text names
   # the stop, or the arms not run)
-  "${PY}" -c "import sys; from pathlib import Path; \
-from experiments.saturation.planted_report import report_section as r; \
-Path(sys.argv[1], 'section.md').write_text(r(Path(sys.argv[1]), '.'))" "${RUN_DIR}" || true
+  write_section experiments.saturation.planted_report || true
 fi
 if [[ "${EXP}" == timing ]]; then cat "${RUN_DIR}/result.out"; fi
 SECONDS_RUN=$(($(date +%s) - T0))

@@ -13,7 +13,7 @@ from absl import flags
 
 from sbjax.cli import common, series_flags as sf
 from .planted_presets import PLANTED_PRESETS
-from .planted_report import report_section as planted_section
+from .planted_report import write_section as write_planted_section
 from .planted_run import run_planted
 from .presets import PRESETS
 from .report import report_section
@@ -42,9 +42,8 @@ def main(argv):
     return main_series(out)
   if PRESET.value in PLANTED_PRESETS:  # the planted arms (width x Γ)
     run_planted(out, PRESET.value)
-    (out / "section.md").write_text(planted_section(out, "."))
     common.result(json.dumps({"out": str(out), "arms": str(out / "planted_arms.csv"),
-                              "section": str(out / "section.md")}))
+                              "section": str(write_planted_section(out))}))
     return
   run(out, PRESET.value, data=DATA.value or None)
   (out / "section.md").write_text(report_section(out, "."))

@@ -225,3 +225,11 @@ def report_section(out: Path, rel: str = ".") -> str:
   if others:
     lines += _replicates(all_arms, lang, k)
   return "\n".join(lines)
+
+
+def write_section(out: Path) -> Path:
+  """OUT/section.md (figures at ``./``): ``report_section`` of the arms measured so far (after
+  a budget stop or a cut-off, of the populations that finished; its text names the stop)."""
+  out = upath(out)
+  (out / "section.md").write_text(report_section(out, "."))
+  return out / "section.md"

@@ -82,21 +82,21 @@ def sweep_dataset(plan: Plan, sub: Path):
                       seed=tc.data_seed, workdir=str(upath(sub) / "data"))
 
 
-def train_v(plan: Plan, sub: Path, progress: RunsProgress, clock: Clock | None,
-            trained: set) -> list:
-  """Train (or read back) the sweep of one V into ``sub``; the CSV rows. With a ``clock``
-  every run that trains is timed, and stopped before the budget (``budget``); the V is added
-  to ``trained`` when any of its runs trains in this call (none does when all are finished)."""
+def train_v(plan: Plan, sub: Path, progress: RunsProgress, clock: Clock | None) -> tuple:
+  """Train (or read back) the sweep of one V into ``sub``: (the CSV rows, whether any of its
+  runs trained in this call; none does when all are finished). With a ``clock`` every run
+  that trains is timed, and stopped before the budget (``budget``)."""
   steps = SweepProgress(progress, f"V={sub.name[1:]} ")
   timed = None if clock is None else clock.hooks(f"{sub.name}/")
+  ran = []
 
   def hooks(name: str, cfgs: list, dirs: list) -> list:
-    trained.add(int(sub.name[1:]))
+    ran.append(name)
     return [] if timed is None else timed(name, cfgs, dirs)
 
   try:
     return rank_sweep.run_plan(plan, sub, sweep_dataset(plan, sub), progress=steps,
-                               hooks=hooks)
+                               hooks=hooks), bool(ran)
   finally:
     steps.finish()
 
@@ -157,18 +157,18 @@ def run(out: Path, preset, *, data: str | None = None, verbose: bool = True,
       "not_run": list(knobs.vocabs)})
   rec.watch(clock)  # an estimate is in the meta at once (a cut-off keeps it)
   rec.write()
-  table, runs, ngram_rows, trained = [], [], [], set()
+  table, runs, ngram_rows = [], [], []
   try:
     for v, plan in plans.items():
       sub = out / f"V{v}"
-      rows = train_v(plan, sub, progress, clock, trained)
+      rows, trained = train_v(plan, sub, progress, clock)
       runs += [{"V": v, **r} for r in rows]
       table.append(measure_v(plan, sub, v, knobs, ngram_rows))
       write_rows(out / report.TABLE_CSV, table)
       write_rows(out / report.RUNS_CSV, runs)
       if ngram_rows:
         write_rows(out / report.NGRAM_CSV, ngram_rows)
-      rec.trained += [v] if v in trained else []
+      rec.trained += [v] if trained else []
       rec.write(not_run=list(knobs.vocabs)[len(table):])
   except OverBudget as e:  # the finished V are in the tables (the report says so); a rerun resumes
     print(f"stopped: {e}", file=sys.stderr, flush=True)
