@@ -33,7 +33,7 @@ dict and its knobs; every other field is the device preset's; ``--help`` prints 
   256, 512) -> (1, 4) x (64, 512): the grid's four corners (8 runs of the 24), its smallest
   and largest shapes, to fit ~5 min of CPU.
 - saturation (``experiments.saturation`` preset ``gpu-planted``; ``run_planted`` then
-  ``planted_report.report_section``): train.steps 14,377 -> 6, train.warmup_steps 144 -> 1,
+  ``planted_report.write_section``): train.steps 14,377 -> 6, train.warmup_steps 144 -> 1,
   train.eval_every 14,377 -> 6, train.ckpt_every 1000 -> 2 (checkpoints 0, 1, 2, 4, 6),
   train.log_every 100 -> 2. Kept: the tail language (V 4096, M 8, k 32, Zipf 1.5, its exact H,
   the svd floor bound, the rarest-token counts), the device sampler, all 12 arms in their
@@ -187,11 +187,10 @@ def run_part(part: str, out: Path, tokens: str) -> dict:
     _phase(times, "run", lambda: run(out, preset, data=data))
     _phase(times, "report", lambda: write_section(out))
   else:
-    from experiments.saturation.planted_report import report_section
+    from experiments.saturation.planted_report import write_section
     from experiments.saturation.planted_run import run_planted
     _phase(times, "run", lambda: run_planted(out, preset))
-    _phase(times, "report",
-           lambda: (out / "section.md").write_text(report_section(out, ".")))
+    _phase(times, "report", lambda: write_section(out))
   return {"part": part, "cuts": cuts, "phases": times}
 
 

@@ -25,6 +25,7 @@ from . import findings as F  # noqa: E402
 from .measure import ANCHOR_SOURCE, ANCHORS, METRICS, POINTS  # noqa: E402
 from .tables import column, min_counts, model_rows, write_tables  # noqa: E402
 from ..shared import calls_text, fmt, read_rows, finish_figure, upath  # noqa: E402
+from sbjax.atomic import atomic_write_text  # noqa: E402
 from sbjax.studies import stats  # noqa: E402
 
 FIGURE = "fig_collapse_vs_loss.png"
@@ -339,5 +340,5 @@ def write_section(out: Path) -> Path:
   finished, not_run = progress(out, meta)
   if finished and (not_run or not (out / "collapse_r2.csv").exists()):
     write_tables(out, int(meta["n_permutations"]))
-  (out / SECTION).write_text(report_section(out, "."))
+  atomic_write_text(out / SECTION, report_section(out, "."))
   return out / SECTION

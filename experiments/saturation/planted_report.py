@@ -16,6 +16,7 @@ from . import planted_replicates as rep  # noqa: E402
 from .planted_measure import account  # noqa: E402
 from .planted_reading import reading  # noqa: E402
 from ..shared import calls_text, finish_figure, fmt, read_rows, upath  # noqa: E402
+from sbjax.atomic import atomic_write_text  # noqa: E402
 
 PLANTED_FIGS = {"loss": "fig_planted_loss_gamma.png",
                 "kl_anisotropy": "fig_planted_kl_anisotropy_gamma.png"}
@@ -231,5 +232,5 @@ def write_section(out: Path) -> Path:
   """OUT/section.md (figures at ``./``): ``report_section`` of the arms measured so far (after
   a budget stop or a cut-off, of the populations that finished; its text names the stop)."""
   out = upath(out)
-  (out / "section.md").write_text(report_section(out, "."))
+  atomic_write_text(out / "section.md", report_section(out, "."))
   return out / "section.md"

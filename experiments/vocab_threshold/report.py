@@ -20,6 +20,7 @@ import matplotlib.pyplot as plt  # noqa: E402 - after choosing the non-interacti
 import numpy as np  # noqa: E402
 
 from ..shared import calls_text, fmt, read_rows, finish_figure, upath  # noqa: E402
+from sbjax.atomic import atomic_write_text  # noqa: E402
 from . import bigram_n_report  # noqa: E402
 from .corpus_limits import corpus_sentence  # noqa: E402
 from .head_lrs import head_lr_section  # noqa: E402
@@ -302,5 +303,5 @@ def write_section(out: Path) -> Path:
   if (out / TABLE_CSV).exists() and (not_run(out, read_rows(out / TABLE_CSV))
                                      or not (out / FIGURE).exists()):
     draw(out)
-  (out / SECTION).write_text(report_section(out, "."))
+  atomic_write_text(out / SECTION, report_section(out, "."))
   return out / SECTION
