@@ -1,4 +1,4 @@
-"""Glue shared by the experiments: CSV rows, number formatting and report sentences, and the
+"""Glue shared by the experiments: the lock of an output folder (``locks_out``), CSV rows, number formatting and report sentences, and the
 writers of figures and arrays that take an output path local or remote (``gs://``: ``out``
 is then an ``etils.epath`` path, ``sbjax.paths.upath``). The
 library-grade pieces they use live in sbjax and are re-exported here: ``config_from``
@@ -12,6 +12,7 @@ library-grade pieces they use live in sbjax and are re-exported here: ``config_f
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import math
@@ -29,6 +30,7 @@ from sbjax.overrides import config_from  # the one override path (presets' dotte
 from sbjax.studies.corpus import DEFAULT_TEXT, text_corpus, with_corpus
 from sbjax.studies.presets import Preset, pick_preset
 from sbjax.studies.progress import RunsProgress, SweepProgress
+from sbjax.train.lock import out_lock
 from sbjax.train.preempt import EXIT_PREEMPTED
 
 REPO = Path(__file__).resolve().parents[1]
@@ -37,7 +39,7 @@ __all__ = ["REPO", "DEFAULT_TEXT", "config_from", "text_corpus", "with_corpus", 
            "read_rows", "write_json", "fmt", "RunsProgress", "SweepProgress", "Preset",
            "pick_preset", "claims_sentences", "span", "upath", "save_figure", "save_npz",
            "load_np", "main_flags", "SAMPLE_TEXT_HELP", "utc", "with_history",
-           "call_end", "calls_text", "CallRecord"]
+           "call_end", "calls_text", "CallRecord", "out_lock", "locks_out"]
 
 SAMPLE_TEXT_HELP = ("a directory of .txt files (default: the sample corpus shipped in "
                     "sbjax/data/sample_text)")
@@ -53,6 +55,20 @@ def main_flags(name: str, presets, data_help: str | None = SAMPLE_TEXT_HELP,
   preset = flags.DEFINE_enum("preset", "cpu", list(presets), preset_help or " | ".join(presets))
   data = None if data_help is None else flags.DEFINE_string("data", "", data_help)
   return out, preset, data
+
+
+def locks_out(out_flag):
+  """Decorates an experiment's ``main(argv)``: the call holds ``out_lock(out_flag.value)``
+  (``OUT/LOCK``, ``sbjax.train.lock``) from its start to its end, so a second call into the
+  same --out stops with one line naming the holder before it writes anything."""
+
+  def decorate(main):
+    @functools.wraps(main)
+    def locked(argv):
+      with out_lock(out_flag.value):
+        return main(argv)
+    return locked
+  return decorate
 
 
 def write_rows(path, rows) -> list[str]:

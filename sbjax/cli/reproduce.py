@@ -26,7 +26,8 @@ tiny preset of the test suite) and the default selection is every experiment. Ti
 in ``OUT/timings.json``, so rerunning with another ``--only`` keeps the others' sections
 (``write_report`` reports every experiment with a finished ``OUT/NAME/``). An experiment that
 fails is reported as failed and the others go on (the command then exits with an error naming
-it).
+it). A call holds ``OUT/LOCK``, and ``OUT/NAME/LOCK`` while NAME runs (``sbjax.train.lock``
+``out_lock``): a second call into the same folder stops with one line naming the holder.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from absl import flags
 from . import common
 from sbjax.atomic import atomic_write_json
 from sbjax.paths import upath
+from sbjax.train.lock import out_lock
 
 PRESETS = ("test", "quick", "cpu", "tpu")
 TIMINGS = "timings.json"
@@ -114,24 +116,25 @@ class Suite:
     out = upath(out)
     if preset not in PRESETS:
       raise ValueError(f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
-    out.mkdir(parents=True, exist_ok=True)
-    timings = _read_timings(out)
-    for name in names:
-      t0 = time.perf_counter()
-      rec = {"preset": preset, "status": "ok", "error": ""}
-      try:
-        mod = self.load(name)
-        if verbose:
-          sys.stderr.write(f"== {name} ({preset}) -> {out / name}\n")
-        mod.run(out / name, preset, data=data or None)
-      except Exception as e:  # noqa: BLE001 - reported, the other experiments go on
-        rec.update(status="failed", error=f"{type(e).__name__}: {e}")
-        if verbose:
-          traceback.print_exc()
-      rec["seconds"] = round(time.perf_counter() - t0, 1)
-      timings[name] = rec
-      _write_timings(out, timings)
-    self.write_report(out)
+    with out_lock(out):  # one writer per folder: OUT for the call, OUT/NAME while NAME runs
+      timings = _read_timings(out)
+      for name in names:
+        t0 = time.perf_counter()
+        rec = {"preset": preset, "status": "ok", "error": ""}
+        try:
+          mod = self.load(name)
+          if verbose:
+            sys.stderr.write(f"== {name} ({preset}) -> {out / name}\n")
+          with out_lock(out / name):
+            mod.run(out / name, preset, data=data or None)
+        except Exception as e:  # noqa: BLE001 - reported, the other experiments go on
+          rec.update(status="failed", error=f"{type(e).__name__}: {e}")
+          if verbose:
+            traceback.print_exc()
+        rec["seconds"] = round(time.perf_counter() - t0, 1)
+        timings[name] = rec
+        _write_timings(out, timings)
+      self.write_report(out)
     return timings
 
   def write_report(self, out) -> Path:

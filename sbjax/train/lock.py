@@ -21,6 +21,11 @@ holder (its host and pid) and what to do (``WorkdirLockedError``).
   one whose write did not survive stops; an object store has no compare-and-swap here).
 
 Within one process the lock is re-entrant (``train_once`` holds it around ``train``).
+
+``out_lock(out)`` is the same lock for an experiment's output folder (``OUT/LOCK``, taken by
+each ``python -m experiments.<name>`` for its whole call); its busy error names ``--out``.
+The folder's own training workdirs (``OUT/runs/<arm>/``) take their own locks: other files,
+other keys.
 """
 
 from __future__ import annotations
@@ -75,10 +80,14 @@ def describe(info: dict) -> str:
   return f"host {info.get('host')}, pid {info.get('pid')}, started {info.get('started')}"
 
 
-def busy_message(workdir, info: dict) -> str:
+WORKDIR = ("workdir", "--workdir")  # what a lock's messages call its folder, and its flag
+OUT = ("output folder", "--out")
+
+
+def busy_message(workdir, info: dict, names: tuple = WORKDIR) -> str:
   pid, host = info.get("pid", "?"), info.get("host", "?")
-  return (f"the workdir {workdir} is in use by another run ({describe(info)}); wait for it to "
-          f"finish, stop it (kill {pid} on {host}), or use another --workdir")
+  return (f"the {names[0]} {workdir} is in use by another run ({describe(info)}); wait for it "
+          f"to finish, stop it (kill {pid} on {host}), or use another {names[1]}")
 
 
 def pid_alive(pid) -> bool:
@@ -102,8 +111,8 @@ def _parse(text: str) -> dict:
 class LocalLock:
   """``WORKDIR/LOCK`` held with ``flock`` (module doc)."""
 
-  def __init__(self, workdir):
-    self.workdir, self.path, self.fd = workdir, Path(workdir) / LOCK, None
+  def __init__(self, workdir, names: tuple = WORKDIR):
+    self.workdir, self.path, self.fd, self.names = workdir, Path(workdir) / LOCK, None, names
 
   def _read(self, fd) -> dict:
     return _parse(os.pread(fd, 1 << 16, 0).decode(errors="replace"))
@@ -122,13 +131,13 @@ class LocalLock:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
       except OSError as e:
         raise OSError(f"cannot write the lock file {self.path}: {e.strerror}; choose a "
-                      "writable --workdir") from None
+                      f"writable {self.names[1]}") from None
       try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
       except BlockingIOError:
         info = self._read(fd)
         os.close(fd)
-        raise WorkdirLockedError(busy_message(self.workdir, info)) from None
+        raise WorkdirLockedError(busy_message(self.workdir, info, self.names)) from None
       except OSError as e:  # a file system without flock (some network mounts)
         os.close(fd)
         raise FlockUnsupported(e.strerror) from None
@@ -159,8 +168,9 @@ class LocalLock:
 class HeartbeatLock:
   """A lock object with a heartbeat, for remote storage (module doc)."""
 
-  def __init__(self, workdir, interval_s: float = HEARTBEAT_S, missed: int = MISSED_HEARTBEATS):
-    self.workdir, self.path = workdir, upath(workdir) / LOCK
+  def __init__(self, workdir, interval_s: float = HEARTBEAT_S, missed: int = MISSED_HEARTBEATS,
+               names: tuple = WORKDIR):
+    self.workdir, self.path, self.names = workdir, upath(workdir) / LOCK, names
     self.interval, self.missed = interval_s, missed
     self.info, self.stop, self.thread = None, threading.Event(), None
 
@@ -179,7 +189,7 @@ class HeartbeatLock:
   def acquire(self) -> None:
     old = self._read() if self.path.exists() else {}
     if old and not self.stale(old):
-      raise WorkdirLockedError(busy_message(self.workdir, old))
+      raise WorkdirLockedError(busy_message(self.workdir, old, self.names))
     if old:
       log.warning("took over the stale lock of %s: %s is gone (last heartbeat %.0f s ago)",
                   self.workdir, describe(old), time.time() - float(old.get("heartbeat", 0)))
@@ -187,7 +197,7 @@ class HeartbeatLock:
     atomic_write_text(self.path, json.dumps(self.info))
     now = self._read()
     if now.get("token") != self.info["token"]:
-      raise WorkdirLockedError(busy_message(self.workdir, now))
+      raise WorkdirLockedError(busy_message(self.workdir, now, self.names))
     self.thread = threading.Thread(target=self._beat, daemon=True, name="sbjax-lock-heartbeat")
     self.thread.start()
 
@@ -210,8 +220,8 @@ class HeartbeatLock:
     self.info = None
 
 
-def make_lock(workdir):
-  return LocalLock(workdir) if is_local(workdir) else HeartbeatLock(workdir)
+def make_lock(workdir, names: tuple = WORKDIR):
+  return LocalLock(workdir, names) if is_local(workdir) else HeartbeatLock(workdir, names=names)
 
 
 def _key(workdir) -> str:
@@ -219,9 +229,10 @@ def _key(workdir) -> str:
 
 
 @contextlib.contextmanager
-def workdir_lock(workdir, *, enabled: bool = True) -> Iterator[None]:
+def workdir_lock(workdir, *, enabled: bool = True, names: tuple = WORKDIR) -> Iterator[None]:
   """Hold the lock of ``workdir`` (created if missing) for the block; ``enabled=False``
-  (processes other than 0 of a multi-process run) holds nothing."""
+  (processes other than 0 of a multi-process run) holds nothing; ``names``: what the
+  messages call the folder and the flag that chooses it (``WORKDIR``, ``OUT``)."""
   if not enabled:
     yield
     return
@@ -229,18 +240,18 @@ def workdir_lock(workdir, *, enabled: bool = True) -> Iterator[None]:
   try:
     wd.mkdir(parents=True, exist_ok=True)
   except OSError as e:
-    raise OSError(f"cannot create the workdir {workdir}: {e.strerror}; choose a writable "
-                  "--workdir") from None
+    raise OSError(f"cannot create the {names[0]} {workdir}: {e.strerror}; choose a writable "
+                  f"{names[1]}") from None
   key = _key(workdir)
   with _HELD_GUARD:
     held = _HELD.get(key)
     if held is None:
-      lock = make_lock(workdir)
+      lock = make_lock(workdir, names)
       try:
         lock.acquire()
       except FlockUnsupported as e:
         log.warning("%s: no flock on this file system (%s); using a heartbeat lock", workdir, e)
-        lock = HeartbeatLock(workdir)
+        lock = HeartbeatLock(workdir, names=names)
         lock.acquire()
       held = _HELD[key] = [lock, 0]
     held[1] += 1
@@ -261,3 +272,10 @@ def workdir_locks(workdirs, *, enabled: bool = True) -> Iterator[None]:
     for d in workdirs:
       stack.enter_context(workdir_lock(d, enabled=enabled))
     yield
+
+
+def out_lock(out, *, flag: str = "--out"):
+  """``workdir_lock`` of an experiment's output folder ``out`` (``OUT/LOCK``; module doc):
+  one writer per folder; a second caller stops with one line naming the folder, the holder
+  and ``flag`` (the option that chooses the folder), before it writes anything."""
+  return workdir_lock(out, names=(OUT[0], flag))
