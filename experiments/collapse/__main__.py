@@ -16,7 +16,7 @@ from .presets import PRESETS
 from .report import write_section
 from .run import run
 from .series import run_series, series_section
-from ..shared import upath
+from ..shared import locks_out, upath
 
 PRESET = flags.DEFINE_string("preset", "cpu", " | ".join(PRESETS))
 OUT = flags.DEFINE_string("out", "out/collapse", "output directory")
@@ -38,6 +38,7 @@ def main_series(out: Path) -> None:
   common.result(section)
 
 
+@locks_out(OUT)  # one writer per --out folder
 def main(argv):
   del argv
   out = upath(OUT.value)

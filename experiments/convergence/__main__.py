@@ -18,7 +18,7 @@ from sbjax.cli import data_flags as df
 from .presets import PRESETS
 from .report import report_section
 from .run import run
-from ..shared import main_flags, upath
+from ..shared import locks_out, main_flags, upath
 
 OUT, PRESET, DATA = main_flags("convergence", PRESETS, "a directory of .txt files for the text "
                                "presets ('' = the sample corpus shipped in sbjax/data/sample_text)",
@@ -53,6 +53,7 @@ def _series_tokens() -> str:
   return a or b
 
 
+@locks_out(OUT)  # one writer per --out folder
 def main(argv):
   del argv
   grad = {"preset": None, "on": True, "off": False}[GRAD_PER.value]

@@ -8,13 +8,14 @@ import sys
 from sbjax.cli import common
 from . import PRESETS, run, summarize
 from .report import FIGURE
-from ..shared import main_flags, upath
+from ..shared import locks_out, main_flags, upath
 
 OUT, PRESET, DATA = main_flags(
     "head_rank", PRESETS, "directory of .txt files (default: the Shakespeare sample corpus "
     "shipped in sbjax/data/sample_text)", preset_help="experiment size")
 
 
+@locks_out(OUT)  # one writer per --out folder
 def main(argv):
   del argv
   out = upath(OUT.value)

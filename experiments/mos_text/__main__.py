@@ -8,11 +8,12 @@ import sys
 from sbjax.cli import common
 from . import PRESETS, comparisons, run
 from .report import CSV
-from ..shared import main_flags, read_rows, upath
+from ..shared import locks_out, main_flags, read_rows, upath
 
 OUT, PRESET, DATA = main_flags("mos_text", PRESETS)
 
 
+@locks_out(OUT)  # one writer per --out folder
 def main(argv):
   del argv
   out = upath(OUT.value)

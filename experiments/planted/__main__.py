@@ -10,13 +10,14 @@ from absl import flags
 from sbjax.cli import common
 from . import PRESETS, run, summarize
 from sbjax.paths import upath
-from ..shared import main_flags
+from ..shared import locks_out, main_flags
 
 OUT, PRESET, _ = main_flags("planted", PRESETS, data_help=None)
 PARTS = flags.DEFINE_list("parts", None, "knee,mix (part 1, part 2) or one of them; default: "
                           "the preset's (both, or part 2 alone for the *-mos-seeds presets)")
 
 
+@locks_out(OUT)  # one writer per --out folder
 def main(argv):
   del argv
   out = upath(OUT.value)

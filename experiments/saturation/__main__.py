@@ -19,7 +19,7 @@ from .presets import PRESETS
 from .report import report_section
 from .run import run
 from .series import run_series, series_section
-from ..shared import SAMPLE_TEXT_HELP, main_flags, upath
+from ..shared import SAMPLE_TEXT_HELP, locks_out, main_flags, upath
 
 OUT, PRESET, DATA = main_flags("saturation", list(PRESETS) + list(PLANTED_PRESETS),
                                SAMPLE_TEXT_HELP + ", or a TFDS name for the tpu preset")
@@ -35,6 +35,7 @@ def main_series(out: Path) -> None:
                             "section": str(out / "section.md")}))
 
 
+@locks_out(OUT)  # one writer per --out folder
 def main(argv):
   del argv
   out = upath(OUT.value)

@@ -7,12 +7,13 @@ import sys
 
 from sbjax.cli import common
 from . import CSV, PRESETS, run
-from ..shared import SAMPLE_TEXT_HELP, main_flags, upath
+from ..shared import SAMPLE_TEXT_HELP, locks_out, main_flags, upath
 
 OUT, PRESET, DATA = main_flags(
     "target_rank", PRESETS, SAMPLE_TEXT_HELP + ", or a TFDS name for the tpu preset")
 
 
+@locks_out(OUT)  # one writer per --out folder
 def main(argv):
   del argv
   out = upath(OUT.value)

@@ -10,7 +10,7 @@ from sbjax.cli import common
 from . import PRESETS, run
 from .bigram_n_report import SUMMARY
 from .report import FIT
-from ..shared import upath
+from ..shared import locks_out, upath
 
 PRESET = flags.DEFINE_enum("preset", "cpu", list(PRESETS), "experiment size")
 OUT = flags.DEFINE_string("out", "out/vocab_threshold", "output directory")
@@ -19,6 +19,7 @@ DATA = flags.DEFINE_string("data", "", "directory of .txt files (default: the Sh
                            "folder of V<V>/ token files (benchmarks/build_device_tokens.py)")
 
 
+@locks_out(OUT)  # one writer per --out folder
 def main(argv):
   del argv
   out = upath(OUT.value)

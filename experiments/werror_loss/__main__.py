@@ -8,9 +8,9 @@ import sys
 from absl import flags
 
 from sbjax.cli import common
-from . import PRESETS, run
+from . import PRESETS, head_rank_dir, run
 from .report import CSV, FIGURE, SUMMARY
-from ..shared import main_flags, upath
+from ..shared import locks_out, main_flags, out_lock, upath
 
 OUT, PRESET, DATA = main_flags("werror_loss", PRESETS,
                                "corpus for the head-rank sweep if it has to be run",
@@ -18,10 +18,12 @@ OUT, PRESET, DATA = main_flags("werror_loss", PRESETS,
 HR_DIR = flags.DEFINE_string("head_rank_dir", "", "the head_rank output (default OUT/../head_rank)")
 
 
+@locks_out(OUT)  # one writer per --out folder
 def main(argv):
   del argv
   out = upath(OUT.value)
-  run(out, PRESET.value, data=DATA.value, head_rank_dir_=HR_DIR.value)
+  with out_lock(head_rank_dir(out, HR_DIR.value), flag="--head_rank_dir"):  # read, or trained
+    run(out, PRESET.value, data=DATA.value, head_rank_dir_=HR_DIR.value)
   common.result(json.dumps({"out": str(out), "csv": str(out / CSV), "figure": str(out / FIGURE),
                             "summary": json.loads((out / SUMMARY).read_text())}))
 
