@@ -11,7 +11,8 @@ Writes OUT/metrics.csv (one row per checkpoint step), OUT/spectrum.npz
 (sigma_i/sigma_1, top k, per step), OUT/metrics.json (flags, sample sizes, metric
 variants, sbjax version) and three figures, with OUT = --out_dir or WORKDIR/analysis.
 Finished checkpoints are cached in OUT/cache/ (keyed by the settings), so a killed
-analysis resumes where it stopped and a changed flag recomputes. The columns and the
+analysis resumes where it stopped and a changed flag recomputes. A call holds OUT/LOCK (a
+second analysis into the same OUT stops with one line naming it). The columns and the
 samples are documented in sbjax/analysis/analyze.py.
 """
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from contextlib import nullcontext
 
 from absl import flags
 
@@ -27,6 +29,8 @@ from . import common
 from .data_flags import ALLOW_DUP, DATA, TOKENS, data_dot_flags, eval_sequences, steps
 from sbjax.analysis import analyze_run
 from sbjax.analysis.settings import ALL_GROUPS, DEFAULT_W_ERROR_DIMS, Settings
+from sbjax.paths import upath
+from sbjax.train.lock import out_lock
 
 _D = Settings()
 WORKDIR = flags.DEFINE_string("workdir", None, "the run (or imported series) to analyse",
@@ -87,8 +91,10 @@ def settings_from_flags() -> Settings:
 def main(argv):
   del argv
   settings = settings_from_flags()
-  rows = analyze_run(WORKDIR.value, settings)
   out = settings.out_dir or f"{WORKDIR.value.rstrip('/')}/analysis"
+  # one writer per OUT (OUT/LOCK); a missing workdir is refused by analyze_run, not created
+  with out_lock(out, flag="--out_dir") if upath(WORKDIR.value).is_dir() else nullcontext():
+    rows = analyze_run(WORKDIR.value, settings)
   common.result(json.dumps({"workdir": WORKDIR.value, "out_dir": out, "n_steps": len(rows),
                     "steps": [r["step"] for r in rows], "csv": f"{out}/metrics.csv"}))
 

@@ -1,13 +1,15 @@
 """One writer per experiment output folder (issue: the experiments' --out lock). A real second
 process holds ``out_lock(OUT)`` (``sbjax.train.lock``; ``OUT/LOCK``) while this one calls
-``python -m experiments.head_rank --out=OUT``: the call stops with one line naming the folder,
-the holder and what to do, exit status 2, and leaves every file of OUT as it was. After the
+``python -m experiments.head_rank --out=OUT`` (and ``experiments.analyze``, whose OUT is
+WORKDIR/analysis): the call stops with one line naming the folder, the holder and what to do,
+exit status 2, and leaves every file as it was. After the
 holder is killed with SIGKILL the next caller takes the folder. The folder's own training
 workdirs (``OUT/runs/<arm>``) take their own locks beside it, and ``experiments.reproduce``'s
 runner locks OUT and each OUT/NAME."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -25,8 +27,10 @@ from sbjax.cli.reproduce import Suite
 from sbjax.train import lock as lock_lib
 
 ROOT = Path(__file__).resolve().parents[2]
-HOLD = ("import sys\nfrom sbjax.train.lock import out_lock\nwith out_lock(sys.argv[1]):\n"
-        "  print('held', flush=True)\n  sys.stdin.read()\n")  # until the test closes stdin
+HOLD = ("import contextlib, sys\nfrom sbjax.train.lock import out_lock\n"
+        "with contextlib.ExitStack() as st:\n  for d in sys.argv[1:]:\n"
+        "    st.enter_context(out_lock(d))\n  print('held', flush=True)\n"
+        "  sys.stdin.read()\n")  # until the test closes stdin
 
 
 def tree(root: Path) -> dict:
@@ -35,20 +39,17 @@ def tree(root: Path) -> dict:
           if p.is_file() else "dir" for p in sorted(root.rglob("*"))}
 
 
-@pytest.fixture
-def holder(tmp_path):
-  """A second process holding ``out_lock(tmp_path / "out")`` until it is killed or its stdin
-  closes; yields (the process, the folder)."""
-  out = tmp_path / "out"
-  p = subprocess.Popen([sys.executable, "-c", HOLD, str(out)], cwd=ROOT, text=True,
+@contextlib.contextmanager
+def holding(*folders):
+  """A second process holding ``out_lock`` of each folder until it is killed or the block
+  ends (its stdin closes); yields the process."""
+  p = subprocess.Popen([sys.executable, "-c", HOLD, *map(str, folders)], cwd=ROOT, text=True,
                        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
   try:
     assert p.stdout.readline().strip() == "held"
-    yield p, out
+    yield p
   finally:
-    if p.poll() is None:
-      p.kill()
-    p.communicate()
+    p.communicate(timeout=60)  # stdin closed: a live holder releases and exits
 
 
 def _busy_line(out, pid: int, flag: str = "--out") -> str:
@@ -59,23 +60,33 @@ def _busy_line(out, pid: int, flag: str = "--out") -> str:
           f"{info['host']}), or use another {flag}")
 
 
-def test_a_second_call_into_a_held_out_stops_before_writing(holder):
-  p, out = holder
-  (out / "head_rank.csv").write_text("rank,eval_loss\n4,2.5\n")  # the holder's results so far
-  before = tree(out)
-  env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-  r = subprocess.run([sys.executable, "-m", "experiments.head_rank", "--preset=test",
-                      f"--out={out}"], cwd=ROOT, env=env, capture_output=True, text=True,
-                     timeout=300)
-  assert r.returncode == 2, r.stderr
-  assert r.stdout == ""
-  lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
-  assert lines[-1] == "error: " + _busy_line(out, p.pid), r.stderr
-  assert tree(out) == before  # the CSV and the holder's LOCK, byte for byte; nothing new
+@pytest.mark.e2e  # starts CLI processes (the e2e layer; tests/conftest.py)
+def test_second_calls_into_held_folders_stop_before_writing(tmp_path):
+  """``experiments.head_rank --out=OUT`` and ``experiments.analyze --workdir=W`` (its output
+  W/analysis) while another process holds them: exit 2, one error line, nothing written."""
+  out, wd = tmp_path / "out", tmp_path / "run"
+  with holding(out, wd / "analysis") as p:
+    (out / "head_rank.csv").write_text("rank,eval_loss\n4,2.5\n")  # the holder's results
+    before = tree(tmp_path)
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    for cmd, folder, flag in (
+        (["experiments.head_rank", "--preset=test", f"--out={out}"], out, "--out"),
+        (["experiments.analyze", f"--workdir={wd}"], wd / "analysis", "--out_dir")):
+      r = subprocess.run([sys.executable, "-m", *cmd], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=300)
+      assert r.returncode == 2 and r.stdout == "", (r.returncode, r.stdout, r.stderr[-2000:])
+      lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+      assert lines[-1] == "error: " + _busy_line(folder, p.pid, flag), r.stderr[-2000:]
+    assert tree(tmp_path) == before  # the CSV and the holder's LOCKs, byte for byte; no new path
 
 
-def test_after_the_holder_is_killed_the_next_caller_takes_the_folder(holder, caplog):
-  p, out = holder
+def test_after_the_holder_is_killed_the_next_caller_takes_the_folder(tmp_path, caplog):
+  out = tmp_path / "out"
+  with holding(out) as p:
+    _killed_holder(p, out, caplog)
+
+
+def _killed_holder(p, out: Path, caplog) -> None:
   (out / "kept.csv").write_text("a\n1\n")
   with pytest.raises(lock_lib.WorkdirLockedError) as e:
     with lock_lib.out_lock(out):
@@ -129,18 +140,13 @@ def test_reproduce_locks_its_out_and_each_experiment_folder(tmp_path, monkeypatc
   monkeypatch.syspath_prepend(str(pkg))
   suite = Suite({"a": "l_exp_writes", "b": "l_exp_writes"}, ("a",))
   out = tmp_path / "rep"
-  p = subprocess.Popen([sys.executable, "-c", HOLD, str(out / "b")], cwd=ROOT, text=True,
-                       stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-  try:
-    assert p.stdout.readline().strip() == "held"
+  with holding(out / "b") as p:
     timings = suite.run_all(out, ["a", "b"], "test", verbose=False)
     assert timings["a"]["status"] == "ok" and (out / "a" / "result.csv").exists()
     assert timings["b"] == {**timings["b"], "status": "failed",
                             "error": "WorkdirLockedError: " + _busy_line(out / "b", p.pid)}
     assert sorted(x.name for x in (out / "b").iterdir()) == ["LOCK"]
     assert not (out / "LOCK").exists()  # released at the end of the call
-  finally:
-    p.communicate("")  # stdin closed: the holder releases and exits
   first = lock_lib.LocalLock(out)  # another call holds OUT (its own open file: flock refuses)
   first.acquire()
   try:
