@@ -13,6 +13,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from . import planted_replicates as rep  # noqa: E402
+from .planted_budget import measure_text  # noqa: E402
 from .planted_measure import account  # noqa: E402
 from .planted_reading import reading  # noqa: E402
 from ..shared import calls_text, finish_figure, fmt, read_rows, upath  # noqa: E402
@@ -142,16 +143,33 @@ def _device_lines(meta: dict, k: dict, lang: dict) -> list[str]:
                f"training tokens of one arm (P(never seen) ≈ {rare['p_absent_poisson']:.2g}); "
                f"{meta.get('types_below_50', 0)} of {lang['vocab']} types are expected fewer "
                "than 50 times.")
-  for name, e in meta.get("estimates", {}).items():
-    out.append(f"Time estimate of population {name}: {e['s_per_step']:.4g} s/step over its "
-               f"{e['steps']} steps, measured after {k.get('estimate_at')} steps (projected "
-               f"end {e['projected_end_s']:g} s into the run).")
-  if meta.get("stopped"):
-    out.append(f"**Stopped by the time budget ({k.get('budget_s'):g} s)**: {meta['stopped']}. "
-               f"Not run yet: {', '.join(meta['not_run']) or 'none'}; rerunning the same "
-               "command resumes.")
+  out += _budget_lines(meta, k)
   out += calls_text(meta.get("runs") or [])
   return [" ".join(out), ""] if out else []
+
+
+def _budget_lines(meta: dict, k: dict) -> list[str]:
+  """The budget clock's estimates (with or without the measurement), its measurement rate,
+  and how the latest call ended when it did not finish (a budget stop or a cut-off)."""
+  out = []
+  for name, e in meta.get("estimates", {}).items():
+    said = measure_text(e)
+    out.append(f"Time estimate of population {name}: {e['s_per_step']:.4g} s/step over its "
+               f"{e['steps']} steps, measured after {k.get('estimate_at')} steps (projected "
+               f"end {e['projected_end_s']:g} s into the run{'; ' + said if said else ''}).")
+  if meta.get("s_per_measure"):
+    out.append(f"Measurement of the checkpoints in the latest call: {meta['s_per_measure']:.3g}"
+               " s per member-checkpoint (a load, the forward on the validation windows and "
+               "the head's SVD; the slowest population's rate, the floors excluded).")
+  not_run = ", ".join(meta.get("not_run") or []) or "none"
+  if meta.get("stopped"):
+    out.append(f"**Stopped by the time budget ({k.get('budget_s'):g} s)**: {meta['stopped']}. "
+               f"Not run yet: {not_run}; rerunning the same command resumes.")
+  elif meta.get("not_run"):
+    out.append("**The latest call did not reach its end** (no budget stop recorded: it was cut "
+               f"off, e.g. by `timeout`, or failed). Not measured in it: {not_run}; "
+               "rerunning the same command resumes.")
+  return out
 
 
 ANSWERS = {"width": "only at small d (width)", "gamma": "only at Γ ≈ 7.9 (the optimiser)",
@@ -190,10 +208,12 @@ def report_section(out: Path, rel: str = ".") -> str:
   the preset's arms, then the replicates (other seeds, other languages) when the run has
   them."""
   out = upath(out)
-  draw(out)
-  all_arms = read_rows(out / "planted_arms.csv")
-  ck = _by_arm(read_rows(out / "planted_checkpoints.csv"))
   meta = json.loads((out / "planted_meta.json").read_text())
+  measured = (out / "planted_arms.csv").exists()  # no population finished: no table
+  if measured:
+    draw(out)
+  all_arms = read_rows(out / "planted_arms.csv") if measured else []
+  ck = _by_arm(read_rows(out / "planted_checkpoints.csv")) if measured else {}
   k, lang = meta["knobs"], meta["language"]
   arms, others = _split(all_arms, lang)
   acc = account(arms, small_d=k.get("small_d", 16)) if others else meta["account"]
@@ -223,6 +243,9 @@ def report_section(out: Path, rel: str = ".") -> str:
               *_answer(arms, acc, k, bool(meta.get("not_run"))),
               *_row_norm_lines(arms),
               reading(arms, ck, k, acc), ""]
+  elif not all_arms:
+    lines += ["No population has finished in this folder yet: no arm is measured, so there "
+              "is no table, figure or answer.", ""]
   if others:
     lines += _replicates(all_arms, lang, k)
   return "\n".join(lines)

@@ -6,16 +6,21 @@ Outputs in OUT: ``runs/<arm>/`` (workdirs, with ``planted_windows.npz``: steps, 
 per-arm readout, ``planted_measure.arm_summary``, with the arm's seed, vocab and zipf), the
 floors ``planted_floor.csv`` (the preset's language) and ``planted_floor<lang_tag>.csv`` (an
 arm's own language, ``Arm.lang``), ``planted_meta.json`` (preset, language, languages,
-account, timings; ``runs``: one record per call of ``run_planted`` in this folder, so a rerun
-after a budget stop keeps the stop's record: ``experiments.shared.with_history``). An arm with
-its own language or seed gets its own dataset and windows.
+account, timings, the budget clock's estimates and measurement rate; ``runs``: one record per
+call of ``run_planted`` in this folder, so a rerun after a budget stop keeps the stop's
+record: ``experiments.shared.with_history``), written by a ``CallRecord`` when the call starts,
+after every group, at each time estimate and at its end, so a call cut off by ``timeout``
+(SIGKILL) still leaves its start, its estimates and what it finished. An arm with its own
+language or seed gets its own dataset and windows.
 
 With ``Knobs.population`` (the device presets) the arms of one shape (d, dtype, language)
 train as ONE run of N members (``sbjax.train.train``: one vmapped step; λ and seed vary), each
 member in its own ``runs/<arm>/`` workdir; members with another data seed share the language
 (``_reseeded``: built once, 11 s and 0.9 GB at V 4096). With ``Knobs.budget_s`` a population's
 time is projected after ``estimate_at`` steps and the run stops cleanly, resumable, before it
-would overrun (``planted_budget``); the finished populations are measured and written first,
+would overrun (``planted_budget``; the projection includes the population's measurement at
+the slowest rate measured so far in the call); the finished populations are measured and
+written first,
 and planted_meta.json names the stop and the arms not run (its top-level fields describe
 the latest call; its ``runs`` list keeps every earlier call's stop, populations and timings).
 """
@@ -37,15 +42,18 @@ from .windows import validation_windows
 from .planted_floor import floors as _floors
 from .planted_budget import Clock, OverBudget, Watch
 from .planted_presets import arm_config, arm_name, get_planted_preset, knobs_record, lang_tag
-from ..shared import RunsProgress, upath, utc, with_history, write_json, write_rows
+from .. import shared
+from ..shared import RunsProgress, upath, write_rows
 from sbjax.analysis.table import atomic_write_bytes
 from sbjax.data import make_dataset
 from sbjax.data.dataset import StreamingPlanted
-from sbjax.checkpoint import list_steps
+from sbjax.checkpoint import checkpoint_steps, list_steps
 from sbjax.data.planted_tail import rarest_token, types_below
 from sbjax.train import read_metrics, train, train_once
 from sbjax.train.done import finished, mark_finished
 from sbjax.train.lock import workdir_locks
+
+META = "planted_meta.json"
 
 
 def _save_windows(path: Path, steps, losses) -> None:
@@ -153,9 +161,11 @@ def _train_population(name: str, group: list, wds: list, dss: list, clock) -> No
   tc = cfgs[0].train
   member_tokens = tc.batch_size * tc.seq_len * len(cfgs)
   hooks = []
-  if clock is not None:
-    clock.check_start(name, (tc.steps - min(_steps_done(w) for w in wds)) * member_tokens)
-    hooks = [Watch(clock, name, member_tokens)]
+  if clock is not None:  # its measurement: every checkpoint of every member
+    measures = len(checkpoint_steps(tc)) * len(cfgs)
+    clock.check_start(name, (tc.steps - min(_steps_done(w) for w in wds)) * member_tokens,
+                      measures)
+    hooks = [Watch(clock, name, member_tokens, measures)]
   one = len(cfgs) == 1
   with workdir_locks(wds):  # the run and its DONE marks
     sums = train(cfgs[0] if one else cfgs, wds[0] if one else wds,
@@ -184,73 +194,105 @@ def _train_group(p, name, group, out: Path, langs, clock) -> bool:
   return True
 
 
-def _meta(p, preset, cfgs, langs, arms, timings, t0, clock, stopped) -> dict:
-  """planted_meta.json: preset, knobs, languages, tokens per arm, the rarest token, the
-  account, timings, the time estimates and (after a budget stop) what was not run."""
+def _meta(p, preset, cfgs, langs) -> dict:
+  """planted_meta.json's fields of the experiment (the same in every call): preset, knobs,
+  languages, tokens per arm and the rarest token (it builds the languages)."""
   c0 = cfgs[0][1]
   lang0 = langs.language(cfgs[0][0], c0)[1]
   tokens = c0.train.steps * c0.train.batch_size * c0.train.seq_len
-  done = {a["arm"] for a in arms}
   return {"preset": preset if isinstance(preset, str) else "custom",
           "knobs": knobs_record(p, c0), "language": lang0.info(), "steps": c0.train.steps,
           "languages": {lang_tag(a.lang): langs.language(a, c)[1].info() for a, c in cfgs},
           "tokens_per_arm": tokens, "sampler": getattr(c0.data.options, "sampler", "host"),
           "rarest_token": rarest_token(lang0, tokens),
-          "types_below_50": types_below(lang0, tokens, 50.0),
-          "account": pm.account(arms, small_d=p.knobs.small_d), "timings": timings,
-          "estimates": clock.estimates if clock is not None else {},
-          "stopped": stopped, "not_run": [a.name for a, _ in cfgs if a.name not in done],
-          "seconds": round(time.perf_counter() - t0, 1)}
+          "types_below_50": types_below(lang0, tokens, 50.0)}
 
 
 # one call's record in planted_meta.json's "runs" ("trained": the populations whose training
-# ended in that call, a resumed one included; one stopped by the budget is in "stopped")
-CALL_KEYS = ("preset", "started", "ended", "seconds", "trained", "stopped", "not_run",
-             "estimates", "timings")
+# ended in that call, a resumed one included; one stopped by the budget is in "stopped";
+# "s_per_measure": the slowest seconds per member-checkpoint measured in that call)
+CALL_KEYS = ("preset", "started", "ended", "seconds", "cpu_seconds", "trained", "stopped",
+             "not_run", "estimates", "timings", "s_per_measure")
+
+
+class CallRecord(shared.CallRecord):
+  """planted_meta.json during one call (``experiments.shared.CallRecord``), written when the
+  call starts, after every group, at each time estimate and at its end (a cut-off keeps what
+  was written last): the experiment's fields (``_meta``), this call's ``timings`` (per group:
+  train_s, measure_s, measured; floor_s), the ``account`` of the arms measured (None before
+  any), ``not_run`` (the arms not measured yet in this call) and ``s_per_measure`` (the
+  budget clock's measurement rate, None before any population was measured)."""
+
+  def __init__(self, out: Path, p, clock):  # the call's clocks start here
+    super().__init__(out / META, CALL_KEYS)
+    self.p, self.arms, self.timings = p, [], {"floor_s": 0.0}
+    self.watch(clock)
+
+  def write(self, **fields) -> dict:
+    done, c = {a["arm"] for a in self.arms}, self.clock
+    return super().write(
+        **fields, timings=dict(self.timings),
+        account=pm.account(self.arms, small_d=self.p.knobs.small_d) if self.arms else None,
+        not_run=[a.name for a in self.p.knobs.arms if a.name not in done],
+        s_per_measure=round(c.s_per_measure, 4) if c is not None and c.s_per_measure else None)
+
+
+def _measure_group(p, group, out: Path, langs, clock) -> tuple[list, list, dict]:
+  """(planted_arms.csv rows, planted_checkpoints.csv rows, timings) of a trained group; the
+  measurement's seconds (the floors' fit excluded) teach the budget clock its rate."""
+  t, floor0 = time.perf_counter(), langs.floor_s
+  arms, ck_rows = [], []
+  for arm, cfg in group:
+    _, lang, windows = langs.language(arm, cfg)
+    row, ck = _arm_rows(arm, cfg, out / "runs" / arm.name, windows, lang,
+                        langs.floor(arm, lang), p.knobs)
+    arms.append(row)
+    ck_rows += ck
+  seconds = time.perf_counter() - t - (langs.floor_s - floor0)
+  if clock is not None:
+    clock.measured(len(ck_rows), seconds)
+  return arms, ck_rows, {"measure_s": round(seconds, 1), "measured": len(ck_rows)}
 
 
 def run_planted(out: Path, preset, verbose: bool = True) -> dict:
   """Train, measure and summarise every arm of a planted preset (a name or a Preset);
-  planted_arms.csv and planted_checkpoints.csv are rewritten after every group. A budget stop
-  (``planted_budget.OverBudget``) writes what the finished groups measured, then stops."""
+  planted_arms.csv, planted_checkpoints.csv and planted_meta.json are rewritten after every
+  group. A budget stop (``planted_budget.OverBudget``) writes what the finished groups
+  measured, then stops."""
   p = get_planted_preset(preset)
   out = upath(out)
   out.mkdir(parents=True, exist_ok=True)
-  t0, wall0 = time.perf_counter(), time.time()
   cfgs = [(a, arm_config(p, a)) for a in p.knobs.arms]  # all validated before any training
   langs = _Languages(p, out)
   clock = Clock(p.knobs.budget_s, p.knobs.estimate_at) if p.knobs.budget_s else None
-  timings, arms, ck_rows, stopped, trained = {}, [], [], None, []
-  gs = groups(p, cfgs)
+  rec = CallRecord(out, p, clock)
+  rec.meta = {**_meta(p, preset, cfgs, langs), "stopped": None}
+  rec.write()  # this call's record from its start (a cut-off keeps it)
+  ck_rows, gs = [], groups(p, cfgs)
   progress = RunsProgress(len(gs), "saturation-planted", disable=not verbose)
   try:
     for name, group in gs:
       progress.start(f"{name} ({len(group)} arms, {group[0][1].train.steps} steps)")
       t1 = time.perf_counter()
-      if _train_group(p, name, group, out, langs, clock):
-        trained.append(name)
-      t2 = time.perf_counter()
-      for arm, cfg in group:
-        _, lang, windows = langs.language(arm, cfg)
-        row, ck = _arm_rows(arm, cfg, out / "runs" / arm.name, windows, lang,
-                            langs.floor(arm, lang), p.knobs)
-        arms.append(row)
-        ck_rows += ck
+      trained = _train_group(p, name, group, out, langs, clock)
+      train_s = round(time.perf_counter() - t1, 1)
+      if trained:  # recorded at once: a cut-off in its measurement keeps it
+        rec.trained.append(name)
+        rec.write()
+      arms, ck, measured = _measure_group(p, group, out, langs, clock)
+      rec.arms += arms
+      ck_rows += ck
       write_rows(out / "planted_checkpoints.csv", ck_rows)
-      write_rows(out / "planted_arms.csv", arms)
-      timings[name] = {"train_s": round(t2 - t1, 1),
-                       "measure_s": round(time.perf_counter() - t2, 1)}
-      progress.finish(trained[-1:] == [name])
+      write_rows(out / "planted_arms.csv", rec.arms)
+      rec.timings.update({name: {"train_s": train_s, **measured},
+                          "floor_s": round(langs.floor_s, 1)})
+      rec.write()
+      progress.finish(rec.trained[-1:] == [name])
   except OverBudget as e:
-    stopped = str(e)
-    print(f"stopped: {stopped}", file=sys.stderr, flush=True)
+    rec.meta["stopped"] = str(e)
+    print(f"stopped: {e}", file=sys.stderr, flush=True)
     raise
-  finally:
+  finally:  # also after a preemption (SIGTERM) or a failure: this call's record, as it ended
     progress.close()
-    if arms or stopped:
-      timings["floor_s"] = round(langs.floor_s, 1)
-      meta = _meta(p, preset, cfgs, langs, arms, timings, t0, clock, stopped)
-      meta.update(started=utc(wall0), ended=utc(time.time()), trained=trained)
-      path = out / "planted_meta.json"
-      write_json(path, with_history(path, meta, CALL_KEYS))
-  return json.loads((out / "planted_meta.json").read_text())
+    rec.write()
+  return json.loads((out / META).read_text())  # as a reader sees it (tuples as lists)

@@ -3,9 +3,15 @@ members, tokens drawn in the jitted step): a population whose budget runs out wh
 stops after its time estimate with exit status 75, keeping its checkpoints and recording the
 stop in planted_meta.json; rerunning the same preset resumes it from its newest checkpoint and
 ends with the parameters of an uninterrupted run, bit for bit, and the rerun's
-planted_meta.json keeps the first call's record of what stopped it and when (``runs``)."""
+planted_meta.json keeps the first call's record of what stopped it and when (``runs``).
+A call killed (SIGKILL, as ``timeout`` does) right after its first estimate leaves
+planted_meta.json with that call's record and the estimate, and the report says so."""
 
 import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -15,6 +21,7 @@ from experiments.saturation import planted_budget as pb
 from experiments.saturation import planted_run as pr
 from experiments.saturation.planted_presets import arm_config, get_planted_preset
 from experiments.shared import calls_text, read_rows
+from experiments.saturation.planted_report import report_section
 from sbjax import checkpoint as ckpt
 from sbjax.train.preempt import EXIT_PREEMPTED
 
@@ -25,8 +32,8 @@ class _SpentOnceStarted(pb.Clock):
   """The real clock and hook, with the budget spent right after the population starts (what
   a slower device than the estimate does), so that its estimate must stop it."""
 
-  def check_start(self, name: str, member_tokens: int) -> None:
-    super().check_start(name, member_tokens)
+  def check_start(self, name: str, member_tokens: int, measures: int = 0) -> None:
+    super().check_start(name, member_tokens, measures)
     self.budget_s = 1e-6
 
 
@@ -51,6 +58,11 @@ def test_budget_stop_then_resume_is_bitwise(tmp_path, monkeypatch):
   first = json.loads((cut / "planted_meta.json").read_text())
   assert first["stopped"] == str(e.value) and first["not_run"] == [a.name for a, _ in group]
   assert [r["stopped"] for r in first["runs"]] == [str(e.value)]
+  # the estimate counts the population's measurement, unknown before any population is measured
+  measures = len(ckpt.checkpoint_steps(group[0][1].train)) * len(group)
+  est = first["estimates"][name]
+  assert est["measures"] == measures and est["measure_s"] is None
+  assert est["projected_end_s"] == est["train_end_s"] and first["s_per_measure"] is None
   meta = pr.run_planted(cut, "gpu-planted-test", verbose=False)  # the rerun resumes
   assert meta["stopped"] is None and meta["not_run"] == [] and meta["trained"] == [name]
   # the rerun's record is appended to the first call's, which is kept whole (stop, estimate,
@@ -60,6 +72,10 @@ def test_budget_stop_then_resume_is_bitwise(tmp_path, monkeypatch):
   assert meta["runs"][1] == {k: meta[k] for k in pr.CALL_KEYS}
   assert first["runs"][0]["ended"] <= meta["runs"][1]["started"]  # ISO UTC: in call order
   assert json.loads((cut / "planted_meta.json").read_text()) == meta
+  # the rerun measured the population: its rate, the slowest seconds per member-checkpoint
+  t = meta["timings"][name]
+  assert t["measured"] == measures and meta["s_per_measure"] == pytest.approx(
+      t["measure_s"] / measures, abs=0.01)
   said = calls_text(meta["runs"])[0]
   assert said.startswith("This folder was written by 2 calls of the command: call 1 (")
   assert f"stopped by the budget ({str(e.value)})" in said and "ran to its end" in said
@@ -72,3 +88,51 @@ def test_budget_stop_then_resume_is_bitwise(tmp_path, monkeypatch):
       np.testing.assert_array_equal(a, b)
   assert [r["final_expected_loss"] for r in read_rows(cut / "planted_arms.csv")] == \
       [r["final_expected_loss"] for r in read_rows(whole / "planted_arms.csv")]
+
+
+# a call of the preset whose clock holds still right after its first estimate (and after the
+# meta writer it calls), so that the test can kill it there as `timeout -s KILL` would
+_FROZEN = """
+import sys, time
+from experiments.saturation import planted_budget as pb, planted_run as pr
+class Frozen(pb.Clock):
+  def estimate(self, *args, **kwargs):
+    super().estimate(*args, **kwargs)
+    print("frozen after the estimate", file=sys.stderr, flush=True)
+    time.sleep(600)
+pr.Clock = Frozen
+pr.run_planted(sys.argv[1], "gpu-planted-test", verbose=False)
+"""
+
+
+def test_a_call_killed_after_its_estimate_leaves_its_record(tmp_path):
+  out = tmp_path / "killed"
+  proc = subprocess.Popen([sys.executable, "-c", _FROZEN, str(out)], stderr=subprocess.PIPE,
+                          text=True, cwd=Path(__file__).resolve().parents[2])
+  err = []
+  try:
+    for line in proc.stderr:
+      err.append(line)
+      if line.startswith("frozen after the estimate"):
+        proc.send_signal(signal.SIGKILL)
+        break
+  finally:
+    proc.kill()
+    proc.wait()
+  assert proc.returncode == -signal.SIGKILL, "".join(err[-20:])
+  est_line = next(x for x in err if x.startswith("estimate: population d8-bf16: 20 steps"))
+  assert "measurement of its" in est_line and "not projected yet" in est_line
+  meta = json.loads((out / "planted_meta.json").read_text())
+  assert [r["started"] for r in meta["runs"]] == [meta["started"]]  # this call, one record
+  assert meta["runs"][0] == {k: meta[k] for k in pr.CALL_KEYS}
+  assert meta["stopped"] is None and meta["trained"] == [] and meta["account"] is None
+  assert meta["not_run"] == [a.name for a in P.knobs.arms]
+  est = meta["estimates"]["d8-bf16"]
+  assert est["steps"] == 20 and est["s_per_step"] > 0 and est["measure_s"] is None
+  assert meta["language"]["vocab"] == 32 and meta["rarest_token"]["n_tokens"] > 0
+  assert not (out / "planted_arms.csv").exists()
+  md = report_section(out)  # no population finished: the section still reports the call
+  assert "No population has finished in this folder yet" in md
+  assert "**The latest call did not reach its end**" in md
+  assert (f"Time estimate of population d8-bf16: {est['s_per_step']:.4g} s/step over its 20 "
+          "steps") in md and "member-checkpoints not projected yet" in md
