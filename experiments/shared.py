@@ -1,7 +1,8 @@
-"""Glue shared by the experiments: the lock of an output folder (``locks_out``), CSV rows, number formatting and report sentences, and the
-writers of figures and arrays that take an output path local or remote (``gs://``: ``out``
-is then an ``etils.epath`` path, ``sbjax.paths.upath``). The
-library-grade pieces they use live in sbjax and are re-exported here: ``config_from``
+"""Glue shared by the experiments: the lock of an output folder (``locks_out``: one writer per
+--out), CSV rows, number formatting and report sentences, and the writers of figures and
+arrays that take an output path local or remote (``gs://``: ``out`` is then an
+``etils.epath`` path, ``sbjax.paths.upath``). The library-grade pieces they use live in
+sbjax and are re-exported here: ``out_lock`` (``sbjax.train.lock``), ``config_from``
 (``sbjax.overrides``), ``text_corpus``/``with_corpus``/``DEFAULT_TEXT``
 (``sbjax.studies.corpus``), ``Preset``/``pick_preset`` (``sbjax.studies.presets``),
 ``RunsProgress``/``SweepProgress`` (``sbjax.studies.progress``).
