@@ -13,12 +13,15 @@ outside the repository. Then:
   ``sbjax-reproduce --helpshort`` lists its flags;
 - ``sbjax-train --config=tiny`` trains a few steps on the sample corpus (text, a
   sentencepiece tokenizer trained into the workdir) and writes its checkpoint and log;
-- ``sbjax-reproduce --preset=test --only=planted`` runs the planted experiment and writes
-  ``report.md``, whose planted table is read back.
+- ``sbjax-reproduce --preset=test --only=target_rank`` runs an experiment from the installed
+  ``sbjax_experiments`` (target_rank: the cheapest at its test preset, ~6 CPU-s against the
+  planted experiment's ~60; the planted one runs from the checkout in tests/e2e/test_reproduce.py)
+  and writes ``report.md``, whose row and section are read back with the figures they name.
 """
 
 import json
 import os
+import re
 import shutil
 import site
 import subprocess
@@ -114,13 +117,15 @@ def test_sbjax_train_on_the_sample_corpus(venv):
   assert (wd / "tokenizer.model").is_file() and (wd / "checkpoints" / "4").is_dir()
 
 
-def test_sbjax_reproduce_planted_at_the_test_preset(venv):
+def test_sbjax_reproduce_target_rank_at_the_test_preset(venv):
   _, bin_, env, cwd = venv
   out = cwd / "out"
-  r = _run([bin_ / "sbjax-reproduce", "--preset=test", "--only=planted", f"--out={out}"], cwd,
-           env, timeout=600)
+  r = _run([bin_ / "sbjax-reproduce", "--preset=test", "--only=target_rank", f"--out={out}"],
+           cwd, env, timeout=600)
   res = json.loads(r.stdout.strip().splitlines()[-1])
-  assert res["failed"] == [] and list(res["seconds"]) == ["planted"]
+  assert res["failed"] == [] and list(res["seconds"]) == ["target_rank"]
   md = (out / "report.md").read_text()
-  assert "| planted | test | ok |" in md and "## planted" in md
-  assert (out / "planted" / "fig_planted_knee.png").is_file()
+  assert "| target_rank | test | ok |" in md and "## target_rank" in md
+  figures = re.findall(r"!\[[^\]]*\]\((target_rank/[^)]+\.png)\)", md)
+  assert figures and all((out / f).is_file() for f in figures), figures
+  assert (out / "target_rank" / "target_rank.csv").is_file()
