@@ -116,6 +116,18 @@ if [[ "${RUN_DIR}" == "${OUT_DIR}" || "${RUN_DIR}" == "${OUT_DIR}"/* ]]; then
        "back; use a --work outside it (default: device_runs in the checkout)" >&2
   exit 2
 fi
+# One call per part at a time: a second call (a resume started before the first ended) stops
+# here, before it truncates the first call's logs or removes its status (the experiment's own
+# lock, RUN_DIR/LOCK, is taken later by its Python process; this one is beside RUN_DIR, so it is
+# never packed). The lock is held by fd 9, which the experiment inherits, until the call ends.
+if command -v flock >/dev/null; then
+  exec 9>"${RUN_DIR}.call.lock"
+  if ! flock -n 9; then
+    echo "error: another call of device_science.sh ${PART} is running on ${RUN_DIR}; wait for" \
+         "it to end (its archive goes to its --out), then rerun this command to resume" >&2
+    exit 2
+  fi
+fi
 SCRATCH="$(mktemp -d "${TMPDIR:-/tmp}/sbjax_device_science.XXXXXX")"
 STATUS="${RUN_DIR}/status.json"
 rm -f "${STATUS}" "${RUN_DIR}/section.md"  # this call's, not an earlier call's

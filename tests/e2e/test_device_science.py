@@ -153,3 +153,28 @@ def test_dry_run_timing_measures_the_test_presets(tmp_path):
     assert r["projected_s"] == pytest.approx(r["compile_s"] + (r["steps"] - 1) * r["s_per_step"])
   assert "projected training" in proc.stdout  # the table, printed by the device command
   _only_the_archive(out, "timing")
+
+
+def test_a_second_call_of_a_part_stops_before_it_touches_the_first(tmp_path):
+  """While a call of a part runs (here: its lock, held by this process as the script holds
+  it, flock on WORK/PART.call.lock), a second call of the same part stops at once with exit 2
+  and one line saying so, before it empties the first call's logs and status or packs an
+  archive; the first call's files are as they were."""
+  import fcntl
+
+  work, out = tmp_path / "work", tmp_path / "ds"
+  (work / "saturation").mkdir(parents=True)
+  first = {"run.log": "the first call's log\n", "result.out": "{}\n",
+           "status.json": '{"rc": null}\n', "section.md": "# first\n"}
+  for name, text in first.items():
+    (work / "saturation" / name).write_text(text)
+  with open(work / "saturation.call.lock", "w") as held:
+    fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    proc = subprocess.run(["bash", str(SCRIPT), "saturation", "--dry-run", "--out", str(out),
+                           "--work", str(work)], cwd=ROOT, env=_env(), capture_output=True,
+                          text=True, timeout=60)
+  assert proc.returncode == 2, proc.stdout + proc.stderr
+  err = proc.stderr.strip().splitlines()
+  assert len(err) == 1 and "another call of device_science.sh saturation is running" in err[0]
+  assert {n: (work / "saturation" / n).read_text() for n in first} == first
+  assert not out.exists() or not any(out.iterdir())  # no archive, no status.json
