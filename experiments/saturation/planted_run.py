@@ -20,9 +20,10 @@ member in its own ``runs/<arm>/`` workdir; members with another data seed share 
 time is projected after ``estimate_at`` steps and the run stops cleanly, resumable, before it
 would overrun (``planted_budget``; the projection includes the population's measurement at
 the slowest rate measured so far in the call); the finished populations are measured and
-written first,
-and planted_meta.json names the stop and the arms not run (its top-level fields describe
-the latest call; its ``runs`` list keeps every earlier call's stop, populations and timings).
+written first, and planted_meta.json names the stop and the arms not run (its top-level
+fields describe the latest call; its ``runs`` list keeps every earlier call's stop,
+populations, estimates and timings). Every call measures every finished population again
+(the checkpoints already measured in an earlier call included).
 """
 
 from __future__ import annotations
