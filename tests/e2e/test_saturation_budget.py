@@ -63,6 +63,10 @@ def test_budget_stop_then_resume_is_bitwise(tmp_path, monkeypatch):
   est = first["estimates"][name]
   assert est["measures"] == measures and est["measure_s"] is None
   assert est["projected_end_s"] == est["train_end_s"] and first["s_per_measure"] is None
+  md = report_section(cut)  # no population finished: the section names the stop and estimate
+  assert f"**Stopped by the time budget (300 s)**: {e.value}" in md
+  assert f"Time estimate of population {name}: {est['s_per_step']:.4g} s/step" in md
+  assert "No population has finished in this folder yet" in md
   meta = pr.run_planted(cut, "gpu-planted-test", verbose=False)  # the rerun resumes
   assert meta["stopped"] is None and meta["not_run"] == [] and meta["trained"] == [name]
   # the rerun's record is appended to the first call's, which is kept whole (stop, estimate,
