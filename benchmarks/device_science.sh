@@ -38,9 +38,8 @@
 # status.json; no checkpoints, per-class or other arrays), also on a failure, and a copy of
 # status.json. A run that stops at its own budget (exit status 75) or is cut off (124, 137)
 # still reports: section.md covers what finished (vocab_threshold: the V; collapse: the groups,
-# its tables marked partial; saturation: the populations, once one has finished) or, for
-# vocab_threshold and collapse, says that nothing did, with the budget clock's estimates and
-# how to resume; each call is recorded in the part's meta ("runs"). It keeps WORK/PART: on the
+# its tables marked partial; saturation: the populations) or says that nothing did, with the
+# budget clock's estimates and how to resume; each call is recorded in the part's meta ("runs"). It keeps WORK/PART: on the
 # lent machine,
 # while it is still warm (the run tool's status: warm), call the same command again (a new,
 # empty $OUT) and it resumes there after the finished runs; a fresh machine starts over.
@@ -262,10 +261,11 @@ if [[ "${RC}" != 0 && "${EXP}" == collapse && -s "${RUN_DIR}/collapse_meta.json"
   # budget clock's estimates and how to resume
   write_section experiments.collapse.report || true
 fi
-if [[ "${RC}" =~ ^(75|124|137)$ && "${EXP}" == saturation && -s "${RUN_DIR}/planted_arms.csv" ]]
+if [[ "${RC}" =~ ^(75|124|137)$ && "${EXP}" == saturation && -s "${RUN_DIR}/planted_meta.json" ]]
 then
   # a budget stop or a cut-off: the report of the populations that finished (its text names
-  # the stop, or the arms not run)
+  # the stop, or the arms not run), or, with none finished, the set-up, the budget clock's
+  # estimates and how to resume (planted_meta.json is written when the call starts)
   write_section experiments.saturation.planted_report || true
 fi
 if [[ "${EXP}" == timing ]]; then cat "${RUN_DIR}/result.out"; fi
