@@ -57,6 +57,8 @@ def finite_pairs(x, y) -> tuple[np.ndarray, np.ndarray]:
 
 def _centred(a):
   a = np.asarray(a, np.float64)
+  if a.shape[-1] == 0:  # no pairs: nothing to centre (pearson gives NaN, n < 3), no warning
+    return a
   return a - a.mean(axis=-1, keepdims=True)
 
 

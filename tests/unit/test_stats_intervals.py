@@ -87,3 +87,16 @@ def test_partial_correlation_undefined_and_nan_rows():
   assert stats.partial_summary(xn, y, z)["n"] == 5
   with pytest.raises(ValueError, match="same length"):
     stats.partial_correlation(x, y, z[:3])
+
+
+def test_no_pairs_give_nan_without_a_warning():
+  """A table with no finite pair (e.g. a preset without a grid): r is NaN, its interval too,
+  and numpy is not asked for the mean of an empty slice."""
+  import warnings
+
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    assert np.isnan(stats.pearson([], []))
+    assert np.isnan(stats.finite_pearson([np.nan, 1.0], [1.0, np.nan]))
+    assert np.isnan(stats.spearman([], []))
+    assert all(np.isnan(stats.fisher_ci(stats.pearson([], []), 0)))
