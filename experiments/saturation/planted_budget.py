@@ -60,7 +60,8 @@ class Clock(BudgetClock):
     self.s_per_measure = 0.0
 
   def measured(self, count: int, seconds: float) -> None:
-    """Learn the measurement rate: ``count`` member-checkpoints measured in ``seconds``."""
+    """Learn the measurement rate: ``count`` member-checkpoints measured in ``seconds`` (those
+    read from the measurement cache are not counted: ``planted_measure.measure_arm``)."""
     if count > 0:
       self.s_per_measure = max(self.s_per_measure, seconds / count)
 

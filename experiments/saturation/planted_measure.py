@@ -19,11 +19,27 @@ tokens each, the same for every checkpoint and every arm):
   the ``n_rare(V)`` = max(1, V // 128) rarest tokens (smallest stationary marginal
   q_w = Σ_{c: last token w} π_c, ``sbjax.data.planted_tail.token_marginal``),
   ``frequent_row_norm`` over the n_rare most frequent, ``row_norm_mean`` over all V.
+
+Each checkpoint is measured once: its row and L[s, ·] are kept in ``<workdir>/
+planted_measure.json`` (``CACHE_FILE``, rewritten atomically after each checkpoint measured,
+so a cut-off mid-arm keeps the ones done) and read back, bit for bit, by a later call, as long
+as everything that determines them is unchanged: the cache's ``key`` (``cache_key``:
+``MEASURE_VERSION``, the validation windows' SHA-256 with their shape and dtype, the
+language's ``info()`` and the SHA-256 of its exact probabilities, the run's config, the jax
+version and backend) and, per step, the checkpoint's identity (``checkpoint_identity``: the
+SHA-256 of its checksum manifest, i.e. of every file's size and digest; the files' sizes and
+mtimes for a step without one), so a step set aside and saved again is measured again. A
+mismatch measures again and overwrites; an unreadable cache warns in one line and measures
+every checkpoint again.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
+import warnings
+import weakref
 
 import jax
 import jax.numpy as jnp
@@ -35,13 +51,21 @@ from sbjax import heads as heads_lib
 from sbjax import optim
 from sbjax.metrics import anisotropy as aniso_lib
 from sbjax.metrics import spectrum
+from sbjax import checksums
+from sbjax.atomic import atomic_write_text, is_local
 from sbjax.data.planted_tail import token_marginal
+from sbjax.paths import upath
 from sbjax.model import Model
 from sbjax.studies import rise as rise_lib
 
 
 W_ERROR_DIMS = (2, 4, 8)  # W-error(r) columns (r >= d gives 0: the head has rank <= d)
 ROW_NORMS = ("rare_row_norm", "frequent_row_norm", "row_norm_mean")
+# the measurement's version: bump it with ANY change to what ``measure_arm`` computes (a
+# column added or renamed, a formula, the windows' or the language's use), so that the rows
+# cached in planted_measure.json by an older version are measured again, not served stale
+MEASURE_VERSION = 1
+CACHE_FILE = "planted_measure.json"
 
 
 def n_rare(vocab: int) -> int:
@@ -87,31 +111,135 @@ def _checkpoint_fn(mc):
   return jax.jit(f)
 
 
-def measure_arm(wd, windows_WxT1: np.ndarray, lang) -> tuple[list[dict], np.ndarray]:
-  """(one row per checkpoint, L[K, W]) of the run in ``wd`` (context-1 language: c_t = x_t)."""
-  if lang.context != 1:
-    raise ValueError(f"the planted arms measure a context-1 language, got context={lang.context}")
-  cfg = ckpt.load_config(wd)
+def _sha256(*parts) -> str:
+  h = hashlib.sha256()
+  for part in parts:
+    h.update(part if isinstance(part, (bytes, memoryview)) else
+             json.dumps(part, sort_keys=True, default=str).encode())
+  return h.hexdigest()
+
+
+def array_fingerprint(a: np.ndarray) -> str:
+  """SHA-256 of an array's dtype, shape and bytes."""
+  a = np.ascontiguousarray(a)
+  return _sha256([a.dtype.str, list(a.shape)], memoryview(a.reshape(-1).view(np.uint8)))
+
+
+_LANG_FP: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # language -> fingerprint
+
+
+def language_fingerprint(lang) -> str:
+  """SHA-256 of the language's ``info()`` and of its exact C x V probabilities (hashed once
+  per language object: 0.1 s at V 4096)."""
+  if lang not in _LANG_FP:
+    _LANG_FP[lang] = _sha256(lang.info(), array_fingerprint(lang.probs))
+  return _LANG_FP[lang]
+
+
+def cache_key(cfg, windows_WxT1: np.ndarray, lang) -> dict:
+  """What determines every cached row of a run, besides its checkpoints (module doc)."""
+  return {"version": MEASURE_VERSION, "windows": array_fingerprint(windows_WxT1),
+          "language": language_fingerprint(lang), "config": _sha256(cfg.to_dict()),
+          "jax": f"{jax.__version__} {jax.default_backend()}"}
+
+
+def checkpoint_identity(wd, step: int) -> str:
+  """The identity of a saved step: the SHA-256 of its checksum manifest's files (each file's
+  size and SHA-256, ``sbjax.checksums``); for a step without a manifest, of its files' sizes
+  and modification times (``stat:``)."""
+  d = ckpt.ckpt_dir(wd) / str(step)
+  try:
+    m = checksums.read_manifest(d)
+  except checksums.ChecksumError:
+    m = None
+  if m is not None:
+    return "sha256:" + _sha256(m["files"])
+  stats = []
+  for r in sorted(checksums.relative_files(d)):
+    st = (d / r).stat()
+    stats.append([r, st.st_size, st.st_mtime_ns] if is_local(d) else [r, st.length])
+  return "stat:" + _sha256(stats)
+
+
+def _read_cache(path, key: dict) -> dict:
+  """{step (str): entry} of the cache at ``path`` made with ``key``; {} when there is none or
+  its key differs; an unreadable file warns in one line and counts as none."""
+  if not path.exists():
+    return {}
+  try:
+    c = json.loads(path.read_text())
+    if not isinstance(c, dict) or not isinstance(c.get("steps"), dict):
+      raise ValueError("not a planted measurement cache")
+  except (OSError, ValueError, UnicodeDecodeError) as e:
+    warnings.warn(f"{path} is unreadable ({type(e).__name__}: {str(e)[:120]}); measuring "
+                  "every checkpoint again (it is rewritten)", RuntimeWarning, stacklevel=3)
+    return {}
+  return c["steps"] if c.get("key") == key else {}
+
+
+def _usable(e, ident: str, step: int, n_windows: int) -> bool:
+  """True for a cache entry of this step's checkpoint, well formed."""
+  return (isinstance(e, dict) and e.get("checkpoint") == ident
+          and isinstance(e.get("row"), dict) and e["row"].get("step") == step
+          and isinstance(e.get("losses"), list) and len(e["losses"]) == n_windows)
+
+
+def _measurer(wd, cfg, windows_WxT1: np.ndarray, lang):
+  """step -> (its row, L[s, ·] float64): load the checkpoint, run the forward and the SVD."""
   x, y = windows_WxT1[:, :-1], windows_WxT1[:, 1:]
   fn = _checkpoint_fn(cfg.model)
   probs = jnp.asarray(lang.probs, jnp.float32)
   table = optim.gamma_schedule(cfg.train)
   rare, frequent = rare_and_frequent(lang)
-  rows, losses = [], []
-  for s in ckpt.list_steps(wd):
+
+  def one(s: int) -> tuple[dict, np.ndarray]:
     _, params, _ = ckpt.load_params(wd, s)
     m = jax.device_get(fn(params, x, y, x, probs, rare, frequent))
-    losses.append(np.asarray(m["rb_W"], np.float64))
+    loss = np.asarray(m["rb_W"], np.float64)
     bias = params.get("ln_f", {}).get("bias")
-    rows.append({"step": int(s), "gamma": float(optim.gamma_at(cfg.train, s, table)),
-                 "expected_loss": float(losses[-1].mean()),
-                 "eval_loss": float(np.mean(m["nll_W"])),
-                 **{k: float(m[k]) for k in ("anisotropy_last", "kl_raw", "kl_centred",
-                                             "erank_raw", "erank_centred", *ROW_NORMS)},
-                 **_w_error_cols(m),
-                 "ln_f_bias_norm": float(np.linalg.norm(np.asarray(bias))) if bias is not None
-                 else float("nan")})
-  return rows, np.stack(losses)
+    return {"step": int(s), "gamma": float(optim.gamma_at(cfg.train, s, table)),
+            "expected_loss": float(loss.mean()),
+            "eval_loss": float(np.mean(m["nll_W"])),
+            **{k: float(m[k]) for k in ("anisotropy_last", "kl_raw", "kl_centred",
+                                        "erank_raw", "erank_centred", *ROW_NORMS)},
+            **_w_error_cols(m),
+            "ln_f_bias_norm": float(np.linalg.norm(np.asarray(bias))) if bias is not None
+            else float("nan")}, loss
+
+  return one
+
+
+def measure_arm(wd, windows_WxT1: np.ndarray, lang,
+                cache: bool = True) -> tuple[list[dict], np.ndarray, int]:
+  """(one row per checkpoint, L[K, W], how many checkpoints were measured in this call) of
+  the run in ``wd`` (context-1 language: c_t = x_t); with ``cache`` the checkpoints already
+  measured are read from ``wd/planted_measure.json`` (module doc), the same numbers bit for
+  bit, and each one measured is added to it."""
+  if lang.context != 1:
+    raise ValueError(f"the planted arms measure a context-1 language, got context={lang.context}")
+  cfg = ckpt.load_config(wd)
+  path, key = upath(wd) / CACHE_FILE, cache_key(cfg, windows_WxT1, lang)
+  store = dict(_read_cache(path, key)) if cache else {}
+  steps, one, measured = ckpt.list_steps(wd), None, 0
+  for s in steps:
+    ident = checkpoint_identity(wd, s)
+    if not _usable(store.get(str(s)), ident, s, len(windows_WxT1)):
+      one = one or _measurer(wd, cfg, windows_WxT1, lang)
+      row, loss = one(s)
+      store[str(s)] = {"checkpoint": ident, "row": row, "losses": [float(v) for v in loss]}
+      measured += 1
+      if cache:  # after each checkpoint: a cut-off keeps the ones measured
+        _write_cache(path, key, store)
+  kept = {str(s): store[str(s)] for s in steps}
+  if cache and kept.keys() != store.keys():  # steps no longer saved: dropped
+    _write_cache(path, key, kept)
+  rows = [kept[str(s)]["row"] for s in steps]
+  losses = [np.asarray(kept[str(s)]["losses"], np.float64) for s in steps]
+  return rows, np.stack(losses), measured
+
+
+def _write_cache(path, key: dict, store: dict) -> None:
+  atomic_write_text(path, json.dumps({"key": key, "steps": store}) + "\n")
 
 
 def _jump(vals: np.ndarray, i: int) -> float:

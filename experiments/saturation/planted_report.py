@@ -150,7 +150,7 @@ def _device_lines(meta: dict, k: dict, lang: dict) -> list[str]:
 
 def _budget_lines(meta: dict, k: dict) -> list[str]:
   """The budget clock's estimates (with or without the measurement), its measurement rate,
-  and how the latest call ended when it did not finish (a budget stop or a cut-off)."""
+  the member-checkpoints measured vs read from the cache per population, and how the latest call ended when it did not finish (a budget stop or a cut-off)."""
   out = []
   for name, e in meta.get("estimates", {}).items():
     said = measure_text(e)
@@ -161,6 +161,12 @@ def _budget_lines(meta: dict, k: dict) -> list[str]:
     out.append(f"Measurement of the checkpoints in the latest call: {meta['s_per_measure']:.3g}"
                " s per member-checkpoint (a load, the forward on the validation windows and "
                "the head's SVD; the slowest population's rate, the floors excluded).")
+  counts = {n: t for n, t in (meta.get("timings") or {}).items()
+            if isinstance(t, dict) and "cached" in t}
+  if counts:
+    out.append("Member-checkpoints measured in the latest call / read from the cache of an "
+               "earlier call's measurement (planted_measure.json, the same numbers): " + ", ".join(
+                   f"{n} {t['measured']} / {t['cached']}" for n, t in counts.items()) + ".")
   not_run = ", ".join(meta.get("not_run") or []) or "none"
   if meta.get("stopped"):
     out.append(f"**Stopped by the time budget ({k.get('budget_s'):g} s)**: {meta['stopped']}. "

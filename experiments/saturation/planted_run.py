@@ -1,7 +1,8 @@
 """Run the planted arms: train (or skip) every arm on one fresh-token stream, measure every
 checkpoint on the fixed validation windows, compute the exact floors, write the CSVs.
 
-Outputs in OUT: ``runs/<arm>/`` (workdirs, with ``planted_windows.npz``: steps, L[K, W]),
+Outputs in OUT: ``runs/<arm>/`` (workdirs, with ``planted_windows.npz``: steps, L[K, W], and
+``planted_measure.json``: each checkpoint's row and L[s, ·], ``planted_measure.measure_arm``),
 ``planted_checkpoints.csv`` (one row per arm and checkpoint), ``planted_arms.csv`` (the
 per-arm readout, ``planted_measure.arm_summary``, with the arm's seed, vocab and zipf), the
 floors ``planted_floor.csv`` (the preset's language) and ``planted_floor<lang_tag>.csv`` (an
@@ -22,8 +23,13 @@ would overrun (``planted_budget``; the projection includes the population's meas
 the slowest rate measured so far in the call); the finished populations are measured and
 written first, and planted_meta.json names the stop and the arms not run (its top-level
 fields describe the latest call; its ``runs`` list keeps every earlier call's stop,
-populations, estimates and timings). Every call measures every finished population again
-(the checkpoints already measured in an earlier call included).
+populations, estimates and timings). A checkpoint is measured once: a later call reads its
+row from the member's ``planted_measure.json`` (while its key and the checkpoint's identity
+match), so a resumed call measures only what no call has measured; ``timings[pop]`` says how
+many member-checkpoints were ``measured`` and how many read from the cache (``cached``), and
+the budget clock learns its rate from the measured ones only. The projection of a population
+that trains counts all its member-checkpoints: measurement follows training, so a population
+still training has none cached.
 """
 
 from __future__ import annotations
@@ -113,9 +119,12 @@ class _Languages:
     return self.floors[arm.lang][arm.d]
 
 
-def _arm_rows(arm, cfg, wd: Path, windows, lang, fl: dict, knobs) -> tuple[dict, list[dict]]:
-  """(the arm's planted_arms.csv row, its planted_checkpoints.csv rows) after training."""
-  rows, losses = pm.measure_arm(wd, windows, lang)
+def _arm_rows(arm, cfg, wd: Path, windows, lang, fl: dict,
+             knobs) -> tuple[dict, list[dict], int]:
+  """(the arm's planted_arms.csv row, its planted_checkpoints.csv rows, how many of its
+  checkpoints were measured in this call: the others were read from its cache) after
+  training."""
+  rows, losses, measured = pm.measure_arm(wd, windows, lang)
   _save_windows(wd / "planted_windows.npz", [r["step"] for r in rows], losses)
   train_recs = [r for r in read_metrics(wd) if "loss" in r]
   who = {"arm": arm.name, "seed": arm.seed, "vocab": lang.vocab, "zipf": lang.zipf}
@@ -123,7 +132,7 @@ def _arm_rows(arm, cfg, wd: Path, windows, lang, fl: dict, knobs) -> tuple[dict,
                            float(fl["H"]))
   ck = [{"arm": arm.name, "d": arm.d, "weight_decay": arm.weight_decay, "dtype": arm.dtype,
          "seed": arm.seed, **r} for r in rows]
-  return {**summary, **who}, ck
+  return {**summary, **who}, ck, measured
 
 
 def groups(p, cfgs) -> list[tuple[str, list]]:
@@ -162,7 +171,8 @@ def _train_population(name: str, group: list, wds: list, dss: list, clock) -> No
   tc = cfgs[0].train
   member_tokens = tc.batch_size * tc.seq_len * len(cfgs)
   hooks = []
-  if clock is not None:  # its measurement: every checkpoint of every member
+  if clock is not None:  # its measurement: every checkpoint of every member (none cached:
+    # a population is measured only once it has trained)
     measures = len(checkpoint_steps(tc)) * len(cfgs)
     clock.check_start(name, (tc.steps - min(_steps_done(w) for w in wds)) * member_tokens,
                       measures)
@@ -220,9 +230,10 @@ class CallRecord(shared.CallRecord):
   """planted_meta.json during one call (``experiments.shared.CallRecord``), written when the
   call starts, after every group, at each time estimate and at its end (a cut-off keeps what
   was written last): the experiment's fields (``_meta``), this call's ``timings`` (per group:
-  train_s, measure_s, measured; floor_s), the ``account`` of the arms measured (None before
-  any), ``not_run`` (the arms not measured yet in this call) and ``s_per_measure`` (the
-  budget clock's measurement rate, None before any population was measured)."""
+  train_s, measure_s, the member-checkpoints measured and those read from the cache (cached);
+  floor_s), the ``account`` of the arms measured (None before any), ``not_run`` (the arms not
+  measured yet in this call) and ``s_per_measure`` (the budget clock's measurement rate, None
+  before any population was measured)."""
 
   def __init__(self, out: Path, p, clock):  # the call's clocks start here
     super().__init__(out / META, CALL_KEYS)
@@ -240,19 +251,22 @@ class CallRecord(shared.CallRecord):
 
 def _measure_group(p, group, out: Path, langs, clock) -> tuple[list, list, dict]:
   """(planted_arms.csv rows, planted_checkpoints.csv rows, timings) of a trained group; the
-  measurement's seconds (the floors' fit excluded) teach the budget clock its rate."""
+  measurement's seconds (the floors' fit excluded) over the member-checkpoints measured in
+  this call (not those read from the cache) teach the budget clock its rate."""
   t, floor0 = time.perf_counter(), langs.floor_s
-  arms, ck_rows = [], []
+  arms, ck_rows, measured = [], [], 0
   for arm, cfg in group:
     _, lang, windows = langs.language(arm, cfg)
-    row, ck = _arm_rows(arm, cfg, out / "runs" / arm.name, windows, lang,
-                        langs.floor(arm, lang), p.knobs)
+    row, ck, n = _arm_rows(arm, cfg, out / "runs" / arm.name, windows, lang,
+                           langs.floor(arm, lang), p.knobs)
     arms.append(row)
     ck_rows += ck
+    measured += n
   seconds = time.perf_counter() - t - (langs.floor_s - floor0)
   if clock is not None:
-    clock.measured(len(ck_rows), seconds)
-  return arms, ck_rows, {"measure_s": round(seconds, 1), "measured": len(ck_rows)}
+    clock.measured(measured, seconds)
+  return arms, ck_rows, {"measure_s": round(seconds, 1), "measured": measured,
+                         "cached": len(ck_rows) - measured}
 
 
 def run_planted(out: Path, preset, verbose: bool = True) -> dict:

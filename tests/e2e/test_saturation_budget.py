@@ -5,9 +5,17 @@ stop in planted_meta.json; rerunning the same preset resumes it from its newest 
 ends with the parameters of an uninterrupted run, bit for bit, and the rerun's
 planted_meta.json keeps the first call's record of what stopped it and when (``runs``).
 A call killed (SIGKILL, as ``timeout`` does) right after its first estimate leaves
-planted_meta.json with that call's record and the estimate, and the report says so."""
+planted_meta.json with that call's record and the estimate, and the report says so.
+
+A checkpoint is measured once (``planted_measure.measure_arm``'s cache, planted_measure.json
+in each member's workdir): a second call into a finished folder measures nothing and writes
+the same CSVs byte for byte; a cached step whose checkpoint was saved again, a corrupt cache
+(with a warning), other validation windows or another measurement version are measured again,
+to the same numbers as a measurement without the cache. One uninterrupted call (``whole``)
+serves the bitwise resume and these checks."""
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,14 +26,26 @@ import numpy as np
 import pytest
 
 from experiments.saturation import planted_budget as pb
+from experiments.saturation import planted_measure as pm
 from experiments.saturation import planted_run as pr
 from experiments.saturation.planted_presets import arm_config, get_planted_preset
 from experiments.shared import calls_text, read_rows
 from experiments.saturation.planted_report import report_section
 from sbjax import checkpoint as ckpt
+from sbjax import checksums
+from sbjax.data import make_dataset
 from sbjax.train.preempt import EXIT_PREEMPTED
 
 P = get_planted_preset("gpu-planted-test")
+CSVS = ("planted_arms.csv", "planted_checkpoints.csv")
+
+
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory):
+  """One uninterrupted call of the preset into a fresh folder: (folder, meta, CSV bytes)."""
+  out = tmp_path_factory.mktemp("whole")
+  meta = pr.run_planted(out, "gpu-planted-test", verbose=False)
+  return out, meta, {f: (out / f).read_bytes() for f in CSVS}
 
 
 class _SpentOnceStarted(pb.Clock):
@@ -43,7 +63,7 @@ def _final_params(out, arm):
   return jax.tree.leaves(jax.device_get(params))
 
 
-def test_budget_stop_then_resume_is_bitwise(tmp_path, monkeypatch):
+def test_budget_stop_then_resume_is_bitwise(tmp_path, monkeypatch, whole):
   cut = tmp_path / "cut"
   cfgs = [(a, arm_config(P, a)) for a in P.knobs.arms]
   ((name, group),) = pr.groups(P, cfgs)
@@ -85,13 +105,12 @@ def test_budget_stop_then_resume_is_bitwise(tmp_path, monkeypatch):
   assert f"stopped by the budget ({str(e.value)})" in said and "ran to its end" in said
   for w in wds:
     assert json.loads((w / "DONE").read_text())["summary"]["step"] == P.overrides["train.steps"]
-  whole = tmp_path / "whole"
-  pr.run_planted(whole, "gpu-planted-test", verbose=False)
+  assert t["cached"] == 0  # the stopped call measured nothing: nothing to read back
   for arm in P.knobs.arms:
-    for a, b in zip(_final_params(cut, arm), _final_params(whole, arm)):
+    for a, b in zip(_final_params(cut, arm), _final_params(whole[0], arm)):
       np.testing.assert_array_equal(a, b)
   assert [r["final_expected_loss"] for r in read_rows(cut / "planted_arms.csv")] == \
-      [r["final_expected_loss"] for r in read_rows(whole / "planted_arms.csv")]
+      [r["final_expected_loss"] for r in read_rows(whole[0] / "planted_arms.csv")]
 
 
 # a call of the preset whose clock holds still right after its first estimate (and after the
@@ -140,3 +159,101 @@ def test_a_call_killed_after_its_estimate_leaves_its_record(tmp_path):
   assert "**The latest call did not reach its end**" in md
   assert (f"Time estimate of population d8-bf16: {est['s_per_step']:.4g} s/step over its 20 "
           "steps") in md and "member-checkpoints not projected yet" in md
+
+
+def _member(whole, tmp_path):
+  """A copy of the first member's workdir (its cache included), its language and windows."""
+  out, _, _ = whole
+  arm = P.knobs.arms[0]
+  wd = shutil.copytree(out / "runs" / arm.name, tmp_path / arm.name)
+  cfg = arm_config(P, arm)
+  ds = make_dataset(cfg.data, seq_len=cfg.train.seq_len, global_batch_size=cfg.train.batch_size,
+                    seed=cfg.train.data_seed, workdir=None)
+  return wd, ds.planted, pr.validation_windows(ds, P.knobs.val_windows)
+
+
+def _same(a, b) -> None:
+  """The same rows and L[K, W], bit for bit (NaN equal to NaN)."""
+  assert json.dumps(a[0]) == json.dumps(b[0])
+  assert a[1].dtype == b[1].dtype == np.float64
+  np.testing.assert_array_equal(a[1], b[1])
+
+
+def test_a_second_call_measures_nothing_and_writes_the_same_csvs(whole):
+  out, first, csv = whole
+  cfgs = [(a, arm_config(P, a)) for a in P.knobs.arms]
+  ((name, group),) = pr.groups(P, cfgs)
+  measures = len(ckpt.checkpoint_steps(group[0][1].train)) * len(group)
+  assert (first["timings"][name]["measured"], first["timings"][name]["cached"]) == (measures, 0)
+  meta = pr.run_planted(out, "gpu-planted-test", verbose=False)
+  t = meta["timings"][name]
+  assert (t["measured"], t["cached"]) == (0, measures) and meta["trained"] == []
+  assert meta["s_per_measure"] is None  # nothing measured: the clock learnt no rate
+  for f in CSVS:
+    assert (out / f).read_bytes() == csv[f], f
+  assert f"read from the cache of an earlier call's measurement (planted_measure.json, the " \
+      f"same numbers): {name} 0 / {measures}." in report_section(out)
+
+
+def test_the_cache_gives_what_a_measurement_without_it_gives(whole, tmp_path):
+  wd, lang, win = _member(whole, tmp_path)
+  cached = pm.measure_arm(wd, win, lang)
+  fresh = pm.measure_arm(wd, win, lang, cache=False)
+  k = len(ckpt.list_steps(wd))
+  assert (cached[2], fresh[2]) == (0, k)
+  _same(cached, fresh)
+
+
+def test_a_checkpoint_saved_again_is_measured_again(whole, tmp_path):
+  wd, lang, win = _member(whole, tmp_path)
+  steps = ckpt.list_steps(wd)
+  d = ckpt.ckpt_dir(wd) / str(steps[3])
+  checksums.write_manifest(d)  # sealed again, the same files: still cached
+  want = pm.measure_arm(wd, win, lang)
+  assert want[2] == 0
+  meta = json.loads((d / "_CHECKPOINT_METADATA").read_text())  # saved again: a new commit time
+  meta["commit_timestamp_nsecs"] += 1
+  (d / "_CHECKPOINT_METADATA").write_text(json.dumps(meta))
+  checksums.write_manifest(d)
+  got = pm.measure_arm(wd, win, lang)
+  assert got[2] == 1
+  _same(got, want)
+  path = wd / pm.CACHE_FILE  # a stored identity that is not the checkpoint's, with its numbers
+  c = json.loads(path.read_text())
+  e = c["steps"][str(steps[-1])]
+  e["checkpoint"], e["row"]["expected_loss"], e["losses"] = "sha256:0", 99.0, [99.0] * len(win)
+  path.write_text(json.dumps(c))
+  got = pm.measure_arm(wd, win, lang)
+  assert got[2] == 1
+  _same(got, want)
+  (d / checksums.MANIFEST_FILE).unlink()  # no manifest: its files' sizes and times identify it
+  assert pm.checkpoint_identity(wd, steps[3]).startswith("stat:")
+  assert pm.measure_arm(wd, win, lang)[2] == 1 and pm.measure_arm(wd, win, lang)[2] == 0
+
+
+def test_a_corrupt_cache_warns_and_is_measured_again(whole, tmp_path):
+  wd, lang, win = _member(whole, tmp_path)
+  want = pm.measure_arm(wd, win, lang, cache=False)
+  (wd / pm.CACHE_FILE).write_bytes(b'{"key": {"version": 1}, "steps": {"0": [')  # cut off
+  with pytest.warns(RuntimeWarning, match=r"planted_measure\.json is unreadable \(JSONDecodeError"):
+    got = pm.measure_arm(wd, win, lang)
+  assert got[2] == len(want[0])
+  _same(got, want)
+  assert pm.measure_arm(wd, win, lang)[2] == 0  # rewritten whole
+
+
+def test_other_windows_or_another_version_are_measured_again(whole, tmp_path, monkeypatch):
+  wd, lang, win = _member(whole, tmp_path)
+  k = len(ckpt.list_steps(wd))
+  want = pm.measure_arm(wd, win, lang)
+  other = win.copy()
+  other[0, 1] = (other[0, 1] + 1) % lang.vocab
+  got = pm.measure_arm(wd, other, lang)
+  assert got[2] == k and got[1][:, 0].tolist() != want[1][:, 0].tolist()
+  _same(got, pm.measure_arm(wd, other, lang, cache=False))
+  back = pm.measure_arm(wd, win, lang)  # the cache now holds the other windows' numbers
+  assert back[2] == k
+  _same(back, want)
+  monkeypatch.setattr(pm, "MEASURE_VERSION", pm.MEASURE_VERSION + 1)
+  assert pm.measure_arm(wd, win, lang)[2] == k
+  assert pm.measure_arm(wd, win, lang)[2] == 0
