@@ -233,7 +233,7 @@ def test_a_checkpoint_saved_again_is_measured_again(whole, tmp_path):
 
 def test_a_corrupt_cache_warns_and_is_measured_again(whole, tmp_path):
   wd, lang, win = _member(whole, tmp_path)
-  want = pm.measure_arm(wd, win, lang, cache=False)
+  want = pm.measure_arm(wd, win, lang)  # read back: the same as measured (the test above)
   (wd / pm.CACHE_FILE).write_bytes(b'{"key": {"version": 1}, "steps": {"0": [')  # cut off
   with pytest.warns(RuntimeWarning, match=r"planted_measure\.json is unreadable \(JSONDecodeError"):
     got = pm.measure_arm(wd, win, lang)
@@ -250,7 +250,7 @@ def test_other_windows_or_another_version_are_measured_again(whole, tmp_path, mo
   other[0, 1] = (other[0, 1] + 1) % lang.vocab
   got = pm.measure_arm(wd, other, lang)
   assert got[2] == k and got[1][:, 0].tolist() != want[1][:, 0].tolist()
-  _same(got, pm.measure_arm(wd, other, lang, cache=False))
+  np.testing.assert_allclose(got[1][:, 1:], want[1][:, 1:], rtol=1e-5)  # windows left as were
   back = pm.measure_arm(wd, win, lang)  # the cache now holds the other windows' numbers
   assert back[2] == k
   _same(back, want)
