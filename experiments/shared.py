@@ -66,7 +66,7 @@ def locks_out(out_flag):
   def decorate(main):
     @functools.wraps(main)
     def locked(argv):
-      with out_lock(out_flag.value):
+      with out_lock(out_flag.value, flag=f"--{out_flag.name}"):
         return main(argv)
     return locked
   return decorate

@@ -116,7 +116,8 @@ class Suite:
     out = upath(out)
     if preset not in PRESETS:
       raise ValueError(f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
-    with out_lock(out):  # one writer per folder: OUT for the call, OUT/NAME while NAME runs
+    # one writer per folder: OUT for the call, OUT/NAME while NAME runs
+    with out_lock(out, flag="--out"):
       timings = _read_timings(out)
       for name in names:
         t0 = time.perf_counter()
@@ -125,7 +126,7 @@ class Suite:
           mod = self.load(name)
           if verbose:
             sys.stderr.write(f"== {name} ({preset}) -> {out / name}\n")
-          with out_lock(out / name):
+          with out_lock(out / name, flag="--out"):
             mod.run(out / name, preset, data=data or None)
         except Exception as e:  # noqa: BLE001 - reported, the other experiments go on
           rec.update(status="failed", error=f"{type(e).__name__}: {e}")

@@ -22,8 +22,9 @@ holder (its host and pid) and what to do (``WorkdirLockedError``).
 
 Within one process the lock is re-entrant (``train_once`` holds it around ``train``).
 
-``out_lock(out)`` is the same lock for an experiment's output folder (``OUT/LOCK``, taken by
-each ``python -m experiments.<name>`` for its whole call); its busy error names ``--out``.
+``out_lock(out, flag=...)`` is the same lock for an experiment's output folder (``OUT/LOCK``,
+taken by each ``python -m experiments.<name>`` for its whole call); its busy error names the
+caller's option that chose the folder (the caller passes it: this module defines no flag).
 The folder's own training workdirs (``OUT/runs/<arm>/``) take their own locks: other files,
 other keys.
 """
@@ -81,7 +82,6 @@ def describe(info: dict) -> str:
 
 
 WORKDIR = ("workdir", "--workdir")  # what a lock's messages call its folder, and its flag
-OUT = ("output folder", "--out")
 
 
 def busy_message(workdir, info: dict, names: tuple = WORKDIR) -> str:
@@ -232,7 +232,8 @@ def _key(workdir) -> str:
 def workdir_lock(workdir, *, enabled: bool = True, names: tuple = WORKDIR) -> Iterator[None]:
   """Hold the lock of ``workdir`` (created if missing) for the block; ``enabled=False``
   (processes other than 0 of a multi-process run) holds nothing; ``names``: what the
-  messages call the folder and the flag that chooses it (``WORKDIR``, ``OUT``)."""
+  messages call the folder and the flag that chooses it (default ``WORKDIR``; ``out_lock``
+  names an output folder)."""
   if not enabled:
     yield
     return
@@ -274,8 +275,8 @@ def workdir_locks(workdirs, *, enabled: bool = True) -> Iterator[None]:
     yield
 
 
-def out_lock(out, *, flag: str = "--out"):
+def out_lock(out, *, flag: str):
   """``workdir_lock`` of an experiment's output folder ``out`` (``OUT/LOCK``; module doc):
   one writer per folder; a second caller stops with one line naming the folder, the holder
   and ``flag`` (the option that chooses the folder), before it writes anything."""
-  return workdir_lock(out, names=(OUT[0], flag))
+  return workdir_lock(out, names=("output folder", flag))

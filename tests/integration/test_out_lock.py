@@ -33,7 +33,7 @@ HOLD = ("import contextlib, importlib.util, sys\n"
         "spec = importlib.util.spec_from_file_location('lock', 'sbjax/train/lock.py')\n"
         "lock = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(lock)\n"
         "with contextlib.ExitStack() as st:\n  for d in sys.argv[1:]:\n"
-        "    st.enter_context(lock.out_lock(d))\n  print('held', flush=True)\n"
+        "    st.enter_context(lock.out_lock(d, flag='--out'))\n  print('held', flush=True)\n"
         "  sys.stdin.read()\n")  # until the test closes stdin
 
 
@@ -93,14 +93,14 @@ def test_after_the_holder_is_killed_the_next_caller_takes_the_folder(tmp_path, c
 def _killed_holder(p, out: Path, caplog) -> None:
   (out / "kept.csv").write_text("a\n1\n")
   with pytest.raises(lock_lib.WorkdirLockedError) as e:
-    with lock_lib.out_lock(out):
+    with lock_lib.out_lock(out, flag="--out"):
       pytest.fail("the lock of a live holder was taken")
   assert str(e.value) == _busy_line(out, p.pid)
   os.kill(p.pid, signal.SIGKILL)
   p.wait()
   assert (out / "LOCK").exists()  # no chance to delete it: the next caller finds it stale
   with caplog.at_level(logging.WARNING, logger="sbjax"):
-    with lock_lib.out_lock(out):
+    with lock_lib.out_lock(out, flag="--out"):
       assert json.loads((out / "LOCK").read_text())["pid"] == os.getpid()
   assert any(f"pid {p.pid}" in r.getMessage() and "took over the stale lock" in r.getMessage()
              for r in caplog.records)
@@ -111,7 +111,7 @@ def test_the_out_lock_and_its_runs_workdir_locks_are_separate(tmp_path):
   """OUT/LOCK and OUT/runs/<arm>/LOCK: other files, other keys; a run that trains in OUT itself
   re-enters the out lock (one process)."""
   out, arm = tmp_path / "out", tmp_path / "out" / "runs" / "a"
-  with lock_lib.out_lock(out):
+  with lock_lib.out_lock(out, flag="--out"):
     with lock_lib.workdir_lock(arm):
       assert json.loads((arm / "LOCK").read_text())["pid"] == os.getpid()
       assert len(lock_lib._HELD) == 2
