@@ -5,23 +5,40 @@ A population's training is timed by a loop hook (the device sampler draws its ba
 inside the jitted step, so no batch passes through the host to be timed): when the loop
 reports step ``w`` (w = 10 warm-up steps, compiles included before them) the clock starts,
 and at step ``w + n`` (n = ``Knobs.estimate_at``) the population's remaining time is
-projected from those n steps, then its measurement (``planted_run`` measures every
-checkpoint of every member once the population has trained: a load, a forward on the
-validation windows and an SVD each) at the slowest rate seen in this call,
+projected from those n steps. Then (``probe``, given by ``planted_run``) a probe of its own
+measurement runs: up to 3 checkpoints of its first member that training has already saved
+and finalized are measured (``planted_measure.probe_arm``: a load, a forward on the
+validation windows and an SVD each, into the member's measurement cache, so the measurement
+after training reads them back instead of measuring them again), timed apart from the n steps.
+The projected end is
 
-  t_end = now + (end − w − n − 1) · (elapsed over the n steps) / n + C · M · r,
+  t_end = now + p + (end − w − n − 1) · (elapsed over the n steps) / n + g + M · u + R · s,
 
-C the checkpoints each member saves (``sbjax.checkpoint.checkpoint_steps``), M the members,
-r the slowest seconds per member-checkpoint measured so far in this call (``Clock.measured``,
-timed around each population's measurement, the floors' fit excluded), and printed on stderr:
+p the probe's seconds (spent now, between two steps; they do not enter the step rate), M the
+members, u the measurer's set-up per member (the language's probabilities to the device, the
+Γ table), R = C · M − k − c the member-checkpoints left to measure after training (C the
+checkpoints each member saves, ``sbjax.checkpoint.checkpoint_steps``; k probed now; c already
+in the first member's cache from an earlier call's probe), s the steady seconds per
+member-checkpoint: the mean of the probed checkpoints after the first, and g the compile: the
+first probed checkpoint's seconds minus s. g is counted again because the measurement after
+training compiles again: the probe runs under the training's mesh (``jax.set_mesh``), which is
+part of jit's cache key (gpu-planted-test on CPU: the probe's first checkpoint 2.11 s, the
+first one after training 2.40 s, the others ~0.08 s). With one checkpoint probed, s is its
+time, compile included, and g is 0 (an upper bound). If nothing can be
+probed (no finalized checkpoint not cached), s falls back to r, the slowest seconds per
+member-checkpoint measured so far in this call (``Clock.measured``, timed around each
+population's measurement after its training, the floors' fit excluded), with R = C · M and
+no set-up term; before any population was measured, the measurement is not projected. The
+estimate is printed on stderr (one line):
 
   estimate: population d128: 14377 steps, 0.012 s/step, ends at ~190 s of the run (now 12 s);
-  training ends ~170 s, then its 104 member-checkpoints are measured in ~20 s (0.19 s each,
-  the slowest rate seen in this call)
+  training ends ~170 s (the probe's 2.1 s included), then its 101 member-checkpoints left
+  (of 104: 3 probed, 0 cached) are measured in ~21 s, from a probe of d128-wd0.1-bf16:
+  checkpoints 0, 1, 2 in 2 s (the first 1.5 s, compile included, counted again; then 0.19 s
+  each; set-up 0.1 s per member)
 
-(one line). Before any population has been measured in the call, r is unknown: the line says
-"measurement of its C·M member-checkpoints not projected yet: no population measured so far in
-this call" and t_end is the training's end.
+and recorded (``Clock.estimates``: ``measure_from`` "probe", "slowest rate" or None, and the
+probe's record).
 
 If it would end past ``budget_s`` (seconds since the run began) the population stops there
 (``OverBudget``, a ``SystemExit`` with status 75, as a preemption): its workdirs keep the
@@ -83,17 +100,23 @@ class Clock(BudgetClock):
                       "are kept)")
 
   def estimate(self, name: str, per_step: float, member_tokens_per_step: int, steps: int,
-               end: float, stop_text: str, measures: int = 0) -> None:
+               end: float, stop_text: str, measures: int = 0, members: int = 1,
+               probe=None, probe_s: float = 0.0) -> None:
     """``BudgetClock.estimate`` with the population's measurement added to ``end`` (the
-    training's projected end), when its rate is known (module doc)."""
+    training's projected end, the probe's ``probe_s`` seconds included): from the ``probe``
+    (a ``planted_measure.Probe``) when it measured anything, else at the slowest rate
+    measured in this call when one is known (module doc)."""
     self.s_per_token = max(self.s_per_token, per_step / member_tokens_per_step)
-    meas = self.measure_need(measures)
+    got = probe_need(probe, measures, members) if probe is not None else None
+    meas, rec = got if got is not None else (self.measure_need(measures), None)
     total = end + (meas or 0.0)
-    self.estimates[name] = {"s_per_step": per_step, "steps": steps,
-                            "projected_end_s": round(total, 1), "train_end_s": round(end, 1),
-                            "measures": measures,
-                            "measure_s": None if meas is None else round(meas, 1),
-                            "s_per_measure": self.s_per_measure or None}
+    self.estimates[name] = {
+        "s_per_step": per_step, "steps": steps, "projected_end_s": round(total, 1),
+        "train_end_s": round(end, 1), "measures": measures,
+        "measure_s": None if meas is None else round(meas, 1),
+        "s_per_measure": self.s_per_measure or None,
+        "measure_from": "probe" if rec else "slowest rate" if meas is not None else None,
+        "probe": rec, "probe_s": None if probe is None else round(probe_s, 3)}
     print(f"estimate: population {name}: {steps} steps, {per_step:.4g} s/step, ends at "
           f"~{total:.0f} s of the run (now {self.elapsed():.0f} s); "
           f"{measure_text(self.estimates[name])}", file=sys.stderr, flush=True)
@@ -104,24 +127,60 @@ class Clock(BudgetClock):
                       f"{self.budget_s:g} s budget: {stop_text}")
 
 
+def probe_need(probe, measures: int, members: int) -> tuple[float, dict] | None:
+  """(seconds, record) of what is left of a population's measurement of ``measures``
+  member-checkpoints (``members`` members) after ``probe`` (a ``planted_measure.Probe``:
+  member, steps, setup_s, times, cached), g + M · u + R · s (module doc); None when it
+  measured nothing."""
+  k = len(probe.times)
+  if k == 0:
+    return None
+  steady = sum(probe.times[1:]) / (k - 1) if k > 1 else probe.times[0]
+  left = max(measures - k - probe.cached, 0)
+  need = (probe.times[0] - steady) + members * probe.setup_s + left * steady
+  return need, {"member": probe.member, "steps": list(probe.steps),
+                "seconds": round(probe.setup_s + sum(probe.times), 3),
+                "setup_s": round(probe.setup_s, 3), "first_s": round(probe.times[0], 3),
+                "steady_s": round(steady, 4) if k > 1 else None,
+                "compile_s": round(probe.times[0] - steady, 3) if k > 1 else None,
+                "cached": probe.cached, "left": left}
+
+
 def measure_text(e: dict) -> str:
   """What an estimate (``Clock.estimates``' value) says of the measurement; '' for an
   estimate recorded before the measurement was projected (session 17's folders)."""
   if "measures" not in e:
     return ""
+  none = "; no checkpoint to probe" if e.get("probe_s") is not None else ""
   if e.get("measure_s") is None:
     return (f"measurement of its {e['measures']} member-checkpoints not projected yet: no "
-            "population measured so far in this call")
-  return (f"training ends ~{e['train_end_s']:.0f} s, then its {e['measures']} "
-          f"member-checkpoints are measured in ~{e['measure_s']:.0f} s "
-          f"({e['s_per_measure']:.3g} s each, the slowest rate seen in this call)")
+            f"population measured so far in this call{none}")
+  p = e.get("probe")
+  if not p:
+    return (f"training ends ~{e['train_end_s']:.0f} s, then its {e['measures']} "
+            f"member-checkpoints are measured in ~{e['measure_s']:.0f} s "
+            f"({e['s_per_measure']:.3g} s each, the slowest rate seen in this call{none})")
+  steps = ", ".join(str(s) for s in p["steps"])
+  each = (f"the first {p['first_s']:.3g} s, compile included, counted again; then "
+          f"{p['steady_s']:.3g} s each" if p["steady_s"] is not None else "its time, compile included, counted for "
+          "each")
+  return (f"training ends ~{e['train_end_s']:.0f} s (the probe's {e.get('probe_s', 0):.2g} s "
+          f"included), then its {p['left']} member-checkpoints left (of {e['measures']}: "
+          f"{len(p['steps'])} probed, {p['cached']} cached) are measured in "
+          f"~{e['measure_s']:.0f} s, from a probe of {p['member']}: checkpoint"
+          f"{'s' if len(p['steps']) > 1 else ''} {steps} in {p['seconds']:.3g} s ({each}; "
+          f"set-up {p['setup_s']:.2g} s per member)")
 
 
 class Watch(Hook):
-  """The loop hook of one population (module doc); ``measures``: its member-checkpoints."""
+  """The loop hook of one population (module doc); ``measures``: its member-checkpoints,
+  ``members`` its members, ``probe``: a callable returning a ``planted_measure.Probe`` of
+  its first member's measurement (None: no probe, the slowest rate measured so far)."""
 
-  def __init__(self, clock: Clock, name: str, member_tokens_per_step: int, measures: int = 0):
+  def __init__(self, clock: Clock, name: str, member_tokens_per_step: int, measures: int = 0,
+               members: int = 1, probe=None):
     self.clock, self.name, self.mt, self.measures = clock, name, member_tokens_per_step, measures
+    self.members, self.probe = members, probe
     self.t, self.end, self.first = None, 0, None
 
   def begin(self, state, start: int, end: int) -> None:
@@ -132,7 +191,11 @@ class Watch(Hook):
     if i == self.first:
       self.t = c.elapsed()
     elif self.t is not None and i == self.first + n:
-      per_step, end = projected_end(c.elapsed(), self.t, n, self.end - i - 1)
-      c.estimate(self.name, per_step, self.mt, self.end, end,
+      now = c.elapsed()  # the n steps' end: the probe is timed apart, then added
+      per_step, end = projected_end(now, self.t, n, self.end - i - 1)
+      probe = self.probe() if self.probe is not None else None
+      spent = c.elapsed() - now
+      c.estimate(self.name, per_step, self.mt, self.end, end + spent,
                  f"stopped after {i + 1} steps (its checkpoints so far are kept); rerun the "
-                 "same command to resume, or use a smaller preset", measures=self.measures)
+                 "same command to resume, or use a smaller preset", measures=self.measures,
+                 members=self.members, probe=probe, probe_s=spent)

@@ -31,6 +31,13 @@ SHA-256 of its checksum manifest, i.e. of every file's size and digest; the file
 mtimes for a step without one), so a step set aside and saved again is measured again. A
 mismatch measures again and overwrites; an unreadable cache warns in one line and measures
 every checkpoint again.
+
+A probe (``probe_arm``, the budget clock's, ``planted_budget``) measures a few checkpoints of a
+run while it still trains, through the same measurer into the same cache, timing the
+measurer's set-up (per member) and each checkpoint (the first one includes the compile of the
+measurement for this shape). It reads only finalized steps (``finalized_steps``: committed and
+sealed with their checksum manifest, which is written once, so their identity does not change
+afterwards): the run's measurement after training reads them back from the cache.
 """
 
 from __future__ import annotations
@@ -38,8 +45,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import time
 import warnings
 import weakref
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -209,24 +218,32 @@ def _measurer(wd, cfg, windows_WxT1: np.ndarray, lang):
   return one
 
 
+def _open_cache(wd, windows_WxT1: np.ndarray, lang, cache: bool = True):
+  """(the run's Config, its cache's path and key, the entries cached under that key)."""
+  if lang.context != 1:
+    raise ValueError(f"the planted arms measure a context-1 language, got context={lang.context}")
+  cfg = ckpt.load_config(wd)
+  path, key = upath(wd) / CACHE_FILE, cache_key(cfg, windows_WxT1, lang)
+  return cfg, path, key, (dict(_read_cache(path, key)) if cache else {})
+
+
+def _entry(ident: str, row: dict, loss: np.ndarray) -> dict:
+  return {"checkpoint": ident, "row": row, "losses": [float(v) for v in loss]}
+
+
 def measure_arm(wd, windows_WxT1: np.ndarray, lang,
                 cache: bool = True) -> tuple[list[dict], np.ndarray, int]:
   """(one row per checkpoint, L[K, W], how many checkpoints were measured in this call) of
   the run in ``wd`` (context-1 language: c_t = x_t); with ``cache`` the checkpoints already
   measured are read from ``wd/planted_measure.json`` (module doc), the same numbers bit for
   bit, and each one measured is added to it."""
-  if lang.context != 1:
-    raise ValueError(f"the planted arms measure a context-1 language, got context={lang.context}")
-  cfg = ckpt.load_config(wd)
-  path, key = upath(wd) / CACHE_FILE, cache_key(cfg, windows_WxT1, lang)
-  store = dict(_read_cache(path, key)) if cache else {}
+  cfg, path, key, store = _open_cache(wd, windows_WxT1, lang, cache)
   steps, one, measured = ckpt.list_steps(wd), None, 0
   for s in steps:
     ident = checkpoint_identity(wd, s)
     if not _usable(store.get(str(s)), ident, s, len(windows_WxT1)):
       one = one or _measurer(wd, cfg, windows_WxT1, lang)
-      row, loss = one(s)
-      store[str(s)] = {"checkpoint": ident, "row": row, "losses": [float(v) for v in loss]}
+      store[str(s)] = _entry(ident, *one(s))
       measured += 1
       if cache:  # after each checkpoint: a cut-off keeps the ones measured
         _write_cache(path, key, store)
@@ -236,6 +253,54 @@ def measure_arm(wd, windows_WxT1: np.ndarray, lang,
   rows = [kept[str(s)]["row"] for s in steps]
   losses = [np.asarray(kept[str(s)]["losses"], np.float64) for s in steps]
   return rows, np.stack(losses), measured
+
+
+def finalized_steps(wd) -> list[int]:
+  """The saved steps of ``wd`` whose save is final: committed (orbax's commit file) and
+  sealed (their checksum manifest, which the checkpoint manager writes once orbax has
+  finished the step: right after a synchronous save, at the next save after an asynchronous
+  one, ``sbjax.checkpoint``). A step still being written (an orbax temporary directory, not
+  listed, or a step committed but not sealed yet) is left out: its identity would change."""
+  d = ckpt.ckpt_dir(wd)
+  return [s for s in ckpt.list_steps(wd) if (d / str(s) / ckpt.COMMIT_FILE).is_file()
+          and (d / str(s) / checksums.MANIFEST_FILE).is_file()]
+
+
+class Probe(NamedTuple):
+  """What ``probe_arm`` measured of one member: its workdir's name, the steps measured, the
+  seconds of the measurer's set-up (once per member measured), of each step measured (the
+  first includes the measurement's compile for this shape) and how many finalized steps its
+  cache already held (measured by an earlier call), in that order."""
+  member: str
+  steps: tuple
+  setup_s: float
+  times: tuple
+  cached: int
+
+
+def probe_arm(wd, windows_WxT1: np.ndarray, lang, most: int = 3) -> Probe:
+  """Measure up to ``most`` finalized checkpoints (``finalized_steps``, oldest first) of a
+  run that may still be training, those its cache does not hold yet, as ``measure_arm``
+  measures them and into its cache (the measurement after training reads them back), timing
+  the measurer's set-up and each checkpoint (its cache write included, as there)."""
+  cfg, path, key, store = _open_cache(wd, windows_WxT1, lang)
+  todo, cached = [], 0
+  for s in finalized_steps(wd):
+    ident = checkpoint_identity(wd, s)
+    if _usable(store.get(str(s)), ident, s, len(windows_WxT1)):
+      cached += 1
+    elif len(todo) < most:
+      todo.append((s, ident))
+  t = time.perf_counter()
+  one = _measurer(wd, cfg, windows_WxT1, lang) if todo else None
+  setup, times = time.perf_counter() - t, []
+  for s, ident in todo:
+    t = time.perf_counter()
+    store[str(s)] = _entry(ident, *one(s))
+    _write_cache(path, key, store)
+    times.append(time.perf_counter() - t)
+  return Probe(upath(wd).name, tuple(s for s, _ in todo), setup if todo else 0.0, tuple(times),
+               cached)
 
 
 def _write_cache(path, key: dict, store: dict) -> None:

@@ -19,17 +19,18 @@ train as ONE run of N members (``sbjax.train.train``: one vmapped step; λ and s
 member in its own ``runs/<arm>/`` workdir; members with another data seed share the language
 (``_reseeded``: built once, 11 s and 0.9 GB at V 4096). With ``Knobs.budget_s`` a population's
 time is projected after ``estimate_at`` steps and the run stops cleanly, resumable, before it
-would overrun (``planted_budget``; the projection includes the population's measurement at
-the slowest rate measured so far in the call); the finished populations are measured and
-written first, and planted_meta.json names the stop and the arms not run (its top-level
-fields describe the latest call; its ``runs`` list keeps every earlier call's stop,
-populations, estimates and timings). A checkpoint is measured once: a later call reads its
+would overrun (``planted_budget``; the projection includes the population's measurement,
+projected from a probe of it: up to 3 of its first member's finalized checkpoints measured
+at the estimate, into that member's measurement cache, ``_prober``; ``PROBE`` False leaves
+the probe out, and the projection falls back to the slowest rate measured so far in the
+call); the finished populations are measured and written first, and planted_meta.json names
+the stop and the arms not run (its top-level fields describe the latest call; its ``runs``
+list keeps every earlier call's stop, populations, estimates and timings). A checkpoint is measured once: a later call reads its
 row from the member's ``planted_measure.json`` (while its key and the checkpoint's identity
 match), so a resumed call measures only what no call has measured; ``timings[pop]`` says how
 many member-checkpoints were ``measured`` and how many read from the cache (``cached``), and
-the budget clock learns its rate from the measured ones only. The projection of a population
-that trains counts all its member-checkpoints: measurement follows training, so a population
-still training has none cached.
+the budget clock learns its rate from the measured ones only. The probed checkpoints are
+among the ``cached`` ones when the population is measured after training.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ from sbjax.train.done import finished, mark_finished
 from sbjax.train.lock import workdir_locks
 
 META = "planted_meta.json"
+PROBE = True  # probe each population's measurement at its time estimate (planted_budget)
 
 
 def _save_windows(path: Path, steps, losses) -> None:
@@ -164,19 +166,33 @@ def _datasets(group: list, langs) -> list:
   return dss[:1] if len({d.seed for d in dss}) == 1 else dss
 
 
-def _train_population(name: str, group: list, wds: list, dss: list, clock) -> None:
-  """Train (or resume) one population with its time estimate and budget stop
-  (``planted_budget``), then mark every member finished (``sbjax.train.done``)."""
+def _prober(group: list, wds: list, langs):
+  """The budget hook's probe of a population's measurement (``planted_measure.probe_arm``
+  on its first member, with that member's windows and language); None with PROBE False."""
+  (arm, cfg), wd = group[0], wds[0]
+
+  def probe() -> pm.Probe:
+    _, lang, windows = langs.language(arm, cfg)
+    return pm.probe_arm(wd, windows, lang)
+
+  return probe if PROBE else None
+
+
+def _train_population(name: str, group: list, wds: list, dss: list, clock,
+                      probe=None) -> None:
+  """Train (or resume) one population with its time estimate (and ``probe`` of its
+  measurement) and budget stop (``planted_budget``), then mark every member finished
+  (``sbjax.train.done``)."""
   cfgs = [c for _, c in group]
   tc = cfgs[0].train
   member_tokens = tc.batch_size * tc.seq_len * len(cfgs)
   hooks = []
-  if clock is not None:  # its measurement: every checkpoint of every member (none cached:
-    # a population is measured only once it has trained)
+  if clock is not None:  # its measurement: every checkpoint of every member (before the
+    # start, an earlier call's probes are not counted: at most 3 each)
     measures = len(checkpoint_steps(tc)) * len(cfgs)
     clock.check_start(name, (tc.steps - min(_steps_done(w) for w in wds)) * member_tokens,
                       measures)
-    hooks = [Watch(clock, name, member_tokens, measures)]
+    hooks = [Watch(clock, name, member_tokens, measures, len(cfgs), probe)]
   one = len(cfgs) == 1
   with workdir_locks(wds):  # the run and its DONE marks
     sums = train(cfgs[0] if one else cfgs, wds[0] if one else wds,
@@ -199,7 +215,7 @@ def _train_group(p, name, group, out: Path, langs, clock) -> bool:
     return False
   dss = _datasets(group, langs)
   if p.knobs.population:
-    _train_population(name, group, wds, dss, clock)
+    _train_population(name, group, wds, dss, clock, _prober(group, wds, langs))
   else:
     train_once(group[0][1], wds[0], dataset=dss[0], quiet=True)
   return True

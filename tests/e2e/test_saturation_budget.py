@@ -7,6 +7,13 @@ planted_meta.json keeps the first call's record of what stopped it and when (``r
 A call killed (SIGKILL, as ``timeout`` does) right after its first estimate leaves
 planted_meta.json with that call's record and the estimate, and the report says so.
 
+The estimate projects the population's measurement from a probe of it (``planted_budget``):
+the first member's first 3 finalized checkpoints, measured at the estimate into its cache.
+The uninterrupted call (``whole``) probes; the stopped call of the bitwise test does not
+(``planted_run.PROBE`` False), so its resumed end, equal to ``whole``'s, shows the probe does
+not change the training; the probed checkpoints are read back from the cache after training,
+and the CSVs equal those of a measurement without the probe's entries, byte for byte.
+
 A checkpoint is measured once (``planted_measure.measure_arm``'s cache, planted_measure.json
 in each member's workdir): a second call into a finished folder measures nothing and writes
 the same CSVs byte for byte; a cached step whose checkpoint was saved again, a corrupt cache
@@ -70,6 +77,7 @@ def test_budget_stop_then_resume_is_bitwise(tmp_path, monkeypatch, whole):
   wds = [cut / "runs" / a.name for a, _ in group]
   with monkeypatch.context() as mp, pytest.raises(pb.OverBudget) as e:
     mp.setattr(pr, "Clock", _SpentOnceStarted)  # the run's clock: spent once it started
+    mp.setattr(pr, "PROBE", False)  # no probe: `whole` probed, this run ends as it (below)
     pr.run_planted(cut, "gpu-planted-test", verbose=False)
   assert e.value.code == EXIT_PREEMPTED and "past the 1e-06 s budget" in str(e.value)
   stopped_at = ckpt.list_steps(wds[0])[-1]
@@ -82,6 +90,7 @@ def test_budget_stop_then_resume_is_bitwise(tmp_path, monkeypatch, whole):
   measures = len(ckpt.checkpoint_steps(group[0][1].train)) * len(group)
   est = first["estimates"][name]
   assert est["measures"] == measures and est["measure_s"] is None
+  assert est["measure_from"] is None and est["probe_s"] is None  # no probe, no rate yet
   assert est["projected_end_s"] == est["train_end_s"] and first["s_per_measure"] is None
   md = report_section(cut)  # no population finished: the section names the stop and estimate
   assert f"**Stopped by the time budget (300 s)**: {e.value}" in md
@@ -106,6 +115,8 @@ def test_budget_stop_then_resume_is_bitwise(tmp_path, monkeypatch, whole):
   for w in wds:
     assert json.loads((w / "DONE").read_text())["summary"]["step"] == P.overrides["train.steps"]
   assert t["cached"] == 0  # the stopped call measured nothing: nothing to read back
+  # the same parameters as `whole`, which probed its measurement during its training
+  assert whole[1]["estimates"][name]["measure_from"] == "probe"
   for arm in P.knobs.arms:
     for a, b in zip(_final_params(cut, arm), _final_params(whole[0], arm)):
       np.testing.assert_array_equal(a, b)
@@ -144,21 +155,60 @@ def test_a_call_killed_after_its_estimate_leaves_its_record(tmp_path):
     proc.wait()
   assert proc.returncode == -signal.SIGKILL, "".join(err[-20:])
   est_line = next(x for x in err if x.startswith("estimate: population d8-bf16: 20 steps"))
-  assert "measurement of its" in est_line and "not projected yet" in est_line
+  member = P.knobs.arms[0].name
+  assert "member-checkpoints left (of 32: 3 probed, 0 cached)" in est_line
+  assert f"from a probe of {member}: checkpoints 0, 1, 2 in" in est_line
   meta = json.loads((out / "planted_meta.json").read_text())
   assert [r["started"] for r in meta["runs"]] == [meta["started"]]  # this call, one record
   assert meta["runs"][0] == {k: meta[k] for k in pr.CALL_KEYS}
   assert meta["stopped"] is None and meta["trained"] == [] and meta["account"] is None
   assert meta["not_run"] == [a.name for a in P.knobs.arms]
   est = meta["estimates"]["d8-bf16"]
-  assert est["steps"] == 20 and est["s_per_step"] > 0 and est["measure_s"] is None
+  assert est["steps"] == 20 and est["s_per_step"] > 0 and est["measure_from"] == "probe"
+  assert est["measure_s"] > 0 and est["projected_end_s"] > est["train_end_s"]
+  # the probe's work is kept: its 3 checkpoints are in the member's cache
+  cache = json.loads((out / "runs" / member / pm.CACHE_FILE).read_text())
+  assert sorted(cache["steps"], key=int) == ["0", "1", "2"]
   assert meta["language"]["vocab"] == 32 and meta["rarest_token"]["n_tokens"] > 0
   assert not (out / "planted_arms.csv").exists()
   md = report_section(out)  # no population finished: the section still reports the call
   assert "No population has finished in this folder yet" in md
   assert "**The latest call did not reach its end**" in md
   assert (f"Time estimate of population d8-bf16: {est['s_per_step']:.4g} s/step over its 20 "
-          "steps") in md and "member-checkpoints not projected yet" in md
+          "steps") in md and f"from a probe of {member}: checkpoints 0, 1, 2" in md
+
+
+def test_the_probe_projects_the_measurement_and_is_read_back(whole, tmp_path):
+  out, meta, csv = whole
+  cfgs = [(a, arm_config(P, a)) for a in P.knobs.arms]
+  ((name, group),) = pr.groups(P, cfgs)
+  tc = group[0][1].train
+  measures = len(ckpt.checkpoint_steps(tc)) * len(group)
+  est = meta["estimates"][name]
+  probe = est["probe"]
+  # at the estimate (after step W + n = 14, async saves) steps 0, 1, 2, 4, 8 were sealed and
+  # 10 was still in flight: the first 3 sealed ones were probed, on the first member
+  assert est["measure_from"] == "probe" and probe["member"] == group[0][0].name
+  assert probe["steps"] == [0, 1, 2] and probe["cached"] == 0 and probe["left"] == measures - 3
+  assert est["probe_s"] >= probe["seconds"] > 0 and probe["first_s"] > probe["steady_s"] > 0
+  assert est["measure_s"] == pytest.approx(  # compile + set-up per member + the rest, steady
+      probe["compile_s"] + len(group) * probe["setup_s"] + probe["left"] * probe["steady_s"],
+      abs=0.06)
+  assert est["projected_end_s"] == pytest.approx(est["train_end_s"] + est["measure_s"], abs=0.1)
+  # after training the probed checkpoints were read from the cache, the others measured
+  t = meta["timings"][name]
+  assert (t["measured"], t["cached"]) == (measures - 3, 3)
+  assert f"from a probe of {probe['member']}: checkpoints 0, 1, 2 in" in report_section(out)
+  # without the probe's entries (the first member's cache removed) the same checkpoints are
+  # measured after training, into byte-identical CSVs
+  copy = shutil.copytree(out, tmp_path / "copy")
+  (copy / "runs" / probe["member"] / pm.CACHE_FILE).unlink()
+  again = pr.run_planted(copy, "gpu-planted-test", verbose=False)
+  k = len(ckpt.checkpoint_steps(tc))
+  assert (again["timings"][name]["measured"], again["timings"][name]["cached"]) == \
+      (k, measures - k)
+  for f in CSVS:
+    assert (copy / f).read_bytes() == csv[f], f
 
 
 def _member(whole, tmp_path):
@@ -184,7 +234,9 @@ def test_a_second_call_measures_nothing_and_writes_the_same_csvs(whole):
   cfgs = [(a, arm_config(P, a)) for a in P.knobs.arms]
   ((name, group),) = pr.groups(P, cfgs)
   measures = len(ckpt.checkpoint_steps(group[0][1].train)) * len(group)
-  assert (first["timings"][name]["measured"], first["timings"][name]["cached"]) == (measures, 0)
+  # the first call measured all but the 3 its probe measured during training
+  assert (first["timings"][name]["measured"], first["timings"][name]["cached"]) == \
+      (measures - 3, 3)
   meta = pr.run_planted(out, "gpu-planted-test", verbose=False)
   t = meta["timings"][name]
   assert (t["measured"], t["cached"]) == (0, measures) and meta["trained"] == []
@@ -202,6 +254,27 @@ def test_the_cache_gives_what_a_measurement_without_it_gives(whole, tmp_path):
   k = len(ckpt.list_steps(wd))
   assert (cached[2], fresh[2]) == (0, k)
   _same(cached, fresh)
+
+
+def test_the_probe_measures_only_finalized_steps_not_cached(whole, tmp_path):
+  wd, lang, win = _member(whole, tmp_path)
+  steps = ckpt.list_steps(wd)
+  assert pm.probe_arm(wd, win, lang) == pm.Probe(wd.name, (), 0.0, (), len(steps))  # all cached
+  path = wd / pm.CACHE_FILE
+  c = json.loads(path.read_text())
+  want = {s: c["steps"][str(s)] for s in steps}
+  for s in (1, 4, 8, 10):
+    del c["steps"][str(s)]
+  path.write_text(json.dumps(c))
+  (ckpt.ckpt_dir(wd) / "4" / checksums.MANIFEST_FILE).unlink()  # committed, not sealed yet
+  assert pm.finalized_steps(wd) == [s for s in steps if s != 4]
+  got = pm.probe_arm(wd, win, lang)
+  assert (got.steps, got.cached, len(got.times)) == ((1, 8, 10), 4, 3)
+  c = json.loads(path.read_text())["steps"]
+  assert sorted(map(int, c)) == [s for s in steps if s != 4]
+  assert all(json.dumps(c[str(s)]) == json.dumps(want[s]) for s in (1, 8, 10))  # same numbers
+  assert pm.probe_arm(wd, win, lang, most=1).steps == ()  # 4 unsealed: nothing left to probe
+  assert pm.measure_arm(wd, win, lang)[2] == 1  # after training: only step 4 is measured
 
 
 def test_a_checkpoint_saved_again_is_measured_again(whole, tmp_path):
