@@ -164,8 +164,9 @@ def _budget_lines(meta: dict, k: dict) -> list[str]:
   counts = {n: t for n, t in (meta.get("timings") or {}).items()
             if isinstance(t, dict) and "cached" in t}
   if counts:
-    out.append("Member-checkpoints measured in the latest call / read from the cache of an "
-               "earlier call's measurement (planted_measure.json, the same numbers): " + ", ".join(
+    out.append("Member-checkpoints measured after training in the latest call / read from "
+               "the cache (planted_measure.json: measured by an earlier call, or by this "
+               "call's probe during training; the same numbers): " + ", ".join(
                    f"{n} {t['measured']} / {t['cached']}" for n, t in counts.items()) + ".")
   not_run = ", ".join(meta.get("not_run") or []) or "none"
   if meta.get("stopped"):

@@ -198,7 +198,9 @@ def test_the_probe_projects_the_measurement_and_is_read_back(whole, tmp_path):
   # after training the probed checkpoints were read from the cache, the others measured
   t = meta["timings"][name]
   assert (t["measured"], t["cached"]) == (measures - 3, 3)
-  assert f"from a probe of {probe['member']}: checkpoints 0, 1, 2 in" in report_section(out)
+  md = report_section(out)
+  assert f"from a probe of {probe['member']}: checkpoints 0, 1, 2 in" in md
+  assert f"this call's probe during training; the same numbers): {name} " in md
   # without the probe's entries (the first member's cache removed) the same checkpoints are
   # measured after training, into byte-identical CSVs
   copy = shutil.copytree(out, tmp_path / "copy")
@@ -243,8 +245,9 @@ def test_a_second_call_measures_nothing_and_writes_the_same_csvs(whole):
   assert meta["s_per_measure"] is None  # nothing measured: the clock learnt no rate
   for f in CSVS:
     assert (out / f).read_bytes() == csv[f], f
-  assert f"read from the cache of an earlier call's measurement (planted_measure.json, the " \
-      f"same numbers): {name} 0 / {measures}." in report_section(out)
+  assert ("read from the cache (planted_measure.json: measured by an earlier call, or by this "
+          f"call's probe during training; the same numbers): {name} 0 / {measures}.") in \
+      report_section(out)
 
 
 def test_the_cache_gives_what_a_measurement_without_it_gives(whole, tmp_path):
