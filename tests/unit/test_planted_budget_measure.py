@@ -27,12 +27,7 @@ def test_the_estimate_adds_the_measurement_once_its_rate_is_known(capsys):
   written = []
   clock.on_estimate = lambda: written.append(dict(clock.estimates))
   hook = pb.Watch(clock, "d32", member_tokens_per_step=1000, measures=26 * 4)
-  hook.begin(None, start=0, end=500)
-  clock.now = 10.0
-  for i in range(pb.WARMUP + 4):
-    hook.on_step(i, {})
-  clock.now = 12.0
-  hook.on_step(pb.WARMUP + 4, {})  # 4 steps in 2 s; 500 − 15 steps left
+  _estimate_at(clock, hook, 10.0, 12.0)  # 4 steps in 2 s; 500 − 15 steps left
   e = clock.estimates["d32"]
   assert (e["s_per_step"], e["train_end_s"]) == (0.5, 12.0 + 0.5 * 485)
   assert e["measure_s"] is None and e["s_per_measure"] is None and e["measures"] == 104
@@ -46,13 +41,9 @@ def test_the_estimate_adds_the_measurement_once_its_rate_is_known(capsys):
   clock.measured(26, 2.6)  # a faster one: the slowest rate stays
   assert clock.s_per_measure == pytest.approx(0.2)
   hook = pb.Watch(clock, "d128", member_tokens_per_step=1000, measures=26 * 4)
-  hook.begin(None, start=0, end=400)
-  clock.now = 250.0
-  for i in range(pb.WARMUP + 4):
-    hook.on_step(i, {})
-  clock.now = 252.0
   with pytest.raises(pb.OverBudget, match=r"would end at ~465 s, past the 450 s budget"):
-    hook.on_step(pb.WARMUP + 4, {})  # training ends at 252 + 0.5 · 385 = 444.5 s: it fits
+    _estimate_at(clock, hook, 250.0, 252.0, end=400)  # training ends at 252 + 0.5 · 385 =
+    # 444.5 s: it fits
   e = clock.estimates["d128"]
   assert e["train_end_s"] == 444.5 and e["measure_s"] == pytest.approx(20.8)
   assert e["projected_end_s"] == pytest.approx(444.5 + 20.8, abs=0.05)
@@ -103,9 +94,10 @@ def _probing(clock, spent: float, probe: Probe):
   return run
 
 
-def _estimate_at(clock, hook, t0: float, t1: float) -> None:
-  """Drive the hook through its warm-up and its 4 timed steps, from t0 to t1 seconds."""
-  hook.begin(None, start=0, end=500)
+def _estimate_at(clock, hook, t0: float, t1: float, end: int = 500) -> None:
+  """Drive the hook (a run of ``end`` steps) through its warm-up and its 4 timed steps, from
+  t0 to t1 seconds."""
+  hook.begin(None, start=0, end=end)
   clock.now = t0
   for i in range(pb.WARMUP + 4):
     hook.on_step(i, {})
