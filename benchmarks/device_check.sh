@@ -134,8 +134,8 @@ if [[ "${DRY}" == 0 && "${KIND}" != cpu ]]; then
   step "jax sees the ${KIND}: no install"
 fi
 if [[ "${DRY}" == 1 ]]; then  # a dry run checks the script, not speed: skip LLVM's passes
-  XLA_FLAGS="${XLA_FLAGS:+${XLA_FLAGS} }--xla_backend_optimization_level=0"
-  export XLA_FLAGS="${XLA_FLAGS} --xla_cpu_use_fusion_emitters=false"
+  DRY_FLAGS="$("${PY}" -c 'from tests._xla import DRY_XLA_FLAGS; print(DRY_XLA_FLAGS)')"
+  export XLA_FLAGS="${XLA_FLAGS:+${XLA_FLAGS} }${DRY_FLAGS}"
   export JAX_PLATFORMS=cpu
 fi
 # device_env.py imports sbjax and writes env.json: where that fails and .whl/ holds wheels,

@@ -152,8 +152,8 @@ pack() {
 trap pack EXIT
 export PYTHONPATH="${PWD}${PYTHONPATH:+:${PYTHONPATH}}" PYTHONUNBUFFERED=1
 if [[ "${DRY}" == 1 ]]; then  # a dry run checks the script, not speed
-  XLA_FLAGS="${XLA_FLAGS:+${XLA_FLAGS} }--xla_backend_optimization_level=0"
-  export XLA_FLAGS="${XLA_FLAGS} --xla_cpu_use_fusion_emitters=false"
+  DRY_FLAGS="$("${PY}" -c 'from tests._xla import DRY_XLA_FLAGS; print(DRY_XLA_FLAGS)')"
+  export XLA_FLAGS="${XLA_FLAGS:+${XLA_FLAGS} }${DRY_FLAGS}"
   export JAX_PLATFORMS=cpu
 fi
 

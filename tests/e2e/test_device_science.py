@@ -18,17 +18,18 @@ import numpy as np
 import pytest
 
 from experiments.collapse.report import NO_GRID
+from tests._xla import DRY_XLA_FLAGS
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "device_science.sh"
 
 
 def _env() -> dict:
-  """The session's environment for the script, with XLA_FLAGS less the two flags that a dry
-  run adds itself: the script then runs with the suite's flags (tests/_xla.py), each once, so
-  its compiles and the in-process tests' share the session's compilation cache (JAX keys
-  entries by the sorted list of flags: a repeated flag was another key)."""
-  own = {"--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false"}
+  """The session's environment for the script, with XLA_FLAGS less the flags that a dry run
+  adds itself (DRY_XLA_FLAGS): the script then runs with the suite's flags (tests/_xla.py),
+  each once, so its compiles and the in-process tests' share the session's compilation cache
+  (JAX keys entries by the sorted list of flags: a repeated flag was another key)."""
+  own = set(DRY_XLA_FLAGS.split())
   flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if f not in own]
   return {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": " ".join(flags)}
 
