@@ -16,22 +16,28 @@ from sbjax.model import Model
 from sbjax.optim import make_optimizer
 from sbjax.train import make_train_step
 
-lc = int(sys.argv[1]) if len(sys.argv) > 1 else 0
-cfg = configs.build(configs.load("pythia-14m"))
-mc = dataclasses.replace(cfg.model, loss_chunk=lc)
-tc = dataclasses.replace(cfg.train, batch_size=8, seq_len=256, warmup_steps=0, steps=100)
-m = Model(mc)
-p = m.init(jax.random.key(0), 1, 256)
-tx = make_optimizer(tc, mc, p)
-o = tx.init(p)
-step = jax.jit(make_train_step(m, tx, 1, False), donate_argnums=(0, 1))
-b = jnp.asarray(np.random.default_rng(0).integers(0, 50304, (8, 257)), jnp.int32)
-p, o, mm = step(p, o, b)
-mm["loss"].block_until_ready()
-ts = []
-for _ in range(6):
-  t = time.perf_counter()
+
+def main(lc: int) -> None:
+  """Time 6 steps after a compile step at loss_chunk ``lc`` and print the median."""
+  cfg = configs.build(configs.load("pythia-14m"))
+  mc = dataclasses.replace(cfg.model, loss_chunk=lc)
+  tc = dataclasses.replace(cfg.train, batch_size=8, seq_len=256, warmup_steps=0, steps=100)
+  m = Model(mc)
+  p = m.init(jax.random.key(0), 1, 256)
+  tx = make_optimizer(tc, mc, p)
+  o = tx.init(p)
+  step = jax.jit(make_train_step(m, tx, 1, False), donate_argnums=(0, 1))
+  b = jnp.asarray(np.random.default_rng(0).integers(0, 50304, (8, 257)), jnp.int32)
   p, o, mm = step(p, o, b)
   mm["loss"].block_until_ready()
-  ts.append(time.perf_counter() - t)
-print("loss_chunk", lc, "tokens/s median", 8 * 256 / np.median(ts), "step s", np.median(ts))
+  ts = []
+  for _ in range(6):
+    t = time.perf_counter()
+    p, o, mm = step(p, o, b)
+    mm["loss"].block_until_ready()
+    ts.append(time.perf_counter() - t)
+  print("loss_chunk", lc, "tokens/s median", 8 * 256 / np.median(ts), "step s", np.median(ts))
+
+
+if __name__ == "__main__":
+  main(int(sys.argv[1]) if len(sys.argv) > 1 else 0)
