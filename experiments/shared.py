@@ -123,30 +123,37 @@ class BudgetClock:
   def elapsed(self) -> float:
     return time.perf_counter() - self.t0
 
-  def check_start(self, name: str, member_tokens: int) -> None:
-    """Refuse to start a ``unit`` that the slowest rate so far says cannot fit."""
-    need = self.s_per_token * member_tokens
+  def check_start(self, name: str, member_tokens: int, after_s: float = 0.0,
+                  detail: str = "") -> None:
+    """Refuse to start a ``unit`` that the slowest rate so far says cannot fit: its
+    ``member_tokens`` at that rate, plus ``after_s`` seconds of what follows its training
+    (saturation: its measurement; ``detail`` says how the need splits, for the message)."""
+    need = self.s_per_token * member_tokens + after_s
     if self.budget_s and self.elapsed() + need > self.budget_s:
-      raise self.over(f"{self.unit} {name} needs ~{need:.0f} s, "
+      raise self.over(f"{self.unit} {name} needs ~{need:.0f} s{detail}, "
                       f"{self.budget_s - self.elapsed():.0f} s of the {self.budget_s:g} s "
                       "budget are left: stopped before it; rerun the same command to resume "
                       f"(finished {self.unit}s are kept)")
 
   def estimate(self, name: str, per_step: float, member_tokens_per_step: int, steps: int,
-               end: float, stop_text: str) -> None:
-    """Record a ``unit``'s measured rate and projected ``end`` (seconds since the start),
-    print the estimate on stderr, call ``on_estimate`` (a meta writer: the estimate survives
-    a cut-off), and stop (``over``, saying ``stop_text``) past the budget."""
+               end: float, stop_text: str, after_s: float = 0.0, record: dict | None = None,
+               note=None) -> None:
+    """Record a ``unit``'s measured rate and projected end (seconds since the start: ``end``,
+    its training's, plus ``after_s``, what follows it; ``record``: more fields of the
+    estimate), print the estimate on stderr (``note(estimate)`` appended: what the extra
+    fields say), call ``on_estimate`` (a meta writer: the estimate survives a cut-off), and
+    stop (``over``, saying ``stop_text``) past the budget."""
     self.s_per_token = max(self.s_per_token, per_step / member_tokens_per_step)
-    self.estimates[name] = {"s_per_step": per_step, "steps": steps,
-                            "projected_end_s": round(end, 1)}
+    total = end + after_s
+    self.estimates[name] = e = {"s_per_step": per_step, "steps": steps,
+                                "projected_end_s": round(total, 1), **(record or {})}
     print(f"estimate: {self.unit} {name}: {steps} steps, {per_step:.4g} s/step, "
-          f"ends at ~{end:.0f} s of the run (now {self.elapsed():.0f} s)", file=sys.stderr,
-          flush=True)
+          f"ends at ~{total:.0f} s of the run (now {self.elapsed():.0f} s)"
+          + (f"; {note(e)}" if note is not None else ""), file=sys.stderr, flush=True)
     if self.on_estimate is not None:
       self.on_estimate()
-    if self.budget_s and end > self.budget_s:
-      raise self.over(f"{self.unit} {name} would end at ~{end:.0f} s, past the "
+    if self.budget_s and total > self.budget_s:
+      raise self.over(f"{self.unit} {name} would end at ~{total:.0f} s, past the "
                       f"{self.budget_s:g} s budget: {stop_text}")
 
 

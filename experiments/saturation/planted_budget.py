@@ -51,8 +51,6 @@ member-tokens) plus its measurement at r, is not started. The floors are not pro
 
 from __future__ import annotations
 
-import sys
-
 from sbjax.train.loop import Hook
 
 from ..shared import BudgetClock, BudgetExit as OverBudget
@@ -91,13 +89,8 @@ class Clock(BudgetClock):
     """Refuse to start a population whose training (slowest s per member-token so far) plus
     measurement of its ``measures`` member-checkpoints cannot fit what is left."""
     train, meas = self.s_per_token * member_tokens, self.measure_need(measures) or 0.0
-    left = self.budget_s - self.elapsed()
-    if self.budget_s and train + meas > left:
-      raise self.over(f"population {name} needs ~{train + meas:.0f} s (training ~{train:.0f} "
-                      f"s + measuring {measures} member-checkpoints ~{meas:.0f} s), "
-                      f"{left:.0f} s of the {self.budget_s:g} s budget are left: stopped "
-                      "before it; rerun the same command to resume (finished populations "
-                      "are kept)")
+    super().check_start(name, member_tokens, meas, f" (training ~{train:.0f} s + measuring "
+                        f"{measures} member-checkpoints ~{meas:.0f} s)")
 
   def estimate(self, name: str, per_step: float, member_tokens_per_step: int, steps: int,
                end: float, stop_text: str, measures: int = 0, members: int = 1,
@@ -106,25 +99,16 @@ class Clock(BudgetClock):
     training's projected end, the probe's ``probe_s`` seconds included): from the ``probe``
     (a ``planted_measure.Probe``) when it measured anything, else at the slowest rate
     measured in this call when one is known (module doc)."""
-    self.s_per_token = max(self.s_per_token, per_step / member_tokens_per_step)
     got = probe_need(probe, measures, members) if probe is not None else None
     meas, rec = got if got is not None else (self.measure_need(measures), None)
-    total = end + (meas or 0.0)
-    self.estimates[name] = {
-        "s_per_step": per_step, "steps": steps, "projected_end_s": round(total, 1),
-        "train_end_s": round(end, 1), "measures": measures,
-        "measure_s": None if meas is None else round(meas, 1),
-        "s_per_measure": self.s_per_measure or None,
-        "measure_from": "probe" if rec else "slowest rate" if meas is not None else None,
-        "probe": rec, "probe_s": None if probe is None else round(probe_s, 3)}
-    print(f"estimate: population {name}: {steps} steps, {per_step:.4g} s/step, ends at "
-          f"~{total:.0f} s of the run (now {self.elapsed():.0f} s); "
-          f"{measure_text(self.estimates[name])}", file=sys.stderr, flush=True)
-    if self.on_estimate is not None:
-      self.on_estimate()
-    if self.budget_s and total > self.budget_s:
-      raise self.over(f"population {name} would end at ~{total:.0f} s, past the "
-                      f"{self.budget_s:g} s budget: {stop_text}")
+    super().estimate(name, per_step, member_tokens_per_step, steps, end, stop_text,
+                     after_s=meas or 0.0, note=measure_text, record={
+                         "train_end_s": round(end, 1), "measures": measures,
+                         "measure_s": None if meas is None else round(meas, 1),
+                         "s_per_measure": self.s_per_measure or None,
+                         "measure_from": ("probe" if rec else "slowest rate" if meas is not None
+                                          else None),
+                         "probe": rec, "probe_s": None if probe is None else round(probe_s, 3)})
 
 
 def probe_need(probe, measures: int, members: int) -> tuple[float, dict] | None:
@@ -162,8 +146,8 @@ def measure_text(e: dict) -> str:
             f"({e['s_per_measure']:.3g} s each, the slowest rate seen in this call{none})")
   steps = ", ".join(str(s) for s in p["steps"])
   each = (f"the first {p['first_s']:.3g} s, compile included, counted again; then "
-          f"{p['steady_s']:.3g} s each" if p["steady_s"] is not None else "its time, compile included, counted for "
-          "each")
+          f"{p['steady_s']:.3g} s each" if p["steady_s"] is not None else
+          "its time, compile included, counted for each")
   return (f"training ends ~{e['train_end_s']:.0f} s (the probe's {e.get('probe_s', 0):.2g} s "
           f"included), then its {p['left']} member-checkpoints left (of {e['measures']}: "
           f"{len(p['steps'])} probed, {p['cached']} cached) are measured in "
