@@ -49,6 +49,23 @@ if PLATFORM == "cuda":  # xdist workers share one GPU: no process may take 75% o
 if PLATFORM == "cpu" and "XLA_FLAGS" not in os.environ:
   os.environ["XLA_FLAGS"] = TEST_XLA_FLAGS
 
+# One scratch folder per test session, removed when the session ends: TMPDIR of the tests,
+# their xdist workers and their subprocesses. What would otherwise stay in the system's temp
+# folder after every run lands there: the XLA cache below (~3 MB), the walkthroughs' folders
+# (docs/*.md make theirs with tempfile.mkdtemp, for a reader to look into), TFDS's empty
+# "tmp…tfds" folder per new data dir (DatasetInfo.initialize_from_bucket). pytest's own
+# tmp_path folders stay in the system's temp folder (PYTEST_DEBUG_TEMPROOT), kept as pytest
+# keeps them (its last 3 runs), for a failure to be looked into.
+if "SBJAX_TESTS_SCRATCH" not in os.environ:
+  import atexit
+  import shutil
+  import tempfile
+
+  os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", tempfile.gettempdir())
+  _scratch = tempfile.mkdtemp(prefix="sbjax_tests_")
+  os.environ["SBJAX_TESTS_SCRATCH"] = os.environ["TMPDIR"] = tempfile.tempdir = _scratch
+  atexit.register(shutil.rmtree, _scratch, ignore_errors=True)
+
 # A persistent XLA compilation cache shared by the tests of one session and their
 # subprocesses: many tests compile the same tiny train step.
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
