@@ -69,6 +69,16 @@ def _read_all(source, key: str | None = None, limit: int = 0) -> list:
   return out
 
 
+class _LocalInfo(tfds.core.DatasetInfo):
+  """The DatasetInfo of a dataset that TFDS's GCS bucket never holds. TFDS calls
+  ``initialize_from_bucket`` whenever a builder opens a data dir with no info yet, and its
+  version makes an empty temp folder ("tmp…tfds") before it finds nothing to fetch, and leaves
+  it: one per new data dir. Here there is nothing to fetch and no folder is made."""
+
+  def initialize_from_bucket(self) -> None:
+    return None
+
+
 def _prepare(builder: tfds.core.DatasetBuilder) -> None:
   tfds.disable_progress_bar()
   builder.download_and_prepare(
@@ -93,7 +103,7 @@ class LocalText(tfds.core.GeneratorBasedBuilder):
   RELEASE_NOTES = {"1.0.0": "Documents of a local directory, split by a hash of the path."}
 
   def _info(self) -> tfds.core.DatasetInfo:
-    return tfds.core.DatasetInfo(
+    return _LocalInfo(
         builder=self,
         description=f"Text files of {self.builder_config.path}",
         features=tfds.features.FeaturesDict({
@@ -177,7 +187,7 @@ class PlantedRank(tfds.core.GeneratorBasedBuilder):
     super().__init__(**kwargs)
 
   def _info(self) -> tfds.core.DatasetInfo:
-    return tfds.core.DatasetInfo(
+    return _LocalInfo(
         builder=self,
         description=f"planted language {self.builder_config.params}",
         features=tfds.features.FeaturesDict({

@@ -107,3 +107,16 @@ def test_preparation_works_without_tensorflow(tmp_path):
     assert "TF_ABSENT" in r.stdout
   recs = list((tmp_path / "wd" / "tfds").rglob("*.array_record-*"))
   assert len(recs) == 4  # train + validation for each builder
+
+
+def test_preparing_a_local_dataset_leaves_nothing_in_the_temp_folder(tmp_path, monkeypatch):
+  """TFDS's DatasetInfo.initialize_from_bucket makes (and leaves) an empty "tmp…tfds" temp
+  folder for every new data dir; sbjax's builders have nothing in TFDS's bucket and skip it."""
+  temp, src = tmp_path / "temp", tmp_path / "src"
+  temp.mkdir(), src.mkdir()
+  (src / "a.txt").write_text("to be or not to be\n" * 20)
+  (src / "b.txt").write_text("good night, sweet prince\n" * 20)
+  monkeypatch.setattr("tempfile.tempdir", str(temp))
+  docs = builders.prepare_local_text(str(src), 0.5, str(tmp_path / "data"))
+  assert sorted(docs["train_names"] + docs["validation_names"]) == ["a.txt", "b.txt"]
+  assert list(temp.iterdir()) == []
