@@ -26,8 +26,13 @@ for name in "${NEEDED[@]}"; do SPECS+=("$(pinned "${name}")"); done
   --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
   --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d "${DIR}" "${SPECS[@]}"
 "${PY}" -m pip wheel -q --no-deps -w "${DIR}" "$(pinned promise)"
-if ! git check-ignore -q "${DIR}"; then
-  echo "note: ${DIR} is not ignored by git; add it to $(git rev-parse --git-path info/exclude)" >&2
-fi
+ignored=0
+git check-ignore -q "${DIR}" 2>/dev/null || ignored=$?
+case "${ignored}" in
+  0) ;;
+  1) echo "note: ${DIR} is not ignored by git; add it to $(git rev-parse --git-path info/exclude)" >&2 ;;
+  *) echo "note: ${DIR} is outside the repository; a device run carries only paths inside it" \
+       "(run with no DIR for .whl, then carry [\".whl\"])" >&2 ;;
+esac
 ls -la "${DIR}"
 du -sh "${DIR}"
