@@ -61,7 +61,9 @@ def main_flags(name: str, presets, data_help: str | None = SAMPLE_TEXT_HELP,
 def locks_out(out_flag):
   """Decorates an experiment's ``main(argv)``: the call holds ``out_lock(out_flag.value)``
   (``OUT/LOCK``, ``sbjax.train.lock``) from its start to its end, so a second call into the
-  same --out stops with one line naming the holder before it writes anything."""
+  same --out stops with one line naming the holder before it writes anything, and a call
+  refused or failed after the lock is taken leaves no empty --out behind (the lock removes
+  the folders it created that hold nothing; a folder with results is kept)."""
 
   def decorate(main):
     @functools.wraps(main)

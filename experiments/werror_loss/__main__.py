@@ -8,9 +8,9 @@ import sys
 from absl import flags
 
 from sbjax.cli import common
-from . import PRESETS, head_rank_dir, run
+from . import PRESETS, run
 from .report import CSV, FIGURE, SUMMARY
-from ..shared import locks_out, main_flags, out_lock, upath
+from ..shared import locks_out, main_flags, upath
 
 OUT, PRESET, DATA = main_flags("werror_loss", PRESETS,
                                "corpus for the head-rank sweep if it has to be run",
@@ -22,8 +22,7 @@ HR_DIR = flags.DEFINE_string("head_rank_dir", "", "the head_rank output (default
 def main(argv):
   del argv
   out = upath(OUT.value)
-  with out_lock(head_rank_dir(out, HR_DIR.value), flag="--head_rank_dir"):  # read, or trained
-    run(out, PRESET.value, data=DATA.value, head_rank_dir_=HR_DIR.value)
+  run(out, PRESET.value, data=DATA.value, head_rank_dir_=HR_DIR.value)  # holds the sweep's lock
   common.result(json.dumps({"out": str(out), "csv": str(out / CSV), "figure": str(out / FIGURE),
                             "summary": json.loads((out / SUMMARY).read_text())}))
 

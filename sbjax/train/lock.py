@@ -22,6 +22,13 @@ holder (its host and pid) and what to do (``WorkdirLockedError``).
 
 Within one process the lock is re-entrant (``train_once`` holds it around ``train``).
 
+A refused or failed call leaves no empty folder behind: when the block ends with an error (an
+exception, or ``SystemExit`` with a non-zero or text code), the folders the call created (the
+workdir and the missing parents it made; never a bucket) that hold no file once the lock is
+released are removed, each alone (no recursive delete). A folder that existed before, or that
+holds anything (partial results a rerun resumes from), is never touched; a call that ends well
+keeps its folder even when it is empty.
+
 ``out_lock(out, flag=...)`` is the same lock for an experiment's output folder (``OUT/LOCK``,
 taken by each ``python -m experiments.<name>`` for its whole call); its busy error names the
 caller's option that chose the folder (the caller passes it: this module defines no flag).
@@ -44,6 +51,7 @@ import uuid
 from pathlib import Path
 from typing import Iterator
 
+import fsspec
 
 from sbjax.atomic import atomic_write_text, is_local
 from sbjax.paths import upath
@@ -129,6 +137,9 @@ class LocalLock:
     for _ in range(100):
       try:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+      except FileNotFoundError:  # a refused call removed the empty folder it made: again
+        _mkdir(self.workdir, self.names)
+        continue
       except OSError as e:
         raise OSError(f"cannot write the lock file {self.path}: {e.strerror}; choose a "
                       f"writable {self.names[1]}") from None
@@ -228,21 +239,90 @@ def _key(workdir) -> str:
   return os.path.realpath(workdir) if is_local(workdir) else os.fspath(workdir)
 
 
+def new_folders(folder) -> list:
+  """The folders that creating ``folder`` with its parents makes: ``folder`` and its missing
+  ancestors, deepest first ([] when it exists). A bucket (``gs://bucket``) is never listed."""
+  made, p = [], upath(folder)
+  while not p.exists():
+    if not is_local(p) and "/" not in os.fspath(p).split("://", 1)[1].rstrip("/"):
+      break  # the bucket itself
+    made.append(p)
+    if p.parent == p:
+      break
+    p = p.parent
+  return made
+
+
+def remove_if_empty(folder) -> bool:
+  """Remove ``folder`` if it holds no file (folders only, or nothing; True: it is gone). Never
+  a recursive delete: each folder is removed alone, deepest first, and a file that another
+  process writes meanwhile keeps its folder. Remote: a folder without objects is no folder;
+  the file system's ``rmdir`` drops what marks an empty one (gcsfs: nothing to drop)."""
+  try:
+    if is_local(folder):
+      if any(files for _, _, files in os.walk(folder)):  # stops at the first file
+        return False
+      for root, dirs, _ in os.walk(folder, topdown=False):  # deepest first
+        for d in dirs:
+          os.rmdir(os.path.join(root, d))  # refuses a folder that holds anything
+      os.rmdir(folder)
+      return True
+    fs, path = fsspec.core.url_to_fs(os.fspath(folder))
+    if not fs.exists(path):
+      return True
+    if fs.find(path):
+      return False
+    for d in sorted(fs.find(path, withdirs=True), key=len, reverse=True) + [path]:
+      fs.rmdir(d)
+    return True
+  except FileNotFoundError:
+    return True
+  except OSError:
+    return False
+
+
+def failed(e: BaseException) -> bool:
+  """Whether ``e`` ends a call with an error (``sys.exit(0)``/``sys.exit()`` does not)."""
+  return not (isinstance(e, SystemExit) and e.code in (0, None))
+
+
 @contextlib.contextmanager
 def workdir_lock(workdir, *, enabled: bool = True, names: tuple = WORKDIR) -> Iterator[None]:
   """Hold the lock of ``workdir`` (created if missing) for the block; ``enabled=False``
   (processes other than 0 of a multi-process run) holds nothing; ``names``: what the
   messages call the folder and the flag that chooses it (default ``WORKDIR``; ``out_lock``
-  names an output folder)."""
+  names an output folder). A block that ends with an error (an exception, or ``SystemExit``
+  with a non-zero or text code) removes the folders this call created (``workdir``, and the
+  missing parents it made) that hold nothing once the lock is released: a refused call leaves
+  no empty folder behind. A folder that existed before, or that holds anything (partial
+  results a rerun resumes from), is never touched."""
   if not enabled:
     yield
     return
-  wd = upath(workdir)
+  made = new_folders(workdir)
   try:
-    wd.mkdir(parents=True, exist_ok=True)
+    with _holding(workdir, names):
+      yield
+  except BaseException as e:
+    if made and failed(e):
+      for folder in made:  # deepest first; stop at the first that holds something
+        if not remove_if_empty(folder):
+          break
+    raise
+
+
+def _mkdir(workdir, names: tuple) -> None:
+  try:
+    upath(workdir).mkdir(parents=True, exist_ok=True)
   except OSError as e:
     raise OSError(f"cannot create the {names[0]} {workdir}: {e.strerror}; choose a writable "
                   f"{names[1]}") from None
+
+
+@contextlib.contextmanager
+def _holding(workdir, names: tuple) -> Iterator[None]:
+  """``workdir`` created if missing and its lock held (re-entrant within the process)."""
+  _mkdir(workdir, names)
   key = _key(workdir)
   with _HELD_GUARD:
     held = _HELD.get(key)
@@ -278,5 +358,6 @@ def workdir_locks(workdirs, *, enabled: bool = True) -> Iterator[None]:
 def out_lock(out, *, flag: str):
   """``workdir_lock`` of an experiment's output folder ``out`` (``OUT/LOCK``; module doc):
   one writer per folder; a second caller stops with one line naming the folder, the holder
-  and ``flag`` (the option that chooses the folder), before it writes anything."""
+  and ``flag`` (the option that chooses the folder), before it writes anything. A call that
+  created the folder and ends with an error leaves no empty folder (``workdir_lock``)."""
   return workdir_lock(out, names=("output folder", flag))
