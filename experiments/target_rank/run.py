@@ -51,8 +51,7 @@ def _ordered(rows: list[dict], columns) -> list[dict]:
 def run(out: Path, preset, *, data: str | None = None, verbose: bool = True) -> None:
   """Every (V, n) of the preset (finished ones in OUT/parts are skipped); see the package doc."""
   p = get_preset(preset)
-  out = upath(out)
-  (out / "parts").mkdir(parents=True, exist_ok=True)
+  out = upath(out)  # OUT/parts is made by its first part's write (a refused call makes none)
   t0 = time.perf_counter()
   rows, infos, data_info = [], [], {}
   k = p.knobs

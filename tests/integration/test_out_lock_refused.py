@@ -35,8 +35,9 @@ def last_line(r) -> str:
 @pytest.mark.e2e  # starts CLI processes (the e2e layer; tests/conftest.py)
 def test_refused_calls_leave_no_folder_and_keep_what_was_there(tmp_path):
   """collapse (refused after its --out lock is taken) into a fresh folder two levels deep,
-  werror_loss (refused on its corpus, under both its --out and --head_rank_dir locks) and
-  analyze (a workdir that is no run; its OUT is WORKDIR/analysis): exit 2, one error line,
+  target_rank into an existing folder with a file (refused on its corpus; it made OUT/parts
+  before), werror_loss (refused on its corpus, under both its --out and --head_rank_dir locks)
+  and analyze (a workdir that is no run; its OUT is WORKDIR/analysis): exit 2, one error line,
   and the tree is as before the call, byte for byte: every new folder gone, parents included,
   the existing folder and its file untouched."""
   keep = tmp_path / "keep"
@@ -48,8 +49,8 @@ def test_refused_calls_leave_no_folder_and_keep_what_was_there(tmp_path):
   for args, error in (
       (["experiments.collapse", "--preset=bogus", f"--out={tmp_path}/fresh/a/b"],
        "error: unknown collapse preset 'bogus'"),
-      (["experiments.collapse", "--preset=bogus", f"--out={keep}/new"],
-       "error: unknown collapse preset 'bogus'"),
+      (["experiments.target_rank", "--preset=test", f"--data={missing}", f"--out={keep}"],
+       f"error: corpus directory not found (--data={missing})"),
       (["experiments.werror_loss", "--preset=test", f"--data={missing}", f"--out={tmp_path}/w/o",
         f"--head_rank_dir={tmp_path}/w/hr"], f"error: corpus directory not found (--data={missing})"),
       (["experiments.analyze", f"--workdir={tmp_path}/norun"], "error: ")):
