@@ -12,33 +12,42 @@ validation windows and an SVD each, into the member's measurement cache, so the 
 after training reads them back instead of measuring them again), timed apart from the n steps.
 The projected end is
 
-  t_end = now + p + (end − w − n − 1) · (elapsed over the n steps) / n + g + M · u + R · s,
+  t_end = now + p + (end − w − n − 1) · (elapsed over the n steps) / n + M · u + R · s,
 
 p the probe's seconds (spent now, between two steps; they do not enter the step rate), M the
 members, u the measurer's set-up per member (the language's probabilities to the device, the
 Γ table), R = C · M − k − c the member-checkpoints left to measure after training (C the
 checkpoints each member saves, ``sbjax.checkpoint.checkpoint_steps``; k probed now; c already
 in the first member's cache from an earlier call's probe), s the steady seconds per
-member-checkpoint: the mean of the probed checkpoints after the first, and g the compile: the
-first probed checkpoint's seconds minus s. g is counted again because the measurement after
-training compiles again: the probe runs under the training's mesh (``jax.set_mesh``), which is
-part of jit's cache key (gpu-planted-test on CPU: the probe's first checkpoint 2.11 s, the
-first one after training 2.40 s, the others ~0.08 s). With one checkpoint probed, s is its
-time, compile included, and g is 0 (an upper bound). If nothing can be
-probed (no finalized checkpoint not cached), s falls back to r, the slowest seconds per
-member-checkpoint measured so far in this call (``Clock.measured``, timed around each
-population's measurement after its training, the floors' fit excluded), with R = C · M and
-no set-up term; before any population was measured, the measurement is not projected. The
-estimate is printed on stderr (one line):
+member-checkpoint: the mean of the probed checkpoints after the first. The first probed
+checkpoint's time minus s is the measurement's compile (``compile_s`` in the record): it is
+spent once, in the probe, and not counted again, because the measurement after training runs
+under an equal mesh (``planted_measure.measure_mesh``) and reuses the probe's compile (the
+mesh is part of jit's cache key; before session 19 it ran outside the mesh and compiled
+again: gpu-planted-test on CPU, the probe's first checkpoint 2.11 s, the first one after
+training 2.40 s, the others ~0.08 s). With one checkpoint probed, s is its time, compile
+included (an upper bound). If nothing can be probed (no finalized checkpoint not cached, or
+the probe met a checkpoint it could not read: ``Probe.damaged``, warned in one line), s falls
+back to r, the slowest seconds per member-checkpoint measured so far in this call
+(``Clock.measured``, timed around each population's measurement after its training), with
+R = C · M and no set-up term; before any population was measured, the measurement is not
+projected. The estimate is printed on stderr (one line):
 
   estimate: population d128: 14377 steps, 0.012 s/step, ends at ~190 s of the run (now 12 s);
   training ends ~170 s (the probe's 2.1 s included), then its 101 member-checkpoints left
   (of 104: 3 probed, 0 cached) are measured in ~21 s, from a probe of d128-wd0.1-bf16:
-  checkpoints 0, 1, 2 in 2 s (the first 1.5 s, compile included, counted again; then 0.19 s
-  each; set-up 0.1 s per member)
+  checkpoints 0, 1, 2 in 2 s (the first 1.5 s, its compile reused after training; then
+  0.19 s each; set-up 0.1 s per member)
 
-and recorded (``Clock.estimates``: ``measure_from`` "probe", "slowest rate" or None, and the
-probe's record).
+and recorded (``Clock.estimates``: ``measure_from`` "probe", "slowest rate" or None, the
+probe's record, and ``floor_s``: the seconds of the floors computed for the population just
+before its training, already in ``now``).
+
+The floors (``planted_floor``: the svd bound or the fit, once per language, kept in OUT for
+later calls) are computed before the training of the first population of their language, so
+their seconds are spent and measured on this clock before that population's start check and
+its estimate see what is left; when they leave none of the budget (``Clock.after_floors``)
+the call stops there, as any budget stop, and a rerun reads them back from OUT.
 
 If it would end past ``budget_s`` (seconds since the run began) the population stops there
 (``OverBudget``, a ``SystemExit`` with status 75, as a preemption): its workdirs keep the
@@ -46,7 +55,8 @@ checkpoints saved so far (a rerun of the same command resumes from the newest st
 them hold, ``sbjax.checkpoint.restore_latest_common``), and the finished populations are
 measured and reported before the stop. Before a population starts, one that cannot fit what is
 left, its training at the slowest seconds per member-token seen so far (times its
-member-tokens) plus its measurement at r, is not started. The floors are not projected.
+member-tokens) plus its measurement at r, is not started (after its language's floors, when
+they were computed for it).
 """
 
 from __future__ import annotations
@@ -72,7 +82,18 @@ class Clock(BudgetClock):
 
   def __init__(self, budget_s: float, estimate_at: int):
     super().__init__(budget_s, estimate_at, over=OverBudget, unit="population")
-    self.s_per_measure = 0.0
+    self.s_per_measure, self.floor_s = 0.0, {}  # floor_s: population -> its floors' seconds
+
+  def after_floors(self, name: str, seconds: float, where: str) -> None:
+    """The floors computed for population ``name``'s language just before it (``seconds``,
+    kept in ``where``) are spent: stop before the population when they leave none of the
+    budget (its start check follows, with what is left)."""
+    self.floor_s[name] = seconds
+    if self.budget_s and self.elapsed() >= self.budget_s:
+      raise self.over(f"the floors of {self.unit} {name}'s language took {seconds:.0f} s and "
+                      f"the {self.budget_s:g} s budget is spent (now {self.elapsed():.0f} s): "
+                      f"stopped before {name}; the floors are kept in {where}: rerun the same "
+                      "command to resume")
 
   def measured(self, count: int, seconds: float) -> None:
     """Learn the measurement rate: ``count`` member-checkpoints measured in ``seconds`` (those
@@ -108,20 +129,22 @@ class Clock(BudgetClock):
                          "s_per_measure": self.s_per_measure or None,
                          "measure_from": ("probe" if rec else "slowest rate" if meas is not None
                                           else None),
-                         "probe": rec, "probe_s": None if probe is None else round(probe_s, 3)})
+                         "probe": rec, "probe_s": None if probe is None else round(probe_s, 3),
+                         "probe_damaged": getattr(probe, "damaged", None),
+                         "floor_s": round(self.floor_s.get(name, 0.0), 1)})
 
 
 def probe_need(probe, measures: int, members: int) -> tuple[float, dict] | None:
   """(seconds, record) of what is left of a population's measurement of ``measures``
   member-checkpoints (``members`` members) after ``probe`` (a ``planted_measure.Probe``:
-  member, steps, setup_s, times, cached), g + M · u + R · s (module doc); None when it
-  measured nothing."""
+  member, steps, setup_s, times, cached), M · u + R · s (module doc: the compile in the
+  first probed checkpoint is reused after training); None when it measured nothing."""
   k = len(probe.times)
   if k == 0:
     return None
   steady = sum(probe.times[1:]) / (k - 1) if k > 1 else probe.times[0]
   left = max(measures - k - probe.cached, 0)
-  need = (probe.times[0] - steady) + members * probe.setup_s + left * steady
+  need = members * probe.setup_s + left * steady
   return need, {"member": probe.member, "steps": list(probe.steps),
                 "seconds": round(probe.setup_s + sum(probe.times), 3),
                 "setup_s": round(probe.setup_s, 3), "first_s": round(probe.times[0], 3),
@@ -131,11 +154,19 @@ def probe_need(probe, measures: int, members: int) -> tuple[float, dict] | None:
 
 
 def measure_text(e: dict) -> str:
-  """What an estimate (``Clock.estimates``' value) says of the measurement; '' for an
-  estimate recorded before the measurement was projected (session 17's folders)."""
+  """What an estimate (``Clock.estimates``' value) says of the measurement and of the floors
+  computed before the population; '' for an estimate recorded before the measurement was
+  projected (session 17's folders)."""
   if "measures" not in e:
     return ""
-  none = "; no checkpoint to probe" if e.get("probe_s") is not None else ""
+  floors = (f"; the floors of its language took {e['floor_s']:.3g} s just before its training "
+            "(spent: in 'now')" if e.get("floor_s") else "")
+  return _measure_part(e) + floors
+
+
+def _measure_part(e: dict) -> str:
+  none = ("" if e.get("probe_s") is None else f"; the probe could not read {e['probe_damaged']}"
+          if e.get("probe_damaged") else "; no checkpoint to probe")
   if e.get("measure_s") is None:
     return (f"measurement of its {e['measures']} member-checkpoints not projected yet: no "
             f"population measured so far in this call{none}")
@@ -145,7 +176,7 @@ def measure_text(e: dict) -> str:
             f"member-checkpoints are measured in ~{e['measure_s']:.0f} s "
             f"({e['s_per_measure']:.3g} s each, the slowest rate seen in this call{none})")
   steps = ", ".join(str(s) for s in p["steps"])
-  each = (f"the first {p['first_s']:.3g} s, compile included, counted again; then "
+  each = (f"the first {p['first_s']:.3g} s, its compile reused after training; then "
           f"{p['steady_s']:.3g} s each" if p["steady_s"] is not None else
           "its time, compile included, counted for each")
   return (f"training ends ~{e['train_end_s']:.0f} s (the probe's {e.get('probe_s', 0):.2g} s "

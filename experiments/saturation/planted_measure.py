@@ -37,7 +37,17 @@ run while it still trains, through the same measurer into the same cache, timing
 measurer's set-up (per member) and each checkpoint (the first one includes the compile of the
 measurement for this shape). It reads only finalized steps (``finalized_steps``: committed and
 sealed with their checksum manifest, which is written once, so their identity does not change
-afterwards): the run's measurement after training reads them back from the cache.
+afterwards): the run's measurement after training reads them back from the cache. A probed
+checkpoint that cannot be read (a file that fails its checksum, a truncated file) ends the
+probe with one warning naming it: the probe is only a projection aid, so the training goes on
+and the time estimate falls back to the slowest-rate rule; the probe leaves the step where it
+is, and the measurement after training meets it as any damaged step (``measure_arm``: the
+call stops with ``sbjax.checkpoint``'s ``CorruptCheckpointError`` naming the step).
+
+Both measure under the run's mesh (``measure_mesh``: ``jax.set_mesh`` of ``cfg.mesh``, the
+mesh ``sbjax.train`` trains under), so the measurement after training reuses the compile of
+the probe made during training (the mesh is part of jit's cache key): one compile per model
+shape and process.
 """
 
 from __future__ import annotations
@@ -58,6 +68,7 @@ from .planted_presets import arm_name
 from sbjax import checkpoint as ckpt
 from sbjax import heads as heads_lib
 from sbjax import optim
+from sbjax import sharding as shd
 from sbjax.metrics import anisotropy as aniso_lib
 from sbjax.metrics import spectrum
 from sbjax import checksums
@@ -100,7 +111,7 @@ def _checkpoint_fn(mc):
   """jit(params, x_WxT, y_WxT, c_WxT, probs_CxV) -> per-window losses and the metrics."""
   model = Model(mc)
 
-  def f(params, x, y, c, probs, rare, frequent):
+  def measure_checkpoint(params, x, y, c, probs, rare, frequent):  # (jax's fun_name)
     scores, ex = model.forward(params, x, ("h",))
     logq = jax.nn.log_softmax(scores.astype(jnp.float32), axis=-1)
     rb = -jnp.sum(probs[c] * logq, axis=-1)  # (W, T)
@@ -117,7 +128,7 @@ def _checkpoint_fn(mc):
             "rare_row_norm": norms[rare].mean(), "frequent_row_norm": norms[frequent].mean(),
             "row_norm_mean": norms.mean()}
 
-  return jax.jit(f)
+  return jax.jit(measure_checkpoint)
 
 
 def _sha256(*parts) -> str:
@@ -193,16 +204,25 @@ def _usable(e, ident: str, step: int, n_windows: int) -> bool:
           and isinstance(e.get("losses"), list) and len(e["losses"]) == n_windows)
 
 
+def measure_mesh(cfg):
+  """The context the measurement runs in: ``jax.set_mesh`` of the run's mesh, equal to the
+  one ``sbjax.train`` trains under (``sharding.make_mesh(cfg.mesh)``), so that the probe
+  (called during training) and the measurement after it share jit's cache (module doc)."""
+  return jax.set_mesh(shd.make_mesh(cfg.mesh))
+
+
 def _measurer(wd, cfg, windows_WxT1: np.ndarray, lang):
-  """step -> (its row, L[s, ·] float64): load the checkpoint, run the forward and the SVD."""
+  """(step, its params or None: loaded here) -> (its row, L[s, ·] float64): load the
+  checkpoint, run the forward and the SVD."""
   x, y = windows_WxT1[:, :-1], windows_WxT1[:, 1:]
   fn = _checkpoint_fn(cfg.model)
   probs = jnp.asarray(lang.probs, jnp.float32)
   table = optim.gamma_schedule(cfg.train)
   rare, frequent = rare_and_frequent(lang)
 
-  def one(s: int) -> tuple[dict, np.ndarray]:
-    _, params, _ = ckpt.load_params(wd, s)
+  def one(s: int, params=None) -> tuple[dict, np.ndarray]:
+    if params is None:
+      _, params, _ = ckpt.load_params(wd, s)
     m = jax.device_get(fn(params, x, y, x, probs, rare, frequent))
     loss = np.asarray(m["rb_W"], np.float64)
     bias = params.get("ln_f", {}).get("bias")
@@ -239,14 +259,15 @@ def measure_arm(wd, windows_WxT1: np.ndarray, lang,
   bit, and each one measured is added to it."""
   cfg, path, key, store = _open_cache(wd, windows_WxT1, lang, cache)
   steps, one, measured = ckpt.list_steps(wd), None, 0
-  for s in steps:
-    ident = checkpoint_identity(wd, s)
-    if not _usable(store.get(str(s)), ident, s, len(windows_WxT1)):
-      one = one or _measurer(wd, cfg, windows_WxT1, lang)
-      store[str(s)] = _entry(ident, *one(s))
-      measured += 1
-      if cache:  # after each checkpoint: a cut-off keeps the ones measured
-        _write_cache(path, key, store)
+  with measure_mesh(cfg):  # the probe's: its compile is reused
+    for s in steps:
+      ident = checkpoint_identity(wd, s)
+      if not _usable(store.get(str(s)), ident, s, len(windows_WxT1)):
+        one = one or _measurer(wd, cfg, windows_WxT1, lang)
+        store[str(s)] = _entry(ident, *one(s))
+        measured += 1
+        if cache:  # after each checkpoint: a cut-off keeps the ones measured
+          _write_cache(path, key, store)
   kept = {str(s): store[str(s)] for s in steps}
   if cache and kept.keys() != store.keys():  # steps no longer saved: dropped
     _write_cache(path, key, kept)
@@ -270,19 +291,24 @@ class Probe(NamedTuple):
   """What ``probe_arm`` measured of one member: its workdir's name, the steps measured, the
   seconds of the measurer's set-up (once per member measured), of each step measured (the
   first includes the measurement's compile for this shape) and how many finalized steps its
-  cache already held (measured by an earlier call), in that order."""
+  cache already held (measured by an earlier call), in that order; ``damaged``: the probed
+  step that could not be read and why (then nothing counts as measured: ``steps`` and
+  ``times`` are empty), None when none."""
   member: str
   steps: tuple
   setup_s: float
   times: tuple
   cached: int
+  damaged: str | None = None
 
 
 def probe_arm(wd, windows_WxT1: np.ndarray, lang, most: int = 3) -> Probe:
   """Measure up to ``most`` finalized checkpoints (``finalized_steps``, oldest first) of a
   run that may still be training, those its cache does not hold yet, as ``measure_arm``
   measures them and into its cache (the measurement after training reads them back), timing
-  the measurer's set-up and each checkpoint (its cache write included, as there)."""
+  the measurer's set-up and each checkpoint (its cache write included, as there). A step
+  that cannot be read ends the probe with one warning (module doc): its ``Probe`` names it
+  and holds no times."""
   cfg, path, key, store = _open_cache(wd, windows_WxT1, lang)
   todo, cached = [], 0
   for s in finalized_steps(wd):
@@ -291,16 +317,31 @@ def probe_arm(wd, windows_WxT1: np.ndarray, lang, most: int = 3) -> Probe:
       cached += 1
     elif len(todo) < most:
       todo.append((s, ident))
-  t = time.perf_counter()
-  one = _measurer(wd, cfg, windows_WxT1, lang) if todo else None
-  setup, times = time.perf_counter() - t, []
-  for s, ident in todo:
+  name, times = upath(wd).name, []
+  with measure_mesh(cfg):  # as measure_arm's (inside the training's, an equal mesh)
     t = time.perf_counter()
-    store[str(s)] = _entry(ident, *one(s))
-    _write_cache(path, key, store)
-    times.append(time.perf_counter() - t)
-  return Probe(upath(wd).name, tuple(s for s, _ in todo), setup if todo else 0.0, tuple(times),
-               cached)
+    one = _measurer(wd, cfg, windows_WxT1, lang) if todo else None
+    setup = time.perf_counter() - t
+    for s, ident in todo:
+      t = time.perf_counter()
+      try:
+        params = ckpt.load_params(wd, s)[1]
+      except Exception as e:  # noqa: BLE001 - any unreadable step: the probe gives up
+        return _probe_damaged(wd, name, s, e, cached)
+      store[str(s)] = _entry(ident, *one(s, params))
+      _write_cache(path, key, store)
+      times.append(time.perf_counter() - t)
+  return Probe(name, tuple(s for s, _ in todo), setup if todo else 0.0, tuple(times), cached)
+
+
+def _probe_damaged(wd, name: str, step: int, e: BaseException, cached: int) -> Probe:
+  """The probe's end at an unreadable step: one warning line, a Probe without times."""
+  msg = (str(e).strip().splitlines() or [""])[0].replace(f"checkpoint step {step} in {wd} ", "")
+  reason = f"{type(e).__name__}: {msg.split('; use another step')[0][:300]}"
+  warnings.warn(f"the budget probe could not read checkpoint step {step} in {wd} ({reason}); "
+                "training goes on, and this population's measurement is projected by the "
+                "slowest-rate rule instead", RuntimeWarning, stacklevel=2)
+  return Probe(name, (), 0.0, (), cached, f"step {step} of {name} ({reason})")
 
 
 def _write_cache(path, key: dict, store: dict) -> None:

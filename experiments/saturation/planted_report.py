@@ -161,6 +161,11 @@ def _budget_lines(meta: dict, k: dict) -> list[str]:
     out.append(f"Measurement of the checkpoints in the latest call: {meta['s_per_measure']:.3g}"
                " s per member-checkpoint (a load, the forward on the validation windows and "
                "the head's SVD; the slowest population's rate, the floors excluded).")
+  floor_s = (meta.get("timings") or {}).get("floor_s")
+  if floor_s:
+    out.append(f"The floors (planted_floor*.csv) took {floor_s:g} s in the latest call, "
+               "computed before the training of their language's first population: inside "
+               "the budget clock's time (a later call reads them back).")
   counts = {n: t for n, t in (meta.get("timings") or {}).items()
             if isinstance(t, dict) and "cached" in t}
   if counts:

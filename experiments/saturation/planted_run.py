@@ -1,5 +1,6 @@
-"""Run the planted arms: train (or skip) every arm on one fresh-token stream, measure every
-checkpoint on the fixed validation windows, compute the exact floors, write the CSVs.
+"""Run the planted arms: compute the exact floors of each language (before its first group
+trains, so that a budget clock has spent them), train (or skip) every arm on one fresh-token
+stream, measure every checkpoint on the fixed validation windows, write the CSVs.
 
 Outputs in OUT: ``runs/<arm>/`` (workdirs, with ``planted_windows.npz``: steps, L[K, W], and
 ``planted_measure.json``: each checkpoint's row and L[s, ·], ``planted_measure.measure_arm``),
@@ -23,7 +24,10 @@ would overrun (``planted_budget``; the projection includes the population's meas
 projected from a probe of it: up to 3 of its first member's finalized checkpoints measured
 at the estimate, into that member's measurement cache, ``_prober``; ``PROBE`` False leaves
 the probe out, and the projection falls back to the slowest rate measured so far in the
-call); the finished populations are measured and written first, and planted_meta.json names
+call; a probe that meets a checkpoint it cannot read warns and falls back the same way); the
+floors of a population's language, when computed for it, are spent before its start check,
+and a call whose floors leave none of the budget stops there (they are kept in OUT for the
+rerun); the finished populations are measured and written first, and planted_meta.json names
 the stop and the arms not run (its top-level fields describe the latest call; its ``runs``
 list keeps every earlier call's stop, populations, estimates and timings). A checkpoint is measured once: a later call reads its
 row from the member's ``planted_measure.json`` (while its key and the checkpoint's identity
@@ -87,7 +91,7 @@ def _reseeded(ds: StreamingPlanted, seed: int) -> StreamingPlanted:
 class _Languages:
   """Per arm language (``Arm.lang``): its dataset per data seed, its fixed validation windows
   (independent of the data seed) and its floors, each built once, when first needed (the
-  floors after the language's first arm has trained)."""
+  floors before the language's first group trains: ``floors_for``)."""
 
   def __init__(self, p, out: Path):
     self.p, self.out, self.ds, self.windows, self.floors, self.floor_s = p, out, {}, {}, {}, 0.0
@@ -119,6 +123,19 @@ class _Languages:
       self.floors[arm.lang] = _floors(lang, self.p, ranks, self.out, lang_tag(arm.lang))
       self.floor_s += time.perf_counter() - t
     return self.floors[arm.lang][arm.d]
+
+  def floors_for(self, group) -> tuple[float, str] | None:
+    """Compute the floors of the ``group``'s languages not computed yet in this call (before
+    its training, so that the budget clock has spent them: ``planted_budget``): (their
+    seconds, the files that keep them), None when there were none to compute."""
+    new = {a.lang for a, _ in group} - set(self.floors)
+    if not new:
+      return None
+    t = self.floor_s
+    for arm, cfg in group:
+      if arm.lang in new and arm.lang not in self.floors:
+        self.floor(arm, self.language(arm, cfg)[1])
+    return self.floor_s - t, ", ".join(f"planted_floor{lang_tag(g)}.csv" for g in sorted(new))
 
 
 def _arm_rows(arm, cfg, wd: Path, windows, lang, fl: dict,
@@ -179,16 +196,19 @@ def _prober(group: list, wds: list, langs):
 
 
 def _train_population(name: str, group: list, wds: list, dss: list, clock,
-                      probe=None) -> None:
+                      probe=None, floors=None) -> None:
   """Train (or resume) one population with its time estimate (and ``probe`` of its
-  measurement) and budget stop (``planted_budget``), then mark every member finished
-  (``sbjax.train.done``)."""
+  measurement) and budget stop (``planted_budget``; ``floors``: the seconds and files of the
+  floors computed for it just before, ``_Languages.floors_for``), then mark every member
+  finished (``sbjax.train.done``)."""
   cfgs = [c for _, c in group]
   tc = cfgs[0].train
   member_tokens = tc.batch_size * tc.seq_len * len(cfgs)
   hooks = []
   if clock is not None:  # its measurement: every checkpoint of every member (before the
     # start, an earlier call's probes are not counted: at most 3 each)
+    if floors is not None:
+      clock.after_floors(name, *floors)
     measures = len(checkpoint_steps(tc)) * len(cfgs)
     clock.check_start(name, (tc.steps - min(_steps_done(w) for w in wds)) * member_tokens,
                       measures)
@@ -208,14 +228,15 @@ def _steps_done(wd: Path) -> int:
   return steps[-1] if steps else 0
 
 
-def _train_group(p, name, group, out: Path, langs, clock) -> bool:
-  """Train one group (an arm, or a population); True if anything was trained."""
+def _train_group(p, name, group, out: Path, langs, clock, floors=None) -> bool:
+  """Train one group (an arm, or a population; ``floors``: ``_train_population``'s); True if
+  anything was trained."""
   wds = [out / "runs" / a.name for a, _ in group]
   if all(finished(w) is not None for w in wds):
     return False
   dss = _datasets(group, langs)
   if p.knobs.population:
-    _train_population(name, group, wds, dss, clock, _prober(group, wds, langs))
+    _train_population(name, group, wds, dss, clock, _prober(group, wds, langs), floors)
   else:
     train_once(group[0][1], wds[0], dataset=dss[0], quiet=True)
   return True
@@ -304,8 +325,12 @@ def run_planted(out: Path, preset, verbose: bool = True) -> dict:
   try:
     for name, group in gs:
       progress.start(f"{name} ({len(group)} arms, {group[0][1].train.steps} steps)")
+      floors = langs.floors_for(group)  # before its training: on the budget clock
+      if floors is not None:
+        rec.timings["floor_s"] = round(langs.floor_s, 1)
+        rec.write()
       t1 = time.perf_counter()
-      trained = _train_group(p, name, group, out, langs, clock)
+      trained = _train_group(p, name, group, out, langs, clock, floors)
       train_s = round(time.perf_counter() - t1, 1)
       if trained:  # recorded at once: a cut-off in its measurement keeps it
         rec.trained.append(name)

@@ -9,10 +9,15 @@ planted_meta.json with that call's record and the estimate, and the report says 
 
 The estimate projects the population's measurement from a probe of it (``planted_budget``):
 the first member's first 3 finalized checkpoints, measured at the estimate into its cache.
-The uninterrupted call (``whole``) probes; the stopped call of the bitwise test does not
-(``planted_run.PROBE`` False), so its resumed end, equal to ``whole``'s, shows the probe does
-not change the training; the probed checkpoints are read back from the cache after training,
-and the CSVs equal those of a measurement without the probe's entries, byte for byte.
+The uninterrupted call (``whole``) probes; the probed checkpoints are read back from the cache
+after training, whose measurement reuses the probe's compile (one lowering of the
+measurement's program in the call: it runs under the training's mesh), and the CSVs equal
+those of a measurement without the probe's entries, byte for byte. In the bitwise test a
+call whose budget is spent stops after its language's floors (computed before the population,
+kept for the rerun); then the stopped call's probe meets a really damaged checkpoint (a bit
+flipped in an array file of a finalized step): it warns in one line and the estimate falls
+back, the training goes on to the same stop, and its resumed end equals ``whole``'s, so
+neither the probe nor its failure changes the training.
 
 A checkpoint is measured once (``planted_measure.measure_arm``'s cache, planted_measure.json
 in each member's workdir): a second call into a finished folder measures nothing and writes
@@ -22,11 +27,14 @@ to the same numbers as a measurement without the cache. One uninterrupted call (
 serves the bitwise resume and these checks."""
 
 import json
+import re
 import shutil
 import signal
 import subprocess
 import sys
+import warnings
 from pathlib import Path
+from typing import NamedTuple
 
 import jax
 import numpy as np
@@ -42,17 +50,47 @@ from sbjax import checkpoint as ckpt
 from sbjax import checksums
 from sbjax.data import make_dataset
 from sbjax.train.preempt import EXIT_PREEMPTED
+from tests._damage import flip_one_byte, largest_data_file
 
 P = get_planted_preset("gpu-planted-test")
 CSVS = ("planted_arms.csv", "planted_checkpoints.csv")
+LOWERING = "/jax/core/compile/jaxpr_to_mlir_module_duration"  # jax.monitoring: one per compile
+
+
+class Whole(NamedTuple):
+  out: Path
+  meta: dict
+  csv: dict  # file name -> bytes
+  lowered: int  # lowerings of the measurement's program (jit(measure_checkpoint)) in the call
 
 
 @pytest.fixture(scope="module")
 def whole(tmp_path_factory):
-  """One uninterrupted call of the preset into a fresh folder: (folder, meta, CSV bytes)."""
+  """One uninterrupted call of the preset into a fresh folder, counting the compiles of the
+  measurement's program (a fresh jit: ``_checkpoint_fn``'s cache cleared first)."""
   out = tmp_path_factory.mktemp("whole")
-  meta = pr.run_planted(out, "gpu-planted-test", verbose=False)
-  return out, meta, {f: (out / f).read_bytes() for f in CSVS}
+  names = []
+
+  def listen(event, seconds, **kw):
+    if event == LOWERING:
+      names.append(kw.get("fun_name"))
+
+  pm._checkpoint_fn.cache_clear()
+  jax.monitoring.register_event_duration_secs_listener(listen)
+  try:
+    meta = pr.run_planted(out, "gpu-planted-test", verbose=False)
+  finally:
+    jax.monitoring.unregister_event_duration_listener(listen)
+  return Whole(out, meta, {f: (out / f).read_bytes() for f in CSVS},
+               names.count("jit(measure_checkpoint)"))
+
+
+class _Spent(pb.Clock):
+  """The real clock with its budget spent from the start (a call with no time left)."""
+
+  def __init__(self, budget_s: float, estimate_at: int):
+    super().__init__(budget_s, estimate_at)
+    self.budget_s = 1e-6
 
 
 class _SpentOnceStarted(pb.Clock):
@@ -70,58 +108,125 @@ def _final_params(out, arm):
   return jax.tree.leaves(jax.device_get(params))
 
 
+def _damaging(real, flipped: list):
+  """``planted_run._prober`` with real damage first: one bit flipped in the largest array file
+  of the first member's step 0 (finalized long before the estimate) just before the probe
+  reads it; the file goes to ``flipped``."""
+
+  def prober(group, wds, langs):
+    probe = real(group, wds, langs)
+
+    def run():
+      f = largest_data_file(ckpt.ckpt_dir(wds[0]) / "0")
+      flip_one_byte(f)
+      flipped.append(f)
+      return probe()
+
+    return run
+
+  return prober
+
+
+def _stopped_by_its_floors(cut, monkeypatch, whole, name: str, wds: list):
+  """Call 1 into ``cut`` has no budget left: it stops after its language's floors (computed
+  before the population, kept for the rerun), having trained nothing; returns the stop."""
+  with monkeypatch.context() as mp, pytest.raises(pb.OverBudget) as stop:
+    mp.setattr(pr, "Clock", _Spent)
+    pr.run_planted(cut, "gpu-planted-test", verbose=False)
+  assert stop.value.code == EXIT_PREEMPTED
+  assert re.fullmatch(
+      rf"the floors of population {name}'s language took \d+ s and the 1e-06 s budget is "
+      rf"spent \(now \d+ s\): stopped before {name}; the floors are kept in planted_floor.csv: "
+      "rerun the same command to resume", str(stop.value)), str(stop.value)
+  assert (cut / "planted_floor.csv").read_bytes() == (whole.out / "planted_floor.csv").read_bytes()
+  assert not any(w.exists() and ckpt.list_steps(w) for w in wds)  # nothing trained
+  m1 = json.loads((cut / "planted_meta.json").read_text())
+  assert m1["stopped"] == str(stop.value) and m1["estimates"] == {}
+  assert m1["trained"] == [] and m1["timings"]["floor_s"] >= 0
+  return stop.value
+
+
+def _stopped_with_a_damaged_probe(cut, monkeypatch, wds: list):
+  """Call 2 into ``cut``: its budget is spent once the population started, and its probe
+  meets a really damaged checkpoint (``_damaging``): one warning line naming it, and the
+  training goes on to the estimate's stop; returns (the stop, the damaged file)."""
+  flipped, caught = [], []
+  with monkeypatch.context() as mp, pytest.raises(pb.OverBudget) as stop, \
+      warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    mp.setattr(pr, "Clock", _SpentOnceStarted)  # the run's clock: spent once it started
+    mp.setattr(pr, "_prober", _damaging(pr._prober, flipped))
+    pr.run_planted(cut, "gpu-planted-test", verbose=False)
+  assert stop.value.code == EXIT_PREEMPTED and "past the 1e-06 s budget" in str(stop.value)
+  said = [str(w.message) for w in caught if "budget probe" in str(w.message)]
+  assert len(said) == 1 and "\n" not in said[0], said
+  assert said[0].startswith(f"the budget probe could not read checkpoint step 0 in {wds[0]} "
+                            "(CorruptCheckpointError: failed its checksum check: ")
+  assert said[0].endswith("slowest-rate rule instead")
+  return stop.value, flipped[0]
+
+
 def test_budget_stop_then_resume_is_bitwise(tmp_path, monkeypatch, whole):
   cut = tmp_path / "cut"
   cfgs = [(a, arm_config(P, a)) for a in P.knobs.arms]
   ((name, group),) = pr.groups(P, cfgs)
   wds = [cut / "runs" / a.name for a, _ in group]
-  with monkeypatch.context() as mp, pytest.raises(pb.OverBudget) as e:
-    mp.setattr(pr, "Clock", _SpentOnceStarted)  # the run's clock: spent once it started
-    mp.setattr(pr, "PROBE", False)  # no probe: `whole` probed, this run ends as it (below)
-    pr.run_planted(cut, "gpu-planted-test", verbose=False)
-  assert e.value.code == EXIT_PREEMPTED and "past the 1e-06 s budget" in str(e.value)
+  floors_stop = _stopped_by_its_floors(cut, monkeypatch, whole, name, wds)
+  floors_written = (cut / "planted_floor.csv").stat().st_mtime_ns
+  stop, damaged = _stopped_with_a_damaged_probe(cut, monkeypatch, wds)
+  assert (cut / "planted_floor.csv").stat().st_mtime_ns == floors_written  # read back
   stopped_at = ckpt.list_steps(wds[0])[-1]
   assert 0 < stopped_at < P.overrides["train.steps"]
   assert all(ckpt.list_steps(w)[-1] == stopped_at for w in wds)
+  assert ckpt.list_steps(wds[0])[0] == 0  # the probe leaves the damaged step in place
   first = json.loads((cut / "planted_meta.json").read_text())
-  assert first["stopped"] == str(e.value) and first["not_run"] == [a.name for a, _ in group]
-  assert [r["stopped"] for r in first["runs"]] == [str(e.value)]
-  # the estimate counts the population's measurement, unknown before any population is measured
+  assert first["stopped"] == str(stop) and first["not_run"] == [a.name for a, _ in group]
+  assert [r["stopped"] for r in first["runs"]] == [str(floors_stop), str(stop)]
+  # the estimate counts the population's measurement, unknown before any population is
+  # measured: the damaged probe gave nothing, so nothing is projected
   measures = len(ckpt.checkpoint_steps(group[0][1].train)) * len(group)
   est = first["estimates"][name]
   assert est["measures"] == measures and est["measure_s"] is None
-  assert est["measure_from"] is None and est["probe_s"] is None  # no probe, no rate yet
+  assert est["measure_from"] is None and est["probe"] is None and est["probe_s"] > 0
+  assert est["probe_damaged"].startswith(
+      f"step 0 of {group[0][0].name} (CorruptCheckpointError: failed its checksum check")
   assert est["projected_end_s"] == est["train_end_s"] and first["s_per_measure"] is None
   md = report_section(cut)  # no population finished: the section names the stop and estimate
-  assert f"**Stopped by the time budget (300 s)**: {e.value}" in md
+  assert f"**Stopped by the time budget (300 s)**: {stop}" in md
   assert f"Time estimate of population {name}: {est['s_per_step']:.4g} s/step" in md
+  assert f"; the probe could not read step 0 of {group[0][0].name} (" in md
   assert "No population has finished in this folder yet" in md
+  # repaired (the bit flipped back) for the rerun, whose measurement after training would stop
+  # at the damaged step (test_a_damaged_checkpoint_stops_the_probe_not_the_training)
+  flip_one_byte(damaged)
+  assert ckpt.verify_step(wds[0], 0)
   meta = pr.run_planted(cut, "gpu-planted-test", verbose=False)  # the rerun resumes
   assert meta["stopped"] is None and meta["not_run"] == [] and meta["trained"] == [name]
-  # the rerun's record is appended to the first call's, which is kept whole (stop, estimate,
-  # times); the top level describes the latest call
-  assert meta["runs"][0] == first["runs"][0] and len(meta["runs"]) == 2
-  assert first["runs"][0]["trained"] == [] and name in first["runs"][0]["estimates"]
-  assert meta["runs"][1] == {k: meta[k] for k in pr.CALL_KEYS}
-  assert first["runs"][0]["ended"] <= meta["runs"][1]["started"]  # ISO UTC: in call order
+  # the rerun's record is appended to the first calls', which are kept whole (stops,
+  # estimate, times); the top level describes the latest call
+  assert meta["runs"][:2] == first["runs"] and len(meta["runs"]) == 3
+  assert first["runs"][1]["trained"] == [] and name in first["runs"][1]["estimates"]
+  assert meta["runs"][2] == {k: meta[k] for k in pr.CALL_KEYS}
+  assert first["runs"][1]["ended"] <= meta["runs"][2]["started"]  # ISO UTC: in call order
   assert json.loads((cut / "planted_meta.json").read_text()) == meta
   # the rerun measured the population: its rate, the slowest seconds per member-checkpoint
   t = meta["timings"][name]
   assert t["measured"] == measures and meta["s_per_measure"] == pytest.approx(
       t["measure_s"] / measures, abs=0.01)
   said = calls_text(meta["runs"])[0]
-  assert said.startswith("This folder was written by 2 calls of the command: call 1 (")
-  assert f"stopped by the budget ({str(e.value)})" in said and "ran to its end" in said
+  assert said.startswith("This folder was written by 3 calls of the command: call 1 (")
+  assert f"stopped by the budget ({floors_stop})" in said
+  assert f"stopped by the budget ({stop})" in said and "ran to its end" in said
   for w in wds:
     assert json.loads((w / "DONE").read_text())["summary"]["step"] == P.overrides["train.steps"]
-  assert t["cached"] == 0  # the stopped call measured nothing: nothing to read back
+  assert t["cached"] == 0  # the stopped call's probe measured nothing: nothing to read back
   # the same parameters as `whole`, which probed its measurement during its training
-  assert whole[1]["estimates"][name]["measure_from"] == "probe"
+  assert whole.meta["estimates"][name]["measure_from"] == "probe"
   for arm in P.knobs.arms:
-    for a, b in zip(_final_params(cut, arm), _final_params(whole[0], arm)):
+    for a, b in zip(_final_params(cut, arm), _final_params(whole.out, arm)):
       np.testing.assert_array_equal(a, b)
   assert [r["final_expected_loss"] for r in read_rows(cut / "planted_arms.csv")] == \
-      [r["final_expected_loss"] for r in read_rows(whole[0] / "planted_arms.csv")]
+      [r["final_expected_loss"] for r in read_rows(whole.out / "planted_arms.csv")]
 
 
 # a call of the preset whose clock holds still right after its first estimate (and after the
@@ -179,7 +284,7 @@ def test_a_call_killed_after_its_estimate_leaves_its_record(tmp_path):
 
 
 def test_the_probe_projects_the_measurement_and_is_read_back(whole, tmp_path):
-  out, meta, csv = whole
+  out, meta, csv, lowered = whole
   cfgs = [(a, arm_config(P, a)) for a in P.knobs.arms]
   ((name, group),) = pr.groups(P, cfgs)
   tc = group[0][1].train
@@ -191,13 +296,17 @@ def test_the_probe_projects_the_measurement_and_is_read_back(whole, tmp_path):
   assert est["measure_from"] == "probe" and probe["member"] == group[0][0].name
   assert probe["steps"] == [0, 1, 2] and probe["cached"] == 0 and probe["left"] == measures - 3
   assert est["probe_s"] >= probe["seconds"] > 0 and probe["first_s"] > probe["steady_s"] > 0
-  assert est["measure_s"] == pytest.approx(  # compile + set-up per member + the rest, steady
-      probe["compile_s"] + len(group) * probe["setup_s"] + probe["left"] * probe["steady_s"],
-      abs=0.06)
+  assert est["measure_s"] == pytest.approx(  # set-up per member + the rest, steady; the
+      # compile, spent in the probe, is not counted again (below: reused after training)
+      len(group) * probe["setup_s"] + probe["left"] * probe["steady_s"], abs=0.06)
+  assert probe["compile_s"] == pytest.approx(probe["first_s"] - probe["steady_s"], abs=2e-3)
   assert est["projected_end_s"] == pytest.approx(est["train_end_s"] + est["measure_s"], abs=0.1)
   # after training the probed checkpoints were read from the cache, the others measured
   t = meta["timings"][name]
   assert (t["measured"], t["cached"]) == (measures - 3, 3)
+  # ... under the training's mesh: the measurement's program was compiled once in the call, by
+  # the probe; the member-checkpoints measured after training reused it (2 before session 19)
+  assert lowered == 1
   md = report_section(out)
   assert f"from a probe of {probe['member']}: checkpoints 0, 1, 2 in" in md
   assert f"this call's probe during training; the same numbers): {name} " in md
@@ -215,7 +324,7 @@ def test_the_probe_projects_the_measurement_and_is_read_back(whole, tmp_path):
 
 def _member(whole, tmp_path):
   """A copy of the first member's workdir (its cache included), its language and windows."""
-  out, _, _ = whole
+  out = whole.out
   arm = P.knobs.arms[0]
   wd = shutil.copytree(out / "runs" / arm.name, tmp_path / arm.name)
   cfg = arm_config(P, arm)
@@ -232,7 +341,7 @@ def _same(a, b) -> None:
 
 
 def test_a_second_call_measures_nothing_and_writes_the_same_csvs(whole):
-  out, first, csv = whole
+  out, first, csv, _ = whole
   cfgs = [(a, arm_config(P, a)) for a in P.knobs.arms]
   ((name, group),) = pr.groups(P, cfgs)
   measures = len(ckpt.checkpoint_steps(group[0][1].train)) * len(group)
@@ -278,6 +387,28 @@ def test_the_probe_measures_only_finalized_steps_not_cached(whole, tmp_path):
   assert all(json.dumps(c[str(s)]) == json.dumps(want[s]) for s in (1, 8, 10))  # same numbers
   assert pm.probe_arm(wd, win, lang, most=1).steps == ()  # 4 unsealed: nothing left to probe
   assert pm.measure_arm(wd, win, lang)[2] == 1  # after training: only step 4 is measured
+
+
+def test_a_damaged_checkpoint_stops_the_probe_not_the_training(whole, tmp_path):
+  # the probe stops at a finalized step that fails its checksum (one bit flipped in an array
+  # file): one warning line naming it, no times (the estimate falls back), the steps before it
+  # kept in the cache, the step left in place; the measurement after training meets it as
+  # any damaged step: the call stops with CorruptCheckpointError naming it
+  wd, lang, win = _member(whole, tmp_path)
+  (wd / pm.CACHE_FILE).unlink()
+  steps = ckpt.list_steps(wd)
+  flip_one_byte(largest_data_file(ckpt.ckpt_dir(wd) / "1"))
+  with pytest.warns(RuntimeWarning) as caught:
+    got = pm.probe_arm(wd, win, lang)
+  (said,) = [str(w.message) for w in caught]
+  assert said.startswith(f"the budget probe could not read checkpoint step 1 in {wd} "
+                         "(CorruptCheckpointError: failed its checksum check: ") and "\n" not in said
+  assert (got.steps, got.times, got.cached) == ((), (), 0)
+  assert got.damaged.startswith(f"step 1 of {wd.name} (CorruptCheckpointError: ")
+  assert sorted(json.loads((wd / pm.CACHE_FILE).read_text())["steps"]) == ["0"]
+  assert ckpt.list_steps(wd) == steps and not (wd / "checkpoints_bad").exists()
+  with pytest.raises(ckpt.CorruptCheckpointError, match=f"checkpoint step 1 in {wd} failed"):
+    pm.measure_arm(wd, win, lang)
 
 
 def test_a_checkpoint_saved_again_is_measured_again(whole, tmp_path):

@@ -1,16 +1,19 @@
 """The saturation device preset's budget clock with its measurement (``planted_budget``): a
 population's projected end is its training's end (the probe's seconds included) plus its
-measurement, projected from a probe of it (compile + set-up per member + the member-checkpoints
-left at the probe's steady rate) or, with nothing to probe, its member-checkpoints times the
+measurement, projected from a probe of it (set-up per member + the member-checkpoints left at
+the probe's steady rate; the compile, spent in the probe, is reused after training) or, with
+nothing to probe or a probe that met an unreadable checkpoint, its member-checkpoints times the
 slowest measurement rate seen in the call, which is unknown (and said so) before the first
 population is measured; ``check_start`` refuses a population whose training fits what is
-left but whose training and measurement do not. Pure arithmetic on a fake clock and fake
-probe times."""
+left but whose training and measurement do not; the floors computed before a population are
+spent on the clock, and stop the call before it when they leave none of the budget. Pure
+arithmetic on a fake clock and fake probe times."""
 
 import pytest
 
 from experiments.saturation import planted_budget as pb
 from experiments.saturation.planted_measure import Probe
+from experiments.saturation.planted_report import _budget_lines
 
 
 class _Fake(pb.Clock):
@@ -114,21 +117,22 @@ def test_the_first_population_is_projected_from_a_probe_of_its_measurement(capsy
   e = clock.estimates["d512"]
   assert e["s_per_step"] == 0.5  # the probe's 5 s are not in the step rate
   assert e["train_end_s"] == 12.0 + 5.0 + 0.5 * 485 and e["probe_s"] == 5.0
-  # steady 0.6 s (the mean after the first), compile 3.0 − 0.6 s, set-up 0.25 s x 2 members,
-  # 52 − 3 probed = 49 member-checkpoints left
+  # steady 0.6 s (the mean after the first), set-up 0.25 s x 2 members, 52 − 3 probed = 49
+  # member-checkpoints left; the compile (3.0 − 0.6 s, spent in the probe) is recorded but
+  # not counted again: the measurement after training reuses it (planted_measure.measure_mesh)
   assert e["measure_from"] == "probe" and e["probe"]["left"] == 49
   assert e["probe"]["steady_s"] == pytest.approx(0.6) and e["probe"]["compile_s"] == 2.4
-  assert e["measure_s"] == pytest.approx(2.4 + 2 * 0.25 + 49 * 0.6, abs=0.05)
-  assert e["projected_end_s"] == pytest.approx(259.5 + 32.3, abs=0.05)
+  assert e["measure_s"] == pytest.approx(2 * 0.25 + 49 * 0.6, abs=0.05)
+  assert e["projected_end_s"] == pytest.approx(259.5 + 29.9, abs=0.05)
   assert e["s_per_measure"] is None  # the probe does not set the call's measured rate
   assert ("training ends ~260 s (the probe's 5 s included), then its 49 member-checkpoints "
-          "left (of 52: 3 probed, 0 cached) are measured in ~32 s, from a probe of "
-          "d512-wd0.1-bf16: checkpoints 0, 1, 2 in 4.45 s (the first 3 s, compile included, "
-          "counted again; then 0.6 s each; set-up 0.25 s per member)") in capsys.readouterr().err
+          "left (of 52: 3 probed, 0 cached) are measured in ~30 s, from a probe of "
+          "d512-wd0.1-bf16: checkpoints 0, 1, 2 in 4.45 s (the first 3 s, its compile reused "
+          "after training; then 0.6 s each; set-up 0.25 s per member)") in capsys.readouterr().err
   # the same population with 280 s of budget: its training fits (259.5 s), not its measurement
   clock = _Fake(budget_s=280.0, estimate_at=4)
   hook = pb.Watch(clock, "d512", 1000, measures=52, members=2, probe=_probing(clock, 5.0, probe))
-  with pytest.raises(pb.OverBudget, match="population d512 would end at ~292 s, past the 280 s"):
+  with pytest.raises(pb.OverBudget, match="population d512 would end at ~289 s, past the 280 s"):
     _estimate_at(clock, hook, 10.0, 12.0)
   clock = _Fake(budget_s=280.0, estimate_at=4)  # without the probe it was not projected: fits
   _estimate_at(clock, pb.Watch(clock, "d512", 1000, measures=52, members=2), 10.0, 12.0)
@@ -164,3 +168,45 @@ def test_nothing_to_probe_falls_back_to_the_slowest_rate(capsys):
   assert e["projected_end_s"] == pytest.approx(22.5 + 0.5 * 485 + 20.8, abs=0.05)
   assert "(0.2 s each, the slowest rate seen in this call; no checkpoint to probe)" in \
       capsys.readouterr().err
+
+
+def test_a_probe_that_met_a_damaged_checkpoint_falls_back(capsys):
+  clock = _Fake(budget_s=450.0, estimate_at=4)
+  clock.measured(104, 20.8)  # 0.2 s per member-checkpoint
+  damaged = Probe("d32-wd0.1-bf16", (), 0.0, (), 0, "step 1 of d32-wd0.1-bf16 (CorruptCheck"
+                  "pointError: failed its checksum check)")
+  _estimate_at(clock, pb.Watch(clock, "d32", 1000, 104, 4, _probing(clock, 0.5, damaged)),
+               10.0, 12.0)
+  e = clock.estimates["d32"]
+  assert e["measure_from"] == "slowest rate" and e["measure_s"] == pytest.approx(20.8)
+  assert e["probe"] is None and e["probe_damaged"] == damaged.damaged and e["probe_s"] == 0.5
+  assert ("(0.2 s each, the slowest rate seen in this call; the probe could not read step 1 "
+          "of d32-wd0.1-bf16 (CorruptCheckpointError: failed its checksum check))") in \
+      capsys.readouterr().err
+
+
+def test_the_floors_are_spent_before_the_population_and_can_stop_it(capsys):
+  clock = _Fake(budget_s=450.0, estimate_at=4)
+  clock.now = 30.0  # the floors took 27 s of it
+  clock.after_floors("d32", 27.0, "planted_floor.csv")  # 420 s left: goes on
+  _estimate_at(clock, pb.Watch(clock, "d32", 1000, 104, 4), 40.0, 42.0)
+  e = clock.estimates["d32"]
+  assert e["floor_s"] == 27.0 and e["train_end_s"] == 42.0 + 0.5 * 485  # in "now"
+  assert ("; the floors of its language took 27 s just before its training (spent: in "
+          "'now')") in capsys.readouterr().err
+  clock.now = 451.0  # floors that spent the budget: stopped before the population
+  with pytest.raises(pb.OverBudget) as stop:
+    clock.after_floors("d512", 400.0, "planted_floor-vocab64.csv")
+  assert str(stop.value) == (
+      "the floors of population d512's language took 400 s and the 450 s budget is spent (now "
+      "451 s): stopped before d512; the floors are kept in planted_floor-vocab64.csv: rerun "
+      "the same command to resume")
+  clock.budget_s = 0.0  # no budget: never stopped
+  clock.after_floors("d512", 400.0, "planted_floor.csv")
+
+
+def test_the_report_gives_the_floors_seconds():
+  said = " ".join(_budget_lines({"timings": {"floor_s": 27.4}}, {}))
+  assert ("The floors (planted_floor*.csv) took 27.4 s in the latest call, computed before the "
+          "training of their language's first population: inside the budget clock's time") in said
+  assert "floors" not in " ".join(_budget_lines({"timings": {"floor_s": 0.0}}, {}))
