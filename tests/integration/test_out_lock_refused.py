@@ -141,6 +141,9 @@ def test_what_a_failed_call_wrote_is_kept_and_only_errors_clean_up(tmp_path, rem
     assert (base / "exit0" / "out").is_dir() and (base / "exitnone" / "out").is_dir()
     for name in ("empty", "exit75", "exittext"):
       assert not (base / name).exists(), name
+    if remote:  # a bucket is never among the folders a call made (nor removed)
+      assert lock_lib.new_folders("gs://nobkt/a/b") == [lock_lib.upath("gs://nobkt/a/b"),
+                                                        lock_lib.upath("gs://nobkt/a")]
     if remote:  # the in-memory store's folder markers (its "/gs://..." parent entries are
       # unreachable from gs:// paths: a quirk of the fake, which GCS, without folders, lacks)
       assert not [d for d in FakeGCS.pseudo_dirs
