@@ -162,7 +162,9 @@ def test_reproduce_werror_loss_holds_the_sweep_folder_it_reads(tmp_path):
   """``experiments.reproduce``'s runner (``Suite.run_all``) runs werror_loss, which reads or
   trains OUT/head_rank: while another process holds that folder, werror_loss is reported failed
   with the busy line (naming --out, the option that chose the folder), and OUT/head_rank holds
-  only the holder's LOCK (nothing read or written there; its corpus is not even looked at)."""
+  only the holder's LOCK (nothing read or written there; its corpus is not even looked at).
+  werror_loss's own run, given the folder as --head_rank_dir, stops naming that option."""
+  from experiments import werror_loss
   from experiments.reproduce import SUITE
 
   out = tmp_path / "rep"
@@ -175,3 +177,8 @@ def test_reproduce_werror_loss_holds_the_sweep_folder_it_reads(tmp_path):
         "WorkdirLockedError: " + _busy_line(out / "head_rank", p.pid, "--out"))
     assert tree(out / "head_rank") == held
     assert not (out / "werror_loss").exists()  # created by the runner's lock, left empty
+    with pytest.raises(lock_lib.WorkdirLockedError) as e:  # the CLI's --head_rank_dir
+      werror_loss.run(tmp_path / "w", "test", data=str(tmp_path / "no_corpus"),
+                      head_rank_dir_=str(out / "head_rank"), verbose=False)
+    assert str(e.value) == _busy_line(out / "head_rank", p.pid, "--head_rank_dir")
+    assert tree(out / "head_rank") == held and not (tmp_path / "w").exists()
