@@ -41,8 +41,19 @@ afterwards): the run's measurement after training reads them back from the cache
 checkpoint that cannot be read (a file that fails its checksum, a truncated file) ends the
 probe with one warning naming it: the probe is only a projection aid, so the training goes on
 and the time estimate falls back to the slowest-rate rule; the probe leaves the step where it
-is, and the measurement after training meets it as any damaged step (``measure_arm``: the
-call stops with ``sbjax.checkpoint``'s ``CorruptCheckpointError`` naming the step).
+is, and the measurement after training meets it as any damaged step (below).
+
+A damaged checkpoint met by the measurement after training (``measure_arm``: its params fail
+to read, e.g. a file that fails its checksum or a truncated array file) is set aside as the
+analysis sets one aside (``sbjax.analysis.damaged``: moved to the member's
+``checkpoints_bad/`` with one warning line naming the workdir, the step and the reason; left
+in place and skipped when the workdir is read-only), and the other checkpoints are measured:
+the arm's rows and L[K, ·] are those of the steps that read. The set-aside steps and their
+reasons are kept in the cache file (``set_aside``, whatever its key) and returned
+(``Measured.set_aside``), so a later call, which no longer sees the step, still reports it; a
+record whose step has been saved again since (training resumed over it: ``planted_run``)
+stays with ``saved_again`` true and its step is measured again. A member with no good
+checkpoint left gives no rows.
 
 Both measure under the run's mesh (``measure_mesh``: ``jax.set_mesh`` of ``cfg.mesh``, the
 mesh ``sbjax.train`` trains under), so the measurement after training reuses the compile of
@@ -52,6 +63,7 @@ shape and process.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -72,6 +84,7 @@ from sbjax import sharding as shd
 from sbjax.metrics import anisotropy as aniso_lib
 from sbjax.metrics import spectrum
 from sbjax import checksums
+from sbjax.analysis.damaged import Damaged, read_good
 from sbjax.atomic import atomic_write_text, is_local
 from sbjax.data.planted_tail import token_marginal
 from sbjax.paths import upath
@@ -181,11 +194,12 @@ def checkpoint_identity(wd, step: int) -> str:
   return "stat:" + _sha256(stats)
 
 
-def _read_cache(path, key: dict) -> dict:
-  """{step (str): entry} of the cache at ``path`` made with ``key``; {} when there is none or
-  its key differs; an unreadable file warns in one line and counts as none."""
+def _read_cache(path, key: dict) -> tuple[dict, list]:
+  """({step (str): entry} of the cache at ``path`` made with ``key``, {} when there is none or
+  its key differs; its ``set_aside`` records, whatever its key); an unreadable file warns in
+  one line and counts as none."""
   if not path.exists():
-    return {}
+    return {}, []
   try:
     c = json.loads(path.read_text())
     if not isinstance(c, dict) or not isinstance(c.get("steps"), dict):
@@ -193,8 +207,9 @@ def _read_cache(path, key: dict) -> dict:
   except (OSError, ValueError, UnicodeDecodeError) as e:
     warnings.warn(f"{path} is unreadable ({type(e).__name__}: {str(e)[:120]}); measuring "
                   "every checkpoint again (it is rewritten)", RuntimeWarning, stacklevel=3)
-    return {}
-  return c["steps"] if c.get("key") == key else {}
+    return {}, []
+  aside = [r for r in c.get("set_aside") or [] if isinstance(r, dict) and "step" in r]
+  return (c["steps"] if c.get("key") == key else {}), aside
 
 
 def _usable(e, ident: str, step: int, n_windows: int) -> bool:
@@ -239,41 +254,74 @@ def _measurer(wd, cfg, windows_WxT1: np.ndarray, lang):
 
 
 def _open_cache(wd, windows_WxT1: np.ndarray, lang, cache: bool = True):
-  """(the run's Config, its cache's path and key, the entries cached under that key)."""
+  """(the run's Config, its cache's path and key, the entries cached under that key, the
+  cache's set-aside records)."""
   if lang.context != 1:
     raise ValueError(f"the planted arms measure a context-1 language, got context={lang.context}")
   cfg = ckpt.load_config(wd)
   path, key = upath(wd) / CACHE_FILE, cache_key(cfg, windows_WxT1, lang)
-  return cfg, path, key, (dict(_read_cache(path, key)) if cache else {})
+  store, aside = _read_cache(path, key) if cache else ({}, [])
+  return cfg, path, key, dict(store), aside
 
 
 def _entry(ident: str, row: dict, loss: np.ndarray) -> dict:
   return {"checkpoint": ident, "row": row, "losses": [float(v) for v in loss]}
 
 
-def measure_arm(wd, windows_WxT1: np.ndarray, lang,
-                cache: bool = True) -> tuple[list[dict], np.ndarray, int]:
-  """(one row per checkpoint, L[K, W], how many checkpoints were measured in this call) of
-  the run in ``wd`` (context-1 language: c_t = x_t); with ``cache`` the checkpoints already
-  measured are read from ``wd/planted_measure.json`` (module doc), the same numbers bit for
-  bit, and each one measured is added to it."""
-  cfg, path, key, store = _open_cache(wd, windows_WxT1, lang, cache)
-  steps, one, measured = ckpt.list_steps(wd), None, 0
-  with measure_mesh(cfg):  # the probe's: its compile is reused
-    for s in steps:
+class Measured(NamedTuple):
+  """What ``measure_arm`` gives: one row per checkpoint that read (measured or from the
+  cache), L[K, W] of those, how many were measured in this call, and the set-aside records
+  ``{"step", "reason", "moved_to"}`` (``saved_again`` true for a step saved again since) of
+  this call and of earlier calls, by step."""
+  rows: list
+  losses: np.ndarray
+  measured: int
+  set_aside: list
+
+
+def measure_arm(wd, windows_WxT1: np.ndarray, lang, cache: bool = True) -> Measured:
+  """The measurement of the run in ``wd`` (context-1 language: c_t = x_t): ``Measured``;
+  with ``cache`` the checkpoints already measured are read from ``wd/planted_measure.json``
+  (module doc), the same numbers bit for bit, and each one measured is added to it. A step
+  whose params do not read is set aside (module doc) and the others are measured."""
+  cfg, path, key, store, earlier = _open_cache(wd, windows_WxT1, lang, cache)
+  damaged, one, reader, measured = Damaged(wd), None, None, 0
+  with measure_mesh(cfg), contextlib.ExitStack() as stack:  # the probe's mesh: its compile
+    for s in ckpt.list_steps(wd):
       ident = checkpoint_identity(wd, s)
-      if not _usable(store.get(str(s)), ident, s, len(windows_WxT1)):
-        one = one or _measurer(wd, cfg, windows_WxT1, lang)
-        store[str(s)] = _entry(ident, *one(s))
+      if _usable(store.get(str(s)), ident, s, len(windows_WxT1)):
+        continue
+      if one is None:
+        one = _measurer(wd, cfg, windows_WxT1, lang)
+        reader = stack.enter_context(ckpt.ParamsReader(wd, _abstract(cfg)))
+      plist, good = read_good(reader, [s], damaged)  # a damaged step: set aside, skipped
+      if good:
+        store[str(s)] = _entry(ident, *one(s, plist[0]))
         measured += 1
-        if cache:  # after each checkpoint: a cut-off keeps the ones measured
-          _write_cache(path, key, store)
-  kept = {str(s): store[str(s)] for s in steps}
-  if cache and kept.keys() != store.keys():  # steps no longer saved: dropped
-    _write_cache(path, key, kept)
+      if cache:  # after each checkpoint: a cut-off keeps the ones measured and set aside
+        _write_cache(path, key, store, _aside(wd, earlier, damaged))
+  steps = [s for s in ckpt.list_steps(wd) if s not in damaged.steps]  # (read-only: in place)
+  kept, aside = {str(s): store[str(s)] for s in steps}, _aside(wd, earlier, damaged)
+  if cache and (kept.keys() != store.keys() or aside != earlier):  # steps gone: dropped
+    _write_cache(path, key, kept, aside)
   rows = [kept[str(s)]["row"] for s in steps]
   losses = [np.asarray(kept[str(s)]["losses"], np.float64) for s in steps]
-  return rows, np.stack(losses), measured
+  return Measured(rows, np.stack(losses) if losses else np.zeros((0, len(windows_WxT1))),
+                  measured, aside)
+
+
+def _abstract(cfg):
+  """The run's parameters as ``sbjax.checkpoint.load_params`` restores them (one device)."""
+  return ckpt.abstract_with_shardings(Model(cfg.model).abstract_params())
+
+
+def _aside(wd, earlier: list, damaged: Damaged) -> list[dict]:
+  """The set-aside records by step: this call's (``damaged``) over the earlier calls'; an
+  earlier one whose step is saved again gets ``saved_again`` true."""
+  saved = set(ckpt.list_steps(wd)) - set(damaged.steps)
+  by_step = {int(r["step"]): {**r, "saved_again": int(r["step"]) in saved} for r in earlier}
+  by_step.update({s: {**r, "saved_again": False} for s, r in damaged.steps.items()})
+  return [by_step[s] for s in sorted(by_step)]
 
 
 def finalized_steps(wd) -> list[int]:
@@ -309,7 +357,7 @@ def probe_arm(wd, windows_WxT1: np.ndarray, lang, most: int = 3) -> Probe:
   the measurer's set-up and each checkpoint (its cache write included, as there). A step
   that cannot be read ends the probe with one warning (module doc): its ``Probe`` names it
   and holds no times."""
-  cfg, path, key, store = _open_cache(wd, windows_WxT1, lang)
+  cfg, path, key, store, aside = _open_cache(wd, windows_WxT1, lang)
   todo, cached = [], 0
   for s in finalized_steps(wd):
     ident = checkpoint_identity(wd, s)
@@ -329,7 +377,7 @@ def probe_arm(wd, windows_WxT1: np.ndarray, lang, most: int = 3) -> Probe:
       except Exception as e:  # noqa: BLE001 - any unreadable step: the probe gives up
         return _probe_damaged(wd, name, s, e, cached)
       store[str(s)] = _entry(ident, *one(s, params))
-      _write_cache(path, key, store)
+      _write_cache(path, key, store, aside)
       times.append(time.perf_counter() - t)
   return Probe(name, tuple(s for s, _ in todo), setup if todo else 0.0, tuple(times), cached)
 
@@ -344,8 +392,8 @@ def _probe_damaged(wd, name: str, step: int, e: BaseException, cached: int) -> P
   return Probe(name, (), 0.0, (), cached, f"step {step} of {name} ({reason})")
 
 
-def _write_cache(path, key: dict, store: dict) -> None:
-  atomic_write_text(path, json.dumps({"key": key, "steps": store}) + "\n")
+def _write_cache(path, key: dict, store: dict, aside: list) -> None:
+  atomic_write_text(path, json.dumps({"key": key, "steps": store, "set_aside": aside}) + "\n")
 
 
 def _jump(vals: np.ndarray, i: int) -> float:

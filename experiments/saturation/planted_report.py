@@ -184,6 +184,41 @@ def _budget_lines(meta: dict, k: dict) -> list[str]:
   return out
 
 
+def _set_aside_lines(meta: dict, arms: list[dict]) -> list[str]:
+  """The damaged checkpoints the measurement set aside (planted_meta.json's ``set_aside`` and
+  ``excluded``, ``planted_measure``): per member, which steps and why, and how many
+  checkpoints its statistics use instead."""
+  by_arm, out = {a["arm"]: a for a in arms}, []
+  for name, recs in (meta.get("set_aside") or {}).items():
+    gone = [r for r in recs if not r.get("saved_again")]
+    said = "; ".join(f"step {r['step']} set aside ({r['reason']})" for r in gone)
+    if name in (meta.get("excluded") or []):
+      out.append(f"{name}: {said}; no checkpoint of it reads, so it is excluded from the "
+                 "table, the account and the answer (not retrained: a population is resumed "
+                 "only while every member holds a checkpoint).")
+      continue
+    a = by_arm.get(name)
+    if gone and a is not None:
+      last = int(a["last_step"])
+      out.append(f"{name}: {said}; its rise and the other statistics use "
+                 f"{int(a['checkpoints_used'])} of {int(a['checkpoints_saved'])} checkpoints, "
+                 "computed without the step(s) set aside" + (
+                     f"; its final-* columns are of step {last}, the newest that reads (a "
+                     "rerun of the same command resumes its population's training from the "
+                     "newest step every member holds and saves the final step again)"
+                     if last < int(a["steps"]) else "") + ".")
+    for r in recs:
+      if r.get("saved_again"):
+        out.append(f"{name}: step {r['step']} was set aside by an earlier call "
+                   f"({r['reason']}) and saved again since by resumed training; it is "
+                   "measured again and used.")
+  if not out:
+    return []
+  return ["**Damaged checkpoints set aside** (moved to the member's checkpoints_bad/ by the "
+          "measurement after training, never deleted; planted_measure.json, planted_meta.json "
+          "and planted_arms.csv's set_aside column list them): " + " ".join(out), ""]
+
+
 ANSWERS = {"width": "only at small d (width)", "gamma": "only at Γ ≈ 7.9 (the optimiser)",
            "neither": "nowhere", "both": "undecided (width and Γ change together)",
            "mixed": "undecided (the rises follow neither width nor Γ alone)",
@@ -245,6 +280,7 @@ def report_section(out: Path, rel: str = ".") -> str:
       f"below it. Coincidence: a KL(σ‖u) jump ≥ {k['kl_jump']} nat (raw or centred, named) and "
       f"anisotropy ≥ {k['anisotropy_level']} within ±1 checkpoint of the rise onset.", ""]
   lines += _device_lines(meta, k, lang)
+  lines += _set_aside_lines(meta, all_arms)
   if arms:
     lines += [*_table(arms), "",
               f"![expected loss vs Γ]({rel}/{PLANTED_FIGS['loss']})",

@@ -35,6 +35,18 @@ match), so a resumed call measures only what no call has measured; ``timings[pop
 many member-checkpoints were ``measured`` and how many read from the cache (``cached``), and
 the budget clock learns its rate from the measured ones only. The probed checkpoints are
 among the ``cached`` ones when the population is measured after training.
+
+A damaged member-checkpoint met by the measurement after training is set aside (moved to
+the member's ``checkpoints_bad/``, one warning line; ``planted_measure``) and the member's
+other checkpoints are measured: planted_arms.csv's row says which steps were left out and
+why (``set_aside``) and how many checkpoints its statistics use (``checkpoints_used`` of
+``checkpoints_saved``, ``last_step``), planted_meta.json keeps the records (``set_aside``, by
+arm) and the members with no checkpoint left (``excluded``: no row, not in the account),
+and the report says so. A rerun of a finished population that lost a member's final
+checkpoint this way resumes its training from the newest step every member restores and
+saves the final step again (``lost_final``: bit for bit the same parameters; the members'
+newer steps are moved aside by the restore and measured again); other set-aside steps stay
+out, reported, and a member with no checkpoint left is not retrained.
 """
 
 from __future__ import annotations
@@ -45,6 +57,7 @@ import io
 import json
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -139,19 +152,28 @@ class _Languages:
 
 
 def _arm_rows(arm, cfg, wd: Path, windows, lang, fl: dict,
-             knobs) -> tuple[dict, list[dict], int]:
-  """(the arm's planted_arms.csv row, its planted_checkpoints.csv rows, how many of its
-  checkpoints were measured in this call: the others were read from its cache) after
-  training."""
-  rows, losses, measured = pm.measure_arm(wd, windows, lang)
-  _save_windows(wd / "planted_windows.npz", [r["step"] for r in rows], losses)
+             knobs) -> tuple[dict | None, list[dict], pm.Measured]:
+  """(the arm's planted_arms.csv row, None when no checkpoint of it reads; its
+  planted_checkpoints.csv rows; its measurement, ``planted_measure.Measured``: how many of
+  its checkpoints were measured in this call, the others read from its cache, and the steps
+  set aside) after training. The row says which checkpoints its statistics use: ``set_aside``
+  (the steps left out and why, or "none"), ``checkpoints_used`` of ``checkpoints_saved`` (the
+  schedule's) and ``last_step`` (the step of its final-* columns)."""
+  m = pm.measure_arm(wd, windows, lang)
+  if not m.rows:  # every checkpoint set aside: no statistic (planted_meta.json's excluded)
+    return None, [], m
+  _save_windows(wd / "planted_windows.npz", [r["step"] for r in m.rows], m.losses)
   train_recs = [r for r in read_metrics(wd) if "loss" in r]
   who = {"arm": arm.name, "seed": arm.seed, "vocab": lang.vocab, "zipf": lang.zipf}
-  summary = pm.arm_summary(rows, losses, train_recs, cfg, knobs, float(fl["floor"]),
+  summary = pm.arm_summary(m.rows, m.losses, train_recs, cfg, knobs, float(fl["floor"]),
                            float(fl["H"]))
+  aside = [r for r in m.set_aside if not r["saved_again"]]
+  used = {"checkpoints_used": len(m.rows), "checkpoints_saved": len(checkpoint_steps(cfg.train)),
+          "last_step": m.rows[-1]["step"],
+          "set_aside": "; ".join(f"step {r['step']} ({r['reason']})" for r in aside) or "none"}
   ck = [{"arm": arm.name, "d": arm.d, "weight_decay": arm.weight_decay, "dtype": arm.dtype,
-         "seed": arm.seed, **r} for r in rows]
-  return {**summary, **who}, ck, measured
+         "seed": arm.seed, **r} for r in m.rows]
+  return {**summary, **who, **used}, ck, m
 
 
 def groups(p, cfgs) -> list[tuple[str, list]]:
@@ -228,14 +250,27 @@ def _steps_done(wd: Path) -> int:
   return steps[-1] if steps else 0
 
 
+def lost_final(group: list, wds: list) -> bool:
+  """True when a member of a finished group lost its final checkpoint (set aside by an
+  earlier call's measurement, ``planted_measure``) while every member still has a
+  checkpoint: training then resumes from the newest step every member restores
+  (``sbjax.checkpoint.restore_latest_common``; the stateless data order gives the same
+  parameters, bit for bit) and saves the final step again. A member with no checkpoint left
+  is not retrained (that would start every member over): it stays excluded."""
+  steps = [list_steps(w) if w.exists() else [] for w in wds]
+  return all(steps) and any(c.train.steps not in s for (_, c), s in zip(group, steps))
+
+
 def _train_group(p, name, group, out: Path, langs, clock, floors=None) -> bool:
-  """Train one group (an arm, or a population; ``floors``: ``_train_population``'s); True if
-  anything was trained."""
+  """Train one group (an arm, or a population; ``floors``: ``_train_population``'s), or
+  resume a finished one that lost a final checkpoint (``lost_final``); True if anything was
+  trained."""
   wds = [out / "runs" / a.name for a, _ in group]
-  if all(finished(w) is not None for w in wds):
+  lost = lost_final(group, wds)
+  if all(finished(w) is not None for w in wds) and not lost:
     return False
   dss = _datasets(group, langs)
-  if p.knobs.population:
+  if p.knobs.population or lost:
     _train_population(name, group, wds, dss, clock, _prober(group, wds, langs), floors)
   else:
     train_once(group[0][1], wds[0], dataset=dss[0], quiet=True)
@@ -275,30 +310,43 @@ class CallRecord(shared.CallRecord):
   def __init__(self, out: Path, p, clock):  # the call's clocks start here
     super().__init__(out / META, CALL_KEYS)
     self.p, self.arms, self.timings = p, [], {"floor_s": 0.0}
+    self.set_aside, self.excluded = {}, []
     self.watch(clock)
 
   def write(self, **fields) -> dict:
-    done, c = {a["arm"] for a in self.arms}, self.clock
+    done, c = {a["arm"] for a in self.arms} | set(self.excluded), self.clock
     return super().write(
         **fields, timings=dict(self.timings),
         account=pm.account(self.arms, small_d=self.p.knobs.small_d) if self.arms else None,
         not_run=[a.name for a in self.p.knobs.arms if a.name not in done],
-        s_per_measure=round(c.s_per_measure, 4) if c is not None and c.s_per_measure else None)
+        s_per_measure=round(c.s_per_measure, 4) if c is not None and c.s_per_measure else None,
+        set_aside=dict(self.set_aside), excluded=list(self.excluded))
 
 
-def _measure_group(p, group, out: Path, langs, clock) -> tuple[list, list, dict]:
+def _measure_group(p, group, out: Path, langs, clock, rec) -> tuple[list, list, dict]:
   """(planted_arms.csv rows, planted_checkpoints.csv rows, timings) of a trained group; the
   measurement's seconds (the floors' fit excluded) over the member-checkpoints measured in
-  this call (not those read from the cache) teach the budget clock its rate."""
+  this call (not those read from the cache) teach the budget clock its rate. Each member's
+  set-aside steps go to ``rec.set_aside``, a member with no checkpoint left to
+  ``rec.excluded`` (with one warning line)."""
   t, floor0 = time.perf_counter(), langs.floor_s
   arms, ck_rows, measured = [], [], 0
   for arm, cfg in group:
     _, lang, windows = langs.language(arm, cfg)
-    row, ck, n = _arm_rows(arm, cfg, out / "runs" / arm.name, windows, lang,
+    row, ck, m = _arm_rows(arm, cfg, out / "runs" / arm.name, windows, lang,
                            langs.floor(arm, lang), p.knobs)
-    arms.append(row)
+    if m.set_aside:
+      rec.set_aside[arm.name] = m.set_aside
+    if row is None:
+      rec.excluded.append(arm.name)
+      warnings.warn(f"{arm.name}: no checkpoint of it reads (steps "
+                    f"{', '.join(str(r['step']) for r in m.set_aside)} set aside to "
+                    f"{out / 'runs' / arm.name / 'checkpoints_bad'}): excluded from "
+                    "planted_arms.csv, the account and the answer", RuntimeWarning, stacklevel=2)
+    else:
+      arms.append(row)
     ck_rows += ck
-    measured += n
+    measured += m.measured
   seconds = time.perf_counter() - t - (langs.floor_s - floor0)
   if clock is not None:
     clock.measured(measured, seconds)
@@ -335,7 +383,7 @@ def run_planted(out: Path, preset, verbose: bool = True) -> dict:
       if trained:  # recorded at once: a cut-off in its measurement keeps it
         rec.trained.append(name)
         rec.write()
-      arms, ck, measured = _measure_group(p, group, out, langs, clock)
+      arms, ck, measured = _measure_group(p, group, out, langs, clock, rec)
       rec.arms += arms
       ck_rows += ck
       write_rows(out / "planted_checkpoints.csv", ck_rows)

@@ -24,7 +24,15 @@ in each member's workdir): a second call into a finished folder measures nothing
 the same CSVs byte for byte; a cached step whose checkpoint was saved again, a corrupt cache
 (with a warning), other validation windows or another measurement version are measured again,
 to the same numbers as a measurement without the cache. One uninterrupted call (``whole``)
-serves the bitwise resume and these checks."""
+serves the bitwise resume and these checks.
+
+A damaged member-checkpoint (a bit flipped in, or a cut-off, array file) met by the
+measurement after training is set aside to the member's checkpoints_bad/ with one warning
+line, and the other checkpoints are measured, to the undamaged run's numbers; the cache,
+planted_meta.json, planted_arms.csv and the report say which steps and why, and the rise is
+that of the remaining checkpoints; a member with none left is excluded, named, never a crash;
+a rerun reads the records back, and one whose population lost a final checkpoint resumes the
+training and ends with ``whole``'s parameters and CSVs, bit for bit (copies of ``whole``)."""
 
 import json
 import re
@@ -49,6 +57,7 @@ from experiments.saturation.planted_report import report_section
 from sbjax import checkpoint as ckpt
 from sbjax import checksums
 from sbjax.data import make_dataset
+from sbjax.studies import rise as rise_lib
 from sbjax.train.preempt import EXIT_PREEMPTED
 from tests._damage import flip_one_byte, largest_data_file
 
@@ -196,8 +205,8 @@ def test_budget_stop_then_resume_is_bitwise(tmp_path, monkeypatch, whole):
   assert f"Time estimate of population {name}: {est['s_per_step']:.4g} s/step" in md
   assert f"; the probe could not read step 0 of {group[0][0].name} (" in md
   assert "No population has finished in this folder yet" in md
-  # repaired (the bit flipped back) for the rerun, whose measurement after training would stop
-  # at the damaged step (test_a_damaged_checkpoint_stops_the_probe_not_the_training)
+  # repaired (the bit flipped back) for the rerun, whose measurement after training would set
+  # the damaged step aside (test_a_damaged_checkpoint_stops_the_probe_and_is_set_aside_...)
   flip_one_byte(damaged)
   assert ckpt.verify_step(wds[0], 0)
   meta = pr.run_planted(cut, "gpu-planted-test", verbose=False)  # the rerun resumes
@@ -389,11 +398,24 @@ def test_the_probe_measures_only_finalized_steps_not_cached(whole, tmp_path):
   assert pm.measure_arm(wd, win, lang)[2] == 1  # after training: only step 4 is measured
 
 
-def test_a_damaged_checkpoint_stops_the_probe_not_the_training(whole, tmp_path):
+def _cached_rows(whole, arm) -> tuple[dict, dict]:
+  """({step: row}, {step: L[s, ·]}) of ``whole``'s measurement of ``arm`` (its cache)."""
+  c = json.loads((whole.out / "runs" / arm.name / pm.CACHE_FILE).read_text())["steps"]
+  return ({int(s): e["row"] for s, e in c.items()},
+          {int(s): np.asarray(e["losses"], np.float64) for s, e in c.items()})
+
+
+def _bad_lines(caplog) -> list[str]:
+  return [r.getMessage() for r in caplog.records if " is bad (" in r.getMessage()]
+
+
+def test_a_damaged_checkpoint_stops_the_probe_and_is_set_aside_after_training(whole, tmp_path,
+                                                                              caplog):
   # the probe stops at a finalized step that fails its checksum (one bit flipped in an array
   # file): one warning line naming it, no times (the estimate falls back), the steps before it
-  # kept in the cache, the step left in place; the measurement after training meets it as
-  # any damaged step: the call stops with CorruptCheckpointError naming it
+  # kept in the cache, the step left in place; the measurement after training sets it aside
+  # (to checkpoints_bad/, one warning line) and measures the others, as it does a step with a
+  # truncated array file
   wd, lang, win = _member(whole, tmp_path)
   (wd / pm.CACHE_FILE).unlink()
   steps = ckpt.list_steps(wd)
@@ -407,8 +429,113 @@ def test_a_damaged_checkpoint_stops_the_probe_not_the_training(whole, tmp_path):
   assert got.damaged.startswith(f"step 1 of {wd.name} (CorruptCheckpointError: ")
   assert sorted(json.loads((wd / pm.CACHE_FILE).read_text())["steps"]) == ["0"]
   assert ckpt.list_steps(wd) == steps and not (wd / "checkpoints_bad").exists()
-  with pytest.raises(ckpt.CorruptCheckpointError, match=f"checkpoint step 1 in {wd} failed"):
-    pm.measure_arm(wd, win, lang)
+  f = largest_data_file(ckpt.ckpt_dir(wd) / "4")  # truncated
+  f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
+  with caplog.at_level("WARNING", logger="sbjax"):
+    m = pm.measure_arm(wd, win, lang)
+  good = [s for s in steps if s not in (1, 4)]
+  said = _bad_lines(caplog)
+  assert len(said) == 2 and said[0].startswith(
+      f"checkpoint step 1 in {wd} is bad (CorruptCheckpointError: failed its checksum check: ")
+  assert said[1].startswith(f"checkpoint step 4 in {wd} is bad (CorruptCheckpointError: "
+                            "failed its checksum check: ") and "moved it aside" in said[1]
+  bad = sorted((wd / "checkpoints_bad").iterdir())
+  assert [b.name.split("_")[0] for b in bad] == ["1", "4"] and ckpt.list_steps(wd) == good
+  assert [(r["step"], r["moved_to"], r["saved_again"]) for r in m.set_aside] == \
+      [(1, str(bad[0]), False), (4, str(bad[1]), False)]
+  assert m.set_aside[0]["reason"].startswith("CorruptCheckpointError: failed its checksum check")
+  assert m.measured == len(good) - 1  # step 0: the probe's, from the cache
+  rows, losses = _cached_rows(whole, P.knobs.arms[0])  # the undamaged run's numbers
+  assert json.dumps(m.rows) == json.dumps([rows[s] for s in good])
+  np.testing.assert_array_equal(m.losses, np.stack([losses[s] for s in good]))
+  caplog.clear()
+  with caplog.at_level("WARNING", logger="sbjax"):
+    again = pm.measure_arm(wd, win, lang)  # a later call: read back, the records kept
+  assert again.measured == 0 and again.set_aside == m.set_aside and not _bad_lines(caplog)
+  assert json.loads((wd / pm.CACHE_FILE).read_text())["set_aside"] == m.set_aside
+  _same(again, m)
+
+
+def _damaged_copy(whole, tmp_path, damage: dict) -> Path:
+  """A copy of ``whole``'s folder with the steps ``damage`` ({member index: steps}) damaged
+  (one bit flipped in their largest array file) and those members' caches removed (a
+  measurement reads them again: the damage is met)."""
+  out = shutil.copytree(whole.out, tmp_path / "copy")
+  for i, steps in damage.items():
+    wd = out / "runs" / P.knobs.arms[i].name
+    (wd / pm.CACHE_FILE).unlink()
+    for s in steps:
+      flip_one_byte(largest_data_file(ckpt.ckpt_dir(wd) / str(s)))
+  return out
+
+
+def test_a_call_sets_damaged_checkpoints_aside_and_says_so(whole, tmp_path, caplog):
+  # member 1 loses step 10 (after 30% of training: in the rise's window), member 3 every
+  # step; the call measures the others and does not fail; member 1's statistics use 7 of 8
+  # checkpoints, member 3 is excluded, and the CSV, the meta and the report say so
+  all_steps = ckpt.list_steps(whole.out / "runs" / P.knobs.arms[3].name)
+  out = _damaged_copy(whole, tmp_path, {1: [10], 3: all_steps})
+  m1, m3 = P.knobs.arms[1].name, P.knobs.arms[3].name
+  with caplog.at_level("WARNING", logger="sbjax"), pytest.warns(RuntimeWarning) as caught:
+    meta = pr.run_planted(out, "gpu-planted-test", verbose=False)
+  said = _bad_lines(caplog)
+  assert len(said) == 1 + len(all_steps) and f"checkpoint step 10 in {out / 'runs' / m1} " \
+      "is bad (CorruptCheckpointError: failed its checksum check" in said[0]
+  (excl,) = [str(w.message) for w in caught if "excluded" in str(w.message)]
+  assert excl.startswith(f"{m3}: no checkpoint of it reads (steps 0, 1, 2, 4, 8, 10, 16, 20 ")
+  assert meta["trained"] == [] and meta["excluded"] == [m3] and meta["not_run"] == []
+  assert sorted(meta["set_aside"]) == [m1, m3] and len(meta["set_aside"][m3]) == len(all_steps)
+  assert [r["step"] for r in meta["set_aside"][m1]] == [10]
+  arms = {a["arm"]: a for a in read_rows(out / "planted_arms.csv")}
+  assert sorted(arms) == sorted(a.name for a in P.knobs.arms[:3])
+  a1 = arms[m1]
+  assert (a1["checkpoints_used"], a1["checkpoints_saved"], a1["last_step"]) == (7, 8, 20)
+  assert a1["set_aside"].startswith("step 10 (CorruptCheckpointError: failed its checksum")
+  assert all(arms[a.name]["set_aside"] == "none" for a in P.knobs.arms[:3:2])
+  # the rise of member 1 is the statistic of the undamaged run's L without step 10
+  rows, losses = _cached_rows(whole, P.knobs.arms[1])
+  good = [s for s in all_steps if s != 10]
+  rt = rise_lib.rise_test(np.array(good), np.stack([losses[s] for s in good]), 20,
+                          threshold=P.knobs.threshold, after=P.knobs.after, n_boot=P.knobs.n_boot)
+  assert (a1["rise"], a1["rise_ci_lo"], a1["rise_ci_hi"]) == (rt["rise"], rt["ci_lo"], rt["ci_hi"])
+  assert meta["account"] == pm.account(list(arms.values()), small_d=P.knobs.small_d)
+  ck = read_rows(out / "planted_checkpoints.csv")
+  assert [r["step"] for r in ck if r["arm"] == m1] == good and not [r for r in ck if r["arm"] == m3]
+  md = report_section(out)
+  assert f"{m1}: step 10 set aside (CorruptCheckpointError: failed its checksum check" in md
+  assert "its rise and the other statistics use 7 of 8 checkpoints, computed without" in md
+  assert f"{m3}: step 0 set aside (" in md and "excluded from the table, the account" in md
+  caplog.clear()
+  csv = {f: (out / f).read_bytes() for f in CSVS}
+  with caplog.at_level("WARNING", logger="sbjax"), pytest.warns(RuntimeWarning) as caught:
+    again = pr.run_planted(out, "gpu-planted-test", verbose=False)  # a rerun: nothing retrained
+  assert again["trained"] == [] and not _bad_lines(caplog)  # the records read back
+  assert [str(w.message) for w in caught if "excluded" in str(w.message)] == [excl]
+  assert (again["set_aside"], again["excluded"]) == (meta["set_aside"], meta["excluded"])
+  assert all((out / f).read_bytes() == csv[f] for f in CSVS)
+
+
+def test_a_lost_final_checkpoint_is_trained_again_by_the_rerun(whole, tmp_path, caplog):
+  # member 1's final step fails its checksum: the call sets it aside (its final-* columns
+  # are of step 16); the rerun resumes the population from step 16 and saves step 20 again:
+  # the same parameters and CSVs as `whole`, byte for byte
+  out = _damaged_copy(whole, tmp_path, {1: [20]})
+  m1 = P.knobs.arms[1].name
+  first = pr.run_planted(out, "gpu-planted-test", verbose=False)
+  assert first["trained"] == [] and [r["step"] for r in first["set_aside"][m1]] == [20]
+  a1 = {a["arm"]: a for a in read_rows(out / "planted_arms.csv")}[m1]
+  assert (a1["checkpoints_used"], a1["last_step"]) == (7, 16)
+  assert "its final-* columns are of step 16, the newest that reads" in report_section(out)
+  meta = pr.run_planted(out, "gpu-planted-test", verbose=False)
+  assert meta["trained"] == [pr.groups(P, [(a, arm_config(P, a)) for a in P.knobs.arms])[0][0]]
+  assert meta["timings"][meta["trained"][0]]["measured"] == len(P.knobs.arms)  # the finals
+  assert [(r["step"], r["saved_again"]) for r in meta["set_aside"][m1]] == [(20, True)]
+  for arm in P.knobs.arms:
+    for a, b in zip(_final_params(out, arm), _final_params(whole.out, arm)):
+      np.testing.assert_array_equal(a, b)
+  for f in CSVS:
+    assert (out / f).read_bytes() == whole.csv[f], f
+  assert f"{m1}: step 20 was set aside by an earlier call (" in report_section(out)
 
 
 def test_a_checkpoint_saved_again_is_measured_again(whole, tmp_path):
