@@ -266,8 +266,9 @@ def _train_group(p, name, group, out: Path, langs, clock, floors=None) -> bool:
   resume a finished one that lost a final checkpoint (``lost_final``); True if anything was
   trained."""
   wds = [out / "runs" / a.name for a, _ in group]
-  lost = lost_final(group, wds)
-  if all(finished(w) is not None for w in wds) and not lost:
+  done = all(finished(w) is not None for w in wds)
+  lost = done and lost_final(group, wds)
+  if done and not lost:
     return False
   dss = _datasets(group, langs)
   if p.knobs.population or lost:
