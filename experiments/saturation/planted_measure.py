@@ -354,7 +354,8 @@ def probe_arm(wd, windows_WxT1: np.ndarray, lang, most: int = 3) -> Probe:
   """Measure up to ``most`` finalized checkpoints (``finalized_steps``, oldest first) of a
   run that may still be training, those its cache does not hold yet, as ``measure_arm``
   measures them and into its cache (the measurement after training reads them back), timing
-  the measurer's set-up and each checkpoint (its cache write included, as there). A step
+  the measurer's set-up (with its checkpoint reader) and each checkpoint (its read and cache
+write included, as there). A step
   that cannot be read ends the probe with one warning (module doc): its ``Probe`` names it
   and holds no times."""
   cfg, path, key, store, aside = _open_cache(wd, windows_WxT1, lang)
@@ -366,14 +367,15 @@ def probe_arm(wd, windows_WxT1: np.ndarray, lang, most: int = 3) -> Probe:
     elif len(todo) < most:
       todo.append((s, ident))
   name, times = upath(wd).name, []
-  with measure_mesh(cfg):  # as measure_arm's (inside the training's, an equal mesh)
-    t = time.perf_counter()
+  with measure_mesh(cfg), contextlib.ExitStack() as stack:  # as measure_arm's (inside the
+    t = time.perf_counter()  # training's, an equal mesh), reading through the same reader
     one = _measurer(wd, cfg, windows_WxT1, lang) if todo else None
+    reader = stack.enter_context(ckpt.ParamsReader(wd, _abstract(cfg))) if todo else None
     setup = time.perf_counter() - t
     for s, ident in todo:
       t = time.perf_counter()
       try:
-        params = ckpt.load_params(wd, s)[1]
+        params = reader.read([s])[0]
       except Exception as e:  # noqa: BLE001 - any unreadable step: the probe gives up
         return _probe_damaged(wd, name, s, e, cached)
       store[str(s)] = _entry(ident, *one(s, params))
