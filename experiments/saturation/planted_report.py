@@ -257,9 +257,10 @@ def report_section(out: Path, rel: str = ".") -> str:
   out = upath(out)
   meta = json.loads((out / "planted_meta.json").read_text())
   measured = (out / "planted_arms.csv").exists()  # no population finished: no table
+  all_arms = read_rows(out / "planted_arms.csv") if measured else []
+  measured = bool(all_arms)  # (none when every member measured so far was excluded)
   if measured:
     draw(out)
-  all_arms = read_rows(out / "planted_arms.csv") if measured else []
   ck = _by_arm(read_rows(out / "planted_checkpoints.csv")) if measured else {}
   k, lang = meta["knobs"], meta["language"]
   arms, others = _split(all_arms, lang)
@@ -291,6 +292,9 @@ def report_section(out: Path, rel: str = ".") -> str:
               *_answer(arms, acc, k, bool(meta.get("not_run"))),
               *_row_norm_lines(arms),
               reading(arms, ck, k, acc), ""]
+  elif not all_arms and meta.get("excluded"):
+    lines += ["No arm has a checkpoint that reads (every member measured so far is excluded, "
+              "above): there is no table, figure or answer.", ""]
   elif not all_arms:
     lines += ["No population has finished in this folder yet: no arm is measured, so there "
               "is no table, figure or answer.", ""]

@@ -515,6 +515,26 @@ def test_a_call_sets_damaged_checkpoints_aside_and_says_so(whole, tmp_path, capl
   assert all((out / f).read_bytes() == csv[f] for f in CSVS)
 
 
+def test_a_population_with_no_checkpoint_left_is_reported_not_retrained(whole, tmp_path):
+  # every step of every member fails its checksum: each member is excluded and named, the
+  # CSVs have no rows, the report says so; a rerun does not start the population over
+  out = _damaged_copy(whole, tmp_path, {i: ckpt.list_steps(whole.out / "runs" / a.name)
+                                        for i, a in enumerate(P.knobs.arms)})
+  names = [a.name for a in P.knobs.arms]
+  for _ in range(2):  # the call, then its rerun
+    with pytest.warns(RuntimeWarning) as caught:
+      meta = pr.run_planted(out, "gpu-planted-test", verbose=False)
+    assert len([w for w in caught if "excluded from planted_arms.csv" in str(w.message)]) == 4
+    assert meta["trained"] == [] and meta["excluded"] == names and meta["account"] is None
+    assert meta["not_run"] == [] and all(len(meta["set_aside"][n]) == 8 for n in names)
+    assert read_rows(out / "planted_arms.csv") == []
+    assert all(ckpt.list_steps(out / "runs" / n) == [] for n in names)
+  md = report_section(out)
+  assert "No arm has a checkpoint that reads" in md
+  assert all(f"{n}: step 0 set aside (CorruptCheckpointError: failed its checksum" in md
+             for n in names)
+
+
 def test_a_lost_final_checkpoint_is_trained_again_by_the_rerun(whole, tmp_path, caplog):
   # member 1's final step fails its checksum: the call sets it aside (its final-* columns
   # are of step 16); the rerun resumes the population from step 16 and saves step 20 again:
