@@ -203,8 +203,13 @@ class _ConfigParser(config_flags.ConfigFileFlagParser):
 def DEFINE_config(name: str = "config", default: str = "tiny",  # noqa: N802 - absl style
                   help_string: str = "a config name, a .json config, or an ml_collections .py "
                                      "file; override fields with --config.section.key=value"):
+  # sys_argv=[]: ml_collections would scan the command line for ``--config.KEY`` overrides of
+  # its own, typed from the flat ConfigDict, already when the flag is defined (at import,
+  # before the CLI turns them into ``--config_override``): a key of the nested form
+  # (``--config.data.options=...``) ended there in an AttributeError traceback. The overrides
+  # go through the one override path only (``sbjax.overrides``, ``sbjax.cli.train``).
   flag = config_flags._ConfigFlag(  # pylint: disable=protected-access
-      parser=_ConfigParser(name=name, lock_config=True),
+      parser=_ConfigParser(name=name, lock_config=True), sys_argv=[],
       serializer=flags.ArgumentSerializer(), name=name, default=default,
       help_string=help_string, flag_values=flags.FLAGS)
   return flags.DEFINE_flag(flag, flags.FLAGS)

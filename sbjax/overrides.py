@@ -23,11 +23,13 @@ from __future__ import annotations
 import copy
 import difflib
 import json
+import re
 from typing import Any, Mapping
 
 from sbjax import configs
 from sbjax.config import LEGACY_DATA_FIELDS, LEGACY_MODEL_FIELDS, Config
 from sbjax.data import _legacy as legacy_data
+from sbjax.errors import option
 
 # the flat data fields of earlier versions (data.planted_vocab, ...): set on the options of the
 # source the overrides end with (ignored, as then, when that source does not read them)
@@ -166,7 +168,10 @@ def apply(base: Config | Mapping, overrides: Mapping[str, Any] | None) -> Config
   """``base`` (a Config or a config dict) with dotted ``overrides`` applied, validated."""
   d = _new_form(base)
   new, unknown = apply_to_dict(d, overrides or {})
-  return from_dict(new, unknown, known_keys(d) + sorted(LEGACY_KEYS))
+  try:
+    return from_dict(new, unknown, known_keys(d) + sorted(LEGACY_KEYS))
+  except ValueError as e:  # a section given a plain value: say how to set it instead
+    raise (_section_given_a_value(d, overrides, str(e)) or e) from None
 
 
 def config_from(base: str, overrides: Mapping[str, Any] | None = None) -> Config:
@@ -202,16 +207,51 @@ def _is_json(text: str) -> bool:
   return True
 
 
+def section_error(key: str, value: Any, fields) -> ValueError:
+  """One line for a section given a plain value (``--config.data.options=path=DIR``) that the
+  config refused: its fields are set one by one, ``KEY.FIELD=VALUE``, or as one JSON object
+  (keys spelled as the running command takes them: ``sbjax.errors.option``)."""
+  text = value if isinstance(value, str) else json.dumps(value)
+  field, eq, val = text.partition("=")
+  field = field.strip()
+  if not (eq and field and "." not in field and " " not in field):
+    field, val = (sorted(fields) or ["FIELD"])[0], "VALUE"
+  other = "" if field in fields or not key.endswith("options") else (
+      f" (with {option(key.rpartition('.')[0] + '.source')} set to a source that has {field})")
+  return ValueError(
+      f"config override {option(key)}={text!r}: {key} is a section (fields: "
+      f"{', '.join(sorted(fields)) or 'none'}), not a value; set one field of it, e.g. "
+      f"{option(key + '.' + field)}={val}{other}, or give the section as a JSON object, e.g. "
+      f"{option(key)}='{json.dumps({field: val})}'")
+
+
+def _section_given_a_value(d: dict, overrides: Mapping[str, Any], refusal: str
+                           ) -> ValueError | None:
+  """``section_error`` of the override that gives a section of ``d`` a value that is not a
+  dict, when that is what the config refused (``refusal``, its message, names that key and
+  wants a dict there, or is not a config error at all: ``dict('path=..')``'s); None otherwise
+  (``model.head=lowrank`` is a value the config takes, ``model.head=3`` names the heads)."""
+  for key, value in (overrides or {}).items():
+    hit = _lookup(d, key)
+    if hit and isinstance(hit[0][hit[1]], Mapping) and not isinstance(value, Mapping):
+      names_it = re.search(rf"(^|[\s:]){re.escape(key)}=", refusal)
+      if not refusal.startswith("invalid config") or (names_it and "allowed: a dict" in refusal):
+        return section_error(key, value, list(hit[0][hit[1]]))
+  return None
+
+
 def parse_assignment(item: str, base: Config | Mapping) -> tuple[str, Any]:
   """``"KEY=VALUE"`` -> (KEY, VALUE typed like ``base``'s field KEY); one clear line when the
-  text has no ``=`` or the value does not parse."""
+  text has no ``=`` or the value does not parse (the key spelled as the running command takes
+  it: ``sbjax.errors.option``)."""
   key, eq, text = item.partition("=")
   if not eq or not key:
-    raise ValueError(f"config override {item!r}: expected KEY=VALUE, e.g. train.steps=50")
+    raise ValueError(f"config override {item!r}: expected KEY=VALUE, e.g. "
+                     f"{option('train.steps')}=50")
   d = base.to_dict() if isinstance(base, Config) else dict(base)
   hit = _lookup(d, key)
   current = hit[0][hit[1]] if hit else legacy_data.LEGACY_DEFAULTS.get(key.removeprefix("data."))
   try:
     return key, parse_value(text, current)
   except ValueError as e:
-    raise ValueError(f"config override {key}={text!r}: {e}") from None
+    raise ValueError(f"config override {option(key)}={text!r}: {e}") from None

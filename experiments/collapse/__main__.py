@@ -26,13 +26,14 @@ DATA = flags.DEFINE_string("data", None, "a directory of .txt files (text preset
                            "GPT-Neo tokenizer), or a TFDS name (a tfds preset)")
 COLL_SEQ = flags.DEFINE_integer("collapse_sequences", 64, "series: train-split windows for the "
                                 "class means / variances")
-MIN_COUNTS = flags.DEFINE_list("min_counts", ["1"], "series: analysed classes have N_c >= each")
+MIN_COUNTS = common.define_number_list("min_counts", [1], "series: analysed classes have N_c >= "
+                                       "each", example="1,5,20")
 
 
 def main_series(out: Path) -> None:
   run_series(sf.SERIES.value, out, sf.TOKENS.value, sf.DATA.value, sf.steps(),
              sf.ALLOW_DUP.value, COLL_SEQ.value, sf.eval_sequences(),
-             tuple(int(m) for m in MIN_COUNTS.value))
+             tuple(MIN_COUNTS.value))
   section = series_section(out)
   (out / "section.md").write_text(section)
   common.result(section)

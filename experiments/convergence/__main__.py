@@ -35,7 +35,8 @@ PER_MLP_R = flags.DEFINE_integer("per_mlp_r", 0, "PER of fc_out over the top r s
                                  "values; 0 = all (min(F, D))")
 PER_OV_R = flags.DEFINE_integer("per_ov_r", 0, "PER of the OV matrices over the top r; "
                                 "0 = head_dim (gradients: 2 head_dim)")
-WIDTHS = flags.DEFINE_list("widths", [], "a subset of the preset's widths (default: all)")
+WIDTHS = common.define_number_list("widths", [], "a subset of the preset's widths (default: all)",
+                                   example="64,128")
 GRAD_PER = flags.DEFINE_enum("grad_per", "preset", ["preset", "on", "off"],
                              "PER of the gradients on the fixed batch")
 
@@ -59,7 +60,7 @@ def main(argv):
   grad = {"preset": None, "on": True, "off": False}[GRAD_PER.value]
   run(upath(OUT.value), PRESET.value, data=DATA.value, series=SERIES.value,
       series_tokens=_series_tokens(), allow_duplicates=df.ALLOW_DUP.value,
-      widths=tuple(int(w) for w in WIDTHS.value) if WIDTHS.value else None,
+      widths=tuple(WIDTHS.value) or None,
       token_modes=tuple(TOKEN_MODES.value), estimators=tuple(ESTIMATORS.value),
       per_mlp_r=PER_MLP_R.value, per_ov_r=PER_OV_R.value, grad_per=grad)
   out = upath(OUT.value)

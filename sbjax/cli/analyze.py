@@ -53,8 +53,9 @@ CKA_SEQ = flags.DEFINE_integer("cka_sequences", _D.cka_sequences,
 CKA_TOK = flags.DEFINE_enum("cka_tokens", _D.cka_tokens, ["last", "all"],
                             "CKA on the last position of each sequence, or all positions")
 CKA_DEB = flags.DEFINE_bool("cka_debiased", _D.cka_debiased, "debiased HSIC estimator for CKA")
-W_DIMS = flags.DEFINE_list("w_error_dims", [str(x) for x in DEFAULT_W_ERROR_DIMS],
-                           "ranks d of head_w_error_<d> (values > d_model are dropped)")
+W_DIMS = common.define_number_list("w_error_dims", list(DEFAULT_W_ERROR_DIMS),
+                                   "ranks d of head_w_error_<d> (values > d_model are dropped)",
+                                   example="16,64")
 PER_R = flags.DEFINE_integer("per_mlp_r", _D.per_mlp_r,
                              "PER of fc_out_kernel over the top r singular values; 0 = all")
 TOP = flags.DEFINE_integer("spectrum_top", _D.spectrum_top, "sigma_i/sigma_1 kept per step")
@@ -80,7 +81,7 @@ def settings_from_flags() -> Settings:
       collapse_sequences=COLL_SEQ.value, min_count=MIN_COUNT.value, cdnv_exponent=CDNV_EXP.value,
       weighted_mean=WEIGHTED.value, nc4_search=NC4_SEARCH.value, cka_sequences=CKA_SEQ.value,
       cka_tokens=CKA_TOK.value, cka_debiased=CKA_DEB.value,
-      w_error_dims=tuple(int(x) for x in W_DIMS.value), per_mlp_r=PER_R.value,
+      w_error_dims=tuple(W_DIMS.value), per_mlp_r=PER_R.value,
       spectrum_top=TOP.value, seed=SEED.value, batch_sequences=BATCH_SEQ.value,
       group_size=GROUP_SIZE.value, max_group_bytes=MAX_BYTES.value, out_dir=OUT_DIR.value,
       use_cache=CACHE.value, figures=FIGURES.value, progress=PROGRESS.value,
@@ -103,7 +104,9 @@ def cli():
   """The ``sbjax-analyze`` console script (and ``python -m experiments.analyze``)."""
   logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
   sys.argv = data_dot_flags(sys.argv)
-  common.run_script(main, __name__)
+  # the data fields its messages name, as this command takes them (--data.KEY, flat keys)
+  common.run_script(main, __name__, options={"*": "--", "data.options.path": "--data.path",
+                                             "data.options.vocab_size": "--data.vocab_size"})
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import jax
 from absl import app, flags
 from absl import logging as absl_logging
 
-from sbjax import lognotes
+from sbjax import errors, lognotes
 
 _COORD = None
 _NPROC = None
@@ -63,6 +63,38 @@ def dotted_flags(argv: list, prefix: str, flag: str) -> list:
   return out
 
 
+class _NumberListParser(flags.ListParser):
+  """A comma-separated list of numbers (``kind``: int or float), typed when the command line
+  is parsed: a bad item is refused there, before anything runs, in one line that absl
+  prefixes with the flag and its value (``flag --steps=1,x: 'x' is not an integer; ...``)."""
+
+  def __init__(self, kind: type, example: str):
+    super().__init__()
+    self.kind, self.example = kind, example
+    self.what = "an integer" if kind is int else "a number"
+
+  def parse(self, argument):
+    out = []
+    for item in super().parse(argument):
+      try:
+        out.append(self.kind(item))
+      except (TypeError, ValueError):
+        raise ValueError(f"{item!r} is not {self.what}; expected a comma-separated list of "
+                         f"{self.what.split()[-1]}s, e.g. {self.example}") from None
+    return out
+
+  def flag_type(self) -> str:
+    return f"comma separated list of {self.what.split()[-1]}s"
+
+
+def define_number_list(name: str, default, help_string: str, kind: type = int,
+                       example: str = "1,2,3", flag_values=flags.FLAGS):
+  """An absl list flag whose items are ``kind`` (int or float), checked at parse time (see
+  ``_NumberListParser``); ``.value`` is a list of ``kind`` (None when the default is)."""
+  return flags.DEFINE(_NumberListParser(kind, example), name, default, help_string,
+                      flag_values, serializer=flags.CsvListSerializer(","))
+
+
 _OWN = ("sbjax.", "sbjax_experiments.", "experiments.")
 
 
@@ -79,9 +111,11 @@ def show_own_flags() -> None:
         flags.FLAGS.register_key_flag_for_module(program, flag)
 
 
-def run(main):
+def run(main, options: dict | None = None):
   """app.run with one clear ``error: ...`` line (exit status 2) for user mistakes, in flag
-  values as in the run itself; SBJAX_DEBUG=1 shows the traceback instead."""
+  values as in the run itself; SBJAX_DEBUG=1 shows the traceback instead. ``options``: how
+  this command spells the config fields its messages name (``sbjax.errors.option_names``,
+  e.g. ``{"*": "--config."}``)."""
 
   def wrapped(argv):
     # orbax logs every save at INFO through absl
@@ -89,7 +123,8 @@ def run(main):
     lognotes.install()  # (import sbjax did it; absl's logger may have been replaced since)
     logging.getLogger("sbjax").setLevel(logging.INFO)  # resume / recovery notes stay visible
     try:
-      return main(argv)
+      with errors.option_names(options):
+        return main(argv)
     except (ValueError, FileNotFoundError, OSError, RuntimeError) as e:
       if os.environ.get("SBJAX_DEBUG"):
         raise
@@ -129,11 +164,12 @@ def stdout_is_result():
     yield
 
 
-def run_script(main, module: str):
+def run_script(main, module: str, options: dict | None = None):
   """``run(main)`` for a console script (``sbjax-train`` -> ``cli()`` of ``module``) as for
   ``python -m``: ``run`` registers the flags of sbjax's modules, ``module``'s among them, for
   the program file ``sys.argv[0]``, whose flags absl's ``--helpshort`` lists. While ``main``
-  runs, stdout is redirected to stderr; ``result`` writes to the real stdout."""
+  runs, stdout is redirected to stderr; ``result`` writes to the real stdout. ``options``:
+  as ``run``'s."""
   del module
 
   def main_with_clean_stdout(argv):
@@ -144,4 +180,4 @@ def run_script(main, module: str):
     finally:
       _RESULT.pop()
 
-  run(main_with_clean_stdout)
+  run(main_with_clean_stdout, options)

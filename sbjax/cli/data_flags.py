@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from absl import flags
 
-from .common import dotted_flags
+from .common import define_number_list, dotted_flags
 
 TOKENS = flags.DEFINE_string("tokens", "", "measure on these tokens: an integer .npy [n, T+1] "
                              "(rows set T) or a flat .bin, ids in the model's vocabulary; "
@@ -20,7 +20,8 @@ DATA = flags.DEFINE_multi_string("data_override", [], "a data override KEY=VALUE
 ALLOW_DUP = flags.DEFINE_bool("allow_duplicates", False, "analyse revisions of an imported "
                               "series that duplicate another's weights (import.json "
                               "duplicate_of); refused otherwise")
-STEPS = flags.DEFINE_list("steps", [], "analyse only these checkpoint steps (default: all)")
+STEPS = define_number_list("steps", [], "analyse only these checkpoint steps (default: all)",
+                           example="0,100,1000")
 EVAL_SEQ = flags.DEFINE_integer("eval_sequences", None, "validation windows for loss, "
                                 "anisotropy and NC4 (default: 128 for analyze, 64 for the "
                                 "series modes of collapse and saturation)")
@@ -32,7 +33,7 @@ def data_dot_flags(argv: list) -> list:
 
 
 def steps() -> tuple:
-  return tuple(int(s) for s in STEPS.value)
+  return tuple(STEPS.value)
 
 
 def eval_sequences(default: int) -> int:

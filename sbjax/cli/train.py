@@ -54,8 +54,10 @@ STOP_AFTER = flags.DEFINE_integer("stop_after", None, "stop at this step (the ru
 POPULATION = flags.DEFINE_integer(
     "population", 0, "train N models differing in seed (train.seed + i) in one vmapped jit step; "
     "each member is a normal workdir WORKDIR/member_<i> (see sbjax/train/members.py)")
-POP_LRS = flags.DEFINE_list("population_lrs", None, "per-member peak learning rates (N values)")
-POP_SEEDS = flags.DEFINE_list("population_seeds", None, "per-member init seeds (N values)")
+POP_LRS = common.define_number_list("population_lrs", None, "per-member peak learning rates "
+                                    "(N values)", kind=float, example="1e-3,3e-3")
+POP_SEEDS = common.define_number_list("population_seeds", None, "per-member init seeds (N values)",
+                                      example="0,1,2")
 common.define_distributed_flags()
 
 
@@ -88,12 +90,8 @@ def main(argv):
   cfg = config_from_flags()
   check_stop_after(STOP_AFTER.value)  # before any data or workdir is written
   if POPULATION.value or POP_LRS.value or POP_SEEDS.value:
-    try:
-      lrs = [float(x) for x in POP_LRS.value] if POP_LRS.value else None
-      seeds = [int(x) for x in POP_SEEDS.value] if POP_SEEDS.value else None
-    except ValueError as e:
-      raise ValueError(f"--population_lrs / --population_seeds: {e}") from None
-    summaries = _population(cfg, POPULATION.value or None, seeds, lrs)
+    summaries = _population(cfg, POPULATION.value or None, POP_SEEDS.value or None,
+                            POP_LRS.value or None)
     for summary in summaries:
       common.result(json.dumps(summary))
     return
@@ -105,7 +103,7 @@ def cli():
   """The ``sbjax-train`` console script (and ``python -m experiments.train``)."""
   logging.basicConfig(level=logging.INFO, stream=sys.stderr)
   sys.argv = common.dotted_flags(sys.argv, "config", "config_override")
-  common.run_script(main, __name__)
+  common.run_script(main, __name__, options={"*": "--config."})  # messages: --config.KEY
 
 
 if __name__ == "__main__":

@@ -125,8 +125,10 @@ class LocalText(tfds.core.GeneratorBasedBuilder):
       yield i, {"index": i, "name": name, "text": text}
 
 
-def local_text_builder(path: str, val_fraction: float, data_dir: str) -> LocalText:
-  corpus = scan_text_dir(path)
+def local_text_builder(path: str, val_fraction: float, data_dir: str,
+                       corpus: TextCorpus | None = None) -> LocalText:
+  """The builder of a text directory (``corpus``: its ``scan_text_dir``, when read already)."""
+  corpus = corpus or scan_text_dir(path)
   key = hashlib.blake2b(f"{corpus.identity}|{val_fraction!r}".encode(), digest_size=6).hexdigest()
   base = Path(path).resolve().name if is_local(path) else upath(path).name  # gs://b/corpus
   name = f"{slug(base, 24)}_{key}"
@@ -135,12 +137,14 @@ def local_text_builder(path: str, val_fraction: float, data_dir: str) -> LocalTe
   return LocalText(config=config, data_dir=data_dir, file_format="array_record")
 
 
-def prepare_local_text(path: str, val_fraction: float, data_dir: str) -> dict:
+def prepare_local_text(path: str, val_fraction: float, data_dir: str,
+                       corpus: TextCorpus | None = None) -> dict:
   """Prepares (once) and reads a text directory: {"train": docs, "validation": docs, ...}.
 
   docs are lists of strings in document order; also returns "skipped" and "full_name".
+  ``corpus``: the directory's ``scan_text_dir``, when the caller has read it already.
   """
-  builder = local_text_builder(path, val_fraction, data_dir)
+  builder = local_text_builder(path, val_fraction, data_dir, corpus)
   _prepare(builder)
   out = {"full_name": builder.info.full_name,
          "skipped": list(builder.builder_config.corpus.skipped)}

@@ -36,7 +36,8 @@ from sbjax.data import planted_stream
 from sbjax.data import sources
 from sbjax.data import tokenizer as tokenizer_lib
 from sbjax.data import tokens as tokens_source
-from sbjax.data.text import DataError, cached_array, encode_documents, slug
+from sbjax.data.text import (DataError, cached_array, encode_documents, scan_text_dir, slug,
+                             split_documents)
 from sbjax.atomic import is_local
 from sbjax.paths import cache_root, upath
 
@@ -310,9 +311,19 @@ def build_planted(cfg, *, workdir=None, **common) -> Dataset:
 
 
 def _text_dir_docs(o, wd: Path) -> tuple:
-  """(documents, corpus key, name, info) of ``data.source=text``."""
+  """(documents, corpus key, name, info) of ``data.source=text``.
+
+  The corpus is read and split, and its tokenizer trained (or the workdir's checked), before
+  its TFDS dataset is written: a corpus the tokenizer refuses (too small for the vocabulary,
+  a tokenizer of another size) is refused before anything is written. The tokenizer sees the
+  train documents the TFDS dataset stores (the same split); ``_tokenize_splits`` reloads it."""
+  corpus = scan_text_dir(o.path)
+  if not o.tokenizer:  # a named tokenizer is only copied: nothing to check first
+    train, _ = split_documents(corpus.docs, float(o.val_fraction))
+    tokenizer_lib.load_or_train(wd, lambda: [text for _, text in train],
+                                vocab_size=o.vocab_size, model_type=o.tokenizer_type)
   data_dir = o.data_dir or str(wd / "tfds")
-  docs = builders.prepare_local_text(o.path, o.val_fraction, data_dir)
+  docs = builders.prepare_local_text(o.path, o.val_fraction, data_dir, corpus)
   extra = {"path": o.path, "tfds_name": docs["full_name"], "skipped_files": docs["skipped"],
            "n_train_docs": len(docs["train"]), "n_val_docs": len(docs["validation"]),
            "val_docs": docs["validation_names"][:100]}

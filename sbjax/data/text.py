@@ -39,6 +39,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from sbjax.atomic import atomic_path
+from sbjax.errors import option
 from sbjax.paths import files_under, local_file, upath
 
 log = logging.getLogger(__name__)
@@ -73,16 +74,17 @@ def _h(*parts) -> str:
 def scan_text_dir(path: str | os.PathLike) -> TextCorpus:
   """Reads every ``.txt`` file under ``path`` (see the module docstring for the policy); a
   ``gs://`` (any ``sbjax.paths`` scheme) folder is read through etils.epath."""
-  root = upath(path)
+  root, flag = upath(path), option("data.options.path")  # as the command spells it
   if not root.exists():
-    raise DataError(f"text corpus directory does not exist: {path}; set --config.data.path "
-                    "to a directory of UTF-8 .txt files")
+    raise DataError(f"text corpus directory does not exist: {path}; set {flag} to a directory "
+                    "of UTF-8 .txt files")
   if not root.is_dir():
-    raise DataError(f"text corpus path is not a directory: {path}")
+    raise DataError(f"text corpus path is not a directory: {path}; set {flag} to a directory "
+                    "of UTF-8 .txt files")
   files = files_under(root, ".txt")
   if not files:
     raise DataError(f"text corpus directory has no .txt files: {path}; put UTF-8 .txt files "
-                    "there or set --config.data.path to another directory")
+                    f"there or set {flag} to another directory")
   docs, skipped = [], []
   h = hashlib.blake2b(digest_size=16)
   for f in files:
@@ -112,7 +114,8 @@ def scan_text_dir(path: str | os.PathLike) -> TextCorpus:
     docs.append((name, text))
   if not docs:
     raise DataError(f"text corpus directory {path} has no usable .txt file: skipped "
-                    f"{skipped} (not valid UTF-8, empty, or holding NUL characters)")
+                    f"{skipped} (not valid UTF-8, empty, or holding NUL characters); fix them "
+                    f"or set {flag} to another directory")
   return TextCorpus(str(path), tuple(docs), tuple(skipped), h.hexdigest())
 
 

@@ -27,6 +27,7 @@ import sentencepiece as spm
 
 from sbjax.atomic import atomic_write_bytes, atomic_write_text
 from sbjax.data import hf_tokenizer
+from sbjax.errors import option
 from sbjax.paths import local_file
 
 log = logging.getLogger(__name__)
@@ -121,13 +122,15 @@ def _vocab_error(vocab_size: int, msg: str) -> Exception:
     need = f" ({m.group(2)} pieces needed)" if m else ""
     return ValueError(
         f"tokenizer vocab_size={vocab_size} is too small for this corpus's characters{need}: "
-        f"set a larger data.vocab_size. sentencepiece said: {msg.strip()}")
+        f"use a larger vocabulary ({option('data.options.vocab_size')}). sentencepiece said: "
+        f"{msg.strip()}")
   if "Vocabulary size" in msg or "vocab_size" in msg:
     m = re.search(r"<=\s*(\d+)", msg)
     hint = f" (this corpus supports at most {m.group(1)})" if m else ""
     return ValueError(
-        f"tokenizer vocab_size={vocab_size} is too large for this corpus{hint}: set a smaller "
-        f"data.vocab_size or use more text. sentencepiece said: {msg.strip()}")
+        f"tokenizer vocab_size={vocab_size} is too large for this corpus{hint}: use more text "
+        f"({option('data.options.path')}) or a smaller vocabulary "
+        f"({option('data.options.vocab_size')}). sentencepiece said: {msg.strip()}")
   return RuntimeError(msg)
 
 
@@ -168,8 +171,8 @@ def coverage_for(lines: Sequence[str], max_chars: int, vocab_size: int,
     raise ValueError(
         f"tokenizer vocab_size={vocab_size} is too small for this corpus: its {len(counts)} "
         f"distinct characters need at least {need} pieces to cover {MIN_COVERAGE:.0%} of the "
-        f"text ({max(k, 0)} characters fit, covering {covered:.1%}); set data.vocab_size >= "
-        f"{need}")
+        f"text ({max(k, 0)} characters fit, covering {covered:.1%}); use a vocabulary of at least "
+        f"{need} ({option('data.options.vocab_size')})")
   lo = float(cum[k - 2]) if k >= 2 else 0.0
   return min(requested, (lo + float(cum[k - 1])) / 2)
 

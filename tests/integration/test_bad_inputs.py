@@ -235,8 +235,10 @@ def analysis_out_not_writable(tmp, ctx):
 
 # (name, setup, exception type or "warning", problem text, what-to-do text)
 ROWS = [
-    ("missing corpus directory", missing_corpus, ValueError, "does not exist", "data.path"),
-    ("empty corpus directory", empty_corpus, ValueError, "has no .txt files", "data.path"),
+    ("missing corpus directory", missing_corpus, ValueError, "does not exist",
+     "set data.options.path"),
+    ("empty corpus directory", empty_corpus, ValueError, "has no .txt files",
+     "set data.options.path"),
     ("binary / non-UTF-8 files only", binary_corpus, ValueError,
      "no usable .txt file: skipped ['a.txt', 'b.txt']", "UTF-8"),
     ("corpus too small for one batch", small_corpus, ValueError, "needs at least 32769 tokens",

@@ -91,7 +91,7 @@ ROWS = [  # name, setup, problem (first line), what to do
     ("revision whose weights are truncated", weights_truncated,
      "weight file model.safetensors is truncated or corrupt", "Download the revision again"),
     ("vocabulary smaller than the corpus's characters", vocab_below_characters,
-     "vocab_size=12 is too small for this corpus", "set data.vocab_size >="),
+     "vocab_size=12 is too small for this corpus", "(data.options.vocab_size)"),
 ]
 
 

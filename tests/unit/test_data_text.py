@@ -143,7 +143,7 @@ def test_corpus_too_small_for_a_batch(tmp_path):
 def test_vocab_too_large_for_corpus(tmp_path):
   small = write_corpus(tmp_path / "small", ["tiny text here\n", "and more tiny text\n"])
   with pytest.raises(ValueError, match=r"vocab_size=4096 is too large for this corpus.*"
-                                       r"smaller data.vocab_size"):
+                                       r"smaller vocabulary \(data\.options\.vocab_size\)"):
     mk(small, tmp_path / "wd", vocab=4096)
 
 
