@@ -21,6 +21,7 @@ jax, no numpy), so ``sbjax.config`` can validate with it.
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import ClassVar
 
 from sbjax.errors import config_error
@@ -42,6 +43,10 @@ class SourceOptions:
   legacy: ClassVar[dict] = {}
 
   def __post_init__(self):
+    for f in dataclasses.fields(self):  # a text field (a path, a name) holds text: a dict
+      value = getattr(self, f.name)      # there (--config.data.options.path.x=1) failed late
+      if f.type in ("str", str) and not isinstance(value, (str, os.PathLike)):
+        raise config_error(f"data.options.{f.name}", value, "a string")
     self.check()
 
   def check(self) -> None:

@@ -150,6 +150,10 @@ def test_a_section_given_a_value_names_the_key_and_how_to_set_it():
   assert overrides.config_from("tiny", {"model.head": "lowrank", "model.head_rank": 4})
   with pytest.raises(ValueError, match=r"^invalid config: model\.head=3; allowed: a head kind"):
     overrides.config_from("tiny", {"model.head": 3})
+  # a text field given a section (data.options.path.x=1) is refused, not passed on as a path
+  with pytest.raises(ValueError, match=r"^invalid config: data\.options\.path=\{'x': 1\}; "
+                                       r"allowed: a string$"):
+    DataConfig(source="text", options=dict(path={"x": 1}))
 
 
 @pytest.mark.e2e  # starts CLI processes (the e2e layer; tests/conftest.py)
