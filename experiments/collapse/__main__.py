@@ -11,6 +11,7 @@ from pathlib import Path
 from absl import flags
 
 from sbjax.cli import common, series_flags as sf
+from sbjax.cli.number_flags import define_number_list
 from .budget import OverBudget
 from .presets import PRESETS
 from .report import write_section
@@ -26,7 +27,7 @@ DATA = flags.DEFINE_string("data", None, "a directory of .txt files (text preset
                            "GPT-Neo tokenizer), or a TFDS name (a tfds preset)")
 COLL_SEQ = flags.DEFINE_integer("collapse_sequences", 64, "series: train-split windows for the "
                                 "class means / variances")
-MIN_COUNTS = common.define_number_list("min_counts", [1], "series: analysed classes have N_c >= "
+MIN_COUNTS = define_number_list("min_counts", [1], "series: analysed classes have N_c >= "
                                        "each", example="1,5,20")
 
 

@@ -15,6 +15,7 @@ from absl import flags
 
 from sbjax.cli import common
 from sbjax.cli import data_flags as df
+from sbjax.cli.number_flags import define_number_list
 from .presets import PRESETS
 from .report import report_section
 from .run import run
@@ -35,7 +36,7 @@ PER_MLP_R = flags.DEFINE_integer("per_mlp_r", 0, "PER of fc_out over the top r s
                                  "values; 0 = all (min(F, D))")
 PER_OV_R = flags.DEFINE_integer("per_ov_r", 0, "PER of the OV matrices over the top r; "
                                 "0 = head_dim (gradients: 2 head_dim)")
-WIDTHS = common.define_number_list("widths", [], "a subset of the preset's widths (default: all)",
+WIDTHS = define_number_list("widths", [], "a subset of the preset's widths (default: all)",
                                    example="64,128")
 GRAD_PER = flags.DEFINE_enum("grad_per", "preset", ["preset", "on", "off"],
                              "PER of the gradients on the fixed batch")

@@ -26,6 +26,7 @@ from contextlib import nullcontext
 from absl import flags
 
 from . import common
+from .number_flags import define_number_list
 from .data_flags import ALLOW_DUP, DATA, TOKENS, data_dot_flags, eval_sequences, steps
 from sbjax.analysis import analyze_run
 from sbjax.analysis.settings import ALL_GROUPS, DEFAULT_W_ERROR_DIMS, Settings
@@ -53,7 +54,7 @@ CKA_SEQ = flags.DEFINE_integer("cka_sequences", _D.cka_sequences,
 CKA_TOK = flags.DEFINE_enum("cka_tokens", _D.cka_tokens, ["last", "all"],
                             "CKA on the last position of each sequence, or all positions")
 CKA_DEB = flags.DEFINE_bool("cka_debiased", _D.cka_debiased, "debiased HSIC estimator for CKA")
-W_DIMS = common.define_number_list("w_error_dims", list(DEFAULT_W_ERROR_DIMS),
+W_DIMS = define_number_list("w_error_dims", list(DEFAULT_W_ERROR_DIMS),
                                    "ranks d of head_w_error_<d> (values > d_model are dropped)",
                                    example="16,64")
 PER_R = flags.DEFINE_integer("per_mlp_r", _D.per_mlp_r,

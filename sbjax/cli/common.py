@@ -63,38 +63,6 @@ def dotted_flags(argv: list, prefix: str, flag: str) -> list:
   return out
 
 
-class _NumberListParser(flags.ListParser):
-  """A comma-separated list of numbers (``kind``: int or float), typed when the command line
-  is parsed: a bad item is refused there, before anything runs, in one line that absl
-  prefixes with the flag and its value (``flag --steps=1,x: 'x' is not an integer; ...``)."""
-
-  def __init__(self, kind: type, example: str):
-    super().__init__()
-    self.kind, self.example = kind, example
-    self.what = "an integer" if kind is int else "a number"
-
-  def parse(self, argument):
-    out = []
-    for item in super().parse(argument):
-      try:
-        out.append(self.kind(item))
-      except (TypeError, ValueError):
-        raise ValueError(f"{item!r} is not {self.what}; expected a comma-separated list of "
-                         f"{self.what.split()[-1]}s, e.g. {self.example}") from None
-    return out
-
-  def flag_type(self) -> str:
-    return f"comma separated list of {self.what.split()[-1]}s"
-
-
-def define_number_list(name: str, default, help_string: str, kind: type = int,
-                       example: str = "1,2,3", flag_values=flags.FLAGS):
-  """An absl list flag whose items are ``kind`` (int or float), checked at parse time (see
-  ``_NumberListParser``); ``.value`` is a list of ``kind`` (None when the default is)."""
-  return flags.DEFINE(_NumberListParser(kind, example), name, default, help_string,
-                      flag_values, serializer=flags.CsvListSerializer(","))
-
-
 _OWN = ("sbjax.", "sbjax_experiments.", "experiments.")
 
 

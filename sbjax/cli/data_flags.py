@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from absl import flags
 
-from .common import define_number_list, dotted_flags
+from .common import dotted_flags
+from .number_flags import define_number_list
 
 TOKENS = flags.DEFINE_string("tokens", "", "measure on these tokens: an integer .npy [n, T+1] "
                              "(rows set T) or a flat .bin, ids in the model's vocabulary; "

@@ -38,6 +38,7 @@ from absl import flags
 
 from . import common
 from .data_note import data_note
+from .number_flags import define_number_list
 from sbjax import configs, overrides
 from sbjax.config import Config
 from sbjax import train as train_lib
@@ -54,9 +55,9 @@ STOP_AFTER = flags.DEFINE_integer("stop_after", None, "stop at this step (the ru
 POPULATION = flags.DEFINE_integer(
     "population", 0, "train N models differing in seed (train.seed + i) in one vmapped jit step; "
     "each member is a normal workdir WORKDIR/member_<i> (see sbjax/train/members.py)")
-POP_LRS = common.define_number_list("population_lrs", None, "per-member peak learning rates "
+POP_LRS = define_number_list("population_lrs", None, "per-member peak learning rates "
                                     "(N values)", kind=float, example="1e-3,3e-3")
-POP_SEEDS = common.define_number_list("population_seeds", None, "per-member init seeds (N values)",
+POP_SEEDS = define_number_list("population_seeds", None, "per-member init seeds (N values)",
                                       example="0,1,2")
 common.define_distributed_flags()
 

@@ -138,17 +138,18 @@ def local_text_builder(path: str, val_fraction: float, data_dir: str,
 
 
 def prepare_local_text(path: str, val_fraction: float, data_dir: str,
-                       corpus: TextCorpus | None = None) -> dict:
+                       corpus: TextCorpus | None = None, read: bool = True) -> dict:
   """Prepares (once) and reads a text directory: {"train": docs, "validation": docs, ...}.
 
   docs are lists of strings in document order; also returns "skipped" and "full_name".
-  ``corpus``: the directory's ``scan_text_dir``, when the caller has read it already.
+  ``corpus``: the directory's ``scan_text_dir``, when the caller has read it already;
+  ``read=False``: prepare only (no docs returned).
   """
   builder = local_text_builder(path, val_fraction, data_dir, corpus)
   _prepare(builder)
   out = {"full_name": builder.info.full_name,
          "skipped": list(builder.builder_config.corpus.skipped)}
-  for split in SPLITS:
+  for split in SPLITS if read else ():
     recs = _read_all(builder.as_data_source(split=split))
     recs.sort(key=lambda r: int(r["index"]))
     out[split] = [_text(r["text"]) for r in recs]

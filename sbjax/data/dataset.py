@@ -54,6 +54,14 @@ def _too_small(corpus: str, split: str, n_tokens: int, seq_len: int, batch: int)
       "data.options.train_tokens/val_tokens)")
 
 
+def check_fits(name: str, streams: dict, seq_len: int, batch: int) -> None:
+  """DataError (``_too_small``) when a split's stream (``streams``: split -> tokens) holds
+  fewer than one global batch of windows."""
+  for split, toks in streams.items():
+    if (len(toks) - 1) // seq_len < batch:
+      raise _too_small(name, split, len(toks), seq_len, batch)
+
+
 class Dataset:
   """Packed train/validation token streams with stateless, sharded batching."""
 
@@ -81,9 +89,8 @@ class Dataset:
     self.vocab_size, self.name, self.source = int(vocab_size), name, source
     self.tokenizer_path, self.planted = tokenizer_path, planted
     self._extra = dict(extra_info or {})
-    for split, toks in (("train", self.train_tokens), ("validation", self.val_tokens)):
-      if (len(toks) - 1) // self.seq_len < self.global_batch_size:
-        raise _too_small(name, split, len(toks), self.seq_len, self.global_batch_size)
+    check_fits(name, {"train": self.train_tokens, "validation": self.val_tokens}, self.seq_len,
+               self.global_batch_size)
     for split, toks in (("train", self.train_tokens), ("validation", self.val_tokens)):
       if toks.size and (int(toks.max()) >= self.vocab_size or int(toks.min()) < 0):
         raise DataError(f"corpus {name!r}, split {split!r}: token ids outside [0, {vocab_size})")
@@ -232,18 +239,6 @@ def _hash(*parts) -> str:
   return h.hexdigest()
 
 
-def _tokenize_splits(docs: dict, workdir: Path, o, corpus_key: str, name: str):
-  tok = tokenizer_lib.load_or_train(
-      workdir, lambda: docs["train"], vocab_size=o.vocab_size,
-      model_type=o.tokenizer_type, existing=o.tokenizer)
-  key = _hash(corpus_key, tok.serialized())
-  streams = {}
-  for split in builders.SPLITS:
-    path = workdir / "tokens" / f"{slug(name, 40)}-{key}-{split}.npy"
-    streams[split] = cached_array(path, lambda s=split: encode_documents(tok, docs[s]))
-  return tok, streams
-
-
 def make_dataset(cfg, *, seq_len: int, global_batch_size: int, seed: int = 0,
                  workdir: str | None = None, process_index: int | None = None,
                  process_count: int | None = None) -> Dataset:
@@ -311,41 +306,58 @@ def build_planted(cfg, *, workdir=None, **common) -> Dataset:
 
 
 def _text_dir_docs(o, wd: Path) -> tuple:
-  """(documents, corpus key, name, info) of ``data.source=text``.
-
-  The corpus is read and split, and its tokenizer trained (or the workdir's checked), before
-  its TFDS dataset is written: a corpus the tokenizer refuses (too small for the vocabulary,
-  a tokenizer of another size) is refused before anything is written. The tokenizer sees the
-  train documents the TFDS dataset stores (the same split); ``_tokenize_splits`` reloads it."""
+  """(documents, corpus key, name, info, prepare) of ``data.source=text``: the corpus read and
+  split in memory (the split its TFDS dataset stores); ``prepare()`` writes that dataset."""
   corpus = scan_text_dir(o.path)
-  if not o.tokenizer:  # a named tokenizer is only copied: nothing to check first
-    train, _ = split_documents(corpus.docs, float(o.val_fraction))
-    tokenizer_lib.load_or_train(wd, lambda: [text for _, text in train],
-                                vocab_size=o.vocab_size, model_type=o.tokenizer_type)
+  train, val = split_documents(corpus.docs, float(o.val_fraction))
   data_dir = o.data_dir or str(wd / "tfds")
-  docs = builders.prepare_local_text(o.path, o.val_fraction, data_dir, corpus)
-  extra = {"path": o.path, "tfds_name": docs["full_name"], "skipped_files": docs["skipped"],
-           "n_train_docs": len(docs["train"]), "n_val_docs": len(docs["validation"]),
-           "val_docs": docs["validation_names"][:100]}
-  return docs, docs["full_name"], o.path, extra
+  full_name = builders.local_text_builder(o.path, o.val_fraction, data_dir, corpus).info.full_name
+  docs = {"train": [text for _, text in train], "validation": [text for _, text in val]}
+  extra = {"path": o.path, "tfds_name": full_name, "skipped_files": list(corpus.skipped),
+           "n_train_docs": len(train), "n_val_docs": len(val),
+           "val_docs": [name for name, _ in val][:100]}
+  prepare = lambda: builders.prepare_local_text(  # noqa: E731
+      o.path, o.val_fraction, data_dir, corpus, read=False)
+  return docs, full_name, o.path, extra, prepare
 
 
 def _tfds_docs(o, wd: Path) -> tuple:
-  """(documents, corpus key, name, info) of ``data.source=tfds``."""
+  """(documents, corpus key, name, info, prepare) of ``data.source=tfds`` (read from its
+  data dir: nothing to prepare)."""
   docs = builders.read_catalog(o.name, o.data_dir or None, o.text_key, o.val_fraction,
                                o.max_docs)
   corpus_key = (docs["full_name"], o.data_dir, o.text_key, o.max_docs, docs["val_split"],
                 len(docs["train"]), len(docs["validation"]))
   extra = {"tfds_name": docs["full_name"], "val_split": docs["val_split"],
            "n_train_docs": len(docs["train"]), "n_val_docs": len(docs["validation"])}
-  return docs, corpus_key, o.name, extra
+  return docs, corpus_key, o.name, extra, lambda: None
 
 
 def _build_text(cfg, documents, workdir, common) -> Dataset:
-  """Documents, a tokenizer trained or loaded under ``workdir``, cached token streams."""
+  """Documents, a tokenizer trained or loaded under ``workdir``, cached token streams.
+
+  Nothing is written before every check that can be made has passed: the documents are read,
+  the tokenizer trained (or the workdir's loaded) and the token streams encoded (or their
+  caches loaded) in memory, a vocabulary too large for the corpus or streams shorter than one
+  batch are refused, and only then are the tokenizer, the corpus's TFDS dataset and the token
+  caches written. (A tokenizer named by data.options.tokenizer is copied into the workdir
+  first.)"""
   wd = local_data_dir(workdir) if workdir else Path(tempfile.mkdtemp(prefix="sbjax_data_"))
-  docs, corpus_key, name, extra = documents(cfg.options, wd)
-  tok, streams = _tokenize_splits(docs, wd, cfg.options, repr(corpus_key), name)
+  o = cfg.options
+  docs, corpus_key, name, extra, prepare = documents(o, wd)
+  tok = tokenizer_lib.load_or_train(wd, lambda: docs["train"], vocab_size=o.vocab_size,
+                                    model_type=o.tokenizer_type, existing=o.tokenizer,
+                                    save=False)
+  key = _hash(repr(corpus_key), tok.serialized())
+  paths = {s: wd / "tokens" / f"{slug(name, 40)}-{key}-{s}.npy" for s in builders.SPLITS}
+  streams = {s: cached_array(p, None) if p.is_file() else encode_documents(tok, docs[s])
+             for s, p in paths.items()}
+  check_fits(name, streams, common["seq_len"], common["global_batch_size"])
+  if isinstance(tok, tokenizer_lib.Tokenizer):
+    tok.save()
+  prepare()
+  for s, p in paths.items():
+    streams[s] = cached_array(p, lambda s=s: streams[s])
   return Dataset(streams["train"], streams["validation"], vocab_size=tok.vocab_size, name=name,
                  source=cfg.source, tokenizer_path=tok.path, extra_info=extra, **common)
 

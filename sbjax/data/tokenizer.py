@@ -38,13 +38,27 @@ MAX_SENTENCE_BYTES = 1 << 14
 
 
 class Tokenizer:
-  """A loaded sentencepiece model."""
+  """A loaded sentencepiece model: the file ``path``, or (``model``: its bytes) a model held in
+  memory until ``save`` writes it to ``path``."""
 
-  def __init__(self, path: str | os.PathLike):
-    self.path = str(path)
+  def __init__(self, path: str | os.PathLike, model: bytes | None = None):
+    self.path, self._model = str(path), model
+    if model is not None:
+      self.sp = spm.SentencePieceProcessor(model_proto=model)
+      return
     if not Path(self.path).is_file():
       raise FileNotFoundError(f"sentencepiece model not found: {self.path}")
     self.sp = spm.SentencePieceProcessor(model_file=self.path)
+
+  def save(self) -> "Tokenizer":
+    """Write a model held in memory to ``path`` and its pieces to the ``.vocab`` next to it,
+    atomically (a model read from its file: nothing to do)."""
+    if self._model is not None:
+      atomic_write_bytes(self.path, self._model)
+      atomic_write_text(Path(self.path).with_suffix(".vocab"),
+                        "".join(f"{piece}\t{score:g}\n" for piece, score in self.pieces()))
+      self._model = None
+    return self
 
   @property
   def vocab_size(self) -> int:
@@ -80,7 +94,7 @@ class Tokenizer:
     return [(self.sp.id_to_piece(i), self.sp.get_score(i)) for i in range(self.vocab_size)]
 
   def serialized(self) -> bytes:
-    return Path(self.path).read_bytes()
+    return self._model if self._model is not None else Path(self.path).read_bytes()
 
 
 def _lines(texts: Iterable[str]) -> Iterator[str]:
@@ -180,10 +194,11 @@ def coverage_for(lines: Sequence[str], max_chars: int, vocab_size: int,
 def train_tokenizer(texts: Iterable[str] | None = None, *, files: Sequence[str | os.PathLike] = (),
                     out_path: str | os.PathLike, vocab_size: int,
                     model_type: str = "unigram", input_sentence_size: int = 300_000,
-                    character_coverage: float = 1.0) -> Tokenizer:
+                    character_coverage: float = 1.0, save: bool = True) -> Tokenizer:
   """Trains a sentencepiece model on ``texts`` (strings) and/or ``files`` and saves it.
 
-  Writes ``out_path`` (``.model``) and the matching ``.vocab`` next to it, atomically.
+  Writes ``out_path`` (``.model``) and the matching ``.vocab`` next to it, atomically; with
+  ``save=False`` nothing is written: the model stays in memory until ``Tokenizer.save``.
   Raises ``ValueError`` if the corpus is empty or cannot support ``vocab_size`` pieces.
   """
   if model_type not in ("unigram", "bpe"):
@@ -236,22 +251,20 @@ def train_tokenizer(texts: Iterable[str] | None = None, *, files: Sequence[str |
     log.warning("tokenizer vocab_size=%d cannot hold every character of the corpus; trained "
                 "with character_coverage=%.6f (the rarest characters map to unk)",
                 vocab_size, coverage)
-  atomic_write_bytes(out_path, model.getvalue())
-  tok = Tokenizer(out_path)
-  atomic_write_text(out_path.with_suffix(".vocab"),
-                    "".join(f"{piece}\t{score:g}\n" for piece, score in tok.pieces()))
+  tok = Tokenizer(out_path, model.getvalue())
   log.info("trained a %s tokenizer with %d pieces: %s", model_type, tok.vocab_size, out_path)
-  return tok
+  return tok.save() if save else tok
 
 
 def load_or_train(workdir: str | os.PathLike, texts_fn, *, vocab_size: int, model_type: str,
-                  existing: str = "") -> Tokenizer:
+                  existing: str = "", save: bool = True) -> Tokenizer:
   """The tokenizer of a run: ``WORKDIR/tokenizer.model``.
 
   If it exists it is reloaded (resume is deterministic), and its size must equal
   ``vocab_size``. Else, if ``existing`` names a model, that model is copied into the workdir;
   else one is trained on ``texts_fn()`` (an iterable of strings). A ``gs://`` ``existing`` is
-  read from its local copy (``sbjax.paths.local_file``).
+  read from its local copy (``sbjax.paths.local_file``). ``save=False``: a newly trained
+  model stays in memory until ``Tokenizer.save`` (a copied one is written at once).
   """
   existing = local_file(existing) if existing else existing
   if existing and hf_tokenizer.is_hf_tokenizer(existing):  # a tokenizer.json (HF tokenizers)
@@ -277,4 +290,5 @@ def load_or_train(workdir: str | os.PathLike, texts_fn, *, vocab_size: int, mode
       log.warning("data.tokenizer has %d pieces (data.vocab_size=%d is ignored)",
                   tok.vocab_size, vocab_size)
     return tok
-  return train_tokenizer(texts_fn(), out_path=path, vocab_size=vocab_size, model_type=model_type)
+  return train_tokenizer(texts_fn(), out_path=path, vocab_size=vocab_size, model_type=model_type,
+                         save=save)

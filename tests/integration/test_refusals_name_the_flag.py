@@ -1,10 +1,11 @@
 """Bad input is refused early, in one line that names the option of the command that was
 called and what to write instead, and nothing is written:
 
-* a corpus too small for the vocabulary is refused by its tokenizer before its TFDS dataset
-  is built (``sbjax.data.dataset._text_dir_docs``: it used to write ``WORKDIR/tfds/...``);
+* a corpus too small for the vocabulary, or for one batch, is refused before its TFDS dataset,
+  its tokenizer or its token caches are written (``sbjax.data.dataset._build_text``: it used
+  to write ``WORKDIR/tfds/...`` first);
 * a list flag of numbers is typed when the command line is parsed
-  (``sbjax.cli.common.define_number_list``: ``--w_error_dims=abc`` said only
+  (``sbjax.cli.number_flags.define_number_list``: ``--w_error_dims=abc`` said only
   ``invalid literal for int()``);
 * a section given a plain value (``--config.data.options=path=DIR``) names the key and the
   fields to set (``sbjax.overrides``), and train without ``--config`` no longer ends in an
@@ -24,14 +25,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from absl import flags
 
 from sbjax import errors, overrides
-from sbjax.cli import common
+from sbjax.cli.number_flags import define_number_list
 from sbjax.config import Config, DataConfig
 from sbjax.data import DataError, make_dataset
 from sbjax.studies.corpus import text_corpus
+from tests._corpus import generated_docs, write_corpus
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {k: v for k, v in os.environ.items() if k != "SBJAX_DEBUG"} | {"JAX_PLATFORMS": "cpu"}
@@ -88,6 +91,26 @@ def test_a_corpus_too_small_for_the_vocabulary_is_refused_before_anything_is_wri
   assert any((tmp_path / "ok" / "tfds" / "local_text").iterdir())
 
 
+def test_a_corpus_shorter_than_one_batch_is_refused_before_anything_is_written(tmp_path):
+  """The tokenizer fits, the token streams do not make one batch: refused with nothing
+  written (the tokenizer, the TFDS dataset and the token caches are written after the
+  check); with a batch it makes, all three are written, and a second call reuses them."""
+  corpus = write_corpus(tmp_path / "corpus", generated_docs(0, 4, n_lines=8))
+  cfg = DataConfig(source="text", options=dict(path=str(corpus), vocab_size=64))
+  before = tree(tmp_path)
+  with pytest.raises(DataError, match=r"split 'train': \d+ tokens make \d+ windows of "
+                                      r"seq_len\+1=129, fewer than one global batch of 64"):
+    make_dataset(cfg, seq_len=128, global_batch_size=64, workdir=str(tmp_path / "wd"))
+  assert tree(tmp_path) == before
+  ds = make_dataset(cfg, seq_len=8, global_batch_size=2, workdir=str(tmp_path / "wd"))
+  wd = tmp_path / "wd"
+  assert (wd / "tokenizer.model").is_file() and (wd / "tokenizer.vocab").is_file()
+  assert len(list((wd / "tokens").glob("*.npy"))) == 2 and any((wd / "tfds").rglob("*.json"))
+  written = tree(wd)
+  again = make_dataset(cfg, seq_len=8, global_batch_size=2, workdir=str(wd))
+  assert tree(wd) == written and np.array_equal(again.train_batch(1), ds.train_batch(1))
+
+
 def test_the_corpus_messages_name_the_option_of_the_command(tmp_path):
   """A library call names the config field; a command names its own flag: the spelling it
   gave (``option_names``: train's ``--config.`` prefix, analyze's ``--data.path``) or the
@@ -116,8 +139,8 @@ def test_the_corpus_messages_name_the_option_of_the_command(tmp_path):
 
 def test_a_list_flag_of_numbers_names_the_flag_the_item_and_the_form():
   fv = flags.FlagValues()
-  dims = common.define_number_list("dims", [16, 64], "ranks", example="16,64", flag_values=fv)
-  lrs = common.define_number_list("lrs", None, "lrs", kind=float, example="1e-3,3e-3",
+  dims = define_number_list("dims", [16, 64], "ranks", example="16,64", flag_values=fv)
+  lrs = define_number_list("lrs", None, "lrs", kind=float, example="1e-3,3e-3",
                                   flag_values=fv)
   fv(["prog", "--dims=1, 8", "--lrs=1e-3,2"])
   assert dims.value == [1, 8] and lrs.value == [1e-3, 2.0]

@@ -1,0 +1,50 @@
+"""``define_number_list``: an absl list flag of numbers, typed when the command line is parsed.
+
+A bad item is refused there, before anything runs, in one line that absl prefixes with the
+flag and its value, e.g. ``flag --w_error_dims=16,abc: 'abc' is not an integer; expected a
+comma-separated list of integers, e.g. 16,64`` (``sbjax.cli.common.run`` prints it as the
+command's one ``error:`` line, exit 2). A ``DEFINE_list`` read with ``int()`` later said only
+``invalid literal for int()``, naming neither the flag nor the form.
+
+This module defines no flag of its own: it disclaims them (``flags.disclaim_key_flags``), so a
+flag defined through it belongs to the module that calls ``define_number_list`` (its
+``--helpshort``, and absl's tolerance of a module run again as ``__main__`` after an import).
+"""
+
+from __future__ import annotations
+
+from absl import flags
+
+
+class NumberListParser(flags.ListParser):
+  """A comma-separated list of ``kind`` (int or float); ``example`` shows the form."""
+
+  def __init__(self, kind: type, example: str):
+    super().__init__()
+    self.kind, self.example = kind, example
+    self.what = "an integer" if kind is int else "a number"
+    self.syntactic_help = f"a comma separated list of {self.what.split()[-1]}s"  # --help
+
+  def parse(self, argument):
+    out = []
+    for item in super().parse(argument):
+      try:
+        out.append(self.kind(item))
+      except (TypeError, ValueError):
+        raise ValueError(f"{item!r} is not {self.what}; expected a comma-separated list of "
+                         f"{self.what.split()[-1]}s, e.g. {self.example}") from None
+    return out
+
+  def flag_type(self) -> str:
+    return f"comma separated list of {self.what.split()[-1]}s"
+
+
+def define_number_list(name: str, default, help_string: str, kind: type = int,
+                       example: str = "1,2,3", flag_values=flags.FLAGS):
+  """An absl list flag whose items are ``kind`` (int or float), checked at parse time;
+  ``.value`` is a list of ``kind`` (None when the default is None)."""
+  return flags.DEFINE(NumberListParser(kind, example), name, default, help_string,
+                      flag_values, serializer=flags.CsvListSerializer(","))
+
+
+flags.disclaim_key_flags()  # the flags defined here are their callers' (see the docstring)
