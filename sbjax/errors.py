@@ -33,18 +33,24 @@ _NAMES: contextvars.ContextVar[dict | None] = contextvars.ContextVar("sbjax_opti
 
 def option(field: str) -> str:
   """How the running command spells the config field ``field`` (``data.options.path``): the
-  name it gave (``option_names``, ``name_option``), else its prefix ``"*"`` followed by the
-  field, else the field itself (a library call, a config file)."""
+  name it gave (``option_names``, ``name_option``), else the spelling of the longest section
+  pattern that holds it (``"data.*": "--data."``: ``--data.source``; ``"*": "--config."``:
+  every field), else the field itself (a library call, a config file)."""
   names = _NAMES.get() or {}
   if field in names:
     return names[field]
-  return names["*"] + field if "*" in names else field
+  for pattern in sorted((k for k in names if k.endswith("*")), key=len, reverse=True):
+    section = pattern[:-1]
+    if field.startswith(section):
+      return names[pattern] + field[len(section):]
+  return field
 
 
 @contextlib.contextmanager
 def option_names(names: Mapping[str, str] | None = None):
-  """Within: ``option`` spells fields as ``names`` says (``{field: flag}``, and ``"*"``: a
-  prefix of every other field, e.g. ``--config.``); ``name_option`` adds names."""
+  """Within: ``option`` spells fields as ``names`` says (``{field: flag}``, and
+  ``{"section.*": prefix}``: the fields of a section, ``"*"``: every other field, e.g.
+  ``--config.``); ``name_option`` adds names."""
   token = _NAMES.set(dict(names or {}))
   try:
     yield

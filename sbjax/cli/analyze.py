@@ -106,7 +106,7 @@ def cli():
   logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
   sys.argv = data_dot_flags(sys.argv)
   # the data fields its messages name, as this command takes them (--data.KEY, flat keys)
-  common.run_script(main, __name__, options={"*": "--", "data.options.path": "--data.path",
+  common.run_script(main, __name__, options={"data.*": "--data.", "data.options.path": "--data.path",
                                              "data.options.vocab_size": "--data.vocab_size"})
 
 

@@ -120,7 +120,7 @@ def test_the_corpus_messages_name_the_option_of_the_command(tmp_path):
   corpus = tiny_corpus(tmp_path / "corpus")
   cases = [(None, "data.options.path", "data.options.vocab_size"),
            ({"*": "--config."}, "--config.data.options.path", "--config.data.options.vocab_size"),
-           ({"*": "--", "data.options.path": "--data.path",
+           ({"data.*": "--data.", "data.options.path": "--data.path",
              "data.options.vocab_size": "--data.vocab_size"}, "--data.path", "--data.vocab_size"),
            ({}, "--data", "--preset")]
   for names, path_flag, vocab_flag in cases:
@@ -134,6 +134,9 @@ def test_the_corpus_messages_name_the_option_of_the_command(tmp_path):
                                            rf"vocabulary \({vocab_flag}\)"):
         _text(corpus, tmp_path / "wd", 96)
   assert errors.option("data.options.path") == "data.options.path"  # outside: the field
+  with errors.option_names({"data.*": "--data.", "*": "--config.", "data.options.path": "--d"}):
+    assert [errors.option(f) for f in ("data.options.path", "data.options", "train.steps")] == [
+        "--d", "--data.options", "--config.train.steps"]  # a name, then the longest section
   assert not (tmp_path / "wd").exists()
 
 
