@@ -159,7 +159,7 @@ def _stopped_with_a_damaged_probe(cut, monkeypatch, wds: list):
   """Call 2 into ``cut``: its budget is spent once the population started, and its probe
   meets a really damaged checkpoint (``_damaging``): one warning line naming it, and the
   training goes on to the estimate's stop; returns (the stop, the damaged file)."""
-  flipped, caught = [], []
+  flipped = []
   with monkeypatch.context() as mp, pytest.raises(pb.OverBudget) as stop, \
       warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
