@@ -15,8 +15,6 @@ characters) for the cpu presets' vocabularies (256 to 8192). A tokenizer is trai
 (corpus, vocabulary size) and copied for the other experiments (real sentencepiece training).
 """
 
-import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -62,16 +60,14 @@ def trained_once():
   """sentencepiece trained once per (corpus, vocab size); later runs get a copy."""
   real, done = tok_lib.train_tokenizer, {}
 
-  def train(texts=None, *, out_path, vocab_size, **kw):
+  def train(texts=None, *, out_path, vocab_size, save=True, **kw):
     texts = list(texts)
     key = (vocab_size, len(texts), sum(map(len, texts)), tuple(sorted(kw.items())))
-    if key not in done:
-      done[key] = real(texts, out_path=out_path, vocab_size=vocab_size, **kw).path
-    else:
-      Path(out_path).parent.mkdir(parents=True, exist_ok=True)
-      for suffix in (".model", ".vocab"):
-        shutil.copyfile(Path(done[key]).with_suffix(suffix), Path(out_path).with_suffix(suffix))
-    return tok_lib.Tokenizer(out_path)
+    if key not in done:  # the model's bytes, held as train_tokenizer(save=False) holds them
+      done[key] = real(texts, out_path=out_path, vocab_size=vocab_size, save=False,
+                       **kw).serialized()
+    tok = tok_lib.Tokenizer(out_path, done[key])
+    return tok.save() if save else tok
 
   with pytest.MonkeyPatch.context() as mp:
     mp.setattr(tok_lib, "train_tokenizer", train)
