@@ -27,7 +27,8 @@ from absl import flags
 
 from . import common
 from .number_flags import define_number_list
-from .data_flags import ALLOW_DUP, DATA, TOKENS, data_dot_flags, eval_sequences, steps
+from .data_flags import (ALLOW_DUP, DATA, OPTION_NAMES, TOKENS, data_dot_flags, eval_sequences,
+                         steps)
 from sbjax.analysis import analyze_run
 from sbjax.analysis.settings import ALL_GROUPS, DEFAULT_W_ERROR_DIMS, Settings
 from sbjax.paths import upath
@@ -106,8 +107,7 @@ def cli():
   logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
   sys.argv = data_dot_flags(sys.argv)
   # the data fields its messages name, as this command takes them (--data.KEY, flat keys)
-  common.run_script(main, __name__, options={"data.*": "--data.", "data.options.path": "--data.path",
-                                             "data.options.vocab_size": "--data.vocab_size"})
+  common.run_script(main, __name__, options=OPTION_NAMES)
 
 
 if __name__ == "__main__":

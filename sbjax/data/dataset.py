@@ -340,8 +340,8 @@ def _build_text(cfg, documents, workdir, common) -> Dataset:
   the tokenizer trained (or the workdir's loaded) and the token streams encoded (or their
   caches loaded) in memory, a vocabulary too large for the corpus or streams shorter than one
   batch are refused, and only then are the tokenizer, the corpus's TFDS dataset and the token
-  caches written. (A tokenizer named by data.options.tokenizer is copied into the workdir
-  first.)"""
+  caches written (a tokenizer named by data.options.tokenizer is copied into the workdir
+  then too)."""
   wd = local_data_dir(workdir) if workdir else Path(tempfile.mkdtemp(prefix="sbjax_data_"))
   o = cfg.options
   docs, corpus_key, name, extra, prepare = documents(o, wd)
@@ -353,8 +353,7 @@ def _build_text(cfg, documents, workdir, common) -> Dataset:
   streams = {s: cached_array(p, None) if p.is_file() else encode_documents(tok, docs[s])
              for s, p in paths.items()}
   check_fits(name, streams, common["seq_len"], common["global_batch_size"])
-  if isinstance(tok, tokenizer_lib.Tokenizer):
-    tok.save()
+  tok.save()  # trained, or read from data.options.tokenizer: written now
   prepare()
   for s, p in paths.items():
     streams[s] = cached_array(p, lambda s=s: streams[s])

@@ -36,6 +36,7 @@ from tokenizers import AddedToken, decoders, models, pre_tokenizers, trainers
 from tokenizers import Tokenizer as _HFTok
 
 from sbjax.atomic import atomic_path, atomic_write_bytes
+from sbjax.errors import option
 
 log = logging.getLogger("sbjax")
 JSON_NAME = "tokenizer.json"
@@ -47,16 +48,26 @@ def is_hf_tokenizer(path: str | os.PathLike) -> bool:
 
 
 class HFTokenizer:
-  """A loaded ``tokenizer.json`` with the interface of ``sbjax.data.tokenizer.Tokenizer``."""
+  """A loaded ``tokenizer.json`` with the interface of ``sbjax.data.tokenizer.Tokenizer``:
+  the file ``path``, or (``source``) the file ``source`` read for ``path``, where ``save``
+  copies it."""
 
-  def __init__(self, path: str | os.PathLike):
-    self.path = str(path)
-    if not Path(self.path).is_file():
-      raise FileNotFoundError(f"tokenizer.json not found: {self.path}")
+  def __init__(self, path: str | os.PathLike, source: str | os.PathLike | None = None):
+    self.path, self._source = str(path), (None if source is None else str(source))
+    read = self._source or self.path
+    if not Path(read).is_file():
+      raise FileNotFoundError(f"tokenizer.json not found: {read}")
     try:
-      self.tok = _HFTok.from_file(self.path)
+      self.tok = _HFTok.from_file(read)
     except Exception as e:  # noqa: BLE001 - the tokenizers library raises its own exception type
-      raise ValueError(f"{self.path} is not a Hugging Face tokenizers file: {e}") from None
+      raise ValueError(f"{read} is not a Hugging Face tokenizers file: {e}") from None
+
+  def save(self) -> "HFTokenizer":
+    """Copy a tokenizer read from ``source`` to ``path``, atomically (else nothing to do)."""
+    if self._source is not None:
+      atomic_write_bytes(self.path, Path(self._source).read_bytes())
+      self._source = None
+    return self
 
   @property
   def vocab_size(self) -> int:
@@ -90,7 +101,7 @@ class HFTokenizer:
     return self.tok.id_to_token(int(i))
 
   def serialized(self) -> bytes:
-    return Path(self.path).read_bytes()
+    return Path(self._source or self.path).read_bytes()
 
 
 def train_bpe(texts: Iterable[str], out_path: str | os.PathLike, vocab_size: int,
@@ -109,16 +120,19 @@ def train_bpe(texts: Iterable[str], out_path: str | os.PathLike, vocab_size: int
   return HFTokenizer(out_path)
 
 
-def copy_into(src: str | os.PathLike, workdir: str | os.PathLike) -> HFTokenizer:
-  """``WORKDIR/tokenizer.json``: reloaded if present (resume), else copied from ``src``."""
+def copy_into(src: str | os.PathLike, workdir: str | os.PathLike,
+              save: bool = True) -> HFTokenizer:
+  """``WORKDIR/tokenizer.json``: reloaded if present (resume), else copied from ``src`` (a
+  readable tokenizer before anything is written; ``save=False``: read from ``src``, and
+  copied when the caller's checks have passed, by its ``save``)."""
   path = Path(workdir) / JSON_NAME
-  if not path.is_file():
-    source = Path(src)
-    if not source.is_file():
-      raise FileNotFoundError(f"data.tokenizer={src!r}: no such tokenizer.json")
-    HFTokenizer(source)  # a readable tokenizer before anything is written
-    atomic_write_bytes(path, source.read_bytes())
-  return HFTokenizer(path)
+  if path.is_file():
+    return HFTokenizer(path)
+  if not Path(src).is_file():
+    raise FileNotFoundError(f"{option('data.options.tokenizer')}={str(src)!r}: no such "
+                            "tokenizer.json")
+  tok = HFTokenizer(path, source=src)
+  return tok.save() if save else tok
 
 
 def from_sentencepiece(model_path: str | os.PathLike) -> _HFTok:

@@ -39,10 +39,12 @@ MAX_SENTENCE_BYTES = 1 << 14
 
 class Tokenizer:
   """A loaded sentencepiece model: the file ``path``, or (``model``: its bytes) a model held in
-  memory until ``save`` writes it to ``path``."""
+  memory until ``save`` writes it to ``path`` (with ``vocab``, the bytes of its ``.vocab``
+  file, when given: a copied model keeps its own)."""
 
-  def __init__(self, path: str | os.PathLike, model: bytes | None = None):
-    self.path, self._model = str(path), model
+  def __init__(self, path: str | os.PathLike, model: bytes | None = None,
+               vocab: bytes | None = None):
+    self.path, self._model, self._vocab = str(path), model, vocab
     if model is not None:
       self.sp = spm.SentencePieceProcessor(model_proto=model)
       return
@@ -55,9 +57,13 @@ class Tokenizer:
     atomically (a model read from its file: nothing to do)."""
     if self._model is not None:
       atomic_write_bytes(self.path, self._model)
-      atomic_write_text(Path(self.path).with_suffix(".vocab"),
-                        "".join(f"{piece}\t{score:g}\n" for piece, score in self.pieces()))
-      self._model = None
+      vocab_path = Path(self.path).with_suffix(".vocab")
+      if self._vocab is not None:
+        atomic_write_bytes(vocab_path, self._vocab)
+      else:
+        atomic_write_text(vocab_path, "".join(f"{piece}\t{score:g}\n"
+                                              for piece, score in self.pieces()))
+      self._model = self._vocab = None
     return self
 
   @property
@@ -263,32 +269,41 @@ def load_or_train(workdir: str | os.PathLike, texts_fn, *, vocab_size: int, mode
   If it exists it is reloaded (resume is deterministic), and its size must equal
   ``vocab_size``. Else, if ``existing`` names a model, that model is copied into the workdir;
   else one is trained on ``texts_fn()`` (an iterable of strings). A ``gs://`` ``existing`` is
-  read from its local copy (``sbjax.paths.local_file``). ``save=False``: a newly trained
-  model stays in memory until ``Tokenizer.save`` (a copied one is written at once).
+  read from its local copy (``sbjax.paths.local_file``). ``save=False``: a new tokenizer
+  (trained, or read from ``existing``) stays in memory until its ``save`` writes it into the
+  workdir (the caller checks the data first, so a refused call leaves nothing behind).
   """
   existing = local_file(existing) if existing else existing
   if existing and hf_tokenizer.is_hf_tokenizer(existing):  # a tokenizer.json (HF tokenizers)
-    return hf_tokenizer.copy_into(existing, workdir)
+    return hf_tokenizer.copy_into(existing, workdir, save=save)
   path = Path(workdir) / MODEL_NAME
   if path.is_file():
     tok = Tokenizer(path)
     if not existing and tok.vocab_size != vocab_size:
       raise ValueError(
-          f"{path} has {tok.vocab_size} pieces but data.vocab_size={vocab_size}: use "
-          f"data.vocab_size={tok.vocab_size}, or delete the tokenizer to train a new one")
+          f"{path} has {tok.vocab_size} pieces but the vocabulary size asked for is "
+          f"{vocab_size}: set the vocabulary size to {tok.vocab_size} "
+          f"({option('data.options.vocab_size')}), or delete the tokenizer to train a new one")
     return tok
   if existing:
-    src = Path(existing)
-    if not src.is_file():
-      raise FileNotFoundError(f"data.tokenizer={existing!r}: no such sentencepiece model")
-    atomic_write_bytes(path, src.read_bytes())
-    vocab = src.with_suffix(".vocab")
-    if vocab.is_file():
-      atomic_write_bytes(path.with_suffix(".vocab"), vocab.read_bytes())
-    tok = Tokenizer(path)
-    if tok.vocab_size != vocab_size:
-      log.warning("data.tokenizer has %d pieces (data.vocab_size=%d is ignored)",
-                  tok.vocab_size, vocab_size)
-    return tok
+    tok = _read_existing(existing, path, vocab_size)
+    return tok.save() if save else tok
   return train_tokenizer(texts_fn(), out_path=path, vocab_size=vocab_size, model_type=model_type,
                          save=save)
+
+
+def _read_existing(existing: str, path: Path, vocab_size: int) -> Tokenizer:
+  """The sentencepiece model ``existing`` (and its ``.vocab``, if any), held in memory for
+  ``path``."""
+  src = Path(existing)
+  if not src.is_file():
+    raise FileNotFoundError(f"{option('data.options.tokenizer')}={existing!r}: no such "
+                            "sentencepiece model")
+  vocab = src.with_suffix(".vocab")
+  tok = Tokenizer(path, model=src.read_bytes(),
+                  vocab=vocab.read_bytes() if vocab.is_file() else None)
+  if tok.vocab_size != vocab_size:
+    log.warning("%s has %d pieces; the vocabulary size %d (%s) is ignored",
+                option("data.options.tokenizer"), tok.vocab_size, vocab_size,
+                option("data.options.vocab_size"))
+  return tok

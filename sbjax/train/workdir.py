@@ -16,6 +16,7 @@ from sbjax import checkpoint as ckpt
 from sbjax import heads
 from sbjax.atomic import atomic_write_text, is_local
 from sbjax.config import Config
+from sbjax.errors import option
 from sbjax.paths import upath
 
 log = logging.getLogger("sbjax")
@@ -220,7 +221,7 @@ def resolve_vocab(cfg: Config, data_vocab: int) -> Config:
     return cfg.replace(model=dataclasses.replace(mc, vocab_size=data_vocab))
   if mc.vocab_size < data_vocab:
     raise ValueError(f"model.vocab_size={mc.vocab_size} is smaller than the data's vocabulary "
-                     f"({data_vocab} tokens); set --config.model.vocab_size={data_vocab} or 0")
+                     f"({data_vocab} tokens); set {option('model.vocab_size')}={data_vocab} or 0")
   if mc.vocab_size > data_vocab:
     log.warning("model.vocab_size=%d is larger than the data's vocabulary (%d tokens); the "
                 "extra rows are padding (as Pythia's 50304 for a 50277-piece tokenizer)",

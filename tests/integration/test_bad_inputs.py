@@ -292,7 +292,7 @@ ROWS = [
      "allowed: <= model.max_len=64"),
     ("tokenizer vocabulary larger than the model's", tokenizer_vocab, ValueError,
      "model.vocab_size=48 is smaller than the data's vocabulary (64 tokens)",
-     "--config.model.vocab_size=64 or 0"),
+     "set model.vocab_size=64 or 0"),  # train's --config.: test_refusals_name_the_flag_w3
     ("workdir not writable", workdir_not_writable, OSError, "cannot create the workdir",
      "choose a writable --workdir"),
     ("analysis output directory not writable", analysis_out_not_writable, OSError,

@@ -100,7 +100,9 @@ def test_load_or_train_reuses_existing(tmp_path):
   b = tok_lib.load_or_train(tmp_path, texts, vocab_size=120, model_type="unigram")
   assert len(calls) == 1 and os.stat(b.path).st_mtime_ns == mtime
   assert a.path == b.path == str(tmp_path / "tokenizer.model")
-  with pytest.raises(ValueError, match="has 120 pieces but data.vocab_size=64"):
+  with pytest.raises(ValueError, match=r"has 120 pieces but the vocabulary size asked for is "
+                                       r"64: set the vocabulary size to 120 "
+                                       r"\(data\.options\.vocab_size\)"):
     tok_lib.load_or_train(tmp_path, texts, vocab_size=64, model_type="unigram")
   # an existing model given by path is copied into a (new) workdir
   wd = tmp_path / "other"
