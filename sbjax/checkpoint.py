@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import shutil
 import time
 from pathlib import Path
@@ -231,11 +232,41 @@ def verify_step(workdir, step: int, items=None) -> bool:
     raise CorruptCheckpointError(f"failed its checksum check: {e}") from None
 
 
-def short_reason(e: BaseException) -> str:
-  """First line of an exception, without TensorStore's long spec dumps."""
+REASON_CHARS = 240  # the most characters of a reason's message (logs, CSVs, reports)
+LONG_WORD = 64  # a longer word (a path) of an overlong reason keeps its two ends only
+_ASIDE = re.compile(r" \([^()]*\)")
+
+
+def short_reason(e: BaseException, drop: str = "") -> str:
+  """``Type: message`` of an exception, in one line for logs, CSVs and reports: the first
+  line of its message without TensorStore's long spec dumps, and without ``drop`` (what the
+  caller says beside it: ``checkpoint step N in WORKDIR ``), at most ``REASON_CHARS``
+  characters of message (``shorten``)."""
   msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
   msg = msg.split(" See full TensorStore details")[0]
-  return f"{type(e).__name__}: {msg[:240]}"
+  return f"{type(e).__name__}: {shorten(msg.replace(drop, '') if drop else msg)}"
+
+
+def shorten(msg: str, limit: int = REASON_CHARS) -> str:
+  """``msg`` in at most ``limit`` characters, losing the least of what names what failed:
+  first its parenthesised asides, the last first (a checksum mismatch's "(the file changed
+  after it was written: ...)"; the file and both checksums come before it), then the middle
+  of its words over ``LONG_WORD`` characters, the longest first (a workdir path keeps its
+  start and its end, "…" between), then its last words: cut at a space, ending in "…", never
+  mid-word."""
+  while len(msg) > limit and (asides := list(_ASIDE.finditer(msg))):
+    msg = msg[:asides[-1].start()] + msg[asides[-1].end():]
+  words = msg.split(" ")
+  for i in sorted(range(len(words)), key=lambda i: -len(words[i])):
+    if len(" ".join(words)) <= limit or len(words[i]) <= LONG_WORD:
+      break
+    words[i] = f"{words[i][:LONG_WORD // 2 - 8]}…{words[i][-(LONG_WORD // 2 + 7):]}"
+  msg = " ".join(words)
+  if len(msg) > limit:
+    n = limit - 1  # and the "…"
+    cut = msg[:n] if msg[n] == " " else msg[:msg.rfind(" ", 0, n) + 1] or msg[:n]  # whole words
+    msg = cut.rstrip(" ,;:.") + "…"
+  return msg
 
 
 def restore(workdir, step: int, abstract_params, abstract_opt=None):
