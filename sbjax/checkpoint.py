@@ -51,6 +51,7 @@ from orbax.checkpoint.checkpoint_managers import save_decision_policy as sdp
 from sbjax import checksums
 from sbjax.atomic import atomic_write_text, is_local
 from sbjax.config import Config, TrainConfig
+from sbjax.errors import option
 from sbjax.model import Model
 from sbjax.paths import upath
 
@@ -370,7 +371,7 @@ def restore_latest_good(workdir, abstract_params, abstract_opt=None, *, moved=No
     d = ckpt_dir(workdir) / str(step)
     if abstract_opt is not None and (d / COMMIT_FILE).is_file() and not (d / "opt").exists():
       raise ValueError(f"{workdir} step {step} holds parameters only (an import, finished "
-                       "and intact); train from it with --config.train.init_from instead")
+                       f"and intact); train from it with {option('train.init_from')} instead")
     try:
       check_step_dir(workdir, step, items)
       if not verify_step(workdir, step, items):

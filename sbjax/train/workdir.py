@@ -118,7 +118,7 @@ def prepare_workdir(workdir: Path, cfg: Config, is_main: bool) -> None:
       text = json.dumps(cfg.to_dict(), indent=2, allow_nan=False)
     except ValueError:
       raise ValueError(f"the config of {workdir} holds a non-finite number (NaN or inf); give "
-                       "finite values (--config.train.lr=...)") from None
+                       f"finite values ({option('train.lr')}=...)") from None
     atomic_write_text(workdir / "config.json", text)
 
 
@@ -135,7 +135,7 @@ def check_not_past(workdir, step: int, steps: int) -> None:
   those of a ``steps``-step run, and its summary would report the wrong step."""
   if step > steps:
     raise ValueError(f"the workdir {workdir} is already at step {step}, past train.steps={steps}; "
-                     f"to continue it pass --config.train.steps >= {step}, for a {steps}-step "
+                     f"to continue it pass {option('train.steps')} >= {step}, for a {steps}-step "
                      "run use a new --workdir (an earlier step of this run: "
                      "sbjax.checkpoint.load_params(workdir, step))")
 

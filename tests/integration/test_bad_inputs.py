@@ -266,7 +266,7 @@ ROWS = [
     ("analysis of another model's checkpoints", foreign_checkpoints_analysis, ValueError,
      "written by another model configuration", "['block_0']['attn']['v_kernel']: saved (32, 2, 16) -> model (16, 2, 8)"),
     ("an imported (params-only) workdir given to train", import_as_workdir, ValueError,
-     "holds parameters only (an import", "--config.train.init_from"),
+     "holds parameters only (an import", "train from it with train.init_from instead"),
     ("corrupt checkpoint: truncated file", _corrupt("truncated"), "warning",
      "checkpoint step 2 in", "moved it aside to"),
     ("corrupt checkpoint: deleted array shard", _corrupt("shard"), "warning",

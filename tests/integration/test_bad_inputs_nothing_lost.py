@@ -86,7 +86,7 @@ def test_workdir_past_train_steps_is_refused(tmp_path, run_dir, ds):
   cfg = cfg.replace(train=dataclasses.replace(cfg.train, steps=1))
   with pytest.raises(ValueError) as e:
     train(cfg, wd, dataset=ds, quiet=True)
-  _one_line(e, "is already at step 2, past train.steps=1", "--config.train.steps >= 2",
+  _one_line(e, "is already at step 2, past train.steps=1", "pass train.steps >= 2",
             "new --workdir")
   assert snapshot(tmp_path) == before  # nothing written, not even a lock
 

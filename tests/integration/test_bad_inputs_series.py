@@ -83,7 +83,7 @@ ROWS = [  # name, setup, problem (first line), what to do
      "token id 60 at row 2, column 4 is outside [0, model.vocab_size=53)",
      "Use token ids from the model's own tokenizer"),
     ("token file whose rows are shorter than T+1", rows_too_short,
-     "rows hold 9 tokens, shorter than seq_len+1=17", "Use --config.train.seq_len=8 or less"),
+     "rows hold 9 tokens, shorter than seq_len+1=17", "Use train.seq_len=8 or less"),
     ("tokenizer whose vocabulary exceeds the model's", tokenizer_beyond_model,
      "the data's vocabulary (300 tokens", "Tokenise with the model's own tokenizer"),
     ("cache directory without the requested revision", revision_missing,

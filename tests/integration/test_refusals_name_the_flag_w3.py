@@ -17,15 +17,20 @@ import contextlib
 import dataclasses
 from pathlib import Path
 
+import numpy as np
 import pytest
+from jax.sharding import AbstractMesh
 
 from sbjax import errors
+from sbjax import sharding as shd
 from sbjax.cli.data_flags import OPTION_NAMES
 from sbjax.config import DataConfig
 from sbjax.data import DataError, hf_tokenizer, make_dataset
 from sbjax.data import tokenizer as tok_lib
 from sbjax.studies.corpus import text_corpus
+from sbjax.data.tokens import window_starts
 from sbjax.train import resolve_vocab
+from sbjax.train.workdir import check_not_past
 from tests._corpus import generated_docs, write_corpus
 from tests._tiny import tiny_run_config
 from tests.integration.test_refusals_name_the_flag import cli, error_line, tree
@@ -65,6 +70,26 @@ def test_the_vocabulary_messages_name_the_option_of_the_command(tmp_path):
           f"vocabulary size to 120 ({vocab_flag}), or delete the tokenizer to train a new one")
     if names == {}:
       assert "--config" not in str(e.value)
+
+
+def test_the_train_settings_messages_say_config_to_train_only(tmp_path):
+  """Messages that told every caller to set ``--config.KEY`` (train's flags): train still
+  reads ``--config.KEY``; an experiment or a library call, which have no ``--config``, read
+  the config field (each the independent spelling of the field by hand)."""
+  mc = dataclasses.replace(tiny_run_config().model, vocab_size=50)
+  calls = [  # (the call, what its message says, {p}: where the command's prefix goes)
+      (lambda: shd.check_divisible(mc, AbstractMesh((1, 1, 8), shd.AXES), 8),
+       "pad the vocabulary to 56 ({p}model.vocab_size=56)"),
+      (lambda: shd.check_divisible(mc, AbstractMesh((2, 2, 1), shd.AXES), 6),
+       "use a batch that is a multiple of 4 ({p}train.batch_size)"),
+      (lambda: check_not_past(tmp_path, 3, 2), "to continue it pass {p}train.steps >= 3"),
+      (lambda: window_starts(np.zeros((2, 5), np.int32), 8), "Use {p}train.seq_len=4 or less")]
+  for names, prefix in ((None, ""), ({}, ""), ({"*": "--config."}, "--config.")):
+    for call, said in calls:
+      with _within(names), pytest.raises(ValueError) as e:
+        call()
+      assert said.format(p=prefix) in str(e.value), str(e.value)
+      assert ("--config" in str(e.value)) == bool(prefix), str(e.value)
 
 
 def _copy_source(tmp_path: Path, kind: str, docs) -> tuple[str, list[str]]:
