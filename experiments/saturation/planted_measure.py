@@ -386,8 +386,8 @@ write included, as there). A step
 
 def _probe_damaged(wd, name: str, step: int, e: BaseException, cached: int) -> Probe:
   """The probe's end at an unreadable step: one warning line, a Probe without times."""
-  msg = (str(e).strip().splitlines() or [""])[0].replace(f"checkpoint step {step} in {wd} ", "")
-  reason = f"{type(e).__name__}: {msg.split('; use another step')[0][:300]}"
+  reason = ckpt.short_reason(e, drop=f"checkpoint step {step} in {wd} ")
+  reason = reason.split("; use another step")[0]
   warnings.warn(f"the budget probe could not read checkpoint step {step} in {wd} ({reason}); "
                 "training goes on, and this population's measurement is projected by the "
                 "slowest-rate rule instead", RuntimeWarning, stacklevel=2)
