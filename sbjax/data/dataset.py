@@ -350,13 +350,14 @@ def _build_text(cfg, documents, workdir, common) -> Dataset:
                                     save=False)
   key = _hash(repr(corpus_key), tok.serialized())
   paths = {s: wd / "tokens" / f"{slug(name, 40)}-{key}-{s}.npy" for s in builders.SPLITS}
-  streams = {s: cached_array(p, None) if p.is_file() else encode_documents(tok, docs[s])
+  cached = {s for s, p in paths.items() if p.is_file()}
+  streams = {s: cached_array(p, None) if s in cached else encode_documents(tok, docs[s])
              for s, p in paths.items()}
   check_fits(name, streams, common["seq_len"], common["global_batch_size"])
   tok.save()  # trained, or read from data.options.tokenizer: written now
   prepare()
-  for s, p in paths.items():
-    streams[s] = cached_array(p, lambda s=s: streams[s])
+  for s in paths.keys() - cached:  # the streams encoded above: their caches written now
+    streams[s] = cached_array(paths[s], lambda s=s: streams[s])
   return Dataset(streams["train"], streams["validation"], vocab_size=tok.vocab_size, name=name,
                  source=cfg.source, tokenizer_path=tok.path, extra_info=extra, **common)
 
