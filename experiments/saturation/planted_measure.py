@@ -226,18 +226,16 @@ def measure_mesh(cfg):
   return jax.set_mesh(shd.make_mesh(cfg.mesh))
 
 
-def _measurer(wd, cfg, windows_WxT1: np.ndarray, lang):
-  """(step, its params or None: loaded here) -> (its row, L[s, ·] float64): load the
-  checkpoint, run the forward and the SVD."""
+def _measurer(cfg, windows_WxT1: np.ndarray, lang):
+  """(step, its params, read by the caller's ``ParamsReader``) -> (its row, L[s, ·] float64):
+  the forward on the windows and the head's SVD."""
   x, y = windows_WxT1[:, :-1], windows_WxT1[:, 1:]
   fn = _checkpoint_fn(cfg.model)
   probs = jnp.asarray(lang.probs, jnp.float32)
   table = optim.gamma_schedule(cfg.train)
   rare, frequent = rare_and_frequent(lang)
 
-  def one(s: int, params=None) -> tuple[dict, np.ndarray]:
-    if params is None:
-      _, params, _ = ckpt.load_params(wd, s)
+  def one(s: int, params) -> tuple[dict, np.ndarray]:
     m = jax.device_get(fn(params, x, y, x, probs, rare, frequent))
     loss = np.asarray(m["rb_W"], np.float64)
     bias = params.get("ln_f", {}).get("bias")
@@ -292,7 +290,7 @@ def measure_arm(wd, windows_WxT1: np.ndarray, lang, cache: bool = True) -> Measu
       if _usable(store.get(str(s)), ident, s, len(windows_WxT1)):
         continue
       if one is None:
-        one = _measurer(wd, cfg, windows_WxT1, lang)
+        one = _measurer(cfg, windows_WxT1, lang)
         reader = stack.enter_context(ckpt.ParamsReader(wd, _abstract(cfg)))
       plist, good = read_good(reader, [s], damaged)  # a damaged step: set aside, skipped
       if good:
@@ -369,7 +367,7 @@ write included, as there). A step
   name, times = upath(wd).name, []
   with measure_mesh(cfg), contextlib.ExitStack() as stack:  # as measure_arm's (inside the
     t = time.perf_counter()  # training's, an equal mesh), reading through the same reader
-    one = _measurer(wd, cfg, windows_WxT1, lang) if todo else None
+    one = _measurer(cfg, windows_WxT1, lang) if todo else None
     reader = stack.enter_context(ckpt.ParamsReader(wd, _abstract(cfg))) if todo else None
     setup = time.perf_counter() - t
     for s, ident in todo:
