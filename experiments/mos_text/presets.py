@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from sbjax.studies import head_rank as hr
-from sbjax.studies.presets import Preset, pick_preset
+from sbjax.experiment import Preset
 
 BASE = hr.BASE
 
@@ -73,5 +73,3 @@ PRESETS: dict[str, Preset[Knobs]] = {
 }
 
 
-def get_preset(name) -> Preset:
-  return pick_preset(PRESETS, name, "mos_text")

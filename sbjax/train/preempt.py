@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import time
 
 import jax
 
@@ -35,6 +36,13 @@ from sbjax.train.loop import Boundary, Hook
 log = logging.getLogger("sbjax")
 
 EXIT_PREEMPTED = 75  # sysexits.h EX_TEMPFAIL
+_deadline: list = [None]  # a time budget (``set_deadline``): the same stop as SIGTERM
+
+
+def set_deadline(t: float | None) -> None:
+  """Stop every run at its first step boundary after the time ``t`` (``time.time()``), as
+  SIGTERM does: save that step, exit 75; the same command again resumes (None: no budget)."""
+  _deadline[0] = t
 
 
 class Preempted(SystemExit):
@@ -43,10 +51,11 @@ class Preempted(SystemExit):
   def __init__(self, step: int, where: str):
     super().__init__(EXIT_PREEMPTED)
     self.step, self.where = step, where
+    budget = _deadline[0] is not None and time.time() >= _deadline[0]
+    self.why = "time budget reached" if budget else "preempted (SIGTERM)"
 
   def __str__(self) -> str:
-    return (f"preempted (SIGTERM): saved step {self.step} in {self.where}; rerun the same "
-            "command to resume")
+    return f"{self.why}: saved step {self.step} in {self.where}; rerun the same command to resume"
 
 
 class Preemption(Hook):
@@ -81,7 +90,7 @@ class Preemption(Hook):
         return bool(multihost_utils.reached_preemption_sync_point(step))
       except RuntimeError:  # no preemption sync manager (jax.distributed without it)
         return False
-    return self.requested
+    return self.requested or (_deadline[0] is not None and time.time() >= _deadline[0])
 
   def on_boundary(self, b: Boundary, state) -> None:
     if b.stop:
