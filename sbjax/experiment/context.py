@@ -37,6 +37,7 @@ class Context:
   results: dict = dataclasses.field(default_factory=dict)  # group name -> member rows
   groups: dict = dataclasses.field(default_factory=dict)  # group name -> Group, as trained
   set_aside: dict = dataclasses.field(default_factory=dict)  # "group/member" -> damaged steps
+  failed: dict = dataclasses.field(default_factory=dict)  # group name -> error (keep_going)
   _datasets: dict = dataclasses.field(default_factory=dict, repr=False)
 
   @property
