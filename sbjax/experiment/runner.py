@@ -84,7 +84,8 @@ def _group(ctx: Context, exp: Experiment, group: Group, say) -> tuple[list, list
   rows = [{"group": group.name, "member": j, **group.labels[j],
            **{k: s.get(k) for k in SUMMARY}} for j, s in enumerate(sums)]
   ctx.results[group.name], ctx.groups[group.name] = rows, group
-  return rows, _measure(ctx, exp, group) if exp.measure is not None else []
+  ctx.measured[group.name] = _measure(ctx, exp, group) if exp.measure is not None else []
+  return rows, ctx.measured[group.name]
 
 
 def run(exp: Experiment, out, preset: str = "test", data: str | None = None, *,
