@@ -27,7 +27,7 @@ in ``OUT/timings.json``, so rerunning with another ``--only`` keeps the others' 
 (``write_report`` reports every experiment with a finished ``OUT/NAME/``). An experiment that
 fails is reported as failed and the others go on (the command then exits with an error naming
 it). A call holds ``OUT/LOCK``, and ``OUT/NAME/LOCK`` while NAME runs (``sbjax.train.lock``
-``out_lock``): a second call into the same folder stops with one line naming the holder.
+``workdir_lock``): a second call into the same folder stops with one line naming the holder.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from absl import flags
 from . import common
 from sbjax.atomic import atomic_write_json
 from sbjax.paths import upath
-from sbjax.train.lock import out_lock
+from sbjax.train.lock import workdir_lock
 
 PRESETS = ("test", "quick", "cpu", "tpu")
 TIMINGS = "timings.json"
@@ -117,7 +117,7 @@ class Suite:
     if preset not in PRESETS:
       raise ValueError(f"unknown preset {preset!r}; known: {', '.join(PRESETS)}")
     # one writer per folder: OUT for the call, OUT/NAME while NAME runs
-    with out_lock(out, flag="--out"):
+    with workdir_lock(out):
       timings = _read_timings(out)
       for name in names:
         t0 = time.perf_counter()
@@ -126,7 +126,7 @@ class Suite:
           mod = self.load(name)
           if verbose:
             sys.stderr.write(f"== {name} ({preset}) -> {out / name}\n")
-          with out_lock(out / name, flag="--out"):
+          with workdir_lock(out / name):
             mod.run(out / name, preset, data=data or None)
         except Exception as e:  # noqa: BLE001 - reported, the other experiments go on
           rec.update(status="failed", error=f"{type(e).__name__}: {e}")

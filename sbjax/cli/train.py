@@ -104,7 +104,7 @@ def cli():
   """The ``sbjax-train`` console script (and ``python -m experiments.train``)."""
   logging.basicConfig(level=logging.INFO, stream=sys.stderr)
   sys.argv = common.dotted_flags(sys.argv, "config", "config_override")
-  common.run_script(main, __name__, options={"*": "--config."})  # messages: --config.KEY
+  common.run_script(main, __name__)
 
 
 if __name__ == "__main__":
