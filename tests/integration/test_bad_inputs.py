@@ -3,8 +3,8 @@ that the error is one clear line naming the problem and what to do, and that no 
 file was overwritten or deleted (the directory tree and every file's hash are compared
 before and after; a bad checkpoint may only move, byte for byte, to checkpoints_bad/).
 
-Rows call the same functions the CLI calls, in-process; three rows run the CLI itself to
-check the single `error:` line without a traceback."""
+Rows call the same functions the CLI calls, in-process; the CLI rows run the CLI itself to
+check the single `error:` line without a traceback, and that a refused call creates nothing."""
 
 import dataclasses
 import hashlib
@@ -352,6 +352,8 @@ CLI = [
      "error: invalid config: model.head.rank=99; allowed: 1 .. d_model=32"),
     ("analysis of a missing workdir", ["-m", "experiments.analyze", "--workdir={tmp}/nope"],
      "error: the workdir"),
+    ("NaN learning rate", ["-m", "experiments.train", "--config=tiny", "--workdir={tmp}/w",
+                           "--config.train.lr=nan"], "error: invalid config: train.lr=nan"),
 ]
 
 
