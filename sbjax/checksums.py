@@ -3,7 +3,7 @@
 ``write_manifest(d)`` hashes every file under ``d`` (a finished checkpoint step) and writes
 ``d/checksums.json`` atomically::
 
-    {"format": 1, "algorithm": "sha256", "files": {"params/ocdbt.process_0/d/1f2e...": [size, "hex"]}}
+    {"format": 1, "algorithm": "sha256", "files": {"params/ocdbt.process_0/d/1f": [size, "hex"]}}
 
 ``verify_manifest(d, items)`` re-hashes the files it lists (those under the top-level folders
 ``items`` and the top-level files; all for ``items=None``) and raises ``ChecksumError`` naming
@@ -86,6 +86,6 @@ def verify_manifest(d, items=None) -> bool:
     raise ChecksumError(f"{e.filename} is missing (listed in {MANIFEST_FILE})") from None
   for (r, e), g in zip(want.items(), got):
     if list(e) != g:
-      raise ChecksumError(f"checksum mismatch in {d / r}: {g[0]} bytes, {ALGORITHM} {g[1][:12]}...; "
-                          f"{MANIFEST_FILE} says {e[0]} bytes, {str(e[1])[:12]}...")
+      raise ChecksumError(f"checksum mismatch in {d / r}: {g[0]} bytes, {ALGORITHM} "
+                          f"{g[1][:12]}...; {MANIFEST_FILE} says {e[0]} bytes, {e[1][:12]}...")
   return True

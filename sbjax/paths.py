@@ -2,9 +2,10 @@
 through ``etils.epath``.
 
 ``upath(p)`` is how sbjax turns a path it was given (a workdir, an output directory, a token
-file) into something it reads or writes. A local path stays a ``pathlib.Path``; ``gs://bucket/run`` becomes an epath bucket path
-(``pathlib.Path`` would collapse it to the local folder ``gs:/bucket/run``). A scheme whose file
-system is not installed (``gcsfs`` for ``gs://``) is one ValueError naming the package.
+file) into something it reads or writes. A local path stays a ``pathlib.Path``;
+``gs://bucket/run`` becomes an epath bucket path (``pathlib.Path`` would collapse it to the
+local folder ``gs:/bucket/run``). A scheme whose file system is not installed (``gcsfs``
+for ``gs://``) is one ValueError naming the package.
 
 Readers and writers that need a real local file or folder use ``local_file`` / ``local_dir``
 (a remote object or tree copied once into ``cache_root()``) and ``staged_dir`` (a local
