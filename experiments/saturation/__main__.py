@@ -11,9 +11,7 @@ from pathlib import Path
 
 from absl import flags
 
-from sbjax import errors
 from sbjax.cli import common, series_flags as sf
-from sbjax.cli.data_flags import OPTION_NAMES
 from .planted_presets import PLANTED_PRESETS
 from .planted_report import write_section as write_planted_section
 from .planted_run import run_planted
@@ -30,10 +28,8 @@ ANISO_TOK = flags.DEFINE_integer("anisotropy_tokens", 4096, "series: token posit
 
 
 def main_series(out: Path) -> None:
-  # the data comes from --data.KEY here (not the preset mode's --data): messages name those
-  with errors.option_names(OPTION_NAMES):
-    run_series(sf.SERIES.value, out, sf.TOKENS.value, sf.DATA.value, sf.steps(),
-               sf.ALLOW_DUP.value, sf.eval_sequences(), ANISO_TOK.value)
+  run_series(sf.SERIES.value, out, sf.TOKENS.value, sf.DATA.value, sf.steps(),
+             sf.ALLOW_DUP.value, sf.eval_sequences(), ANISO_TOK.value)
   (out / "section.md").write_text(series_section(out, "."))
   common.result(json.dumps({"out": str(out), "series": str(out / "saturation_series.csv"),
                             "section": str(out / "section.md")}))

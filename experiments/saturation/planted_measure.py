@@ -384,7 +384,7 @@ write included, as there). A step
 
 def _probe_damaged(wd, name: str, step: int, e: BaseException, cached: int) -> Probe:
   """The probe's end at an unreadable step: one warning line, a Probe without times."""
-  reason = ckpt.short_reason(e, drop=f"checkpoint step {step} in {wd} ")
+  reason = f"{type(e).__name__}: {e}"
   reason = reason.split("; use another step")[0]
   warnings.warn(f"the budget probe could not read checkpoint step {step} in {wd} ({reason}); "
                 "training goes on, and this population's measurement is projected by the "
