@@ -8,7 +8,7 @@ Grid file (JSON)::
                                                  # (relative to the grid file)
       "overrides": {"train.steps": 200,          # applied to every run; dotted keys
                     "model": {"head": "lowrank"}},  # or nested sections
-      "grid": {"model.head_rank": [2, 4, 8],     # cartesian product over these keys
+      "grid": {"model.head.rank": [2, 4, 8],     # cartesian product over these keys
                "train.seed": [0, 1]},            # (file order, the last varies fastest)
       "runs": [{"train.lr": 1e-3},               # optional: explicit variants, crossed
                {"train.lr": 3e-3, "train.warmup_steps": 10}]  # with the grid
@@ -19,8 +19,8 @@ Any ``section.key`` of ``sbjax.config.Config`` can be swept (``model.*``, ``data
 so a bad value fails before anything trains.
 
 Run names are stable and readable: the swept keys' last components with their values,
-e.g. ``head_rank=2,seed=0`` (a full dotted key where the last component is ambiguous,
-e.g. ``model.vocab_size`` vs ``data.vocab_size``; characters outside
+e.g. ``rank=2,seed=0`` (a full dotted key where the last component is ambiguous,
+e.g. ``model.vocab_size`` vs ``data.options.vocab_size``; characters outside
 ``[A-Za-z0-9._=,+-]`` become ``_``; names longer than 100 characters, or that would
 collide, get a short hash of the run's overrides). A run's workdir is
 ``SWEEP_DIR/<name>`` and its ``config.name`` is the name.
@@ -113,20 +113,16 @@ def load_grid(path) -> dict:
   return grid
 
 
-def _base_dict(grid: dict) -> dict:
+def _base_config(grid: dict) -> Config:
+  """The grid's base: a config dict (missing fields take their defaults), a config name, or a
+  .json config (relative to the grid file)."""
   base = grid.get("base", "tiny")
   if isinstance(base, dict):
-    d = configs._base()  # noqa: SLF001
-    for k, v in base.items():
-      if isinstance(v, dict) and k in d:
-        d[k].update(v)
-      else:
-        d[k] = v
-    return json.loads(json.dumps(d))
+    return Config.from_dict(base)
   if str(base).endswith(".json") and not Path(base).is_absolute():
     cand = Path(grid.get("_dir", ".")) / base
     base = str(cand) if cand.exists() else base
-  return configs.load(str(base)).to_dict()
+  return configs.load(str(base))
 
 
 def _fmt(v: Any) -> str:
@@ -180,7 +176,7 @@ def expand(grid: dict) -> list[Run]:
   for v in variants:
     swept += [k for k in v if k not in swept]
   short = _short_keys(swept)
-  base = _base_dict(grid)
+  base = _base_config(grid)
   runs: list[Run] = []
   for combo in itertools.product(*axes.values()) if axes else [()]:
     point = dict(zip(axes, combo))

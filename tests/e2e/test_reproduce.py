@@ -170,7 +170,7 @@ def test_mixture_csv_and_matched_rank(out):
   assert int(low["head_params"]) == vocab * r + r * d
   meta = json.loads((out / "planted_meta.json").read_text())
   assert meta["preset"] == "test" and meta["mixture"] is not None
-  assert meta["settings"]["k"] == P.overrides["data.planted_rank"]
+  assert meta["settings"]["k"] == P.overrides["data.options.rank"]
   assert meta["settings"]["ranks"] == list(P.knobs.ranks)
 
 

@@ -32,16 +32,16 @@ def test_expand_names_and_configs():
   assert (c.train.lr, c.train.seed, c.train.steps, c.train.ckpt_every) == (0.001, 1, 6, 3)
   assert c.name == NAMES[3] and c.model.d_model == 32  # the tiny base
   # explicit variants crossed with the grid; an ambiguous last component keeps its section
-  g = {"base": "tiny", "grid": {"model.vocab_size": [64]},
-       "runs": [{"data.vocab_size": 512, "model.head": "lowrank", "model.head_rank": 4},
-                {"data.vocab_size": 256, "model.head": "dense"}]}
-  names = [r.name for r in sweep.expand(g)]
-  assert names == ["model.vocab_size=64,data.vocab_size=512,head=lowrank,head_rank=4",
-                   "model.vocab_size=64,data.vocab_size=256,head=dense"]
+  g = {"base": "tiny", "grid": {"data.options.rank": [2]},
+       "runs": [{"model.head": "lowrank", "model.head.rank": 4}, {"model.head": "dense"}]}
+  runs = sweep.expand(g)
+  assert [r.name for r in runs] == ["data.options.rank=2,head=lowrank,model.head.rank=4",
+                                    "data.options.rank=2,head=dense"]
+  assert runs[0].config.model.head.rank == 4 and runs[0].config.data.options.rank == 2
   # unsafe characters are replaced; long names get a hash; names are stable
-  assert sweep.run_name({"data.path": "a b/c"}) == "path=a_b_c"
-  long = sweep.run_name({"data.path": "x" * 200})
-  assert len(long) == 109 and long == sweep.run_name({"data.path": "x" * 200})
+  assert sweep.run_name({"data.options.path": "a b/c"}) == "path=a_b_c"
+  long = sweep.run_name({"data.options.path": "x" * 200})
+  assert len(long) == 109 and long == sweep.run_name({"data.options.path": "x" * 200})
 
 
 def test_grid_errors():

@@ -69,7 +69,7 @@ def test_cli_nan_lr_writes_nothing(tmp_path):
   env.pop("SBJAX_DEBUG", None)
   r = subprocess.run([sys.executable, "-m", "experiments.train", "--config=tiny",
                       f"--workdir={tmp_path}/w", "--config.train.lr=nan",
-                      f"--config.data.tfds_data_dir={tmp_path}/tfds"], cwd=ROOT, env=env,
+                      f"--config.data.options.data_dir={tmp_path}/tfds"], cwd=ROOT, env=env,
                      capture_output=True, text=True, timeout=300)
   assert r.returncode == 2, r.stderr[-2000:]
   errors = [line for line in r.stderr.splitlines() if line.startswith("error:")]

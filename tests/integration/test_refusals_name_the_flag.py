@@ -173,7 +173,7 @@ def test_a_section_given_a_value_names_the_key_and_how_to_set_it():
                                        r"source that has path\)"):  # planted has no path
     overrides.config_from("tiny", {"data.options": "path=/c"})
   # a value the config takes, or refuses for its own reason, keeps its own message
-  assert overrides.config_from("tiny", {"model.head": "lowrank", "model.head_rank": 4})
+  assert overrides.config_from("tiny", {"model.head": "lowrank", "model.head.rank": 4})
   with pytest.raises(ValueError, match=r"^invalid config: model\.head=3; allowed: a head kind"):
     overrides.config_from("tiny", {"model.head": 3})
   # a text field given a section (data.options.path.x=1) is refused, not passed on as a path

@@ -133,7 +133,7 @@ def test_configs_are_data():
   """JSON configs are parsed as data; only an explicit .py path goes to ml_collections."""
   src = (ROOT / "sbjax" / "configs.py").read_text()
   assert "json.loads" in src
-  assert 'path.endswith(".py")' in src
+  assert 'endswith(".py")' in src
   from sbjax import configs
 
   with pytest.raises(ValueError, match="unknown config name"):

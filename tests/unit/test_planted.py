@@ -168,7 +168,8 @@ def test_presets_validate_and_match_parameters():
     exp.validate(name)  # builds every config, runs nothing (tpu included)
   assert set(exp.PRESETS) == {"test", "quick", "cpu", "tpu", "test-mos-seeds", "cpu-mos-seeds"}
   p = exp.get_preset("cpu")
-  k, d, vocab = (p.overrides[x] for x in ("data.planted_rank", "model.d_model", "model.vocab_size"))
+  k, d, vocab = (p.overrides[x]
+                 for x in ("data.options.rank", "model.d_model", "model.vocab_size"))
   assert max(p.knobs.ranks) <= d and k + 1 in p.knobs.ranks
   allc = dict(exp.mix_configs(p))
   # the lr grid: every arm at every lr and seed (labels arm-lr<lr>[-s<seed>])
@@ -179,13 +180,14 @@ def test_presets_validate_and_match_parameters():
            and c.train.lr == p.knobs.mix_lrs[0]}
   mos, low = head_param_count(confs["mos"].model), head_param_count(confs["lowrank"].model)
   assert confs["mos"].data.source == "planted_mos" and confs["mos"].model.head.n_mix == 16
-  assert confs["mos"].data.options.mix == p.knobs.mix["data.planted_mix"] == 8
-  assert confs["mos"].model.head == MoSHead(n_mix=16, dim=p.knobs.mix["data.planted_rank"] + 1, act="linear")
+  assert confs["mos"].data.options.mix == p.knobs.mix["data.options.mix"] == 8
+  assert confs["mos"].model.head == MoSHead(n_mix=16, dim=p.knobs.mix["data.options.rank"] + 1,
+                                            act="linear")
   assert {c.model.d_model for c in confs.values()} == {16}  # the same trunk width for every head
   assert confs["lowrank"].model.head == LowRankHead(rank=11)  # 256·11 + 11·16 = 2992 vs MoS 2912
   sig = head_param_count(confs["sigsoftmax"].model)
   assert abs(sig - mos) <= (vocab + 16) / 2 and confs["sigsoftmax"].data.options.alpha == 8.0
-  assert confs["mos"].data.options.rank == p.knobs.mix["data.planted_rank"] == 4
+  assert confs["mos"].data.options.rank == p.knobs.mix["data.options.rank"] == 4
   assert confs["mos"].train.steps == p.knobs.mix["train.steps"] == 1500
   assert abs(mos - low) <= (vocab + confs["lowrank"].model.d_model) / 2
   # the mos runs get their own init scale; the lowrank runs keep the knee part's
@@ -211,5 +213,5 @@ def test_test_preset_is_smaller_than_quick():
   assert t.overrides["train.steps"] < q.overrides["train.steps"]
   assert t.knobs.mix["train.steps"] < q.knobs.mix["train.steps"]
   assert len(t.knobs.ranks) + len(t.knobs.mix_runs) < len(q.knobs.ranks) + len(q.knobs.mix_runs)
-  k = t.overrides["data.planted_rank"]
+  k = t.overrides["data.options.rank"]
   assert min(t.knobs.ranks) <= k / 2 and max(t.knobs.ranks) >= k + 1  # both checks have rows
