@@ -40,7 +40,7 @@ def tokenize(corpus: Path, vocab: int, work: Path):
   from sbjax.config import Config
   from sbjax.data import make_dataset
   from sbjax.studies.corpus import corpus_overrides
-  dc = overrides.apply(Config(), {"data.vocab_size": vocab,
+  dc = overrides.apply(Config(), {"data.options.vocab_size": vocab,
                                   **corpus_overrides("text", str(corpus), str(work / "tfds"))})
   ds = make_dataset(dc.data, seq_len=8, global_batch_size=1, seed=0, workdir=str(work),
                     process_index=0, process_count=1)

@@ -53,7 +53,7 @@ def main():
   from sbjax.model import Model
   from sbjax.optim import make_optimizer
 
-  cfg = configs.build(configs.load(a.config))
+  cfg = configs.load(a.config)
   model = Model(cfg.model)
   p = model.init(jax.random.key(0), 1, 8)
   o = make_optimizer(cfg.train, cfg.model, p).init(p)

@@ -38,7 +38,7 @@ def main():
   from sbjax.optim import make_optimizer
   from sbjax.train import make_train_step
 
-  cfg = configs.build(configs.load(a.config))
+  cfg = configs.load(a.config)
   mc = dataclasses.replace(cfg.model, loss_chunk=1024)
   tc = dataclasses.replace(cfg.train, warmup_steps=0, steps=1000, ckpt_every=1,
                            ckpt_log_spaced=False)

@@ -43,7 +43,7 @@ def main():
   ap.add_argument("--fsdp", type=int, default=1)
   ap.add_argument("--tensor", type=int, default=1)
   a = ap.parse_args()
-  cfg = configs.build(configs.load("tiny"))
+  cfg = configs.load("tiny")
   n = jax.device_count()
   cfg = cfg.replace(
       model=dataclasses.replace(cfg.model, vocab_size=64),

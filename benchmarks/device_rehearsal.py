@@ -181,7 +181,7 @@ def run_part(part: str, out: Path, tokens: str) -> dict:
   elif part in ("collapse", "collapse-grid"):
     from experiments.collapse.report import write_section
     from experiments.collapse.run import run
-    v = preset.overrides["data.vocab_size"]
+    v = preset.overrides["data.options.vocab_size"]
     data = ",".join(str(Path(tokens) / f"V{v}" / f) for f in ("train.uint16.bin",
                                                               "val.uint16.bin"))
     _phase(times, "run", lambda: run(out, preset, data=data))

@@ -39,7 +39,7 @@ def child(a):
   from sbjax.optim import make_optimizer
   from sbjax.train import make_train_step
 
-  cfg = configs.build(configs.load(a.config))
+  cfg = configs.load(a.config)
   mc = dataclasses.replace(cfg.model, remat=a.remat, loss_chunk=a.loss_chunk)
   tc = dataclasses.replace(cfg.train, warmup_steps=0, steps=100)
   model = Model(mc)
@@ -72,7 +72,7 @@ def logits_memory(config, batch, seq, chunk):
   from sbjax import configs
   from sbjax.model import Model
 
-  mc = configs.build(configs.load(config)).model
+  mc = configs.load(config).model
   params = jax.eval_shape(lambda k: Model(mc).init(k, 1, 8), jax.random.key(0))
   b = jax.ShapeDtypeStruct((batch, seq + 1), jnp.int32)
   logits_mb = batch * seq * mc.vocab_size * 4 / 2 ** 20

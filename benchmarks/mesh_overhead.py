@@ -59,7 +59,7 @@ def time_mesh(cfg, mesh, params0, batches, steps: int) -> float:
 
 
 def v5e_estimate(name: str, mfu: float = 0.4) -> dict:
-  cfg = configs.build(configs.load(name))
+  cfg = configs.load(name)
   mc, tc = cfg.model, cfg.train
   fpt = flops_per_token(mc, tc.seq_len)
   tokens = tc.batch_size * tc.seq_len
@@ -79,7 +79,7 @@ def main():
   ap.add_argument("--steps", type=int, default=20)
   ap.add_argument("--meshes", default="8,1,1;2,2,2;1,1,8")
   args = ap.parse_args()
-  cfg = configs.build(configs.load(args.preset))
+  cfg = configs.load(args.preset)
   if cfg.model.vocab_size == 0:
     cfg = train_lib.resolve_vocab(cfg, cfg.data.options.vocab)
   tc, mc = cfg.train, cfg.model

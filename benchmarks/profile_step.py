@@ -88,7 +88,7 @@ def _args() -> argparse.Namespace:
 def _setup(a) -> SimpleNamespace:
   """The model of ``--config`` (float32, ``--loss_chunk``), its parameters, optimizer and
   state, one random batch, the random generator the later cases draw from, and the sizes."""
-  cfg = configs.build(configs.load(a.config))
+  cfg = configs.load(a.config)
   mc = dataclasses.replace(cfg.model, loss_chunk=a.loss_chunk, dtype="float32")
   tc = dataclasses.replace(cfg.train, warmup_steps=0, steps=10_000)
   model = Model(mc)

@@ -19,7 +19,7 @@ from sbjax.train import make_train_step
 
 def main(lc: int) -> None:
   """Time 6 steps after a compile step at loss_chunk ``lc`` and print the median."""
-  cfg = configs.build(configs.load("pythia-14m"))
+  cfg = configs.load("pythia-14m")
   mc = dataclasses.replace(cfg.model, loss_chunk=lc)
   tc = dataclasses.replace(cfg.train, batch_size=8, seq_len=256, warmup_steps=0, steps=100)
   m = Model(mc)

@@ -7,7 +7,8 @@ One uninterrupted reference run (started once the soak run has compiled its step
 persistent compilation cache) and one soak workdir, both made by the same command line::
 
   python -m experiments.train --config=tiny --workdir=W --config.train.steps=S \
-      --config.train.ckpt_every=1 --config.train.log_every=1 --config.data.tfds_data_dir=OUT/tfds
+      --config.train.ckpt_every=1 --config.train.log_every=1 \
+      --config.data.options.data_dir=OUT/tfds
 
 With a checkpoint after every step most of the training loop is spent saving, so many
 kills land mid-save. A kill counts as *mid-save* when orbax's temporary directory
@@ -46,7 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def train_cmd(workdir: Path, steps: int, tfds_dir: Path, ckpt_every: int = 1) -> list[str]:
   return [sys.executable, "-m", "experiments.train", "--config=tiny", f"--workdir={workdir}",
           f"--config.train.steps={steps}", f"--config.train.ckpt_every={ckpt_every}",
-          "--config.train.log_every=1", f"--config.data.tfds_data_dir={tfds_dir}"]
+          "--config.train.log_every=1", f"--config.data.options.data_dir={tfds_dir}"]
 
 
 def soak_env(cache_dir: str | None = None) -> dict:

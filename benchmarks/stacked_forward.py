@@ -46,7 +46,7 @@ def main():
   from sbjax import configs
   from sbjax.model import Model
 
-  mc = configs.build(configs.load(a.config)).model
+  mc = configs.load(a.config).model
   # the preset's own loss_chunk (1024 for pythia) must not leak into the full-logits side
   full = Model(dataclasses.replace(mc, loss_chunk=0))
   chunked = Model(dataclasses.replace(mc, loss_chunk=a.chunk))

@@ -111,7 +111,7 @@ def collapse_plan(preset: str, train_tokens: int) -> list:
 
   p = get_preset(preset)
   o, k = p.overrides, p.knobs
-  vocab, seq_len, batch = o["data.vocab_size"], o["train.seq_len"], o["train.batch_size"]
+  vocab, seq_len, batch = o["data.options.vocab_size"], o["train.seq_len"], o["train.batch_size"]
   n_tr = k.epoch_tokens or train_tokens
   rng = np.random.default_rng(0)
   tr = rng.integers(0, vocab, n_tr + 1, dtype=np.int32)

@@ -56,7 +56,7 @@ def model_config(name: str, dtype: str, loss_chunk, remat: str, attn_impl: str =
   ``remat`` may be ``"preset"`` (keep the preset's)."""
   from sbjax import configs
 
-  cfg = configs.build(configs.load(ALIASES.get(name, name)))
+  cfg = configs.load(ALIASES.get(name, name))
   over = {"dtype": dtype, "attn_impl": attn_impl}
   if loss_chunk != "preset":
     over["loss_chunk"] = int(loss_chunk)

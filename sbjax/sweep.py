@@ -79,12 +79,16 @@ def load_grid(path) -> dict:
   return {**grid, "_dir": str(path.parent)}
 
 
-def _base(grid: dict) -> dict:
-  base = str(grid.get("base", "tiny"))
-  if base.endswith(".json") and not Path(base).is_absolute():
+def _base(grid: dict) -> Config:
+  """The grid's base: a config dict (missing fields take their defaults), a config name, or a
+  .json config (relative to the grid file)."""
+  base = grid.get("base", "tiny")
+  if isinstance(base, dict):
+    return Config.from_dict(base)
+  if str(base).endswith(".json") and not Path(base).is_absolute():
     cand = Path(grid.get("_dir", ".")) / base
     base = str(cand) if cand.exists() else base
-  return configs.load(base).to_dict()
+  return configs.load(str(base))
 
 
 def _fmt(v: Any) -> str:

@@ -81,15 +81,16 @@ def free_port() -> int:
 def test_config(**sections):
   """The Config used by the scale-out tests (tiny + TEST_OVERRIDES + ``sections``)."""
   from sbjax import configs  # noqa: PLC0415
+  from sbjax.config import Config  # noqa: PLC0415
 
-  d = configs.get("tiny")
+  d = configs.get("tiny").to_dict()
   for part in (TEST_OVERRIDES, sections):
     for k, v in part.items():
       if isinstance(v, dict):
         d[k].update(v)
       else:
         d[k] = v
-  return configs.build(d)
+  return Config.from_dict(d)
 
 
 def tree_to_np(tree) -> dict:

@@ -25,11 +25,11 @@ class Arm:
   dtype: str = "float32"  # compute dtype (model.dtype); softmax and loss stay float32
   # the replicate: train.seed (init) AND train.data_seed are both set to it. A replicate
   # redraws every random choice of training: the init and the order of the train windows (a
-  # stored stream holds the same fresh tokens, drawn from data.planted_seed, in another order;
+  # stored stream holds the same fresh tokens, drawn from data.options.seed, in another order;
   # a streaming one draws other tokens). The language and its validation windows (independent
   # of the data seed) stay fixed, so the seeds' rises are measured on the same windows.
   seed: int = 0
-  # the arm's own language: dotted data.planted_* overrides over the preset's, as
+  # the arm's own language: dotted data.options.* overrides over the preset's, as
   # ((key, value), ...); () = the preset's language
   lang: tuple = ()
 
@@ -40,7 +40,7 @@ class Arm:
 
 def lang_tag(lang: tuple) -> str:
   """"" for the preset's language, else -<option><value>... (e.g. -vocab1024-zipf1.5)."""
-  return "".join(f"-{k.removeprefix('data.planted_')}{v:g}" for k, v in lang)
+  return "".join(f"-{k.removeprefix('data.options.')}{v:g}" for k, v in lang)
 
 
 def arm_name(d: int, weight_decay: float, dtype: str = "float32", seed: int = 0,
@@ -60,7 +60,7 @@ class Knobs:
   ref_weight_decay: float = 0.1
   warmup_frac: float = 0.01  # train.warmup_steps = round(warmup_frac · train.steps)
   head_dim: int = 8  # model.n_heads = max(1, d // head_dim)
-  streaming: bool = False  # train batches sampled on demand (data.planted_train_tokens = 0)
+  streaming: bool = False  # train batches sampled on demand (data.options.train_tokens = 0)
   # the fixed validation stream: windows of seq_len + 1 tokens (the bootstrap units)
   val_windows: int = 64
   # readout
@@ -88,12 +88,12 @@ class Knobs:
 
 BASE = "planted"
 # the cpu preset's Config in dotted keys over BASE (the per-arm keys aside); the other presets
-# replace some of them. The planted mixture language: V = data.planted_vocab, M =
-# data.planted_mix, k = data.planted_rank. Besides the log-spaced 0, 1, 2, 4, ... checkpoints
+# replace some of them. The planted mixture language: V = data.options.vocab, M =
+# data.options.mix, k = data.options.rank. Besides the log-spaced 0, 1, 2, 4, ... checkpoints
 # one every train.ckpt_every steps. train.steps 0 = the Γ target of the knobs.
-CPU = {"data.source": "planted_mix", "data.planted_vocab": 256, "data.planted_rank": 8,
-       "data.planted_mix": 4, "data.planted_alpha": 4.0, "data.planted_context": 1,
-       "data.planted_seed": 0, "model.n_layers": 1, "train.steps": 0, "train.batch_size": 8,
+CPU = {"data.source": "planted_mix", "data.options.vocab": 256, "data.options.rank": 8,
+       "data.options.mix": 4, "data.options.alpha": 4.0, "data.options.context": 1,
+       "data.options.seed": 0, "model.n_layers": 1, "train.steps": 0, "train.batch_size": 8,
        "train.seq_len": 64, "train.lr": 1e-2, "train.min_lr_ratio": 0.1, "train.b1": 0.9,
        "train.b2": 0.95, "train.clip": 1.0, "train.eval_batches": 1, "train.log_every": 25,
        "train.ckpt_every": 250, "train.ckpt_log_spaced": True}
@@ -109,15 +109,15 @@ def overrides(o: dict, k: Knobs) -> dict:
   """CPU with the preset's dotted keys ``o`` over it, and the keys derived from them and the
   knobs: train.steps (the Γ target when 0), the warm-up, fresh tokens every step (the train
   stream holds exactly steps · batch windows), the validation stream, one eval at the end,
-  model.vocab_size = data.planted_vocab and model.max_len = train.seq_len."""
+  model.vocab_size = data.options.vocab and model.max_len = train.seq_len."""
   o = {**CPU, **o}
   steps = o["train.steps"] or gamma_steps(o["train.lr"], k)
   batch, seq_len = o["train.batch_size"], o["train.seq_len"]
-  return {**o, "model.vocab_size": o["data.planted_vocab"], "model.max_len": seq_len,
+  return {**o, "model.vocab_size": o["data.options.vocab"], "model.max_len": seq_len,
           "train.steps": steps, "train.warmup_steps": int(round(k.warmup_frac * steps)),
           "train.eval_every": steps,
-          "data.planted_train_tokens": 0 if k.streaming else steps * batch * seq_len + 1,
-          "data.planted_val_tokens": max(k.val_windows, batch) * seq_len + 1}
+          "data.options.train_tokens": 0 if k.streaming else steps * batch * seq_len + 1,
+          "data.options.val_tokens": max(k.val_windows, batch) * seq_len + 1}
 
 
 def planted_preset(o: dict, k: Knobs) -> Preset:
@@ -126,11 +126,11 @@ def planted_preset(o: dict, k: Knobs) -> Preset:
 
 def arm_config(p: Preset, arm: Arm) -> Config:
   """The validated Config of one arm: the preset's overrides, the arm's language options
-  (model.vocab_size follows data.planted_vocab) and its width, heads, dtype, weight decay and
+  (model.vocab_size follows data.options.vocab) and its width, heads, dtype, weight decay and
   seeds (train.seed = train.data_seed = arm.seed)."""
   o = {**p.overrides, **dict(arm.lang)}
   return config_from(p.base, {
-      **o, "model.vocab_size": o["data.planted_vocab"], "model.d_model": arm.d,
+      **o, "model.vocab_size": o["data.options.vocab"], "model.d_model": arm.d,
       "model.n_heads": max(1, arm.d // p.knobs.head_dim), "model.dtype": arm.dtype,
       "train.weight_decay": arm.weight_decay, "train.seed": arm.seed,
       "train.data_seed": arm.seed, "name": f"saturation-planted-{arm.name}"})
@@ -147,7 +147,7 @@ BF16_ARM = Arm(8, 0.1, "bfloat16")
 # cpu-planted's language (seed 0 is cpu-planted's arm, same Config), then a Zipf-1.5 tail
 # language with V = 1024 (the rest as cpu-planted) at d ∈ {8, 32}, seed 0. Seed 0's arms run
 # last: their numbers are already known (BUILD_NOTES, session 9).
-TAIL_LANG = (("data.planted_vocab", 1024), ("data.planted_zipf", 1.5))
+TAIL_LANG = (("data.options.vocab", 1024), ("data.options.zipf", 1.5))
 REPLICATE_ARMS = (tuple(Arm(d, 0.1, seed=s) for s in (1, 2) for d in (8, 64))
                   + (Arm(8, 0.1, lang=TAIL_LANG), Arm(32, 0.1, lang=TAIL_LANG))
                   + (Arm(8, 0.1), Arm(64, 0.1)))
@@ -176,8 +176,8 @@ def gpu_arms(dtype: str) -> tuple:
 
 
 GPU_ARMS = gpu_arms("bfloat16")
-GPU = {"data.source": "planted_tail", "data.planted_vocab": 4096, "data.planted_rank": 32,
-       "data.planted_mix": 8, "data.planted_zipf": 1.5, "data.planted_sampler": "device",
+GPU = {"data.source": "planted_tail", "data.options.vocab": 4096, "data.options.rank": 32,
+       "data.options.mix": 8, "data.options.zipf": 1.5, "data.options.sampler": "device",
        "model.n_layers": 2, "train.batch_size": 64, "train.seq_len": 128,
        "train.ckpt_every": 1000, "train.log_every": 100,
        # ~28 checkpoints per member (log-spaced, then every 1000 steps), 12 members: saved
@@ -195,8 +195,8 @@ PLANTED_PRESETS: dict[str, Preset[Knobs]] = {
     # saves, loads and measurements)
     "test-planted": planted_preset(
         {"train.steps": 20, "train.batch_size": 4, "train.seq_len": 16, "train.ckpt_every": 5,
-         "train.ckpt_log_spaced": False, "train.log_every": 2, "data.planted_vocab": 32,
-         "data.planted_rank": 2, "data.planted_mix": 2},
+         "train.ckpt_log_spaced": False, "train.log_every": 2, "data.options.vocab": 32,
+         "data.options.rank": 2, "data.options.mix": 2},
         Knobs(arms=(Arm(8, 0.03),), val_windows=8, n_boot=200, floor_gtol=1e-4,
               floor_max_iter=300)),
     # 2 CPU cores: the issue's recipe (η = 1e-2, λ = 0.1, 1% warm-up, cosine to 10%, Γ = 7.9
@@ -214,10 +214,10 @@ PLANTED_PRESETS: dict[str, Preset[Knobs]] = {
     # ... at test size: two seeds and a second language (V 64, Zipf 1.5) of test-planted's
     "test-replicates": planted_preset(
         {"train.steps": 20, "train.batch_size": 4, "train.seq_len": 16, "train.ckpt_every": 10,
-         "train.log_every": 2, "data.planted_vocab": 32, "data.planted_rank": 2,
-         "data.planted_mix": 2},
-        Knobs(arms=(Arm(8, 0.1, seed=1), Arm(8, 0.1, lang=(("data.planted_vocab", 64),
-                                                           ("data.planted_zipf", 1.5)))),
+         "train.log_every": 2, "data.options.vocab": 32, "data.options.rank": 2,
+         "data.options.mix": 2},
+        Knobs(arms=(Arm(8, 0.1, seed=1), Arm(8, 0.1, lang=(("data.options.vocab", 64),
+                                                           ("data.options.zipf", 1.5)))),
               val_windows=8, n_boot=200, floor_gtol=1e-4, floor_max_iter=300)),
     # issue 32's device preset (GPU above) and its test-size twin (the suite and
     # `device_science.sh saturation --dry-run`: a tail language of V 32, one width, two λ x
@@ -225,7 +225,7 @@ PLANTED_PRESETS: dict[str, Preset[Knobs]] = {
     "gpu-planted": planted_preset(GPU, Knobs(arms=GPU_ARMS, **GPU_KNOBS)),
     "gpu-planted-fp32": planted_preset(GPU, Knobs(arms=gpu_arms("float32"), **GPU_KNOBS)),
     "gpu-planted-test": planted_preset(
-        {**GPU, "data.planted_vocab": 32, "data.planted_rank": 2, "data.planted_mix": 2,
+        {**GPU, "data.options.vocab": 32, "data.options.rank": 2, "data.options.mix": 2,
          "model.n_layers": 1, "train.steps": 20, "train.batch_size": 4, "train.seq_len": 16,
          "train.ckpt_every": 10, "train.log_every": 2},
         Knobs(arms=tuple(Arm(8, wd, "bfloat16", seed=s) for s in (0, 1) for wd in (0.1, 0.03)),

@@ -91,7 +91,7 @@ def test_presets_validate():
     p = saturation.get_preset(name)
     k = p.knobs
     dc = DataConfig(source="tfds", options=dict(name="lm1b",
-                                                vocab_size=p.overrides["data.vocab_size"]))
+                                                vocab_size=p.overrides["data.options.vocab_size"]))
     cfgs = saturation.run_configs(p, dc)
     assert [w for w, _ in cfgs] == list(k.widths)
     for w, c in cfgs:
