@@ -1,95 +1,16 @@
 """The generated readings (issue 17, must-show 4): which of the paper's claims the numbers
 support or contradict and what the arms imply about cause, from constructed CSV rows (no
-training): the planted arms (saturation), the text widths (saturation) and the layer
-stabilisation (convergence), the Γ regime of the convergence runs and the selection history of
-the planted mixture (issue 33). A reading that ignored its numbers would fail both directions."""
+training): the layer stabilisation (convergence), the Γ regime of the convergence runs and the
+selection history of the planted mixture (issue 33). A reading that ignored its numbers would
+fail both directions."""
 
 import numpy as np
 import pytest
 from scipy.stats import pearsonr
 
 from experiments.convergence.report import claims_text as conv_claims
-from experiments.saturation.planted_measure import account
-from experiments.saturation.planted_reading import NOT_REPRODUCED, arm_trajectory, reading
 from experiments.planted.mix_stats import verdict as mix_verdict
 from experiments.planted.report import selection_text
-from experiments.saturation.report import claims_text as text_claims
-
-KNOBS = {"after": 0.3, "threshold": 0.02, "kl_jump": 1.0, "anisotropy_level": 0.9}
-STEPS = [0, 100, 300, 500, 700, 800, 900, 1000]
-FLOOR = {8: 3.59, 16: 3.20, 64: 2.98}
-
-
-def arm(d, wd, rise, dtype="float32"):
-  """One planted_arms.csv row and its checkpoints: a decay to floor + 0.05, plus (rise) a
-  0.1-nat bump at 80-100% with a KL jump of 2 nats and anisotropy 0.95."""
-  name = f"d{d}-wd{wd:g}" + ("-bf16" if dtype != "float32" else "")
-  loss = [FLOOR[d] + 0.05 + 2.0 * np.exp(-s / 100) + (0.1 if rise and s >= 800 else 0.0)
-          for s in STEPS]
-  ck = [{"step": s, "expected_loss": v, "anisotropy_last": 0.95 if rise and s >= 800 else 0.2,
-         "kl_raw": 0.3 + (2.0 if rise and s >= 800 else 0.0), "kl_centred": 0.1}
-        for s, v in zip(STEPS, loss)]
-  row = {"arm": name, "d": float(d), "weight_decay": wd, "dtype": dtype, "steps": 1000,
-         "gamma_total": 79.0 * wd, "rise": 0.1 if rise else 0.004,
-         "rise_verdict": "yes" if rise else "no", "coincidence": "yes" if rise else "n/a",
-         "final_expected_loss": loss[-1], "floor": FLOOR[d], "gap_to_floor": loss[-1] - FLOOR[d]}
-  return row, ck
-
-
-def planted(spec):
-  rows, cks = zip(*(arm(*s) for s in spec))
-  return list(rows), {r["arm"]: c for r, c in zip(rows, cks)}
-
-
-def test_trajectory_numbers():
-  row, ck = arm(8, 0.1, True)
-  t = arm_trajectory(row, ck, 0.3)
-  assert np.isclose(t["kl_rise_raw"], 2.0) and t["kl_rise_centred"] == 0.0
-  assert t["max_anisotropy"] == 0.95
-  assert np.isclose(t["late_fall"], ck[4]["expected_loss"] - ck[-1]["expected_loss"])
-
-
-def test_planted_null_contradicts_and_names_neither():
-  rows, ck = planted([(8, 0.1, False), (16, 0.1, False), (64, 0.1, False), (8, 0.03, False),
-                      (64, 0.03, False), (8, 0.1, False, "bfloat16")])
-  acc = account(rows)
-  text = reading(rows, ck, KNOBS, acc)
-  sup, con = text.split(NOT_REPRODUCED + ":")
-  assert acc == "neither" and "Cause: neither Γ" in text
-  assert "small models saturate" in con and "small models saturate" not in sup
-  assert "bottleneck sets the level" in sup  # final losses ordered by floor(d)
-  assert "anisotropy after 30% of training is 0.2" in con
-  assert "bfloat16 vs float32 compute (d8-wd0.1-bf16 vs d8-wd0.1)" in text
-
-
-def test_planted_width_rise_supports_and_names_width():
-  rows, ck = planted([(8, 0.1, True), (16, 0.1, True), (64, 0.1, False), (8, 0.03, True),
-                      (64, 0.03, False)])
-  acc = account(rows)
-  text = reading(rows, ck, KNOBS, acc)
-  sup, con = text.split(NOT_REPRODUCED + ":")
-  assert acc == "width" and "Cause: the rise follows the width" in text
-  assert "small models saturate" in sup and "every rising arm shows both" in sup
-  assert "larger models do not saturate" in sup and "small models" not in con
-
-
-def text_row(width, in_fit, verdict, lo, hi, gamma=0.2):
-  return {"width": width, "in_fit": in_fit, "rise_verdict": verdict, "gap_final_ci_lo": lo,
-          "gap_final_ci_hi": hi, "kl_best": 0.3, "kl_final": 0.35, "anisotropy_best": 0.2,
-          "anisotropy_final": 0.3, "gamma_total": gamma}
-
-
-def test_text_saturation_claims():
-  rows = [text_row(16, False, "no", 1.0, 3.0), text_row(64, True, "no", np.nan, np.nan),
-          text_row(128, True, "no", np.nan, np.nan)]
-  t = text_claims(rows, paired=True)
-  sup, con = t.split("Contradicted:")
-  assert "lie above the scaling law" in sup and "saturate (a late rise) (d=16 no)" in con
-  assert "cannot test the Γ account" in t and "Γ_total = λΣη = 0.2" in t
-  rows[0].update(rise_verdict="yes", gap_final_ci_lo=-1.0)
-  t = text_claims(rows, paired=True)
-  assert "saturate (a late rise) (d=16 yes)" in t.split("Contradicted:")[0]
-  assert "Undecided" in t and "[-1.00, +3.00]%" in t
 
 
 def model(name, width, med, share):
