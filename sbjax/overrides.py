@@ -29,7 +29,6 @@ from typing import Any, Mapping
 from sbjax import configs
 from sbjax.config import LEGACY_DATA_FIELDS, LEGACY_MODEL_FIELDS, Config
 from sbjax.data import _legacy as legacy_data
-from sbjax.errors import option
 
 # the flat data fields of earlier versions (data.planted_vocab, ...): set on the options of the
 # source the overrides end with (ignored, as then, when that source does not read them)
@@ -209,20 +208,19 @@ def _is_json(text: str) -> bool:
 
 def section_error(key: str, value: Any, fields) -> ValueError:
   """One line for a section given a plain value (``--config.data.options=path=DIR``) that the
-  config refused: its fields are set one by one, ``KEY.FIELD=VALUE``, or as one JSON object
-  (keys spelled as the running command takes them: ``sbjax.errors.option``)."""
+  config refused: its fields are set one by one, ``KEY.FIELD=VALUE``, or as one JSON object."""
   text = value if isinstance(value, str) else json.dumps(value)
   field, eq, val = text.partition("=")
   field = field.strip()
   if not (eq and field and "." not in field and " " not in field):
     field, val = (sorted(fields) or ["FIELD"])[0], "VALUE"
   other = "" if field in fields or not key.endswith("options") else (
-      f" (with {option(key.rpartition('.')[0] + '.source')} set to a source that has {field})")
+      f" (with {key.rpartition('.')[0]}.source set to a source that has {field})")
   return ValueError(
-      f"config override {option(key)}={text!r}: {key} is a section (fields: "
+      f"config override {key}={text!r}: {key} is a section (fields: "
       f"{', '.join(sorted(fields)) or 'none'}), not a value; set one field of it, e.g. "
-      f"{option(key + '.' + field)}={val}{other}, or give the section as a JSON object, e.g. "
-      f"{option(key)}='{json.dumps({field: val})}'")
+      f"{key}.{field}={val}{other}, or give the section as a JSON object, e.g. "
+      f"{key}='{json.dumps({field: val})}'")
 
 
 def _section_given_a_value(d: dict, overrides: Mapping[str, Any], refusal: str
@@ -242,16 +240,15 @@ def _section_given_a_value(d: dict, overrides: Mapping[str, Any], refusal: str
 
 def parse_assignment(item: str, base: Config | Mapping) -> tuple[str, Any]:
   """``"KEY=VALUE"`` -> (KEY, VALUE typed like ``base``'s field KEY); one clear line when the
-  text has no ``=`` or the value does not parse (the key spelled as the running command takes
-  it: ``sbjax.errors.option``)."""
+  text has no ``=`` or the value does not parse."""
   key, eq, text = item.partition("=")
   if not eq or not key:
     raise ValueError(f"config override {item!r}: expected KEY=VALUE, e.g. "
-                     f"{option('train.steps')}=50")
+                     f"train.steps=50")
   d = base.to_dict() if isinstance(base, Config) else dict(base)
   hit = _lookup(d, key)
   current = hit[0][hit[1]] if hit else legacy_data.LEGACY_DEFAULTS.get(key.removeprefix("data."))
   try:
     return key, parse_value(text, current)
   except ValueError as e:
-    raise ValueError(f"config override {option(key)}={text!r}: {e}") from None
+    raise ValueError(f"config override {key}={text!r}: {e}") from None

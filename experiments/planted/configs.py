@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from .presets import Preset, get_preset
-from ..shared import config_from
+from sbjax import heads
+from sbjax.experiment import Preset
 from sbjax.heads import head_param_count
+from sbjax.overrides import config_from
 
 
 def knee_configs(p: Preset) -> list:
@@ -136,9 +137,22 @@ def _mix_arms(p: Preset, cell: dict | None = None, lang=None, objective=None) ->
   return out
 
 
+def has_rank(cfg) -> bool:
+  """A head with an explicit rank (a ``rank`` field): its exact low-rank floor applies."""
+  return heads.get(cfg.model.head).rank_limited and hasattr(cfg.model.head, "rank")
+
+
+def mix_groups(mconfs) -> list:
+  """Part 2's trainings: [(arm, [(label, Config)])], one per arm in order of appearance (an
+  arm of several runs is trained as one population)."""
+  groups: dict = {}
+  for label, cfg in mconfs:
+    groups.setdefault(arm_of(cfg), []).append((label, cfg))
+  return list(groups.items())
+
+
 def validate(p) -> None:
   """Builds every config of a preset (raises ValueError on a bad one) without running."""
-  p = get_preset(p)
   knee_configs(p)
   mix_configs(p)
   d, ranks = p.overrides["model.d_model"], p.knobs.ranks

@@ -6,7 +6,7 @@ part-2 runs, seeds and learning-rate grid, and the tolerances."""
 from __future__ import annotations
 
 import dataclasses
-from sbjax.studies.presets import Preset, pick_preset
+from sbjax.experiment import Preset
 
 BASE = "planted-knee"  # sbjax/configs.py; part 2 switches its data to the planted mixture
 
@@ -196,7 +196,3 @@ PRESETS: dict[str, Preset[Knobs]] = {
                         mix_runs=(("mos", "mos", 256, 8), ("lowrank", "lowrank", 512, 0),
                                   ("dense", "lowrank", 512, 512)))),
 }
-
-
-def get_preset(name) -> Preset:
-  return pick_preset(PRESETS, name, "planted")

@@ -15,7 +15,7 @@ where one was trained. Progress goes to stderr: a bar on a terminal, log lines w
 stderr is a file.
 
 One run per workdir: WORKDIR/LOCK names the holder (host, pid) and a second trainer stops
-with one line naming it; a lock left by a killed run is taken over (sbjax/train/lock.py).
+with one line naming it (sbjax/train/lock.py).
 SIGTERM (a preempted Cloud TPU VM) saves the step in flight, says so on stderr and exits
 with status 75 (EX_TEMPFAIL); rerunning the command resumes bit for bit
 (sbjax/train/preempt.py).
@@ -104,7 +104,7 @@ def cli():
   """The ``sbjax-train`` console script (and ``python -m experiments.train``)."""
   logging.basicConfig(level=logging.INFO, stream=sys.stderr)
   sys.argv = common.dotted_flags(sys.argv, "config", "config_override")
-  common.run_script(main, __name__, options={"*": "--config."})  # messages: --config.KEY
+  common.run_script(main, __name__)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from sbjax import errors, overrides
+from sbjax import overrides
 from sbjax.config import Config
 from sbjax.data.sample_corpus import sample_corpus_dir
 from sbjax.paths import upath
@@ -24,12 +24,7 @@ DEFAULT_TEXT = sample_corpus_dir()
 
 def text_corpus(data: str | Path | None = "") -> Path:
   """The corpus directory: ``data`` if given, else the packaged sample corpus
-  (``sbjax.data.sample_corpus``). A clear error names the flag when ``data`` does not exist;
-  and from here on the messages of the corpus (empty, too small for the vocabulary) name the
-  experiment's flags: ``--data`` for the corpus, ``--preset`` for the vocabulary
-  (``sbjax.errors.name_option``, within the command's ``option_names``)."""
-  errors.name_option("data.options.path", "--data")
-  errors.name_option("data.options.vocab_size", "--preset")
+  (``sbjax.data.sample_corpus``). A clear error names the flag when ``data`` does not exist."""
   if not data:
     log.info("no --data given: using the sample corpus shipped with sbjax (%s; 5 plays, ~590 "
              "KB); published cpu-preset numbers used a larger corpus, pass --data=DIR",

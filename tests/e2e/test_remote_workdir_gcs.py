@@ -78,7 +78,7 @@ def test_the_rerun_resumes_and_finishes_the_run(gcs_run):
   assert r.returncode == 0, r.stderr[-3000:]
   out = json.loads(r.stdout)
   assert out["step"] == STEPS and KILL_AT <= out["start_step"] < STEPS
-  assert "took over the stale lock" in r.stderr
+  assert "took over the lock of gs://bkt/run: its holder is gone" in r.stderr
   names = gcs_run["objects"]
   for f in ("config.json", "metrics.jsonl", f"checkpoints/{STEPS}/checksums.json"):
     assert f"{RUN}/{f}" in names

@@ -9,13 +9,10 @@ import math
 import numpy as np
 import pytest
 
-from experiments import planted as exp
+from experiments.planted import measure as exp
 from sbjax.studies import floor as fl
 from sbjax.data.planted import PlantedLanguage, PlantedMixture
-from sbjax.heads import head_param_count
 from sbjax.studies.blas_threads import single_thread_blas
-from sbjax.heads.lowrank import LowRankHead
-from sbjax.heads.mos import MoSHead
 from tests._adam_reference import adam_best, adam_fit, xent
 
 K = 3
@@ -161,55 +158,3 @@ def test_expected_nll_and_context_index():
   s, n = exp.expected_nll_sum(logq, x, lang2)
   ent = [-(lang2.probs[ci] * np.log(lang2.probs[ci])).sum() for ci in c[c >= 0]]
   assert n == 18 and abs(s / n - np.mean(ent)) < 1e-12
-
-
-def test_presets_validate_and_match_parameters():
-  for name in exp.PRESETS:
-    exp.validate(name)  # builds every config, runs nothing (tpu included)
-  assert set(exp.PRESETS) == {"test", "quick", "cpu", "tpu", "test-mos-seeds", "cpu-mos-seeds"}
-  p = exp.get_preset("cpu")
-  k, d, vocab = (p.overrides[x] for x in ("data.planted_rank", "model.d_model", "model.vocab_size"))
-  assert max(p.knobs.ranks) <= d and k + 1 in p.knobs.ranks
-  allc = dict(exp.mix_configs(p))
-  # the lr grid: every arm at every lr and seed (labels arm-lr<lr>[-s<seed>])
-  assert len(allc) == len(p.knobs.mix_runs) * len(p.knobs.mix_lrs) * len(p.knobs.mix_seeds)
-  assert {c.train.lr for c in allc.values()} == set(p.knobs.mix_lrs)
-  assert all(c.train.objective == "expected" for c in allc.values())
-  confs = {exp.arm_of(c): c for c in allc.values() if c.train.seed == 0
-           and c.train.lr == p.knobs.mix_lrs[0]}
-  mos, low = head_param_count(confs["mos"].model), head_param_count(confs["lowrank"].model)
-  assert confs["mos"].data.source == "planted_mos" and confs["mos"].model.head.n_mix == 16
-  assert confs["mos"].data.options.mix == p.knobs.mix["data.planted_mix"] == 8
-  assert confs["mos"].model.head == MoSHead(n_mix=16, dim=p.knobs.mix["data.planted_rank"] + 1, act="linear")
-  assert {c.model.d_model for c in confs.values()} == {16}  # the same trunk width for every head
-  assert confs["lowrank"].model.head == LowRankHead(rank=11)  # 256·11 + 11·16 = 2992 vs MoS 2912
-  sig = head_param_count(confs["sigsoftmax"].model)
-  assert abs(sig - mos) <= (vocab + 16) / 2 and confs["sigsoftmax"].data.options.alpha == 8.0
-  assert confs["mos"].data.options.rank == p.knobs.mix["data.planted_rank"] == 4
-  assert confs["mos"].train.steps == p.knobs.mix["train.steps"] == 1500
-  assert abs(mos - low) <= (vocab + confs["lowrank"].model.d_model) / 2
-  # the mos runs get their own init scale; the lowrank runs keep the knee part's
-  assert confs["mos"].model.init_std == p.knobs.mos["model.init_std"] == 0.2
-  assert confs["lowrank"].model.init_std == exp.knee_configs(p)[0][1].model.init_std
-  # the knee runs: a bias-free rank-r head on the planted language of the overrides
-  for r, cfg in exp.knee_configs(p):
-    assert cfg.model.head == LowRankHead(rank=r) and cfg.model.rank == r
-    assert cfg.data.options.rank == k
-  # the main job (quick) runs the same MoS-vs-matched-lowrank comparison, two seeds per arm
-  q = dict(exp.mix_configs(exp.get_preset("quick")))
-  assert set(q) == {"mos", "mos-s1", "lowrank", "lowrank-s1"}
-  assert q["mos-s1"].train.seed == 1 and q["lowrank"].train.seed == 0
-  assert q["mos"].data.source == "planted_mos" and q["lowrank"].model.head.rank == 11
-  assert q["mos"].train.objective == "expected" == q["lowrank-s1"].train.objective
-  assert {c.model.d_model for c in q.values()} == {16}
-  with pytest.raises(ValueError, match="unknown planted preset"):
-    exp.get_preset("huge")
-
-
-def test_test_preset_is_smaller_than_quick():
-  t, q = exp.PRESETS["test"], exp.PRESETS["quick"]
-  assert t.overrides["train.steps"] < q.overrides["train.steps"]
-  assert t.knobs.mix["train.steps"] < q.knobs.mix["train.steps"]
-  assert len(t.knobs.ranks) + len(t.knobs.mix_runs) < len(q.knobs.ranks) + len(q.knobs.mix_runs)
-  k = t.overrides["data.planted_rank"]
-  assert min(t.knobs.ranks) <= k / 2 and max(t.knobs.ranks) >= k + 1  # both checks have rows
