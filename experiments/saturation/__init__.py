@@ -2,7 +2,7 @@
 
 Models of widths d at a fixed depth and vocabulary train on one corpus (``--data``, default the
 sample corpus; one tokenizer for all widths) for the same number of steps, with log-spaced
-checkpoints, each measured on one fixed validation sample (``measure.py``) and summarised per
+checkpoints, each measured on one fixed validation sample (``text_measure.py``) and summarised per
 width (``summary.py``: late-rise tests, the scaling law L = A / N^alpha + E and its gap CIs).
 Outputs in OUT: ``saturation_runs.csv`` (one row per width), ``saturation_fit.csv``,
 ``saturation_train_loss.csv``, ``saturation_meta.json``, ``summary.json`` (per width: the rise
@@ -26,7 +26,7 @@ from sbjax.experiment import figure
 from sbjax.studies.corpus import corpus_overrides
 from sbjax.train import read_metrics
 
-from . import measure as measure_lib
+from . import text_measure
 from ..common import md_table, read_rows, write_json, write_rows
 from .planted_measure import window_losses
 from .presets import PRESETS
@@ -63,17 +63,15 @@ def plan(ctx):
 
 
 def measure(ctx, group, j, steps, params):
-  return measure_lib.measure(ckpt.load_config(ctx.workdirs(group)[j]), group.dataset,
+  return text_measure.measure(ckpt.load_config(ctx.workdirs(group)[j]), group.dataset,
                              ctx.knobs, steps, params)
 
 
 def tables(ctx) -> None:
   k, out = ctx.knobs, ctx.out
-  points = read_rows(out / "checkpoints.csv")
   rows, finals, train = [], [], []
   for name, g in ctx.groups.items():
-    wd = ctx.workdirs(g)[0]
-    ck = [r for r in points if r["group"] == name]
+    wd, ck = ctx.workdirs(g)[0], ctx.measured[name]
     recs = [{"step": int(r["step"]), "loss": float(r["loss"])} for r in read_metrics(wd)
             if "loss" in r]
     rows.append(width_row(ckpt.load_config(wd), ck, recs, k))
@@ -186,4 +184,4 @@ def report(out, rel: str = ".") -> str:
 
 
 EXPERIMENT = Experiment("saturation", PRESETS, plan, measure=measure, measure_steps="all",
-                        measure_chunk=32, tables=tables, figures=draw, report=report, doc=__doc__)
+                        measure_chunk=64, tables=tables, figures=draw, report=report, doc=__doc__)

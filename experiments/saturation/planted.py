@@ -20,7 +20,7 @@ from scipy import stats
 from sbjax import checkpoint as ckpt
 from sbjax.analysis.samples import eval_sample
 from sbjax.data import make_dataset
-from sbjax.data.planted_tail import rarest_token, types_below
+from sbjax.data.planted_tail import rarest_token
 from sbjax.experiment import Experiment, Group
 from sbjax.experiment import figure
 from sbjax.train import read_metrics
@@ -85,7 +85,7 @@ def _floors(ctx, k, members) -> dict:
 
 def tables(ctx) -> None:
   k, out = ctx.knobs, ctx.out
-  points = read_rows(out / "checkpoints.csv")
+  points = [r for rows in ctx.measured.values() for r in rows]
   by_name = {lab["arm"]: (g, j) for g in ctx.groups.values() for j, lab in enumerate(g.labels)}
   members = {a: by_name[a.name] for a in k.arms}
   floors, arms, ck, base = _floors(ctx, k, members), [], [], []
@@ -103,8 +103,8 @@ def tables(ctx) -> None:
                  "last_step": rows[-1]["step"], "set_aside": "; ".join(
                      f"step {r['step']} ({r['reason']})" for r in aside) or "none"})
     base += arms[-1:] if a.seed == 0 and not a.lang else []
-    ck += [{**{c: v for c, v in r.items() if c not in ("group", "member")
-               and not c.startswith(pm.WINDOW)}, "d": a.d, "seed": a.seed} for r in rows]
+    ck += [{c: v for c, v in r.items() if c not in ("group", "member")
+            and not c.startswith(pm.WINDOW)} for r in rows]
   write_rows(out / "planted_checkpoints.csv", ck)
   write_rows(out / "planted_arms.csv", arms)
   write_json(out / "planted_meta.json", _meta(ctx, members))
@@ -119,14 +119,12 @@ def _meta(ctx, members) -> dict:
   g, j = members[k.arms[0]]
   lang, t = _ds(g, j).planted, g.configs[j].train
   tokens = t.steps * t.batch_size * t.seq_len
-  return {"preset": ctx.preset_name, "knobs": {
+  return {"preset": ctx.preset_name, "tokens_per_arm": tokens, "steps": t.steps, "knobs": {
       **dataclasses.asdict(k), "steps": t.steps, "lr": t.lr, "batch": t.batch_size,
       "seq_len": t.seq_len, "n_layers": g.configs[j].model.n_layers, "ckpt_every": t.ckpt_every,
       "log_every": t.log_every, "vocab": g.configs[j].model.vocab_size},
-      "language": lang.info(), "steps": t.steps,
-      "languages": {lang_tag(a.lang): _ds(*members[a]).planted.info() for a in k.arms},
-      "tokens_per_arm": tokens, "rarest_token": rarest_token(lang, tokens),
-      "types_below_50": types_below(lang, tokens, 50.0)}
+      "language": lang.info(), "rarest_token": rarest_token(lang, tokens),
+      "languages": {lang_tag(a.lang): _ds(*members[a]).planted.info() for a in k.arms}}
 
 
 def replicates(arms: list[dict]) -> list[dict]:
