@@ -40,7 +40,8 @@ def data_config(p, out, data) -> DataConfig:
   """The corpus of the preset: a text directory (``data`` or the sample corpus) with the
   preset's vocabulary, or a TFDS name (``data`` overrides the preset's)."""
   o = p.overrides
-  keep = {k: o[k] for k in ("data.vocab_size", "data.tfds_name", "data.max_docs") if k in o}
+  keep = {k: o[k] for k in ("data.options.vocab_size", "data.options.name",
+                            "data.options.max_docs") if k in o}
   where = None if o["data.source"] == "tfds" else local_data_dir(out) / "data" / "tfds"
   return overrides.apply(Config(), {**keep, **corpus_overrides(o["data.source"], data,
                                                                 where)}).data

@@ -20,7 +20,7 @@ class Arm:
   weight_decay: float  # λ
   dtype: str = "float32"  # compute dtype (model.dtype); softmax and loss stay float32
   seed: int = 0  # train.seed = train.data_seed (the language and its windows stay fixed)
-  lang: tuple = ()  # the arm's own language: ((data.planted_* key, value), ...)
+  lang: tuple = ()  # the arm's own language: ((data.options.* key, value), ...)
 
   @property
   def name(self) -> str:
@@ -29,7 +29,7 @@ class Arm:
 
 def lang_tag(lang: tuple) -> str:
   """"" for the preset's language, else -<option><value>... (e.g. -vocab1024-zipf1.5)."""
-  return "".join(f"-{k.removeprefix('data.planted_')}{v:g}" for k, v in lang)
+  return "".join(f"-{k.removeprefix('data.options.')}{v:g}" for k, v in lang)
 
 
 def arm_name(d: int, weight_decay: float, dtype: str = "float32", seed: int = 0,
@@ -46,7 +46,7 @@ class Knobs:
   ref_weight_decay: float = 0.1
   warmup_frac: float = 0.01  # train.warmup_steps = round(warmup_frac · train.steps)
   head_dim: int = 8  # model.n_heads = max(1, d // head_dim)
-  streaming: bool = False  # train batches sampled on demand (data.planted_train_tokens = 0)
+  streaming: bool = False  # train batches sampled on demand (data.options.train_tokens = 0)
   val_windows: int = 64  # the fixed validation windows (seq_len + 1 tokens; bootstrap units)
   threshold: float = 0.02  # the rise: nats above the running minimum
   after: float = 0.3  # rises count after this fraction of training
@@ -60,9 +60,9 @@ class Knobs:
   population: bool = False  # the arms of one shape (d, dtype, language) train as one run
 
 
-CPU = {"data.source": "planted_mix", "data.planted_vocab": 256, "data.planted_rank": 8,
-       "data.planted_mix": 4, "data.planted_alpha": 4.0, "data.planted_context": 1,
-       "data.planted_seed": 0, "model.n_layers": 1, "train.steps": 0, "train.batch_size": 8,
+CPU = {"data.source": "planted_mix", "data.options.vocab": 256, "data.options.rank": 8,
+       "data.options.mix": 4, "data.options.alpha": 4.0, "data.options.context": 1,
+       "data.options.seed": 0, "model.n_layers": 1, "train.steps": 0, "train.batch_size": 8,
        "train.seq_len": 64, "train.lr": 1e-2, "train.min_lr_ratio": 0.1, "train.b1": 0.9,
        "train.b2": 0.95, "train.clip": 1.0, "train.eval_batches": 1, "train.log_every": 25,
        "train.ckpt_every": 250, "train.ckpt_log_spaced": True}
@@ -71,17 +71,17 @@ CPU = {"data.source": "planted_mix", "data.planted_vocab": 256, "data.planted_ra
 def overrides(o: dict, k: Knobs) -> dict:
   """CPU with the preset's keys ``o`` over it, and the keys derived from them: train.steps (the
   Γ target when 0), the warm-up, fresh tokens every step, the validation stream, one eval at
-  the end, model.vocab_size = data.planted_vocab, model.max_len = train.seq_len."""
+  the end, model.vocab_size = data.options.vocab, model.max_len = train.seq_len."""
   o = {**CPU, **o}
   steps = o["train.steps"] or optim.steps_for_gamma(
       TrainConfig(lr=o["train.lr"], weight_decay=k.ref_weight_decay), k.target_gamma,
       k.warmup_frac).steps
   batch, seq_len = o["train.batch_size"], o["train.seq_len"]
-  return {**o, "model.vocab_size": o["data.planted_vocab"], "model.max_len": seq_len,
+  return {**o, "model.vocab_size": o["data.options.vocab"], "model.max_len": seq_len,
           "train.steps": steps, "train.warmup_steps": int(round(k.warmup_frac * steps)),
           "train.eval_every": steps,
-          "data.planted_train_tokens": 0 if k.streaming else steps * batch * seq_len + 1,
-          "data.planted_val_tokens": max(k.val_windows, batch) * seq_len + 1}
+          "data.options.train_tokens": 0 if k.streaming else steps * batch * seq_len + 1,
+          "data.options.val_tokens": max(k.val_windows, batch) * seq_len + 1}
 
 
 def preset(o: dict, k: Knobs) -> Preset:
@@ -93,7 +93,7 @@ def arm_config(p: Preset, arm: Arm) -> Config:
   dtype, weight decay and seeds."""
   o = {**p.overrides, **dict(arm.lang)}
   return config_from(p.base, {
-      **o, "model.vocab_size": o["data.planted_vocab"], "model.d_model": arm.d,
+      **o, "model.vocab_size": o["data.options.vocab"], "model.d_model": arm.d,
       "model.n_heads": max(1, arm.d // p.knobs.head_dim), "model.dtype": arm.dtype,
       "train.weight_decay": arm.weight_decay, "train.seed": arm.seed,
       "train.data_seed": arm.seed, "name": f"saturation-planted-{arm.name}"})
@@ -103,7 +103,7 @@ def arm_config(p: Preset, arm: Arm) -> Config:
 PYTHIA_ARMS = (Arm(8, 0.1), Arm(16, 0.1), Arm(64, 0.1), Arm(8, 0.03), Arm(64, 0.03),
                Arm(8, 0.1, "bfloat16"))
 # seeds 1, 2 of d 8 and 64, a Zipf-1.5 language of V 1024 at d 8 and 32, then seed 0
-TAIL_LANG = (("data.planted_vocab", 1024), ("data.planted_zipf", 1.5))
+TAIL_LANG = (("data.options.vocab", 1024), ("data.options.zipf", 1.5))
 REPLICATE_ARMS = (tuple(Arm(d, 0.1, seed=s) for s in (1, 2) for d in (8, 64))
                   + (Arm(8, 0.1, lang=TAIL_LANG), Arm(32, 0.1, lang=TAIL_LANG))
                   + (Arm(8, 0.1), Arm(64, 0.1)))
@@ -117,14 +117,14 @@ def gpu_arms(dtype: str) -> tuple:
                for wd in (0.1, 0.03))
 
 
-GPU = {"data.source": "planted_tail", "data.planted_vocab": 4096, "data.planted_rank": 32,
-       "data.planted_mix": 8, "data.planted_zipf": 1.5, "data.planted_sampler": "device",
+GPU = {"data.source": "planted_tail", "data.options.vocab": 4096, "data.options.rank": 32,
+       "data.options.mix": 8, "data.options.zipf": 1.5, "data.options.sampler": "device",
        "model.n_layers": 2, "train.batch_size": 64, "train.seq_len": 128,
        "train.ckpt_every": 1000, "train.log_every": 100, "train.async_checkpoint": True}
 GPU_KNOBS = dict(head_dim=32, streaming=True, val_windows=64, floor_mode="svd", small_d=32,
                  population=True)
 TINY = {"train.steps": 20, "train.batch_size": 4, "train.seq_len": 16, "train.log_every": 2,
-        "data.planted_vocab": 32, "data.planted_rank": 2, "data.planted_mix": 2}
+        "data.options.vocab": 32, "data.options.rank": 2, "data.options.mix": 2}
 TINY_KNOBS = dict(val_windows=8, n_boot=200, floor_gtol=1e-4, floor_max_iter=300)
 TEST = preset({**TINY, "train.ckpt_every": 5, "train.ckpt_log_spaced": False},
               Knobs(arms=(Arm(8, 0.03),), **TINY_KNOBS))
@@ -141,7 +141,7 @@ PRESETS: dict[str, Preset[Knobs]] = {
                                        floor_max_iter=1000)),
     "test-replicates": preset({**TINY, "train.ckpt_every": 10},
                               Knobs(arms=(Arm(8, 0.1, seed=1), Arm(8, 0.1, lang=(
-                                  ("data.planted_vocab", 64), ("data.planted_zipf", 1.5)))),
+                                  ("data.options.vocab", 64), ("data.options.zipf", 1.5)))),
                                     **TINY_KNOBS)),
     "gpu": preset(GPU, Knobs(arms=gpu_arms("bfloat16"), **GPU_KNOBS)),
     "gpu-fp32": preset(GPU, Knobs(arms=gpu_arms("float32"), **GPU_KNOBS)),

@@ -27,7 +27,7 @@ class Knobs:
 CPU = {"model.vocab_size": 0, "model.n_layers": 2, "train.steps": 1200, "train.batch_size": 16,
        "train.seq_len": 64, "train.lr": 3e-3, "train.warmup_steps": 50, "train.ckpt_every": 100,
        "train.eval_batches": 4, "train.ckpt_log_spaced": True, "data.source": "text",
-       "data.vocab_size": 1024, "data.tfds_name": "", "data.max_docs": 0}
+       "data.options.vocab_size": 1024}
 
 
 def overrides(o: dict) -> dict:
@@ -41,14 +41,14 @@ def overrides(o: dict) -> dict:
 
 PRESETS: dict[str, Preset[Knobs]] = {
     # one width, 4 steps (checkpoints 0, 1, 2, 4): too few widths for the fit (NaN)
-    "test": Preset("planted", overrides({"model.n_layers": 1, "data.vocab_size": 64,
+    "test": Preset("planted", overrides({"model.n_layers": 1, "data.options.vocab_size": 64,
                                          "train.seq_len": 16, "train.batch_size": 4,
                                          "train.steps": 4, "train.warmup_steps": 1,
                                          "train.ckpt_every": 4, "train.eval_batches": 1}),
                    Knobs(widths=(8,), fit_min_width=8, eval_sequences=8,
                          anisotropy_tokens=64, smooth=1, n_boot=100)),
     # three widths, all in the fit (three parameters), so no gap is measured
-    "quick": Preset("planted", overrides({"model.n_layers": 1, "data.vocab_size": 96,
+    "quick": Preset("planted", overrides({"model.n_layers": 1, "data.options.vocab_size": 96,
                                           "train.seq_len": 32, "train.batch_size": 8,
                                           "train.steps": 32, "train.warmup_steps": 4,
                                           "train.ckpt_every": 16, "train.eval_batches": 2}),
@@ -58,12 +58,12 @@ PRESETS: dict[str, Preset[Knobs]] = {
     "cpu": Preset("planted", overrides({}), Knobs(widths=(16, 32, 48, 64, 96, 128, 192, 256),
                                                  fit_min_width=48)),
     # Pythia-like: depth 6, V = 50304, 2048-token windows, 0.5M tokens per step (~15B tokens)
-    "tpu": Preset("planted", overrides({"model.n_layers": 6, "data.vocab_size": 50304,
+    "tpu": Preset("planted", overrides({"model.n_layers": 6, "data.options.vocab_size": 50304,
                                         "train.seq_len": 2048, "train.batch_size": 256,
                                         "train.steps": 30_000, "train.warmup_steps": 300,
                                         "train.lr": 1e-3, "train.ckpt_every": 1000,
                                         "train.eval_batches": 8, "data.source": "tfds",
-                                        "data.tfds_name": "lm1b"}),
+                                        "data.options.name": "lm1b"}),
                   Knobs(widths=(128, 256, 512, 768, 1024), fit_min_width=256, head_dim=64,
                         eval_sequences=256, anisotropy_tokens=8192, rise_tol=0.005, smooth=20)),
 }

@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def tiny_cfg(**train_kw) -> Config:
-  cfg = configs.build(configs.load("tiny"))
+  cfg = configs.load("tiny")
   cfg = cfg.replace(model=dataclasses.replace(cfg.model, vocab_size=64))
   return cfg.replace(train=dataclasses.replace(cfg.train, steps=2, **train_kw))
 
@@ -348,8 +348,11 @@ CLI = [
     ("unknown config name", ["-m", "experiments.train", "--config=nope", "--workdir={tmp}/w"],
      "error: flag --config=nope: unknown config name 'nope'"),
     ("head rank > d_model", ["-m", "experiments.train", "--config=tiny", "--workdir={tmp}/w",
-                             "--config.model.head=lowrank", "--config.model.head_rank=99"],
+                             "--config.model.head=lowrank", "--config.model.head.rank=99"],
      "error: invalid config: model.head.rank=99; allowed: 1 .. d_model=32"),
+    ("unknown config key", ["-m", "experiments.train", "--config=tiny", "--workdir={tmp}/w",
+                            "--config.train.stepz=5"],
+     "error: invalid config key 'train.stepz'; did you mean 'train.steps'?"),
     ("analysis of a missing workdir", ["-m", "experiments.analyze", "--workdir={tmp}/nope"],
      "error: the workdir"),
     ("NaN learning rate", ["-m", "experiments.train", "--config=tiny", "--workdir={tmp}/w",
