@@ -209,3 +209,7 @@ def report(out, rel: str = ".") -> str:
 EXPERIMENT = Experiment("saturation_planted", PRESETS, plan, measure=measure,
                         measure_steps="all", measure_chunk=32, tables=tables, figures=draw,
                         report=report, reads_data=False, doc=__doc__)
+
+if __name__ == "__main__":  # python -m experiments.saturation.planted --preset=NAME --out=DIR
+  from ..reproduce import main
+  main("saturation_planted")
