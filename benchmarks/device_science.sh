@@ -7,7 +7,7 @@
 # collapse         collapse --preset=gpu       TOKENS/V1024/{train,val}.uint16.bin
 # collapse-grid    collapse --preset=gpu-grid  the same
 # vocab_threshold  vocab_threshold --preset=gpu  TOKENS (V1024..V8192, each with its tokenizer)
-# saturation       saturation --preset=gpu-planted  none (the language is drawn on the device)
+# saturation       saturation.planted --preset=gpu  none (the language is drawn on the device)
 #
 # TOKENS (default device_tokens) is built once on a CPU machine:
 #   python benchmarks/build_device_tokens.py --data=DIR_OF_TXT --out=device_tokens
@@ -42,7 +42,7 @@ case "${PART}" in
   collapse) EXP=collapse; PRESET=gpu; DATA="${V1024}" ;;
   collapse-grid) EXP=collapse; PRESET=gpu-grid; DATA="${V1024}" ;;
   vocab_threshold) EXP=vocab_threshold; PRESET=gpu; DATA="${TOKENS}" ;;
-  saturation) EXP=saturation; PRESET=gpu-planted; DATA="" ;;
+  saturation) EXP=saturation.planted; PRESET=gpu; DATA="" ;;
   *) echo "error: no PART; use one of collapse, collapse-grid, vocab_threshold, saturation" >&2
      exit 2 ;;
 esac
