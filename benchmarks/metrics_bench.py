@@ -13,7 +13,7 @@ the slow baselines use --baseline-reps (default 1 for the SVD loop and the
 torch collapse pipeline, which take minutes).  Ratios are measured in the same
 run.  Collapse sides run in separate subprocesses so that their peak RSS
 (VmHWM of the child process) can be compared.  ``collapse_vmap``: NC1-NC4 of
-K checkpoints in one jit(vmap(collapse_kernel)) call against a loop of the host
+K checkpoints in one jit(vmap(neural_collapse)) call against a loop of the host
 collapse_metrics (compiled, median of --reps).
 """
 
@@ -60,7 +60,7 @@ def bench_spectra(a):
     import jax.numpy as jnp
 
     from _metrics_baselines import numpy_svd_loop
-    from sbjax.metrics.spectrum import singular_values
+    from sbjax.metrics import singular_values
 
     h, v, d = a.heads, a.spec_v, a.spec_d
     rng = np.random.default_rng(0)
@@ -84,7 +84,7 @@ def bench_spectra(a):
         code = (
             "import jax, jax.numpy as jnp, numpy as np, time, json, sys; jax.config.update('jax_enable_x64', True);"
             "sys.path.insert(0, '.');"
-            "from sbjax.metrics.spectrum import singular_values;"
+            "from sbjax.metrics import singular_values;"
             f"rng=np.random.default_rng(0); sc=np.geomspace(1.0,1e-2,{d}).astype(np.float32);"
             f"x=jnp.asarray(np.stack([rng.standard_normal(({v},{d}),dtype=np.float32)*sc for _ in range({h})]));"
             "f=jax.jit(jax.vmap(lambda w: singular_values(w,'gram64'))); f(x).block_until_ready();"
@@ -170,11 +170,11 @@ def _sbjax_nc4(a, nupd, nc, search, k, d):
 
 
 def _warm_metrics_s(C, means, var, counts_np, w, nc, block):
-    """Warm (compiled) metrics_from_stats alone, median of 3."""
+    """Warm (compiled) collapse_metrics_from_stats alone, median of 3."""
     ts = []
     for _ in range(3):
         t0 = time.perf_counter()
-        C.metrics_from_stats(means, var, counts_np, w, nc4=nc, block_size=block)
+        C.collapse_metrics_from_stats(means, var, counts_np, w, nc4=nc, options=C.CollapseOptions(block_size=block))
         ts.append(time.perf_counter() - t0)
     return statistics.median(ts)
 
@@ -184,7 +184,7 @@ def _sbjax_side(a, w):
     import jax
     import jax.numpy as jnp
 
-    from sbjax.metrics import collapse as C
+    from sbjax import metrics as C
 
     k, d, chunk = a.k, a.d, a.chunk
     upd = jax.jit(C.mean_update)
@@ -202,11 +202,12 @@ def _sbjax_side(a, w):
     nc = C.nc4_init(k)
     timed += time.perf_counter() - t0
     nupd(nc, zx[: min(chunk, a.nval)], zy[: min(chunk, a.nval)], wr, mr, w_valid=wv, mean_valid=mv, chunk_size=2048).hits.block_until_ready()
-    C.metrics_from_stats(means, C.class_variances(vs), counts_np, w, nc4=nc, block_size=a.block)  # compile
+    opts = C.CollapseOptions(block_size=a.block)
+    C.collapse_metrics_from_stats(means, C.class_variances(vs), counts_np, w, nc4=nc, options=opts)  # compile
     nc, t_nc4 = _sbjax_nc4(a, nupd, nc, (wr, mr, wv, mv), k, d)
     timed += t_nc4
     t0 = time.perf_counter()
-    m = C.metrics_from_stats(means, var, counts_np, w, nc4=nc, block_size=a.block)
+    m = C.collapse_metrics_from_stats(means, var, counts_np, w, nc4=nc, options=opts).to_dict()
     timed += time.perf_counter() - t0
     t_pairs = _warm_metrics_s(C, means, var, counts_np, w, nc, a.block) if a.time_pairs else None
     m = {key: val for key, val in m.items() if isinstance(val, (int, float))}
@@ -297,12 +298,11 @@ def bench_collapse(a):
 
 
 def bench_collapse_vmap(a):
-    """NC1-NC4 of K checkpoints at once: jit(vmap(collapse_kernel)) against a loop of the host
+    """NC1-NC4 of K checkpoints at once: jit(vmap(neural_collapse)) against a loop of the host
     collapse_metrics (each call validates on the host and runs the same jitted kernel)."""
     import jax
 
-    from sbjax.metrics import collapse as C
-    from sbjax.metrics.collapse_kernel import collapse_kernel
+    from sbjax import metrics as C
 
     kc, n, v, d = a.vmap_ckpts, a.vmap_n, a.vmap_k, a.d
     (x, y), = gen_chunks(n, v, d, n, 0)
@@ -310,21 +310,23 @@ def bench_collapse_vmap(a):
     feats = np.stack([x * (1.0 + 0.1 * i) + 0.2 * i * rng.standard_normal(x.shape, dtype=np.float32) for i in range(kc)])
     w = np.stack([make_w(v, d) * (1.0 + 0.05 * i) for i in range(kc)])
     val = feats[:, : n // 4]
-    kern = jax.jit(jax.vmap(partial(collapse_kernel, block_size=a.block), in_axes=(0, None, 0, 0, None)))
+    opts = C.CollapseOptions(block_size=a.block)
+    kern = jax.jit(jax.vmap(partial(C.neural_collapse, options=opts), in_axes=(0, None, 0, 0, None)))
     med_v, ts_v = timeit(lambda: jax.block_until_ready(kern(feats, y, w, val, y[: n // 4])), a.reps)
 
     def loop():
-        return [C.collapse_metrics(feats[i], y, w[i], val[i], y[: n // 4], block_size=a.block) for i in range(kc)]
+        return [C.collapse_metrics(feats[i], y, w[i], val[i], y[: n // 4], options=opts) for i in range(kc)]
 
     med_l, ts_l = timeit(loop, a.reps)
     got, want = jax.device_get(kern(feats, y, w, val, y[: n // 4])), loop()
     keys = ["nc1_cdnv", "nc1_log10_mean_cdnv", "nc2_norm_cov", "nc2_cos_mean", "etf_error", "gnc2_log_kernel_mean",
             "nc3_cos_mean", "dual_error", "nc4_agreement"]
-    rel = max(abs(float(got[key][i]) - want[i][key]) / max(abs(want[i][key]), 1e-12) for key in keys for i in range(kc))
+    rel = max(abs(float(getattr(got, key)[i]) - getattr(want[i], key)) / max(abs(getattr(want[i], key)), 1e-12)
+              for key in keys for i in range(kc))
     shape = [kc, n, v, d]
     emit({"case": "collapse_vmap", "impl": "loop of collapse_metrics over checkpoints", "shape": shape,
           "median_s": med_l, "reps": len(ts_l)})
-    emit({"case": "collapse_vmap", "impl": "sbjax jit(vmap(collapse_kernel))", "shape": shape, "median_s": med_v,
+    emit({"case": "collapse_vmap", "impl": "sbjax jit(vmap(neural_collapse))", "shape": shape, "median_s": med_v,
           "reps": len(ts_v), "speedup": med_l / med_v, "max_rel_diff": rel})
 
 
@@ -333,7 +335,7 @@ def bench_cka(a):
     import jax
 
     from _metrics_baselines import numpy_cka
-    from sbjax.metrics.cka import cka_to_reference_by_layer
+    from sbjax.metrics import cka_to_reference_by_layer
 
     kk, ll, n, d = a.cka_k, 12, 128, 768
     rng = np.random.default_rng(0)

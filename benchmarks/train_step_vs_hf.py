@@ -46,7 +46,9 @@ import _bench  # noqa: F401  (puts the repo root on sys.path)
 from _bench import emit, interleaved_procs, machine, median, peak_flops_cpu, table
 from _isolated import phase
 
-from sbjax.hostmem import keep_freed_host_memory  # the host allocator setting (import sbjax)
+from sbjax.hostmem import keep_freed_host_memory
+
+keep_freed_host_memory()  # the host allocator (SBJAX_KEEP_HOST_MEMORY), in every process, before JAX starts
 
 ALIASES = {"d512": "pythia-70m"}  # d=512, L=6, H=8, V=50304: the d=512 config
 

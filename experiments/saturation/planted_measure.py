@@ -9,7 +9,7 @@ tokens each, the same for every checkpoint and every arm):
   model's); E[L] − H is the mean KL(P ‖ q). ``expected_loss`` = mean_w L[s, w];
   ``eval_loss`` = the sampled next-token loss of the same windows.
 * ``anisotropy_last``: mean pairwise cosine of the final-norm features h over all positions;
-* head spectra (``sbjax.metrics.spectrum.head_spectra``, singular values by SVD, exact at
+* head spectra (``sbjax.metrics.head_spectra``, singular values by SVD, exact at
   these sizes): ``kl_raw``, ``erank_raw`` of W and ``kl_centred``, ``erank_centred`` of
   (I − 11ᵀ/V) W;
 * ``w_error_raw_<r>``, ``w_error_centred_<r>`` (r ∈ ``W_ERROR_DIMS``): W-error(r) =
@@ -81,8 +81,7 @@ from sbjax import checkpoint as ckpt
 from sbjax import heads as heads_lib
 from sbjax import optim
 from sbjax import sharding as shd
-from sbjax.metrics import anisotropy as aniso_lib
-from sbjax.metrics import spectrum
+from sbjax import metrics as M
 from sbjax import checksums
 from sbjax.analysis.damaged import Damaged, read_good
 from sbjax.atomic import atomic_write_text, is_local
@@ -131,13 +130,13 @@ def _checkpoint_fn(mc):
     nll = -jnp.take_along_axis(logq, y[..., None], axis=-1)[..., 0]
     h = ex["h"].reshape(-1, ex["h"].shape[-1])
     w = heads_lib.head_matrix(params, mc)
-    sp = spectrum.head_spectra(w, d=jnp.asarray(W_ERROR_DIMS), method="svd")
+    sp = M.head_spectra(w, d=jnp.asarray(W_ERROR_DIMS), method="svd")
     norms = jnp.linalg.norm(w.astype(jnp.float32), axis=-1)
-    return {"w_error_raw": sp["raw"]["w_error"], "w_error_centred": sp["centred"]["w_error"],
-            "rb_W": rb.mean(-1), "nll_W": nll.mean(-1), "anisotropy_last": aniso_lib.anisotropy(h),
-            "kl_raw": sp["raw"]["kl_to_uniform"], "erank_raw": sp["raw"]["effective_rank"],
-            "kl_centred": sp["centred"]["kl_to_uniform"],
-            "erank_centred": sp["centred"]["effective_rank"],
+    return {"w_error_raw": sp.raw.w_error, "w_error_centred": sp.centred.w_error,
+            "rb_W": rb.mean(-1), "nll_W": nll.mean(-1), "anisotropy_last": M.anisotropy(h),
+            "kl_raw": sp.raw.kl_to_uniform, "erank_raw": sp.raw.effective_rank,
+            "kl_centred": sp.centred.kl_to_uniform,
+            "erank_centred": sp.centred.effective_rank,
             "rare_row_norm": norms[rare].mean(), "frequent_row_norm": norms[frequent].mean(),
             "row_norm_mean": norms.mean()}
 

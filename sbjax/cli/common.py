@@ -11,7 +11,7 @@ import jax
 from absl import app, flags
 from absl import logging as absl_logging
 
-from sbjax import errors, lognotes
+from sbjax import errors, hostmem, lognotes
 
 _COORD = None
 _NPROC = None
@@ -137,8 +137,10 @@ def run_script(main, module: str, options: dict | None = None):
   ``python -m``: ``run`` registers the flags of sbjax's modules, ``module``'s among them, for
   the program file ``sys.argv[0]``, whose flags absl's ``--helpshort`` lists. While ``main``
   runs, stdout is redirected to stderr; ``result`` writes to the real stdout. ``options``:
-  as ``run``'s."""
+  as ``run``'s. The host allocator is set here (``sbjax.hostmem``, before JAX starts its
+  backend), not on import; ``run`` adds the log filter (``sbjax.lognotes``)."""
   del module
+  hostmem.keep_freed_host_memory()
 
   def main_with_clean_stdout(argv):
     _RESULT.append(sys.stdout)
