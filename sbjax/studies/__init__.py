@@ -6,3 +6,7 @@ convergence over checkpoints (``convergence``).
 ``sbjax.analysis`` analyses the checkpoints of one run; the modules here combine runs, train
 models or compute per-paper quantities, and are imported by the experiments.
 """
+
+from sbjax._extras import require
+
+require("sbjax.studies")

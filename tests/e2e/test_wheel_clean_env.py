@@ -222,3 +222,7 @@ def test_the_base_install_is_light_and_runs_the_docs_example(wheel):
     np.testing.assert_allclose([z["cdnv"][k], z["etf"][k], z["nc3"][k]],
                                [want["nc1_log10_mean_cdnv"], want["etf_error"], want["nc3_cos_mean"]],
                                rtol=2e-4, atol=2e-5)
+  r = subprocess.run([py, "-c", "import sbjax.train"], cwd=cwd, env=env, capture_output=True,
+                     text=True, timeout=60)  # a module of the [train] extra: one line naming it
+  assert r.returncode == 1 and "sbjax.train needs the [train] extra" in r.stderr.splitlines()[-1]
+  assert "pip install 'sbjax[train]'" in r.stderr
