@@ -10,9 +10,7 @@ from pathlib import Path
 
 from absl import flags
 
-from sbjax import errors
 from sbjax.cli import common, series_flags as sf
-from sbjax.cli.data_flags import OPTION_NAMES
 from sbjax.cli.number_flags import define_number_list
 from .budget import OverBudget
 from .presets import PRESETS
@@ -34,11 +32,9 @@ MIN_COUNTS = define_number_list("min_counts", [1], "series: analysed classes hav
 
 
 def main_series(out: Path) -> None:
-  # the data comes from --data.KEY here (not the preset mode's --data): messages name those
-  with errors.option_names(OPTION_NAMES):
-    run_series(sf.SERIES.value, out, sf.TOKENS.value, sf.DATA.value, sf.steps(),
-               sf.ALLOW_DUP.value, COLL_SEQ.value, sf.eval_sequences(),
-               tuple(MIN_COUNTS.value))
+  run_series(sf.SERIES.value, out, sf.TOKENS.value, sf.DATA.value, sf.steps(),
+             sf.ALLOW_DUP.value, COLL_SEQ.value, sf.eval_sequences(),
+             tuple(MIN_COUNTS.value))
   section = series_section(out)
   (out / "section.md").write_text(section)
   common.result(section)

@@ -21,7 +21,7 @@ PRESETS: dict[str, Preset[Knobs]] = {
                   Knobs(lrs=(1e-2, 2e-2), head_lrs=(1e-2, 3e-2), head_steps=150,
                         mos_mix=(1, 2), mos_lrs=(1e-2,))),
     # Pythia-410m shape: ranks 1..1024; give it a corpus larger than Shakespeare with --data
-    "tpu": Preset(BASE, overrides({"name": "head_rank-tpu", "data.vocab_size": 8192,
+    "tpu": Preset(BASE, overrides({"name": "head_rank-tpu", "data.options.vocab_size": 8192,
                                    "model.d_model": 1024, "model.n_layers": 24,
                                    "model.n_heads": 16, "model.max_len": 512,
                                    "model.remat": "full", "train.steps": 20_000,

@@ -55,10 +55,11 @@ def config(ctx, v: int):
                        "V<V>/{train,val}.uint16.bin and tokenizer.model "
                        "(benchmarks/build_device_tokens.py writes them)")
     d = upath(ctx.data) / f"V{v}"
-    where = {"data.options.path": str(d / "train.uint16.bin"),
-             "data.options.val_path": str(d / "val.uint16.bin"), "data.options.vocab": v}
+    where = {"data": {"source": "tokens", "options": {  # the whole section: the token files
+        "path": str(d / "train.uint16.bin"), "val_path": str(d / "val.uint16.bin"), "vocab": v}}}
   else:
-    where = {**corpus_overrides("text", ctx.data, ctx.out / "tfds"), "data.vocab_size": v}
+    where = {**corpus_overrides("text", ctx.data, ctx.out / "tfds"),
+             "data.options.vocab_size": v}
   return config_from(p.base, {**p.overrides, **where,
                               "name": f"vocab_threshold-{ctx.preset_name}-V{v}"})
 

@@ -1,5 +1,5 @@
 """vocab_threshold's presets: a head-rank sweep (``sbjax.studies.head_rank``) at each vocabulary
-size V (overrides as head_rank's; data.vocab_size and the name are set per V), the exact bigram
+size V (overrides as head_rank's; data.options.vocab_size and the name set per V), the exact bigram
 r*(V) beside it (``ngram``), or the exact bigram r*(V, N) study alone (``bigram_n``)."""
 
 from __future__ import annotations
@@ -51,7 +51,8 @@ PRESETS: dict[str, Preset[Knobs]] = {
                                       head_lrs=(1e-2, 3e-2), head_steps=300,
                                       protocols=("a",)),
                         ngram=NgramKnobs(ranks=(4, 8, 16, 32, 64, 128), max_iter=40))),
-    "tpu": Preset(hr.BASE, hr.overrides({"name": "vocab_threshold-tpu", "data.vocab_size": 8192,
+    "tpu": Preset(hr.BASE, hr.overrides({"name": "vocab_threshold-tpu",
+                                         "data.options.vocab_size": 8192,
                                          "model.d_model": 512, "model.n_layers": 6,
                                          "model.n_heads": 8, "model.max_len": 512,
                                          "train.steps": 20_000, "train.batch_size": 256,

@@ -13,6 +13,7 @@ every finished group and measured step, so it redoes nothing.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import logging
 import sys
@@ -27,7 +28,7 @@ from sbjax.experiment.context import Context, digest
 from sbjax.experiment.declare import Experiment, Group
 from sbjax.paths import upath
 from sbjax.train import train_once
-from sbjax.train.lock import out_lock
+from sbjax.train.lock import workdir_lock
 
 log = logging.getLogger("sbjax")
 
@@ -98,9 +99,13 @@ def run(exp: Experiment, out, preset: str = "test", data: str | None = None, *,
   p = exp.preset(preset) if isinstance(preset, str) else preset
   ctx = Context(upath(out), preset if isinstance(preset, str) else "custom", p, data or None)
   say, writer = _Say(exp.name, verbose), jax.process_index() == 0
-  with out_lock(ctx.out, flag="--out") if lock and writer else contextlib.nullcontext():
+  plan = iter(exp.plan(ctx))
+  first = next(plan, None)  # a bad preset or corpus is refused before OUT exists
+  if first is not None:
+    _datasets(ctx, first)
+  with workdir_lock(ctx.out) if lock and writer else contextlib.nullcontext():
     t0, c0, runs, points, groups = time.time(), _cpu(), [], [], {}
-    for group in exp.plan(ctx):
+    for group in itertools.chain([first] if first else [], plan):
       t, c = time.time(), _cpu()
       try:
         rows, measured = _group(ctx, exp, group, say)

@@ -49,14 +49,14 @@ COLUMNS = ("protocol", "head", "rank", "n_mix", "matched_rank", "lr", "steps", "
 _MODEL, _TRAIN = ModelConfig(), TrainConfig()
 
 # a text-corpus sweep's Config in dotted keys over BASE (the cpu preset's trunk and schedule)
-CPU = {**TEXT_DATA, "data.vocab_size": 1024, "name": "head_rank-cpu", "model.vocab_size": 0,
-       "model.d_model": 64, "model.n_layers": 2, "model.n_heads": 4, "model.max_len": 64,
-       "model.rotary_pct": _MODEL.rotary_pct, "model.remat": _MODEL.remat,
+CPU = {**TEXT_DATA, "data.options.vocab_size": 1024, "name": "head_rank-cpu",
+       "model.vocab_size": 0, "model.d_model": 64, "model.n_layers": 2, "model.n_heads": 4,
+       "model.max_len": 64, "model.rotary_pct": _MODEL.rotary_pct, "model.remat": _MODEL.remat,
        "train.steps": 400, "train.batch_size": 32, "train.seq_len": 64, "train.lr": _TRAIN.lr,
        "train.warmup_steps": 30, "train.eval_batches": 24, "train.ckpt_log_spaced": False}
 # the test and quick presets' trunk
-TINY = {"data.vocab_size": 96, "model.d_model": 4, "model.n_layers": 1, "model.n_heads": 1,
-        "model.max_len": 16, "model.rotary_pct": 0.5, "train.batch_size": 8,
+TINY = {"data.options.vocab_size": 96, "model.d_model": 4, "model.n_layers": 1,
+        "model.n_heads": 1, "model.max_len": 16, "model.rotary_pct": 0.5, "train.batch_size": 8,
         "train.seq_len": 16, "train.warmup_steps": 2}
 
 
