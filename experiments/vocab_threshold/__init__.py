@@ -43,7 +43,6 @@ from .presets import PRESETS, TOL_CHAR, W_LEVEL
 
 TABLE, RUNS, NGRAM, SUMMARY = "vocab_threshold.csv", "runs.csv", "ngram.csv", "summary.json"
 FITS, CHECKS, CELLS = "bigram_n_fits.csv", "bigram_n_checks.csv", "bigram_n_cells.csv"
-RARE = 50  # types_under_50: token types seen fewer than RARE times in the train split
 
 
 def config(ctx, v: int):
@@ -101,7 +100,7 @@ def _v_rows(ctx, v: int) -> tuple:
   row.update(trunk=k.plan.trunk, trunk_step=t.step, head_population=int(k.plan.head_population),
              trunk_eval_loss=t.eval_loss if math.isfinite(t.eval_loss) else None,
              dtype=cfg.model.dtype, train_tokens=len(ds.train_tokens),
-             types_under_50=int(np.sum(counts < RARE)))
+             types_under_50=int(np.sum(counts < 50)))
   ngram = []
   if k.ngram is not None:
     ngram, cols = ctx.memo(f"ngram-V{v}", [cfg.to_dict()["data"], k.ngram, row["tol_token"]],

@@ -1,6 +1,6 @@
 """vocab_threshold's presets: a head-rank sweep (``sbjax.studies.head_rank``) at each vocabulary
-size V (overrides as head_rank's; data.options.vocab_size and the name set per V), the exact bigram
-r*(V) beside it (``ngram``), or the exact bigram r*(V, N) study alone (``bigram_n``)."""
+size V (data.options.vocab_size and the name are set per V), the exact bigram r*(V) beside it
+(``ngram``), or the exact bigram r*(V, N) study alone (``bigram_n``)."""
 
 from __future__ import annotations
 
