@@ -1,5 +1,5 @@
 """Per-paper studies built on the library: exact rank floors (``floor``), head-rank sweeps
-(``rank_sweep``), the neural-collapse model grid (``collapse_grid``), n-gram target matrices
+(``head_rank``), the neural-collapse model grid (``collapse_grid``), n-gram target matrices
 (``ngram``, ``lowrank_svd``), scaling-law fits (``scaling``), statistics (``stats``) and layer
 convergence over checkpoints (``convergence``).
 
