@@ -32,7 +32,7 @@ import numpy as np  # noqa: E402
 
 from ..shared import read_rows, save_figure, upath, write_rows  # noqa: E402
 from sbjax import checkpoint as ckpt  # noqa: E402
-from sbjax.data.builders import language_of  # noqa: E402
+from sbjax.data.sources import language_of  # noqa: E402
 from sbjax.losses import context_ids  # noqa: E402
 from sbjax.model import Model  # noqa: E402
 from sbjax.studies.target_werror import (VARIANTS, context_means, gap_opens,  # noqa: E402

@@ -27,7 +27,7 @@ def data_config(p: Preset, out: Path, data: str | None) -> DataConfig:
   the preset's vocabulary, or a TFDS name (``data`` overrides the preset's)."""
   o = p.overrides  # the data.* overrides; the base preset's data section is not used
   keep = {k: o[k] for k in ("data.vocab_size", "data.tfds_name", "data.max_docs") if k in o}
-  # TFDS array_record files need a local folder (a gs:// out: sbjax's local data cache)
+  # the token caches, shared by the runs, in a local folder (a gs:// out: the local data cache)
   where = None if o["data.source"] == "tfds" else local_data_dir(out) / "data" / "tfds"
   return overrides.apply(Config(), {**keep, **corpus_overrides(o["data.source"], data, where)}).data
 

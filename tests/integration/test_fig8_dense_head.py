@@ -15,7 +15,7 @@ import pytest
 from experiments.planted import PRESETS, fig8, knee_configs
 from experiments.shared import write_rows
 from sbjax import checkpoint as ckpt
-from sbjax.data.builders import language_of
+from sbjax.data.sources import language_of
 from sbjax.model import Model
 from sbjax.train import train_once
 

@@ -85,16 +85,16 @@ def test_a_corpus_too_small_for_the_vocabulary_is_refused_before_anything_is_wri
                                          r"\(data\.options\.path\) or a smaller vocabulary "
                                          r"\(data\.options\.vocab_size\)"):
       _text(corpus, wd, 96)
-    assert tree(tmp_path) == before, wd  # no tfds/, no tokenizer, no folder
+    assert tree(tmp_path) == before, wd  # no token caches, no tokenizer, no folder
   ds = _text(corpus, tmp_path / "ok", 8)  # the largest it supports: trained, then prepared
   assert ds.vocab_size == 8 and (tmp_path / "ok" / "tokenizer.model").is_file()
-  assert any((tmp_path / "ok" / "tfds" / "local_text").iterdir())
+  assert len(list((tmp_path / "ok" / "tokens").glob("*.npy"))) == 2
 
 
 def test_a_corpus_shorter_than_one_batch_is_refused_before_anything_is_written(tmp_path):
   """The tokenizer fits, the token streams do not make one batch: refused with nothing
-  written (the tokenizer, the TFDS dataset and the token caches are written after the
-  check); with a batch it makes, all three are written, and a second call reuses them."""
+  written (the tokenizer and the token caches are written after the check); with a batch it
+  makes, both are written, and a second call reuses them."""
   corpus = write_corpus(tmp_path / "corpus", generated_docs(0, 4, n_lines=8))
   cfg = DataConfig(source="text", options=dict(path=str(corpus), vocab_size=64))
   before = tree(tmp_path)
@@ -105,7 +105,7 @@ def test_a_corpus_shorter_than_one_batch_is_refused_before_anything_is_written(t
   ds = make_dataset(cfg, seq_len=8, global_batch_size=2, workdir=str(tmp_path / "wd"))
   wd = tmp_path / "wd"
   assert (wd / "tokenizer.model").is_file() and (wd / "tokenizer.vocab").is_file()
-  assert len(list((wd / "tokens").glob("*.npy"))) == 2 and any((wd / "tfds").rglob("*.json"))
+  assert len(list((wd / "tokens").glob("*.npy"))) == 2
   written = tree(wd)
   again = make_dataset(cfg, seq_len=8, global_batch_size=2, workdir=str(wd))
   assert tree(wd) == written and np.array_equal(again.train_batch(1), ds.train_batch(1))

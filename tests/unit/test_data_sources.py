@@ -32,7 +32,6 @@ def test_options_hold_exactly_the_legacy_fields_with_their_old_defaults(name):
 
 
 def test_what_the_sources_say_of_themselves():
-  assert sources.planted_names()[:3] == ("planted", "planted_mix", "planted_mos")
   said = {n: (s.planted, s.synthetic, s.needs_tokenizer)
           for n, s in ((n, sources.get(n)) for n in BUILTIN)}
   assert said == {"planted": (True, True, False), "planted_mix": (True, True, False),
