@@ -14,8 +14,8 @@ asynchronously and its metrics are read one step late, except at boundaries
 (``sbjax.train.loop``), where the parameters are checked to be finite before they are saved.
 
 In memory (``workdirs=None``): no workdir, checkpoint, log or evaluation; ``snapshot_steps``
-are the loop's save boundaries and the caller's ``hooks`` see them (the collapse grid keeps
-snapshots: ``sbjax.studies.collapse_grid.train_group``); a non-finite member is not stopped.
+are the loop's save boundaries and the caller's ``hooks`` see them (``hooks.Snapshots``);
+a non-finite member is not stopped.
 """
 
 from __future__ import annotations

@@ -5,8 +5,6 @@ stabilisation (convergence), the Γ regime of the convergence runs and the selec
 the planted mixture (issue 33). A reading that ignored its numbers would fail both directions."""
 
 import numpy as np
-import pytest
-from scipy.stats import pearsonr
 
 from experiments.convergence.report import claims_text as conv_claims
 from experiments.saturation.planted_measure import account
@@ -162,74 +160,3 @@ def test_planted_selection_history_both_ways():
   v = mix_verdict(mix_rows([0.02, 0.021], [0.0437, 0.0454]))
   assert selection_text(k8, v).endswith("within 0.03, unlike the history's fits.")
   assert selection_text(None, v) == "" and selection_text(MOS_K4, None) == ""
-
-
-def models_csv(n_params, loss, metric):
-  """collapse_models.csv rows of one min_count (last snapshots): val_loss, n_params and every
-  anchor metric equal to ``metric`` (NaN elsewhere)."""
-  from experiments.collapse.measure import METRICS
-  return [{"n_params": p, "val_loss": v, **{k: np.nan for k in METRICS},
-           **{k: m for k in ("nc1_log10_mean_cdnv", "nc2_norm_cov", "nc3_cos_mean")}}
-          for p, v, m in zip(n_params, loss, metric)]
-
-
-def collapse_paragraph(rows):
-  from experiments.collapse import findings as F
-  from experiments.collapse.tables import anchor_rows, r2_table
-  r2 = [{"min_count": 1, "points": pts, **r} for pts in ("last", "all") for r in r2_table(rows)]
-  an = anchor_rows(r2)
-  return F.interval_sentence(an, 1), {r["metric"]: r for r in an}
-
-
-def test_collapse_interval_verdicts_both_ways():
-  """The collapse paragraph's supported / refuted / undecided follows the 95% interval of r:
-  a strong positive relation supports the authors' + sign of log CDNV and refutes their 'no
-  relation' for the norm CoV; a negative one refutes log CDNV; noise is undecided."""
-  from experiments.collapse.findings import ci_text
-  rng = np.random.default_rng(0)
-  n = 16
-  params = np.exp(rng.uniform(7, 12, size=n))
-  loss = 4.0 - 0.1 * np.log(params) + 0.2 * rng.normal(size=n)
-  metric = 2.0 * loss + 0.05 * rng.normal(size=n)
-  t, an = collapse_paragraph(models_csv(params, loss, metric))
-  a = an["nc1_log10_mean_cdnv"]
-  ci = pearsonr(metric, loss).confidence_interval()
-  assert (a["ci_lo"], a["ci_hi"]) == pytest.approx((ci.low, ci.high), abs=1e-9) and ci.low > 0
-  sup = t.split(". With log(parameters)")[0]
-  assert "supported: nc1_log10_mean_cdnv (" + ci_text(a["pearson_r"], a["ci_lo"], a["ci_hi"]) in sup
-  assert "refuted: nc2_norm_cov" in sup and "nc3_cos_mean (r +1.00" in sup and "r > 0" in sup
-  t, an = collapse_paragraph(models_csv(params, loss, -loss + 0.01 * rng.normal(size=n)))
-  assert "refuted: nc1_log10_mean_cdnv" in t.split(". With log(parameters)")[0]
-  noise = rng.normal(size=n)
-  t, an = collapse_paragraph(models_csv(params, loss, noise))
-  a = an["nc1_log10_mean_cdnv"]
-  assert a["ci_lo"] < 0 < a["ci_hi"] and a["ci_verdict"] == "undecided"
-  assert "undecided: nc1_log10_mean_cdnv" in t.split(". With log(parameters)")[0]
-  # three runs of one size: no interval, no partial r, and the paragraph says so
-  t, an = collapse_paragraph(models_csv([1e4] * 3, loss[:3], loss[:3]))
-  assert an["nc1_log10_mean_cdnv"]["ci_verdict"].startswith("undefined")
-  assert "undecided (no interval): nc1_log10_mean_cdnv (r +1.00 [–])" in t
-
-
-def test_collapse_partial_r_removes_size():
-  """A metric that follows the loss only through size: r is supported, the partial r on
-  log(parameters) is not (its interval spans 0)."""
-  rng = np.random.default_rng(3)
-  n = 24
-  lp = rng.uniform(7, 12, size=n)
-  loss = 4.0 - 0.2 * lp + 0.05 * rng.normal(size=n)
-  metric = 0.5 * lp + 0.05 * rng.normal(size=n)  # size alone
-  t, an = collapse_paragraph(models_csv(np.exp(lp), loss, metric))
-  a = an["nc1_log10_mean_cdnv"]
-  assert a["ci_verdict"] == "refuted" and a["pearson_r"] < -0.9  # the + sign is refuted by r
-  assert a["partial_ci_lo"] < 0 < a["partial_ci_hi"] and a["partial_verdict"] == "undecided"
-  assert "undecided: nc1_log10_mean_cdnv" in t.split("With log(parameters) partialled out")[1]
-
-
-def test_collapse_sign_sentence_both_ways():
-  from experiments.collapse import findings as F
-  pos = F.sign_sentence([{"nc3_cos_mean": 0.97}, {"nc3_cos_mean": 0.98}, {"nc3_cos_mean": "nan"}])
-  assert "over these 2 runs is +0.975 (range +0.970 to +0.980), positive" in pos
-  neg = F.sign_sentence([{"nc3_cos_mean": -0.5}, {"nc3_cos_mean": -0.62}])
-  assert "is -0.560" in neg and "negative: the head's rows point, on average, against" in neg
-  assert F.sign_sentence([{"nc3_cos_mean": float("nan")}]) == ""
