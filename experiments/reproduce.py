@@ -7,7 +7,7 @@ See ``sbjax.experiment.cli`` for the flags."""
 
 from __future__ import annotations
 
-from sbjax.experiment import cli
+from sbjax.cli import experiment as cli
 
 # experiment name -> module holding its EXPERIMENT, in report order
 _MODULES = (("planted", "planted"), ("head_rank", "head_rank"), ("werror_loss", "werror_loss"),

@@ -2,7 +2,7 @@
 --out), CSV rows, number formatting and report sentences, and the writers of figures and
 arrays that take an output path local or remote (``gs://``: ``out`` is then an
 ``etils.epath`` path, ``sbjax.paths.upath``). The library-grade pieces they use live in
-sbjax and are re-exported here: ``out_lock`` (``sbjax.train.lock``), ``config_from``
+sbjax and are re-exported here: ``workdir_lock`` (``sbjax.train.lock``), ``config_from``
 (``sbjax.overrides``), ``text_corpus``/``with_corpus``/``DEFAULT_TEXT``
 (``sbjax.studies.corpus``), ``Preset``/``pick_preset`` (``sbjax.studies.presets``),
 ``RunsProgress``/``SweepProgress`` (``sbjax.studies.progress``).
@@ -31,7 +31,7 @@ from sbjax.overrides import config_from  # the one override path (presets' dotte
 from sbjax.studies.corpus import DEFAULT_TEXT, text_corpus, with_corpus
 from sbjax.studies.presets import Preset, pick_preset
 from sbjax.studies.progress import RunsProgress, SweepProgress
-from sbjax.train.lock import out_lock
+from sbjax.train.lock import workdir_lock
 from sbjax.train.preempt import EXIT_PREEMPTED
 
 REPO = Path(__file__).resolve().parents[1]
@@ -40,7 +40,7 @@ __all__ = ["REPO", "DEFAULT_TEXT", "config_from", "text_corpus", "with_corpus", 
            "read_rows", "write_json", "fmt", "RunsProgress", "SweepProgress", "Preset",
            "pick_preset", "claims_sentences", "span", "upath", "save_figure", "save_npz",
            "load_np", "main_flags", "SAMPLE_TEXT_HELP", "utc", "with_history",
-           "call_end", "calls_text", "CallRecord", "out_lock", "locks_out"]
+           "call_end", "calls_text", "CallRecord", "workdir_lock", "locks_out"]
 
 SAMPLE_TEXT_HELP = ("a directory of .txt files (default: the sample corpus shipped in "
                     "sbjax/data/sample_text)")
@@ -59,16 +59,14 @@ def main_flags(name: str, presets, data_help: str | None = SAMPLE_TEXT_HELP,
 
 
 def locks_out(out_flag):
-  """Decorates an experiment's ``main(argv)``: the call holds ``out_lock(out_flag.value)``
+  """Decorates an experiment's ``main(argv)``: the call holds ``workdir_lock(out_flag.value)``
   (``OUT/LOCK``, ``sbjax.train.lock``) from its start to its end, so a second call into the
-  same --out stops with one line naming the holder before it writes anything, and a call
-  refused or failed after the lock is taken leaves no empty --out behind (the lock removes
-  the folders it created that hold nothing; a folder with results is kept)."""
+  same --out stops with one line naming the holder before it writes anything."""
 
   def decorate(main):
     @functools.wraps(main)
     def locked(argv):
-      with out_lock(out_flag.value, flag=f"--{out_flag.name}"):
+      with workdir_lock(out_flag.value):
         return main(argv)
     return locked
   return decorate

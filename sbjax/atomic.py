@@ -1,18 +1,11 @@
 """Atomic file writes: the one helper every sbjax writer goes through.
 
-A reader sees either the old file or the new one, never half of one:
+A reader sees either the old file or the new one, never half of one: on a local disk the
+bytes go to a temporary file in the same directory, which then replaces the target with
+``os.replace`` (a killed process leaves at most a hidden ``.NAME.*.tmp`` beside it); on any
+other ``etils.epath`` backend (``gs://``, ...) the whole content is written as one object,
+which object stores publish atomically. New files follow the process umask.
 
-- on a local disk the bytes go to a temporary file in the same directory, which then
-  replaces the target with ``os.replace`` (one rename); a killed process leaves at most a
-  hidden ``.NAME.*.tmp`` file beside it;
-- on any other ``etils.epath`` backend (``gs://``, ``s3://``, ...), where a rename is a copy,
-  the whole content is written as one object (``Path.write_bytes``), which object stores
-  publish atomically.
-
-New files follow the process umask, as ``open()`` would make them (``tempfile.mkstemp``
-alone would make them private, mode 0600).
-
-    from sbjax.atomic import atomic_write_json, atomic_path
     atomic_write_json(workdir / "plan.json", {"ranks": [4, 8]})
     with atomic_path(out / "tokenizer.json") as tmp:   # for writers that want a file name
       tok.save(str(tmp))
@@ -23,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import tempfile
 from pathlib import Path
 from typing import Iterator
@@ -37,36 +29,28 @@ def is_local(path) -> bool:
   return "://" not in os.fspath(path)
 
 
-def _umask_mode() -> int:
-  mask = os.umask(0)
-  os.umask(mask)
-  return 0o666 & ~mask
-
-
 @contextlib.contextmanager
 def atomic_path(path) -> Iterator[Path]:
   """A local temporary path to write; when the block exits normally it becomes ``path``
-  (atomically, as the module docstring says), else it is removed and ``path`` is untouched.
-  The parent directory is created if missing."""
+  (module doc), else it is removed and ``path`` is untouched. Missing parents are created."""
   target = epath.Path(path)
   target.parent.mkdir(parents=True, exist_ok=True)
   local = is_local(path)
-  tmpdir = None if local else tempfile.mkdtemp(prefix="sbjax_atomic_")
-  fd, tmp = tempfile.mkstemp(dir=os.fspath(target.parent) if local else tmpdir,
+  fd, tmp = tempfile.mkstemp(dir=os.fspath(target.parent) if local else None,
                              prefix=f".{target.name}.", suffix=".tmp")
   os.close(fd)
   try:
     yield Path(tmp)
     if local:
-      os.chmod(tmp, _umask_mode())
+      mask = os.umask(0)
+      os.umask(mask)
+      os.chmod(tmp, 0o666 & ~mask)  # mkstemp makes it private (0600)
       os.replace(tmp, os.fspath(target))
     else:
       target.write_bytes(Path(tmp).read_bytes())
   finally:
     if os.path.exists(tmp):
       os.unlink(tmp)
-    if tmpdir is not None:
-      shutil.rmtree(tmpdir, ignore_errors=True)
 
 
 def atomic_write_bytes(path, data: bytes) -> None:

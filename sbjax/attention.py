@@ -57,7 +57,6 @@ from jax.experimental.pallas.ops.tpu import splash_attention as splash_lib
 from jax.sharding import PartitionSpec as P
 
 from sbjax.config import ModelConfig
-from sbjax.errors import option
 from sbjax.precision import matmul_precision, precision_scope
 
 log = logging.getLogger("sbjax")
@@ -209,8 +208,8 @@ def splash_attention(q, k, v, *, scale: float, window: int | None,
   t = q.shape[1]
   if t % SPLASH_BLOCK:
     raise ValueError(f"attn_impl=splash needs a sequence length that is a multiple of "
-                     f"{SPLASH_BLOCK}, got {t}; use {option('train.seq_len')}=<multiple of "
-                     f"{SPLASH_BLOCK}> or {option('model.attn_impl')}=dpa")
+                     f"{SPLASH_BLOCK}, got {t}; use train.seq_len=<multiple of "
+                     f"{SPLASH_BLOCK}> or model.attn_impl=dpa")
   if interpret is None:
     fn = functools.partial(_splash_any, scale=scale, window=window)
   else:

@@ -10,23 +10,15 @@ Layout of a workdir::
 are a pure function of (data_seed, index), so resume needs no replay), the data
 seed and the RNG seed.
 
-Recovery at resume (``restore_latest_good``): orbax temporary directories of a killed
-save are moved to ``checkpoints_bad/`` (``cleanup_tmp``); then, newest first, a step whose
-parameter shapes differ from the model is refused (``CheckpointMismatchError``, another
-run's checkpoints), and a step that is half-written (no ``commit_success.txt``, items
-missing) or fails to restore (truncated or deleted array files) is logged by step and
-moved aside; the first good step is used.
+Recovery at resume (``restore_latest_good``): orbax temporary directories of a killed save
+are moved to ``checkpoints_bad/`` (``cleanup_tmp``); then, newest first, a step of another
+model is refused (``CheckpointMismatchError``), and a step that is half-written, fails its
+checksums or fails to restore is named and moved aside; the first good step is used.
 
-Checksums: once orbax has finished a step (``commit_success.txt`` written, the step directory
-renamed into place), the manager of ``make_manager`` writes ``checksums.json`` into it: the
-size and SHA-256 of every file (``sbjax.checksums``; why SHA-256 is said there). With
-synchronous saves that is right after ``save``; with ``train.async_checkpoint`` it is when
-orbax has finalized the step, i.e. at the next save (which waits for the previous one anyway),
-``wait_until_finished`` or ``close``. The manifest is verified before a step is restored
-(``restore_latest_good``: a mismatch is one more kind of corrupt step, named and moved aside),
-read for analysis (``ParamsReader``) or loaded (``load_params``). Steps without a manifest
-(written before manifests existed, or killed between their commit and their manifest) are
-still accepted, unverified.
+Checksums: ``save`` writes ``checksums.json`` (``sbjax.checksums``) into each step orbax has
+finished: the step itself after a synchronous save, the previous one after an asynchronous
+save (orbax finishes it before it starts the next), the last one in ``finish``. Steps
+without one (older, or killed before it) are accepted unverified.
 
 The default schedule is Pythia-like: 0, 1, 2, 4, …, 512, then every
 ``ckpt_every`` steps, plus the final step. All are kept (``PreserveAll``); with
@@ -38,8 +30,7 @@ from __future__ import annotations
 
 import json
 import logging
-import re
-import shutil
+import os
 import time
 from pathlib import Path
 
@@ -51,7 +42,6 @@ from orbax.checkpoint.checkpoint_managers import save_decision_policy as sdp
 from sbjax import checksums
 from sbjax.atomic import atomic_write_text, is_local
 from sbjax.config import Config, TrainConfig
-from sbjax.errors import option
 from sbjax.model import Model
 from sbjax.paths import upath
 
@@ -87,40 +77,6 @@ def _preservation(tc: TrainConfig | None):
   ])
 
 
-class _SealingManager(ocp.CheckpointManager):
-  """An orbax CheckpointManager that writes each saved step's checksum manifest
-  (``sbjax.checksums.write_manifest``, process 0) once the step is final: right after a
-  synchronous save; after an asynchronous one when orbax has finished it
-  (``wait_until_finished``, which orbax's own next ``save`` and ``close`` call first)."""
-
-  def __init__(self, directory, *, async_save: bool, **kwargs):
-    self._sb_async, self._sb_unsealed = async_save, []
-    super().__init__(directory, **kwargs)
-
-  def save(self, step: int, *args, **kwargs) -> bool:
-    saved = super().save(step, *args, **kwargs)
-    if saved:
-      self._sb_unsealed.append(step)
-      if not self._sb_async:
-        self._sb_seal()
-    return saved
-
-  def wait_until_finished(self) -> None:
-    super().wait_until_finished()
-    self._sb_seal()
-
-  def _sb_seal(self) -> None:
-    steps, self._sb_unsealed = self._sb_unsealed, []
-    for step in steps:
-      d = upath(self.directory) / str(step)
-      if (d / COMMIT_FILE).is_file() and jax.process_index() == 0:  # absent: deleted by policy
-        try:
-          checksums.write_manifest(d)
-        except FileNotFoundError as e:  # deleted (preservation policy) while being hashed
-          log.info("checkpoint step %d was removed before its checksums were written: %s",
-                   step, e)
-
-
 def make_manager(workdir, tc: TrainConfig | None = None, *, read_only=False,
                  async_save: bool = False) -> ocp.CheckpointManager:
   steps = set(checkpoint_steps(tc)) if tc is not None else None
@@ -136,8 +92,11 @@ def make_manager(workdir, tc: TrainConfig | None = None, *, read_only=False,
   if read_only and not path.exists():
     raise FileNotFoundError(f"no checkpoints in {workdir}: {path} does not exist; "
                             "is this a training workdir?")
-  return _SealingManager(path, async_save=async_save, item_names=("params", "opt", "meta"),
-                         options=options)
+  return ocp.CheckpointManager(path, item_names=("params", "opt", "meta"), options=options)
+
+
+COMMIT_FILE = "commit_success.txt"  # orbax writes it last, just before the final rename
+MANIFEST_FILE = checksums.MANIFEST_FILE
 
 
 def list_steps(workdir) -> list[int]:
@@ -159,115 +118,71 @@ def abstract_with_shardings(tree, shardings=None):
 
 def save(mngr: ocp.CheckpointManager, step: int, params, opt_state, meta: dict,
          force: bool = False) -> bool:
+  """Save ``step``, then seal the steps orbax has finished (module doc)."""
+  prev = mngr.latest_step()
   args = {"params": ocp.args.StandardSave(params), "meta": ocp.args.JsonSave(meta)}
   if opt_state is not None:
     args["opt"] = ocp.args.StandardSave(opt_state)
-  return mngr.save(step, args=ocp.args.Composite(**args), force=force)
+  saved = mngr.save(step, args=ocp.args.Composite(**args), force=force)
+  for s in {prev, step} - {None}:
+    _seal(mngr, s)
+  return saved
 
 
-COMMIT_FILE = "commit_success.txt"  # orbax writes it last, just before the final rename
+def finish(mngr: ocp.CheckpointManager) -> None:
+  """Wait for the manager's saves, seal the last one and close it."""
+  mngr.wait_until_finished()
+  if mngr.latest_step() is not None:
+    _seal(mngr, mngr.latest_step())
+  mngr.close()
+
+
+def _seal(mngr, step: int) -> None:
+  """Write the manifest of a finished ``step`` that has none (process 0)."""
+  d = upath(mngr.directory) / str(step)
+  if (jax.process_index() == 0 and (d / COMMIT_FILE).is_file()
+      and not (d / MANIFEST_FILE).exists()):
+    try:
+      checksums.write_manifest(d)
+    except FileNotFoundError:  # deleted by the preservation policy meanwhile
+      pass
 
 
 class CorruptCheckpointError(ValueError):
   """A step directory that cannot be restored (half-written, truncated, missing files)."""
 
 
-def _unique(dst: Path) -> Path:
-  out, i = dst, 1
-  while out.exists():
-    out, i = dst.with_name(f"{dst.name}.{i}"), i + 1
-  return out
-
-
-def _move(src, dst) -> None:
-  """Rename a directory: atomic on one local file system; copy-then-delete on an object
-  store (a kill in between leaves both copies, never neither)."""
+def _aside(workdir, src, name: str) -> Path:
+  """Move the folder ``src`` to WORKDIR/checkpoints_bad/NAME_<unix time> (never delete):
+  a rename on local disk; on an object store a copy of each object, then a delete (a kill in
+  between leaves both copies, never neither)."""
+  dst = upath(workdir) / "checkpoints_bad" / f"{name}_{time.time_ns()}"
+  dst.parent.mkdir(parents=True, exist_ok=True)
   if is_local(src):
-    shutil.move(str(src), str(dst))
-    return
-  for rel in checksums.relative_files(src):  # no directories to rename there: copy each object
+    os.replace(src, dst)
+    return dst
+  for rel in checksums.relative_files(src):  # no directories to rename there
     (dst / rel).write_bytes((src / rel).read_bytes())
   src.rmtree()
+  return dst
 
 
 def move_aside(workdir, step: int, reason: str) -> Path:
-  """Move a bad step directory to WORKDIR/checkpoints_bad/<step>_<unix time> (never delete)."""
-  src = ckpt_dir(workdir) / str(step)
-  dst_root = upath(workdir) / "checkpoints_bad"
-  dst_root.mkdir(parents=True, exist_ok=True)
-  dst = _unique(dst_root / f"{step}_{int(time.time())}")
-  _move(src, dst)
+  """Move a bad step directory aside (``_aside``) with a warning naming the step."""
+  dst = _aside(workdir, ckpt_dir(workdir) / str(step), str(step))
   log.warning("checkpoint step %d in %s is bad (%s); moved it aside to %s", step, workdir,
               reason, dst)
   return dst
 
 
-def check_step_dir(workdir, step: int, items=("params", "meta")) -> None:
-  """Cheap structural check of a step directory before orbax reads it.
-
-  A save that was killed leaves either an ``*.orbax-checkpoint-tmp-*`` directory (see
-  ``cleanup_tmp``) or, on file systems without atomic rename (orbax's commit-file mode,
-  e.g. GCS), a step directory without ``commit_success.txt``. Both are half-written.
-  Truncated or deleted array files are found by the restore itself (TensorStore fails).
-  """
-  d = ckpt_dir(workdir) / str(step)
-  if not (d / COMMIT_FILE).is_file():
-    raise CorruptCheckpointError(f"half-written step directory: {COMMIT_FILE} is missing "
-                                 "(the save did not finish)")
-  missing = [it for it in items if not (d / it).is_dir()]
-  if missing:
-    raise CorruptCheckpointError(f"half-written step directory: items {missing} are missing")
-
-
-MANIFEST_FILE = checksums.MANIFEST_FILE
-
-
 def verify_step(workdir, step: int, items=None) -> bool:
-  """Check the files of a step (those of ``items`` and the top-level ones; all for None)
-  against its checksum manifest. True when verified, False for a step without a manifest
-  (written before manifests existed: accepted unverified); a mismatch, a missing or a
-  truncated file raises ``CorruptCheckpointError`` naming the file."""
+  """Check a step's files (those of ``items`` and the top-level ones; all for None) against
+  its manifest: True when verified, False without a manifest (accepted unverified); a
+  mismatch or a missing file is a ``CorruptCheckpointError`` naming the file."""
   try:
     return checksums.verify_manifest(ckpt_dir(workdir) / str(step), items)
   except checksums.ChecksumError as e:
     raise CorruptCheckpointError(f"failed its checksum check: {e}") from None
-
-
-REASON_CHARS = 240  # the most characters of a reason's message (logs, CSVs, reports)
-LONG_WORD = 64  # a longer word (a path) of an overlong reason keeps its two ends only
-_ASIDE = re.compile(r" \([^()]*\)")
-
-
-def short_reason(e: BaseException, drop: str = "") -> str:
-  """``Type: message`` of an exception, in one line for logs, CSVs and reports: the first
-  line of its message without TensorStore's long spec dumps, and without ``drop`` (what the
-  caller says beside it: ``checkpoint step N in WORKDIR ``), at most ``REASON_CHARS``
-  characters of message (``shorten``)."""
-  msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
-  msg = msg.split(" See full TensorStore details")[0]
-  return f"{type(e).__name__}: {shorten(msg.replace(drop, '') if drop else msg)}"
-
-
-def shorten(msg: str, limit: int = REASON_CHARS) -> str:
-  """``msg`` in at most ``limit`` characters, losing the least of what names what failed:
-  first its parenthesised asides, the last first (a checksum mismatch's "(the file changed
-  after it was written: ...)"; the file and both checksums come before it), then the middle
-  of its words over ``LONG_WORD`` characters, the longest first (a workdir path keeps its
-  start and its end, "…" between), then its last words: cut at a space, ending in "…", never
-  mid-word."""
-  while len(msg) > limit and (asides := list(_ASIDE.finditer(msg))):
-    msg = msg[:asides[-1].start()] + msg[asides[-1].end():]
-  words = msg.split(" ")
-  for i in sorted(range(len(words)), key=lambda i: -len(words[i])):
-    if len(" ".join(words)) <= limit or len(words[i]) <= LONG_WORD:
-      break
-    words[i] = f"{words[i][:LONG_WORD // 2 - 8]}…{words[i][-(LONG_WORD // 2 + 7):]}"
-  msg = " ".join(words)
-  if len(msg) > limit:
-    n = limit - 1  # and the "…"
-    cut = msg[:n] if msg[n] == " " else msg[:msg.rfind(" ", 0, n) + 1] or msg[:n]  # whole words
-    msg = cut.rstrip(" ,;:.") + "…"
-  return msg
 
 
 def restore(workdir, step: int, abstract_params, abstract_opt=None):
@@ -295,15 +210,11 @@ class ParamsReader:
 
   def read(self, steps) -> list:
     """The params of ``steps`` (restored into the abstract targets' shardings), each
-    verified against its checksum manifest first (``CorruptCheckpointError`` naming the step
-    and the file on a mismatch)."""
+    verified against its checksum manifest first."""
     return [self._read_one(s) for s in steps]
 
   def _read_one(self, step: int):
-    try:
-      verify_step(self.workdir, step, ("params",))
-    except CorruptCheckpointError as e:
-      raise CorruptCheckpointError(f"checkpoint step {step} in {self.workdir} {e}") from None
+    verify_step(self.workdir, step, ("params",))
     return self.mngr.restore(step, args=ocp.args.Composite(
         params=ocp.args.StandardRestore(self.abstract)))["params"]
 
@@ -359,11 +270,10 @@ def check_params_match(workdir, step: int, abstract_params) -> None:
 
 def restore_latest_good(workdir, abstract_params, abstract_opt=None, *, moved=None,
                         max_step: int | None = None):
-  """Newest restorable step (at most ``max_step``), moving aside steps that fail (truncated
-  files, missing shards, half-written directories, a file that fails its checksum: one
-  flipped byte; a step without a manifest is accepted unverified) to WORKDIR/checkpoints_bad
-  with a warning naming the step and the reason. Returns (step, params, opt, meta) or None; ``moved`` (a
-  list), if given, receives the steps that were moved aside."""
+  """Newest restorable step (at most ``max_step``), moving aside the steps that fail
+  (half-written, truncated or missing files, a checksum mismatch) with a warning naming the
+  step and the reason. Returns (step, params, opt, meta) or None; ``moved`` (a list), if
+  given, receives the steps moved aside."""
   items = ("params", "meta") + (("opt",) if abstract_opt is not None else ())
   steps = [s for s in list_steps(workdir) if max_step is None or s <= max_step]
   for step in reversed(steps):
@@ -371,23 +281,16 @@ def restore_latest_good(workdir, abstract_params, abstract_opt=None, *, moved=No
     d = ckpt_dir(workdir) / str(step)
     if abstract_opt is not None and (d / COMMIT_FILE).is_file() and not (d / "opt").exists():
       raise ValueError(f"{workdir} step {step} holds parameters only (an import, finished "
-                       f"and intact); train from it with {option('train.init_from')} instead")
+                       f"and intact); train from it with train.init_from instead")
     try:
-      check_step_dir(workdir, step, items)
-      if not verify_step(workdir, step, items):
-        log.info("checkpoint step %d in %s has no %s (written before checkpoints carried "
-                 "checksums): restored unverified", step, workdir, MANIFEST_FILE)
-      params, opt, meta = restore(workdir, step, abstract_params, abstract_opt)
-      bad = [jax.tree_util.keystr(k) for k, x in jax.tree_util.tree_leaves_with_path(params)
-             if x is None]
-      if bad:
-        raise CorruptCheckpointError(f"missing arrays {bad[:5]}")
-      if not isinstance(meta, dict) or meta.get("step", step) != step:
-        raise CorruptCheckpointError(f"meta does not describe step {step}: {meta!r:.100}")
-      return step, params, opt, meta
+      missing = [x for x in (COMMIT_FILE, *items) if not (d / x).exists()]
+      if missing:
+        raise CorruptCheckpointError(f"half-written step directory: {missing} missing")
+      verify_step(workdir, step, items)
+      return (step, *restore(workdir, step, abstract_params, abstract_opt))
     except Exception as e:  # noqa: BLE001 - any failure means this step is unusable
       if jax.process_index() == 0:
-        move_aside(workdir, step, short_reason(e))
+        move_aside(workdir, step, f"{type(e).__name__}: {e}")
       if moved is not None:
         moved.append(step)
   return None
@@ -438,8 +341,7 @@ def write_params(workdir, config: Config, params, step: int) -> None:
     atomic_write_text(cfg_path, json.dumps(config.to_dict(), indent=2))
   mngr = make_manager(workdir)
   save(mngr, step, params, None, {"step": step, "data_position": step}, force=True)
-  mngr.wait_until_finished()
-  mngr.close()
+  finish(mngr)
 
 
 def read_config_dict(workdir) -> dict:
@@ -476,25 +378,16 @@ def load_params(workdir, step: int | None = None, shardings=None):
     raise ValueError(f"step {step} is not checkpointed in {workdir}; available: {steps}")
   abstract = abstract_with_shardings(Model(cfg.model).abstract_params(), shardings)
   check_params_match(workdir, step, abstract)
-  try:
-    verify_step(workdir, step, ("params", "meta"))
-  except CorruptCheckpointError as e:
-    raise CorruptCheckpointError(f"checkpoint step {step} in {workdir} {e}; use another step "
-                                 f"(available: {steps})") from None
+  verify_step(workdir, step, ("params", "meta"))
   params, _, _ = restore(workdir, step, abstract)
   return cfg, params, step
 
 
 def cleanup_tmp(workdir) -> list[str]:
-  """Move orbax temporary directories left by a killed save (names contain
-  'orbax-checkpoint-tmp') to WORKDIR/checkpoints_bad; returns their names."""
+  """Move orbax temporary directories left by a killed save aside; returns their names."""
   d = ckpt_dir(workdir)
-  found = []
-  if d.exists():
-    for p in sorted(d.iterdir()):
-      if "tmp" in p.name and not p.name.isdigit():
-        found.append(p.name)
-        dst = upath(workdir) / "checkpoints_bad"
-        dst.mkdir(exist_ok=True)
-        _move(p, _unique(dst / f"{p.name}_{int(time.time())}"))
-  return found
+  found = [p for p in sorted(d.iterdir()) if not p.name.isdigit() and "tmp" in p.name] \
+      if d.exists() else []
+  for p in found:
+    _aside(workdir, p, p.name)
+  return [p.name for p in found]

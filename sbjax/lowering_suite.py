@@ -71,7 +71,7 @@ def suite_config(name: str, *, dtype: str = "bfloat16", attn_impl: str = "auto",
                  **model) -> Config:
   """The named config ``name`` for lowering: ``dtype`` compute, float32 params, an
   accumulating step; batch/seq default to the config's own; ``model`` overrides fields."""
-  cfg = Config.from_dict(configs.get(name))
+  cfg = configs.get(name)
   tc = cfg.train
   return cfg.replace(
       model=dataclasses.replace(cfg.model, dtype=dtype, param_dtype="float32",

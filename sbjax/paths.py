@@ -2,13 +2,10 @@
 through ``etils.epath``.
 
 ``upath(p)`` is how sbjax turns a path it was given (a workdir, an output directory, a token
-file) into something it reads or writes. A local path stays a ``pathlib.Path`` (the same
-behaviour and bytes on disk as before); ``gs://bucket/run`` becomes an epath bucket path
-(``pathlib.Path`` would collapse it to the local folder ``gs:/bucket/run``). A scheme whose file
-system is not installed (``gcsfs`` for ``gs://``, ``s3fs`` for ``s3://``) is one error naming
-the package:
-
-    upath("gs://bucket/run")   # without gcsfs: ImportError: ... pip install gcsfs ...
+file) into something it reads or writes. A local path stays a ``pathlib.Path``;
+``gs://bucket/run`` becomes an epath bucket path (``pathlib.Path`` would collapse it to the
+local folder ``gs:/bucket/run``). A scheme whose file system is not installed (``gcsfs``
+for ``gs://``) is one ValueError naming the package.
 
 Readers and writers that need a real local file or folder use ``local_file`` / ``local_dir``
 (a remote object or tree copied once into ``cache_root()``) and ``staged_dir`` (a local
@@ -19,7 +16,6 @@ folder whose files are uploaded when the block ends); ``files_under`` lists a tr
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import os
 import pathlib
@@ -29,7 +25,6 @@ from typing import Iterator
 
 import fsspec
 from etils import epath
-from fsspec.registry import known_implementations
 
 
 def scheme(path) -> str:
@@ -38,46 +33,21 @@ def scheme(path) -> str:
   return s.split("://", 1)[0] if "://" in s else ""
 
 
-@functools.lru_cache(maxsize=None)
-def _package_of(name: str) -> str | None:
-  """The missing package of scheme ``name``, or None when its file system imports."""
+def _fs(path):
+  """(fsspec file system, path on it) of a ``scheme://`` path; a scheme without its file
+  system installed (``gcsfs`` for ``gs://``), or unknown, is one ValueError naming it."""
   try:
-    fsspec.get_filesystem_class(name)
-  except ImportError:
-    cls = known_implementations.get(name, {}).get("class", name)
-    return cls.split(".", 1)[0]
-  except ValueError:
-    return ""  # a scheme fsspec does not know at all
-  return None
-
-
-class FileSystemMissing(ImportError, ValueError):
-  """A ``scheme://`` path whose fsspec file system is not installed (a ValueError too, so the
-  command-line tools report it as one ``error:`` line)."""
-
-
-def check_scheme(path) -> None:
-  """A clear one-line error when ``path``'s scheme has no file system installed."""
-  name = scheme(path)
-  if not name or name == "file":
-    return
-  missing = _package_of(name)
-  if missing is None:
-    return
-  if missing == "":
-    raise ValueError(f"{os.fspath(path)}: no file system is known for {name}:// paths; use a "
-                     "local path or a scheme fsspec supports (gs://, s3://, ...)")
-  raise FileSystemMissing(f"{os.fspath(path)}: {name}:// paths need the package {missing}, "
-                          f"which is not installed; pip install {missing}")
+    return fsspec.core.url_to_fs(os.fspath(path))
+  except (ImportError, ValueError) as e:
+    raise ValueError(f"{os.fspath(path)}: {e}") from None
 
 
 def upath(path) -> pathlib.Path | epath.Path:
-  """``path`` (str, pathlib or epath) as a path object: a ``pathlib.Path`` on local disk (what
-  sbjax returned before, so callers' ``stat().st_size`` and the like are unchanged), an
-  ``etils.epath.Path`` for ``scheme://`` paths, their file system checked (module doc)."""
+  """``path`` (str, pathlib or epath) as a path object: a ``pathlib.Path`` on local disk, an
+  ``etils.epath.Path`` for ``scheme://`` paths (their file system checked: ``_fs``)."""
   if not scheme(path):
     return path if type(path) is type(pathlib.Path()) else pathlib.Path(os.fspath(path))
-  check_scheme(path)
+  _fs(path)
   return epath.Path(path)
 
 
@@ -88,22 +58,61 @@ def cache_root() -> str:
       os.path.expanduser("~"), ".cache", "sbjax", "data")
 
 
+def _fetch(fs, files: dict, key, name: str) -> str:
+  """``cache_root()/remote/<hash of key>/NAME``: a local copy of the remote ``files`` ({path
+  on ``fs``: path relative to NAME, None for NAME itself}), fetched once, whole or not at all
+  (a failed or interrupted fetch leaves nothing)."""
+  h = hashlib.sha256(repr(key).encode()).hexdigest()[:16]
+  dst = os.path.join(cache_root(), "remote", h, name)
+  if os.path.exists(dst):
+    return dst
+  os.makedirs(os.path.dirname(dst), exist_ok=True)
+  tmp = tempfile.mkdtemp(dir=os.path.dirname(dst), prefix=f".{name}.")
+  try:
+    for src, rel in files.items():
+      out = os.path.join(tmp, name, *rel.split("/")) if rel else os.path.join(tmp, name)
+      os.makedirs(os.path.dirname(out), exist_ok=True)
+      fs.get_file(src, out)
+    if not os.path.exists(os.path.join(tmp, name)):
+      os.mkdir(os.path.join(tmp, name))  # a folder without files
+    os.replace(os.path.join(tmp, name), dst)
+  finally:
+    shutil.rmtree(tmp, ignore_errors=True)
+  return dst
+
+
 def local_file(path) -> str:
   """A local file holding the bytes of ``path``, for readers that memory-map a file or need
-  its name (token files): ``path`` itself on local disk; a remote object is downloaded once to
-  ``cache_root()/remote/<hash of its URL, size and mtime>/<name>`` (a changed object is a new
-  copy). A missing remote object is ``FileNotFoundError`` naming it."""
+  its name (token files): ``path`` itself on local disk; a remote object is fetched once
+  (``_fetch``; a changed object is a new copy). A missing one is ``FileNotFoundError``."""
   if not scheme(path):
     return os.fspath(path)
-  src = upath(path)
-  if not src.is_file():
+  fs, p = _fs(path)
+  if not fs.isfile(p):
     raise FileNotFoundError(f"no such file: {os.fspath(path)}")
-  st = src.stat()
-  key = hashlib.sha256(f"{os.fspath(src)}|{st.length}|{st.mtime}".encode()).hexdigest()[:16]
-  dst = os.path.join(cache_root(), "remote", key, src.name)
-  if not os.path.isfile(dst):
-    _download(src, dst)
-  return dst
+  return _fetch(fs, {p: None}, [os.fspath(path), sorted(fs.info(p).items())],
+                p.rstrip("/").rsplit("/", 1)[-1])
+
+
+def local_dir(path, names=None) -> str:
+  """A local folder holding the files of the folder ``path`` (every file under it, or only
+  the top-level ``names`` that exist), for readers that need local files (safetensors are
+  memory-mapped, tokenizers load from a file name): ``path`` itself on local disk; a remote
+  tree is fetched once (``_fetch``; a changed file is a new copy). A missing remote folder
+  is ``FileNotFoundError`` naming it."""
+  if not scheme(path):
+    return os.fspath(path)
+  fs, p = _fs(path)
+  p = p.rstrip("/")
+  if names is not None:
+    infos = {f"{p}/{n}": fs.info(f"{p}/{n}") for n in names if fs.isfile(f"{p}/{n}")}
+  elif fs.isdir(p):
+    infos = fs.find(p, detail=True)
+  else:
+    raise FileNotFoundError(f"no such folder: {os.fspath(path)}")
+  rels = {f: f.split("://")[-1][len(p.split("://")[-1]) + 1:] for f in infos}
+  key = [os.fspath(path)] + sorted((rels[f], sorted(i.items())) for f, i in infos.items())
+  return _fetch(fs, rels, key, p.rsplit("/", 1)[-1])
 
 
 def _remote_files(d, suffix: str):
@@ -125,50 +134,6 @@ def files_under(root, suffix: str = "") -> list:
   else:
     found = _remote_files(root, suffix)
   return sorted(found, key=lambda p: p.relative_to(root).as_posix())
-
-
-def _download(src, dst: str) -> None:
-  """``src``'s bytes into the local file ``dst`` (a whole file or nothing: a failed or
-  interrupted download removes its temporary file and raises)."""
-  os.makedirs(os.path.dirname(dst), exist_ok=True)
-  fd, tmp = tempfile.mkstemp(dir=os.path.dirname(dst), prefix=f".{os.path.basename(dst)}.")
-  try:
-    with os.fdopen(fd, "wb") as out, src.open("rb") as f:  # the fd is owned before src opens
-      shutil.copyfileobj(f, out, 4 << 20)
-    os.replace(tmp, dst)
-  except BaseException:
-    with contextlib.suppress(FileNotFoundError):
-      os.remove(tmp)
-    raise
-
-
-def local_dir(path, names=None) -> str:
-  """A local folder holding the files of the folder ``path`` (every file under it, or only
-  the top-level ``names`` that exist), for readers that need local files (safetensors are
-  memory-mapped, tokenizers load from a file name): ``path`` itself on local disk; a remote
-  tree is copied once to ``cache_root()/remote/<hash of its URL and of every file's name, size
-  and mtime>/<name>``. A missing remote folder is ``FileNotFoundError`` naming it."""
-  if not scheme(path):
-    return os.fspath(path)
-  src = upath(path)
-  if names is not None:
-    files = [src / n for n in names if (src / n).is_file()]
-  elif src.is_dir():
-    files = files_under(src)
-  else:
-    raise FileNotFoundError(f"no such folder: {os.fspath(path)}")
-  rels = [f.relative_to(src).as_posix() for f in files]
-  stats = [(r, f.stat()) for r, f in zip(rels, files)]
-  key = hashlib.sha256(repr([os.fspath(src)] + [(r, s.length, s.mtime) for r, s in stats])
-                       .encode()).hexdigest()[:16]
-  dst = os.path.join(cache_root(), "remote", key, src.name)
-  done = os.path.join(cache_root(), "remote", key, ".complete")  # beside the copy, not in it
-  if not os.path.isfile(done):
-    for r, f in zip(rels, files):
-      _download(f, os.path.join(dst, *r.split("/")))
-    os.makedirs(dst, exist_ok=True)
-    open(done, "w").close()
-  return dst
 
 
 @contextlib.contextmanager

@@ -44,7 +44,6 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
 from sbjax import heads as heads_lib
 from sbjax.config import MeshConfig, ModelConfig
-from sbjax.errors import option
 
 AXES = ("data", "fsdp", "tensor")
 BATCH_AXES = ("data", "fsdp")
@@ -93,19 +92,19 @@ def check_divisible(cfg: ModelConfig, mesh, global_batch: int, grad_accum: int =
   if global_batch % (dp * grad_accum):
     raise ValueError(f"global batch {global_batch} is not divisible by the data-parallel size "
                      f"data*fsdp={dp} (times grad_accum={grad_accum}); use a batch that is a "
-                     f"multiple of {dp * grad_accum} ({option('train.batch_size')})")
+                     f"multiple of {dp * grad_accum} (train.batch_size)")
   t = mesh.shape["tensor"]
   if cfg.vocab_size % t:
     padded = -(-cfg.vocab_size // t) * t
     raise ValueError(f"model.vocab_size={cfg.vocab_size} is not divisible by the tensor axis "
                      f"size {t}; pad the vocabulary to {padded} "
-                     f"({option('model.vocab_size')}={padded}) or use a tensor axis that "
+                     f"(model.vocab_size={padded}) or use a tensor axis that "
                      "divides it")
   n_proc = jax.process_count() if process_count is None else process_count
   if n_proc > 1 and dp % n_proc:
     raise ValueError(f"the data-parallel size data*fsdp={dp} is not a multiple of the "
                      f"{n_proc} processes; each process feeds its own slice of the batch, so "
-                     f"make data*fsdp a multiple of {n_proc} (e.g. {option('mesh.data')}=-1)")
+                     f"make data*fsdp a multiple of {n_proc} (e.g. mesh.data=-1)")
 
 
 # ----------------------------------------------------------------------------- parameters

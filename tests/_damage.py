@@ -1,4 +1,4 @@
-"""Damage to checkpoint files for the checksum and damaged-analysis tests (issue 34)."""
+"""Damage to checkpoint files for the corrupt-step and damaged-analysis tests."""
 
 from pathlib import Path
 

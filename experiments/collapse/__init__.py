@@ -39,7 +39,7 @@ from sbjax.optim import lr_schedule
 from sbjax.paths import local_file, upath
 from sbjax.studies.corpus import corpus_overrides
 
-from ..common import read_rows, write_json, write_rows
+from ..common import write_json, write_rows
 from . import tables as T
 from .ceiling import ceiling_rows, true_nll
 from .presets import PRESETS
@@ -68,7 +68,7 @@ def token_file_corpus(data, vocab: int) -> tuple[np.ndarray, np.ndarray]:
   paths = str(data).split(",")
   arrs = [tok_lib.read_tokens(q, "uint16").reshape(-1) for q in paths[:2]]
   for q, a in zip(paths, arrs):
-    tok_lib.check_ids(a, vocab, f"token file {q}: ", "data.vocab_size of the preset")
+    tok_lib.check_ids(a, vocab, f"token file {q}: ", "data.options.vocab_size of the preset")
   if len(arrs) == 2:
     return arrs[0], arrs[1]
   n = len(arrs[0]) - len(arrs[0]) // 10
@@ -80,7 +80,7 @@ def corpus(ctx) -> dict:
   tokenizer that gives pieces (None: ids) and the data section of the run configs."""
   o, k = ctx.preset.overrides, ctx.knobs
   if o["data.source"] == "tokens" or is_token_files(ctx.data):
-    vocab, paths = o["data.vocab_size"], str(ctx.data).split(",")
+    vocab, paths = o["data.options.vocab_size"], str(ctx.data).split(",")
     tr, va = token_file_corpus(ctx.data, vocab)
     tok = upath(paths[0]).with_name("tokenizer.model")  # the one shipped beside the files
     tok = str(Path(local_file(tok)).resolve()) if tok.is_file() else None
@@ -88,7 +88,7 @@ def corpus(ctx) -> dict:
     data = {"data.source": "tokens", "data.options.path": paths[0],
             "data.options.val_path": ",".join(paths[1:2])}
   else:
-    data = {**{key: o[key] for key in ("data.vocab_size", "data.tfds_name") if key in o},
+    data = {**{key: o[key] for key in ("data.options.vocab_size", "data.options.name") if key in o},
             **corpus_overrides(o["data.source"], ctx.data)}
     ds = ctx.dataset(overrides.apply(Config(), {**data, "train.seq_len": o["train.seq_len"],
                                                 "train.batch_size": o["train.batch_size"]}), 0)
@@ -174,9 +174,9 @@ def measure(ctx, group: Group, j: int, steps: list, params: list) -> list[dict]:
     rows[i] = {"val_loss": r0["val_loss"], "val_tokens": r0["val_tokens"],
                "train_tokens": r0["train_tokens"]}
     for m, r in per.items():
-      rows[i].update({f"{key}@{m}": float(r.get(key, math.nan)) for key in T.METRICS +
-                      T.COUNT_KEYS} | {f"error@{m}": r["error"],
-                                       f"unc3_reason@{m}": r.get("unc3_reason", "")})
+      rows[i].update({f"{key}@{m}": np.asarray(r.get(key, math.nan)).item() for key in
+                      T.METRICS + T.COUNT_KEYS} | {f"error@{m}": r["error"],
+                                                   f"unc3_reason@{m}": r.get("unc3_reason", "")})
     if ceil:
       continue
     buf = io.BytesIO()
@@ -204,7 +204,7 @@ def _measured(ctx, points: list[dict], ceiling: bool):
 
 
 def model_rows(ctx, points: list[dict]) -> list[dict]:
-  """collapse_models.csv: a row per measured snapshot and min_count."""
+  """collapse_models.csv: a row per measured snapshot (``ctx.measured``) and min_count."""
   rows = []
   for r, g, j, snaps in _measured(ctx, points, False):
     e, mc, tc = snaps[r["step"]], g.configs[j].model, g.configs[j].train
@@ -235,8 +235,7 @@ def ceiling_trained(ctx, points: list[dict]) -> list[dict]:
 
 def write_tables(ctx) -> None:
   k, c = ctx.knobs, corpus(ctx)
-  text = tuple(f"{w}@{m}" for w in ("error", "unc3_reason") for m in k.min_counts)
-  points = read_rows(ctx.out / "checkpoints.csv", text=text)
+  points = [r for rows in ctx.measured.values() for r in rows]
   models = model_rows(ctx, points)
   write_rows(ctx.out / "collapse_models.csv", models)
   r2 = T.r2_rows(models, k.min_counts)

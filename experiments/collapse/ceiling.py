@@ -84,6 +84,6 @@ def ceiling_rows(vocab: int, rank: int) -> list[dict]:
   for v in VARIANTS:
     r = ceiling_metrics(lang, v)
     rows.append({"vocab": lang.vocab, "planted_rank": lang.rank, "alpha": lang.alpha,
-                 "zipf": lang.zipf, **{k: x if isinstance(x, str) else float(x)
-                                       for k, x in r.items() if np.ndim(x) == 0}})
+                 "zipf": lang.zipf, **{k: np.asarray(x).item() for k, x in r.items()
+                                       if np.ndim(x) == 0}})
   return rows

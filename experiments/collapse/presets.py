@@ -33,8 +33,7 @@ class Knobs:
 
 # every preset: constant learning rate after warm-up (min_lr_ratio=1: the 1-epoch model is the
 # 3-epoch run's checkpoint, the model of a shorter run); the weight decay is per member (Knobs)
-COMMON = {"train.min_lr_ratio": 1.0, "train.weight_decay": 0.0, "data.source": "text",
-          "data.tfds_name": ""}
+COMMON = {"train.min_lr_ratio": 1.0, "train.weight_decay": 0.0, "data.source": "text"}
 
 
 def overrides(o: dict) -> dict:
@@ -43,10 +42,10 @@ def overrides(o: dict) -> dict:
   return {"model.max_len": max(o["train.seq_len"], 8), **o}
 
 
-GPU = {"data.source": "tokens", "data.vocab_size": 1024, "train.seq_len": 256,
+GPU = {"data.source": "tokens", "data.options.vocab_size": 1024, "train.seq_len": 256,
        "train.batch_size": 32, "train.lr": 2e-3, "train.warmup_steps": 60}
 GPU_KNOBS = {"epochs": (1, 3), "epoch_tokens": 0, "val_tokens": 0, "chunk": 16}
-GPU_TEST = {"data.source": "tokens", "data.vocab_size": 64, "train.seq_len": 16,
+GPU_TEST = {"data.source": "tokens", "data.options.vocab_size": 64, "train.seq_len": 16,
             "train.batch_size": 8, "train.lr": 3e-3, "train.warmup_steps": 2}
 GPU_TEST_KNOBS = {"epochs": (1, 3), "epoch_tokens": 1024, "val_tokens": 512, "chunk": 16,
                   "n_perm": 2000}
@@ -54,14 +53,14 @@ GPU_TEST_KNOBS = {"epochs": (1, 3), "epoch_tokens": 1024, "val_tokens": 512, "ch
 PRESETS: dict[str, Preset[Knobs]] = {
     # the suite: one architecture of 3 members, seed groups of 3 of L1-d8 and L1-d16, 8 steps
     # per epoch; the ceiling's language has the grid's V = 64 and trains 24 steps
-    "test": Preset("neo", overrides({"data.vocab_size": 64, "train.seq_len": 16,
+    "test": Preset("neo", overrides({"data.options.vocab_size": 64, "train.seq_len": 16,
                                      "train.batch_size": 8, "train.lr": 3e-3,
                                      "train.warmup_steps": 2}),
                    Knobs(depths=(1,), widths=(8,), weight_decays=(0.0, 0.05, 0.1), seeds=3,
                          seed_arch=(1, 8), extra_seed_archs=((1, 16),), epoch_tokens=1024,
                          val_tokens=512, chunk=16, n_perm=2000, ceiling=(64, 7),
                          ceiling_arch=(1, 8), ceiling_steps=(8, 24), ceiling_tokens=2048)),
-    "quick": Preset("neo", overrides({"data.vocab_size": 128, "train.seq_len": 32,
+    "quick": Preset("neo", overrides({"data.options.vocab_size": 128, "train.seq_len": 32,
                                       "train.batch_size": 8, "train.lr": 3e-3,
                                       "train.warmup_steps": 5}),
                     Knobs(depths=(1, 2), widths=(16,), weight_decays=(0.0, 0.05, 0.1), seeds=3,
@@ -71,7 +70,7 @@ PRESETS: dict[str, Preset[Knobs]] = {
     # Shakespeare at V = 256, an epoch of 262,144 tokens (512 steps of 8 x 64), checkpoints
     # after 1 and 3 epochs, constant lr 3e-3 after 100 warm-up steps (Γ = λ·Σ lr ≈ 0.45 at
     # λ = 0.1); grid L {1, 2} x d {32, 64, 128} x λ {0, 0.1} and 16 seeds of L1-d32 and L2-d64
-    "cpu": Preset("neo", overrides({"data.vocab_size": 256, "train.seq_len": 64,
+    "cpu": Preset("neo", overrides({"data.options.vocab_size": 256, "train.seq_len": 64,
                                     "train.batch_size": 8, "train.lr": 3e-3,
                                     "train.warmup_steps": 100}),
                   Knobs(depths=(1, 2), widths=(32, 64, 128), epochs=(1, 3), seeds=16,
@@ -80,7 +79,7 @@ PRESETS: dict[str, Preset[Knobs]] = {
                         ceiling_steps=(50, 100, 200, 400, 800, 1600), ceiling_tokens=262_144)),
     # the paper's grid (TinyStories, GPT-Neo tokenizer of 50257 ids) on token files:
     # --data=TRAIN.bin[,VAL.bin] (nothing is downloaded)
-    "tpu": Preset("neo", overrides({"data.source": "tokens", "data.vocab_size": 50257,
+    "tpu": Preset("neo", overrides({"data.source": "tokens", "data.options.vocab_size": 50257,
                                    "train.seq_len": 512, "train.batch_size": 64,
                                    "train.lr": 1e-3, "train.warmup_steps": 500}),
                   Knobs(depths=(1, 2, 4, 8, 12), widths=(64, 128, 256, 512, 768, 1024),

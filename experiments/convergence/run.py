@@ -28,8 +28,7 @@ from sbjax.train import train_once
 from sbjax.train.done import finished
 
 log = logging.getLogger("sbjax")
-PLANTED_KEYS = ("data.planted_vocab", "data.planted_rank", "data.planted_train_tokens",
-                "data.planted_val_tokens")
+TEXT_KEYS = ("data.options.vocab_size", "data.options.name")  # the rest: the planted language
 
 
 def data_config(preset: str, data: str = "") -> DataConfig:
@@ -37,10 +36,9 @@ def data_config(preset: str, data: str = "") -> DataConfig:
   (``data`` or the sample corpus), or, for a planted preset without ``data``, its language."""
   o = get_preset(preset).overrides
   if data_sources.get(o["data.source"]).synthetic and not data:
-    keys = ("data.source",) + PLANTED_KEYS + tuple(  # context, alpha, ...: when the preset sets them
-        k for k in o if k.startswith("data.planted_") and k not in PLANTED_KEYS)
+    keys = ["data.source"] + [k for k in o if k.startswith("data.options.") and k not in TEXT_KEYS]
     return overrides.apply(Config(), {k: o[k] for k in keys}).data
-  keep = {k: o[k] for k in ("data.vocab_size", "data.tfds_name") if k in o}
+  keep = {k: o[k] for k in TEXT_KEYS if k in o}
   return overrides.apply(Config(), {**keep, **corpus_overrides(o["data.source"], data)}).data
 
 

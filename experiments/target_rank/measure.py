@@ -22,7 +22,7 @@ def data_config(p: Preset, vocab: int, out: Path, data: str | None) -> DataConfi
   source = p.overrides.get("data.source")
   # TFDS array_record files need a local folder (a gs:// out: sbjax's local data cache)
   where = None if source == "tfds" else local_data_dir(out) / "data" / "tfds"
-  return config_from(p.base, {**p.overrides, "data.vocab_size": vocab,
+  return config_from(p.base, {**p.overrides, "data.options.vocab_size": vocab,
                               **corpus_overrides(source, data, where)}).data
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from sbjax import configs, overrides
 from sbjax.studies.head_rank import BASE, TEXT_DATA
 from sbjax.studies.presets import Preset, pick_preset
 
@@ -24,10 +23,11 @@ class Knobs:
   n_iter: int = 6
 
 
-TFDS = {**TEXT_DATA, "data.source": "tfds", "data.tfds_name": "lm1b", "data.max_docs": 2_000_000}
+TFDS = {**TEXT_DATA, "data.source": "tfds", "data.options.name": "lm1b",
+        "data.options.max_docs": 2_000_000}
 
 # base: only its data section is used (nothing is trained); overrides: dotted data overrides
-# (data.vocab_size and the corpus are set per V)
+# (data.options.vocab_size and the corpus are set per V)
 PRESETS: dict[str, Preset[Knobs]] = {
     # the test suite: one small vocabulary (128 pieces: Shakespeare has 85 characters), n = 1, 2
     "test": Preset(BASE, TEXT_DATA, Knobs(vocab_sizes=(128,), ns=(1, 2), min_count=3, max_d=64,
@@ -48,8 +48,9 @@ def get_preset(name) -> Preset:
 
 def fields(p: Preset) -> dict:
   """The preset as one flat record (target_rank_meta.json's preset_fields; the part keys): the
-  knobs and the data fields of its config (``p.base`` with its overrides; the corpus is set
-  per run, so the record is read before validation)."""
-  data = overrides.apply_to_dict(configs.get(p.base), p.overrides)[0]["data"]
-  return {**dataclasses.asdict(p.knobs), "source": data["source"],
-          "tfds_name": data["tfds_name"], "max_docs": data["max_docs"]}
+  knobs and the data fields of its overrides (their defaults where it sets none; the corpus is
+  set per run)."""
+  o = p.overrides
+  return {**dataclasses.asdict(p.knobs), "source": o["data.source"],
+          "tfds_name": o.get("data.options.name", ""),
+          "max_docs": o.get("data.options.max_docs", 0)}

@@ -74,7 +74,8 @@ def run(out: Path, preset, *, data: str | None = None, verbose: bool = True) -> 
   write_rows(out / report.CONTEXTS_CSV,
              _ordered(infos, CONTEXT_FIELDS + tuple(f"seconds_{v}" for v in k.variants)))
   tfds = p.overrides.get("data.source") == "tfds"
-  default = p.overrides.get("data.tfds_name", "") if tfds else os.path.relpath(DEFAULT_TEXT, REPO)
+  default = (p.overrides.get("data.options.name", "") if tfds
+             else os.path.relpath(DEFAULT_TEXT, REPO))
   write_json(out / report.META, {
       "preset": preset if isinstance(preset, str) else "custom", "preset_fields": fields(p),
       "corpus": str(data or default), "data": data_info,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ..shared import load_np, out_lock, text_corpus, upath, write_json, write_rows
+from ..shared import load_np, workdir_lock, text_corpus, upath, write_json, write_rows
 from . import report
 from sbjax.studies.werror import rank_at, threshold_rank, w_error_curve
 from .presets import Knobs, get_preset
@@ -71,14 +71,14 @@ def compute(out: Path, hr: Path, knobs: Knobs = Knobs()) -> dict:
 def run(out: Path, preset, *, data: str | None = None, head_rank_dir_: str = "",
         verbose: bool = True) -> None:
   """Compute from the head-rank sweep (trained first with ``preset`` if it is not there),
-  holding the sweep folder's lock (``out_lock``: ``HR/LOCK``) while it is read or trained, so
+  holding the sweep folder's lock (``workdir_lock``: ``HR/LOCK``) while it is read or trained, so
   no other call writes it meanwhile; this call, whatever calls it (``__main__``, or
   ``experiments.reproduce``, which holds only OUT and OUT/werror_loss). A busy folder stops the
   call with one line naming the holder and the option that chose the folder."""
   out = upath(out)
   p = get_preset(preset)
   hr = head_rank_dir(out, head_rank_dir_)
-  with out_lock(hr, flag="--head_rank_dir" if head_rank_dir_ else "--out"):
+  with workdir_lock(hr):
     if not sweep_written(hr):
       print(f"[{NAME}] {hr} holds no finished head-rank sweep: running it ({preset})",
             file=sys.stderr, flush=True)

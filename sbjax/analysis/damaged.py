@@ -29,7 +29,7 @@ class Damaged:
     self.workdir, self.steps = workdir, {}
 
   def set_aside(self, step: int, err: BaseException) -> None:
-    reason = ckpt.short_reason(err, drop=f"checkpoint step {step} in {self.workdir} ")
+    reason = f"{type(err).__name__}: {err}"
     try:
       moved_to = str(ckpt.move_aside(self.workdir, step, reason))
     except OSError as e:  # a read-only workdir: skip the step, leave it in place

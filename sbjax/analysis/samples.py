@@ -9,7 +9,6 @@ import numpy as np
 from sbjax.analysis.settings import Settings
 from sbjax.data import make_dataset
 from sbjax.data.options import TokensOptions
-from sbjax.errors import option
 
 
 def _batch_rows(ds) -> int:
@@ -86,7 +85,7 @@ def build(cfg, workdir, settings: Settings, dataset=None, needed: bool = True) -
           f"the data's vocabulary ({ds.vocab_size} tokens{f', tokenizer {tok}' if tok else ''}) "
           f"exceeds the model's (model.vocab_size={mc.vocab_size}): ids >= {mc.vocab_size} "
           "cannot be embedded. Tokenise with the model's own tokenizer (e.g. "
-          f"{option('data.options.tokenizer')}=.../tokenizer.json) or a vocabulary that fits")
+          f"data.options.tokenizer=.../tokenizer.json) or a vocabulary that fits")
     n_val = getattr(ds, "n_val_windows", None)
     if getattr(ds, "source", "") == "tokens" and n_val < settings.sample_sequences:
       raise ValueError(

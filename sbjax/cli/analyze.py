@@ -27,12 +27,12 @@ from absl import flags
 
 from . import common
 from .number_flags import define_number_list
-from .data_flags import (ALLOW_DUP, DATA, OPTION_NAMES, TOKENS, data_dot_flags, eval_sequences,
+from .data_flags import (ALLOW_DUP, DATA, TOKENS, data_dot_flags, eval_sequences,
                          steps)
 from sbjax.analysis import analyze_run
 from sbjax.analysis.settings import ALL_GROUPS, DEFAULT_W_ERROR_DIMS, Settings
 from sbjax.paths import upath
-from sbjax.train.lock import out_lock
+from sbjax.train.lock import workdir_lock
 
 _D = Settings()
 WORKDIR = flags.DEFINE_string("workdir", None, "the run (or imported series) to analyse",
@@ -95,8 +95,8 @@ def main(argv):
   del argv
   settings = settings_from_flags()
   out = settings.out_dir or f"{WORKDIR.value.rstrip('/')}/analysis"
-  # one writer per OUT (OUT/LOCK); a missing workdir is refused by analyze_run, not created
-  with out_lock(out, flag="--out_dir") if upath(WORKDIR.value).is_dir() else nullcontext():
+  # one writer per OUT (OUT/LOCK); a folder that is no run is refused by analyze_run, untouched
+  with workdir_lock(out) if (upath(WORKDIR.value) / "config.json").exists() else nullcontext():
     rows = analyze_run(WORKDIR.value, settings)
   common.result(json.dumps({"workdir": WORKDIR.value, "out_dir": out, "n_steps": len(rows),
                     "steps": [r["step"] for r in rows], "csv": f"{out}/metrics.csv"}))
@@ -107,7 +107,7 @@ def cli():
   logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
   sys.argv = data_dot_flags(sys.argv)
   # the data fields its messages name, as this command takes them (--data.KEY, flat keys)
-  common.run_script(main, __name__, options=OPTION_NAMES)
+  common.run_script(main, __name__)
 
 
 if __name__ == "__main__":

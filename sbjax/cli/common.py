@@ -11,7 +11,7 @@ import jax
 from absl import app, flags
 from absl import logging as absl_logging
 
-from sbjax import errors, lognotes
+from sbjax import lognotes
 
 _COORD = None
 _NPROC = None
@@ -79,11 +79,9 @@ def show_own_flags() -> None:
         flags.FLAGS.register_key_flag_for_module(program, flag)
 
 
-def run(main, options: dict | None = None):
+def run(main):
   """app.run with one clear ``error: ...`` line (exit status 2) for user mistakes, in flag
-  values as in the run itself; SBJAX_DEBUG=1 shows the traceback instead. ``options``: how
-  this command spells the config fields its messages name (``sbjax.errors.option_names``,
-  e.g. ``{"*": "--config."}``)."""
+  values as in the run itself; SBJAX_DEBUG=1 shows the traceback instead."""
 
   def wrapped(argv):
     # orbax logs every save at INFO through absl
@@ -91,9 +89,8 @@ def run(main, options: dict | None = None):
     lognotes.install()  # (import sbjax did it; absl's logger may have been replaced since)
     logging.getLogger("sbjax").setLevel(logging.INFO)  # resume / recovery notes stay visible
     try:
-      with errors.option_names(options):
-        return main(argv)
-    except (ValueError, FileNotFoundError, OSError, RuntimeError) as e:
+      return main(argv)
+    except (ValueError, OSError, RuntimeError, ImportError) as e:
       if os.environ.get("SBJAX_DEBUG"):
         raise
       sys.stderr.write(f"\nerror: {e}\n")
@@ -132,12 +129,11 @@ def stdout_is_result():
     yield
 
 
-def run_script(main, module: str, options: dict | None = None):
+def run_script(main, module: str):
   """``run(main)`` for a console script (``sbjax-train`` -> ``cli()`` of ``module``) as for
   ``python -m``: ``run`` registers the flags of sbjax's modules, ``module``'s among them, for
   the program file ``sys.argv[0]``, whose flags absl's ``--helpshort`` lists. While ``main``
-  runs, stdout is redirected to stderr; ``result`` writes to the real stdout. ``options``:
-  as ``run``'s."""
+  runs, stdout is redirected to stderr; ``result`` writes to the real stdout."""
   del module
 
   def main_with_clean_stdout(argv):
@@ -148,4 +144,4 @@ def run_script(main, module: str, options: dict | None = None):
     finally:
       _RESULT.pop()
 
-  run(main_with_clean_stdout, options)
+  run(main_with_clean_stdout)

@@ -18,11 +18,6 @@ TOKENS = flags.DEFINE_string("tokens", "", "measure on these tokens: an integer 
 DATA = flags.DEFINE_multi_string("data_override", [], "a data override KEY=VALUE (repeatable), "
                                  "usually spelled --data.KEY=VALUE, e.g. --data.source=text "
                                  "--data.path=DIR --data.tokenizer=tokenizer.json")
-# how the commands that take these flags spell the data fields their messages name
-# (``sbjax.errors.option_names``): ``--data.KEY``, the flat keys for the common fields
-OPTION_NAMES = {"data.*": "--data.", "data.options.path": "--data.path",
-                "data.options.vocab_size": "--data.vocab_size",
-                "data.options.tokenizer": "--data.tokenizer"}
 ALLOW_DUP = flags.DEFINE_bool("allow_duplicates", False, "analyse revisions of an imported "
                               "series that duplicate another's weights (import.json "
                               "duplicate_of); refused otherwise")

@@ -3,10 +3,10 @@ r"""Run a sweep: a JSON grid over config keys (format: see sbjax/sweep.py).
   python -m experiments.sweep --grid=grids/head_rank.json --sweep_dir=runs/head_rank
   python -m experiments.sweep --grid=FILE --sweep_dir=DIR --dry_run     # list runs + state
 
-Runs go one after the other; rerunning the same command skips finished runs
-(``DONE`` marker or final checkpoint) and resumes interrupted ones. SWEEP_DIR gets
-one workdir per run plus ``index.json``/``index.csv`` (swept values, status, final
-loss, eval_loss, eval_acc, steps) and ``sweep_log.jsonl``.
+Runs go one after the other; rerunning the same command skips finished runs and
+resumes interrupted ones. SWEEP_DIR gets one workdir per run (``runs/<name>``) plus
+``index.json``/``index.csv`` (swept values, status, final loss, eval_loss, eval_acc,
+steps).
 
 Several hosts:
 - independent runs per host (e.g. each TPU VM worker, or machines sharing a file
@@ -41,8 +41,6 @@ NUM_HOSTS = flags.DEFINE_string("num_hosts", os.environ.get("SBJAX_NUM_HOSTS", "
 HOST_INDEX = flags.DEFINE_integer("host_index", int(os.environ.get("SBJAX_HOST_INDEX", "0")),
                                   "this host's index in [0, num_hosts)")
 DRY_RUN = flags.DEFINE_bool("dry_run", False, "list the runs with their state and exit")
-KILL_AT = flags.DEFINE_string("kill_at", None, "test hook RUN_INDEX:STEP: that run stops at "
-                              "STEP and the process kills itself (SIGKILL), like a preemption")
 common.define_distributed_flags()
 
 
@@ -66,19 +64,11 @@ def main(argv):
   host, n_hosts = _hosts()
   if n_hosts == 1:
     common.maybe_initialize_distributed()  # each run over all processes' devices
-
-  kill_at = None
-  if KILL_AT.value:
-    try:
-      a, b = KILL_AT.value.split(":")
-      kill_at = (int(a), int(b))
-    except ValueError:
-      raise ValueError(f"--kill_at={KILL_AT.value!r}: expected RUN_INDEX:STEP") from None
   sweep_dir = SWEEP_DIR.value or str(Path("sweeps") / Path(GRID.value).stem)
   listing = common.stdout_is_result() if DRY_RUN.value else contextlib.nullcontext()
   with listing:  # --dry_run's listing of the runs is its result
     rows = sweep.run_sweep(GRID.value, sweep_dir, host_index=host, num_hosts=n_hosts,
-                           dry_run=DRY_RUN.value, kill_at=kill_at, quiet=False)
+                           dry_run=DRY_RUN.value, verbose=True)
   if rows:
     counts = {}
     for r in rows:

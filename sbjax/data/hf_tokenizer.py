@@ -36,7 +36,6 @@ from tokenizers import AddedToken, decoders, models, pre_tokenizers, trainers
 from tokenizers import Tokenizer as _HFTok
 
 from sbjax.atomic import atomic_path, atomic_write_bytes
-from sbjax.errors import option
 
 log = logging.getLogger("sbjax")
 JSON_NAME = "tokenizer.json"
@@ -129,7 +128,7 @@ def copy_into(src: str | os.PathLike, workdir: str | os.PathLike,
   if path.is_file():
     return HFTokenizer(path)
   if not Path(src).is_file():
-    raise FileNotFoundError(f"{option('data.options.tokenizer')}={str(src)!r}: no such "
+    raise FileNotFoundError(f"data.options.tokenizer={str(src)!r}: no such "
                             "tokenizer.json")
   tok = HFTokenizer(path, source=src)
   return tok.save() if save else tok

@@ -39,7 +39,6 @@ from typing import Callable, Sequence
 import numpy as np
 
 from sbjax.atomic import atomic_path
-from sbjax.errors import option
 from sbjax.paths import files_under, local_file, upath
 
 log = logging.getLogger(__name__)
@@ -74,7 +73,7 @@ def _h(*parts) -> str:
 def scan_text_dir(path: str | os.PathLike) -> TextCorpus:
   """Reads every ``.txt`` file under ``path`` (see the module docstring for the policy); a
   ``gs://`` (any ``sbjax.paths`` scheme) folder is read through etils.epath."""
-  root, flag = upath(path), option("data.options.path")  # as the command spells it
+  root, flag = upath(path), "data.options.path"
   if not root.exists():
     raise DataError(f"text corpus directory does not exist: {path}; set {flag} to a directory "
                     "of UTF-8 .txt files")

@@ -27,7 +27,6 @@ import sentencepiece as spm
 
 from sbjax.atomic import atomic_write_bytes, atomic_write_text
 from sbjax.data import hf_tokenizer
-from sbjax.errors import option
 from sbjax.paths import local_file
 
 log = logging.getLogger(__name__)
@@ -142,15 +141,15 @@ def _vocab_error(vocab_size: int, msg: str) -> Exception:
     need = f" ({m.group(2)} pieces needed)" if m else ""
     return ValueError(
         f"tokenizer vocab_size={vocab_size} is too small for this corpus's characters{need}: "
-        f"use a larger vocabulary ({option('data.options.vocab_size')}). sentencepiece said: "
+        f"use a larger vocabulary (data.options.vocab_size). sentencepiece said: "
         f"{msg.strip()}")
   if "Vocabulary size" in msg or "vocab_size" in msg:
     m = re.search(r"<=\s*(\d+)", msg)
     hint = f" (this corpus supports at most {m.group(1)})" if m else ""
     return ValueError(
         f"tokenizer vocab_size={vocab_size} is too large for this corpus{hint}: use more text "
-        f"({option('data.options.path')}) or a smaller vocabulary "
-        f"({option('data.options.vocab_size')}). sentencepiece said: {msg.strip()}")
+        f"(data.options.path) or a smaller vocabulary "
+        f"(data.options.vocab_size). sentencepiece said: {msg.strip()}")
   return RuntimeError(msg)
 
 
@@ -192,7 +191,7 @@ def coverage_for(lines: Sequence[str], max_chars: int, vocab_size: int,
         f"tokenizer vocab_size={vocab_size} is too small for this corpus: its {len(counts)} "
         f"distinct characters need at least {need} pieces to cover {MIN_COVERAGE:.0%} of the "
         f"text ({max(k, 0)} characters fit, covering {covered:.1%}); use a vocabulary of at least "
-        f"{need} ({option('data.options.vocab_size')})")
+        f"{need} (data.options.vocab_size)")
   lo = float(cum[k - 2]) if k >= 2 else 0.0
   return min(requested, (lo + float(cum[k - 1])) / 2)
 
@@ -283,7 +282,7 @@ def load_or_train(workdir: str | os.PathLike, texts_fn, *, vocab_size: int, mode
       raise ValueError(
           f"{path} has {tok.vocab_size} pieces but the vocabulary size asked for is "
           f"{vocab_size}: set the vocabulary size to {tok.vocab_size} "
-          f"({option('data.options.vocab_size')}), or delete the tokenizer to train a new one")
+          f"(data.options.vocab_size), or delete the tokenizer to train a new one")
     return tok
   if existing:
     tok = _read_existing(existing, path, vocab_size)
@@ -297,13 +296,12 @@ def _read_existing(existing: str, path: Path, vocab_size: int) -> Tokenizer:
   ``path``."""
   src = Path(existing)
   if not src.is_file():
-    raise FileNotFoundError(f"{option('data.options.tokenizer')}={existing!r}: no such "
+    raise FileNotFoundError(f"data.options.tokenizer={existing!r}: no such "
                             "sentencepiece model")
   vocab = src.with_suffix(".vocab")
   tok = Tokenizer(path, model=src.read_bytes(),
                   vocab=vocab.read_bytes() if vocab.is_file() else None)
   if tok.vocab_size != vocab_size:
-    log.warning("%s has %d pieces; the vocabulary size %d (%s) is ignored",
-                option("data.options.tokenizer"), tok.vocab_size, vocab_size,
-                option("data.options.vocab_size"))
+    log.warning("data.options.tokenizer has %d pieces; the vocabulary size %d "
+                "(data.options.vocab_size) is ignored", tok.vocab_size, vocab_size)
   return tok

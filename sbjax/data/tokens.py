@@ -45,7 +45,6 @@ from pathlib import Path
 import numpy as np
 
 from sbjax.data.text import DataError
-from sbjax.errors import option
 from sbjax.paths import local_file
 
 DTYPES = ("uint16", "int32", "uint32", "int64", "int16", "uint8")
@@ -128,7 +127,7 @@ def window_starts(arr: np.ndarray, seq_len: int, where: str = "") -> np.ndarray:
     if w < t + 1:
       raise DataError(f"{where}rows hold {w} tokens, shorter than seq_len+1={t + 1}: each "
                       f"window needs T+1 tokens (T inputs and their next tokens). Use "
-                      f"{option('train.seq_len')}={w - 1} or less (analysis: the rows' length "
+                      f"train.seq_len={w - 1} or less (analysis: the rows' length "
                       "sets T), or a file with longer rows")
     per_row = (w - 1) // t
     return (np.arange(n, dtype=np.int64)[:, None] * w

@@ -36,7 +36,9 @@ class Context:
   data: str | None = None
   results: dict = dataclasses.field(default_factory=dict)  # group name -> member rows
   groups: dict = dataclasses.field(default_factory=dict)  # group name -> Group, as trained
+  measured: dict = dataclasses.field(default_factory=dict)  # group name -> checkpoint rows
   set_aside: dict = dataclasses.field(default_factory=dict)  # "group/member" -> damaged steps
+  failed: dict = dataclasses.field(default_factory=dict)  # group name -> error (keep_going)
   _datasets: dict = dataclasses.field(default_factory=dict, repr=False)
 
   @property

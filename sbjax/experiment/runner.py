@@ -12,6 +12,8 @@ every finished group and measured step, so it redoes nothing.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 import logging
 import sys
@@ -26,7 +28,7 @@ from sbjax.experiment.context import Context, digest
 from sbjax.experiment.declare import Experiment, Group
 from sbjax.paths import upath
 from sbjax.train import train_once
-from sbjax.train.lock import out_lock
+from sbjax.train.lock import workdir_lock
 
 log = logging.getLogger("sbjax")
 
@@ -76,33 +78,56 @@ def _cpu() -> float:
   return t.user + t.system + t.children_user + t.children_system
 
 
+def _group(ctx: Context, exp: Experiment, group: Group, say) -> tuple[list, list]:
+  """Train (or read back) and measure one group: (its runs.csv rows, its checkpoint rows)."""
+  say(f"{group.name} ({len(group.configs)} member{'s' * (len(group.configs) > 1)})")
+  sums = _train(ctx, group, say)
+  rows = [{"group": group.name, "member": j, **group.labels[j],
+           **{k: s.get(k) for k in SUMMARY}} for j, s in enumerate(sums)]
+  ctx.results[group.name], ctx.groups[group.name] = rows, group
+  ctx.measured[group.name] = _measure(ctx, exp, group) if exp.measure is not None else []
+  return rows, ctx.measured[group.name]
+
+
 def run(exp: Experiment, out, preset: str = "test", data: str | None = None, *,
-        verbose: bool = True) -> Context:
-  """Run (or finish) ``exp`` at ``preset`` into ``out`` (module doc); returns its context."""
+        verbose: bool = True, keep_going: bool = False, lock: bool = True,
+        table: str = "runs.csv") -> Context:
+  """Run (or finish) ``exp`` at ``preset`` into ``out`` (module doc); returns its context.
+  ``keep_going``: a group that fails is logged and kept in ``ctx.failed`` and the others go on
+  (a sweep); ``lock`` False leaves the output lock to the caller (several hosts sharing one
+  folder, each run still locked by its trainer); ``table``: the name of the runs table."""
   p = exp.preset(preset) if isinstance(preset, str) else preset
   ctx = Context(upath(out), preset if isinstance(preset, str) else "custom", p, data or None)
-  say = _Say(exp.name, verbose)
-  with out_lock(ctx.out, flag="--out"):
+  say, writer = _Say(exp.name, verbose), jax.process_index() == 0
+  plan = iter(exp.plan(ctx))
+  first = next(plan, None)  # a bad preset or corpus is refused before OUT exists
+  if first is not None:
+    _datasets(ctx, first)
+  with workdir_lock(ctx.out) if lock and writer else contextlib.nullcontext():
     t0, c0, runs, points, groups = time.time(), _cpu(), [], [], {}
-    for group in exp.plan(ctx):
+    for group in itertools.chain([first] if first else [], plan):
       t, c = time.time(), _cpu()
-      say(f"{group.name} ({len(group.configs)} member{'s' * (len(group.configs) > 1)})")
-      sums = _train(ctx, group, say)
-      rows = [{"group": group.name, "member": j, **group.labels[j],
-               **{k: s.get(k) for k in SUMMARY}} for j, s in enumerate(sums)]
-      ctx.results[group.name], ctx.groups[group.name] = rows, group
-      runs += rows
-      write_csv(ctx.out / "runs.csv", runs)
-      if exp.measure is not None:
-        points += _measure(ctx, exp, group)
-        write_csv(ctx.out / "checkpoints.csv", points)
+      try:
+        rows, measured = _group(ctx, exp, group, say)
+      except Exception as e:  # noqa: BLE001 - a sweep records it and goes on
+        if not keep_going:
+          raise
+        log.error("%s: %s failed: %s: %s", exp.name, group.name, type(e).__name__, e)
+        ctx.failed[group.name] = f"{type(e).__name__}: {e}"
+        continue
+      runs, points = runs + rows, points + measured
+      if writer:
+        write_csv(ctx.out / table, runs)
+        if measured:
+          write_csv(ctx.out / "checkpoints.csv", points)
       groups[group.name] = {"seconds": round(time.time() - t, 1),
                             "cpu_seconds": round(_cpu() - c, 1)}
-    if exp.tables is not None:
+    if writer and exp.tables is not None:
       exp.tables(ctx)
-    if exp.figures is not None:
+    if writer and exp.figures is not None:
       exp.figures(ctx.out)
-    _record(ctx, exp, groups, time.time() - t0, _cpu() - c0)
+    if writer:
+      _record(ctx, exp, groups, time.time() - t0, _cpu() - c0)
   return ctx
 
 

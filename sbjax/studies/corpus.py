@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from sbjax import errors, overrides
+from sbjax import overrides
 from sbjax.config import Config
 from sbjax.data.sample_corpus import sample_corpus_dir
 from sbjax.paths import upath
@@ -24,12 +24,7 @@ DEFAULT_TEXT = sample_corpus_dir()
 
 def text_corpus(data: str | Path | None = "") -> Path:
   """The corpus directory: ``data`` if given, else the packaged sample corpus
-  (``sbjax.data.sample_corpus``). A clear error names the flag when ``data`` does not exist;
-  and from here on the messages of the corpus (empty, too small for the vocabulary) name the
-  experiment's flags: ``--data`` for the corpus, ``--preset`` for the vocabulary
-  (``sbjax.errors.name_option``, within the command's ``option_names``)."""
-  errors.name_option("data.options.path", "--data")
-  errors.name_option("data.options.vocab_size", "--preset")
+  (``sbjax.data.sample_corpus``). A clear error names the flag when ``data`` does not exist."""
   if not data:
     log.info("no --data given: using the sample corpus shipped with sbjax (%s; 5 plays, ~590 "
              "KB); published cpu-preset numbers used a larger corpus, pass --data=DIR",
@@ -47,12 +42,12 @@ def corpus_overrides(source: str, data: str | Path | None = "",
   """The dotted overrides that put a config of data source ``source`` on ``--data``: a TFDS
   name for ``tfds`` (none when ``data`` is empty: the config's own), else a text directory
   (``text_corpus``); ``tfds_dir`` is where a text corpus's TFDS builder writes
-  (``data.tfds_data_dir``), left as it is when None."""
+  (``data.options.data_dir``), left as it is when None."""
   if source == "tfds":
-    return {"data.source": "tfds", **({"data.tfds_name": str(data)} if data else {})}
-  out = {"data.source": "text", "data.path": str(text_corpus(data))}
+    return {"data.source": "tfds", **({"data.options.name": str(data)} if data else {})}
+  out = {"data.source": "text", "data.options.path": str(text_corpus(data))}
   if tfds_dir is not None:
-    out["data.tfds_data_dir"] = str(tfds_dir)
+    out["data.options.data_dir"] = str(tfds_dir)
   return out
 
 

@@ -216,8 +216,7 @@ class Checkpoint(Hook):
 
   def close(self) -> None:
     for mngr in self.mngrs:
-      mngr.wait_until_finished()
-      mngr.close()
+      ckpt.finish(mngr)
 
 
 class Snapshots(Hook):

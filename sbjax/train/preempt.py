@@ -1,25 +1,16 @@
 """Preemption: SIGTERM saves a checkpoint at the next step boundary, then the process exits.
 
-A preempted Cloud TPU VM (or a job scheduler ending a job) sends SIGTERM and, some time
-later, SIGKILL. SIGTERM's default action ends the process at once, losing every step since
-the last checkpoint. While a run in a workdir is in its loop, ``Preemption`` (a loop hook
-and the loop's ``stop`` test) replaces that action: the handler only sets a flag; after the
-step in flight, ``run_loop`` makes that step a save boundary, the checkpoint hook saves it
-(``Boundary.stop``: saved even off the checkpoint schedule), the hooks close (an async save
-is waited for), and ``sbjax.train.train`` logs
+A preempted Cloud TPU VM (or a scheduler ending a job) sends SIGTERM, and SIGKILL later.
+While a run is in its loop, ``Preemption`` (a loop hook and the loop's ``stop`` test) only
+sets a flag; ``run_loop`` makes the step in flight a save boundary, the checkpoint hook saves
+it (off the schedule), the hooks close, and ``sbjax.train.train`` raises ``Preempted``: a
+``SystemExit`` with status 75 (``EX_TEMPFAIL``: "try again"), so a scheduler retries it and an
+in-process caller stops. The rerun resumes from that step bit for bit.
 
-    preempted (SIGTERM): saved step S in WORKDIR; rerun the same command to resume
-
-and raises ``Preempted``, a ``SystemExit`` with status ``EXIT_PREEMPTED`` = 75 (``EX_TEMPFAIL``
-of sysexits.h: "try again"), so that a scheduler that retries failed jobs retries it and an
-in-process caller (a sweep, ``reproduce``) stops as SIGTERM asked rather than going on. The
-rerun resumes from step S bit for bit (batch i is a pure function of (data_seed, i)).
-
-Multi-process runs (``jax.process_count() > 1``) must stop at the same step on every host:
-there the decision is JAX's preemption sync point
-(``multihost_utils.reached_preemption_sync_point``, fed by the coordination service's own
-SIGTERM notifier), and no Python handler is installed. A handler is installed only from the
-main thread; the previous handler is restored when the loop ends.
+Multi-process runs must stop at the same step on every host: there the decision is JAX's
+preemption sync point (``multihost_utils.reached_preemption_sync_point``) and no handler is
+installed. A handler is installed only from the main thread, and the old one comes back at
+the end of the loop.
 """
 
 from __future__ import annotations
@@ -59,44 +50,36 @@ class Preempted(SystemExit):
 
 
 class Preemption(Hook):
-  """The SIGTERM flag (module doc). ``preemption(step)`` is the loop's ``stop`` test;
+  """The SIGTERM flag (module doc): ``preemption(step)`` is the loop's ``stop`` test;
   ``saved_step`` is the step saved at the stop boundary (None if the run was not stopped)."""
 
-  def __init__(self, signals=(signal.SIGTERM,)):
-    self.signals = tuple(signals)
-    self.requested = False
-    self.saved_step = None
-    self._old: dict = {}
+  def __init__(self):
+    self.requested, self.saved_step, self._old = False, None, None
     self.multi = jax.process_count() > 1
 
   def _handle(self, signum, frame) -> None:
-    del frame
     if not self.requested:
       self.requested = True
-      log.warning("%s received: saving a checkpoint after the current step",
-                  signal.Signals(signum).name)
+      log.warning("SIGTERM received: saving a checkpoint after the current step")
 
   def begin(self, state, start: int, end: int) -> None:
-    if self.multi or threading.current_thread() is not threading.main_thread():
-      return
-    for sig in self.signals:
-      self._old[sig] = signal.signal(sig, self._handle)
+    if not self.multi and threading.current_thread() is threading.main_thread():
+      self._old = signal.signal(signal.SIGTERM, self._handle)
 
   def __call__(self, step: int) -> bool:
-    if self.multi:
-      from jax.experimental import multihost_utils  # deferred: multi-process runs only
-
-      try:
-        return bool(multihost_utils.reached_preemption_sync_point(step))
-      except RuntimeError:  # no preemption sync manager (jax.distributed without it)
-        return False
-    return self.requested or (_deadline[0] is not None and time.time() >= _deadline[0])
+    if not self.multi:
+      return self.requested or (_deadline[0] is not None and time.time() >= _deadline[0])
+    from jax.experimental import multihost_utils  # deferred: multi-process runs only
+    try:
+      return bool(multihost_utils.reached_preemption_sync_point(step))
+    except RuntimeError:  # no preemption sync manager (jax.distributed without it)
+      return False
 
   def on_boundary(self, b: Boundary, state) -> None:
     if b.stop:
       self.saved_step = b.step
 
   def close(self) -> None:
-    for sig, old in self._old.items():
-      signal.signal(sig, old)
-    self._old = {}
+    if self._old is not None:
+      signal.signal(signal.SIGTERM, self._old)
+      self._old = None

@@ -33,7 +33,6 @@ from sbjax import checkpoint as ckpt
 from sbjax import data as data_lib
 from sbjax import sharding as shd
 from sbjax.config import Config
-from sbjax.errors import option
 from sbjax.optim import gamma_fn, lr_schedule
 from sbjax.paths import upath
 from sbjax.train import device_batches
@@ -169,7 +168,7 @@ def _stop_message(cfgs, dirs, ledger):
     return (f"{who}non-finite loss or gradient (loss={float(m['loss'])}, "
             f"grad_norm={float(m['grad_norm'])}) at step {i}; training stopped. The last good "
             f"checkpoint is step {ledger.last_saved[j]} in {dirs[j]}. Lower train.lr, or pass "
-            f"{option('train.skip_nonfinite_steps')}=N to skip up to N bad batches.")
+            f"train.skip_nonfinite_steps=N to skip up to N bad batches.")
 
   return stop
 

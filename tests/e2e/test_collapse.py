@@ -199,7 +199,7 @@ def test_token_presets_plan_valid_runs(tmp_path):
     n_seed = (1 + len(k.extra_seed_archs)) * bool(k.seeds)
     assert len(groups) == len(k.depths) * len(k.widths) + n_seed, name
     vocab = {c.model.vocab_size for g in groups for c in g.configs}
-    assert vocab == {p.overrides["data.vocab_size"]}
+    assert vocab == {p.overrides["data.options.vocab_size"]}
     assert all(c.model.head.kind == "tied" and c.train.seq_len <= c.model.max_len
                for g in groups for c in g.configs)
   assert len(plans["tpu"]) == 31 and len(plans["tpu"][0].configs) == 16

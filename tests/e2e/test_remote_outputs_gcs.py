@@ -4,7 +4,7 @@ process: ``experiments.reproduce --out=gs://bkt/out --only=saturation --preset=t
 run with checkpoints and analysis, CSVs, meta record, figures and the report in the bucket).
 The saturation experiment's test preset stands for any experiment: what is checked is that a
 whole output folder goes to the bucket, and it does so in ~13 s of CPU where the planted test
-preset (this test's experiment until session 15) took ~36 s (floor fits, four training runs;
+preset (this test's experiment before) took ~36 s (floor fits, four training runs;
 the planted science is checked by tests/e2e/test_reproduce.py). Then the convert tool's export
 and import (``sbjax.cli.convert``: the functions its ``main`` calls, in this process) export
 the run to ``gs://bkt/hf``, import that into the workdir ``gs://bkt/imported`` and export it

@@ -31,7 +31,7 @@ STEPS, KILL_AT = 60, 15
 TRAIN = [sys.executable, "-m", "sbjax.cli.train", "--config=tiny", f"--workdir=gs://{RUN}",
          f"--config.train.steps={STEPS}", "--config.train.eval_every=30",
          "--config.train.ckpt_log_spaced=false", f"--config.train.ckpt_every={KILL_AT}",
-         "--config.data.planted_train_tokens=0"]
+         "--config.data.options.train_tokens=0"]
 
 
 def _sealed(step: int) -> bool:
@@ -78,7 +78,7 @@ def test_the_rerun_resumes_and_finishes_the_run(gcs_run):
   assert r.returncode == 0, r.stderr[-3000:]
   out = json.loads(r.stdout)
   assert out["step"] == STEPS and KILL_AT <= out["start_step"] < STEPS
-  assert "took over the stale lock" in r.stderr
+  assert "took over the lock of gs://bkt/run: its holder is gone" in r.stderr
   names = gcs_run["objects"]
   for f in ("config.json", "metrics.jsonl", f"checkpoints/{STEPS}/checksums.json"):
     assert f"{RUN}/{f}" in names

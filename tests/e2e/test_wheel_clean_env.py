@@ -109,8 +109,8 @@ def test_sbjax_train_on_the_sample_corpus(venv):
   wd = cwd / "runs" / "tiny"
   _run([bin_ / "sbjax-train", "--config=tiny", f"--workdir={wd}", "--config.train.steps=4",
         "--config.train.eval_every=4", "--config.train.ckpt_every=4", "--config.train.log_every=2",
-        "--config.data.source=text", f"--config.data.path={sample}",
-        "--config.data.vocab_size=128", "--config.model.vocab_size=0"], cwd, env)
+        "--config.data.source=text", f"--config.data.options.path={sample}",
+        "--config.data.options.vocab_size=128", "--config.model.vocab_size=0"], cwd, env)
   logged = [json.loads(line) for line in (wd / "metrics.jsonl").read_text().splitlines()]
   assert max(r["step"] for r in logged) == 4
   assert json.loads((wd / "config.json").read_text())["data"]["options"]["path"] == sample

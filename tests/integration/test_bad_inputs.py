@@ -3,13 +3,12 @@ that the error is one clear line naming the problem and what to do, and that no 
 file was overwritten or deleted (the directory tree and every file's hash are compared
 before and after; a bad checkpoint may only move, byte for byte, to checkpoints_bad/).
 
-Rows call the same functions the CLI calls, in-process; three rows run the CLI itself to
-check the single `error:` line without a traceback."""
+Rows call the same functions the CLI calls, in-process; the CLI rows run the CLI itself to
+check the single `error:` line without a traceback, and that a refused call creates nothing."""
 
 import dataclasses
 import hashlib
 import json
-import logging
 import os
 import shutil
 import subprocess
@@ -37,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def tiny_cfg(**train_kw) -> Config:
-  cfg = configs.build(configs.load("tiny"))
+  cfg = configs.load("tiny")
   cfg = cfg.replace(model=dataclasses.replace(cfg.model, vocab_size=64))
   return cfg.replace(train=dataclasses.replace(cfg.train, steps=2, **train_kw))
 
@@ -118,34 +117,6 @@ def import_as_workdir(tmp, ctx):
   return lambda: train(tiny_cfg(), wd, dataset=ctx["ds"], quiet=True)
 
 
-def _corrupt(kind):
-  def setup(tmp, ctx):
-    wd = tmp / "run"
-    shutil.copytree(ctx["run_dir"], wd)
-    d = wd / "checkpoints" / "2"
-    data = sorted((p for p in (d / "params" / "ocdbt.process_0" / "d").iterdir()),
-                  key=lambda p: -p.stat().st_size)
-    if kind == "truncated":
-      with open(data[0], "r+b") as f:
-        f.truncate(data[0].stat().st_size // 2)
-    elif kind == "shard":
-      data[0].unlink()
-    else:
-      (d / ckpt.COMMIT_FILE).unlink()
-      shutil.rmtree(d / "opt")
-
-    def go():
-      moved = []
-      from sbjax.model import Model
-      cfg = tiny_cfg()
-      ap = ckpt.abstract_with_shardings(Model(cfg.model).abstract_params())
-      out = ckpt.restore_latest_good(wd, ap, moved=moved)
-      assert out is not None and out[0] == 1 and moved == [2]  # resumes from the newest good
-      return "recovered"
-    return go
-  return setup
-
-
 def pickle_only_hf(tmp, ctx):
   d = tmp / "hf"
   d.mkdir()
@@ -222,6 +193,36 @@ def workdir_not_writable(tmp, ctx):
   return lambda: train(tiny_cfg(), tmp / "a_file" / "run", dataset=ctx["ds"], quiet=True)
 
 
+def past_steps(tmp, ctx):
+  wd = tmp / "run"
+  shutil.copytree(ctx["run_dir"], wd)
+  cfg = tiny_cfg()
+  return lambda: train(cfg.replace(train=dataclasses.replace(cfg.train, steps=1)), wd,
+                       dataset=ctx["ds"], quiet=True)
+
+
+def export_into_workdir(tmp, ctx):
+  from sbjax.cli import convert  # deferred: it defines absl flags when imported
+  wd = tmp / "run"
+  shutil.copytree(ctx["run_dir"], wd)
+  return lambda: convert.export_from_workdir(str(wd), str(wd), overwrite=True)
+
+
+def export_into_files(tmp, ctx):
+  from sbjax.cli import convert
+  (tmp / "hf").mkdir()
+  (tmp / "hf" / "notes.txt").write_text("mine\n")
+  return lambda: convert.export_from_workdir(str(ctx["run_dir"]), str(tmp / "hf"))
+
+
+def import_into_training(tmp, ctx):
+  from sbjax.cli import convert
+  wd = tmp / "run"
+  shutil.copytree(ctx["run_dir"], wd)
+  (wd / "metrics.jsonl").write_text(json.dumps({"step": 0, "loss": 4.0}) + "\n")
+  return lambda: convert.import_to_workdir(str(ctx["hf_dir"]), str(wd), step=3)
+
+
 def analysis_out_not_writable(tmp, ctx):
   from sbjax.analysis import analyze_run
   from sbjax.analysis.settings import Settings
@@ -233,7 +234,7 @@ def analysis_out_not_writable(tmp, ctx):
                                           progress=False))
 
 
-# (name, setup, exception type or "warning", problem text, what-to-do text)
+# (name, setup, exception type, problem text, what-to-do text)
 ROWS = [
     ("missing corpus directory", missing_corpus, ValueError, "does not exist",
      "set data.options.path"),
@@ -267,12 +268,6 @@ ROWS = [
      "written by another model configuration", "['block_0']['attn']['v_kernel']: saved (32, 2, 16) -> model (16, 2, 8)"),
     ("an imported (params-only) workdir given to train", import_as_workdir, ValueError,
      "holds parameters only (an import", "train from it with train.init_from instead"),
-    ("corrupt checkpoint: truncated file", _corrupt("truncated"), "warning",
-     "checkpoint step 2 in", "moved it aside to"),
-    ("corrupt checkpoint: deleted array shard", _corrupt("shard"), "warning",
-     "checkpoint step 2 in", "moved it aside to"),
-    ("corrupt checkpoint: half-written step directory", _corrupt("half"), "warning",
-     "half-written step directory", "moved it aside to"),
     ("HF directory with only pickle weights", pickle_only_hf, ValueError,
      "has only PyTorch pickle weights", "--allow_pickle"),
     ("HF directory with missing keys", hf_missing_keys, ValueError, "missing keys (1)",
@@ -293,8 +288,17 @@ ROWS = [
     ("tokenizer vocabulary larger than the model's", tokenizer_vocab, ValueError,
      "model.vocab_size=48 is smaller than the data's vocabulary (64 tokens)",
      "set model.vocab_size=64 or 0"),  # train's --config.: test_refusals_name_the_flag_w3
-    ("workdir not writable", workdir_not_writable, OSError, "cannot create the workdir",
-     "choose a writable --workdir"),
+    ("workdir not writable", workdir_not_writable, OSError, "cannot create",
+     "choose a writable folder"),
+    ("workdir past train.steps", past_steps, ValueError, "is already at step 2, past "
+     "train.steps=1", ("pass train.steps >= 2", "new --workdir")),
+    ("export into a workdir", export_into_workdir, ValueError, "is an sbjax workdir",
+     "give a new directory"),
+    ("export into a non-empty directory", export_into_files, ValueError,
+     "is not empty (1 entries: notes.txt)", "--overwrite"),
+    ("import into a training workdir", import_into_training, ValueError,
+     "is a training workdir (it holds metrics.jsonl and training checkpoints",
+     "new --to directory"),
     ("analysis output directory not writable", analysis_out_not_writable, OSError,
      "is not writable", "pass a writable --out_dir"),
 ]
@@ -322,22 +326,15 @@ def assert_nothing_lost(root: Path, before: dict) -> None:
 
 
 @pytest.mark.parametrize("name,setup,exc,problem,todo", ROWS, ids=[r[0] for r in ROWS])
-def test_bad_input(name, setup, exc, problem, todo, tmp_path, caplog, ds, run_dir, request):
+def test_bad_input(name, setup, exc, problem, todo, tmp_path, ds, run_dir, request):
   ctx = {"ds": ds, "run_dir": run_dir}
-  if setup in (pickle_only_hf, hf_missing_keys):
+  if setup in (pickle_only_hf, hf_missing_keys, import_into_training):
     ctx["hf_dir"] = request.getfixturevalue("hf_dir")
   action = setup(tmp_path, ctx)
   before = snapshot(tmp_path)
-  if exc == "warning":
-    with caplog.at_level(logging.WARNING, logger="sbjax"):
-      action()
-    lines = [r.getMessage() for r in caplog.records if r.name == "sbjax"]
-    assert len(lines) == 1, lines
-    msg = lines[0]
-  else:
-    with pytest.raises(exc) as e:
-      action()
-    msg = str(e.value)
+  with pytest.raises(exc) as e:
+    action()
+  msg = str(e.value)
   first = msg.splitlines()[0]
   for text in (problem, *((todo,) if isinstance(todo, str) else todo)):
     assert text in msg, (text, msg)
@@ -351,10 +348,15 @@ CLI = [
     ("unknown config name", ["-m", "experiments.train", "--config=nope", "--workdir={tmp}/w"],
      "error: flag --config=nope: unknown config name 'nope'"),
     ("head rank > d_model", ["-m", "experiments.train", "--config=tiny", "--workdir={tmp}/w",
-                             "--config.model.head=lowrank", "--config.model.head_rank=99"],
+                             "--config.model.head=lowrank", "--config.model.head.rank=99"],
      "error: invalid config: model.head.rank=99; allowed: 1 .. d_model=32"),
+    ("unknown config key", ["-m", "experiments.train", "--config=tiny", "--workdir={tmp}/w",
+                            "--config.train.stepz=5"],
+     "error: invalid config key 'train.stepz'; did you mean 'train.steps'?"),
     ("analysis of a missing workdir", ["-m", "experiments.analyze", "--workdir={tmp}/nope"],
      "error: the workdir"),
+    ("NaN learning rate", ["-m", "experiments.train", "--config=tiny", "--workdir={tmp}/w",
+                           "--config.train.lr=nan"], "error: invalid config: train.lr=nan"),
 ]
 
 

@@ -1,4 +1,4 @@
-"""The bad inputs of public checkpoint series on real tokens (issue 20; README "Errors" table),
+"""The bad inputs of public checkpoint series on real tokens (README "Errors" table),
 held to ``test_bad_inputs``' standard: one error whose first line names the problem, the
 message says what to do, and nothing is lost: every file under the test's directory (the
 token files, the HF cache, the imported workdir that is analysed, an existing workdir that

@@ -13,6 +13,10 @@ from sbjax import configs, overrides
     ("train.stepz", "did you mean 'train.steps'?"),
     # no field of train is near: the fields of train, not the nearest full key ('train.b2')
     ("train.bogus", "the fields of train are: async_checkpoint, b1, b2,"),
+    ("lr", "did you mean 'train.lr'?"),  # a field without its section
+    ("model.head_rank", "did you mean 'model.head.rank'?"),  # a flat key of earlier versions
+    ("model.head.rank", "the fields of model.head are: kind (model.head=KIND chooses others)"),
+    ("qqqq", "keys are section.field"),
 ])
 def test_config_key_mistake_is_one_line_with_the_fix(key, said):
   with pytest.raises(ValueError) as e:
@@ -100,7 +104,7 @@ def test_train_stdout_is_the_json_result_and_stderr_says_the_data(tmp_path):
 def test_the_data_note_only_when_the_data_was_not_chosen():
   from sbjax.cli.data_note import data_note
 
-  cfg = configs.build(configs.load("pythia-70m"))
+  cfg = configs.load("pythia-70m")
   note = data_note("pythia-70m", cfg, [])
   assert note.startswith("data: --config=pythia-70m trains on data.source=planted (") \
       and "\n" not in note, note

@@ -16,7 +16,7 @@ from fsspec.registry import known_implementations
 from tensorboardX.proto import event_pb2
 
 from sbjax import checkpoint as ckpt
-from sbjax import checksums, paths
+from sbjax import paths
 from sbjax.analysis import figures, table
 from sbjax.analysis.analyze import _check_out_dir
 from sbjax.analysis.cache import Cache
@@ -24,7 +24,6 @@ from sbjax.data import tokens
 from sbjax.data.dataset import local_data_dir
 from sbjax.data.text import DataError
 from sbjax.train import done
-from sbjax.train import lock as lock_lib
 from sbjax.train import workdir as wd
 from sbjax.train.tensorboard import TensorBoardMirror
 from tests._fake_gcs import fake_gcs
@@ -51,7 +50,7 @@ def test_metrics_log_appends_repairs_and_reads_back(store):
   assert wd.read_metrics(RUN) == [{"step": 1, "loss": 2.0}, {"step": 2, "loss": 0.5}]
 
 
-def test_config_done_mark_and_lock_objects(store):
+def test_config_and_done_mark_objects(store):
   cfg = tiny_run_config()
   wd.prepare_workdir(paths.upath(RUN), cfg, is_main=True)
   assert json.loads(paths.upath(f"{RUN}/config.json").read_text()) == json.loads(
@@ -60,26 +59,6 @@ def test_config_done_mark_and_lock_objects(store):
   assert done.finished(RUN) is None
   done.mark_finished(RUN, {"step": 5, "eval_loss": 1.25, "extra": 1}, {"a": 1})
   assert done.finished(RUN) == {"step": 5, "eval_loss": 1.25}
-  with lock_lib.workdir_lock(RUN):
-    info = json.loads(paths.upath(f"{RUN}/LOCK").read_text())
-    assert info["pid"] == os.getpid()
-    with pytest.raises(lock_lib.WorkdirLockedError, match="in use by another run"):
-      lock_lib.HeartbeatLock(RUN).acquire()
-  assert f"{RUN}/LOCK" not in store
-
-
-def test_checksum_manifest_on_the_store_finds_a_flipped_byte(store):
-  d = paths.upath(f"{RUN}/checkpoints/4")
-  (d / "params").mkdir(parents=True, exist_ok=True)
-  (d / "params" / "a.bin").write_bytes(bytes(range(200)))
-  (d / "commit_success.txt").write_text("ok")
-  m = checksums.write_manifest(d)
-  assert sorted(m["files"]) == ["commit_success.txt", "params/a.bin"]
-  assert m["files"]["params/a.bin"][0] == 200
-  assert checksums.verify_manifest(d) is True
-  (d / "params" / "a.bin").write_bytes(bytes(range(199)) + b"\xff")
-  with pytest.raises(checksums.ChecksumError, match="params/a.bin"):
-    checksums.verify_manifest(d)
 
 
 def test_analysis_outputs_csv_cache_and_figure(store):
@@ -114,16 +93,12 @@ def test_tensorboard_event_file_is_written_through_epath(store):
   assert got == {("loss", 3): 1.5}
 
 
-def test_a_scheme_without_its_file_system_is_one_line_naming_the_package(monkeypatch):
+def test_a_scheme_without_its_file_system_is_one_line_naming_it(monkeypatch):
   monkeypatch.setitem(known_implementations, "zz", {"class": "zzfs_not_installed.ZZFileSystem",
                                                     "err": "Install zzfs"})
-  paths._package_of.cache_clear()
-  with pytest.raises(ImportError) as e:
+  with pytest.raises(ValueError, match=r"^zz://bucket/run: Install zzfs$"):
     paths.upath("zz://bucket/run")
-  assert str(e.value) == ("zz://bucket/run: zz:// paths need the package zzfs_not_installed, "
-                          "which is not installed; pip install zzfs_not_installed")
-  assert isinstance(e.value, ValueError)  # so the command-line tools print one error: line
-  with pytest.raises(ValueError, match="no file system is known for nope:// paths"):
+  with pytest.raises(ValueError, match=r"^nope://b/x: Protocol not known: nope$"):
     paths.upath("nope://b/x")
   assert isinstance(paths.upath("runs/x"), type(paths.upath("/tmp")))  # local: untouched
   assert os.fspath(paths.upath("gs://b/x") / "y") == "gs://b/x/y"

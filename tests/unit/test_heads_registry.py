@@ -216,7 +216,7 @@ def _small(mc: ModelConfig, scan: bool) -> ModelConfig:
 
 def _preset_models():
   names = list(configs.NAMED) + ["neo-L4-d128"]
-  out = [Config.from_dict(configs.get(n)).model for n in names]
+  out = [configs.get(n).model for n in names]
   out += [CFGS[k] for k in ("lowrank", "mos", "tied")]
   return [dataclasses.replace(m, vocab_size=m.vocab_size or 64) for m in out]
 

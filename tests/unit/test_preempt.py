@@ -1,4 +1,4 @@
-"""SIGTERM in the loop (issue 34): the handler only sets a flag; ``run_loop`` then makes the
+"""SIGTERM in the loop: the handler only sets a flag; ``run_loop`` then makes the
 step in flight a saving stop boundary and ends there. The real run (a subprocess given
 SIGTERM, resumed bitwise) is tests/e2e/test_lock_preempt.py."""
 
@@ -6,7 +6,7 @@ import os
 import signal
 
 from sbjax.train.loop import Boundary, Hook, Schedule, run_loop
-from sbjax.train.preempt import EXIT_PREEMPTED, Preempted, Preemption
+from sbjax.train.preempt import Preemption
 
 
 class Recorder(Hook):
@@ -60,9 +60,3 @@ def test_sigterm_sets_the_flag_and_the_old_handler_comes_back():
   finally:
     signal.signal(signal.SIGTERM, old)
 
-
-def test_preempted_is_a_system_exit_with_status_75():
-  e = Preempted(7, "runs/w")
-  assert isinstance(e, SystemExit) and e.code == EXIT_PREEMPTED == 75
-  assert str(e) == ("preempted (SIGTERM): saved step 7 in runs/w; rerun the same command to "
-                    "resume")

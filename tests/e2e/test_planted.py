@@ -1,0 +1,97 @@
+"""The planted experiment at its test presets through the suite command line: the CSVs follow
+the exact floors and the matched-rank rule, the report carries its header and tables equal to
+the CSVs with figures in the asked format, a rerun trains and measures nothing, and the
+test-mos-seeds preset's lr choice and Welch verdicts are recomputed from its CSV with scipy."""
+
+import json
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from experiments import planted as exp
+from experiments.common import read_rows
+from experiments.planted import stats
+from experiments.planted.configs import matched_rank, mix_configs
+from sbjax.experiment.runner import run
+from sbjax.studies.head_flops import head_flops
+from tests import _multidevice as md
+
+P = exp.PRESETS["test"]
+
+
+@pytest.fixture(scope="module")
+def suite(tmp_path_factory):
+  root = tmp_path_factory.mktemp("suite")
+  cmd = [sys.executable, "-m", "experiments.reproduce", "--only=planted", "--preset=test",
+         f"--out={root}", "--fig_format=pdf"]
+  r = subprocess.run(cmd, env=md.env(1, md.cache_dir(tmp_path_factory)), cwd=md.ROOT,
+                     capture_output=True, text=True, timeout=600)
+  assert r.returncode == 0, r.stderr[-3000:]
+  return root, json.loads(r.stdout)
+
+
+def test_knee_and_mixture_csvs(suite):
+  out = suite[0] / "planted"
+  rows, fits = read_rows(out / exp.CSV_KNEE), read_rows(out / exp.CSV_FLOOR)
+  assert [int(r["rank"]) for r in rows] == list(P.knobs.ranks)
+  floors = {int(f["rank"]): f["floor"] for f in fits}
+  assert set(floors) == set(P.knobs.ranks) | {P.overrides["model.vocab_size"]}
+  for r in rows:
+    assert r["floor"] == floors[r["rank"]] >= r["H"] - 1e-9
+    assert r["gap"] == pytest.approx(r["expected_loss"] - r["H"], abs=1e-12)
+  m = read_rows(out / exp.CSV_MIX, text=("label", "arm", "head"))
+  assert [v["label"] for v in m] == [label for label, _ in mix_configs(P)]
+  mos, low = m[0], m[-1]
+  v, r, d = P.overrides["model.vocab_size"], int(low["rank"]), int(low["d_model"])
+  assert r == matched_rank(int(mos["head_params"]), v, d) and low["head_params"] == v * r + r * d
+  summary = json.loads((out / "summary.json").read_text())
+  assert summary["knee"] == stats.knee_checks(rows, summary["k"], P.knobs.tol, P.knobs.margin)[
+      "knee"]
+
+
+def test_report_header_tables_and_figures(suite):
+  root, result = suite
+  md_text = (root / "report.md").read_text()
+  assert result == {"report": str(root / "report.md"), "failed": []}
+  assert re.search(r"sbjax \S+, commit \S+, jax \S+, device cpu x1, \d{4}-\d\d-\d\d", md_text)
+  assert "Command: `python -m experiments.reproduce --only=planted --preset=test" in md_text
+  rows = read_rows(root / "planted" / exp.CSV_KNEE)
+  for r in rows:  # the knee table's row equals the CSV at the printed precision
+    assert f"| {int(r['rank'])} | {r['eval_loss']:.4f} | {r['eval_acc']:.4f} |" in md_text
+  figs = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md_text)
+  assert len(figs) == 3 and all(f.endswith(".pdf") for f in figs)
+  assert all((root / f).read_bytes()[:4] == b"%PDF" for f in figs)
+
+
+def test_rerun_trains_and_measures_nothing(suite):
+  out = suite[0] / "planted"
+  marks = [p for p in (out / "runs").rglob("*") if p.name in ("DONE", "measure.json")]
+  before = {p: p.stat().st_mtime_ns for p in marks}
+  run(exp.EXPERIMENT, out, "test", verbose=False)
+  assert len(marks) >= 8 and {p: p.stat().st_mtime_ns for p in marks} == before
+
+
+def test_mos_seeds_cells_recomputed_with_scipy(tmp_path):
+  out = tmp_path / "cells"
+  run(exp.EXPERIMENT, out, "test-mos-seeds", verbose=False)
+  rows = read_rows(out / exp.CSV_MIX, text=("label", "arm", "head", "lang", "objective", "run"))
+  assert not (out / exp.CSV_KNEE).exists()  # part 2 alone
+  cfg = dict(mix_configs(exp.PRESETS["test-mos-seeds"]))
+  assert all(r["head_flops"] == head_flops(cfg[r["label"]].model) for r in rows)
+  assert all(r["sel_expected_loss"] != r["expected_loss"] for r in rows)  # another stream
+  summary = json.loads((out / "summary.json").read_text())["mix"]
+  for (lang, obj), rs in stats.cells(rows):
+    gaps = {}
+    for name in ("mos", "lowrank", "mos-flops"):
+      sel = [r for r in rs if r["run"] == name]
+      by_lr = {lr: np.mean([r["sel_gap"] for r in sel if r["lr"] == lr]) for lr in
+               {r["lr"] for r in sel}}
+      gaps[name] = [r["gap"] for r in sel if r["lr"] == min(by_lr, key=by_lr.get)]
+    for key, name in (("params", "mos"), ("flops", "mos-flops")):
+      lo, hi = sps.ttest_ind(gaps["lowrank"], gaps[name], equal_var=False).confidence_interval()
+      want = "supported" if lo > 0 else "refuted" if hi < 0 else "undecided"
+      assert summary[f"{lang}/{obj}"][key] == want
