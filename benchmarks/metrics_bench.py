@@ -11,7 +11,7 @@ Cases (each baseline measured in the same run; ``speedup`` = baseline time / sbj
   blocked pairs) vs the authors' ``neural-collapse`` way in torch float64 (one-hot matmuls,
   the full K×K grid; ``_metrics_baselines.TorchCollapse``); each side in its own process, so
   its peak RSS is its own (jit compile and data generation excluded from ``timed_s``);
-- ``collapse_vmap``: NC1-NC4 of C checkpoints in one ``jit(vmap(collapse_kernel))`` vs a loop
+- ``collapse_vmap``: NC1-NC4 of C checkpoints in one ``jit(vmap(neural_collapse))`` vs a loop
   of ``collapse_metrics``;
 - ``cka``: CKA of K checkpoints × 12 layers to a reference, ``jit(cka_to_reference_by_layer)``
   vs Kornblith et al.'s numpy feature-space CKA in a loop.
@@ -41,7 +41,7 @@ def bench_spectra(a):
   import jax
 
   from _metrics_baselines import numpy_svd_loop
-  from sbjax.metrics.spectrum import singular_values
+  from sbjax.metrics import singular_values
 
   h, v, d = a.heads, a.spec_v, a.spec_d
   rng = np.random.default_rng(0)
@@ -95,13 +95,13 @@ def sbjax_collapse(a, w):
   import jax
   import jax.numpy as jnp
 
-  from sbjax.metrics import collapse as C
+  from sbjax import metrics as C
 
   k, d, chunk, clock = a.k, a.d, a.chunk, [0.0]
   blocked = lambda f: lambda *x, **kw: jax.block_until_ready(f(*x, **kw))  # noqa: E731
   upd, vupd = blocked(jax.jit(C.mean_update)), blocked(jax.jit(C.var_update))
   nupd = blocked(jax.jit(C.nc4_update, static_argnames=("chunk_size",)))
-  metrics = blocked(C.metrics_from_stats)
+  metrics = blocked(C.collapse_metrics_from_stats)
   zx, zy, zv = np.zeros((chunk, d), np.float32), np.zeros(chunk, np.int32), np.zeros(chunk, bool)
   upd(C.mean_init(k, d), zx, zy, zv)  # compiles, untimed
   vupd(C.var_init(k), zx, zy, jnp.zeros((k, d)), zv)
@@ -120,10 +120,11 @@ def sbjax_collapse(a, w):
   search = dict(w_valid=wv, mean_valid=mv, chunk_size=2048)
   n0 = min(chunk, a.nval)
   nupd(nc, zx[:n0], zy[:n0], wr, mr, **search)  # compiles, untimed
-  metrics(means, var, counts, w, nc4=nc, block_size=a.block)
+  metrics(means, var, counts, w, nc4=nc, options=C.CollapseOptions(block_size=a.block))
   for x, y in gen_chunks(a.nval, k, d, chunk, 1):
     nc = _timed(clock, nupd, nc, x, y, wr, mr, **search)
-  m = _timed(clock, metrics, means, var, counts, w, nc4=nc, block_size=a.block)
+  m = _timed(clock, metrics, means, var, counts, w, nc4=nc,
+             options=C.CollapseOptions(block_size=a.block)).to_dict()
   return clock[0], {key: float(m[key]) for key in KEYS}
 
 
@@ -179,8 +180,7 @@ def bench_collapse(a):
 def bench_collapse_vmap(a):
   import jax
 
-  from sbjax.metrics import collapse as C
-  from sbjax.metrics.collapse_kernel import collapse_kernel
+  from sbjax import metrics as C
 
   kc, n, v, d = a.vmap_ckpts, a.vmap_n, a.vmap_k, a.d
   (x, y), = gen_chunks(n, v, d, n, 0)
@@ -189,24 +189,25 @@ def bench_collapse_vmap(a):
                     for i in range(kc)])
   w = np.stack([make_w(v, d) * (1.0 + 0.05 * i) for i in range(kc)])
   val, vy = feats[:, : n // 4], y[: n // 4]
-  kern = jax.jit(jax.vmap(partial(collapse_kernel, block_size=a.block),
+  kern = jax.jit(jax.vmap(partial(C.neural_collapse, options=C.CollapseOptions(block_size=a.block)),
                           in_axes=(0, None, 0, 0, None)))
   med_v, _ = timeit(lambda: jax.block_until_ready(kern(feats, y, w, val, vy)), a.reps)
 
   def loop():
-    return [C.collapse_metrics(feats[i], y, w[i], val[i], vy, block_size=a.block)
+    return [C.collapse_metrics(feats[i], y, w[i], val[i], vy,
+                              options=C.CollapseOptions(block_size=a.block)).to_dict()
             for i in range(kc)]
 
   med_l, _ = timeit(loop, a.reps)
   got, want = jax.device_get(kern(feats, y, w, val, vy)), loop()
   keys = ["nc1_cdnv", "nc2_norm_cov", "nc2_cos_mean", "etf_error", "nc3_cos_mean", "dual_error",
           "nc4_agreement"]
-  rel = max(abs(float(got[k][i]) - want[i][k]) / max(abs(want[i][k]), 1e-12)
+  rel = max(abs(float(getattr(got, k)[i]) - want[i][k]) / max(abs(want[i][k]), 1e-12)
             for k in keys for i in range(kc))
   shape = [kc, n, v, d]
   emit({"case": "collapse_vmap", "impl": "loop of collapse_metrics", "shape": shape,
         "time_s": med_l})
-  emit({"case": "collapse_vmap", "impl": "sbjax jit(vmap(collapse_kernel))", "shape": shape,
+  emit({"case": "collapse_vmap", "impl": "sbjax jit(vmap(neural_collapse))", "shape": shape,
         "time_s": med_v, "speedup": med_l / med_v, "accuracy": rel})
 
 
@@ -214,7 +215,7 @@ def bench_cka(a):
   import jax
 
   from _metrics_baselines import numpy_cka
-  from sbjax.metrics.cka import cka_to_reference_by_layer
+  from sbjax.metrics import cka_to_reference_by_layer
 
   kk, ll, n, d = a.cka_k, 12, 128, 768
   rng = np.random.default_rng(0)

@@ -39,6 +39,10 @@ import time
 
 from _bench import emit, interleaved_procs, machine, median, peak_flops_cpu, table, write_docs
 
+from sbjax.hostmem import keep_freed_host_memory
+
+keep_freed_host_memory()  # the host allocator, in every process, before JAX starts
+
 ALIASES = {"d512": "pythia-70m"}  # d=512, L=6, H=8, V=50304
 COLS = ["config", "side", "tokens_per_s", "vs_hf_eager", "vs_hf_compile", "mfu", "step_s",
         "compile_s", "peak_mem_gib", "skipped"]

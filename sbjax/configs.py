@@ -19,9 +19,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import runpy
 from pathlib import Path
 
-from ml_collections.config_flags import config_flags
 
 from sbjax.config import Config, DataConfig, ModelConfig, TrainConfig
 from sbjax.data.options import PlantedMixOptions, PlantedOptions
@@ -127,13 +127,16 @@ def get(name: str) -> Config:
 
 
 def load(spec: str) -> Config:
-  """The Config of a config name, a JSON file (missing fields take their defaults) or an
-  ml_collections ``.py`` file (``path.py`` or ``path.py:arg``)."""
+  """The Config of a config name, a JSON file (missing fields take their defaults) or a ``.py``
+  file whose ``get_config(arg)`` returns a Config or its dict (``path.py`` or ``path.py:arg``)."""
   if spec.endswith(".json"):
     path = Path(spec)
     if not path.exists():
       raise ValueError(f"config file {spec} does not exist")
     return Config.from_dict(json.loads(path.read_text()))
   if spec.endswith(".py") or ".py:" in spec:
-    return Config.from_dict(config_flags.ConfigFileFlagParser("config").parse(spec).to_dict())
+    path, _, arg = spec.partition(".py")
+    mod = runpy.run_path(path + ".py")
+    cfg = mod["get_config"](*([arg[1:]] if arg else []))
+    return cfg if isinstance(cfg, Config) else Config.from_dict(dict(cfg))
   return get(spec)

@@ -9,8 +9,8 @@ W = V_r S_r^1/2: least ||H||^2 + ||W||^2, the one weight decay favours) and ``pl
 generating parameters, h_c = [alpha u_c / sqrt(k), 1], w_v = [v_v - mean v, b_v - mean b]).
 A token (c, w) has probability q(c, w) = pi_c P(w | c) and feature h_c, so the class statistics
 are population values (mass m_w = sum_c q(c, w), mean, population variance) and NC1-NC3 are
-``metrics_from_stats`` of them; NC4: a context is a hit when argmax_v <w_v, h_c> = argmin_v
-||h_c - mu_v||^2, weighted by pi_c (per class: by q(c, w) / m_w).
+``collapse_metrics_from_stats`` of them; NC4: a context is a hit when argmax_v <w_v, h_c> =
+argmin_v ||h_c - mu_v||^2, weighted by pi_c (per class: by q(c, w) / m_w).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from sbjax.data.planted import PlantedLanguage
-from sbjax.metrics import collapse as C
+from sbjax import metrics as C
 
 # Population statistics have no sampling error: the count passes min_count and makes the
 # finite-sample correction negligible.
@@ -58,12 +58,13 @@ def population_stats(lang, h: np.ndarray, w: np.ndarray) -> dict:
 
 def ceiling_metrics(lang: PlantedLanguage, variant: str = "balanced") -> dict:
   """NC1-NC4 of the Bayes-optimal model of ``lang``: every scalar key of
-  ``metrics_from_stats``, ``nc4_agreement`` (token-weighted), ``nc4_agreement_per_class``,
+  ``collapse_metrics_from_stats``, ``nc4_agreement`` (token-weighted), ``nc4_agreement_per_class``,
   ``width`` r, ``entropy`` H (nats, the optimum's loss) and ``variant``."""
   h, w = optimal_factorisation(lang, variant)
   st = population_stats(lang, h, w)
   counts = np.where(st["mass"] > 0, POPULATION_COUNT, 0).astype(np.int64)
-  out = C.metrics_from_stats(st["means"], st["variances"], counts, w, min_count=1)
+  out = C.collapse_metrics_from_stats(st["means"], st["variances"], counts, w,
+                                      options=C.CollapseOptions(min_count=1)).to_dict()
   seen = st["mass"] > 0
   per_class = (st["q"].T @ st["hits"])[seen] / st["mass"][seen]
   out.update(nc4_agreement=float(lang.stationary @ st["hits"]),

@@ -6,7 +6,7 @@ the next tokens: (1) train split: per-class sums and counts -> mu_c; (2) train s
 sum ||h_i - mu_c||^2 -> sigma_c^2 (two-pass variance; the features of pass 1 are kept when they
 fit in ``feature_cache_bytes``, else recomputed); (3) validation: NC4 hits and the loss
 -(1/N_val) sum log softmax(z_i)[y_i]. One set of passes gives the metrics at every min_count
-(``sbjax.metrics.collapse.metrics_from_stats`` per model: blocked pairs, never K x K).
+(``sbjax.metrics.collapse_metrics_from_stats`` per model: blocked pairs, never K x K).
 
 A stack of one model is padded to two (``stack``): XLA:CPU drops a vmapped axis of size 1 and
 then rounds differently (1e-5 relative); in stacks of two or more a model's numbers do not
@@ -24,7 +24,7 @@ import numpy as np
 
 from sbjax import heads as heads_lib
 from sbjax.config import ModelConfig
-from sbjax.metrics import collapse as C
+from sbjax import metrics as C
 from sbjax.model import Model
 
 log = logging.getLogger("sbjax")
@@ -171,15 +171,20 @@ def collapse_pass(mc: ModelConfig, stacked_params, train_windows: np.ndarray,
 
 
 def _model_metrics(i, arrays, counts_np, nc4_state, why: str, **kw) -> dict:
-  """metrics_from_stats of model i (per_class=True), or an error row (never raises)."""
+  """collapse_metrics_from_stats of model i (with the per-class arrays of the analysed
+  classes, ``class_ids``), or an error row (never raises)."""
   means_np, var_np, w_np = arrays
   empty = {"class_ids": np.zeros(0, np.int64), "per_class_cdnv": np.zeros(0),
            "per_class_interference": np.zeros(0)}
   if why:
     return {"error": why, **empty}
   try:
-    r = C.metrics_from_stats(means_np[i], var_np[i], counts_np, w_np[i], nc4=nc4_state,
-                             per_class=True, **kw)
+    res = C.collapse_metrics_from_stats(means_np[i], var_np[i], counts_np, w_np[i], nc4=nc4_state,
+                                        options=C.CollapseOptions(per_class=True, **kw))
+    r, ids = res.to_dict(), np.flatnonzero(res.class_analyzed)
+    del r["class_analyzed"]
+    r.update(class_ids=ids, per_class_cdnv=res.per_class_cdnv[ids],
+             per_class_interference=res.per_class_interference[ids])
     r["error"] = ""
     r["unc3_reason"] = C.unc3_reason(r["nc3_cos_mean"], r["nc3_cos_se"])
   except ValueError as e:  # e.g. non-finite features of a diverged model: a NaN row

@@ -17,9 +17,8 @@ import numpy as np
 
 from sbjax import heads as heads_lib
 from sbjax import optim
+from sbjax import metrics as M
 from sbjax.data.planted_tail import token_marginal
-from sbjax.metrics import anisotropy as aniso_lib
-from sbjax.metrics import spectrum
 from sbjax.model import Model
 from sbjax.studies import floor as floor_lib
 
@@ -47,14 +46,13 @@ def _checkpoint_fn(mc):
     nll = -jnp.take_along_axis(logq, y[..., None], axis=-1)[..., 0]
     h = ex["h"].reshape(-1, ex["h"].shape[-1])
     w = heads_lib.head_matrix(params, mc)
-    sp = spectrum.head_spectra(w, d=jnp.asarray(W_ERROR_DIMS), method="svd")
+    sp = M.head_spectra(w, d=jnp.asarray(W_ERROR_DIMS), method="svd")
     norms = jnp.linalg.norm(w.astype(jnp.float32), axis=-1)
-    return {"w_error_raw": sp["raw"]["w_error"], "w_error_centred": sp["centred"]["w_error"],
-            "rb_W": rb.mean(-1), "nll_W": nll.mean(-1),
-            "anisotropy_last": aniso_lib.anisotropy(h),
-            "kl_raw": sp["raw"]["kl_to_uniform"], "erank_raw": sp["raw"]["effective_rank"],
-            "kl_centred": sp["centred"]["kl_to_uniform"],
-            "erank_centred": sp["centred"]["effective_rank"],
+    return {"w_error_raw": sp.raw.w_error, "w_error_centred": sp.centred.w_error,
+            "rb_W": rb.mean(-1), "nll_W": nll.mean(-1), "anisotropy_last": M.anisotropy(h),
+            "kl_raw": sp.raw.kl_to_uniform, "erank_raw": sp.raw.effective_rank,
+            "kl_centred": sp.centred.kl_to_uniform,
+            "erank_centred": sp.centred.effective_rank,
             "rare_row_norm": norms[rare].mean(), "frequent_row_norm": norms[frequent].mean(),
             "row_norm_mean": norms.mean()}
 

@@ -20,6 +20,10 @@ The names below are loaded on first use, so that ``sbjax.config`` can import the
 ``sbjax.data.sources`` and ``options`` without importing jax, numpy or TFDS.
 """
 
+from sbjax._extras import require
+
+require("sbjax.data")
+
 import importlib
 
 _LAZY = {"make_dataset": "dataset", "Dataset": "dataset", "PlantedLanguage": "planted",

@@ -16,9 +16,9 @@ layer l, on ONE fixed batch of n sequences (the same tokens for every checkpoint
   (n_all * T) x D activations at all positions of the first ``all_sequences``
   sequences (``tokens="all"``); S = the final checkpoint. CKA is linear CKA with the
   biased HSIC (``estimator="biased"``, Kornblith et al. 2019, the authors' code) or the
-  debiased HSIC (``"debiased"``, Song et al. 2012); see ``sbjax.metrics.cka``.
+  debiased HSIC (``"debiased"``, Song et al. 2012); see ``sbjax.metrics.linear_cka``.
   c(S, l) = 1 exactly.
-* PER (proportional effective rank, ``sbjax.metrics.spectrum``): with sigma the
+* PER (proportional effective rank, ``sbjax.metrics.proportional_effective_rank``): with sigma the
   singular values and p_i = sigma_i / sum_{j<=r} sigma_j over the top r,
   PER = exp(-sum_{i<=r} p_i log p_i) / r.
   ``mlp``: of block l's ``fc_out_kernel`` (F x D), r = ``per_mlp_r`` or min(F, D).

@@ -9,17 +9,14 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from sbjax.metrics import spectrum
-
-THRESHOLD = 0.6  # Godey et al. (2024), Fig. 8: the W-error level
-TOL = 0.02  # r* = the smallest rank with loss <= (1 + TOL) * full-rank loss
+from sbjax import metrics as M
 
 
 def w_error_curve(w) -> tuple:
-  """(sigma, W-error(d) for d = 0..n) of a V x d head, via sbjax.metrics.spectrum (SVD)."""
-  s = spectrum.singular_values(jnp.asarray(w, jnp.float32), method="svd")
+  """(sigma, W-error(d) for d = 0..n) of a V x d head, via sbjax.metrics (SVD)."""
+  s = M.singular_values(jnp.asarray(w, jnp.float32), method="svd")
   n = int(s.shape[0])
-  we = spectrum.w_error(s, jnp.arange(n + 1))
+  we = M.w_error(s, jnp.arange(n + 1))
   return np.asarray(s, np.float64), np.asarray(we, np.float64)
 
 
@@ -28,7 +25,7 @@ def rank_at(curve, level: float) -> int:
   return int(next(d for d, v in enumerate(curve) if v <= level))
 
 
-def threshold_rank(ranks, losses, full_loss: float, tol: float = TOL):
-  """r* = the smallest rank with loss <= (1 + tol) * full_loss (None if there is none)."""
-  ok = [r for r, l in sorted(zip(ranks, losses)) if l <= (1.0 + tol) * full_loss]
+def first_within(ranks, losses, limit: float):
+  """r* = the smallest rank whose loss is <= ``limit`` (None if there is none)."""
+  ok = [r for r, l in sorted(zip(ranks, losses)) if l <= limit]
   return ok[0] if ok else None

@@ -27,7 +27,7 @@ from sbjax.data.text import DataError
 from sbjax.experiment import Context
 from sbjax.experiment.runner import run
 from sbjax.heads import head_matrix
-from sbjax.metrics import collapse as C
+from sbjax import metrics as C
 from sbjax.model import Model
 from tests._corpus import chain_tokens, generated_docs, write_corpus
 from tests._xla import TEST_XLA_FLAGS
@@ -64,7 +64,7 @@ def test_pass_matches_direct_computation(out):
     h = np.asarray(ex["h"]).reshape(-1, 8)
     w = np.asarray(head_matrix(p, mc))
     ref = C.collapse_metrics(h[:37 * t], tr[:, 1:].ravel(), w, h[37 * t:], va[:, 1:].ravel())
-    for k, v in ref.items():
+    for k, v in ref.to_dict().items():
       assert res[i][1][k] == pytest.approx(v, rel=2e-4, abs=1e-5, nan_ok=True), k
     z = np.asarray(scores, np.float64)[37:]
     nll = np.log(np.exp(z).sum(-1)) - np.take_along_axis(z, va[:, 1:, None], -1)[..., 0]

@@ -139,18 +139,22 @@ def test_the_report_opens_in_plain_words(tmp_path):
 
 
 def test_expected_orbax_and_tfds_notes_are_not_logged(tiny_run, tmp_path, caplog):
-  """A restore (orbax's read-only CheckpointManager) and a dataset made at run time (TFDS's
-  custom builder config) log none of their expected notes; other warnings still pass."""
+  """With the filter the command-line entry points install (``lognotes.install``; importing
+  sbjax installs nothing), a restore (orbax's read-only CheckpointManager) and a dataset made
+  at run time (TFDS's custom builder config) log none of their expected notes; other warnings
+  still pass."""
   import logging
   import shutil
 
   from absl import logging as absl_logging
 
   from sbjax import checkpoint as ckpt
+  from sbjax import lognotes
   from sbjax.data import make_dataset
   from tests._tiny import tiny_run_config
 
   caplog.set_level(logging.INFO)
+  lognotes.install()
   run = tmp_path / "run"
   shutil.copytree(tiny_run, run)
   ckpt.load_params(str(run), None)

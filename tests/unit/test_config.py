@@ -78,3 +78,12 @@ def test_typed_command_line_keys_set_typed_fields():
   text = train_cli.config_of("tiny", ["data.source=text", "data.options.path=2024",
                                       'model.head={"kind": "mos", "n_mix": 2}'])
   assert text.data.options.path == "2024" and text.model.head == MoSHead(n_mix=2)
+
+
+def test_a_python_config_file(tmp_path):
+  f = tmp_path / "mine.py"
+  f.write_text("from sbjax import configs\n\ndef get_config(width='16'):\n"
+               "  c = configs.load('tiny').to_dict()\n  c['model']['d_model'] = int(width)\n"
+               "  return c\n")
+  assert configs.load(str(f)).model.d_model == 16
+  assert configs.load(f"{f}:32").model.d_model == 32

@@ -17,7 +17,7 @@ from jax.sharding import PartitionSpec as P
 
 from sbjax import heads, configs
 from sbjax import sharding as shd
-from sbjax.config import Config, ModelConfig, TrainConfig
+from sbjax.config import ModelConfig, TrainConfig
 from sbjax.model import Model, flops_per_token
 from sbjax.optim import make_optimizer, trainable_labels
 from sbjax.heads.lowrank import LowRankHead
