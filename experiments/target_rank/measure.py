@@ -20,7 +20,7 @@ from sbjax.studies import lowrank_svd, ngram
 def data_config(p: Preset, vocab: int, out: Path, data: str | None) -> DataConfig:
   """The DataConfig of one vocabulary size (validated)."""
   source = p.overrides.get("data.source")
-  # TFDS array_record files need a local folder (a gs:// out: sbjax's local data cache)
+  # the token caches, shared by the runs, in a local folder (a gs:// out: the local data cache)
   where = None if source == "tfds" else local_data_dir(out) / "data" / "tfds"
   return config_from(p.base, {**p.overrides, "data.options.vocab_size": vocab,
                               **corpus_overrides(source, data, where)}).data
