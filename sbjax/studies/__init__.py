@@ -1,7 +1,6 @@
 """Per-paper studies built on the library: exact rank floors (``floor``), head-rank sweeps
-(``rank_sweep``), the neural-collapse model grid (``collapse_grid``), n-gram target matrices
-(``ngram``, ``lowrank_svd``), scaling-law fits (``scaling``), statistics (``stats``) and layer
-convergence over checkpoints (``convergence``).
+(``rank_sweep``), the neural-collapse model grid (``collapse_grid``), n-gram count matrices
+(``ngram``), scaling-law fits (``scaling``) and statistics (``stats``).
 
 ``sbjax.analysis`` analyses the checkpoints of one run; the modules here combine runs, train
 models or compute per-paper quantities, and are imported by the experiments.
