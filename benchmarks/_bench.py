@@ -1,8 +1,10 @@
-"""Shared helpers of the benchmarks (not a test): timing, JSON lines, tables, peak FLOP/s.
+"""Shared helpers of the benchmarks (not a test): timing, JSON lines, tables, docs/benchmarks.md.
 
-Every benchmark prints one ``BENCH {json}`` line per case and a table at the end.
-Timings are medians of ``reps`` repetitions after warm-up; sides that are compared run
-interleaved (A, B, A, B, ...) in one process so that a noisy machine slows them alike.
+Every benchmark prints one ``BENCH {json}`` line per case and a table at the end; with
+``--write_docs`` it also replaces its own section of docs/benchmarks.md. Timings are medians of
+``reps`` repetitions after warm-up; sides that are compared run interleaved (A, B, A, B, ...)
+in one run so that a noisy machine slows them alike, and every ratio is against a baseline
+measured in the same run.
 """
 
 from __future__ import annotations
@@ -11,14 +13,18 @@ import contextlib
 import json
 import os
 import platform
+import re
 import statistics
+import subprocess
 import sys
 import time
+from pathlib import Path
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-if ROOT not in sys.path:
-  sys.path.insert(0, ROOT)
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+DOCS = ROOT / "docs" / "benchmarks.md"
+if str(ROOT) not in sys.path:
+  sys.path.insert(0, str(ROOT))
 
 ROWS: list[dict] = []
 
@@ -29,18 +35,16 @@ def emit(rec: dict) -> dict:
   return rec
 
 
-def interleaved(fns: dict, reps: int, warmup: int = 1) -> dict:
-  """{name: [seconds...]} for callables run round-robin ``reps`` times after ``warmup`` calls."""
-  for f in fns.values():
-    for _ in range(warmup):
-      f()
-  out = {k: [] for k in fns}
+def timeit(fn, reps: int, warm: bool = True) -> tuple[float, list[float]]:
+  """(median seconds, all seconds) of ``reps`` calls of ``fn``, after one untimed call."""
+  if warm:
+    fn()
+  ts = []
   for _ in range(reps):
-    for k, f in fns.items():
-      t = time.perf_counter()
-      f()
-      out[k].append(time.perf_counter() - t)
-  return out
+    t0 = time.perf_counter()
+    fn()
+    ts.append(time.perf_counter() - t0)
+  return statistics.median(ts), ts
 
 
 def _side_worker(conn, builder, args, warmup=1):
@@ -60,21 +64,20 @@ def _side_worker(conn, builder, args, warmup=1):
 
 def interleaved_procs(builders: dict, reps: int, env: dict | None = None,
                       warmup: int = 1) -> tuple[dict, dict]:
-  """Like :func:`interleaved`, but every side lives in its own (spawned) process.
-
-  ``builders`` maps a side name to ``(builder, args)``: a module-level function that
-  returns ``(run, info)`` in the child. Sides are built one at a time, warmed up once, then
-  timed round-robin ``reps`` times; only the side being timed is busy. Sides in one process
-  slow each other (two runtimes' thread pools and allocators on 2 cores: measured 374 vs
-  268 tokens/s for the sbjax d512 step alone vs interleaved with HF in-process).
-  ``env`` maps a side name to environment variables its process starts with; ``warmup``
-  untimed calls follow each build.
-  Returns ``({name: [seconds]}, {name: info or {"skipped": reason}})``.
-  """
+  """Time sides round-robin, each in its own spawned process (two runtimes in one process
+  slow each other on 2 cores). ``builders`` maps a side to ``(builder, args)``: a
+  module-level function returning ``(run, info)`` in the child; ``env`` maps a side to the
+  environment its process starts with. A single side runs in this process (which may hold
+  an accelerator a child could not open).
+  Returns ``({side: [seconds]}, {side: info or {"skipped": reason}})``."""
   import multiprocessing as mp
 
-  if len(builders) == 1:  # nothing to isolate from: time it in this process (see below)
-    return _in_process(builders, reps, warmup)
+  if len(builders) == 1:
+    ((name, (builder, args)),) = builders.items()
+    run, info = builder(*args)
+    for _ in range(warmup):
+      run()
+    return {name: timeit(run, reps, warm=False)[1]}, {name: info}
   ctx = mp.get_context("spawn")
   conns, procs, info = {}, [], {}
   try:
@@ -119,82 +122,70 @@ def _environ(overrides: dict):
         os.environ[k] = v
 
 
-def _in_process(builders: dict, reps: int, warmup: int = 1) -> tuple[dict, dict]:
-  """``interleaved_procs`` of one side, in this process. Besides a spawn and an import saved,
-  this is what lets one side run on an accelerator at all: a parent that has opened the
-  device (``jax.devices()``) holds a TPU (a child cannot open it) or has preallocated most
-  of a GPU's memory."""
-  ((name, (builder, args)),) = builders.items()
-  try:
-    run, info = builder(*args)
-    for _ in range(warmup):
-      run()
-  except Exception as e:  # reported like a child's failure
-    return {}, {name: {"skipped": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}}
-  out = []
-  for _ in range(reps):
-    t = time.perf_counter()
-    run()
-    out.append(time.perf_counter() - t)
-  return {name: out}, {name: info}
-
-
 def median(xs) -> float:
   return float(statistics.median(xs))
 
 
-def load_avg() -> float:
-  try:
-    return round(os.getloadavg()[0], 2)
-  except OSError:
-    return -1.0
-
-
 def machine() -> dict:
-  return {"cpu_count": os.cpu_count(), "load_avg_1m": load_avg(), "machine": platform.machine()}
+  return {"cpu_count": os.cpu_count(), "load_avg_1m": round(os.getloadavg()[0], 2),
+          "machine": platform.machine()}
 
 
-def peak_flops_cpu(n: int = 2048, reps: int = 10) -> dict:
-  """Best f32 n×n matmul FLOP/s over jax and torch (if installed), in this process."""
+def peak_rss_mb() -> float:
+  """This process's peak resident memory, MB (VmHWM: its own; ru_maxrss would carry the
+  parent's high-water mark over a fork and exec)."""
+  with open("/proc/self/status") as fh:
+    return int(next(ln for ln in fh if ln.startswith("VmHWM:")).split()[1]) / 1024
+
+
+def peak_flops_cpu(n: int = 2048, reps: int = 10) -> float:
+  """The best float32 n×n matmul FLOP/s jax reaches in this process."""
   import jax
   import jax.numpy as jnp
   import numpy as np
 
   a = jnp.asarray(np.random.default_rng(0).standard_normal((n, n)), jnp.float32)
   f = jax.jit(lambda x, y: x @ y)
-  f(a, a).block_until_ready()
-  best = {}
-  ts = []
-  for _ in range(reps):
-    t = time.perf_counter()
-    f(a, a).block_until_ready()
-    ts.append(time.perf_counter() - t)
-  best["jax"] = 2 * n ** 3 / min(ts)
-  try:
-    import torch
+  _, ts = timeit(lambda: f(a, a).block_until_ready(), reps)
+  return 2 * n ** 3 / min(ts)
 
-    ta = torch.randn(n, n)
-    ta @ ta
-    ts = []
-    for _ in range(reps):
-      t = time.perf_counter()
-      ta @ ta
-      ts.append(time.perf_counter() - t)
-    best["torch"] = 2 * n ** 3 / min(ts)
-  except ImportError:
-    pass
-  return {"peak_flops": max(best.values()), **{f"matmul_{k}_flops": v for k, v in best.items()}}
+
+def fmt(v) -> str:
+  if isinstance(v, float):
+    return f"{v:.4g}"
+  return "" if v is None else str(v)
 
 
 def table(cols: list[str], rows: list[dict] | None = None) -> str:
+  """A markdown table of ``rows`` (default: every emitted row) in columns ``cols``."""
   rows = ROWS if rows is None else rows
-
-  def fmt(v):
-    if isinstance(v, float):
-      return f"{v:.4g}"
-    return str(v)
-
   lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-  for r in rows:
-    lines.append("| " + " | ".join(fmt(r.get(c, "")) for c in cols) + " |")
+  lines += ["| " + " | ".join(fmt(r.get(c)) for c in cols) + " |" for r in rows]
   return "\n".join(lines)
+
+
+def _commit() -> str:
+  try:
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
+                          capture_output=True, check=True).stdout.strip()
+  except (OSError, subprocess.CalledProcessError):
+    return "unknown"
+
+
+def write_docs(key: str, title: str, body: str, device: str = "cpu") -> None:
+  """Replace the section ``key`` of docs/benchmarks.md (between its begin/end markers, one per
+  benchmark and device) with ``body``, headed by the command, date, commit and machine;
+  a new key is appended as a ``## title`` section."""
+  key = f"{key} {device}"
+  begin, end = f"<!-- begin {key} -->", f"<!-- end {key} -->"
+  cmd = " ".join(["python", os.path.relpath(sys.argv[0], ROOT), *sys.argv[1:]])
+  stamp = (f"`{cmd}` · {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} · commit "
+           f"{_commit()} · {device}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
+  block = f"{begin}\n{stamp}\n\n{body.strip()}\n{end}"
+  text = DOCS.read_text() if DOCS.exists() else "# Benchmarks\n"
+  if begin in text:
+    text = re.sub(re.escape(begin) + r".*?" + re.escape(end), lambda _: block, text, flags=re.S)
+  else:
+    text = text.rstrip("\n") + f"\n\n## {title} ({device})\n\n{block}\n"
+  DOCS.write_text(text)
+  print(f"wrote {DOCS.relative_to(ROOT)} [{key}]", flush=True)

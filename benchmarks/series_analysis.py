@@ -2,7 +2,7 @@
 
 A series of K revisions of a GPT-NeoX model (random weights; default pythia-70m-shaped,
 K=16) is saved with transformers in the HF cache layout (``models--org--name/{refs,
-snapshots, blobs}``), and a fixed batch of N x T real tokens (the development corpus
+snapshots, blobs}``), and a fixed batch of N x T real tokens (the shipped sample corpus
 tokenised with a byte-level BPE tokenizer.json trained on it) in an .npy [N, T+1]. Both
 sides compute, per revision: eval loss (mean next-token NLL over the N*T targets), the head
 spectrum (effective rank and KL(sigma/sum sigma || uniform) of embed_out), last-layer
@@ -11,20 +11,18 @@ linear CKA (biased HSIC) to the final revision of every block's MLP output and O
 output (sum_h v_h W_O,h, no attention weighting) at the last position of each sequence:
 
 - ``authors``: the convergence paper's script style: for each revision,
-  ``GPTNeoXForCausalLM.from_pretrained(snapshot)`` (moved to ``--device``: ``cuda`` or
-  ``auto`` puts the forwards on the GPU that sbjax's side uses), forward hooks on each block's
-  MLP and query_key_value, torch forwards in chunks, the loss as torch's float32 cross_entropy (what
-  ``labels=`` gives; session 8 used a float64 log-softmax, a handicap sbjax does not carry),
-  numpy/float64 metrics (SVD, anisotropy, CKA);
-- ``sbjax``: ``experiments.convert.import_to_workdir`` (hashes every revision, writes orbax
-  checkpoints) then ``analyze_run(--tokens)`` (vmapped groups of checkpoints).
+  ``GPTNeoXForCausalLM.from_pretrained(snapshot)`` (on ``--device``: ``cuda`` or ``auto``
+  puts the forwards on the GPU that sbjax's side uses), forward hooks on each block's MLP and
+  query_key_value, torch forwards in chunks, the loss as torch's float32 cross_entropy (what
+  ``labels=`` gives), numpy float64 metrics (SVD, anisotropy, CKA);
+- ``sbjax``: ``sbjax.cli.convert.import_to_workdir`` (hashes every revision, writes orbax
+  checkpoints) then ``analyze_run`` on the token batch (vmapped groups of checkpoints).
 
-Each side runs in its own subprocess (wall time and peak RSS of that process, imports
-included); values must agree to ``--tol`` (max abs difference per metric is printed; relative for
-head_erank, see ``RELATIVE``). ``--profile`` adds seconds per phase of each side.
+Each side runs in its own process (wall and CPU seconds, peak RSS, imports included); the
+values must agree to ``--tol`` (absolute; relative for head_erank, see ``RELATIVE``).
 
-    PYTHONPATH=. python benchmarks/series_analysis.py                    # K=16 pythia-70m, 128x256
-    PYTHONPATH=. python benchmarks/series_analysis.py --small            # minutes on 2 cores
+    PYTHONPATH=. python benchmarks/series_analysis.py --small --write_docs   # minutes on 2 CPUs
+    PYTHONPATH=. python benchmarks/series_analysis.py                      # K=16 pythia-70m
 """
 
 from __future__ import annotations
@@ -37,23 +35,20 @@ import resource
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
-import _bench  # noqa: F401 - puts the repository on sys.path
-from _bench import emit, machine
+from _bench import emit, machine, peak_rss_mb, table, write_docs
 
 SHAPES = {"pythia-70m": dict(hidden_size=512, num_hidden_layers=6, num_attention_heads=8,
                              intermediate_size=2048, vocab_size=50304),
           "small": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                        intermediate_size=256, vocab_size=2048),
-          # device_check.sh --dry-run: seconds, not minutes
-          "tiny": dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                       intermediate_size=64, vocab_size=384)}
+                        intermediate_size=256, vocab_size=2048)}
 
 
 def build(root: Path, a) -> None:
-  """The series (HF cache layout) and the token batch, once."""
+  """The series (HF cache layout) and the token batch, once per size (``root`` names it)."""
   import numpy as np
   import torch
   import transformers
@@ -91,43 +86,7 @@ def build(root: Path, a) -> None:
     (repo / "refs").mkdir(exist_ok=True)
     (repo / "refs" / f"step{1000 * k}").write_text(commit)
   shutil.rmtree(root / "saved")
-  (root / "series.done").write_text(json.dumps({"k": a.k, "shape": a.shape, "n": a.n, "t": a.t}))
-
-
-class Phases:
-  """[wall s, CPU s of the process (all threads), calls] per named phase (``--profile`` for
-  sbjax; always for the authors' side): ``wrap(obj, attr, name)`` times every call of
-  ``obj.attr`` (blocking on jax results, so asynchronous dispatch is charged to its phase);
-  a jitted function's first call (compile + run) is kept apart as ``NAME:first``."""
-
-  def __init__(self):
-    self.s: dict = {}
-    self.n: dict = {}
-    self.cpu: dict = {}
-
-  def add(self, name: str, dt: float, cpu: float = 0.0) -> None:
-    self.s[name] = self.s.get(name, 0.0) + dt
-    self.n[name] = self.n.get(name, 0) + 1
-    self.cpu[name] = self.cpu.get(name, 0.0) + cpu
-
-  def wrap(self, obj, attr: str, name: str, first: bool = False):
-    f = getattr(obj, attr)
-    seen = []
-
-    def timed(*args, **kw):
-      import jax
-      t0, c0 = time.perf_counter(), time.process_time()
-      out = jax.block_until_ready(f(*args, **kw))
-      self.add(f"{name}:first" if first and not seen else name, time.perf_counter() - t0,
-               time.process_time() - c0)
-      seen.append(1)
-      return out
-    setattr(obj, attr, timed)
-    return timed
-
-  def report(self, side: str) -> None:
-    print(f"phases_{side}=" + json.dumps({k: [round(v, 2), round(self.cpu[k], 2), self.n[k]]
-                                          for k, v in sorted(self.s.items())}), file=sys.stderr)
+  (root / "series.done").touch()
 
 
 def _np_cka(x, y):
@@ -137,14 +96,46 @@ def _np_cka(x, y):
   return float(np.linalg.norm(x.T @ y) ** 2 / (np.linalg.norm(x.T @ x) * np.linalg.norm(y.T @ y)))
 
 
-def _now() -> tuple:
-  return time.perf_counter(), time.process_time()
+def _hooks(m, acts: dict) -> list:
+  """Forward hooks that collect each block's MLP output and OV-circuit output at the last
+  position of each sequence (float64 numpy) into ``acts``."""
+  hooks, n_heads = [], m.config.num_attention_heads
+  for i, layer in enumerate(m.gpt_neox.layers):
+    hooks.append(layer.mlp.register_forward_hook(
+        lambda mod, inp, o, i=i: acts["mlp"][i].append(o[:, -1].double().cpu().numpy())))
+
+    def qkv_hook(mod, inp, o, i=i, layer=layer, h=n_heads):
+      b, t, _ = o.shape
+      v = o.view(b, t, h, 3, -1)[:, -1, :, 2, :].reshape(b, -1)
+      acts["ov"][i].append((v @ layer.attention.dense.weight.T).double().cpu().numpy())
+    hooks.append(layer.attention.query_key_value.register_forward_hook(qkv_hook))
+  return hooks
 
 
-def _since(t0: tuple, t1: tuple | None = None) -> tuple:
-  """(wall s, CPU s) from ``t0`` to ``t1`` (default: now), both ``_now()``."""
-  t1 = t1 or _now()
-  return t1[0] - t0[0], t1[1] - t0[1]
+def _authors_row(m, toks, a, dev, acts) -> dict:
+  """One revision the authors' way: torch forwards in chunks, numpy float64 metrics."""
+  import numpy as np
+  import torch
+
+  nll, feats = 0.0, []
+  with torch.no_grad():
+    for c0 in range(0, len(toks), a.chunk):
+      x = torch.tensor(toks[c0:c0 + a.chunk], device=dev)
+      o = m(x[:, :-1], output_hidden_states=True)
+      nll += float(torch.nn.functional.cross_entropy(  # float32, as HF's labels= loss
+          o.logits.reshape(-1, o.logits.shape[-1]), x[:, 1:].reshape(-1), reduction="sum"))
+      last = o.hidden_states[-1]
+      feats.append(last.double().reshape(-1, last.shape[-1]).cpu().numpy())
+  h = np.concatenate(feats)
+  u = h / np.linalg.norm(h, axis=1, keepdims=True)
+  s_ = u.sum(0)
+  sv = np.linalg.svd(m.get_output_embeddings().weight.detach().double().cpu().numpy(),
+                     compute_uv=False)
+  p = sv / sv.sum()
+  ent = -(p * np.log(np.where(p > 0, p, 1))).sum()
+  return {"eval_loss": nll / toks[:, 1:].size,
+          "anisotropy_last": float((s_ @ s_ - len(u)) / (len(u) * (len(u) - 1))),
+          "head_erank": float(np.exp(ent)), "head_kl_uniform": float(np.log(len(p)) - ent)}
 
 
 def side_authors(root: Path, a) -> dict:
@@ -159,169 +150,61 @@ def side_authors(root: Path, a) -> dict:
   dev = ("cuda" if torch.cuda.is_available() else "cpu") if a.device == "auto" else a.device
   revs = revisions.find(root / "hub")
   toks = np.load(root / "tokens.npy").astype(np.int64)
-  out, ref, ph = {}, None, Phases()
+  out, ref = {}, None
   for r in [revs[-1]] + revs[:-1]:  # the final revision first: the CKA reference
-    t0 = _now()
     m = transformers.GPTNeoXForCausalLM.from_pretrained(r.path, dtype=torch.float32).to(dev).eval()
-    ph.add("load", *_since(t0))
     acts = {"mlp": [[] for _ in m.gpt_neox.layers], "ov": [[] for _ in m.gpt_neox.layers]}
-    hooks, n_heads = [], m.config.num_attention_heads
-    for i, layer in enumerate(m.gpt_neox.layers):
-      hooks.append(layer.mlp.register_forward_hook(
-          lambda mod, inp, o, i=i: acts["mlp"][i].append(o[:, -1].double().cpu().numpy())))
-
-      def qkv_hook(mod, inp, o, i=i, layer=layer, h=n_heads):
-        b, t, _ = o.shape
-        v = o.view(b, t, h, 3, -1)[:, -1, :, 2, :].reshape(b, -1)
-        acts["ov"][i].append((v @ layer.attention.dense.weight.T).double().cpu().numpy())
-      hooks.append(layer.attention.query_key_value.register_forward_hook(qkv_hook))
-    nll, feats = 0.0, []
-    with torch.no_grad():
-      for c0 in range(0, len(toks), a.chunk):
-        x = torch.tensor(toks[c0:c0 + a.chunk], device=dev)
-        t0 = _now()
-        o = m(x[:, :-1], output_hidden_states=True)
-        t1 = _now()
-        nll += float(torch.nn.functional.cross_entropy(  # float32, as HF's labels= loss
-            o.logits.reshape(-1, o.logits.shape[-1]), x[:, 1:].reshape(-1), reduction="sum"))
-        t2 = _now()
-        last = o.hidden_states[-1]
-        feats.append(last.double().reshape(-1, last.shape[-1]).cpu().numpy())
-        ph.add("forward(+hooks)", *_since(t0, t1))
-        ph.add("loss (float32 cross_entropy)", *_since(t1, t2))
-        del o
+    hooks = _hooks(m, acts)
+    row = _authors_row(m, toks, a, dev, acts)
     for hk in hooks:
       hk.remove()
-    t0 = _now()
-    h = np.concatenate(feats)
-    u = h / np.linalg.norm(h, axis=1, keepdims=True)
-    s_ = u.sum(0)
-    aniso = float((s_ @ s_ - len(u)) / (len(u) * (len(u) - 1)))
-    t1 = _now()
-    sv = np.linalg.svd(m.get_output_embeddings().weight.detach().double().cpu().numpy(),
-                       compute_uv=False)
-    p = sv / sv.sum()
-    ent = -(p * np.log(np.where(p > 0, p, 1))).sum()
-    row = {"eval_loss": nll / toks[:, 1:].size, "anisotropy_last": aniso,
-           "head_erank": float(np.exp(ent)), "head_kl_uniform": float(np.log(len(p)) - ent)}
-    t2 = _now()
-    ph.add("anisotropy", *_since(t0, t1))
-    ph.add("head spectrum (float64 SVD)", *_since(t1, t2))
     layer_acts = {k: [np.concatenate(v) for v in vs] for k, vs in acts.items()}
-    if ref is None:
-      ref = layer_acts
+    ref = ref or layer_acts
     for kind, name in (("mlp", "mlp"), ("ov", "attn")):
       for i, x in enumerate(layer_acts[kind]):
         row[f"cka_to_final_{name}_{i}"] = _np_cka(x, ref[kind][i])
     out[r.step] = row
-    ph.add("cka", *_since(t2))
-    del m
-  ph.report("authors")
   return out
 
 
-def _instrument_sbjax(ph: Phases) -> None:
-  """Time sbjax's phases from outside (the library is unchanged)."""
-  from sbjax.cli import convert as convert_cli
-  from sbjax import checkpoint
-  from sbjax.analysis import analyze as an
-  from sbjax.analysis import forward as fw
-  from sbjax.analysis import layerwise
-
-  ph.wrap(convert_cli.integrity, "check_revision", "import: hash+check")
-  ph.wrap(convert_cli.hf_import, "import_hf", "import: read safetensors")
-  ph.wrap(convert_cli.checkpoint, "write_params", "import: write orbax")
-  ph.wrap(checkpoint.ParamsReader, "read", "load (orbax restore)")
-  ph.wrap(fw, "stack_params", "load (stack)")
-  ph.wrap(an.samples_lib, "build", "samples")
-  forward, timed = fw.cached_forward, {}
-
-  def cached_forward(*args):  # one timed wrapper per compiled forward: ":first" = its compile
-    f = forward(*args)
-    if id(f) not in timed:
-      timed[id(f)] = ph.wrap(type("F", (), {"f": staticmethod(f)}), "f", "forward", first=True)
-    return timed[id(f)]
-  fw.cached_forward = cached_forward
-  ph.wrap(fw, "eval_pass", "eval pass (forward + host copies)")
-  weights = fw.cached_weight_metrics
-
-  def cached_weight_metrics(*args):
-    f, dims = weights(*args)
-    holder = type("W", (), {"f": staticmethod(f)})
-    return ph.wrap(holder, "f", "weight metrics (head spectra)", first=True), dims
-  fw.cached_weight_metrics = cached_weight_metrics
-  ph.wrap(layerwise, "cka_to_reference", "cka", first=True)
-  ph.wrap(fw, "aniso_layers", "anisotropy (per layer)", first=True)
-  ph.wrap(fw, "aniso_last", "anisotropy (last)", first=True)
-  ph.wrap(an, "write_outputs", "write outputs")
-
-
 def side_sbjax(root: Path, a) -> dict:
-  from sbjax.cli import convert as convert_cli
+  """``import_to_workdir`` (hashes every revision, writes orbax checkpoints), then
+  ``analyze_run`` on the token batch."""
   from sbjax.analysis import analyze_run
   from sbjax.analysis.settings import Settings
+  from sbjax.cli import convert as convert_cli
 
-  ph = Phases()
-  if a.profile:
-    _instrument_sbjax(ph)
   work = root / "work"
   shutil.rmtree(work, ignore_errors=True)
-  t0 = time.perf_counter()
   convert_cli.import_to_workdir(str(root / "hub"), str(work))
-  print(f"import_s={time.perf_counter() - t0:.1f}", file=sys.stderr)
-  t0 = time.perf_counter()
   rows = analyze_run(work, Settings(
       groups=("loss", "anisotropy", "spectrum", "cka"), tokens=str(root / "tokens.npy"),
       eval_sequences=a.n, cka_sequences=a.n, anisotropy_tokens=0, batch_sequences=a.chunk,
       progress=False, figures=False, use_cache=False))
-  print(f"analyze_s={time.perf_counter() - t0:.1f}", file=sys.stderr)
-  if a.profile:
-    ph.report("sbjax")
   return {r["step"]: {k: v for k, v in r.items() if k != "step"} for r in rows}
 
 
 def run_side(name: str, root: Path, a) -> dict:
-  """Wall time and user+sys CPU time of one side's process (imports included)."""
+  """One side in its own process: its values, wall and user+sys CPU seconds (imports
+  included) and peak RSS."""
   t0, r0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
-  load0, started = os.getloadavg()[0], time.strftime("%H:%M:%S", time.gmtime())
-  p = subprocess.run([sys.executable, __file__, f"--side={name}", f"--root={root}",
-                      *[f"--{k}={v}" for k, v in vars(a).items()
-                        if k not in ("side", "root", "small", "profile", "sides", "reuse")],
-                      *(["--profile"] if a.profile else [])],
+  args = [f"--{k}={v}" for k, v in vars(a).items() if k not in ("side", "small", "write_docs")]
+  p = subprocess.run([sys.executable, __file__, f"--side={name}", *args],
                      capture_output=True, text=True)
   if p.returncode:
     raise SystemExit(f"{name} failed:\n{p.stderr[-4000:]}")
   res = json.loads(p.stdout.strip().splitlines()[-1])
-  res["wall_s"] = round(time.perf_counter() - t0, 2)
   r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+  res["wall_s"] = round(time.perf_counter() - t0, 2)
   res["cpu_s"] = round(r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime, 2)
-  res["phases"] = [ln for ln in p.stderr.splitlines()
-                   if ln.startswith(("import_s=", "analyze_s=", "phases_"))]
-  res.update(load_1m_start=round(load0, 2), load_1m_end=round(os.getloadavg()[0], 2),
-             started_utc=started, args={k: getattr(a, k) for k in ("k", "n", "t", "shape", "chunk")})
-  (root / f"result_{name}.json").write_text(json.dumps(res))  # for --reuse
-  print(f"{name}: wall {res['wall_s']} s, cpu {res['cpu_s']} s, {res['phases']}", file=sys.stderr,
-        flush=True)
+  print(f"{name}: wall {res['wall_s']} s, cpu {res['cpu_s']} s", file=sys.stderr, flush=True)
   return res
 
 
-def reused(name: str, root: Path, a) -> dict:
-  """A side's result saved by an earlier run at the same sizes (ROOT/result_NAME.json)."""
-  res = json.loads((root / f"result_{name}.json").read_text())
-  want = {k: getattr(a, k) for k in ("k", "n", "t", "shape", "chunk")}
-  if res.get("args") != want:
-    raise SystemExit(f"--reuse={name}: {root}/result_{name}.json was run at {res.get('args')}, "
-                     f"not {want}")
-  print(f"{name}: reused from {res['started_utc']} (load {res['load_1m_start']}-"
-        f"{res['load_1m_end']}): wall {res['wall_s']} s, cpu {res['cpu_s']} s", file=sys.stderr)
-  return res
-
-
-# Compared relatively: head_erank = exp(H) (H the singular entropy; erank is near d = 512 for
-# these random heads), so
-# |d erank| / erank = |dH|, and a relative 1e-4 on erank is the absolute 1e-4 that head_kl_uniform
-# = log n - H (the same H) is held to. An absolute 1e-4 on erank would ask H to 2e-7, below what a
-# float32 sum of 512 terms resolves (sbjax: float32 Gram eigenvalues; authors: float64 SVD).
+# Compared relatively: head_erank = exp(H) (H the singular entropy), so |d erank| / erank =
+# |dH|, the absolute 1e-4 that head_kl_uniform = log n - H is held to. An absolute 1e-4 on
+# erank (near d = 512 for these random heads) would ask H to 2e-7, below what a float32 sum of
+# 512 terms resolves (sbjax: float32 Gram eigenvalues; authors: float64 SVD).
 RELATIVE = {"head_erank"}
 
 
@@ -337,7 +220,7 @@ def compare(va: dict, vs: dict) -> dict:
   return diffs
 
 
-def main():
+def parse_args(argv=None):
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   ap.add_argument("--k", type=int, default=16)
   ap.add_argument("--n", type=int, default=128, help="sequences of the fixed batch")
@@ -345,49 +228,54 @@ def main():
   ap.add_argument("--shape", default="pythia-70m", choices=sorted(SHAPES))
   ap.add_argument("--chunk", type=int, default=32, help="sequences per forward chunk")
   ap.add_argument("--tol", type=float, default=1e-4)
-  ap.add_argument("--text", default="", help="corpus directory (default: the development one)")
-  ap.add_argument("--root", default="/tmp/sbjax_series_bench")
+  ap.add_argument("--text", default="", help="corpus directory (default: the shipped sample)")
+  ap.add_argument("--root", default=os.path.join(tempfile.gettempdir(), "sbjax_series_bench"),
+                  help="where the series and token batch are built once (reused)")
   ap.add_argument("--side", default="", choices=["", "authors", "sbjax"])
   ap.add_argument("--small", action="store_true", help="K=4, small shape, 32x64 tokens")
   ap.add_argument("--device", default="cpu", help="the authors' torch device: cpu | cuda | auto "
                   "(cuda if torch sees one); sbjax's side uses the device jax sees")
-  ap.add_argument("--profile", action="store_true", help="seconds per phase of each side")
-  ap.add_argument("--sides", default="authors,sbjax", help="which sides to run (comma list)")
-  ap.add_argument("--reuse", default="", help="sides whose saved ROOT/result_SIDE.json is "
-                  "compared instead of running them (one side re-run after a code change)")
-  a = ap.parse_args()
-  root = Path(a.root)
-  if a.side:  # one side, in its own process
-    res = (side_authors if a.side == "authors" else side_sbjax)(root, a)
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"values": {str(k): v for k, v in res.items()}, "peak_rss_mb": round(rss)}))
-    return
+  ap.add_argument("--write_docs", action="store_true", help="replace this benchmark's table "
+                  "in docs/benchmarks.md")
+  a = ap.parse_args(argv)
   if a.small:
     a.k, a.n, a.t, a.shape, a.chunk = 4, 32, 64, "small", 16
   if not a.text:
-    from experiments.shared import DEFAULT_TEXT
-    a.text = str(DEFAULT_TEXT)
+    from sbjax.data.sample_corpus import sample_corpus_dir
+    a.text = str(sample_corpus_dir())
+  return a
+
+
+def main(argv=None):
+  a = parse_args(argv)
+  root = Path(a.root) / f"{a.shape}-k{a.k}-n{a.n}-t{a.t}"
+  if a.side:  # one side, in its own process
+    res = (side_authors if a.side == "authors" else side_sbjax)(root, a)
+    print(json.dumps({"values": {str(k): v for k, v in res.items()},
+                      "peak_rss_mb": round(peak_rss_mb())}))
+    return
   root.mkdir(parents=True, exist_ok=True)
   build(root, a)
-  res = {s: reused(s, root, a) for s in a.reuse.split(",") if s}
-  res.update({s: run_side(s, root, a) for s in a.sides.split(",") if s and s not in res})
-  if len(res) < 2:
-    return
+  res = {s: run_side(s, root, a) for s in ("authors", "sbjax")}
   diffs = compare(res["authors"]["values"], res["sbjax"]["values"])
-  rec = emit({"bench": "series_analysis", "k": a.k, "n": a.n, "t": a.t, "shape": a.shape,
-              "authors_s": res["authors"]["wall_s"], "sbjax_s": res["sbjax"]["wall_s"],
-              "speedup": round(res["authors"]["wall_s"] / res["sbjax"]["wall_s"], 2),
-              "authors_cpu_s": res["authors"]["cpu_s"], "sbjax_cpu_s": res["sbjax"]["cpu_s"],
-              "cpu_ratio": round(res["authors"]["cpu_s"] / res["sbjax"]["cpu_s"], 2),
-              "sbjax_phases": res["sbjax"]["phases"], "authors_phases": res["authors"]["phases"],
-              "load_1m": {k: [r["load_1m_start"], r["load_1m_end"]] for k, r in res.items()},
-              "started_utc": {k: r["started_utc"] for k, r in res.items()},
-              "authors_peak_rss_mb": res["authors"]["peak_rss_mb"],
-              "sbjax_peak_rss_mb": res["sbjax"]["peak_rss_mb"],
-              "max_diff": {k: float(f"{v:.2e}") for k, v in sorted(diffs.items())},
-              "relative": sorted(RELATIVE), "tol": a.tol,
-              "equal_within_tol": all(v <= a.tol for v in diffs.values()), **machine()})
-  print(json.dumps(rec, indent=1))
+  rows = [emit({"side": s, "k": a.k, "n": a.n, "t": a.t, "shape": a.shape,
+                "wall_s": r["wall_s"], "cpu_s": r["cpu_s"], "peak_rss_mb": r["peak_rss_mb"],
+                "speedup": round(res["authors"]["wall_s"] / r["wall_s"], 2),
+                "cpu_ratio": round(res["authors"]["cpu_s"] / r["cpu_s"], 2), **machine()})
+          for s, r in res.items()]
+  worst = max(diffs, key=diffs.get)
+  rows[-1].update(max_diff=f"{diffs[worst]:.1e} ({worst})",
+                  equal_within_tol=all(v <= a.tol for v in diffs.values()))
+  print(json.dumps({k: float(f"{v:.2e}") for k, v in sorted(diffs.items())}))
+  cols = ["side", "shape", "k", "n", "t", "wall_s", "cpu_s", "peak_rss_mb", "speedup",
+          "cpu_ratio", "max_diff", "equal_within_tol"]
+  print(table(cols, rows))
+  if a.write_docs:
+    write_docs("series_analysis", "Series analysis: sbjax vs the authors' way",
+               f"K = {a.k} revisions ({a.shape}), {a.n} × {a.t} tokens; each side in its own "
+               "process, imports included; speedup, cpu_ratio: the authors' wall / CPU seconds "
+               f"over this side's; max_diff: the largest difference of any metric (tol {a.tol:g})."
+               "\n\n" + table(cols, rows), device=a.device)
 
 
 if __name__ == "__main__":

@@ -1,13 +1,14 @@
 r"""Kill-and-resume soak: SIGKILL `experiments.train` at random times, rerun it until it
 finishes, and check that the result is the uninterrupted run, bit for bit.
 
-  PYTHONPATH=. python benchmarks/soak.py --kills=12 --steps=40 --out=/tmp/soak
+  PYTHONPATH=. python benchmarks/soak.py --kills=12 --steps=40 --write_docs
 
 One uninterrupted reference run (started once the soak run has compiled its step into the
 persistent compilation cache) and one soak workdir, both made by the same command line::
 
   python -m experiments.train --config=tiny --workdir=W --config.train.steps=S \
-      --config.train.ckpt_every=1 --config.train.log_every=1 --config.data.tfds_data_dir=OUT/tfds
+      --config.train.ckpt_every=1 --config.train.log_every=1 \
+      --config.data.options.data_dir=OUT/tfds
 
 With a checkpoint after every step most of the training loop is spent saving, so many
 kills land mid-save. A kill counts as *mid-save* when orbax's temporary directory
@@ -23,7 +24,9 @@ Checks (any failure is an AssertionError naming it):
     equals the reference's checkpoint of the same step bitwise;
   * the metrics.jsonl loss sequence, deduplicated by step, equals the reference's bitwise;
   * no orbax temporary directory is left in ``checkpoints/``.
-Returns / prints the counts: kills, kills mid-save, resumes, bitwise-equal, moved aside.
+Returns / prints the counts: kills, kills mid-save, resumes, bitwise-equal, moved aside, and
+the CPU seconds of all the soak's attempts against the reference run's (``cpu_ratio``: what
+the kills and resumes cost).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import json
 import os
 import random
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -46,7 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def train_cmd(workdir: Path, steps: int, tfds_dir: Path, ckpt_every: int = 1) -> list[str]:
   return [sys.executable, "-m", "experiments.train", "--config=tiny", f"--workdir={workdir}",
           f"--config.train.steps={steps}", f"--config.train.ckpt_every={ckpt_every}",
-          "--config.train.log_every=1", f"--config.data.tfds_data_dir={tfds_dir}"]
+          "--config.train.log_every=1", f"--config.data.options.data_dir={tfds_dir}"]
 
 
 def soak_env(cache_dir: str | None = None) -> dict:
@@ -200,13 +204,24 @@ def run_soak(out: Path, *, kills: int = 3, steps: int = 12, seed: int = 0,
   ref = _RefRun(train_cmd(ref_wd, steps, tfds_dir), env, logs / "ref.txt")
   counts = {"kills": 0, "kills_mid_save": 0, "starts": 0, "resumes": 0, "resume_steps": [],
             "plan": plan, "steps": steps, "seed": seed}
+  # CPU seconds of reaped children: the attempts are reaped in _attempts, the reference in finish
+  cpu = [_children_cpu_s()]
   _attempts(wd, train_cmd(wd, steps, tfds_dir), env, logs, counts, rng, ref, max_delay_s,
             attempt_timeout_s, say)
+  cpu.append(_children_cpu_s())
   ref.finish(attempt_timeout_s)
+  cpu.append(_children_cpu_s())
+  counts["soak_cpu_s"], counts["ref_cpu_s"] = round(cpu[1] - cpu[0], 1), round(cpu[2] - cpu[1], 1)
+  counts["cpu_ratio"] = round(counts["soak_cpu_s"] / counts["ref_cpu_s"], 2)
   counts["moved_aside_steps"], counts["moved_aside_tmp"] = _bad_entries(wd)
   counts.update(compare(ref_wd, wd, steps))
   counts["wall_s"] = round(time.perf_counter() - t0, 1)
   return counts
+
+
+def _children_cpu_s() -> float:
+  r = resource.getrusage(resource.RUSAGE_CHILDREN)
+  return r.ru_utime + r.ru_stime
 
 
 def compare(ref_wd: Path, wd: Path, steps: int) -> dict:
@@ -261,6 +276,8 @@ def main():
                   help="probability that a kill is aimed at a checkpoint save")
   ap.add_argument("--max_delay_s", type=float, default=0.6)
   ap.add_argument("--out", default=None, help="an empty directory (default: a new temp dir)")
+  ap.add_argument("--write_docs", action="store_true", help="replace this benchmark's table "
+                  "in docs/benchmarks.md")
   a = ap.parse_args()
   out = Path(a.out) if a.out else Path(tempfile.mkdtemp(prefix="sbjax_soak_"))
   counts = run_soak(out, kills=a.kills, steps=a.steps, seed=a.seed,
@@ -268,6 +285,15 @@ def main():
                     max_delay_s=a.max_delay_s,
                     env=soak_env(str(out / "jax_cache")), verbose=True)
   print(json.dumps(counts))
+  if a.write_docs:
+    from _bench import table, write_docs  # noqa: PLC0415
+
+    cols = ["steps", "kills", "kills_mid_save", "resumes", "bitwise_equal",
+            "checkpoints_restored", "moved_aside_tmp", "soak_cpu_s", "ref_cpu_s", "cpu_ratio",
+            "wall_s"]
+    write_docs("soak", "Kill -9 soak", "A checkpoint after every step; cpu_ratio: the CPU "
+               "seconds of all the killed and resumed attempts over the uninterrupted reference "
+               "run's (same run).\n\n" + table(cols, [counts]))
 
 
 if __name__ == "__main__":

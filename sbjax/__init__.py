@@ -1,15 +1,11 @@
 """sbjax: the softmax bottleneck, neural collapse and layer convergence in small LMs, in JAX.
 
-Import the parts you need: ``sbjax.metrics`` (pure jax.numpy), ``sbjax.model``,
-``sbjax.heads``, ``sbjax.data``, ``sbjax.train``. Importing ``sbjax`` itself is cheap. With
-``SBJAX_KEEP_HOST_MEMORY=1`` in the environment it first sets the host allocator to keep freed
-memory (``sbjax.hostmem``: a CPU step's temporaries are not page-faulted in again each step,
-for about twice the resident memory), before JAX or numpy start threads; off by default.
+Import the parts you need: ``sbjax.metrics`` (pure jax.numpy; ``pip install sbjax``),
+``sbjax.model``, ``sbjax.heads``, ``sbjax.data``, ``sbjax.train`` (``pip install
+'sbjax[train]'``). Importing sbjax changes nothing in the host program: the command-line
+entry points (``sbjax.cli.common.run_script``) set the host allocator
+(``SBJAX_KEEP_HOST_MEMORY=1``, ``sbjax.hostmem``) and drop the dependencies' expected notes
+from the log (``sbjax.lognotes``).
 """
-
-from sbjax import hostmem, lognotes
-
-hostmem.keep_freed_host_memory()
-lognotes.install()  # orbax's read-only and TFDS's custom-config notes: expected, dropped
 
 __version__ = "0.1.0"

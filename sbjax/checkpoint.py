@@ -28,6 +28,10 @@ latest are kept.
 
 from __future__ import annotations
 
+from sbjax._extras import require
+
+require("sbjax.checkpoint")
+
 import json
 import logging
 import os

@@ -1,10 +1,11 @@
 """Typed, validated configuration: model, head, data and training.
 
-Configs are data, not code. The command line works on an ``ml_collections``
-ConfigDict (built from a config name or a JSON file, see ``sbjax.configs``); it is
-turned into the frozen dataclasses below with ``Config.from_dict``, which
-validates every field and raises ``ValueError`` naming the field and the allowed
-range. ``Config.to_dict`` gives the JSON that is written to ``WORKDIR/config.json``.
+Configs are data, not code. The named configs (``sbjax.configs``) are built from
+the frozen dataclasses below, which validate every field and raise ``ValueError`` naming the
+field and the allowed range; dotted overrides apply to them (``sbjax.overrides``).
+``Config.to_dict`` gives the JSON that is written to ``WORKDIR/config.json``;
+``Config.from_dict`` reads it back (and the flat files of earlier versions:
+``sbjax.config_legacy``).
 """
 
 from __future__ import annotations
@@ -14,11 +15,10 @@ import json
 import math
 import numbers
 
-from sbjax.data import _legacy as legacy_data
+from sbjax import config_legacy
 from sbjax.data import sources as data_sources
 from sbjax.data.sources import SourceOptions
 from sbjax.errors import config_error
-from sbjax.heads import _legacy as legacy_heads
 from sbjax.heads import base as head_registry
 from sbjax.heads.base import HeadConfig
 
@@ -38,11 +38,6 @@ _err = config_error
 def _finite(x) -> bool:
   """A real number that is neither NaN nor infinite."""
   return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x)
-# the flat head fields of earlier versions (model.head_rank, ...): Config.from_dict and the
-# dotted overrides still take them, mapped to the typed head (sbjax.heads._legacy)
-LEGACY_MODEL_FIELDS = tuple(legacy_heads.LEGACY_DEFAULTS)
-# the same for the flat data fields (data.planted_vocab, data.tfds_name, ...: sbjax.data._legacy)
-LEGACY_DATA_FIELDS = tuple(legacy_data.LEGACY_DEFAULTS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,8 +165,7 @@ class DataConfig:
   files on disk, sbjax.data.tokens), or one a file registers; ``options`` holds that source's
   own fields (a ``SourceOptions`` of ``sbjax.data.options``, e.g. ``PlantedOptions(vocab=64,
   rank=4)``; a dict or None, its defaults, is turned into it). JSON: ``{"source": "planted",
-  "options": {"vocab": 64, ...}}``; the flat fields of earlier versions (``planted_vocab``,
-  ``tfds_name``, ...) are read by ``Config.from_dict`` (``sbjax.data._legacy``)."""
+  "options": {"vocab": 64, ...}}``."""
 
   source: str = "planted"
   options: SourceOptions | dict | None = None
@@ -283,18 +277,13 @@ class Config:
 
   @classmethod
   def from_dict(cls, d: dict) -> "Config":
-    """A Config from its JSON form; also reads every config.json of earlier versions (the
-    flat head fields ``model.head_rank``, ``model.n_mix``, ... of ``sbjax.heads._legacy``, the
-    flat data fields ``data.planted_vocab``, ... of ``sbjax.data._legacy``)."""
-    d = dict(d)
+    """A Config from its JSON form (config.json), also the flat form of earlier versions
+    (``sbjax.config_legacy``); missing fields take their defaults."""
+    d = config_legacy.typed(d)
     parts = {}
     for name, sub in (("model", ModelConfig), ("data", DataConfig), ("train", TrainConfig),
                       ("mesh", MeshConfig)):
       vals = dict(d.pop(name, {}) or {})
-      if name == "model":
-        vals = legacy_heads.from_flat(vals)
-      elif name == "data":
-        vals = legacy_data.from_flat(vals)
       known = {f.name for f in dataclasses.fields(sub)}
       unknown = sorted(set(vals) - known)
       if unknown:

@@ -21,7 +21,8 @@ glibc and on accelerators (whose step temporaries live on the device, and whose 
 pipelines keep glibc's per-thread arenas). It acts only on threads that have
 not yet allocated (a thread that already has its own arena keeps it, and with one arena
 allowed, later threads may share that one), so it must run before other threads start
-(numpy's BLAS pool, JAX's CPU client): ``import sbjax`` calls it first. The cost: the process keeps its peak heap
+(JAX's CPU client): the command-line entry points call it first
+(``sbjax.cli.common.run_script``, before JAX starts its backend; importing sbjax does not). The cost: the process keeps its peak heap
 resident: pythia-14m, 8×256 tokens, 2.07 GB RSS from the 4th step on (0 faults) against
 1.15–1.21 GB (118k faults per step) without; the heap holds about three step blocks, because
 the next step is dispatched before the last one's block is freed. Long CPU training runs that

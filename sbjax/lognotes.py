@@ -5,8 +5,9 @@
 - TFDS warns "Using custom data configuration" for every builder config made at run time,
   which every sbjax dataset is (planted, text, tokens).
 
-``install()`` (run on ``import sbjax``) adds the filter to absl's logger, through which both
-log; their other warnings stay.
+``install()`` (run by the command-line entry points, ``sbjax.cli.common``; importing sbjax
+configures no logging) adds the filter to absl's logger, through which both log; their other
+warnings stay.
 """
 
 from __future__ import annotations

@@ -54,7 +54,8 @@ from sbjax import sharding as shd
 from sbjax.analysis import forward
 from sbjax.analysis.settings import Settings
 from sbjax.config import Config
-from sbjax.metrics import _collapse_core, accumulators, cka
+from sbjax import metrics as M
+from sbjax.metrics import _collapse_core
 from sbjax.model import Model
 from sbjax.optim import make_optimizer
 from sbjax.train import build as train_build
@@ -71,7 +72,7 @@ def suite_config(name: str, *, dtype: str = "bfloat16", attn_impl: str = "auto",
                  **model) -> Config:
   """The named config ``name`` for lowering: ``dtype`` compute, float32 params, an
   accumulating step; batch/seq default to the config's own; ``model`` overrides fields."""
-  cfg = Config.from_dict(configs.get(name))
+  cfg = configs.get(name)
   tc = cfg.train
   return cfg.replace(
       model=dataclasses.replace(cfg.model, dtype=dtype, param_dtype="float32",
@@ -156,9 +157,9 @@ def collapse(cfg: Config, mesh, n_tokens: int = 4096, k_pad: int = 512):
   f32 = jnp.float32
   h, y = jax.ShapeDtypeStruct((n_tokens, d), f32), jax.ShapeDtypeStruct((n_tokens,), jnp.int32)
   m = jax.ShapeDtypeStruct((n_tokens,), jnp.bool_)
-  mean_st = jax.eval_shape(lambda: accumulators.mean_init(v, d))
-  var_st = jax.eval_shape(lambda: accumulators.var_init(v))
-  nc4_st = jax.eval_shape(lambda: accumulators.nc4_init(v))
+  mean_st = jax.eval_shape(lambda: M.mean_init(v, d))
+  var_st = jax.eval_shape(lambda: M.var_init(v))
+  nc4_st = jax.eval_shape(lambda: M.nc4_init(v))
   w_vd = jax.ShapeDtypeStruct((v, d), f32)
   kd, k1 = jax.ShapeDtypeStruct((k_pad, d), f32), jax.ShapeDtypeStruct((k_pad,), f32)
   kb = jax.ShapeDtypeStruct((k_pad,), jnp.bool_)
@@ -166,9 +167,9 @@ def collapse(cfg: Config, mesh, n_tokens: int = 4096, k_pad: int = 512):
                 angle_variant="cos", gnc2_centered=True, coincide_rtol=1e-6)
 
   def passes(mst, vst, nst, h, y, m, w, mu_vd, kmu, kvar, kw, kcnt, kvalid):
-    mst = accumulators.mean_update(mst, h, y, m)
-    vst = accumulators.var_update(vst, h, y, mu_vd, m)
-    nst = accumulators.nc4_update(nst, h, y, w, mu_vd, valid=m, chunk_size=4096)
+    mst = M.mean_update(mst, h, y, m)
+    vst = M.var_update(vst, h, y, mu_vd, m)
+    nst = M.nc4_update(nst, h, y, w, mu_vd, valid=m, chunk_size=4096)
     core = _collapse_core.core(kmu, kvar, kw, kcnt, kvalid, jnp.asarray(k_pad - 1), **static)
     return mst, vst, nst, core
 
@@ -180,7 +181,7 @@ def cka_by_layer(cfg: Config, mesh, n: int = 128):
   mc = cfg.model
   acts = jax.ShapeDtypeStruct((N_CKPT, mc.n_layers, n, mc.d_model), jnp.float32)
   ref = jax.ShapeDtypeStruct((mc.n_layers, n, mc.d_model), jnp.float32)
-  return (lambda: jax.jit(cka.cka_to_reference_by_layer)), (_repl(mesh, acts), _repl(mesh, ref))
+  return (lambda: jax.jit(M.cka_to_reference_by_layer)), (_repl(mesh, acts), _repl(mesh, ref))
 
 
 def attention_kernel(cfg: Config, mesh):

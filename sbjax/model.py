@@ -31,6 +31,10 @@ With nothing requested ``apply`` returns only the scores and does no extra work.
 
 from __future__ import annotations
 
+from sbjax._extras import require
+
+require("sbjax.model")
+
 import functools
 import math
 from typing import Sequence

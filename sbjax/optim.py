@@ -21,6 +21,10 @@ the number of weight-decay timescales elapsed (Pythia-14m/70m reach Γ ≈ 7.9, 
 
 from __future__ import annotations
 
+from sbjax._extras import require
+
+require("sbjax.optim")
+
 import dataclasses
 
 import jax

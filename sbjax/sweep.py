@@ -79,12 +79,16 @@ def load_grid(path) -> dict:
   return {**grid, "_dir": str(path.parent)}
 
 
-def _base(grid: dict) -> dict:
-  base = str(grid.get("base", "tiny"))
-  if base.endswith(".json") and not Path(base).is_absolute():
+def _base(grid: dict) -> Config:
+  """The grid's base: a config dict (missing fields take their defaults), a config name, or a
+  .json config (relative to the grid file)."""
+  base = grid.get("base", "tiny")
+  if isinstance(base, dict):
+    return Config.from_dict(base)
+  if str(base).endswith(".json") and not Path(base).is_absolute():
     cand = Path(grid.get("_dir", ".")) / base
     base = str(cand) if cand.exists() else base
-  return configs.load(base).to_dict()
+  return configs.load(str(base))
 
 
 def _fmt(v: Any) -> str:
@@ -100,11 +104,13 @@ def _hash(obj) -> str:
 
 
 def run_name(over: dict, keys: list | None = None) -> str:
-  """Readable, filesystem-safe, stable name of a run from its swept values."""
+  """Readable, filesystem-safe, stable name of a run from its swept values (``keys``: every
+  swept key of the grid, which decides whether a last component is ambiguous)."""
   if not over:
     return "run"
-  last = [k.split(".")[-1] for k in keys or over]
-  short = {k: (s if last.count(s) == 1 else k) for k, s in zip(keys or over, last)}
+  keys = list(keys or over)
+  last = [k.split(".")[-1] for k in keys]
+  short = {k: (s if last.count(s) == 1 else k) for k, s in zip(keys, last)}
   name = re.sub(r"[^A-Za-z0-9._=,+-]", "_", ",".join(f"{short[k]}={_fmt(v)}"
                                                       for k, v in over.items()))
   return name if len(name) <= 100 else name[:100] + "-" + _hash(over)
@@ -133,7 +139,7 @@ def expand(grid: dict) -> list[Run]:
     raise ValueError(f"sweep grid: unknown top-level keys {unknown}; allowed: {sorted(GRID_KEYS)}")
   points, swept = _points(grid)
   common, base = _flatten(grid.get("overrides") or {}), _base(grid)
-  names = [run_name(p, [k for k in swept if k in p]) for p in points]
+  names = [run_name(p, swept) for p in points]
   names = [n if names.count(n) == 1 else f"{n}-{_hash(p)}" for n, p in zip(names, points)]
   if len(set(names)) != len(names):
     raise ValueError("sweep grid: runs with identical settings; remove the duplicates")

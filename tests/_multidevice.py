@@ -81,15 +81,16 @@ def free_port() -> int:
 def test_config(**sections):
   """The Config used by the scale-out tests (tiny + TEST_OVERRIDES + ``sections``)."""
   from sbjax import configs  # noqa: PLC0415
+  from sbjax.config import Config  # noqa: PLC0415
 
-  d = configs.get("tiny")
+  d = configs.get("tiny").to_dict()
   for part in (TEST_OVERRIDES, sections):
     for k, v in part.items():
       if isinstance(v, dict):
         d[k].update(v)
       else:
         d[k] = v
-  return configs.build(d)
+  return Config.from_dict(d)
 
 
 def tree_to_np(tree) -> dict:
@@ -112,19 +113,45 @@ def max_abs_diff(a: dict, b: dict) -> float:
 # ----------------------------------------------------------------------------- tasks
 
 
+def _mesh_train_step(cfg, mesh, params0):
+  """(step, params, opt_state): ``train.make_train_step`` jitted as sbjax.train shards it
+  (parameters and optimizer state by ``sharding.tree_shardings``, the batch by
+  ``batch_sharding``, the step and metrics replicated, parameters and state donated), with
+  ``params0`` and a fresh optimizer state placed on ``mesh``."""
+  import jax  # noqa: PLC0415
+
+  from sbjax import sharding as shd  # noqa: PLC0415
+  from sbjax import train as train_lib  # noqa: PLC0415
+  from sbjax.model import Model  # noqa: PLC0415
+  from sbjax.optim import make_optimizer  # noqa: PLC0415
+
+  tc, mc = cfg.train, cfg.model
+  model = Model(mc)
+  abstract = model.abstract_params(tc.seq_len)
+  tx = make_optimizer(tc, mc, abstract)
+  param_sh = shd.tree_shardings(abstract, mesh)
+  opt_sh = shd.tree_shardings(jax.eval_shape(tx.init, abstract), mesh)
+  repl = shd.replicated(mesh)
+  with jax.set_mesh(mesh):
+    params = jax.device_put(params0, param_sh)
+    opt = jax.jit(tx.init, out_shardings=opt_sh)(params)
+  step = jax.jit(train_lib.make_train_step(model, tx, tc.grad_accum, False),
+                 in_shardings=(param_sh, opt_sh, shd.batch_sharding(mesh), repl),
+                 out_shardings=(param_sh, opt_sh, repl), donate_argnums=(0, 1))
+  return step, params, opt
+
+
 def _steps_on_mesh(cfg, mesh, params0, dataset, n_steps):
-  """The training step as sbjax.train shards it (benchmarks/_mesh_step.py: jit with in/out
-  shardings and donation under jax.set_mesh), run n_steps from params0. Returns (losses,
-  params)."""
+  """The training step as sbjax.train shards it (``_mesh_train_step``), run n_steps from
+  params0 under ``jax.set_mesh``. Returns (losses, params)."""
   import jax  # noqa: PLC0415
   import numpy as np  # noqa: PLC0415
 
-  from benchmarks._mesh_step import mesh_train_step  # noqa: PLC0415
   from sbjax import sharding as shd  # noqa: PLC0415
 
   tc = cfg.train
   shd.check_divisible(cfg.model, mesh, tc.batch_size, tc.grad_accum)
-  step, params, opt = mesh_train_step(cfg, mesh, params0)
+  step, params, opt = _mesh_train_step(cfg, mesh, params0)
   with jax.set_mesh(mesh):
     losses = []
     for i in range(n_steps):

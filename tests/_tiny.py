@@ -14,7 +14,7 @@ TINY_RUN_STEPS = [0, 1, 2, 4, 8, 12, 16, 24]
 
 def tiny_run_config(**train_kw):
   """The tiny preset, vocab 64, TINY_RUN_TRAIN (and ``train_kw``)."""
-  cfg = configs.build(configs.load("tiny"))
+  cfg = configs.load("tiny")
   cfg = cfg.replace(model=dataclasses.replace(cfg.model, vocab_size=64))
   return cfg.replace(train=dataclasses.replace(cfg.train, **{**TINY_RUN_TRAIN, **train_kw}))
 

@@ -99,7 +99,7 @@ def interval_sentence(an: list[dict], mcount: int) -> str:
 
 def sign_sentence(rows: list[dict]) -> str:
   """NC3's mean cosine over the runs (last snapshots) and what its sign means for UNC3's
-  (the conventions: sbjax.metrics.collapse, tests/unit/test_collapse_signs.py)."""
+  (the conventions: sbjax.metrics.neural_collapse, tests/unit/test_collapse_signs.py)."""
   v = [x for x in (_num(r.get("nc3_cos_mean")) for r in rows) if math.isfinite(x)]
   if not v:
     return ""

@@ -36,8 +36,7 @@ class Knobs:
 # every preset's training: constant learning rate after warm-up (min_lr_ratio=1: the 1-epoch
 # model is the 3-epoch run's snapshot); the weight decay is per member (Knobs), so the
 # Config's is 0. A preset gives the rest in dotted keys (``overrides``).
-COMMON = {"train.min_lr_ratio": 1.0, "train.weight_decay": 0.0, "data.source": "text",
-          "data.tfds_name": ""}
+COMMON = {"train.min_lr_ratio": 1.0, "train.weight_decay": 0.0, "data.source": "text"}
 
 
 def overrides(o: dict) -> dict:
@@ -47,10 +46,10 @@ def overrides(o: dict) -> dict:
   return {"model.max_len": max(o["train.seq_len"], 8), **o}
 
 
-GPU = {"data.source": "tokens", "data.vocab_size": 1024, "train.seq_len": 256,
+GPU = {"data.source": "tokens", "data.options.vocab_size": 1024, "train.seq_len": 256,
        "train.batch_size": 32, "train.lr": 2e-3, "train.warmup_steps": 60}
 GPU_KNOBS = dict(epochs=(1, 3), epoch_tokens=0, val_tokens=0, chunk=16, budget_s=450.0)
-GPU_TEST = {"data.source": "tokens", "data.vocab_size": 64, "train.seq_len": 16,
+GPU_TEST = {"data.source": "tokens", "data.options.vocab_size": 64, "train.seq_len": 16,
             "train.batch_size": 8, "train.lr": 3e-3, "train.warmup_steps": 2}
 GPU_TEST_KNOBS = dict(epochs=(1, 3), epoch_tokens=1024, val_tokens=512, chunk=16, n_perm=2000,
                       budget_s=300.0, estimate_at=4)
@@ -61,7 +60,7 @@ PRESETS: dict[str, Preset[Knobs]] = {
     # per-shape seed test for two shapes; one more compile), 8 steps per epoch; the ceiling's
     # language has the grid's V=64 and width k+1 = 8 and trains 24 steps (the grid's run
     # length), so it reuses the grid's compiled step and forward
-    "test": Preset("neo", overrides({"data.vocab_size": 64, "train.seq_len": 16,
+    "test": Preset("neo", overrides({"data.options.vocab_size": 64, "train.seq_len": 16,
                                      "train.batch_size": 8, "train.lr": 3e-3,
                                      "train.warmup_steps": 2}),
                    Knobs(depths=(1,), widths=(8,), weight_decays=(0.0, 0.05, 0.1), seeds=3,
@@ -71,7 +70,7 @@ PRESETS: dict[str, Preset[Knobs]] = {
                          ceiling_steps=(8, 24), ceiling_tokens=2048)),
     # quick: 3 weight decays and 3 seeds, so the seed group (M=3, L1-d16) reuses the
     # compiled step of the L1-d16 grid group.
-    "quick": Preset("neo", overrides({"data.vocab_size": 128, "train.seq_len": 32,
+    "quick": Preset("neo", overrides({"data.options.vocab_size": 128, "train.seq_len": 32,
                                       "train.batch_size": 8, "train.lr": 3e-3,
                                       "train.warmup_steps": 5}),
                     Knobs(depths=(1, 2), widths=(16,), weight_decays=(0.0, 0.05, 0.1), seeds=3,
@@ -89,7 +88,7 @@ PRESETS: dict[str, Preset[Knobs]] = {
     # 16 seeds, L2-d64 (the grid's middle: other depth and width than L1-d32; measured under
     # load ≈ 350 s CPU for its 16 × 1536 steps, against ≈ 1030 s for L2-d128, the grid's
     # largest, which would not fit the session's CPU budget beside the rest).
-    "cpu": Preset("neo", overrides({"data.vocab_size": 256, "train.seq_len": 64,
+    "cpu": Preset("neo", overrides({"data.options.vocab_size": 256, "train.seq_len": 64,
                                     "train.batch_size": 8, "train.lr": 3e-3,
                                     "train.warmup_steps": 100}),
                   Knobs(depths=(1, 2), widths=(32, 64, 128), epochs=(1, 3), seeds=16,
@@ -100,7 +99,7 @@ PRESETS: dict[str, Preset[Knobs]] = {
                         ceiling_tokens=262_144)),
     # The paper's grid (230 TinyStories models; GPT-Neo tokenizer size 50257): trains on
     # token files, --data=TRAIN.bin[,VAL.bin] of TinyStories ids (nothing is downloaded).
-    "tpu": Preset("neo", overrides({"data.source": "tokens", "data.vocab_size": 50257,
+    "tpu": Preset("neo", overrides({"data.source": "tokens", "data.options.vocab_size": 50257,
                                    "train.seq_len": 512, "train.batch_size": 64,
                                    "train.lr": 1e-3, "train.warmup_steps": 500}),
                   Knobs(depths=(1, 2, 4, 8, 12), widths=(64, 128, 256, 512, 768, 1024),

@@ -43,7 +43,7 @@ def groups(p: Preset) -> list:
 
 def validate(p: Preset, vocab: int | None = None) -> list:
   """Build and validate every model and train config of the preset (no data, no training)."""
-  vocab = vocab or p.overrides["data.vocab_size"]
+  vocab = vocab or p.overrides["data.options.vocab_size"]
   return [(model_config(p, n_layers, d, vocab), train_config(p, 1))
           for _, _, n_layers, d, _, _ in groups(p)]
 
@@ -69,7 +69,7 @@ def token_file_corpus(data: str | None, vocab: int, dtype: str = "uint16"):
   paths = str(data).split(",")
   arrs = [tok_lib.read_tokens(q, dtype).reshape(-1) for q in paths[:2]]
   for q, a in zip(paths, arrs):
-    tok_lib.check_ids(a, vocab, f"token file {q}: ", "data.vocab_size of the preset")
+    tok_lib.check_ids(a, vocab, f"token file {q}: ", "data.options.vocab_size of the preset")
   if len(arrs) == 2:
     return arrs[0], arrs[1]
   n_val = len(arrs[0]) // 10
@@ -93,11 +93,11 @@ def load_corpus(p: Preset, out: Path, corpus: str | None):
   name, or a directory of .txt files (tokenized here)."""
   o, k = p.overrides, p.knobs
   if o["data.source"] == "tokens" or is_token_files(corpus):
-    vocab = o["data.vocab_size"]
+    vocab = o["data.options.vocab_size"]
     tr, va = token_file_corpus(corpus, vocab)
     tok_path = beside_tokenizer(corpus, vocab)
   else:
-    keep = {k: o[k] for k in ("data.vocab_size", "data.tfds_name") if k in o}
+    keep = {k: o[k] for k in ("data.options.vocab_size", "data.options.name") if k in o}
     dc = overrides.apply(Config(), {**keep, **corpus_overrides(o["data.source"], corpus)}).data
     ds = make_dataset(dc, seq_len=o["train.seq_len"], global_batch_size=o["train.batch_size"],
                       seed=0, workdir=str(out / "data"), process_index=0, process_count=1)

@@ -28,13 +28,14 @@ class Knobs:
 
 
 # the cpu preset's model, training and data in dotted keys over ``tiny``; the other presets
-# replace some of them (``overrides``); data.planted_* are the data of a planted source
+# replace some of them (``overrides``); data.options.vocab_size is the text source's, the
+# other data.options the planted language's
 CPU = {"model.vocab_size": 0, "model.n_layers": 4, "model.n_heads": 4, "train.steps": 1000,
        "train.ckpt_every": 50, "train.batch_size": 32, "train.seq_len": 64, "train.lr": 2e-3,
        "train.warmup_steps": 50, "train.eval_batches": 2, "train.ckpt_log_spaced": True,
-       "data.source": "text", "data.vocab_size": 1024, "data.tfds_name": "",
-       "data.planted_vocab": 256, "data.planted_rank": 8, "data.planted_train_tokens": 400_000,
-       "data.planted_val_tokens": 16_384}
+       "data.source": "text", "data.options.vocab_size": 1024,
+       "data.options.vocab": 256, "data.options.rank": 8, "data.options.train_tokens": 400_000,
+       "data.options.val_tokens": 16_384}
 
 
 def overrides(o: dict) -> dict:
@@ -50,11 +51,11 @@ def overrides(o: dict) -> dict:
 def gamma_overrides(o: dict, target: float) -> dict:
   """``overrides(o)`` trained for Γ = ``target`` by Pythia's recipe (λ = 0.1, 1% warm-up,
   cosine to 10%; ``sbjax.optim.steps_for_gamma``) at o's train.lr, with fresh tokens every
-  step: train.steps, train.warmup_steps and data.planted_train_tokens follow from them."""
+  step: train.steps, train.warmup_steps and data.options.train_tokens follow from them."""
   o = {**CPU, **o}
   tc = steps_for_gamma(TrainConfig(lr=o["train.lr"], weight_decay=0.1), target)
   return overrides({**o, "train.steps": tc.steps, "train.warmup_steps": tc.warmup_steps,
-                    "data.planted_train_tokens":
+                    "data.options.train_tokens":
                         tc.steps * o["train.batch_size"] * o["train.seq_len"] + 1})
 
 
@@ -63,8 +64,9 @@ def gamma_overrides(o: dict, target: float) -> dict:
 _TINY = overrides({"model.n_layers": 2, "model.n_heads": 2, "train.steps": 32,
                    "train.ckpt_every": 8, "train.batch_size": 8, "train.seq_len": 16,
                    "train.lr": 3e-3, "train.warmup_steps": 4, "data.source": "planted",
-                   "data.vocab_size": 512, "data.planted_vocab": 64, "data.planted_rank": 4,
-                   "data.planted_train_tokens": 50_000, "data.planted_val_tokens": 4096})
+                   "data.options.vocab_size": 512, "data.options.vocab": 64,
+                   "data.options.rank": 4,
+                   "data.options.train_tokens": 50_000, "data.options.val_tokens": 4096})
 _TINY_KNOBS = dict(n_sequences=16, all_sequences=4, grad_per=False, group_size=8, chunk=16)
 
 PRESETS: dict[str, Preset[Knobs]] = {
@@ -87,8 +89,8 @@ PRESETS: dict[str, Preset[Knobs]] = {
     "tpu": Preset("tiny", overrides({"train.steps": 20000, "train.ckpt_every": 1000,
                                      "train.batch_size": 256, "train.seq_len": 2048,
                                      "train.lr": 1e-3, "train.warmup_steps": 200,
-                                     "data.source": "tfds", "data.tfds_name": "lm1b",
-                                     "data.vocab_size": 50304}),
+                                     "data.source": "tfds", "data.options.name": "lm1b",
+                                     "data.options.vocab_size": 50304}),
                   Knobs(widths=(512, 768, 1024),
                         per_width={"model.n_layers": (6, 12, 24), "model.n_heads": (8, 12, 16),
                                    "train.lr": (1e-3, 6e-4, 3e-4)},
@@ -109,8 +111,8 @@ _DEPTH = {"model.n_layers": 4, "model.n_heads": 4, "train.lr": 1e-2, "train.batc
 # rank-8 logit vector, so the next token depends on the last TWO tokens (attention must move
 # the previous token, the MLPs combine the pair); 32,768 validation tokens hold the two probe
 # batches (2 x 128 windows of 65)
-_CTX2 = {**_DEPTH, "data.source": "planted", "data.planted_vocab": 64, "data.planted_rank": 8,
-         "data.planted_context": 2, "data.planted_val_tokens": 32_768}
+_CTX2 = {**_DEPTH, "data.source": "planted", "data.options.vocab": 64, "data.options.rank": 8,
+         "data.options.context": 2, "data.options.val_tokens": 32_768}
 _DEPTH_KNOBS = dict(grad_per=False, all_sequences=32, probe_batches=2)
 # depth-text at test size (seconds): 4 layers of width 16, 48 steps, a 64-piece tokenizer,
 # checkpoints 0, 16, 32, 48 (no log-spaced ones)
@@ -121,7 +123,7 @@ _TINY_DEPTH = {"model.n_layers": 4, "model.n_heads": 2, "train.steps": 48, "trai
 PRESETS.update({
     # (a) Shakespeare (--data=DIR; default the packaged sample), V = 1024, d in {32, 128}, Γ 2.4
     "depth-text": Preset("tiny", gamma_overrides({**_DEPTH, "data.source": "text",
-                                                  "data.vocab_size": 1024}, target=2.4),
+                                                  "data.options.vocab_size": 1024}, target=2.4),
                          Knobs(widths=(32, 128), **_DEPTH_KNOBS)),
     # (b) the context-2 planted language at the larger Pythias' Γ (2.4) and the small ones' (7.9)
     "depth-planted-g2.4": Preset("tiny", gamma_overrides(_CTX2, target=2.4),
@@ -130,7 +132,7 @@ PRESETS.update({
                                                          target=7.9),
                                  Knobs(widths=(32,), **_DEPTH_KNOBS)),
     "test-depth-text": Preset("tiny", overrides({**_TINY_DEPTH, "data.source": "text",
-                                                 "data.vocab_size": 64}),
+                                                 "data.options.vocab_size": 64}),
                               Knobs(widths=(16,), **_TINY_KNOBS)),
 })
 

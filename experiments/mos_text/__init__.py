@@ -31,7 +31,7 @@ def matched_rank(base, target: int) -> int:
   smaller rank)."""
   def count(r):
     return head_param_count(overrides.apply(base, {"model.head": "lowrank",
-                                                   "model.head_rank": r}).model)
+                                                   "model.head.rank": r}).model)
   return min(range(1, base.model.d_model + 1), key=lambda r: (abs(count(r) - target), r))
 
 
@@ -42,11 +42,11 @@ def arm_configs(p, data=None) -> list:
   out, mos = [], None
   for arm, o in p.knobs.arms:
     o = dict(o)
-    if o.get("model.head") == "lowrank" and int(o.get("model.head_rank", 0)) == 0:
+    if o.get("model.head") == "lowrank" and int(o.get("model.head.rank", 0)) == 0:
       if mos is None:
         raise ValueError(f"mos_text preset: the matched lowrank arm {arm!r} needs a mos arm "
                          "before it")
-      o["model.head_rank"] = matched_rank(base, head_param_count(mos.model))
+      o["model.head.rank"] = matched_rank(base, head_param_count(mos.model))
     cfg = overrides.apply(base, {**o, "name": f"{base.name}-{arm}"})
     mos = cfg if cfg.model.head.kind == "mos" and mos is None else mos
     out.append((arm, cfg))

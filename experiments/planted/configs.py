@@ -14,7 +14,7 @@ from sbjax.overrides import config_from
 def knee_configs(p: Preset) -> list:
   """(rank, Config) of part 1, validated."""
   return [(int(r), config_from(p.base, {**p.overrides, "model.head": "lowrank",
-                                        "model.head_rank": int(r), "name": f"planted-r{r}"}))
+                                        "model.head.rank": int(r), "name": f"planted-r{r}"}))
           for r in p.knobs.ranks]
 
 
@@ -41,10 +41,10 @@ def mix_overrides(p: Preset) -> dict:
 
 
 def _matched(base: str, o: dict, head_params: int, d_model: int) -> int:
-  """The model.head_rank in 1..d whose head parameter count (the head kind's own formula,
+  """The model.head.rank in 1..d whose head parameter count (the head kind's own formula,
   ``sbjax.heads``) is closest to ``head_params`` (ties: the smaller rank)."""
   def count(r):
-    return head_param_count(config_from(base, {**o, "model.head_rank": r}).model)
+    return head_param_count(config_from(base, {**o, "model.head.rank": r}).model)
   return min(range(1, d_model + 1), key=lambda r: (abs(count(r) - head_params), r))
 
 
@@ -123,13 +123,13 @@ def _mix_arms(p: Preset, cell: dict | None = None, lang=None, objective=None) ->
          "model.n_heads": _n_heads(int(d_model), p.overrides["model.n_heads"]),
          "name": f"planted-mix-{label}"}
     if head == "mos":
-      o.update({"model.n_mix": int(n), **p.knobs.mos})
+      o.update({"model.head.n_mix": int(n), **p.knobs.mos})
     else:
       if n == 0:
         if mos_params is None:
           raise ValueError(f"planted preset: a matched {head} run needs a mos run before it")
         n = _matched(p.base, o, mos_params, int(d_model))
-      o["model.head_rank"] = int(n)
+      o["model.head.rank"] = int(n)
     cfg = config_from(p.base, o)
     if head == "mos" and mos_params is None:
       mos_params = head_param_count(cfg.model)

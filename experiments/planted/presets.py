@@ -12,26 +12,26 @@ BASE = "planted-knee"  # sbjax/configs.py; part 2 switches its data to the plant
 
 
 # part 1 of every preset (a planted language of V = model.vocab_size, planted rank
-# data.planted_rank): dotted Config keys over BASE; a preset replaces some of them
+# data.options.rank): dotted Config keys over BASE; a preset replaces some of them
 PART1 = {"model.d_model": 64, "model.n_layers": 1, "model.n_heads": 4, "model.vocab_size": 256,
-         "data.planted_rank": 8, "data.planted_alpha": 4.0,
-         "data.planted_train_tokens": 2_000_000, "data.planted_val_tokens": 131_072,
+         "data.options.rank": 8, "data.options.alpha": 4.0,
+         "data.options.train_tokens": 2_000_000, "data.options.val_tokens": 131_072,
          "train.steps": 1500, "train.batch_size": 32, "train.seq_len": 64, "train.lr": 1e-2,
          "train.warmup_steps": 50}
-# part 2 (dotted keys over part 1's): the planted mixture of data.planted_mix softmaxes of
-# planted rank data.planted_rank (source planted_mix: independent output embeddings per
-# component; planted_mos: one shared Y, rotations R_m, so a MoS head with model.mos_dim = k+1
+# part 2 (dotted keys over part 1's): the planted mixture of data.options.mix softmaxes of
+# planted rank data.options.rank (source planted_mix: independent output embeddings per
+# component; planted_mos: one shared Y, rotations R_m, so a MoS head with model.head.dim = k+1
 # and linear components is exact), its own step count and train.objective: sampled (−log q of
 # the sampled next token) or expected (the Rao-Blackwellised loss against the language's exact
 # P(.|c); sbjax.losses.expected_loss). Evaluation, checkpoint and logs follow train.steps.
-MIX = {"data.source": "planted_mix", "data.planted_mix": 4, "data.planted_rank": 2,
+MIX = {"data.source": "planted_mix", "data.options.mix": 4, "data.options.rank": 2,
        "train.steps": 1500, "train.objective": "sampled"}
 # the mos runs of part 2 (dotted keys over part 2's). model.init_std: the lowrank runs keep the
 # knee part's 0.02. At 0.02 a d=16 MoS head starts with its M tanh projections
 # (pre-activations ~0.02·√d) and shared W nearly identical, so the prior collapses onto one
 # component and the tanh saturates: the cpu run ended 0.50 nats above H; at 0.2 (≈ GPT-2's
-# 0.02·√(768/d)) it ends 0.10 above H. model.mos_dim 0 = d_model.
-MOS = {"model.init_std": 0.2, "model.mos_dim": 0, "model.mos_act": "tanh"}
+# 0.02·√(768/d)) it ends 0.10 above H. model.head.dim 0 = d_model.
+MOS = {"model.init_std": 0.2, "model.head.dim": 0, "model.head.act": "tanh"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,22 +76,22 @@ def part1(o: dict) -> dict:
   o = {**PART1, **o}
   steps = o["train.steps"]
   return {**o, "model.max_len": max(o["train.seq_len"], 64),
-          "data.planted_vocab": o["model.vocab_size"], "train.eval_every": steps,
+          "data.options.vocab": o["model.vocab_size"], "train.eval_every": steps,
           "train.ckpt_every": steps, "train.log_every": max(1, steps // 10)}
 
 
 # the planted MoS language of the quick and cpu presets (V=256, M=8, k=4, alpha=8), trained on
 # the Rao-Blackwellised loss at batch 8; MoS heads with M'=16 linear components of e=k+1=5
-MOS_LANGUAGE = {"data.source": "planted_mos", "data.planted_mix": 8, "data.planted_rank": 4,
-                "data.planted_alpha": 8.0, "data.planted_gate": "uniform",
+MOS_LANGUAGE = {"data.source": "planted_mos", "data.options.mix": 8, "data.options.rank": 4,
+                "data.options.alpha": 8.0, "data.options.gate": "uniform",
                 "train.objective": "expected", "train.batch_size": 8}
-LINEAR_MOS = {**MOS, "model.mos_dim": 5, "model.mos_act": "linear"}
+LINEAR_MOS = {**MOS, "model.head.dim": 5, "model.head.act": "linear"}
 
 # issue 33 item 5: the languages of the mos-seeds presets. knee: part 1's planted-rank language
 # (V=256, k=8, alpha=4: logits of rank k+1 = 9, which the matched lowrank r=11 represents
 # exactly: a language where MoS should NOT win); mos: the planted MoS language of the quick
 # and cpu presets (M=8, k=4, alpha=8; chosen after k=8 failed, report.selection_text)
-KNEE_LANGUAGE = {"data.source": "planted", "data.planted_rank": 8, "data.planted_alpha": 4.0}
+KNEE_LANGUAGE = {"data.source": "planted", "data.options.rank": 8, "data.options.alpha": 4.0}
 MOS_DATA = {k: v for k, v in MOS_LANGUAGE.items() if k.startswith("data.")}
 # the arms of the mos-seeds presets at d=16: MoS 16 x 5, the parameter-matched lowrank (r=11)
 # and MoS at the lowrank head's FLOPs (2 components of e=5: 2 752 head MACs per token against
@@ -102,13 +102,13 @@ SEEDS_LRS = (0.03, 0.1, 0.3)
 PRESETS: dict[str, Preset[Knobs]] = {
     # the test suite and `reproduce --preset=test`: V=32, k=3, d=16, 30 steps, 2 knee runs and
     # 2 mixture populations of 2 seeds on the Rao-Blackwellised loss
-    "test": Preset(BASE, part1({"model.vocab_size": 32, "data.planted_rank": 3,
+    "test": Preset(BASE, part1({"model.vocab_size": 32, "data.options.rank": 3,
                                 "model.d_model": 16, "model.n_heads": 2, "train.steps": 30,
                                 "train.batch_size": 8, "train.seq_len": 16,
-                                "train.warmup_steps": 5, "data.planted_train_tokens": 20_000,
-                                "data.planted_val_tokens": 4096}),
+                                "train.warmup_steps": 5, "data.options.train_tokens": 20_000,
+                                "data.options.val_tokens": 4096}),
                    Knobs(ranks=(1, 16), measure_batches=2,
-                         mix={**MIX, "data.planted_mix": 2, "train.steps": 30,
+                         mix={**MIX, "data.options.mix": 2, "train.steps": 30,
                               "train.objective": "expected"},
                          mix_runs=(("mos", "mos", 16, 2), ("lowrank", "lowrank", 16, 0)),
                          mix_seeds=(0, 1))),
@@ -138,12 +138,12 @@ PRESETS: dict[str, Preset[Knobs]] = {
     # issue 33 item 5 at test size: both languages at V=32 (knee k=3 with sampled targets;
     # MoS M=2, k=2 with the Rao-Blackwellised loss), the three arms, 2 lrs x 2 seeds per
     # population (6 populations), the lr chosen on 2 batches of the selection stream
-    "test-mos-seeds": Preset(BASE, part1({"model.vocab_size": 32, "data.planted_rank": 3,
+    "test-mos-seeds": Preset(BASE, part1({"model.vocab_size": 32, "data.options.rank": 3,
                                           "model.d_model": 16, "model.n_heads": 2,
                                           "train.steps": 4, "train.batch_size": 4,
                                           "train.seq_len": 8, "train.warmup_steps": 1,
-                                          "data.planted_train_tokens": 4096,
-                                          "data.planted_val_tokens": 2048}),
+                                          "data.options.train_tokens": 4096,
+                                          "data.options.val_tokens": 2048}),
                              Knobs(ranks=(4,), measure_batches=2, select_batches=2,
                                    # the lowrank arm's floors from the svd, warm and down
                                    # starts alone: the same floors here as with 4 random + 2
@@ -151,11 +151,11 @@ PRESETS: dict[str, Preset[Knobs]] = {
                                    # of CPU instead of 3.6 s
                                    floor_random=0, floor_wide=0,
                                    parts=("mix",), mix={"train.steps": 4},
-                                   mos=LINEAR_MOS | {"model.mos_dim": 3},
+                                   mos=LINEAR_MOS | {"model.head.dim": 3},
                                    mix_langs=(("knee", {"data.source": "planted",
-                                                        "data.planted_rank": 3}, ("sampled",)),
-                                              ("mos", {**MOS_DATA, "data.planted_mix": 2,
-                                                       "data.planted_rank": 2},
+                                                        "data.options.rank": 3}, ("sampled",)),
+                                              ("mos", {**MOS_DATA, "data.options.mix": 2,
+                                                       "data.options.rank": 2},
                                                ("expected",))),
                                    mix_seeds=(0, 1), mix_lrs=(0.03, 0.1),
                                    mix_runs=(("mos", "mos", 16, 4),
@@ -181,16 +181,16 @@ PRESETS: dict[str, Preset[Knobs]] = {
                                   mix_seeds=(0, 1, 2, 3, 4), mix_lrs=SEEDS_LRS,
                                   mix_runs=SEEDS_RUNS)),
     # the paper's scale in spirit: a larger vocabulary and planted rank, a 2-layer d=256 model
-    "tpu": Preset(BASE, part1({"model.vocab_size": 1024, "data.planted_rank": 32,
+    "tpu": Preset(BASE, part1({"model.vocab_size": 1024, "data.options.rank": 32,
                                "model.d_model": 256, "model.n_layers": 2, "model.n_heads": 4,
                                "train.steps": 20_000, "train.batch_size": 256,
                                "train.seq_len": 128, "train.lr": 3e-3,
                                "train.warmup_steps": 500,
-                               "data.planted_train_tokens": 200_000_000,
-                               "data.planted_val_tokens": 1_048_576}),
+                               "data.options.train_tokens": 200_000_000,
+                               "data.options.val_tokens": 1_048_576}),
                   Knobs(ranks=(1, 2, 4, 8, 16, 24, 30, 32, 33, 34, 36, 40, 48, 64, 128, 256),
                         measure_batches=32,
-                        mix={**MIX, "data.planted_mix": 8, "data.planted_rank": 16,
+                        mix={**MIX, "data.options.mix": 8, "data.options.rank": 16,
                              "train.steps": 20_000},
                         mos={**MOS, "model.init_std": 0.02},
                         mix_runs=(("mos", "mos", 256, 8), ("lowrank", "lowrank", 512, 0),

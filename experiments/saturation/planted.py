@@ -1,27 +1,215 @@
-"""The planted arms as an experiment of the reproduce registry (``saturation_planted``): the
-reproduce presets name planted presets (``quick`` is the tiny ``test-planted``: the arms have
-no smaller size than cpu's, whose five float32 arms took 832 s of CPU, BUILD_NOTES)."""
+"""The planted arms (``saturation_planted``): arms of width d and weight decay λ
+(``planted_presets``; each its own run, or the arms of one shape one run of members) trained on
+fresh tokens of a planted mixture language, every checkpoint measured on fixed validation
+windows (``planted_measure``), each arm read out against its rank floor floor(d). Outputs in
+OUT: ``planted_checkpoints.csv``, ``planted_arms.csv`` (per arm: the rise with its CI and
+verdict, coincidence, gap to the floor, the checkpoints used), ``planted_floor<tag>.csv`` (per
+language), ``planted_meta.json`` (knobs, languages), ``summary.json`` (per arm its verdicts;
+the account: the pattern of "yes" verdicts over the seed-0 arms; per replicated arm the spread
+of its rise over seeds) and the figures ``FIGS``."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import dataclasses
+import json
+import math
 
-from .planted_report import report_section as planted_section
-from .planted_run import run_planted
-from ..shared import upath
+import numpy as np
+from scipy import stats
 
-PRESETS = {"test": "test-planted", "quick": "test-planted", "cpu": "cpu-planted",
-           "tpu": "tpu-planted"}
+from sbjax import checkpoint as ckpt
+from sbjax.analysis.samples import eval_sample
+from sbjax.data import make_dataset
+from sbjax.data.planted_tail import rarest_token
+from sbjax.experiment import Experiment, Group
+from sbjax.experiment import figure
+from sbjax.train import read_metrics
+
+from . import planted_measure as pm
+from ..common import fmt, md_table, read_rows, write_json, write_rows
+from .planted_presets import PRESETS, arm_config, arm_name, lang_tag
+
+FIGS = ("fig_planted_loss_gamma", "fig_planted_kl_anisotropy_gamma")
 
 
-def run(out: Path, preset, *, data: str | None = None, verbose: bool = True) -> None:
-  """Train, measure and summarise the arms of ``preset`` (a reproduce preset or a planted
-  one). ``data`` is ignored: the planted mixture is sampled, no corpus is read (the
-  ``Experiment`` protocol of ``sbjax.cli.reproduce``)."""
-  del data
-  run_planted(upath(out), PRESETS.get(preset, preset), verbose=verbose)
+def groups(k) -> list[tuple[str, list]]:
+  """[(name, arms)]: each arm alone, or with ``population`` the arms of one shape together."""
+  if not k.population:
+    return [(a.name, [a]) for a in k.arms]
+  out: dict = {}
+  for a in k.arms:
+    out.setdefault(arm_name(a.d, 0.0, a.dtype, 0, a.lang).replace("-wd0", ""), []).append(a)
+  return list(out.items())
 
 
-def report_section(out: Path, rel: str) -> str:
-  """The planted arms' markdown section (draws the figures under ``rel``)."""
-  return planted_section(out, rel)
+def plan(ctx):
+  p, built = ctx.preset, {}
+  gs = [(n, arms, [arm_config(p, a) for a in arms]) for n, arms in groups(p.knobs)]
+  for name, arms, cfgs in gs:  # every Config validated before any training
+    dss = []
+    for a, c in zip(arms, cfgs):
+      if (a.lang, a.seed) not in built:
+        built[a.lang, a.seed] = make_dataset(c.data, seq_len=c.train.seq_len,
+                                             global_batch_size=c.train.batch_size, seed=a.seed,
+                                             workdir=None, process_index=0, process_count=1)
+      dss.append(built[a.lang, a.seed])
+    labels = [{"arm": a.name, "d": a.d, "weight_decay": a.weight_decay, "dtype": a.dtype,
+               "seed": a.seed} for a in arms]
+    yield Group(name, cfgs, labels, dss[0] if len({a.seed for a in arms}) == 1 else dss)
+
+
+def _ds(group: Group, j: int):
+  return group.dataset[j] if isinstance(group.dataset, list) else group.dataset
+
+
+def measure(ctx, group, j, steps, params):
+  ds = _ds(group, j)
+  one = pm.measurer(ckpt.load_config(ctx.workdirs(group)[j]),
+                    eval_sample(ds, ctx.knobs.val_windows), ds.planted)
+  return [one(s, p) for s, p in zip(steps, params)]
+
+
+def _floors(ctx, k, members) -> dict:
+  """{language: {d: floor row}}, each language's floors kept as a memo and in its CSV."""
+  out = {}
+  for lang in dict.fromkeys(a.lang for a in k.arms):
+    g, j = next(m for a, m in members.items() if a.lang == lang)
+    planted, ranks = _ds(g, j).planted, sorted({a.d for a in k.arms if a.lang == lang})
+    rows = ctx.memo(f"planted_floor{lang_tag(lang)}", [planted.info(), ranks, k.floor_gtol,
+                                                       k.floor_max_iter, k.floor_mode],
+                    lambda: pm.floors(planted, ranks, k))
+    write_rows(ctx.out / f"planted_floor{lang_tag(lang)}.csv", rows)
+    out[lang] = {int(r["rank"]): r for r in rows}
+  return out
+
+
+def tables(ctx) -> None:
+  k, out = ctx.knobs, ctx.out
+  points = [r for rows in ctx.measured.values() for r in rows]
+  by_name = {lab["arm"]: (g, j) for g in ctx.groups.values() for j, lab in enumerate(g.labels)}
+  members = {a: by_name[a.name] for a in k.arms}
+  floors, arms, ck, base = _floors(ctx, k, members), [], [], []
+  for a, (g, j) in members.items():
+    rows = [r for r in points if r["arm"] == a.name]
+    if not rows:  # every checkpoint set aside
+      continue
+    cfg, lang, fl = g.configs[j], _ds(g, j).planted, floors[a.lang][a.d]
+    train = [r for r in read_metrics(ctx.workdirs(g)[j]) if "loss" in r]
+    aside = ctx.set_aside.get(f"{g.name}/{j}", [])
+    arms.append({"arm": a.name, **pm.arm_summary(rows, train, cfg, k, fl["floor"], fl["H"]),
+                 "seed": a.seed, "vocab": lang.vocab, "zipf": lang.zipf,
+                 "checkpoints_used": len(rows),
+                 "checkpoints_saved": len(ckpt.checkpoint_steps(cfg.train)),
+                 "last_step": rows[-1]["step"], "set_aside": "; ".join(
+                     f"step {r['step']} ({r['reason']})" for r in aside) or "none"})
+    base += arms[-1:] if a.seed == 0 and not a.lang else []
+    ck += [{c: v for c, v in r.items() if c not in ("group", "member")
+            and not c.startswith(pm.WINDOW)} for r in rows]
+  write_rows(out / "planted_checkpoints.csv", ck)
+  write_rows(out / "planted_arms.csv", arms)
+  write_json(out / "planted_meta.json", _meta(ctx, members))
+  write_json(out / "summary.json", {
+      "account": pm.account(base, small_d=k.small_d) if base else None,
+      "arms": {r["arm"]: {c: r[c] for c in ("rise_verdict", "coincidence")} for r in arms},
+      "replicates": replicates(arms)})
+
+
+def _meta(ctx, members) -> dict:
+  k = ctx.knobs
+  g, j = members[k.arms[0]]
+  lang, t = _ds(g, j).planted, g.configs[j].train
+  tokens = t.steps * t.batch_size * t.seq_len
+  return {"preset": ctx.preset_name, "tokens_per_arm": tokens, "steps": t.steps, "knobs": {
+      **dataclasses.asdict(k), "steps": t.steps, "lr": t.lr, "batch": t.batch_size,
+      "seq_len": t.seq_len, "n_layers": g.configs[j].model.n_layers, "ckpt_every": t.ckpt_every,
+      "log_every": t.log_every, "vocab": g.configs[j].model.vocab_size},
+      "language": lang.info(), "rarest_token": rarest_token(lang, tokens),
+      "languages": {lang_tag(a.lang): _ds(*members[a]).planted.info() for a in k.arms}}
+
+
+def replicates(arms: list[dict]) -> list[dict]:
+  """Per arm trained from several seeds (same language, d, λ, dtype): the mean rise, its SD
+  over seeds and the t interval mean ± t_{0.975, n−1} SD / √n (the variance between trained
+  runs), and ``half``: the mean half-width of the seeds' bootstrap CIs (evaluation noise)."""
+  by: dict = {}
+  for a in arms:
+    by.setdefault((a["vocab"], a["zipf"], a["d"], a["weight_decay"], a["dtype"]), []).append(a)
+  out = []
+  for (vocab, zipf, d, lam, dtype), rows in by.items():
+    r, n = np.array([a["rise"] for a in rows]), len(rows)
+    if n < 2:
+      continue
+    sd = float(np.std(r, ddof=1))
+    t = float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
+    out.append({"vocab": vocab, "zipf": zipf, "d": d, "weight_decay": lam, "dtype": dtype,
+                "seeds": [int(a["seed"]) for a in rows], "n": n, "mean": float(r.mean()),
+                "sd": sd, "t_lo": float(r.mean()) - t, "t_hi": float(r.mean()) + t,
+                "half": float(np.mean([(a["rise_ci_hi"] - a["rise_ci_lo"]) / 2
+                                       for a in rows]))})
+  return out
+
+
+def draw(out) -> None:
+  """Expected loss vs Γ with each arm's floor; the head's KL(σ‖u) and anisotropy vs Γ."""
+  arms = read_rows(out / "planted_arms.csv")
+  ck = read_rows(out / "planted_checkpoints.csv")
+  plt = figure.pyplot()
+  fig, ax = plt.subplots(figsize=(7, 4.5))
+  fig2, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.2))
+  for i, a in enumerate(arms):
+    rs, c = [r for r in ck if r["arm"] == a["arm"]], f"C{i % 10}"
+    g = [r["gamma"] for r in rs]
+    ax.plot(g, [r["expected_loss"] for r in rs], "-", color=c,
+            label=f"{a['arm']} (Γ_total {a['gamma_total']:.2f})")
+    ax.axhline(a["floor"], color=c, ls="--", lw=0.8)
+    a1.plot(g, [r["kl_centred"] for r in rs], "-", color=c, label=f"{a['arm']} centred")
+    a1.plot(g, [r["kl_raw"] for r in rs], ":", color=c, label=f"{a['arm']} raw")
+    a2.plot(g, [r["anisotropy_last"] for r in rs], "-", color=c, label=a["arm"])
+  ax.axhline(arms[0]["H"], color="k", ls=":", lw=0.8, label="H (entropy rate)")
+  ax.set_ylim(min(a["H"] for a in arms) - 0.05, max(a["floor"] for a in arms) + 1.0)
+  ax.set(xlabel="Γ = λ Σ η", ylabel="expected loss (nats), fixed validation windows")
+  ax.legend(fontsize=7)
+  figure.save(fig, out, FIGS[0], "Expected loss vs Γ; dashed: floor(d)")
+  a1.set(xlabel="Γ", ylabel="KL(σ ‖ u) of the head (nats)", title="centred (solid), raw (dotted)")
+  a2.set(xlabel="Γ", ylabel="last-layer anisotropy")
+  a1.legend(fontsize=6)
+  a2.legend(fontsize=7)
+  figure.save(fig2, out, FIGS[1], "Head spectrum and anisotropy vs Γ")
+
+
+def report(out, rel: str = ".") -> str:
+  """The recipe, the arms' table and figures, the seed spreads and the account, from OUT."""
+  meta = json.loads((out / "planted_meta.json").read_text())
+  summary = json.loads((out / "summary.json").read_text())
+  k, lang = meta["knobs"], meta["language"]
+  arms = read_rows(out / "planted_arms.csv")
+  lines = [f"Language: V = {lang['vocab']}, M = {lang.get('n_mix')}, k = {lang['rank']}, H = "
+           f"{fmt(lang['entropy_nats'])} nats; {meta['tokens_per_arm']:,} fresh tokens per arm "
+           f"({meta['steps']} steps of {k['batch']} x {k['seq_len']}), η = {k['lr']:g}. Rise: "
+           f"the expected loss ≥ {k['threshold']} nats above its running minimum after "
+           f"{k['after']:.0%} of training, CI by a paired bootstrap over {k['val_windows']} "
+           f"windows; coincidence: a KL jump ≥ {k['kl_jump']} and anisotropy ≥ "
+           f"{k['anisotropy_level']} within ±1 checkpoint of the onset.", ""]
+  cols = ["arm", "gamma_total", "rise", "rise_ci_lo", "rise_ci_hi", "rise_verdict",
+          "rise_onset_step", "gamma_at_rise", "train_rise", "coincidence", "final_expected_loss",
+          "floor", "gap_to_floor", "final_kl_raw", "final_kl_centred", "final_anisotropy",
+          "final_rare_row_norm", "final_frequent_row_norm"]
+  lines += md_table(arms, cols) + ["", *[f"![{s}]({rel}/{figure.name(s)})" for s in FIGS], ""]
+  lines += [f"- {a['arm']}: set aside {a['set_aside']}; its statistics use "
+            f"{int(a['checkpoints_used'])} of {int(a['checkpoints_saved'])} checkpoints."
+            for a in arms if a["set_aside"] != "none"]
+  if summary["replicates"]:
+    lines += ["", *md_table(summary["replicates"], ["d", "weight_decay", "vocab", "zipf", "n",
+                                                    "mean", "sd", "t_lo", "t_hi", "half"])]
+  lines += ["", f"Account (the pattern of 'yes' verdicts over the seed-0 arms of the preset's "
+            f"language; small: d ≤ {k['small_d']}): **{summary['account']}**."]
+  return "\n".join(lines)
+
+
+EXPERIMENT = Experiment("saturation_planted", PRESETS, plan, measure=measure,
+                        measure_steps="all", measure_chunk=32, tables=tables, figures=draw,
+                        report=report, reads_data=False, doc=__doc__)
+
+if __name__ == "__main__":  # python -m experiments.saturation.planted --preset=NAME --out=DIR
+  from ..reproduce import main
+  main("saturation_planted")

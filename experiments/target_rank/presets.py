@@ -1,5 +1,5 @@
-"""target_rank's presets: a data section over ``tiny``'s (data.vocab_size and the corpus are set
-per V) and the knobs of the count matrices and their spectra."""
+"""target_rank's presets: a data section over ``tiny``'s (data.options.vocab_size and the
+corpus are set per V) and the knobs of the count matrices and their spectra."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ class Knobs:
   n_iter: int = 6
 
 
-TEXT, TFDS = {"data.source": "text"}, {"data.source": "tfds", "data.tfds_name": "lm1b",
-                                        "data.max_docs": 2_000_000}
+TEXT, TFDS = {"data.source": "text"}, {"data.source": "tfds", "data.options.name": "lm1b",
+                                        "data.options.max_docs": 2_000_000}
 
 PRESETS: dict[str, Preset[Knobs]] = {
     # the test suite: one small vocabulary (128 pieces: Shakespeare has 85 characters), n = 1, 2

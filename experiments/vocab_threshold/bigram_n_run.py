@@ -26,7 +26,7 @@ CSVS = (rep.FITS_CSV, rep.CHECKS_CSV, rep.CELLS_CSV)
 def streams_of(preset, corpus: str, vocab: int, out):
   """(train tokens, validation tokens, characters per validation token) at V = ``vocab``."""
   p = get_preset(preset)
-  where = {**corpus_overrides("text", corpus, str(out / "tfds")), "data.vocab_size": vocab}
+  where = {**corpus_overrides("text", corpus, str(out / "tfds")), "data.options.vocab_size": vocab}
   base = config_from(p.base, {**p.overrides, **where})
   tc = base.train
   ds = make_dataset(base.data, seq_len=tc.seq_len, global_batch_size=tc.batch_size,

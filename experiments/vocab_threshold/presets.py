@@ -44,7 +44,7 @@ def _b(ranks, lrs) -> hr.Knobs:
 # the gpu presets read token files (per V: DATA/V<V>/{train,val}.uint16.bin, run.token_overrides)
 GPU_DATA = {"data.source": "tokens"}
 
-# overrides: dotted Config overrides; data.vocab_size, the corpus and name are per V
+# overrides: dotted Config overrides; data.options.vocab_size, the corpus and name are per V
 PRESETS: dict[str, Preset[Knobs]] = {
     # the test suite: head_rank's test trunk, two vocabularies (the smallest fit: two points;
     # sentencepiece needs V >= 89 on Shakespeare, whose text has 85 distinct characters)
@@ -69,7 +69,8 @@ PRESETS: dict[str, Preset[Knobs]] = {
                                       head_lrs=(1e-2, 3e-2), head_steps=300,
                                       protocols=("a",)),
                         ngram=NgramKnobs(ranks=(4, 8, 16, 32, 64, 128), max_iter=40))),
-    "tpu": Preset(hr.BASE, hr.overrides({"name": "vocab_threshold-tpu", "data.vocab_size": 8192,
+    "tpu": Preset(hr.BASE, hr.overrides({"name": "vocab_threshold-tpu",
+                                         "data.options.vocab_size": 8192,
                                          "model.d_model": 512, "model.n_layers": 6,
                                          "model.n_heads": 8, "model.max_len": 512,
                                          "train.steps": 20_000, "train.batch_size": 256,

@@ -59,8 +59,8 @@ def token_dir(data: str | None, vocabs) -> Path:
 
 def token_overrides(data: str, vocab: int) -> dict:
   d = upath(data) / f"V{vocab}"
-  return {"data.source": "tokens", "data.options.path": str(d / TOKEN_FILES[0]),
-          "data.options.val_path": str(d / TOKEN_FILES[1]), "data.options.vocab": vocab}
+  return {"data": {"source": "tokens", "options": {  # the whole data section: the token files
+      "path": str(d / TOKEN_FILES[0]), "val_path": str(d / TOKEN_FILES[1]), "vocab": vocab}}}
 
 
 def make_plan(preset, data: str, vocab: int, tfds_dir: str = "") -> Plan:
@@ -69,7 +69,7 @@ def make_plan(preset, data: str, vocab: int, tfds_dir: str = "") -> Plan:
   p = get_preset(preset)
   tag = preset if isinstance(preset, str) else "custom"
   where = (token_overrides(data, vocab) if uses_tokens(preset)
-           else {**corpus_overrides("text", data, tfds_dir), "data.vocab_size": vocab})
+           else {**corpus_overrides("text", data, tfds_dir), "data.options.vocab_size": vocab})
   base = config_from(p.base, {**p.overrides, **where, "name": f"{NAME}-{tag}-V{vocab}"})
   return Plan(base, **dataclasses.asdict(p.knobs.plan), head_population=p.knobs.head_population,
               trunk=p.knobs.trunk)

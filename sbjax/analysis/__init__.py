@@ -16,6 +16,10 @@ checkpoint named, set aside and left out), ``outputs`` (files and column definit
 Only checkpoints of ONE run are analysed here; per-paper studies live in ``sbjax.studies``.
 """
 
+from sbjax._extras import require
+
+require("sbjax.analysis")
+
 from sbjax.analysis.analyze import COLUMN_DOCS, analyze_run
 from sbjax.analysis.forward import grouped_apply
 from sbjax.analysis.settings import ALL_GROUPS, Settings

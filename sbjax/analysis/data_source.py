@@ -5,10 +5,10 @@ synthetic data silently.
   sample) are windows of FILE (``sbjax.data.tokens``: an integer ``.npy`` [n, T+1], whose
   rows set T, or a flat ``.bin``/``[N]`` stream cut at the run's train.seq_len), in file
   order. Ids must lie below model.vocab_size.
-* ``--data.KEY=VALUE`` (``Settings.data``): data keys of the one override path, e.g.
-  ``--data.source=text --data.path=DIR --data.tokenizer=tokenizer.json`` (the flat fields of
-  earlier versions) or ``--data.options.path=DIR`` (a text corpus tokenised with the model's
-  tokenizer); ``--data.train.seq_len=...`` is not a data key: use ``seq_len=N``.
+* ``--data.KEY=VALUE`` (``Settings.data``): ``--data.source``, ``--data.seq_len`` and the
+  fields of the source's options, e.g. ``--data.source=text --data.path=DIR
+  --data.tokenizer=tokenizer.json`` (``--data.path`` is ``data.options.path``: a text corpus
+  tokenised with the model's tokenizer), applied by the one override path.
 * An **imported** workdir (``experiments.convert --from_hf``: ``WORKDIR/import.json``, or a
   params-only checkpoint) whose config still holds synthetic data (a source that says it is
   ``synthetic``: the planted languages) is refused when a metric group reads data (loss,
@@ -47,27 +47,24 @@ def is_import(workdir) -> bool:
 
 
 def parse_overrides(items) -> dict:
-  """{"data": {key: value}, "seq_len": int | None} of ``KEY=VALUE`` strings
-  (``--data.KEY=VALUE``: KEY ``source``, ``options.F`` or a flat field of earlier versions
-  such as ``path``, or ``seq_len``), typed like the field and checked by the one override path
+  """{"data": {dotted key: text}, "seq_len": int | None} of ``KEY=VALUE`` strings
+  (``--data.KEY=VALUE``): KEY ``source``, ``seq_len``, or a field of the source's options,
+  ``path`` or ``options.path`` alike; the one override path types and checks them
   (``sbjax.overrides``: an unknown key names the nearest one)."""
-  base = Config().to_dict()
-  base["data"]["seq_len"] = 0
-  known = [k for k in overrides.known_keys(base) if k.startswith("data.")]
-  known += sorted(overrides.LEGACY_DATA_KEYS)
   data, seq_len = {}, None
   for item in items:
     key, sep, value = str(item).partition("=")
-    key = "data." + key.strip().removeprefix("data.")
+    key = key.strip().removeprefix("data.")
     if not sep:
       raise ValueError(f"data override {item!r}: expected KEY=VALUE (e.g. source=text)")
-    if key not in known and not key.startswith("data.options."):  # options: of the source
-      raise overrides.unknown_key_error(key, known)
-    _, v = overrides.parse_assignment(f"{key}={value}", base)
-    if key == "data.seq_len":
-      seq_len = v
+    if key == "seq_len":
+      try:
+        seq_len = int(value)
+      except ValueError:
+        raise ValueError(f"data override {item!r}: seq_len is an integer") from None
     else:
-      data[key.removeprefix("data.")] = v
+      data["data." + (key if key == "source" or key.startswith("options.")
+                      else "options." + key)] = value
   return {"data": data, "seq_len": seq_len}
 
 
@@ -118,13 +115,12 @@ def effective_config(cfg: Config, workdir, tokens: str = "", data_items=(),
   over = parse_overrides(data_items)
   train, key, data = cfg.train, None, {}
   if tokens:
-    dtype = over["data"].get("tokens_dtype", over["data"].get("options.dtype", "uint16"))
+    dtype = over["data"].get("data.options.dtype", "uint16")
     data, t_len = _tokens_file(tokens, cfg, dtype)
     train = dataclasses.replace(train, seq_len=t_len, batch_size=1)
     key = tokens_lib.file_identity(tokens)
   if data or over["data"]:
-    cfg = overrides.apply(cfg.replace(train=train),
-                          {**data, **{f"data.{k}": v for k, v in over["data"].items()}})
+    cfg = overrides.apply(cfg.replace(train=train), {**data, **over["data"]}, parse=True)
     train = cfg.train
     if over["data"] and cfg.data.source == "tokens" and cfg.data.options.path:
       key = tokens_lib.file_identity(cfg.data.options.path)

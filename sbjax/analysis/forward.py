@@ -25,7 +25,6 @@ from sbjax import metrics as M
 from sbjax.analysis import layerwise
 from sbjax.analysis.samples import Samples
 from sbjax.analysis.settings import Settings
-from sbjax.metrics import anisotropy as anisotropy_lib
 from sbjax.model import Model
 
 
@@ -74,7 +73,7 @@ def make_group_forward(model: Model, take: tuple, loss_rows: int):
 
 
 aniso_layers = jax.jit(jax.vmap(M.anisotropy_by_layer))  # K×L×N×D -> K×L
-aniso_last = jax.jit(jax.vmap(anisotropy_lib.anisotropy))  # K×N×D -> K
+aniso_last = jax.jit(jax.vmap(M.anisotropy))  # K×N×D -> K
 
 
 EVAL_LOSS_CHUNK = 2048  # tokens per chunk of the analysis's loss when the model sets none
@@ -135,7 +134,7 @@ def make_weight_metrics(mc, settings: Settings):
     if settings.has("collapse"):
       out["w"] = heads_lib.head_matrix(p, mc).astype(jnp.float32)
     if settings.has("spectrum"):
-      s, sc = M.spectrum.raw_and_centred_singular_values(heads_lib.head_matrix(p, mc))
+      s, sc = M.raw_and_centred_singular_values(heads_lib.head_matrix(p, mc))
       out.update(kl=M.kl_to_uniform(s), erank=M.effective_rank(s),
                  per=M.proportional_effective_rank(s), stable=M.stable_rank(s), smax=s[0],
                  top=M.normalized_top(s, settings.spectrum_top))

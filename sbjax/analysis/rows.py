@@ -61,9 +61,9 @@ def _collapse(g: GroupResult, k: int, sm: Samples, settings: Settings) -> dict:
   d = w.shape[1]
   cm = M.collapse_metrics(
       g.htr[k].reshape(-1, d), sm.tr_y, w, g.acc["h"][k].reshape(-1, d), sm.val_y,
-      min_count=settings.min_count, cdnv_exponent=settings.cdnv_exponent,
-      weighted_mean=settings.weighted_mean, nc4_search=settings.nc4_search)
-  return {kk: (float(v) if not isinstance(v, int) else v) for kk, v in cm.items()
+      options=M.CollapseOptions(min_count=settings.min_count, cdnv_exponent=settings.cdnv_exponent,
+                                weighted_mean=settings.weighted_mean, nc4_search=settings.nc4_search))
+  return {kk: (float(v) if not isinstance(v, int) else v) for kk, v in cm.to_dict().items()
           if np.ndim(v) == 0}
 
 

@@ -4,3 +4,7 @@ runner; the paper experiments' registry is ``experiments/reproduce.py``), the sh
 modules ``data_flags`` and ``series_flags``, and ``common`` (multi-host start-up, one-line
 errors). ``python -m sbjax.cli.X`` runs one; ``python -m experiments.X`` and the console
 scripts (``sbjax-train``, ...) are the same programs."""
+
+from sbjax._extras import require
+
+require("sbjax.cli")

@@ -11,7 +11,7 @@ import jax
 from absl import app, flags
 from absl import logging as absl_logging
 
-from sbjax import lognotes
+from sbjax import hostmem, lognotes
 
 _COORD = None
 _NPROC = None
@@ -133,8 +133,11 @@ def run_script(main, module: str):
   """``run(main)`` for a console script (``sbjax-train`` -> ``cli()`` of ``module``) as for
   ``python -m``: ``run`` registers the flags of sbjax's modules, ``module``'s among them, for
   the program file ``sys.argv[0]``, whose flags absl's ``--helpshort`` lists. While ``main``
-  runs, stdout is redirected to stderr; ``result`` writes to the real stdout."""
+  runs, stdout is redirected to stderr; ``result`` writes to the real stdout. The host
+  allocator is set here (``sbjax.hostmem``, before JAX starts its backend), not on import;
+  ``run`` adds the log filter (``sbjax.lognotes``)."""
   del module
+  hostmem.keep_freed_host_memory()
 
   def main_with_clean_stdout(argv):
     _RESULT.append(sys.stdout)

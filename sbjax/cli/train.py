@@ -2,9 +2,10 @@ r"""Train (or resume) one sbjax run.
 
   python -m experiments.train --config=tiny --workdir=runs/tiny --config.train.steps=50
 
-``--config`` is a preset name (see sbjax/configs.py), a JSON file, or an
-ml_collections .py file; ``--config.section.key=value`` overrides any field (the one override
-path, ``sbjax.overrides``: an unknown key is one line with the nearest known key).
+``--config`` is a config name (see sbjax/configs.py), a JSON file, or an
+ml_collections .py file; ``--config.section.key=value`` overrides any field, e.g.
+``--config.model.head=lowrank --config.model.head.rank=8`` (the one override path,
+``sbjax.overrides``: an unknown key is one line with the nearest known key).
 Rerunning the same command on an existing workdir continues from its latest
 checkpoint; the run may be killed at any moment (even mid-save) and the continued run
 equals an uninterrupted one bit for bit (tests/e2e/test_soak.py, benchmarks/soak.py).
@@ -46,7 +47,9 @@ from sbjax.train import members as members_lib
 from sbjax.train.lock import workdir_lock
 from sbjax.train.workdir import check_stop_after
 
-CONFIG = configs.DEFINE_config("config", default="tiny")
+CONFIG = flags.DEFINE_string("config", "tiny", "a config name, a .json config, or an "
+                             "ml_collections .py file; override fields with "
+                             "--config.section.key=value")
 CONFIG_OVERRIDES = flags.DEFINE_multi_string(
     "config_override", [], "a Config override KEY=VALUE (repeatable), usually spelled "
     "--config.KEY=VALUE, e.g. --config.train.steps=50 --config.model.d_model=64")
@@ -73,13 +76,17 @@ def _population(cfg, n, seeds, lrs) -> list[dict]:
     return train_lib.train(cfgs, dirs, dataset=dataset, stop_after=STOP_AFTER.value)
 
 
-def config_from_flags() -> Config:
-  """``--config`` with every ``--config.KEY=VALUE`` applied (later ones win); says on stderr
-  what data the run trains on when the command line did not choose it."""
-  base = configs.build(CONFIG.value)
-  pairs = dict(overrides.parse_assignment(item, base) for item in CONFIG_OVERRIDES.value)
-  cfg = overrides.apply(base, pairs)
-  note = data_note(flags.FLAGS["config"].config_filename, cfg, pairs)
+def config_of(spec: str, items) -> Config:
+  """``--config=spec`` with every ``--config.KEY=VALUE`` of ``items`` (``KEY=VALUE`` strings)
+  applied, later ones winning; says on stderr what data the run trains on when the command
+  line did not choose it."""
+  pairs = dict(overrides.split_assignment(item) for item in items)
+  try:
+    base = configs.load(spec)
+  except ValueError as e:
+    raise ValueError(f"flag --config={spec}: {e}") from None
+  cfg = overrides.apply(base, pairs, parse=True)
+  note = data_note(spec, cfg, pairs)
   if note and jax.process_index() == 0:
     sys.stderr.write(note + "\n")
   return cfg
@@ -88,7 +95,7 @@ def config_from_flags() -> Config:
 def main(argv):
   del argv
   common.maybe_initialize_distributed()  # before any JAX computation (imports are fine)
-  cfg = config_from_flags()
+  cfg = config_of(CONFIG.value, CONFIG_OVERRIDES.value)
   check_stop_after(STOP_AFTER.value)  # before any data or workdir is written
   if POPULATION.value or POP_LRS.value or POP_SEEDS.value:
     summaries = _population(cfg, POPULATION.value or None, POP_SEEDS.value or None,

@@ -12,6 +12,10 @@ Nothing here imports torch or transformers (torch only for allowed pickles, in
 ``torch_pickle``: without torch that is one error naming the package to install).
 """
 
+from sbjax._extras import require
+
+require("sbjax.convert")
+
 from sbjax.convert.hf_export import export_hf, export_problems, hf_config, hf_tensors
 from sbjax.convert.hf_import import (full_config, import_hf, load_hf_tensors,
                                      model_config_from_hf, read_hf_config)

@@ -21,7 +21,7 @@ def load_pickle(path: str) -> dict[str, np.ndarray]:
         f"{path}: reading PyTorch pickle weights (allow_pickle=True, --allow_pickle) needs the "
         "package torch, which sbjax does not install (not even sbjax[hf]): pip install torch "
         "(any build; the CPU one is enough), or convert the checkpoint to safetensors") from None
-  sd = torch.load(path, map_location="cpu", weights_only=True)
+  sd = torch.load(path, map_location="cpu", weights_only=True)  # noqa: TID251 - the one reviewed torch load (weights_only)
   out = {}
   for k, t in sd.items():
     t = t.detach()

@@ -13,12 +13,16 @@ batches on demand), ``planted_device`` (the on-device sampler, ``data.options.sa
 ``text`` (directory corpora, document split, token caches), ``builders`` (TFDS array_record
 builders ``local_text`` and ``planted_rank``, catalog reader), ``dataset`` (packing,
 batching, ``make_dataset``), ``sources`` (the registry of ``data.source`` values; a new source
-is one file), ``options`` (each built-in source's typed fields, ``DataConfig.options``),
-``_legacy`` (the flat data fields of earlier config.json files and flags). TensorFlow is not needed (TFDS array_record sources work without it).
+is one file), ``options`` (each built-in source's typed fields, ``DataConfig.options``).
+TensorFlow is not needed (TFDS array_record sources work without it).
 
 The names below are loaded on first use, so that ``sbjax.config`` can import the plain-Python
-``sbjax.data.sources``, ``options`` and ``_legacy`` without importing jax, numpy or TFDS.
+``sbjax.data.sources`` and ``options`` without importing jax, numpy or TFDS.
 """
+
+from sbjax._extras import require
+
+require("sbjax.data")
 
 import importlib
 

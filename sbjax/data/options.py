@@ -13,9 +13,7 @@ built-in ones are here:
   dataset), both with the tokenizer fields of ``TokenizerOptions``.
 * ``TokensOptions`` (``tokens``: token files on disk, ``sbjax.data.tokens``).
 
-``legacy`` maps the flat ``DataConfig`` field names of earlier versions (``planted_vocab``,
-``tfds_name``, ...) to the fields of each class (``sbjax.data._legacy``). Plain Python (no
-jax, no numpy), so ``sbjax.config`` can validate with it.
+Plain Python (no jax, no numpy), so ``sbjax.config`` can validate with it.
 """
 
 from __future__ import annotations
@@ -39,8 +37,6 @@ class SourceOptions:
   ...)``)."""
 
   source: ClassVar[str] = ""
-  # flat DataConfig field of earlier versions -> field here (sbjax.data._legacy)
-  legacy: ClassVar[dict] = {}
 
   def __post_init__(self):
     for f in dataclasses.fields(self):  # a text field (a path, a name) holds text: a dict
@@ -61,18 +57,12 @@ def _int_at_least(name: str, value, low: int, what: str = "") -> None:
     raise config_error(f"data.options.{name}", value, what or f"an integer >= {low}")
 
 
-_PLANTED_LEGACY = {"planted_vocab": "vocab", "planted_rank": "rank", "planted_alpha": "alpha",
-                   "planted_zipf": "zipf", "planted_context": "context", "planted_seed": "seed",
-                   "planted_train_tokens": "train_tokens", "planted_val_tokens": "val_tokens",
-                   "tfds_data_dir": "data_dir", "planted_sampler": "sampler"}
-
 
 @dataclasses.dataclass(frozen=True)
 class PlantedOptions(SourceOptions):
   """The planted-rank language (``sbjax.data.planted.PlantedLanguage``)."""
 
   source: ClassVar[str] = "planted"
-  legacy: ClassVar[dict] = _PLANTED_LEGACY
   vocab: int = 256
   rank: int = 8
   alpha: float = 4.0
@@ -116,7 +106,6 @@ class PlantedMixOptions(PlantedOptions):
   """A mixture of ``mix`` planted softmaxes (``sbjax.data.planted.PlantedMixture``)."""
 
   source: ClassVar[str] = "planted_mix"
-  legacy: ClassVar[dict] = {**_PLANTED_LEGACY, "planted_mix": "mix"}
   mix: int = 4
 
   def check(self) -> None:
@@ -136,8 +125,6 @@ class PlantedMosOptions(PlantedMixOptions):
   or Dir(``gate_conc``) per context."""
 
   source: ClassVar[str] = "planted_mos"
-  legacy: ClassVar[dict] = {**_PLANTED_LEGACY, "planted_mix": "mix", "planted_gate": "gate",
-                            "planted_gate_conc": "gate_conc"}
   gate: str = "uniform"
   gate_conc: float = 1.0
 
@@ -159,7 +146,7 @@ class PlantedMosOptions(PlantedMixOptions):
 class PlantedTailOptions(PlantedMixOptions):
   """The planted mixture at the rare-token tail's sizes (``sbjax.data.planted_tail``): V = 4096,
   ``mix`` = 8 components of rank 32, Zipf 1.5. A change of ``data.source`` to it carries the
-  shared planted fields over (``sbjax.data._legacy.carry_over``): set the sizes explicitly
+  shared planted fields over (``sbjax.overrides``): set the sizes explicitly
   there."""
 
   source: ClassVar[str] = "planted_tail"
@@ -168,10 +155,6 @@ class PlantedTailOptions(PlantedMixOptions):
   zipf: float = 1.5
   mix: int = 8
 
-
-_TOKENIZER_LEGACY = {"tokenizer": "tokenizer", "tokenizer_type": "tokenizer_type",
-                     "vocab_size": "vocab_size", "val_fraction": "val_fraction",
-                     "tfds_data_dir": "data_dir"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,7 +182,6 @@ class TextOptions(TokenizerOptions):
   """A directory of UTF-8 .txt files."""
 
   source: ClassVar[str] = "text"
-  legacy: ClassVar[dict] = {**_TOKENIZER_LEGACY, "path": "path"}
   path: str = ""
 
   def check(self) -> None:
@@ -214,8 +196,6 @@ class TfdsOptions(TokenizerOptions):
   """A TFDS catalog dataset (``lm1b``, ``tiny_shakespeare``, ...), prepared in ``data_dir``."""
 
   source: ClassVar[str] = "tfds"
-  legacy: ClassVar[dict] = {**_TOKENIZER_LEGACY, "tfds_name": "name", "text_key": "text_key",
-                            "max_docs": "max_docs"}
   name: str = ""
   text_key: str = "text"
   max_docs: int = 0  # read at most this many documents per split (0 = all)
@@ -234,9 +214,6 @@ class TokensOptions(SourceOptions):
   .bin of ``dtype``."""
 
   source: ClassVar[str] = "tokens"
-  legacy: ClassVar[dict] = {"tokens_path": "path", "tokens_val_path": "val_path",
-                            "tokens_dtype": "dtype", "tokens_vocab": "vocab",
-                            "val_fraction": "val_fraction"}
   path: str = ""
   val_path: str = ""  # "" = hold out the last val_fraction of the windows
   dtype: str = "uint16"  # item type of a flat .bin file

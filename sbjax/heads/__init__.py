@@ -23,6 +23,10 @@ a head's own parameters live under ``params["head"]``.
 
 from __future__ import annotations
 
+from sbjax._extras import require
+
+require("sbjax.heads")
+
 from sbjax.heads.base import (HEAD_KEY, HeadConfig, HeadKind, for_hf, get, head_config,
                               hf_exportable, kinds, leaf_spec, names, register, unregister,
                               validate)

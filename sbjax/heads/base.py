@@ -11,9 +11,7 @@ scanned while half-imported (annotate with ``ModelConfig`` under ``TYPE_CHECKING
 A head's hyper-parameters are its own: each kind declares a frozen ``HeadConfig`` dataclass
 (``config``), e.g. ``LowRankHead(rank=8, init="scaled")``, and ``ModelConfig.head`` holds one
 (JSON ``{"head": {"kind": "lowrank", "rank": 8, "init": "scaled"}}``); ``head_config`` builds
-one from a kind name, a ``{"kind": ...}`` dict or a config. ``legacy`` maps the flat
-``ModelConfig`` fields of earlier versions (``model.head_rank``, ``model.n_mix``, ...) to the
-kind's fields (``sbjax.heads._legacy``).
+one from a kind name, a ``{"kind": ...}`` dict or a config.
 
 This module is plain Python (no jax/flax imports), so ``sbjax.config`` can import it to
 validate ``model.head`` and the head's own fields when a ``ModelConfig`` is built; the
@@ -38,7 +36,7 @@ A ``HeadKind`` answers, for a ``ModelConfig`` ``cfg`` whose head is ``kind.name`
   of mesh axis names (``sbjax.sharding``);
 - ``config``: its ``HeadConfig`` dataclass (``cfg.head``), whose ``check()`` validates the
   fields alone; ``validate(cfg)``: the checks against the model (e.g. rank <= d_model);
-  ``legacy``: {flat field of earlier versions: field of ``config``}; ``rank(cfg)``;
+  ``rank(cfg)``;
 - Hugging Face mapping: ``hf_tied`` (True: ``tie_word_embeddings``; False: a separate
   ``lm_head``/``embed_out`` V×d tensor; None: no HF equivalent, ``hf_problem`` says why),
   ``hf_imports`` (an HF checkpoint with that tying imports as this kind), ``hf_weight``
@@ -92,7 +90,6 @@ class HeadKind:
   param_keys: tuple = (HEAD_KEY,)
   leaf_specs: dict = {}
   config: type = HeadConfig  # the kind's own fields (a HeadConfig dataclass; none: made for it)
-  legacy: dict = {}  # {flat ModelConfig field of earlier versions: field of ``config``}
   hf_tied: bool | None = None
   hf_imports: bool = False
   # True: log-probs = log_softmax(x·Mᵀ) with M of rank ``rank(cfg)``, so the exact rank-r

@@ -83,7 +83,6 @@ class LowRank(HeadKind):
   # A (V×r): vocab on tensor, r on fsdp; B (r×D): D on fsdp (the B×T×r bottleneck is tiny)
   leaf_specs = {"a": ("tensor", "fsdp"), "b": (None, "fsdp")}
   config = LowRankHead
-  legacy = {"head_rank": "rank", "head_init": "init"}
   hf_tied = False
 
   def module(self, cfg):

@@ -92,7 +92,6 @@ class MoS(HeadKind):
   leaf_specs = {"w": ("tensor", "fsdp"), "prior_w": ("fsdp", None),
                 "proj_w": ("fsdp", None, None), "prior_b": (), "proj_b": ()}
   config = MoSHead
-  legacy = {"n_mix": "n_mix", "mos_dim": "dim", "mos_act": "act"}
   rank_limited = False
 
   def module(self, cfg):

@@ -93,7 +93,6 @@ class PaddedLowRank(LowRank):
   description = "a padded low-rank head"
   order = 5
   config = PaddedLowRankHead  # hf_tied None: a training device, not exported (see module doc)
-  legacy = {}
   hf_tied = None
   member_varying = ("rank",)  # the members of one run may differ in it (sbjax.train.members)
 

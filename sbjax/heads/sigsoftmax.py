@@ -69,7 +69,6 @@ class SigSoftmax(HeadKind):
   # A, B as the lowrank head's; the V bias on tensor (vocab)
   leaf_specs = {"a": ("tensor", "fsdp"), "b": (None, "fsdp"), "bias": ("tensor",)}
   config = SigSoftmaxHead
-  legacy = {"head_rank": "rank"}
   rank_limited = False
 
   def module(self, cfg):

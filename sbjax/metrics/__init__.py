@@ -1,42 +1,58 @@
-"""sbjax.metrics: pure jax.numpy metrics for the softmax bottleneck, neural collapse and CKA.
+"""sbjax.metrics: pure ``jax.numpy`` metrics of the softmax bottleneck, neural collapse and
+CKA, for any JAX code (``pip install sbjax`` needs jax and numpy only).
 
-Submodules (no flax anywhere):
+Each public name is a function or a type, exported here (the modules are private):
 
-* :mod:`sbjax.metrics.spectrum` -- singular values of heads, KL-to-uniform,
-  effective rank, PER, W-error, stable rank, condition number (all its public
-  names are re-exported here).
-* :mod:`sbjax.metrics.anisotropy` -- mean pairwise cosine in O(N d).
-* :mod:`sbjax.metrics.cka` -- linear CKA (biased / debiased HSIC).
-* :mod:`sbjax.metrics.collapse` -- streaming neural-collapse accumulators
-  and NC1-NC4 metrics (blocked pair streaming, never K x K); host functions
-  that validate and call the pure kernels of
-  :mod:`sbjax.metrics.collapse_kernel` (masks, static V: jit and vmap over
-  checkpoints).
-* :mod:`sbjax.metrics.collapse_variants` -- bias-corrected class-mean norms
-  and the guarded UNC3 (used by ``collapse``; NamedTuple results).
+* spectra of heads (Godey et al. 2024; Diehl Martinez et al. 2024): :func:`singular_values`
+  and the functions of a spectrum (:func:`kl_to_uniform`, :func:`effective_rank`,
+  :func:`w_error`, ... or all at once, :func:`spectrum_metrics`; raw and centred:
+  :func:`head_spectra`);
+* :func:`anisotropy` (Godey et al. 2024, Sec. 4.1);
+* linear and debiased CKA: :func:`linear_cka`, :func:`cka_to_reference`,
+  :func:`cka_to_reference_by_layer`;
+* neural collapse (Wu & Papyan 2024): :func:`neural_collapse` (NC1-NC4 from features) and
+  :func:`neural_collapse_from_stats`, jit- and vmap-able with a static
+  :class:`CollapseOptions`, returning :class:`CollapseStats`; the streaming accumulators they
+  are made of (:func:`mean_update`, :func:`var_update`, :func:`nc4_update`, ...); the host
+  wrappers :func:`collapse_metrics` and :func:`collapse_metrics_from_stats`, which check
+  concrete inputs and return Python numbers.
 
-Each metric works on one checkpoint and composes with ``jax.vmap`` over a
-leading checkpoint/head axis.  Formulas and the authors' code variants are in
-each docstring and in ``docs/metrics.md``.
+Every function works on one checkpoint and composes with ``jax.vmap`` over a leading
+checkpoint (or head, or layer) axis; a wrong shape raises one ``ValueError`` naming the
+argument when traced.  Importing the package registers nothing with JAX and configures no
+logging.  Formulas and the authors' variants: each docstring and ``docs/metrics.md``.
 """
 
-from . import anisotropy, cka, collapse, spectrum
-from .anisotropy import anisotropy_by_layer
-from .cka import cka_to_reference, cka_to_reference_by_layer, linear_cka
-from .collapse import collapse_metrics, metrics_from_stats, per_class_stats
-from .spectrum import *  # noqa: F403  (its public names, listed once: spectrum.__all__)
+from ._accumulators import (
+    MeanState, NC4State, VarState, class_means, class_variances, mean_init, mean_update, merge,
+    nc4_agreement, nc4_init, nc4_update, one_pass_variances, var_init, var_update,
+)
+from ._anisotropy import anisotropy, anisotropy_by_layer
+from ._cka import cka_to_reference, cka_to_reference_by_layer, linear_cka
+from ._collapse_host import analyzed_classes, collapse_metrics, collapse_metrics_from_stats, nc4_search_set
+from ._collapse_types import CollapseOptions, CollapseStats
+from ._collapse_variants import CorrectedNorms, Unc3, corrected_sq_norms, norm_cov, unc3_guarded, unc3_reason
+from ._neural_collapse import neural_collapse, neural_collapse_from_stats
+from ._singular_values import (
+    center_vocab, centred_singular_values, raw_and_centred_singular_values, singular_values,
+)
+from ._spectrum import (
+    HeadSpectra, SpectrumMetrics, condition_number, effective_rank, head_spectra, kl_to_uniform,
+    normalized_top, proportional_effective_rank, singular_entropy, spectrum_metrics, stable_rank, w_error,
+)
 
 __all__ = [
-    "spectrum",
-    "anisotropy",
-    "cka",
-    "collapse",
-    *spectrum.__all__,
-    "anisotropy_by_layer",
-    "linear_cka",
-    "cka_to_reference",
-    "cka_to_reference_by_layer",
-    "collapse_metrics",
-    "metrics_from_stats",
-    "per_class_stats",
+    # spectra
+    "singular_values", "centred_singular_values", "raw_and_centred_singular_values", "center_vocab",
+    "singular_entropy", "kl_to_uniform", "effective_rank", "proportional_effective_rank", "w_error",
+    "stable_rank", "condition_number", "normalized_top", "spectrum_metrics", "SpectrumMetrics",
+    "head_spectra", "HeadSpectra",
+    # anisotropy and CKA
+    "anisotropy", "anisotropy_by_layer", "linear_cka", "cka_to_reference", "cka_to_reference_by_layer",
+    # neural collapse
+    "neural_collapse", "neural_collapse_from_stats", "CollapseOptions", "CollapseStats",
+    "collapse_metrics", "collapse_metrics_from_stats", "analyzed_classes", "nc4_search_set",
+    "MeanState", "VarState", "NC4State", "mean_init", "mean_update", "class_means", "var_init",
+    "var_update", "class_variances", "one_pass_variances", "nc4_init", "nc4_update", "nc4_agreement",
+    "merge", "CorrectedNorms", "Unc3", "corrected_sq_norms", "norm_cov", "unc3_guarded", "unc3_reason",
 ]

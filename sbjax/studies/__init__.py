@@ -5,3 +5,7 @@
 ``sbjax.analysis`` analyses the checkpoints of one run; the modules here combine runs, train
 models or compute per-paper quantities, and are imported by the experiments.
 """
+
+from sbjax._extras import require
+
+require("sbjax.studies")

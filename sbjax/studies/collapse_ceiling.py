@@ -22,7 +22,7 @@ A token is a pair (context c, next token w) with probability q(c, w) = pi_c P(w 
 its feature is h_c. The class statistics are then exact population values: the class mass
 m_w = sum_c q(c, w), the class mean mu_w = sum_c q(c, w) h_c / m_w and the (biased,
 population) variance sigma_w^2 = sum_c q(c, w) ||h_c - mu_w||^2 / m_w. NC1-NC3 are
-:func:`sbjax.metrics.collapse.metrics_from_stats` of these (every class with m_w > 0 is
+:func:`sbjax.metrics.collapse_metrics_from_stats` of these (every class with m_w > 0 is
 analysed; no finite-sample bias, so the corrected norm CoV equals the raw one). NC4 on the
 population: a token at context c is a hit when argmax_v <w_v, h_c> = argmin_v ||h_c -
 mu_v||^2, so the weighted agreement is sum_c pi_c hit_c (the per-class variant: the mean
@@ -34,9 +34,9 @@ from __future__ import annotations
 import numpy as np
 
 from sbjax.data.planted import PlantedLanguage
-from sbjax.metrics import collapse as C
+from sbjax import metrics as C
 
-# Pseudo-count given to metrics_from_stats: population statistics have no sampling error, so
+# Pseudo-count given to collapse_metrics_from_stats: population statistics have no sampling error, so
 # the count only has to pass min_count and make the finite-sample correction negligible.
 POPULATION_COUNT = 1 << 30
 VARIANTS = ("balanced", "planted")
@@ -78,13 +78,14 @@ def population_stats(lang, h: np.ndarray, w: np.ndarray) -> dict:
 def ceiling_metrics(lang: PlantedLanguage, variant: str = "balanced", **metric_kw) -> dict:
   """NC1-NC4 of the Bayes-optimal model of ``lang`` (the collapse ceiling; module doc).
 
-  Returns every scalar key of ``metrics_from_stats`` plus ``nc4_agreement`` (token-weighted),
+  Returns every scalar key of ``collapse_metrics_from_stats`` plus ``nc4_agreement`` (token-weighted),
   ``nc4_agreement_per_class``, ``width`` r, ``entropy`` H (nats, the optimum's loss) and
-  ``variant``. ``metric_kw`` goes to ``metrics_from_stats`` (cdnv_exponent, ...)."""
+  ``variant``. ``metric_kw``: fields of ``CollapseOptions`` (cdnv_exponent, ...)."""
   h, w = optimal_factorisation(lang, variant)
   st = population_stats(lang, h, w)
   counts = np.where(st["mass"] > 0, POPULATION_COUNT, 0).astype(np.int64)
-  out = C.metrics_from_stats(st["means"], st["variances"], counts, w, min_count=1, **metric_kw)
+  out = C.collapse_metrics_from_stats(st["means"], st["variances"], counts, w,
+                                      options=C.CollapseOptions(min_count=1, **metric_kw)).to_dict()
   seen = st["mass"] > 0
   per_class = (st["q"].T @ st["hits"])[seen] / st["mass"][seen]
   out.update(nc4_agreement=float(lang.stationary @ st["hits"]),

@@ -24,7 +24,7 @@ Used by ``experiments/collapse/`` (Wu & Papyan 2024). Two pieces:
 
   Pass 2 re-uses the features of pass 1 when they fit in ``feature_cache_bytes`` (host
   memory), otherwise it recomputes the forward, so memory is O(M·V·d) whatever the
-  number of tokens. Then ``sbjax.metrics.collapse.metrics_from_stats`` per member
+  number of tokens. Then ``sbjax.metrics.collapse_metrics_from_stats`` per member
   (blocked pairs, never K×K) gives every key of ``collapse_metrics`` plus the per-class
   CDNV and interference (``per_class=True``) for the token-level view.
 """
@@ -43,7 +43,7 @@ import numpy as np
 
 from sbjax import heads as heads_lib
 from sbjax.config import Config, ModelConfig, TrainConfig
-from sbjax.metrics import collapse as C
+from sbjax import metrics as C
 from sbjax.model import Model
 from sbjax.train import hooks as H
 from sbjax.train import train
@@ -250,15 +250,20 @@ def collapse_pass_multi(mc: ModelConfig, stacked_params, train_windows: np.ndarr
 
 
 def _member_metrics(i, arrays, counts_np, nc4_state, why: str, **kw) -> dict:
-  """metrics_from_stats of member i (per_class=True), or an error row (never raises)."""
+  """collapse_metrics_from_stats of member i (per_class=True; the per-class arrays of the
+  analysed classes, ``class_ids``), or an error row (never raises)."""
   means_np, var_np, w_np = arrays
   empty = {"class_ids": np.zeros(0, np.int64), "per_class_cdnv": np.zeros(0),
            "per_class_interference": np.zeros(0)}
   if why:
     return {"error": why, **empty}
   try:
-    r = C.metrics_from_stats(means_np[i], var_np[i], counts_np, w_np[i], nc4=nc4_state,
-                             per_class=True, **kw)
+    res = C.collapse_metrics_from_stats(means_np[i], var_np[i], counts_np, w_np[i], nc4=nc4_state,
+                                        options=C.CollapseOptions(per_class=True, **kw))
+    r, ids = res.to_dict(), np.flatnonzero(res.class_analyzed)
+    del r["class_analyzed"]
+    r.update(class_ids=ids, per_class_cdnv=res.per_class_cdnv[ids],
+             per_class_interference=res.per_class_interference[ids])
     r["error"] = ""
     r["unc3_reason"] = C.unc3_reason(r["nc3_cos_mean"], r["nc3_cos_se"])
   except ValueError as e:  # e.g. non-finite features of a diverged member: a NaN row

@@ -42,12 +42,12 @@ def corpus_overrides(source: str, data: str | Path | None = "",
   """The dotted overrides that put a config of data source ``source`` on ``--data``: a TFDS
   name for ``tfds`` (none when ``data`` is empty: the config's own), else a text directory
   (``text_corpus``); ``tfds_dir`` is where a text corpus's TFDS builder writes
-  (``data.tfds_data_dir``), left as it is when None."""
+  (``data.options.data_dir``), left as it is when None."""
   if source == "tfds":
-    return {"data.source": "tfds", **({"data.tfds_name": str(data)} if data else {})}
-  out = {"data.source": "text", "data.path": str(text_corpus(data))}
+    return {"data.source": "tfds", **({"data.options.name": str(data)} if data else {})}
+  out = {"data.source": "text", "data.options.path": str(text_corpus(data))}
   if tfds_dir is not None:
-    out["data.tfds_data_dir"] = str(tfds_dir)
+    out["data.options.data_dir"] = str(tfds_dir)
   return out
 
 

@@ -41,8 +41,9 @@ class Knobs:
 
 # a text-corpus sweep's Config in dotted keys over BASE (the cpu preset's trunk and schedule);
 # a preset replaces some of them (``overrides``)
-CPU = {**TEXT_DATA, "data.vocab_size": 1024, "name": "head_rank-cpu", "model.vocab_size": 0,
-       "model.d_model": 64, "model.n_layers": 2, "model.n_heads": 4, "model.max_len": 64,
+CPU = {**TEXT_DATA, "data.options.vocab_size": 1024, "name": "head_rank-cpu",
+       "model.vocab_size": 0, "model.d_model": 64, "model.n_layers": 2, "model.n_heads": 4,
+       "model.max_len": 64,
        "model.rotary_pct": _MODEL.rotary_pct, "model.remat": _MODEL.remat,
        "train.steps": 400, "train.batch_size": 32, "train.seq_len": 64, "train.lr": _TRAIN.lr,
        "train.warmup_steps": 30, "train.eval_batches": 24, "train.ckpt_log_spaced": False}
@@ -50,7 +51,7 @@ CPU = {**TEXT_DATA, "data.vocab_size": 1024, "name": "head_rank-cpu", "model.voc
 
 def overrides(o: dict) -> dict:
   """CPU with the preset's dotted keys ``o`` over it (a sentencepiece vocabulary of
-  data.vocab_size pieces, the trunk, the schedule), and a schedule that evaluates and
+  data.options.vocab_size pieces, the trunk, the schedule), and a schedule that evaluates and
   checkpoints once, at the last step, with ten log lines."""
   o = {**CPU, **o}
   steps = o["train.steps"]
@@ -59,9 +60,9 @@ def overrides(o: dict) -> dict:
 
 
 # the test and quick presets' trunk
-_TINY = {"data.vocab_size": 96, "model.d_model": 4, "model.n_layers": 1, "model.n_heads": 1,
-         "model.max_len": 16, "model.rotary_pct": 0.5, "train.batch_size": 8,
-         "train.seq_len": 16, "train.warmup_steps": 2}
+_TINY = {"data.options.vocab_size": 96, "model.d_model": 4, "model.n_layers": 1,
+         "model.n_heads": 1, "model.max_len": 16, "model.rotary_pct": 0.5,
+         "train.batch_size": 8, "train.seq_len": 16, "train.warmup_steps": 2}
 PRESETS: dict[str, Preset[Knobs]] = {
     # the test suite: the quick trunk, 6 steps, rank 1 besides the dense head (r = d)
     "test": Preset(BASE, overrides({**_TINY, "name": "head_rank-test", "train.steps": 6,
@@ -78,7 +79,7 @@ PRESETS: dict[str, Preset[Knobs]] = {
                   Knobs(lrs=(1e-2, 2e-2), head_lrs=(1e-2, 3e-2), head_steps=150,
                         mos_mix=(1, 2), mos_lrs=(1e-2,))),
     # Pythia-410m shape: ranks 1..1024; give it a corpus larger than Shakespeare with --data
-    "tpu": Preset(BASE, overrides({"name": "head_rank-tpu", "data.vocab_size": 8192,
+    "tpu": Preset(BASE, overrides({"name": "head_rank-tpu", "data.options.vocab_size": 8192,
                                    "model.d_model": 1024, "model.n_layers": 24,
                                    "model.n_heads": 16, "model.max_len": 512,
                                    "model.remat": "full", "train.steps": 20_000,
@@ -98,7 +99,7 @@ def base_config(preset, data: str, vocab: int | None = None) -> Config:
   p = get_preset(preset)
   o = {**p.overrides, **corpus_overrides("text", data)}
   if vocab:
-    o["data.vocab_size"] = vocab
+    o["data.options.vocab_size"] = vocab
   return config_from(p.base, o)
 
 

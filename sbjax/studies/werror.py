@@ -9,17 +9,17 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from sbjax.metrics import spectrum
+from sbjax import metrics as M
 
 THRESHOLD = 0.6  # Godey et al. (2024), Fig. 8: the W-error level
 TOL = 0.02  # r* = the smallest rank with loss <= (1 + TOL) * full-rank loss
 
 
 def w_error_curve(w) -> tuple:
-  """(sigma, W-error(d) for d = 0..n) of a V x d head, via sbjax.metrics.spectrum (SVD)."""
-  s = spectrum.singular_values(jnp.asarray(w, jnp.float32), method="svd")
+  """(sigma, W-error(d) for d = 0..n) of a V x d head, via sbjax.metrics (SVD)."""
+  s = M.singular_values(jnp.asarray(w, jnp.float32), method="svd")
   n = int(s.shape[0])
-  we = spectrum.w_error(s, jnp.arange(n + 1))
+  we = M.w_error(s, jnp.arange(n + 1))
   return np.asarray(s, np.float64), np.asarray(we, np.float64)
 
 

@@ -10,6 +10,10 @@ jitted programs of a run), ``run`` (``train``, ``train_once``: the composition),
 ``preempt`` (SIGTERM: save at the next step boundary, exit status 75).
 """
 
+from sbjax._extras import require
+
+require("sbjax.train")
+
 from sbjax.train.loop import Boundary, Hook, Schedule, run_loop
 from sbjax.train.members import member_configs, member_dir
 from sbjax.train.run import make_dataset_for, train, train_once

@@ -99,7 +99,7 @@ def check_members(cfgs: Sequence[Config]) -> Varies:
   """Refuse members that differ outside ``VARYING``; say which varying fields differ."""
   if not cfgs:
     raise ValueError("a run needs at least one member config; got none")
-  first = _shared(cfgs[0])
+  first = _shared(cfgs[0]) if len(cfgs) > 1 else {}  # (one run: nothing to compare)
   for i, cfg in enumerate(cfgs[1:], 1):
     other = _shared(cfg)
     diff = sorted(k for k in first.keys() | other.keys() if first.get(k) != other.get(k))

@@ -82,7 +82,7 @@ def calls(tmp_path_factory):
   """The four calls into one folder: (out, [(stop text, section.md, meta, figure drawn?,
   collapse_r2.csv's rows or None) per call])."""
   tmp = tmp_path_factory.mktemp("collapse_budget")
-  v = BASE.overrides["data.vocab_size"]
+  v = BASE.overrides["data.options.vocab_size"]
   chain_tokens(tmp / "train.uint16.bin", 4096, v, 1)
   chain_tokens(tmp / "val.uint16.bin", 1024, v, 2)
   data, out = f"{tmp / 'train.uint16.bin'},{tmp / 'val.uint16.bin'}", tmp / "out"

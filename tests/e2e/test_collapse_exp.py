@@ -18,7 +18,7 @@ import pytest
 from experiments import collapse
 from experiments.shared import REPO
 from sbjax.data.planted import PlantedLanguage
-from sbjax.metrics import collapse as C
+from sbjax import metrics as C
 from sbjax.model import Model
 from sbjax.studies import collapse_ceiling as CC
 from sbjax.studies import collapse_grid as cg
@@ -67,7 +67,7 @@ def test_collapse_pass_matches_direct_computation(test_out):
     w = np.asarray(p_i["embed"])  # tied head: W = the token embedding
     ref = C.collapse_metrics(h_all[:37 * t], tr[:, 1:].ravel(), w, h_all[37 * t:],
                              va[:, 1:].ravel())
-    for k, v in ref.items():  # (UNC3 guarded is NaN where the mean cos is unresolved)
+    for k, v in ref.to_dict().items():  # (UNC3 guarded is NaN where the mean cos is unresolved)
       assert res[i][k] == pytest.approx(v, rel=2e-4, abs=1e-5, nan_ok=True), k
     z = np.asarray(sv, np.float64)
     lse = np.log(np.exp(z - z.max(-1, keepdims=True)).sum(-1)) + z.max(-1)

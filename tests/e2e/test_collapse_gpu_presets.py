@@ -18,8 +18,8 @@ def test_the_device_presets_train_on_token_files(tmp_path):
   gpu, grid = collapse.get_preset("gpu"), collapse.get_preset("gpu-grid")
   for p in (gpu, grid):
     o = p.overrides
-    assert o["data.source"] == "tokens" and o["data.vocab_size"] == 1024
-    assert not o.get("data.tfds_name") and max(p.knobs.epochs) == 3
+    assert o["data.source"] == "tokens" and o["data.options.vocab_size"] == 1024
+    assert not o.get("data.options.name") and max(p.knobs.epochs) == 3
   [(name, kind, n_layers, d, members, epochs)] = groups(gpu)  # one population, no grid
   assert (kind, n_layers, d, len(members)) == ("seeds", 2, 256, 24)
   assert len({m.data_seed for m in members}) == 24
@@ -32,7 +32,7 @@ def test_the_device_presets_train_on_token_files(tmp_path):
 
 
 def test_grid_twin_end_to_end(tmp_path):
-  v = collapse.get_preset("gpu-grid-test").overrides["data.vocab_size"]
+  v = collapse.get_preset("gpu-grid-test").overrides["data.options.vocab_size"]
   tr = chain_tokens(tmp_path / "train.uint16.bin", 4096, v, 1)
   chain_tokens(tmp_path / "val.uint16.bin", 1024, v, 2)
   out = tmp_path / "out"

@@ -21,7 +21,7 @@ def _flags(tfds_dir, mesh):
   out = ["--config=tiny"]
   for section, vals in cfg.items():
     out += [f"--config.{section}.{k}={v}" for k, v in vals.items()]
-  out += [f"--config.data.tfds_data_dir={tfds_dir}"]
+  out += [f"--config.data.options.data_dir={tfds_dir}"]
   out += [f"--config.mesh.{a}={n}" for a, n in zip(("data", "fsdp", "tensor"), mesh)]
   return out
 

@@ -90,7 +90,7 @@ def _check(ds, vocab: int, cfgs=()):
 def _collapse(preset, corpus, out):
   p = collapse_presets.get_preset(preset)
   tr, va, vocab, _ = collapse_corpus(p, out, str(corpus))
-  assert vocab == p.overrides["data.vocab_size"]
+  assert vocab == p.overrides["data.options.vocab_size"]
   seq_len, batch = p.overrides["train.seq_len"], p.overrides["train.batch_size"]
   ds = Dataset(tr, va, seq_len=seq_len, global_batch_size=batch, vocab_size=vocab)  # run_group's
   _check(ds, vocab)

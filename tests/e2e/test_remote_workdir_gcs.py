@@ -31,7 +31,7 @@ STEPS, KILL_AT = 60, 15
 TRAIN = [sys.executable, "-m", "sbjax.cli.train", "--config=tiny", f"--workdir=gs://{RUN}",
          f"--config.train.steps={STEPS}", "--config.train.eval_every=30",
          "--config.train.ckpt_log_spaced=false", f"--config.train.ckpt_every={KILL_AT}",
-         "--config.data.planted_train_tokens=0"]
+         "--config.data.options.train_tokens=0"]
 
 
 def _sealed(step: int) -> bool:

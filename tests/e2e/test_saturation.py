@@ -1,141 +1,165 @@
-"""Saturation (Godey E1/E3/E4) end to end at the `test` preset on generated text: train,
-analyse, fit, CSVs, figures, the report section, a rerun, and the CLI. (The scaling fit's
-columns with a finite fit are checked in tests/unit/test_saturation_fit.py: the test preset
-has one width, too few for the three-parameter law.)"""
+"""experiments.saturation (the width sweep on a generated corpus) and its planted arms
+(``saturation_planted``) at their test presets, through the engine's runner: the measured
+columns against numpy on the saved checkpoints, the per-width and per-arm tables against the
+checkpoint rows, the decisions of summary.json against their CSVs, and a rerun that does
+nothing."""
 
 import json
 import math
-import os
-import struct
-import subprocess
-import sys
 
 import jax
 import numpy as np
 import pytest
 
 from experiments import saturation
-from experiments.shared import REPO, read_rows
+from experiments.common import read_rows
+from experiments.saturation import planted
+from experiments.saturation.planted_measure import W_ERROR_DIMS, account, window_losses
+from experiments.saturation.planted_presets import arm_config
 from sbjax import checkpoint as ckpt
+from sbjax import heads
+from sbjax.analysis.samples import eval_sample
+from sbjax.data import make_dataset
+from sbjax.experiment.runner import run
+from sbjax.model import Model
 from tests._corpus import generated_docs, write_corpus
 
-PRESET = saturation.get_preset("test")
+TEXT, PLANTED = saturation.PRESETS["test"], planted.PRESETS["test"]
 
 
 @pytest.fixture(scope="module")
-def done(tmp_path_factory):
+def text(tmp_path_factory):
   root = tmp_path_factory.mktemp("saturation")
   corpus = write_corpus(root / "corpus", generated_docs(1, 6))
-  saturation.run(root / "out", "test", data=str(corpus), verbose=False)
-  return root / "out", corpus, saturation.report_section(root / "out", "sat")
+  ctx = run(saturation.EXPERIMENT, root / "out", "test", str(corpus), verbose=False)
+  return root / "out", ctx
 
 
-def _png_ok(path):
-  b = path.read_bytes()
-  assert b[:8] == b"\x89PNG\r\n\x1a\n", path
-  w, h = struct.unpack(">II", b[16:24])
-  assert w > 100 and h > 100
+@pytest.fixture(scope="module")
+def arms(tmp_path_factory):
+  out = tmp_path_factory.mktemp("saturation_planted") / "out"
+  run(planted.EXPERIMENT, out, "test", verbose=False)
+  return out
 
 
-def _close(a, b, **kw):
-  return (math.isnan(a) and math.isnan(b)) or a == pytest.approx(b, **kw)
+def _log_softmax(z):
+  z = np.asarray(z, np.float64)
+  z = z - z.max(-1, keepdims=True)
+  return z - np.log(np.exp(z).sum(-1, keepdims=True))
 
 
-def test_writes_figures_and_csvs(done):
-  out, _, _ = done
-  for name in saturation.FIGS.values():
-    _png_ok(out / name)
-  rows = read_rows(out / "saturation_runs.csv")
-  assert [int(r["width"]) for r in rows] == list(PRESET.knobs.widths)
-  for r in rows:
-    wd = out / "runs" / f"d{int(r['width'])}"
-    assert ckpt.list_steps(wd)[-1] == PRESET.overrides["train.steps"]
-    # N counted from the checkpoint's own parameters: everything but embedding and head
-    _, params, _ = ckpt.load_params(wd)
-    n = sum(int(np.size(x)) for k, v in params.items() if k not in ("embed", "head")
-            for x in jax.tree.leaves(v))
-    assert int(r["n_nonembedding"]) == n
-    assert int(r["n_with_head"]) == n + sum(int(np.size(x)) for x in jax.tree.leaves(params["head"]))
-    # best / final / rise from the analysis CSV, by plain python
-    a = read_rows(wd / "analysis" / "metrics.csv")
-    final = max(a, key=lambda x: x["step"])
-    best = min(a, key=lambda x: x["eval_loss"])
-    assert r["final_eval_loss"] == final["eval_loss"]
-    assert r["best_eval_loss"] == best["eval_loss"] and int(r["best_step"]) == best["step"]
-    assert bool(r["late_rise"]) == (final["eval_loss"] - best["eval_loss"] > PRESET.knobs.rise_tol)
-    assert bool(r["in_fit"]) == (r["width"] >= PRESET.knobs.fit_min_width)
-    for key in ("final", "best"):
-      assert _close(r[f"gap_{key}_pct"], 100 * (r[f"{key}_eval_loss"] - r[f"pred_{key}"])
-                    / r[f"pred_{key}"], rel=1e-9)
-  fits = {f["fit_on"]: f for f in read_rows(out / "saturation_fit.csv")}
-  assert set(fits) == {"final", "best", "final_with_head"}  # N without and with the head
-  for f in fits.values():  # < 3 widths: too few points, the fit is NaN (and says how many)
-    assert int(f["n_points"]) == sum(r["in_fit"] for r in rows) == len(PRESET.knobs.widths)
-    assert math.isnan(f["A"])
-  loss = read_rows(out / "saturation_train_loss.csv")
-  assert {int(x["width"]) for x in loss} == set(PRESET.knobs.widths)
-  meta = json.loads((out / "saturation_meta.json").read_text())
-  assert meta["preset"] == "test" and meta["knobs"]["widths"] == list(PRESET.knobs.widths)
+def _rise(steps, mean, total, after=0.3):  # max over s >= after·T of ℓ − its running minimum
+  steps, mean = np.asarray(steps), np.asarray(mean)
+  return float(np.max((mean - np.minimum.accumulate(mean))[steps >= after * total]))
 
 
-def test_report_section_reads_the_csv(done):
-  out, _, text = done
-  assert text.startswith("## saturation")
-  for name in saturation.FIGS.values():
-    assert f"](sat/{name})" in text
-  rows = {int(r["width"]): r for r in read_rows(out / "saturation_runs.csv")}
-  table = [x for x in text.splitlines() if x.startswith("| ") and x[2].isdigit()]
-  assert len(table) == len(rows)
-  for line in table:
-    cells = [c.strip() for c in line.strip("|").split("|")]
-    r = rows[int(cells[0])]
-    assert float(cells[2]) == pytest.approx(r["final_eval_loss"], abs=5e-5)
-    assert (cells[7] == "–") if math.isnan(r["gap_final_pct"]) else (
-        float(cells[7]) == pytest.approx(r["gap_final_pct"], abs=5e-3))
-  assert ("null result" in text) == (not any(r["rise_verdict"] == "yes" for r in rows.values()))
-  # the paired-bootstrap rise (sbjax.studies.rise) of the saved window losses
-  from sbjax.studies import rise as rise_lib
-  with np.load(out / "runs" / "d8" / "windows.npz") as z:
-    st, lw = z["steps"], z["loss_KxW"]
-  assert rows[8]["rise_stat"] == pytest.approx(
-      rise_lib.rise_statistic(st, lw.mean(1), PRESET.overrides["train.steps"]))
-  assert lw.mean(1)[-1] == pytest.approx(rows[8]["final_eval_loss"], abs=1e-4)
-  assert "Preset `test`" in text
-  # the scaling reading (scaling_reading.py) from the same CSV: N without and with the head
-  assert "**Scaling fit (Godey et al. Fig. 1b).**" in text
-  assert ("every width is in the fit" in text) == all(r["in_fit"] for r in rows.values())
-  assert "Verdict: undecided." in text and "one seed per width" in text
-  for r in rows.values():  # one width: no fit, so no gap and no CI under either count
-    assert math.isnan(r["gap_final_ci_lo"]) and math.isnan(r["gap_final_with_head_ci_hi"])
+def test_checkpoints_measured_against_numpy(text):
+  out, ctx = text
+  group = ctx.groups["d8"]
+  wd = ctx.workdirs(group)[0]
+  ck = [r for r in read_rows(out / "checkpoints.csv") if r["group"] == "d8"]
+  assert [r["step"] for r in ck] == ckpt.list_steps(wd) == [0, 1, 2, 4]
+  cfg, params, _ = ckpt.load_params(wd)
+  win = eval_sample(group.dataset, TEXT.knobs.eval_sequences)
+  logq = _log_softmax(Model(cfg.model).apply(params, win[:, :-1]))
+  nll = -np.take_along_axis(logq, win[:, 1:, None], -1)[..., 0].mean(-1)
+  np.testing.assert_allclose(window_losses(ck)[-1], nll, rtol=1e-5)
+  assert ck[-1]["eval_loss"] == pytest.approx(nll.mean(), rel=1e-5)
+  s = np.linalg.svd(np.asarray(heads.head_matrix(params, cfg.model), np.float64),
+                    compute_uv=False)
+  p = s / s.sum()
+  assert ck[-1]["head_kl_uniform"] == pytest.approx(np.log(len(s)) + (p * np.log(p)).sum(),
+                                                    rel=1e-4, abs=1e-6)
+  assert [ck[-1][f"top_{i}"] for i in range(len(s))] == pytest.approx(s / s[0], rel=1e-4)
 
 
-def test_rerun_skips_finished_runs(done):
-  out, corpus, _ = done
-  ck = out / "runs" / "d8" / "checkpoints"
-  before = sorted((p.name, p.stat().st_mtime_ns) for p in ck.iterdir())
-  meta = json.loads((out / "saturation_meta.json").read_text())
-  saturation.run(out, "test", data=str(corpus), verbose=False)
-  assert sorted((p.name, p.stat().st_mtime_ns) for p in ck.iterdir()) == before
-  # the meta keeps the first (training) call's times; the rerun's are its last_call
-  again = json.loads((out / "saturation_meta.json").read_text())
-  assert (again["timings"], again["seconds"]) == (meta["timings"], meta["seconds"])
-  assert meta["last_call"]["trained"] == [8] and again["last_call"]["trained"] == []
+def test_width_table_from_the_checkpoints(text):
+  out, ctx = text
+  (r,) = read_rows(out / "saturation_runs.csv")
+  wd = ctx.workdirs(ctx.groups["d8"])[0]
+  ck = [x for x in read_rows(out / "checkpoints.csv") if x["group"] == "d8"]
+  _, params, _ = ckpt.load_params(wd)
+  n = sum(int(np.size(x)) for k, v in params.items() if k not in ("embed", "head")
+          for x in jax.tree.leaves(v))
+  assert (int(r["width"]), int(r["n_nonembedding"])) == (8, n)
+  assert int(r["n_with_head"]) == n + sum(int(np.size(x)) for x in
+                                          jax.tree.leaves(params["head"]))
+  best = min(ck, key=lambda x: x["eval_loss"])
+  assert (r["final_eval_loss"], r["best_eval_loss"]) == (ck[-1]["eval_loss"], best["eval_loss"])
+  assert bool(r["late_rise"]) == (ck[-1]["eval_loss"] - best["eval_loss"] > TEXT.knobs.rise_tol)
+  total = TEXT.overrides["train.steps"]
+  assert r["rise_stat"] == pytest.approx(_rise([x["step"] for x in ck],
+                                                window_losses(ck).mean(1), total))
+  assert r["rise_ci_lo"] <= r["rise_stat"] <= r["rise_ci_hi"] + 1e-12
+  fits = read_rows(out / "saturation_fit.csv")  # one width: too few for the law, NaN
+  assert [f["fit_on"] for f in fits] == ["final", "best", "final_with_head"]
+  assert all(math.isnan(f["A"]) and int(f["n_points"]) == 1 for f in fits)
+  assert {int(x["width"]) for x in read_rows(out / "saturation_train_loss.csv")} == {8}
 
 
-def test_cli_reruns_and_writes_the_section(done):
-  """python -m experiments.saturation on the finished output: nothing is trained again, the
-  section is written; a bad preset is one clear flag error."""
-  out, corpus, _ = done
-  cmd = ["experiments.saturation", "--preset=test", f"--out={out}", f"--data={corpus}"]
-  # both commands in one interpreter, each as `python -m` in its own forked child
-  # (tests/_cli_fork.py): the imports are paid once
-  env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-  proc = subprocess.run([sys.executable, "-m", "tests._cli_fork",
-                         json.dumps([cmd, cmd[:1] + ["--preset=huge"]])], cwd=REPO, env=env,
-                        capture_output=True, text=True, timeout=300)
-  assert proc.returncode == 0, proc.stderr[-2000:]
-  r, bad = json.loads(proc.stdout)
-  assert r["rc"] == 0, r["stderr"][-2000:]
-  assert json.loads(r["stdout"].strip().splitlines()[-1])["section"].endswith("section.md")
-  assert (out / "section.md").read_text().startswith("## saturation")
-  assert bad["rc"] == 2 and "error:" in bad["stderr"] and "huge" in bad["stderr"]
+def test_summary_follows_the_table(text):
+  out, _ = text
+  summary = json.loads((out / "summary.json").read_text())
+  for r, s in zip(read_rows(out / "saturation_runs.csv"), summary["widths"]):
+    t = TEXT.knobs.rise_threshold
+    assert s["rise_verdict"] == ("yes" if r["rise_ci_lo"] >= t else "no" if r["rise_ci_hi"] < t
+                                 else "inconclusive")
+    assert s["late_rise"] == bool(r["late_rise"]) and s["gap_final_ci"] == "n/a"
+  text_ = saturation.report(out, "sat")
+  assert "](sat/fig_scaling.png)" in text_ and f"{r['final_eval_loss']:.4f}" in text_
+
+
+def test_a_rerun_trains_and_measures_nothing(text):
+  out, _ = text
+  wd = out / "runs" / "d8"
+  before = {p: p.stat().st_mtime_ns for p in (wd / "measure.json", *wd.glob("checkpoints/*"))}
+  rows = (out / "saturation_runs.csv").read_text()
+  run(saturation.EXPERIMENT, out, "test", json.loads((out / "run.json").read_text())["data"],
+      verbose=False)
+  assert {p: p.stat().st_mtime_ns for p in before} == before
+  assert (out / "saturation_runs.csv").read_text() == rows
+
+
+def test_planted_checkpoints_against_numpy(arms):
+  arm = PLANTED.knobs.arms[0]
+  cfg = arm_config(PLANTED, arm)
+  ck = read_rows(arms / "planted_checkpoints.csv")
+  assert [r["step"] for r in ck] == ckpt.list_steps(arms / "runs" / arm.name)
+  tc = cfg.train  # Γ: the warm-up + cosine schedule written out in numpy
+  t = np.arange(tc.steps, dtype=np.float64)
+  w = tc.warmup_steps
+  cos = tc.lr * (0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * (t - w) / (tc.steps - w))))
+  eta = np.where(t < w, tc.lr * t / max(w, 1), cos)
+  gamma = arm.weight_decay * np.concatenate([[0.0], np.cumsum(eta)])
+  np.testing.assert_allclose([r["gamma"] for r in ck], gamma[[r["step"] for r in ck]],
+                             rtol=1e-5, atol=1e-12)
+  ds = make_dataset(cfg.data, seq_len=tc.seq_len, global_batch_size=tc.batch_size, seed=0)
+  win = eval_sample(ds, PLANTED.knobs.val_windows)
+  _, params, _ = ckpt.load_params(arms / "runs" / arm.name)
+  logq = _log_softmax(Model(cfg.model).apply(params, win[:, :-1]))
+  by_window = -(ds.planted.probs[win[:, :-1]] * logq).sum(-1).mean(-1)  # Σ_v P(v|x) −log q(v)
+  points = read_rows(arms / "checkpoints.csv")
+  np.testing.assert_allclose(window_losses(points)[-1], by_window, rtol=2e-5)
+  assert np.all(window_losses(points) >= ds.planted.row_entropy[win[:, :-1]].mean(-1) - 1e-5)
+  hw = np.asarray(heads.head_matrix(params, cfg.model), np.float64)
+  for kind, m in (("raw", hw), ("centred", hw - hw.mean(0))):
+    s = np.linalg.svd(m, compute_uv=False)
+    for r in W_ERROR_DIMS:
+      assert ck[-1][f"w_error_{kind}_{r}"] == pytest.approx(
+          np.sqrt((s[r:] ** 2).sum() / (s ** 2).sum()), rel=1e-4, abs=1e-6)
+
+
+def test_planted_arm_table(arms):
+  (a,) = read_rows(arms / "planted_arms.csv")
+  points = read_rows(arms / "checkpoints.csv")
+  (fl,) = read_rows(arms / "planted_floor.csv")
+  total = PLANTED.overrides["train.steps"]
+  assert a["rise"] == pytest.approx(_rise([r["step"] for r in points],
+                                          window_losses(points).mean(1), total))
+  assert fl["floor"] >= fl["H"] and a["floor"] == fl["floor"]
+  assert a["gap_to_floor"] == pytest.approx(window_losses(points)[-1].mean() - fl["floor"])
+  assert a["checkpoints_used"] == a["checkpoints_saved"] == len(points)
+  summary = json.loads((arms / "summary.json").read_text())
+  assert summary["arms"][a["arm"]]["rise_verdict"] == a["rise_verdict"]
+  assert summary["account"] == account([a], small_d=PLANTED.knobs.small_d)
+  assert f"| {a['arm']} |" in planted.report(arms)

@@ -180,7 +180,7 @@ def test_collapse_and_saturation_series_on_tokens_match_transformers(series, imp
   from experiments.collapse import series as coll  # deferred: experiment drivers
   from experiments.collapse.measure import METRICS
   from experiments.saturation import series as sat
-  from sbjax.metrics import collapse as C
+  from sbjax import metrics as C
   d, repo, models, rows = series
   work = imported
   batch = str(d / "batch.npy")
@@ -201,7 +201,7 @@ def test_collapse_and_saturation_series_on_tokens_match_transformers(series, imp
   for g in got:
     h, w = _hf_features(ref[g["step"]], rows)
     y = rows[:, 1:].reshape(-1)
-    want = C.collapse_metrics(h, y, w, h, y, cdnv_exponent=2.0, nc4_search="analyzed")
+    want = C.collapse_metrics(h, y, w, h, y, options=C.CollapseOptions(cdnv_exponent=2.0)).to_dict()
     assert g["val_loss"] == pytest.approx(_hf_loss(ref[g["step"]], rows), abs=1e-4)
     assert g["n_classes"] == len(np.unique(y)) and not g["error"]
     for k in METRICS:

@@ -28,12 +28,14 @@ def test_expand_names_and_configs():
   c = runs[3].config
   assert (c.train.lr, c.train.seed, c.train.steps, c.train.ckpt_every) == (0.001, 1, 6, 3)
   assert c.name == NAMES[3]
-  g = {"base": "tiny", "grid": {"model.vocab_size": [64]},  # an ambiguous last component
-       "runs": [{"data.vocab_size": 512}, {"data.vocab_size": 256}]}
-  assert [r.name for r in sweep.expand(g)] == ["model.vocab_size=64,data.vocab_size=512",
-                                               "model.vocab_size=64,data.vocab_size=256"]
-  assert sweep.run_name({"data.path": "a b/c"}) == "path=a_b_c"
-  assert len(sweep.run_name({"data.path": "x" * 200})) == 109
+  g = {"base": "tiny", "grid": {"data.options.rank": [2]},  # an ambiguous last component
+       "runs": [{"model.head": "lowrank", "model.head.rank": 4}, {"model.head": "dense"}]}
+  runs = sweep.expand(g)
+  assert [r.name for r in runs] == ["data.options.rank=2,head=lowrank,model.head.rank=4",
+                                    "data.options.rank=2,head=dense"]
+  assert runs[0].config.model.head.rank == 4 and runs[0].config.data.options.rank == 2
+  assert sweep.run_name({"data.options.path": "a b/c"}) == "path=a_b_c"
+  assert len(sweep.run_name({"data.options.path": "x" * 200})) == 109
   with pytest.raises(ValueError, match=r"run 'lr=bad': .*train.lr"):
     sweep.expand({"base": "tiny", "grid": {"train.lr": ["bad"]}})
 

@@ -135,8 +135,8 @@ def test_values_equal_direct_metric_calls(run_dir, analysed):
   _close(row["eval_acc"], (logp.argmax(-1) == ev[:, 1:]).mean(), rtol=0, atol=1e-6)
   # anisotropy (all positions: anisotropy_tokens=0)
   for i in range(mc.n_layers):
-    _close(row[f"anisotropy_layer_{i}"], M.anisotropy.anisotropy(ex["resid"][i].reshape(-1, d)))
-  _close(row["anisotropy_last"], M.anisotropy.anisotropy(ex["h"].reshape(-1, d)))
+    _close(row[f"anisotropy_layer_{i}"], M.anisotropy(ex["resid"][i].reshape(-1, d)))
+  _close(row["anisotropy_last"], M.anisotropy(ex["h"].reshape(-1, d)))
   # head spectrum
   w = heads.head_matrix(params, mc)
   s = M.singular_values(w)
@@ -169,7 +169,7 @@ def test_values_equal_direct_metric_calls(run_dir, analysed):
   # collapse: means on the train sample, NC4 on the evaluation sample
   _, ex_tr = apply(params, tr[:, :-1])
   cm = M.collapse_metrics(np.asarray(ex_tr["h"]).reshape(-1, d), tr[:, 1:].reshape(-1), w,
-                          np.asarray(ex["h"]).reshape(-1, d), ev[:, 1:].reshape(-1))
+                          np.asarray(ex["h"]).reshape(-1, d), ev[:, 1:].reshape(-1)).to_dict()
   assert row["n_classes"] == cm["n_classes"]
   for k in ("nc1_log10_cdnv", "nc2_norm_cov", "nc2_cos_mean", "nc3_cos_mean", "etf_error",
             "dual_error"):

@@ -75,16 +75,14 @@ def test_bad_token_files_and_tokenizer(imported):
   with pytest.raises(ValueError, match=r"imported model: a text corpus must be tokenised with "
                                        r"the model's own tokenizer.*--data.tokenizer"):
     analyze_run(work, Settings(data=over[:2], **QUIET))
-  with pytest.raises(ValueError, match=r"^invalid config key 'data.nope'; "):
-    data_source.parse_overrides(["nope=1"])
-  with pytest.raises(ValueError, match=r"^invalid config key 'data.sorce'; did you mean "
-                                       r"'data.source'\?$"):
-    data_source.parse_overrides(["data.sorce=text"])  # the one override path's message
+  # --data.F is the source's option F (data.options.F); the one override path names a wrong one
+  with pytest.raises(ValueError, match=r"^invalid config key 'data.options.nope'; the fields "
+                                       r"of data.options are: data_dir, path, tokenizer,"):
+    analyze_run(work, Settings(data=(*over, "nope=1"), **QUIET))
   assert data_source.parse_overrides(["vocab_size=64", "seq_len=16", "data.source=text",
-                                      "val_fraction=0.2"]) == {
-      "data": {"vocab_size": 64, "source": "text", "val_fraction": 0.2}, "seq_len": 16}
-  assert data_source.parse_overrides(["options.path=c", "data.options.vocab_size=64"]) == {
-      "data": {"options.path": "c", "options.vocab_size": 64}, "seq_len": None}
+                                      "options.path=c"]) == {
+      "data": {"data.options.vocab_size": "64", "data.source": "text",
+               "data.options.path": "c"}, "seq_len": 16}
   assert analyze_cli.data_dot_flags(["x", "--data.source=text", "--tokens=a"]) == [
       "x", "--data_override=source=text", "--tokens=a"]
   # analyze and the series modes share one set of data flags: importable in one process

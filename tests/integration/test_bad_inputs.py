@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def tiny_cfg(**train_kw) -> Config:
-  cfg = configs.build(configs.load("tiny"))
+  cfg = configs.load("tiny")
   cfg = cfg.replace(model=dataclasses.replace(cfg.model, vocab_size=64))
   return cfg.replace(train=dataclasses.replace(cfg.train, steps=2, **train_kw))
 
@@ -140,13 +140,13 @@ def hf_missing_keys(tmp, ctx):
 
 
 def _collapse(feats=None, labels=None, n_classes=8):
-  from sbjax.metrics import collapse
+  from sbjax import metrics
 
   rng = np.random.default_rng(0)
   h = rng.normal(size=(64, 4)).astype(np.float32) if feats is None else feats
   y = rng.integers(0, n_classes, 64) if labels is None else labels
   w = rng.normal(size=(n_classes, 4)).astype(np.float32)
-  return lambda: collapse.collapse_metrics(h, y, w, min_count=1)
+  return lambda: metrics.collapse_metrics(h, y, w)
 
 
 def nan_features(tmp, ctx):
@@ -348,8 +348,11 @@ CLI = [
     ("unknown config name", ["-m", "experiments.train", "--config=nope", "--workdir={tmp}/w"],
      "error: flag --config=nope: unknown config name 'nope'"),
     ("head rank > d_model", ["-m", "experiments.train", "--config=tiny", "--workdir={tmp}/w",
-                             "--config.model.head=lowrank", "--config.model.head_rank=99"],
+                             "--config.model.head=lowrank", "--config.model.head.rank=99"],
      "error: invalid config: model.head.rank=99; allowed: 1 .. d_model=32"),
+    ("unknown config key", ["-m", "experiments.train", "--config=tiny", "--workdir={tmp}/w",
+                            "--config.train.stepz=5"],
+     "error: invalid config key 'train.stepz'; did you mean 'train.steps'?"),
     ("analysis of a missing workdir", ["-m", "experiments.analyze", "--workdir={tmp}/nope"],
      "error: the workdir"),
     ("NaN learning rate", ["-m", "experiments.train", "--config=tiny", "--workdir={tmp}/w",

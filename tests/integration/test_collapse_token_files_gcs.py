@@ -60,7 +60,7 @@ def runs(tmp_path_factory):
   """The preset run on local token files into a local folder, then on the same files in the
   bucket into the bucket (its compiled programs reused: same shapes)."""
   tmp = tmp_path_factory.mktemp("collapse_gcs")
-  vocab = collapse.get_preset(PRESET).overrides["data.vocab_size"]
+  vocab = collapse.get_preset(PRESET).overrides["data.options.vocab_size"]
   files = {"train.uint16.bin": _chain(4096, vocab, 1), "val.uint16.bin": _chain(1024, vocab, 2)}
   for name, x in files.items():
     x.tofile(tmp / name)

@@ -21,7 +21,7 @@ DATA = DataConfig("planted_mix", dict(vocab=32, rank=2, mix=2, train_tokens=0, v
 
 
 def cfg(**train_kw):
-  c = configs.build(configs.load("tiny"))
+  c = configs.load("tiny")
   c = c.replace(data=DATA, model=dataclasses.replace(c.model, vocab_size=32))
   # checkpoints at 0, 3, 6 (not log-spaced: a loop-only field, same programs): the resume
   # needs one mid-run step, the tests read the last

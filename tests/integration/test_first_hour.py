@@ -13,6 +13,10 @@ from sbjax import configs, overrides
     ("train.stepz", "did you mean 'train.steps'?"),
     # no field of train is near: the fields of train, not the nearest full key ('train.b2')
     ("train.bogus", "the fields of train are: async_checkpoint, b1, b2,"),
+    ("lr", "did you mean 'train.lr'?"),  # a field without its section
+    ("model.head_rank", "did you mean 'model.head.rank'?"),  # a flat key of earlier versions
+    ("model.head.rank", "the fields of model.head are: kind (model.head=KIND chooses others)"),
+    ("qqqq", "keys are section.field"),
 ])
 def test_config_key_mistake_is_one_line_with_the_fix(key, said):
   with pytest.raises(ValueError) as e:
@@ -100,7 +104,7 @@ def test_train_stdout_is_the_json_result_and_stderr_says_the_data(tmp_path):
 def test_the_data_note_only_when_the_data_was_not_chosen():
   from sbjax.cli.data_note import data_note
 
-  cfg = configs.build(configs.load("pythia-70m"))
+  cfg = configs.load("pythia-70m")
   note = data_note("pythia-70m", cfg, [])
   assert note.startswith("data: --config=pythia-70m trains on data.source=planted (") \
       and "\n" not in note, note
@@ -135,18 +139,22 @@ def test_the_report_opens_in_plain_words(tmp_path):
 
 
 def test_expected_orbax_and_tfds_notes_are_not_logged(tiny_run, tmp_path, caplog):
-  """A restore (orbax's read-only CheckpointManager) and a dataset made at run time (TFDS's
-  custom builder config) log none of their expected notes; other warnings still pass."""
+  """With the filter the command-line entry points install (``lognotes.install``; importing
+  sbjax installs nothing), a restore (orbax's read-only CheckpointManager) and a dataset made
+  at run time (TFDS's custom builder config) log none of their expected notes; other warnings
+  still pass."""
   import logging
   import shutil
 
   from absl import logging as absl_logging
 
   from sbjax import checkpoint as ckpt
+  from sbjax import lognotes
   from sbjax.data import make_dataset
   from tests._tiny import tiny_run_config
 
   caplog.set_level(logging.INFO)
+  lognotes.install()
   run = tmp_path / "run"
   shutil.copytree(tiny_run, run)
   ckpt.load_params(str(run), None)

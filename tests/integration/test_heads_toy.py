@@ -139,7 +139,7 @@ def plugin(tmp_path_factory):
 def test_new_head_and_data_source_from_one_file_train(plugin, tmp_path):
   """Issue 30, must-show 3: a head kind with a new hyper-parameter and a data source with its
   own fields, both added in one file, are trained through ``sbjax.train.train``."""
-  d = configs.get("tiny")
+  d = configs.get("tiny").to_dict()
   d["model"]["head"] = {"kind": "toy_scaled", "s_init": 0.5}
   d["data"].update(source="toy_cycle", options={"period": 5})
   d["train"].update(steps=1, eval_every=1, log_every=1, ckpt_every=1)

@@ -124,12 +124,12 @@ def test_a_text_corpus_on_the_store_reads_as_its_local_copy(store, tmp_path):
   assert remote.docs == here.docs and remote.identity == here.identity
   assert [n for n, _ in remote.docs][-2:] == ["more/sub00.txt", "more/sub01.txt"]
   assert corpus.corpus_overrides("text", f"{B}/corpus") == {"data.source": "text",
-                                                              "data.path": f"{B}/corpus"}
+                                                              "data.options.path": f"{B}/corpus"}
   with pytest.raises(FileNotFoundError, match="corpus directory not found"):
     corpus.text_corpus(f"{B}/nothing")
   tok = hf_tokenizer.train_bpe(docs, tmp_path / "tok" / "tokenizer.json", vocab_size=300)
   _upload(tmp_path / "tok", f"{B}/tok")
-  ds = {}  # the corpus and its tokenizer.json (data.tokenizer) both on the store, or both here
+  ds = {}  # the corpus and its tokenizer.json (data.options.tokenizer): both on the store or here
   for key, path, tj in (("gs", f"{B}/corpus", f"{B}/tok/tokenizer.json"),
                         ("local", str(local), tok.path)):
     cfg = DataConfig(source="text", options=dict(path=path, tokenizer=str(tj), val_fraction=0.25))

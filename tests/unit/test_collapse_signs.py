@@ -8,14 +8,14 @@ metrics (docs/metrics.md section 3, the reference they were written from):
   mean and variance over the pairs c < c'.
 
 Each expected number is written from these formulas by hand (in the comments), not from any
-implementation; sbjax's `metrics_from_stats` must give them."""
+implementation; sbjax's `collapse_metrics_from_stats` must give them."""
 
 import math
 
 import numpy as np
 import pytest
 
-from sbjax.metrics.collapse import metrics_from_stats
+from sbjax.metrics import CollapseOptions, collapse_metrics_from_stats
 
 TOL = 1e-5  # float32 kernels
 
@@ -23,7 +23,8 @@ TOL = 1e-5  # float32 kernels
 def metrics(means, w, **kw):
   means = np.asarray(means, np.float32)
   k = means.shape[0]
-  return metrics_from_stats(means, np.full(k, 0.5, np.float32), np.full(k, 10), np.asarray(w, np.float32), **kw)
+  return collapse_metrics_from_stats(means, np.full(k, 0.5, np.float32), np.full(k, 10), np.asarray(w, np.float32),
+                                     options=CollapseOptions(**kw)).to_dict()
 
 
 # The simplex ETF of K = 4 classes in d = 4: μ_c = e_c, so μ_G = (1/4)·1 and μ̃_c = e_c − 1/4,

@@ -38,7 +38,7 @@ def test_token_file_errors_name_the_problem(tmp_path):
     load_corpus(get_preset("tpu"), tmp_path, None)
   np.save(tmp_path / "big.npy", np.array([1, 2, 300], np.int32))
   with pytest.raises(DataError, match=r"big.npy: token id 300 at index 2 is outside \[0, "
-                     r"data.vocab_size of the preset=256\)"):
+                     r"data.options.vocab_size of the preset=256\)"):
     token_file_corpus(str(tmp_path / "big.npy"), 256)
   assert is_token_files("a.bin,b.bin") and not is_token_files("some/dir")
 
@@ -56,11 +56,11 @@ def test_token_files_take_the_tokenizer_beside_them(tmp_path, monkeypatch):
   monkeypatch.chdir(tmp_path)  # device_science.sh passes a relative --data
   data = "V96/train.uint16.bin,V96/val.uint16.bin"
   gpu = get_preset("gpu-test")
-  p = dataclasses.replace(gpu, overrides={**gpu.overrides, "data.vocab_size": 96})
+  p = dataclasses.replace(gpu, overrides={**gpu.overrides, "data.options.vocab_size": 96})
   tr, va, vocab, path = load_corpus(p, tmp_path / "out", data)
   assert path == str((d / "tokenizer.model").resolve()) and vocab == 96
   np.testing.assert_array_equal(va, ids[:200])
   piece = _piece(tmp_path / "out", {"tokenizer": path})
   assert [piece(i) for i in range(96)] == [tok.sp.id_to_piece(i) for i in range(96)]
-  other = dataclasses.replace(gpu, overrides={**gpu.overrides, "data.vocab_size": 128})
+  other = dataclasses.replace(gpu, overrides={**gpu.overrides, "data.options.vocab_size": 128})
   assert load_corpus(other, tmp_path / "out", data)[3] is None  # V 128 != its 96 pieces

@@ -1,4 +1,4 @@
-"""Tests of sbjax.metrics.collapse_variants (bias-corrected norms, guarded UNC3) and of the
+"""Tests of the collapse variants of sbjax.metrics (bias-corrected norms, guarded UNC3) and of the
 two NC1 log statistics, against numpy references and analytic populations (issue 19)."""
 
 import math
@@ -8,11 +8,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from sbjax.metrics import collapse as C
-from sbjax.metrics.collapse_variants import corrected_sq_norms, norm_cov, unc3_guarded, unc3_reason
+from sbjax import metrics as C
+from sbjax.metrics import corrected_sq_norms, norm_cov, unc3_guarded, unc3_reason
 
 K = 64
-KM = 32  # metrics_from_stats calls all see KM analysed rows of d=8: one compile of the core
+KM = 32  # collapse_metrics_from_stats calls all see KM analysed rows of d=8: one compile of the core
 _cn = jax.jit(corrected_sq_norms, static_argnames=("weighted_mean",))
 _ncov = jax.jit(norm_cov, static_argnames=("variant", "ddof"))
 _u3 = jax.jit(unc3_guarded, static_argnames=("ddof", "n_se"))
@@ -54,9 +54,9 @@ def test_corrected_norms_match_numpy_with_singletons_and_weights():
     assert int(got.n_valid) == ok.sum() and int(got.n_clipped) == 0
     np.testing.assert_allclose(float(_ncov(got.sq_norms, got.valid)), _cov(np.sqrt(corr)), rtol=1e-4)
     np.testing.assert_allclose(float(_ncov(got.sq_norms, got.valid, variant="squared")), _cov(corr), rtol=1e-4)
-  # metrics_from_stats: the same numbers over the analysed classes (min_count 3 drops more)
+  # collapse_metrics_from_stats: the same numbers over the analysed classes (min_count 3 drops more)
   w = rng.normal(size=(v, d))
-  r = C.metrics_from_stats(means, var, counts, w, min_count=3)
+  r = C.collapse_metrics_from_stats(means, var, counts, w, options=C.CollapseOptions(min_count=3)).to_dict()
   keep = counts >= 3
   ok, _, corr = ref_corrected(means[keep], var[keep], counts[keep])
   assert r["nc2_corrected_n_classes"] == ok.sum()
@@ -154,14 +154,14 @@ def test_unc3_guard():
     x = np.concatenate([base + f * se, [100.0, -100.0]])
     u = _u3(jnp.asarray(x), np.r_[valid, False, False])
     assert bool(u.ill_conditioned) is bad
-  # through metrics_from_stats: w_c = +-mu~_c gives cos = +-1, mean 0 -> guarded NaN
+  # through collapse_metrics_from_stats: w_c = +-mu~_c gives cos = +-1, mean 0 -> guarded NaN
   means = rng.normal(size=(KM, 8))
   mt = means - means.mean(0)
   w = mt * np.where(np.arange(KM) % 2 == 0, 1.0, -1.0)[:, None]
-  r = C.metrics_from_stats(means, np.ones(KM), np.full(KM, 5), w)
+  r = C.collapse_metrics_from_stats(means, np.ones(KM), np.full(KM, 5), w).to_dict()
   assert r["unc3_ill_conditioned"] == 1 and math.isnan(r["unc3_cos_cov_guarded"])
   assert abs(r["nc3_cos_mean"]) < 1e-5 and r["nc3_cos_se"] == pytest.approx(1 / math.sqrt(KM - 1), rel=1e-3)
-  r = C.metrics_from_stats(means, np.ones(KM), np.full(KM, 5), mt + 0.1 * rng.normal(size=mt.shape))
+  r = C.collapse_metrics_from_stats(means, np.ones(KM), np.full(KM, 5), mt + 0.1 * rng.normal(size=mt.shape)).to_dict()
   assert r["unc3_ill_conditioned"] == 0 and r["unc3_cos_cov_guarded"] == pytest.approx(r["unc3_cos_cov"])
 
 
@@ -172,7 +172,7 @@ def test_two_nc1_logs_are_named_apart():
   v, d = KM, 8
   means = rng.normal(size=(v, d)) * 2
   var = rng.uniform(0.2, 4.0, v)
-  r = C.metrics_from_stats(means, var, np.full(v, 7), rng.normal(size=(v, d)))
+  r = C.collapse_metrics_from_stats(means, var, np.full(v, 7), rng.normal(size=(v, d))).to_dict()
   mt = means - means.mean(0)
   iu = np.triu_indices(v, 1)
   d2 = ((mt[:, None] - mt[None]) ** 2).sum(-1)[iu]

@@ -25,5 +25,5 @@ def test_text_corpus_given_or_the_packaged_sample(tmp_path):
 
 def test_tfds_data_names_the_dataset():
   assert corpus_overrides("tfds", "lm1b", "/x") == {"data.source": "tfds",
-                                                    "data.tfds_name": "lm1b"}
+                                                    "data.options.name": "lm1b"}
   assert corpus_overrides("tfds", "") == {"data.source": "tfds"}  # the config's own name

@@ -26,15 +26,15 @@ def _xla_flops(cfg) -> float:
 
 
 @pytest.mark.parametrize("o", [{"model.head": "dense"},
-                               {"model.head": "lowrank", "model.head_rank": 5}])
+                               {"model.head": "lowrank", "model.head.rank": 5}])
 def test_dense_and_lowrank_equal_xla(o):
   cfg = _cfg(o)
   assert head_flops(cfg) == _xla_flops(cfg)  # the logits are matmuls only
 
 
 def _mos(m, e):
-  return _cfg({"model.head": "mos", "model.n_mix": m, "model.mos_dim": e,
-               "model.mos_act": "linear"})
+  return _cfg({"model.head": "mos", "model.head.n_mix": m, "model.head.dim": e,
+               "model.head.act": "linear"})
 
 
 def test_mos_matmuls_against_xla():
@@ -56,6 +56,6 @@ def test_tied_and_sigsoftmax_from_the_registry():
   assert head_flops(_cfg({"model.head": "tied"})) == 2 * V * D
   # sigsoftmax: the matmuls of z = A(Bh) + c; XLA adds the bias and z + log σ(z), a few
   # flops per vocabulary entry
-  cfg = _cfg({"model.head": "sigsoftmax", "model.head_rank": 5})
+  cfg = _cfg({"model.head": "sigsoftmax", "model.head.rank": 5})
   assert head_flops(cfg) == 2 * (D * 5 + 5 * V)
   assert 0 < _xla_flops(cfg) - head_flops(cfg) <= 16 * V

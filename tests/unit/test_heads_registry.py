@@ -17,7 +17,7 @@ from jax.sharding import PartitionSpec as P
 
 from sbjax import heads, configs
 from sbjax import sharding as shd
-from sbjax.config import Config, ModelConfig, TrainConfig
+from sbjax.config import ModelConfig, TrainConfig
 from sbjax.model import Model, flops_per_token
 from sbjax.optim import make_optimizer, trainable_labels
 from sbjax.heads.lowrank import LowRankHead
@@ -216,7 +216,7 @@ def _small(mc: ModelConfig, scan: bool) -> ModelConfig:
 
 def _preset_models():
   names = list(configs.NAMED) + ["neo-L4-d128"]
-  out = [Config.from_dict(configs.get(n)).model for n in names]
+  out = [configs.get(n).model for n in names]
   out += [CFGS[k] for k in ("lowrank", "mos", "tied")]
   return [dataclasses.replace(m, vocab_size=m.vocab_size or 64) for m in out]
 

@@ -12,7 +12,7 @@ from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from sbjax import lowering as low
-from sbjax.metrics import spectrum
+from sbjax import metrics
 
 X = jax.ShapeDtypeStruct((64, 16), jnp.float32)
 
@@ -76,7 +76,7 @@ def test_spectra_export_once_for_every_platform_with_its_own_path():
   (tridiagonal + bisection, the half-Gram product), cuSOLVER syevd and the TPU Eigh, and
   called here it runs the CPU path, equal to the jitted function and to numpy."""
   w = jax.ShapeDtypeStruct((512, 256), jnp.float32)  # d >= 256: the CPU Gram trick too
-  exp = low.export_checked(lambda: jax.jit(jax.vmap(spectrum.singular_values)),
+  exp = low.export_checked(lambda: jax.jit(jax.vmap(metrics.singular_values)),
                            (jax.ShapeDtypeStruct((2,) + w.shape, w.dtype),), low.PLATFORMS, "sv")
   assert exp.platforms == ("cpu", "cuda", "tpu")
   calls = low.custom_calls(exp)
@@ -86,7 +86,7 @@ def test_spectra_export_once_for_every_platform_with_its_own_path():
   assert re.search(r"stablehlo.concatenate", exp.mlir_module())  # the CPU's half-Gram
   x = np.random.default_rng(0).standard_normal((2, 512, 256)).astype(np.float32)
   got = np.asarray(exp.call(x))
-  np.testing.assert_array_equal(got, np.asarray(jax.jit(jax.vmap(spectrum.singular_values))(x)))
+  np.testing.assert_array_equal(got, np.asarray(jax.jit(jax.vmap(metrics.singular_values))(x)))
   want = np.linalg.svd(x.astype(np.float64), compute_uv=False)
   np.testing.assert_allclose(got, want, rtol=1e-4)  # condition ~6: Gram error ~eps·36
 

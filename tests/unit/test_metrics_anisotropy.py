@@ -1,4 +1,4 @@
-"""Tests for sbjax.metrics.anisotropy against an explicit N x N numpy reference."""
+"""sbjax.metrics.anisotropy against an explicit N x N numpy reference."""
 
 import jax
 import jax.numpy as jnp
@@ -7,83 +7,61 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sbjax.metrics.anisotropy import anisotropy, anisotropy_by_layer
-
-_anisotropy = anisotropy
-
-
-def ref_anisotropy(h):
-    h = np.asarray(h, np.float64)
-    keep = [i for i in range(len(h)) if np.linalg.norm(h[i]) > 0]
-    tot, cnt = 0.0, 0
-    for i in keep:
-        for j in keep:
-            if i != j:
-                tot += h[i] @ h[j] / (np.linalg.norm(h[i]) * np.linalg.norm(h[j]))
-                cnt += 1
-    return tot / cnt
+from sbjax.metrics import anisotropy, anisotropy_by_layer
+from tests._metrics_reference import ref_anisotropy
 
 
 @pytest.mark.parametrize("shape", [(2, 3), (17, 5), (64, 32)])
 def test_matches_reference_float64(shape):
-    rng = np.random.default_rng(shape[0])
-    h = rng.normal(size=shape) + 0.7  # shared offset -> positive anisotropy
-    with jax.enable_x64(True):
-        got = float(anisotropy(jnp.asarray(h)))
-    np.testing.assert_allclose(got, ref_anisotropy(h), rtol=1e-5, atol=1e-12)
+  h = np.random.default_rng(shape[0]).normal(size=shape) + 0.7  # shared offset -> positive anisotropy
+  with jax.enable_x64(True):
+    got = float(anisotropy(jnp.asarray(h)))
+  np.testing.assert_allclose(got, ref_anisotropy(h), rtol=1e-5, atol=1e-12)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, jnp.bfloat16])
 def test_matches_reference_low_precision(dtype):
-    rng = np.random.default_rng(0)
-    h = jnp.asarray(rng.normal(size=(50, 16)) + 0.3, dtype)
-    ref = ref_anisotropy(np.asarray(h.astype(jnp.float32)))
-    assert float(anisotropy(h)) == pytest.approx(ref, abs=1e-5)  # stated f32 tolerance
+  h = jnp.asarray(np.random.default_rng(0).normal(size=(50, 16)) + 0.3, dtype)
+  ref = ref_anisotropy(np.asarray(h.astype(jnp.float32)))
+  assert float(anisotropy(h)) == pytest.approx(ref, abs=1e-5)  # stated f32 tolerance
 
 
 def test_analytic_cases():
-    v = np.random.default_rng(1).normal(size=(7,))
-    h = np.tile(v, (10, 1)) * np.arange(1, 11)[:, None]  # same direction, different lengths
-    assert float(anisotropy(h)) == pytest.approx(1.0, abs=1e-6)
-    eye = np.eye(4)
-    pm = np.concatenate([eye, -eye])  # +-e_i pairs: mean cos = -1/7
-    assert float(anisotropy(pm)) == pytest.approx(-1.0 / 7.0, abs=1e-6)
-    assert float(anisotropy(pm)) < 0
+  v = np.random.default_rng(1).normal(size=(7,))
+  h = np.tile(v, (10, 1)) * np.arange(1, 11)[:, None]  # same direction, different lengths
+  assert float(anisotropy(h)) == pytest.approx(1.0, abs=1e-6)
+  eye = np.eye(4)
+  assert float(anisotropy(np.concatenate([eye, -eye]))) == pytest.approx(-1.0 / 7.0, abs=1e-6)  # +-e_i
 
 
 def test_zero_vectors_excluded_and_mask():
-    anisotropy = jax.jit(_anisotropy)
-    rng = np.random.default_rng(2)
-    h = rng.normal(size=(12, 6))
-    hz = np.concatenate([h, np.zeros((3, 6))])
-    assert float(anisotropy(hz)) == pytest.approx(ref_anisotropy(h), abs=1e-6)
-    mask = np.arange(12) < 8
-    assert float(anisotropy(h, mask)) == pytest.approx(ref_anisotropy(h[:8]), abs=1e-6)
-    assert np.isnan(float(anisotropy(np.zeros((5, 3)))))  # < 2 usable rows: undefined
-    assert np.isnan(float(anisotropy(h[:1])))
+  f = jax.jit(anisotropy)
+  h = np.random.default_rng(2).normal(size=(12, 6))
+  assert float(f(np.concatenate([h, np.zeros((3, 6))]))) == pytest.approx(ref_anisotropy(h), abs=1e-6)
+  assert float(f(h, np.arange(12) < 8)) == pytest.approx(ref_anisotropy(h[:8]), abs=1e-6)
+  assert np.isnan(float(f(np.zeros((5, 3)))))  # < 2 usable rows: undefined
+  assert np.isnan(float(f(h[:1])))
 
 
 def test_by_layer_and_vmap():
-    rng = np.random.default_rng(3)
-    hs = rng.normal(size=(4, 20, 8)) + np.arange(4)[:, None, None] * 0.5
-    got = np.asarray(jax.jit(anisotropy_by_layer)(hs.astype(np.float32)))
-    want = [ref_anisotropy(x) for x in hs]
-    np.testing.assert_allclose(got, want, atol=1e-5)
-    assert np.all(np.diff(want) > 0)  # growing offset -> growing anisotropy (non-trivial check)
-    m = np.arange(20) < 10
-    np.testing.assert_allclose(np.asarray(anisotropy_by_layer(hs, m)), [ref_anisotropy(x[:10]) for x in hs], atol=1e-5)
+  rng = np.random.default_rng(3)
+  hs = rng.normal(size=(4, 20, 8)) + np.arange(4)[:, None, None] * 0.5
+  want = [ref_anisotropy(x) for x in hs]
+  np.testing.assert_allclose(np.asarray(jax.jit(anisotropy_by_layer)(hs.astype(np.float32))), want, atol=1e-5)
+  assert np.all(np.diff(want) > 0)  # growing offset -> growing anisotropy (non-trivial check)
+  m = np.arange(20) < 10
+  np.testing.assert_allclose(np.asarray(anisotropy_by_layer(hs, m)), [ref_anisotropy(x[:10]) for x in hs], atol=1e-5)
 
 
 @settings(max_examples=10, deadline=None)
 @given(n=st.sampled_from([2, 9]), d=st.sampled_from([1, 4]), seed=st.integers(0, 2**31 - 1))
 def test_invariant_to_rotation_and_positive_scaling(n, d, seed):
-    rng = np.random.default_rng(seed)
-    h = rng.normal(size=(n, d))
-    q, _ = np.linalg.qr(rng.normal(size=(d, d)))
-    scale = rng.uniform(0.1, 10, size=(n, 1))
-    with jax.enable_x64(True):
-        f = jax.jit(anisotropy)
-        a = float(f(jnp.asarray(h)))
-        b = float(f(jnp.asarray((h * scale) @ q)))
-    assert a == pytest.approx(b, abs=1e-10)
-    assert a == pytest.approx(ref_anisotropy(h), abs=1e-10)
+  rng = np.random.default_rng(seed)
+  h = rng.normal(size=(n, d))
+  q, _ = np.linalg.qr(rng.normal(size=(d, d)))
+  with jax.enable_x64(True):
+    f = jax.jit(anisotropy)
+    a = float(f(jnp.asarray(h)))
+    b = float(f(jnp.asarray((h * rng.uniform(0.1, 10, size=(n, 1))) @ q)))
+  assert a == pytest.approx(b, abs=1e-10)
+  assert a == pytest.approx(ref_anisotropy(h), abs=1e-10)

@@ -1,4 +1,4 @@
-"""Tests for sbjax.metrics.cka against explicit HSIC references (Gram matrices, loops)."""
+"""Linear and debiased CKA (sbjax.metrics) against explicit HSIC references (Gram matrices)."""
 
 import jax
 import jax.numpy as jnp
@@ -7,37 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sbjax.metrics.cka import cka_to_reference, cka_to_reference_by_layer, linear_cka
-
-
-def ref_cka_biased(x, y):
-    x = np.asarray(x, np.float64)
-    y = np.asarray(y, np.float64)
-    n = x.shape[0]
-    h = np.eye(n) - np.ones((n, n)) / n
-    k, l = h @ (x @ x.T) @ h, h @ (y @ y.T) @ h
-    return np.trace(k @ l) / np.sqrt(np.trace(k @ k) * np.trace(l @ l))
-
-
-def ref_hsic_unbiased(k, l):
-    """Song et al. 2012 unbiased HSIC, written from the paper's formula."""
-    n = k.shape[0]
-    k, l = k.copy(), l.copy()
-    np.fill_diagonal(k, 0)
-    np.fill_diagonal(l, 0)
-    one = np.ones(n)
-    t1 = np.trace(k @ l)
-    t2 = (one @ k @ one) * (one @ l @ one) / ((n - 1) * (n - 2))
-    t3 = 2.0 / (n - 2) * (one @ k @ l @ one)
-    return (t1 + t2 - t3) / (n * (n - 3))
-
-
-def ref_cka_debiased(x, y):
-    x = np.asarray(x, np.float64)
-    y = np.asarray(y, np.float64)
-    k, l = x @ x.T, y @ y.T  # uncentred: the unbiased HSIC is centring-invariant
-    return ref_hsic_unbiased(k, l) / np.sqrt(ref_hsic_unbiased(k, k) * ref_hsic_unbiased(l, l))
-
+from sbjax.metrics import cka_to_reference, cka_to_reference_by_layer, linear_cka
+from tests._metrics_reference import ref_cka_biased, ref_cka_debiased
 
 _jcka = jax.jit(linear_cka, static_argnums=2)
 
@@ -47,70 +18,68 @@ SHAPES = [(8, 3, 5), (20, 30, 4), (40, 6, 50), (16, 16, 16)]
 @pytest.mark.parametrize("n,d1,d2", SHAPES)
 @pytest.mark.parametrize("debiased", [False, True])
 def test_matches_reference_float64(n, d1, d2, debiased):
-    rng = np.random.default_rng(n * d1 + d2)
-    x = rng.normal(size=(n, d1)) + 1.5
-    y = x[:, :1] * rng.normal(size=(1, d2)) + 0.5 * rng.normal(size=(n, d2))
-    ref = (ref_cka_debiased if debiased else ref_cka_biased)(x, y)
-    with jax.enable_x64(True):
-        got = float(linear_cka(jnp.asarray(x), jnp.asarray(y), debiased=debiased))
-    np.testing.assert_allclose(got, ref, rtol=1e-5)
+  rng = np.random.default_rng(n * d1 + d2)
+  x = rng.normal(size=(n, d1)) + 1.5
+  y = x[:, :1] * rng.normal(size=(1, d2)) + 0.5 * rng.normal(size=(n, d2))
+  ref = (ref_cka_debiased if debiased else ref_cka_biased)(x, y)
+  with jax.enable_x64(True):
+    got = float(linear_cka(jnp.asarray(x), jnp.asarray(y), debiased=debiased))
+  np.testing.assert_allclose(got, ref, rtol=1e-5)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, jnp.bfloat16])
 def test_matches_reference_low_precision(dtype):
-    rng = np.random.default_rng(0)
-    x = jnp.asarray(rng.normal(size=(32, 12)), dtype)
-    y = jnp.asarray(rng.normal(size=(32, 40)), dtype)
-    xf, yf = np.asarray(x.astype(jnp.float32)), np.asarray(y.astype(jnp.float32))
-    assert float(linear_cka(x, y)) == pytest.approx(ref_cka_biased(xf, yf), abs=1e-5)
-    assert float(linear_cka(x, y, debiased=True)) == pytest.approx(ref_cka_debiased(xf, yf), abs=1e-4)
+  rng = np.random.default_rng(0)
+  x = jnp.asarray(rng.normal(size=(32, 12)), dtype)
+  y = jnp.asarray(rng.normal(size=(32, 40)), dtype)
+  xf, yf = np.asarray(x.astype(jnp.float32)), np.asarray(y.astype(jnp.float32))
+  assert float(linear_cka(x, y)) == pytest.approx(ref_cka_biased(xf, yf), abs=1e-5)
+  assert float(linear_cka(x, y, debiased=True)) == pytest.approx(ref_cka_debiased(xf, yf), abs=1e-4)
 
 
 def test_debiased_less_than_biased_for_independent_wide_features():
-    rng = np.random.default_rng(1)
-    x, y = rng.normal(size=(24, 200)), rng.normal(size=(24, 200))
-    b, u = float(linear_cka(x, y)), float(linear_cka(x, y, debiased=True))
-    assert b > 0.5  # the biased estimator is strongly biased upward when d >> n
-    assert abs(u) < 0.2
+  rng = np.random.default_rng(1)
+  x, y = rng.normal(size=(24, 200)), rng.normal(size=(24, 200))
+  b, u = float(linear_cka(x, y)), float(linear_cka(x, y, debiased=True))
+  assert b > 0.5  # the biased estimator is strongly biased upward when d >> n
+  assert abs(u) < 0.2
 
 
 @settings(max_examples=10, deadline=None)
 @given(n=st.sampled_from([6, 13]), d=st.sampled_from([2, 5]), seed=st.integers(0, 2**31 - 1), debiased=st.booleans())
 def test_identity_orthogonal_and_scale_invariance(n, d, seed, debiased):
-    rng = np.random.default_rng(seed)
-    x = rng.normal(size=(n, d))
-    y = rng.normal(size=(n, d + 2))
-    q, _ = np.linalg.qr(rng.normal(size=(d, d)))
-    f = _jcka
-    with jax.enable_x64(True):
-        assert float(f(x, x, debiased)) == pytest.approx(1.0, abs=1e-9)
-        base = float(f(x, y, debiased))
-        assert float(f(3.7 * x @ q, y, debiased)) == pytest.approx(base, abs=1e-9)
-        assert float(f(y, x, debiased)) == pytest.approx(base, abs=1e-9)
-        ref = (ref_cka_debiased if debiased else ref_cka_biased)(x, y)
-        assert base == pytest.approx(ref, abs=1e-8)
+  rng = np.random.default_rng(seed)
+  x = rng.normal(size=(n, d))
+  y = rng.normal(size=(n, d + 2))
+  q, _ = np.linalg.qr(rng.normal(size=(d, d)))
+  f = _jcka
+  with jax.enable_x64(True):
+    assert float(f(x, x, debiased)) == pytest.approx(1.0, abs=1e-9)
+    base = float(f(x, y, debiased))
+    assert float(f(3.7 * x @ q, y, debiased)) == pytest.approx(base, abs=1e-9)
+    assert float(f(y, x, debiased)) == pytest.approx(base, abs=1e-9)
+    ref = (ref_cka_debiased if debiased else ref_cka_biased)(x, y)
+    assert base == pytest.approx(ref, abs=1e-8)
 
 
 def test_to_reference_and_by_layer_match_pairwise_calls():
-    rng = np.random.default_rng(2)
-    acts = rng.normal(size=(5, 3, 10, 7)).astype(np.float32)
-    acts[:, :, :, 0] += np.arange(5)[:, None, None]  # vary per checkpoint
-    ref = acts[-1] + 0.1 * rng.normal(size=(3, 10, 7)).astype(np.float32)
-    for deb in (False, True):
-        grid = np.asarray(jax.jit(cka_to_reference_by_layer, static_argnums=2)(acts, ref, deb))
-        assert grid.shape == (5, 3)
-        for k in range(5):
-            for l in range(3):
-                want = (ref_cka_debiased if deb else ref_cka_biased)(acts[k, l], ref[l])
-                assert grid[k, l] == pytest.approx(want, abs=2e-5)
-        np.testing.assert_allclose(np.asarray(cka_to_reference(acts[:, 1], ref[1], deb)), grid[:, 1], atol=1e-6)
-    # feature-space path (n > d) also covered
-    a2, r2 = rng.normal(size=(4, 30, 3)), rng.normal(size=(30, 2))
-    np.testing.assert_allclose(np.asarray(cka_to_reference(a2, r2)), [ref_cka_biased(a, r2) for a in a2], atol=1e-5)
+  rng = np.random.default_rng(2)
+  acts = rng.normal(size=(5, 3, 10, 7)).astype(np.float32)
+  acts[:, :, :, 0] += np.arange(5)[:, None, None]  # vary per checkpoint
+  ref = acts[-1] + 0.1 * rng.normal(size=(3, 10, 7)).astype(np.float32)
+  for deb in (False, True):
+    grid = np.asarray(jax.jit(cka_to_reference_by_layer, static_argnums=2)(acts, ref, deb))
+    assert grid.shape == (5, 3)
+    for k in range(5):
+      for l in range(3):
+        want = (ref_cka_debiased if deb else ref_cka_biased)(acts[k, l], ref[l])
+        assert grid[k, l] == pytest.approx(want, abs=2e-5)
+    np.testing.assert_allclose(np.asarray(cka_to_reference(acts[:, 1], ref[1], deb)), grid[:, 1], atol=1e-6)
+  # feature-space path (n > d) also covered
+  a2, r2 = rng.normal(size=(4, 30, 3)), rng.normal(size=(30, 2))
+  np.testing.assert_allclose(np.asarray(cka_to_reference(a2, r2)), [ref_cka_biased(a, r2) for a in a2], atol=1e-5)
 
 
-def test_errors():
-    with pytest.raises(ValueError, match="at least 4 samples"):
-        linear_cka(np.ones((3, 2)), np.ones((3, 2)), debiased=True)
-    with pytest.raises(ValueError, match="rows"):
-        linear_cka(np.ones((5, 2)), np.ones((4, 2)))
+def test_debiased_needs_four_samples():
+  with pytest.raises(ValueError, match="at least 4 samples"):
+    linear_cka(np.ones((3, 2)), np.ones((3, 2)), debiased=True)

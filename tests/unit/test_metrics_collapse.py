@@ -1,4 +1,5 @@
-"""Tests for sbjax.metrics.collapse against a plain numpy full-matrix (K x K) reference."""
+"""Neural collapse (sbjax.metrics): the host wrappers, the pure function and the accumulators against
+plain numpy full-matrix (K x K) references and analytic cases."""
 
 import math
 
@@ -9,104 +10,42 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sbjax.metrics import collapse as C
-
-
-# ---------------------------------------------------------------- numpy reference
-def ref_stats(feats, labels, v):
-    feats = np.asarray(feats, np.float64)
-    d = feats.shape[1]
-    counts = np.zeros(v, np.int64)
-    sums = np.zeros((v, d))
-    for h, y in zip(feats, labels):
-        counts[y] += 1
-        sums[y] += h
-    means = sums / np.maximum(counts, 1)[:, None]
-    var = np.zeros(v)
-    for h, y in zip(feats, labels):
-        var[y] += np.sum((h - means[y]) ** 2)
-    var = var / np.maximum(counts, 1)
-    return means, var, counts
-
-
-def ref_from_stats(means, var, counts, w, *, min_count=1, k=2, weighted_mean=False, norm_variant="norm",
-                   angle_variant="cos", gnc2_centered=True, ddof=1, riesz_s=1.0):
-    idx = np.flatnonzero(counts >= min_count)
-    kk = len(idx)
-    mu, vr, ww, cnt = means[idx], var[idx], np.asarray(w, np.float64)[idx], counts[idx]
-    mu_g = (mu * cnt[:, None]).sum(0) / cnt.sum() if weighted_mean else mu.mean(0)
-    mt = mu - mu_g
-    iu = np.triu_indices(kk, 1)
-    dist2 = ((mt[:, None, :] - mt[None, :, :]) ** 2).sum(-1)
-    with np.errstate(divide="ignore"):  # the diagonal (unused) divides by 0
-        cd = ((vr[:, None] + vr[None, :]) / 2) / dist2**k
-    s = cd[iu]
-    nrm = np.linalg.norm(mt, axis=1)
-    x = nrm if norm_variant == "norm" else nrm**2
-    g = mt @ mt.T
-    cosm = g / np.outer(nrm, nrm)
-    ang = (cosm if angle_variant == "cos" else g)[iu]
-    ideal = (np.eye(kk) - np.ones((kk, kk)) / kk) / np.sqrt(kk - 1)
-    etf = np.linalg.norm(g / np.linalg.norm(g) - ideal)
-    sw = ww @ mt.T
-    dual = np.linalg.norm(sw / np.linalg.norm(sw) - ideal)
-    u = mt if gnc2_centered else mu
-    u = u / np.linalg.norm(u, axis=1, keepdims=True)
-    udist = np.linalg.norm(u[:, None, :] - u[None, :, :], axis=-1)[iu]
-    ker = np.log(1.0 / udist)
-    c3 = (ww * mt).sum(1) / (np.linalg.norm(ww, axis=1) * nrm)
-    pos = s[s > 0]
-    offd = ~np.eye(kk, dtype=bool)
-    return {
-        "nc1_cdnv": s.mean(),
-        "nc1_log10_cdnv": np.log10(pos).mean(),
-        "nc2_norm_cov": x.std(ddof=ddof) / x.mean(),
-        "nc2_log_norm_cov": np.log(nrm).std(ddof=ddof) / np.log(nrm).mean(),
-        "nc2_cos_mean": ang.mean(),
-        "nc2_cos_std": ang.std(ddof=ddof),
-        "etf_error": etf,
-        "gnc2_log_kernel_mean": ker.mean(),
-        "gnc2_log_kernel_var": ker.var(ddof=ddof),
-        "gnc2_riesz_mean": np.mean(udist ** -riesz_s),
-        "nc3_cos_mean": c3.mean(),
-        "unc3_cos_cov": c3.std(ddof=ddof) / c3.mean(),
-        "dual_error": dual,
-        "n_classes": kk,
-        "per_class_cdnv": np.array([cd[i][offd[i]].mean() for i in range(kk)]),
-        "per_class_interference": np.array([cosm[i][offd[i]].mean() for i in range(kk)]),
-    }
-
-
-def ref_nc4(val_feats, val_labels, w_rows, mu_rows, w_valid, mu_valid, v, weighted=True):
-    h = np.asarray(val_feats, np.float64)
-    sw = np.where(w_valid[None, :], h @ np.asarray(w_rows, np.float64).T, -np.inf)
-    dm = ((h[:, None, :] - np.asarray(mu_rows, np.float64)[None, :, :]) ** 2).sum(-1)
-    dm = np.where(mu_valid[None, :], dm, np.inf)
-    hit = (sw.argmax(1) == dm.argmin(1)).astype(float)
-    if weighted:
-        return hit.mean()
-    rates = [hit[val_labels == c].mean() for c in range(v) if np.any(val_labels == c)]
-    return float(np.mean(rates))
+from sbjax import metrics as C
+from tests._metrics_reference import ref_from_stats, ref_nc4, ref_stats
 
 
 def make_data(seed, v=30, d=8, n=600, n_used=None, spread=1.0, sep=3.0, zipf=True):
-    rng = np.random.default_rng(seed)
-    n_used = n_used or v
-    probs = 1.0 / np.arange(1, n_used + 1) if zipf else np.ones(n_used)
-    labels = rng.choice(n_used, size=n, p=probs / probs.sum())
-    centres = rng.normal(size=(v, d)) * sep
-    feats = centres[labels] + spread * rng.normal(size=(n, d))
-    w = centres + 0.5 * rng.normal(size=(v, d))
-    return feats, labels, w
+  rng = np.random.default_rng(seed)
+  n_used = n_used or v
+  probs = 1.0 / np.arange(1, n_used + 1) if zipf else np.ones(n_used)
+  labels = rng.choice(n_used, size=n, p=probs / probs.sum())
+  centres = rng.normal(size=(v, d)) * sep
+  feats = centres[labels] + spread * rng.normal(size=(n, d))
+  w = centres + 0.5 * rng.normal(size=(v, d))
+  return feats, labels, w
 
 
 KEYS = ["nc1_cdnv", "nc1_log10_cdnv", "nc2_norm_cov", "nc2_log_norm_cov", "nc2_cos_mean", "nc2_cos_std",
-        "etf_error", "gnc2_log_kernel_mean", "gnc2_log_kernel_var", "gnc2_riesz_mean", "nc3_cos_mean", "unc3_cos_cov", "dual_error"]
+        "etf_error", "gnc2_log_kernel_mean", "gnc2_log_kernel_var", "gnc2_riesz_mean", "nc3_cos_mean", "unc3_cos_cov",
+        "dual_error"]
+
+
+def host(feats, labels, w, *val, **options):
+  """collapse_metrics with ``options`` as a dict (a CSV row)."""
+  return C.collapse_metrics(feats, labels, w, *val, options=C.CollapseOptions(**options)).to_dict()
+
+
+def from_stats(means, var, counts, w, **options):
+  return C.collapse_metrics_from_stats(means, var, counts, w, options=C.CollapseOptions(**options)).to_dict()
+
+
+def per_class(r, key):
+  return r[key][r["class_analyzed"]]
 
 
 def assert_close(got, want, rtol, atol=0.0, keys=KEYS):
-    for key in keys:
-        np.testing.assert_allclose(got[key], want[key], rtol=rtol, atol=atol, err_msg=key)
+  for key in keys:
+    np.testing.assert_allclose(got[key], want[key], rtol=rtol, atol=atol, err_msg=key)
 
 
 # ---------------------------------------------------------------- vs reference
@@ -119,290 +58,330 @@ VARIANTS = [
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_collapse_metrics_match_reference_float64(variant):
-    feats, labels, w = make_data(0, v=40, d=6, n=500, n_used=33)
-    vfe, vla, _ = make_data(1, v=40, d=6, n=120, n_used=33)
-    vfe = feats[:120] + 0.8 * np.random.default_rng(2).normal(size=(120, 6))
-    v = w.shape[0]
-    kw = dict(variant)
-    ref_kw = {"min_count": kw.get("min_count", 1), "k": kw.get("cdnv_exponent", 2),
-              "weighted_mean": kw.get("weighted_mean", False), "norm_variant": kw.get("norm_variant", "norm"),
-              "angle_variant": kw.get("angle_variant", "cos"), "gnc2_centered": kw.get("gnc2_centered", True),
-              "ddof": kw.get("ddof", 1)}
-    with jax.enable_x64(True):
-        got = C.collapse_metrics(feats, labels, w, vfe, vla, block_size=8, batch_size=128, per_class=True, **kw)
-    means, var, counts = ref_stats(feats, labels, v)
-    want = ref_from_stats(means, var, counts, w, **ref_kw)
-    assert got["n_classes"] == want["n_classes"]
-    assert_close(got, want, rtol=1e-5, atol=1e-9)
-    np.testing.assert_allclose(got["per_class_cdnv"], want["per_class_cdnv"], rtol=1e-5)
-    np.testing.assert_allclose(got["per_class_interference"], want["per_class_interference"], rtol=1e-5, atol=1e-9)
-    idx = np.flatnonzero(counts >= ref_kw["min_count"])
-    ones = np.ones(len(idx), bool)
-    want_nc4 = ref_nc4(vfe, vla, w[idx], means[idx], ones, ones, v)
-    assert got["nc4_agreement"] == pytest.approx(want_nc4, abs=1e-12)
-    assert 0.0 < want_nc4 < 1.0  # non-trivial
-    assert got["nc1_n_pairs"] == len(idx) * (len(idx) - 1) // 2
-    assert got["nc1_n_coincident_pairs"] == 0
+  feats, labels, w = make_data(0, v=40, d=6, n=500, n_used=33)
+  vfe, vla, _ = make_data(1, v=40, d=6, n=120, n_used=33)
+  vfe = feats[:120] + 0.8 * np.random.default_rng(2).normal(size=(120, 6))
+  v = w.shape[0]
+  kw = dict(variant)
+  ref_kw = {"min_count": kw.get("min_count", 1), "k": kw.get("cdnv_exponent", 2),
+            "weighted_mean": kw.get("weighted_mean", False), "norm_variant": kw.get("norm_variant", "norm"),
+            "angle_variant": kw.get("angle_variant", "cos"), "gnc2_centered": kw.get("gnc2_centered", True),
+            "ddof": kw.get("ddof", 1)}
+  with jax.enable_x64(True):
+    got = host(feats, labels, w, vfe, vla, block_size=8, batch_size=128, per_class=True, **kw)
+  means, var, counts = ref_stats(feats, labels, v)
+  want = ref_from_stats(means, var, counts, w, **ref_kw)
+  assert got["n_classes"] == want["n_classes"]
+  assert_close(got, want, rtol=1e-5, atol=1e-9)
+  np.testing.assert_allclose(per_class(got, "per_class_cdnv"), want["per_class_cdnv"], rtol=1e-5)
+  np.testing.assert_allclose(per_class(got, "per_class_interference"), want["per_class_interference"], rtol=1e-5,
+                             atol=1e-9)
+  idx = np.flatnonzero(counts >= ref_kw["min_count"])
+  ones = np.ones(len(idx), bool)
+  want_nc4 = ref_nc4(vfe, vla, w[idx], means[idx], ones, ones, v)
+  assert got["nc4_agreement"] == pytest.approx(want_nc4, abs=1e-12)
+  assert 0.0 < want_nc4 < 1.0  # non-trivial
+  assert got["nc1_n_pairs"] == len(idx) * (len(idx) - 1) // 2
+  assert got["nc1_n_coincident_pairs"] == 0
 
 
 def test_collapse_metrics_float32_bf16_tolerance():
-    feats, labels, w = make_data(3, v=50, d=16, n=800, n_used=41)
-    means, var, counts = ref_stats(feats.astype(np.float32), labels, 50)
-    want = ref_from_stats(means, var, counts, w.astype(np.float32))
-    got = C.collapse_metrics(feats.astype(np.float32), labels, w.astype(np.float32), block_size=16)
-    assert_close(got, want, rtol=2e-4, atol=2e-5)  # stated float32 tolerance
-    fb = jnp.asarray(feats, jnp.bfloat16)
-    means_b, var_b, counts_b = ref_stats(np.asarray(fb.astype(jnp.float32)), labels, 50)
-    want_b = ref_from_stats(means_b, var_b, counts_b, w)
-    got_b = C.collapse_metrics(fb, labels, jnp.asarray(w, jnp.float32), block_size=16)
-    assert_close(got_b, want_b, rtol=2e-4, atol=2e-5)
+  feats, labels, w = make_data(3, v=50, d=16, n=800, n_used=41)
+  means, var, counts = ref_stats(feats.astype(np.float32), labels, 50)
+  want = ref_from_stats(means, var, counts, w.astype(np.float32))
+  got = host(feats.astype(np.float32), labels, w.astype(np.float32), block_size=16)
+  assert_close(got, want, rtol=2e-4, atol=2e-5)  # stated float32 tolerance
+  fb = jnp.asarray(feats, jnp.bfloat16)
+  means_b, var_b, counts_b = ref_stats(np.asarray(fb.astype(jnp.float32)), labels, 50)
+  want_b = ref_from_stats(means_b, var_b, counts_b, w)
+  got_b = host(fb, labels, jnp.asarray(w, jnp.float32), block_size=16)
+  assert_close(got_b, want_b, rtol=2e-4, atol=2e-5)
 
 
 def test_nc4_search_all_and_unweighted():
-    feats, labels, w = make_data(4, v=40, d=6, n=500, n_used=30)
-    vfe = feats[:120] + 1.5 * np.random.default_rng(0).normal(size=(120, 6))
-    vla = labels[:120]
-    means, var, counts = ref_stats(feats, labels, 40)
-    with jax.enable_x64(True):
-        got = C.collapse_metrics(feats, labels, w, vfe, vla, nc4_search="all", nc4_weighted=False, nc4_chunk_size=7,
-                                 block_size=8, batch_size=128)
-        got_an = C.collapse_metrics(feats, labels, w, vfe, vla, nc4_chunk_size=4, block_size=8, batch_size=128)
-    want = ref_nc4(vfe, vla, w, means, np.ones(40, bool), counts > 0, 40, weighted=False)
-    assert got["nc4_agreement"] == pytest.approx(want, abs=1e-12)
-    idx = np.flatnonzero(counts > 0)
-    want_an = ref_nc4(vfe, vla, w[idx], means[idx], np.ones(len(idx), bool), np.ones(len(idx), bool), 40)
-    assert got_an["nc4_agreement"] == pytest.approx(want_an, abs=1e-12)
-    assert got["nc4_agreement"] != got_an["nc4_agreement"]  # the variants differ on this data
-    # token and class chunks that do not divide B = 120 / S = 40 give identical hits
-    with jax.enable_x64(True):
-        wr, mr, wv, mv = C.nc4_search_set(means, counts, w, search="all")
-        st_small = C.nc4_update(C.nc4_init(40), vfe, vla, wr, mr, w_valid=wv, mean_valid=mv, chunk_size=7, token_chunk=13)
-        rate = float(C.nc4_agreement(st_small, weighted=False))
-    assert rate == pytest.approx(want, abs=1e-12)
-    assert int(np.asarray(st_small.counts).sum()) == 120
+  feats, labels, w = make_data(4, v=40, d=6, n=500, n_used=30)
+  vfe = feats[:120] + 1.5 * np.random.default_rng(0).normal(size=(120, 6))
+  vla = labels[:120]
+  means, var, counts = ref_stats(feats, labels, 40)
+  with jax.enable_x64(True):
+    got = host(feats, labels, w, vfe, vla, nc4_search="all", nc4_weighted=False, nc4_chunk_size=7,
+                             block_size=8, batch_size=128)
+    got_an = host(feats, labels, w, vfe, vla, nc4_chunk_size=4, block_size=8, batch_size=128)
+  want = ref_nc4(vfe, vla, w, means, np.ones(40, bool), counts > 0, 40, weighted=False)
+  assert got["nc4_agreement"] == pytest.approx(want, abs=1e-12)
+  idx = np.flatnonzero(counts > 0)
+  want_an = ref_nc4(vfe, vla, w[idx], means[idx], np.ones(len(idx), bool), np.ones(len(idx), bool), 40)
+  assert got_an["nc4_agreement"] == pytest.approx(want_an, abs=1e-12)
+  assert got["nc4_agreement"] != got_an["nc4_agreement"]  # the variants differ on this data
+  # token and class chunks that do not divide B = 120 / S = 40 give identical hits
+  with jax.enable_x64(True):
+    wr, mr, wv, mv = C.nc4_search_set(means, counts, w, search="all")
+    st_small = C.nc4_update(C.nc4_init(40), vfe, vla, wr, mr, w_valid=wv, mean_valid=mv, chunk_size=7, token_chunk=13)
+    rate = float(C.nc4_agreement(st_small, weighted=False))
+  assert rate == pytest.approx(want, abs=1e-12)
+  assert int(np.asarray(st_small.counts).sum()) == 120
 
 
 @pytest.mark.parametrize("block", [5, 8, 64])  # K = 21: 5 and 8 do not divide K; 64 -> one block
 def test_block_sizes_match_full_matrix_reference(block):
-    rng = np.random.default_rng(5)
-    v, d = 21, 4  # 21 is not divisible by 3 * 8 etc.
-    means = rng.normal(size=(v, d))
-    var = rng.uniform(0.1, 2.0, size=v)
-    counts = rng.integers(1, 10, size=v)
-    w = rng.normal(size=(v, d))
-    with jax.enable_x64(True):
-        got = C.metrics_from_stats(means, var, counts, w, block_size=block, per_class=True)
-        pcs = C.per_class_stats(means, var, counts, block_size=block)
-    want = ref_from_stats(means, var, counts, w)
-    assert_close(got, want, rtol=1e-5, atol=1e-9)
-    np.testing.assert_allclose(got["per_class_cdnv"], want["per_class_cdnv"], rtol=1e-5)
-    np.testing.assert_allclose(pcs["per_class_cdnv"], want["per_class_cdnv"], rtol=1e-5)
-    np.testing.assert_allclose(pcs["per_class_interference"], want["per_class_interference"], atol=1e-9)
+  rng = np.random.default_rng(5)
+  v, d = 21, 4  # 21 is not divisible by 3 * 8 etc.
+  means = rng.normal(size=(v, d))
+  var = rng.uniform(0.1, 2.0, size=v)
+  counts = rng.integers(1, 10, size=v)
+  w = rng.normal(size=(v, d))
+  with jax.enable_x64(True):
+    got = from_stats(means, var, counts, w, block_size=block, per_class=True)
+  want = ref_from_stats(means, var, counts, w)
+  assert_close(got, want, rtol=1e-5, atol=1e-9)
+  np.testing.assert_allclose(per_class(got, "per_class_cdnv"), want["per_class_cdnv"], rtol=1e-5)
+  np.testing.assert_allclose(per_class(got, "per_class_interference"), want["per_class_interference"], atol=1e-9)
 
 
 # ---------------------------------------------------------------- analytic cases
 def test_simplex_etf_with_zero_spread():
-    k = 6
-    m = (np.eye(k) - np.ones((k, k)) / k) * 3.0  # centred simplex ETF in R^k
-    labels = np.repeat(np.arange(k), 5)
-    feats = m[labels]
-    vf, vl = feats + 0.01, labels
-    with jax.enable_x64(True):
-        r = C.collapse_metrics(feats, labels, m, vf, vl, block_size=4)
-    assert r["nc1_cdnv"] == 0.0
-    assert r["nc1_log10_cdnv"] == -math.inf and r["nc1_n_zero_pairs"] == k * (k - 1) // 2
-    assert r["etf_error"] == pytest.approx(0.0, abs=1e-6)
-    assert r["dual_error"] == pytest.approx(0.0, abs=1e-6)
-    assert r["nc2_norm_cov"] == pytest.approx(0.0, abs=1e-12)
-    assert r["nc2_cos_mean"] == pytest.approx(-1.0 / (k - 1), abs=1e-12)
-    assert r["nc2_cos_std"] == pytest.approx(0.0, abs=1e-7)
-    assert r["nc3_cos_mean"] == pytest.approx(1.0, abs=1e-12)
-    assert r["nc4_agreement"] == 1.0
-    # same in float32 within the documented sqrt(eps) accuracy of the error norms
-    r32 = C.collapse_metrics(feats.astype(np.float32), labels, m.astype(np.float32), vf, vl)
-    assert r32["etf_error"] < 2e-3 and r32["dual_error"] < 2e-3 and r32["nc4_agreement"] == 1.0
-    # a non-ETF configuration is detected
-    r2 = C.collapse_metrics(feats.astype(np.float32), labels, (m + np.eye(k)[0]).astype(np.float32))
-    assert r2["dual_error"] > 0.05
+  k = 6
+  m = (np.eye(k) - np.ones((k, k)) / k) * 3.0  # centred simplex ETF in R^k
+  labels = np.repeat(np.arange(k), 5)
+  feats = m[labels]
+  vf, vl = feats + 0.01, labels
+  with jax.enable_x64(True):
+    r = host(feats, labels, m, vf, vl, block_size=4)
+  assert r["nc1_cdnv"] == 0.0
+  assert r["nc1_log10_cdnv"] == -math.inf and r["nc1_n_zero_pairs"] == k * (k - 1) // 2
+  assert r["etf_error"] == pytest.approx(0.0, abs=1e-6)
+  assert r["dual_error"] == pytest.approx(0.0, abs=1e-6)
+  assert r["nc2_norm_cov"] == pytest.approx(0.0, abs=1e-12)
+  assert r["nc2_cos_mean"] == pytest.approx(-1.0 / (k - 1), abs=1e-12)
+  assert r["nc2_cos_std"] == pytest.approx(0.0, abs=1e-7)
+  assert r["nc3_cos_mean"] == pytest.approx(1.0, abs=1e-12)
+  assert r["nc4_agreement"] == 1.0
+  # same in float32 within the documented sqrt(eps) accuracy of the error norms
+  r32 = host(feats.astype(np.float32), labels, m.astype(np.float32), vf, vl)
+  assert r32["etf_error"] < 2e-3 and r32["dual_error"] < 2e-3 and r32["nc4_agreement"] == 1.0
+  # a non-ETF configuration is detected
+  r2 = host(feats.astype(np.float32), labels, (m + np.eye(k)[0]).astype(np.float32))
+  assert r2["dual_error"] > 0.05
 
 
 # ---------------------------------------------------------------- robustness
 def test_input_errors():
-    feats, labels, w = make_data(6, v=10, d=4, n=50)
-    bad = feats.copy()
-    bad[3, 1] = np.nan
-    with pytest.raises(ValueError, match="non-finite"):
-        C.collapse_metrics(bad, labels, w)
-    with pytest.raises(ValueError, match=r"labels must lie in \[0, V=10\)"):
-        C.collapse_metrics(feats, np.where(labels == 0, 10, labels), w)
-    with pytest.raises(ValueError, match=r"labels must lie in"):
-        C.collapse_metrics(feats, labels - 1, w)
-    with pytest.raises(ValueError, match="at least 2 analysed classes.*lower min_count"):
-        C.collapse_metrics(feats, np.zeros_like(labels), w)
-    with pytest.raises(ValueError, match="at least 2 analysed classes"):
-        C.collapse_metrics(feats, labels, w, min_count=10_000)
-    with pytest.raises(ValueError, match="min_count must be >= 1"):
-        C.collapse_metrics(feats, labels, w, min_count=0)
-    with pytest.raises(ValueError, match="validation labels must lie"):
-        C.collapse_metrics(feats, labels, w, feats[:5], np.full(5, 99))
-    with pytest.raises(ValueError, match="one_pass_variances needs float64"):
-        C.collapse_metrics(feats, labels, w, variance="one_pass")
-    with pytest.raises(ValueError, match="identical"):
-        C.collapse_metrics(np.ones((6, 4)), np.array([0, 0, 1, 1, 2, 2]), w)
+  feats, labels, w = make_data(6, v=10, d=4, n=50)
+  bad = feats.copy()
+  bad[3, 1] = np.nan
+  with pytest.raises(ValueError, match="non-finite"):
+    host(bad, labels, w)
+  with pytest.raises(ValueError, match=r"labels must lie in \[0, V=10\)"):
+    host(feats, np.where(labels == 0, 10, labels), w)
+  with pytest.raises(ValueError, match=r"labels must lie in"):
+    host(feats, labels - 1, w)
+  with pytest.raises(ValueError, match="at least 2 analysed classes.*lower min_count"):
+    host(feats, np.zeros_like(labels), w)
+  with pytest.raises(ValueError, match="at least 2 analysed classes"):
+    host(feats, labels, w, min_count=10_000)
+  with pytest.raises(ValueError, match="min_count must be >= 1"):
+    host(feats, labels, w, min_count=0)
+  with pytest.raises(ValueError, match="validation labels must lie"):
+    host(feats, labels, w, feats[:5], np.full(5, 99))
+  with pytest.raises(ValueError, match="one_pass_variances needs float64"):
+    host(feats, labels, w, variance="one_pass")
+  with pytest.raises(ValueError, match="identical"):
+    host(np.ones((6, 4)), np.array([0, 0, 1, 1, 2, 2]), w)
 
 
 def test_identical_means_single_token_classes_rank_deficient():
-    rng = np.random.default_rng(7)
-    d = 6
-    basis = rng.normal(size=(2, d))  # features live in a 2-D subspace: rank deficient
-    centres = rng.normal(size=(8, 2)) @ basis
-    centres[5] = centres[2]  # two identical class means
-    labels = np.concatenate([np.repeat(np.arange(7), 4), [7]])  # class 7 has a single token
-    feats = centres[labels] + (rng.normal(size=(len(labels), 2)) @ basis) * 0.1
-    feats[labels == 5] = feats[labels == 2]  # exactly identical means
-    w = rng.normal(size=(8, d))
-    r = C.collapse_metrics(feats.astype(np.float32), labels, w.astype(np.float32))
-    for key in KEYS:
-        assert np.isfinite(r[key]), key
-    assert r["nc1_n_coincident_pairs"] == 1
-    assert r["gnc2_n_coincident_pairs"] == 1
-    means, var, counts = ref_stats(feats, labels, 8)
-    assert var[7] == 0.0
-    keep = np.arange(8) != 5  # reference without the coincident pair: drop the pair (2, 5) only
-    idx = np.arange(8)
-    mu_g = means.mean(0)
-    s = [((var[i] + var[j]) / 2) / np.sum((means[i] - means[j]) ** 2) ** 2
-         for i in idx for j in idx if i < j and not (i == 2 and j == 5)]
-    assert r["nc1_cdnv"] == pytest.approx(np.mean(s), rel=1e-3)
-    assert keep.sum() == 7 and np.isfinite(mu_g).all()
+  rng = np.random.default_rng(7)
+  d = 6
+  basis = rng.normal(size=(2, d))  # features live in a 2-D subspace: rank deficient
+  centres = rng.normal(size=(8, 2)) @ basis
+  centres[5] = centres[2]  # two identical class means
+  labels = np.concatenate([np.repeat(np.arange(7), 4), [7]])  # class 7 has a single token
+  feats = centres[labels] + (rng.normal(size=(len(labels), 2)) @ basis) * 0.1
+  feats[labels == 5] = feats[labels == 2]  # exactly identical means
+  w = rng.normal(size=(8, d))
+  r = host(feats.astype(np.float32), labels, w.astype(np.float32))
+  for key in KEYS:
+    assert np.isfinite(r[key]), key
+  assert r["nc1_n_coincident_pairs"] == 1
+  assert r["gnc2_n_coincident_pairs"] == 1
+  means, var, counts = ref_stats(feats, labels, 8)
+  assert var[7] == 0.0
+  keep = np.arange(8) != 5  # reference without the coincident pair: drop the pair (2, 5) only
+  idx = np.arange(8)
+  mu_g = means.mean(0)
+  s = [((var[i] + var[j]) / 2) / np.sum((means[i] - means[j]) ** 2) ** 2
+       for i in idx for j in idx if i < j and not (i == 2 and j == 5)]
+  assert r["nc1_cdnv"] == pytest.approx(np.mean(s), rel=1e-3)
+  assert keep.sum() == 7 and np.isfinite(mu_g).all()
 
 
 def test_float32_overflow_in_cdnv_is_handled():
-    rng = np.random.default_rng(8)
-    k, d = 12, 3
-    means = rng.normal(size=(k, d))
-    means[1] = means[0] + 1e-2  # close pair
-    means[3] = means[2] + 1e-2
-    var = np.full(k, 1e34)  # s = 1e34 / (3e-4)^2 ~ 1e41: overflows float32 as a plain sum
-    counts = np.full(k, 5)
-    w = rng.normal(size=(k, d))
-    want = ref_from_stats(means, var, counts, w)
-    r = C.metrics_from_stats(means.astype(np.float32), var.astype(np.float32), counts, w.astype(np.float32), block_size=4)
-    assert want["nc1_cdnv"] > np.finfo(np.float32).max  # the true mean itself overflows f32
-    assert r["nc1_cdnv"] == math.inf  # -> reported as inf, never NaN
-    assert r["nc1_log10_cdnv"] == pytest.approx(want["nc1_log10_cdnv"], rel=1e-4)
-    var2 = np.full(k, 1e28)  # true mean ~1e35 fits in f32 but the squares / naive sums would not
-    want2 = ref_from_stats(means, var2, counts, w)
-    r2 = C.metrics_from_stats(means.astype(np.float32), var2.astype(np.float32), counts, w.astype(np.float32), block_size=4)
-    # rel 3e-3: the pair at distance 1e-2 loses ~1e-3 of d⁴ to float32 rounding of the Gram
-    # distances ‖a‖² + ‖b‖² − 2a·b (eps·‖a‖²/d² ≈ 6e-4 on d², doubled in d⁴); the exact digits
-    # depend on XLA's code generation (1.1e-3 at -O0)
-    assert r2["nc1_cdnv"] == pytest.approx(want2["nc1_cdnv"], rel=3e-3)
+  rng = np.random.default_rng(8)
+  k, d = 12, 3
+  means = rng.normal(size=(k, d))
+  means[1] = means[0] + 1e-2  # close pair
+  means[3] = means[2] + 1e-2
+  var = np.full(k, 1e34)  # s = 1e34 / (3e-4)^2 ~ 1e41: overflows float32 as a plain sum
+  counts = np.full(k, 5)
+  w = rng.normal(size=(k, d))
+  want = ref_from_stats(means, var, counts, w)
+  r = from_stats(means.astype(np.float32), var.astype(np.float32), counts, w.astype(np.float32), block_size=4)
+  assert want["nc1_cdnv"] > np.finfo(np.float32).max  # the true mean itself overflows f32
+  assert r["nc1_cdnv"] == math.inf  # -> reported as inf, never NaN
+  assert r["nc1_log10_cdnv"] == pytest.approx(want["nc1_log10_cdnv"], rel=1e-4)
+  var2 = np.full(k, 1e28)  # true mean ~1e35 fits in f32 but the squares / naive sums would not
+  want2 = ref_from_stats(means, var2, counts, w)
+  r2 = from_stats(means.astype(np.float32), var2.astype(np.float32), counts, w.astype(np.float32), block_size=4)
+  # rel 3e-3: the pair at distance 1e-2 loses ~1e-3 of d⁴ to float32 rounding of the Gram
+  # distances ‖a‖² + ‖b‖² − 2a·b (eps·‖a‖²/d² ≈ 6e-4 on d², doubled in d⁴); the exact digits
+  # depend on XLA's code generation (1.1e-3 at -O0)
+  assert r2["nc1_cdnv"] == pytest.approx(want2["nc1_cdnv"], rel=3e-3)
 
 
 def test_float32_riesz_kernel_on_nearly_coincident_directions():
-    """Riesz s-energy with s=40 on two directions ~1e-2 apart (resolvable in float32):
-    that term ~1e80 overflows float32 (and any plain f32 sum); the log-space mean stays
-    accurate and finite."""
-    rng = np.random.default_rng(11)
-    k, d = 10, 4
-    means = rng.normal(size=(k, d)) * 3
-    means[1] = means[0] + 5e-2 * rng.normal(size=d)  # nearly the same direction
-    var, counts, w = np.ones(k), np.full(k, 4), rng.normal(size=(k, d))
-    want = ref_from_stats(means, var, counts, w, riesz_s=40.0)
-    assert want["gnc2_riesz_mean"] > 1e60  # far beyond float32's 3.4e38
-    r = C.metrics_from_stats(means.astype(np.float32), var.astype(np.float32), counts, w.astype(np.float32),
-                             block_size=4, riesz_s=40.0)
-    assert np.isfinite(r["gnc2_riesz_log_mean"])
-    assert r["gnc2_riesz_log_mean"] == pytest.approx(np.log(want["gnc2_riesz_mean"]), rel=2e-2)
-    assert r["gnc2_log_kernel_mean"] == pytest.approx(want["gnc2_log_kernel_mean"], rel=1e-3)
+  """Riesz s-energy with s=40 on two directions ~1e-2 apart (resolvable in float32):
+  that term ~1e80 overflows float32 (and any plain f32 sum); the log-space mean stays
+  accurate and finite."""
+  rng = np.random.default_rng(11)
+  k, d = 10, 4
+  means = rng.normal(size=(k, d)) * 3
+  means[1] = means[0] + 5e-2 * rng.normal(size=d)  # nearly the same direction
+  var, counts, w = np.ones(k), np.full(k, 4), rng.normal(size=(k, d))
+  want = ref_from_stats(means, var, counts, w, riesz_s=40.0)
+  assert want["gnc2_riesz_mean"] > 1e60  # far beyond float32's 3.4e38
+  r = from_stats(means.astype(np.float32), var.astype(np.float32), counts, w.astype(np.float32),
+                           block_size=4, riesz_s=40.0)
+  assert np.isfinite(r["gnc2_riesz_log_mean"])
+  assert r["gnc2_riesz_log_mean"] == pytest.approx(np.log(want["gnc2_riesz_mean"]), rel=2e-2)
+  assert r["gnc2_log_kernel_mean"] == pytest.approx(want["gnc2_log_kernel_mean"], rel=1e-3)
 
 
 # ---------------------------------------------------------------- accumulators
 def test_one_pass_matches_two_pass_float64():
-    feats, labels, _ = make_data(9, v=15, d=5, n=300)
-    feats = feats + 50.0  # large offset stresses the one-pass cancellation
-    with jax.enable_x64(True):
-        st = C.mean_update(C.mean_init(15, 5), feats, labels)
-        means, _ = C.class_means(st)
-        vs = C.class_variances(C.var_update(C.var_init(15), feats, labels, means))
-        op = C.one_pass_variances(st)
-        assert st.sums.dtype == jnp.float64
-        np.testing.assert_allclose(np.asarray(op), np.asarray(vs), rtol=1e-8, atol=1e-10)
-    _, var_ref, _ = ref_stats(feats, labels, 15)
-    np.testing.assert_allclose(np.asarray(vs), var_ref, rtol=1e-10)
+  feats, labels, _ = make_data(9, v=15, d=5, n=300)
+  feats = feats + 50.0  # large offset stresses the one-pass cancellation
+  with jax.enable_x64(True):
+    st = C.mean_update(C.mean_init(15, 5), feats, labels)
+    means, _ = C.class_means(st)
+    vs = C.class_variances(C.var_update(C.var_init(15), feats, labels, means))
+    op = C.one_pass_variances(st)
+    assert st.sums.dtype == jnp.float64
+    np.testing.assert_allclose(np.asarray(op), np.asarray(vs), rtol=1e-8, atol=1e-10)
+  _, var_ref, _ = ref_stats(feats, labels, 15)
+  np.testing.assert_allclose(np.asarray(vs), var_ref, rtol=1e-10)
 
 
 @settings(max_examples=8, deadline=None)
 @given(seed=st.integers(0, 2**31 - 1), cuts=st.lists(st.integers(0, 120), min_size=0, max_size=4))
 def test_streaming_any_batching_equals_one_shot(seed, cuts):
-    feats, labels, w = make_data(seed % 1000, v=12, d=4, n=120)
-    means_ref, _, _ = ref_stats(feats, labels, 12)
-    bounds = [0] + sorted(cuts) + [120]
-    upd = jax.jit(C.mean_update)
-    vupd = jax.jit(C.var_update)
-    nupd = jax.jit(C.nc4_update)
-    with jax.enable_x64(True):
-        one = C.mean_update(C.mean_init(12, 4), feats, labels)
-        means, _ = C.class_means(one)
-        v_one = C.var_update(C.var_init(12), feats, labels, means)
-        n_one = C.nc4_update(C.nc4_init(12), feats, labels, w, means)
-        # each batch accumulated into its own state ("host"), then merged
-        parts, vparts, nparts = [], [], []
-        for a, b in zip(bounds[:-1], bounds[1:]):
-            pad = np.zeros(120, bool)
-            pad[a:b] = True  # fixed shapes: mask instead of slicing
-            parts.append(upd(C.mean_init(12, 4), feats, labels, pad))
-            vparts.append(vupd(C.var_init(12), feats, labels, means, pad))
-            nparts.append(nupd(C.nc4_init(12), feats, labels, w, means, valid=pad))
-        tot, vtot, ntot = parts[0], vparts[0], nparts[0]
-        for p, vp, np_ in zip(parts[1:], vparts[1:], nparts[1:]):
-            tot, vtot, ntot = C.merge(tot, p), C.merge(vtot, vp), C.merge(ntot, np_)
-        for a_, b_ in zip(tot, one):
-            np.testing.assert_allclose(np.asarray(a_), np.asarray(b_), rtol=1e-12, atol=1e-12)
-        for a_, b_ in zip(vtot, v_one):
-            np.testing.assert_allclose(np.asarray(a_), np.asarray(b_), rtol=1e-12, atol=1e-12)
-        for a_, b_ in zip(ntot, n_one):
-            np.testing.assert_array_equal(np.asarray(a_), np.asarray(b_))
-        np.testing.assert_allclose(np.asarray(C.class_means(tot)[0]), means_ref, rtol=1e-12, atol=1e-12)
+  feats, labels, w = make_data(seed % 1000, v=12, d=4, n=120)
+  means_ref, _, _ = ref_stats(feats, labels, 12)
+  bounds = [0] + sorted(cuts) + [120]
+  upd = jax.jit(C.mean_update)
+  vupd = jax.jit(C.var_update)
+  nupd = jax.jit(C.nc4_update)
+  with jax.enable_x64(True):
+    one = C.mean_update(C.mean_init(12, 4), feats, labels)
+    means, _ = C.class_means(one)
+    v_one = C.var_update(C.var_init(12), feats, labels, means)
+    n_one = C.nc4_update(C.nc4_init(12), feats, labels, w, means)
+    # each batch accumulated into its own state ("host"), then merged
+    parts, vparts, nparts = [], [], []
+    for a, b in zip(bounds[:-1], bounds[1:]):
+      pad = np.zeros(120, bool)
+      pad[a:b] = True  # fixed shapes: mask instead of slicing
+      parts.append(upd(C.mean_init(12, 4), feats, labels, pad))
+      vparts.append(vupd(C.var_init(12), feats, labels, means, pad))
+      nparts.append(nupd(C.nc4_init(12), feats, labels, w, means, valid=pad))
+    tot, vtot, ntot = parts[0], vparts[0], nparts[0]
+    for p, vp, np_ in zip(parts[1:], vparts[1:], nparts[1:]):
+      tot, vtot, ntot = C.merge(tot, p), C.merge(vtot, vp), C.merge(ntot, np_)
+    for a_, b_ in zip(tot, one):
+      np.testing.assert_allclose(np.asarray(a_), np.asarray(b_), rtol=1e-12, atol=1e-12)
+    for a_, b_ in zip(vtot, v_one):
+      np.testing.assert_allclose(np.asarray(a_), np.asarray(b_), rtol=1e-12, atol=1e-12)
+    for a_, b_ in zip(ntot, n_one):
+      np.testing.assert_array_equal(np.asarray(a_), np.asarray(b_))
+    np.testing.assert_allclose(np.asarray(C.class_means(tot)[0]), means_ref, rtol=1e-12, atol=1e-12)
 
 
 @settings(max_examples=5, deadline=None)
 @given(seed=st.integers(0, 2**31 - 1))
 def test_invariant_to_global_rotation(seed):
-    feats, labels, w = make_data(seed % 997, v=14, d=5, n=200)
-    q, _ = np.linalg.qr(np.random.default_rng(seed).normal(size=(5, 5)))
-    with jax.enable_x64(True):
-        a = C.collapse_metrics(feats, labels, w, feats[:60], labels[:60], block_size=8)
-        b = C.collapse_metrics(feats @ q, labels, w @ q, feats[:60] @ q, labels[:60], block_size=8)
-    assert_close(a, b, rtol=1e-7, atol=1e-10, keys=KEYS + ["nc4_agreement"])
+  feats, labels, w = make_data(seed % 997, v=14, d=5, n=200)
+  q, _ = np.linalg.qr(np.random.default_rng(seed).normal(size=(5, 5)))
+  with jax.enable_x64(True):
+    a = host(feats, labels, w, feats[:60], labels[:60], block_size=8)
+    b = host(feats @ q, labels, w @ q, feats[:60] @ q, labels[:60], block_size=8)
+  assert_close(a, b, rtol=1e-7, atol=1e-10, keys=KEYS + ["nc4_agreement"])
 
 
 def test_accumulators_vmap_over_checkpoint_axis():
-    kc, v, d, b = 3, 9, 4, 64
-    rng = np.random.default_rng(10)
-    labels = rng.integers(0, v, size=b)
-    feats = rng.normal(size=(kc, b, d)).astype(np.float32) + np.arange(kc)[:, None, None]
-    w = rng.normal(size=(kc, v, d)).astype(np.float32)
-    init = jax.vmap(lambda _: C.mean_init(v, d))(jnp.arange(kc))
-    st_k = jax.jit(jax.vmap(C.mean_update, in_axes=(0, 0, None)))(init, feats, labels)
-    means_k = jax.vmap(lambda s: C.class_means(s)[0])(st_k)
-    vinit = jax.vmap(lambda _: C.var_init(v))(jnp.arange(kc))
-    vs_k = jax.jit(jax.vmap(C.var_update, in_axes=(0, 0, None, 0)))(vinit, feats, labels, means_k)
-    ninit = jax.vmap(lambda _: C.nc4_init(v))(jnp.arange(kc))
-    nc_k = jax.jit(jax.vmap(lambda s, h, y, ww, mu: C.nc4_update(s, h, y, ww, mu, chunk_size=4), in_axes=(0, 0, None, 0, 0)))(
-        ninit, feats, labels, w, means_k)
-    assert st_k.sums.shape == (kc, v, d) and vs_k.sq_dev.shape == (kc, v)
-    for i in range(kc):
-        s1 = C.mean_update(C.mean_init(v, d), feats[i], labels)
-        m1 = C.class_means(s1)[0]
-        v1 = C.var_update(C.var_init(v), feats[i], labels, m1)
-        n1 = C.nc4_update(C.nc4_init(v), feats[i], labels, w[i], m1)
-        for a_, b_ in zip(s1, jax.tree_util.tree_map(lambda x: x[i], st_k)):
-            np.testing.assert_allclose(np.asarray(a_), np.asarray(b_), rtol=1e-6)
-        np.testing.assert_allclose(np.asarray(v1.sq_dev), np.asarray(vs_k.sq_dev[i]), rtol=1e-5)
-        np.testing.assert_array_equal(np.asarray(n1.hits), np.asarray(nc_k.hits[i]))
-        mr, vr, _ = ref_stats(feats[i], labels, v)
-        np.testing.assert_allclose(np.asarray(m1), mr, rtol=1e-5, atol=1e-6)
-        np.testing.assert_allclose(np.asarray(C.class_variances(v1)), vr, rtol=1e-4)
-    assert not np.allclose(np.asarray(means_k[0]), np.asarray(means_k[1]))  # checkpoints really differ
+  kc, v, d, b = 3, 9, 4, 64
+  rng = np.random.default_rng(10)
+  labels = rng.integers(0, v, size=b)
+  feats = rng.normal(size=(kc, b, d)).astype(np.float32) + np.arange(kc)[:, None, None]
+  w = rng.normal(size=(kc, v, d)).astype(np.float32)
+  init = jax.vmap(lambda _: C.mean_init(v, d))(jnp.arange(kc))
+  st_k = jax.jit(jax.vmap(C.mean_update, in_axes=(0, 0, None)))(init, feats, labels)
+  means_k = jax.vmap(lambda s: C.class_means(s)[0])(st_k)
+  vinit = jax.vmap(lambda _: C.var_init(v))(jnp.arange(kc))
+  vs_k = jax.jit(jax.vmap(C.var_update, in_axes=(0, 0, None, 0)))(vinit, feats, labels, means_k)
+  ninit = jax.vmap(lambda _: C.nc4_init(v))(jnp.arange(kc))
+  nc4 = jax.vmap(lambda s, h, y, ww, mu: C.nc4_update(s, h, y, ww, mu, chunk_size=4), in_axes=(0, 0, None, 0, 0))
+  nc_k = jax.jit(nc4)(ninit, feats, labels, w, means_k)
+  assert st_k.sums.shape == (kc, v, d) and vs_k.sq_dev.shape == (kc, v)
+  for i in range(kc):
+    s1 = C.mean_update(C.mean_init(v, d), feats[i], labels)
+    m1 = C.class_means(s1)[0]
+    v1 = C.var_update(C.var_init(v), feats[i], labels, m1)
+    n1 = C.nc4_update(C.nc4_init(v), feats[i], labels, w[i], m1)
+    for a_, b_ in zip(s1, jax.tree_util.tree_map(lambda x: x[i], st_k)):
+      np.testing.assert_allclose(np.asarray(a_), np.asarray(b_), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(v1.sq_dev), np.asarray(vs_k.sq_dev[i]), rtol=1e-5)
+    np.testing.assert_array_equal(np.asarray(n1.hits), np.asarray(nc_k.hits[i]))
+    mr, vr, _ = ref_stats(feats[i], labels, v)
+    np.testing.assert_allclose(np.asarray(m1), mr, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(C.class_variances(v1)), vr, rtol=1e-4)
+  assert not np.allclose(np.asarray(means_k[0]), np.asarray(means_k[1]))  # checkpoints really differ
+
+
+# ---------------------------------------------------------------- the pure function
+def test_neural_collapse_simplex_etf_zero_spread_and_masked_classes():
+  """jit(vmap(neural_collapse)) with token masks: a class dropped in one checkpoint, and a
+  checkpoint with one class left (undefined: NaN, no error inside the traced function)."""
+  k = 5
+  etf = (np.eye(k) - 1.0 / k)  # centred simplex ETF in R^k; class 5 of V = 6 is absent
+  labels = np.repeat(np.arange(k), 2)  # 2 tokens a class: the class means are exact in float32
+  feats = np.stack([3.0 * etf[labels], 0.5 * etf[labels], etf[labels]]).astype(np.float32)
+  w = np.concatenate([etf, np.ones((1, k))]).astype(np.float32)
+  mask = np.ones((3, labels.size), bool)
+  mask[1, labels == 4] = False  # one class missing: the other 4 are again a simplex ETF
+  mask[2, labels > 0] = False  # one class left
+  f = jax.jit(jax.vmap(C.neural_collapse, in_axes=(0, None, None, 0, None)))
+  out = jax.device_get(f(feats, labels, w, feats, labels, mask=mask, val_mask=mask))
+  np.testing.assert_array_equal(out.n_classes, [k, k - 1, 1])
+  for i, kk in enumerate([k, k - 1]):
+    assert out.nc1_cdnv[i] == 0.0 and out.nc1_log10_cdnv[i] == -math.inf
+    assert out.nc1_n_zero_pairs[i] == kk * (kk - 1) // 2
+    assert out.etf_error[i] < 1e-3  # float32: ~sqrt(eps)
+    assert out.nc2_norm_cov[i] == pytest.approx(0.0, abs=1e-6)
+    assert out.nc2_cos_mean[i] == pytest.approx(-1.0 / (kk - 1), abs=1e-6)
+    assert out.nc4_agreement[i] == 1.0
+    assert out.dual_error[i] < 1e-3  # W M~^T is proportional to I - 11^T/K in both
+  # NC3: w_c = e_c - 1/5, mu~_c = e_c - 1/4 over the 4 classes left: cos = sqrt(15/16)
+  assert out.nc3_cos_mean[0] == pytest.approx(1.0, abs=1e-6)
+  assert out.nc3_cos_mean[1] == pytest.approx(math.sqrt(15 / 16), abs=1e-6)
+  assert np.isnan(out.nc1_cdnv[2]) and np.isnan(out.etf_error[2]) and np.isnan(out.nc3_cos_mean[2])
+
+
+def test_host_wrappers_under_jit_name_the_function_to_use():
+  feats, labels, w = make_data(12, v=10, d=4, n=60)
+  feats, w = feats.astype(np.float32), w.astype(np.float32)
+  with pytest.raises(TypeError, match="use sbjax.metrics.neural_collapse there"):
+    jax.jit(lambda h: C.collapse_metrics(h, labels, w).nc1_cdnv)(feats)
+  means, var, counts = ref_stats(feats, labels, 10)
+  with pytest.raises(TypeError, match="use sbjax.metrics.neural_collapse_from_stats there"):
+    jax.vmap(lambda m: C.collapse_metrics_from_stats(m, var, counts, w).nc1_cdnv)(means[None])
+  got = float(jax.jit(lambda h: C.neural_collapse(h, labels, w).nc1_log10_mean_cdnv)(feats))
+  assert got == pytest.approx(host(feats, labels, w)["nc1_log10_mean_cdnv"], rel=1e-5)

@@ -18,7 +18,7 @@ from sbjax.train.build import objective_loss
 
 
 def _cfg(context=1, **train_kw) -> Config:
-  cfg = configs.build(configs.load("tiny"))
+  cfg = configs.load("tiny")
   data = cfg.data.replace_options(vocab=16, context=context, train_tokens=20_000,
                                   val_tokens=2048)
   model = dataclasses.replace(cfg.model, vocab_size=16, d_model=16, n_layers=1)

@@ -1,4 +1,4 @@
-"""What the wheel is made of (issue 22), checked on the source tree (no build; the built wheel
+"""What the wheel is made of, checked on the source tree (no build; the built wheel
 in a clean venv is tests/e2e/test_wheel_clean_env.py):
 
 - the experiments import each other relatively (the wheel installs ``experiments/`` as

@@ -1,0 +1,139 @@
+"""From the measured checkpoints of every width to saturation_runs.csv and saturation_fit.csv:
+per width the losses, two late-rise tests (naive: final − best > rise_tol; paired: ``rise.py``
+on the window losses, and its statistic of the train loss binned between checkpoints), the
+head's KL and anisotropy at the best and final checkpoint; the law of ``scaling.py`` fitted on
+the widths >= fit_min_width with N without the head (fits ``final``, ``best``) and with it
+(``final_with_head``), each width's gap to it and its paired-bootstrap CI."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+
+import numpy as np
+
+from sbjax import optim
+from sbjax.heads import head_param_count
+from sbjax.model import Model, non_embedding_params
+
+from . import rise as rise_lib
+from . import scaling
+from .planted_measure import window_losses
+
+FITS = ("final", "best")
+GAP_FITS = (("final", "n_nonembedding"), ("final_with_head", "n_with_head"))
+
+
+def detect_rise(steps, loss, tol: float) -> dict:
+  """The naive late-rise test of one loss curve: best = argmin, rise = final − best,
+  late_rise = rise > tol (the final checkpoint: the largest step)."""
+  steps, loss = np.asarray(steps), np.asarray(loss, np.float64)
+  ok = np.isfinite(loss)
+  if not ok.any():
+    raise ValueError("no finite loss to test for a late rise (the run diverged)")
+  steps, loss = steps[ok], loss[ok]
+  ib, i_f = int(np.argmin(loss)), int(np.argmax(steps))
+  rise = float(loss[i_f] - loss[ib])
+  return {"best_step": int(steps[ib]), "best": float(loss[ib]), "final_step": int(steps[i_f]),
+          "final": float(loss[i_f]), "rise": rise, "late_rise": bool(rise > tol),
+          "i_best": ib, "i_final": i_f}
+
+
+def smooth(x, k: int) -> np.ndarray:
+  """Moving average over k values ('valid' part: len(x) − k + 1 values)."""
+  x = np.asarray(x, np.float64)
+  if x.size == 0 or k <= 1:
+    return x
+  k = min(k, x.size)
+  return np.convolve(x, np.ones(k) / k, mode="valid")
+
+
+def width_row(cfg, ck: list[dict], train: list[dict], k) -> dict:
+  """One width's row from its saved Config, checkpoint rows and train-loss records."""
+  rows = [r for r in ck if math.isfinite(r["eval_loss"])]
+  if not rows:
+    raise ValueError(f"{cfg.name}: no finite eval_loss at any checkpoint; the run diverged")
+  ev = detect_rise([r["step"] for r in rows], [r["eval_loss"] for r in rows], k.rise_tol)
+  ib, i_f = ev["i_best"], ev["i_final"]
+  trs = smooth([r["loss"] for r in train], k.smooth)
+  train_rise = float(trs[-1] - trs.min()) if trs.size else math.nan
+  model, n = Model(cfg.model), non_embedding_params(cfg.model)
+  return {
+      "width": cfg.model.d_model, "n_layers": cfg.model.n_layers, "n_nonembedding": n,
+      "n_with_head": n + head_param_count(cfg.model),
+      "n_params": model.param_count(model.abstract_params()),
+      "vocab_size": cfg.model.vocab_size, "steps": ev["final_step"],
+      "gamma_total": optim.gamma_total(cfg.train),
+      "final_eval_loss": ev["final"], "best_eval_loss": ev["best"],
+      "best_step": ev["best_step"], "rise": ev["rise"], "late_rise": int(ev["late_rise"]),
+      "train_rise": train_rise, "train_late_rise": int(train_rise > k.rise_tol),
+      "kl_best": float(rows[ib].get("head_kl_uniform", math.nan)),
+      "kl_final": float(rows[i_f].get("head_kl_uniform", math.nan)),
+      "anisotropy_best": float(rows[ib].get("anisotropy_last", math.nan)),
+      "anisotropy_final": float(rows[i_f].get("anisotropy_last", math.nan)),
+      **paired_rise(ck, train, cfg.train.steps, k)}
+
+
+def paired_rise(ck: list[dict], train: list[dict], total: int, k) -> dict:
+  """The paired rise of the window losses (NaN without a checkpoint after rise_after)."""
+  out = {"rise_stat": math.nan, "rise_ci_lo": math.nan, "rise_ci_hi": math.nan,
+         "rise_verdict": "n/a", "rise_onset_step": None, "train_rise_stat": math.nan}
+  steps = np.array([r["step"] for r in ck])
+  if steps[-1] < k.rise_after * total:
+    return out
+  r = rise_lib.rise_test(steps, window_losses(ck), total, threshold=k.rise_threshold,
+                         after=k.rise_after, n_boot=k.n_boot)
+  out.update(rise_stat=r["rise"], rise_ci_lo=r["ci_lo"], rise_ci_hi=r["ci_hi"],
+             rise_verdict=r["verdict"], rise_onset_step=r["onset_step"])
+  b = rise_lib.binned_means([x["step"] + 1 for x in train], [x["loss"] for x in train], steps)
+  ok = np.isfinite(b)
+  if ok.any() and steps[ok][-1] >= k.rise_after * total:
+    out["train_rise_stat"] = float(rise_lib.rise_statistic(steps[ok], b[ok], total, k.rise_after))
+  return out
+
+
+def _fit(n, y, what: str) -> scaling.ScalingFit:
+  try:
+    return scaling.fit_power_law(n, y)
+  except ValueError as e:
+    logging.warning("saturation: no %s fit: %s", what, e)
+    return scaling.ScalingFit(math.nan, math.nan, math.nan, len(n), math.nan)
+
+
+def fit_rows(rows: list[dict], fit_min_width: int) -> tuple[list[dict], list[dict]]:
+  """The three fits (module doc; NaN with < 3 widths in the fit); adds ``in_fit``,
+  ``pred_<fit>`` and ``gap_<fit>_pct`` = 100 (L − L_fit(N)) / L_fit(N) to every row; returns
+  (rows, one row per fit)."""
+  infit = np.array([r["width"] >= fit_min_width for r in rows])
+  fits = {}
+  for key, col, loss in (("final", "n_nonembedding", "final"), ("best", "n_nonembedding", "best"),
+                         ("final_with_head", "n_with_head", "final")):
+    n = np.array([r[col] for r in rows], np.float64)
+    fits[key] = _fit(n[infit], np.array([r[f"{loss}_eval_loss"] for r in rows])[infit], key)
+  for r, f in zip(rows, infit):
+    r["in_fit"] = int(f)
+    for key in FITS:
+      r[f"pred_{key}"] = float(fits[key].predict(r["n_nonembedding"]))
+      r[f"gap_{key}_pct"] = float(fits[key].gap_pct(r[f"{key}_eval_loss"], r["n_nonembedding"]))
+  for r in rows:
+    r["gap_final_with_head_pct"] = float(fits["final_with_head"].gap_pct(r["final_eval_loss"],
+                                                                         r["n_with_head"]))
+  widths = "+".join(str(r["width"]) for r in rows if r["in_fit"])
+  return rows, [{"step": i, "fit_on": key, **dataclasses.asdict(f), "widths": widths}
+                for i, (key, f) in enumerate(fits.items())]
+
+
+def gap_cis(rows: list[dict], finals: list[np.ndarray], n_boot: int) -> None:
+  """``gap_<fit>_ci_lo``/``hi`` for both N counts: the paired-bootstrap CI of each width's
+  final gap over its final window losses ``finals`` (``scaling.bootstrap_gap``)."""
+  for r in rows:
+    for fit, _ in GAP_FITS:
+      r[f"gap_{fit}_ci_lo"] = r[f"gap_{fit}_ci_hi"] = math.nan
+  infit = np.array([bool(r["in_fit"]) for r in rows])
+  if infit.sum() < 3:
+    return
+  for fit, col in GAP_FITS:
+    g = scaling.bootstrap_gap([r[col] for r in rows], np.stack(finals), infit, n_boot=n_boot)
+    for r, lo, hi in zip(rows, g["lo"], g["hi"]):
+      r[f"gap_{fit}_ci_lo"], r[f"gap_{fit}_ci_hi"] = float(lo), float(hi)
