@@ -1,26 +1,23 @@
-"""werror_loss's presets: those of the head-rank sweep it reads (and trains first, with the same
-preset, when it is missing), plus the W-error threshold and the loss tolerance."""
+"""werror_loss's presets: head_rank's (the sweep it reads, or trains when it finds none), with
+the W-error threshold, the loss tolerance and the folder of the sweep to read."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from sbjax.studies.head_rank import PRESETS as HEAD_RANK_PRESETS
-from sbjax.studies.presets import Preset, pick_preset
+from sbjax.experiment import Preset
+from sbjax.studies.head_rank import Knobs as SweepKnobs
 
-from sbjax.studies.werror import THRESHOLD, TOL
+from ..head_rank.presets import PRESETS as SWEEPS
 
 
 @dataclasses.dataclass(frozen=True)
-class Knobs:
-  threshold: float = THRESHOLD  # the paper's W-error level
-  tol: float = TOL  # r* = the smallest rank with loss <= (1 + tol) * full-rank loss
+class Knobs(SweepKnobs):
+  threshold: float = 0.6  # Godey et al. (2024), Fig. 8: the W-error level
+  tol: float = 0.02  # r* = the smallest rank with loss <= (1 + tol) * full-rank loss
+  head_rank_dir: str = ""  # the sweep's folder; "": OUT/../head_rank (module doc) or OUT
 
 
-# the head-rank sweep's base and overrides, with this experiment's knobs
-PRESETS: dict[str, Preset[Knobs]] = {name: Preset(p.base, p.overrides, Knobs())
-                              for name, p in HEAD_RANK_PRESETS.items()}
-
-
-def get_preset(name) -> Preset:
-  return pick_preset(PRESETS, name, "werror_loss")
+PRESETS: dict[str, Preset[Knobs]] = {
+    name: Preset(p.base, p.overrides, Knobs(**dataclasses.asdict(p.knobs)))
+    for name, p in SWEEPS.items()}

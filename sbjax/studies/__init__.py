@@ -1,5 +1,5 @@
 """Per-paper studies built on the library: exact rank floors (``floor``), head-rank sweeps
-(``rank_sweep``), the neural-collapse model grid (``collapse_grid``), n-gram count matrices
+(``head_rank``), the neural-collapse model grid (``collapse_grid``), n-gram count matrices
 (``ngram``), scaling-law fits (``scaling``) and statistics (``stats``).
 
 ``sbjax.analysis`` analyses the checkpoints of one run; the modules here combine runs, train

@@ -1,5 +1,4 @@
-r"""One rank-r fit of an n-gram target, run until its tangent gradient meets ``gtol`` (issue 33,
-item 3).
+r"""One rank-r fit of an n-gram target, run until its tangent gradient meets ``gtol``.
 
 The problem is ``floor.py``'s: minimise F(X Yᵀ) = Σ_c π_c CE(P(·|c), softmax(X_c Yᵀ)) over
 X ∈ R^{C×r}, Y ∈ R^{V×r}, by L-BFGS in float64 on (diag(√π) X, Y) (the same preconditioning,

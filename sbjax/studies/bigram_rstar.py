@@ -1,4 +1,4 @@
-r"""r* on a rank grid from few fits: a galloping search (issue 33, item 3).
+r"""r* on a rank grid from few fits: a galloping search.
 
 r* = the smallest grid rank r with ok(r), ok(r) ⇔ val(r) ≤ val_full + tol (``ngram_floor``'s
 rule). Each ok(r) is a converged rank-r fit, so the search evaluates as few ranks as it can,

@@ -1,4 +1,4 @@
-r"""Exact rank-r floors of smoothed n-gram next-token distributions, no training (issue 18, 7).
+r"""Exact rank-r floors of smoothed n-gram next-token distributions, no training.
 
 From a train token stream, the add-k smoothed next-token distribution of every n-token context
 seen at least ``min_count`` times (``sbjax.studies.ngram.context_counts``),

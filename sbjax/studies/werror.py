@@ -11,9 +11,6 @@ import numpy as np
 
 from sbjax import metrics as M
 
-THRESHOLD = 0.6  # Godey et al. (2024), Fig. 8: the W-error level
-TOL = 0.02  # r* = the smallest rank with loss <= (1 + TOL) * full-rank loss
-
 
 def w_error_curve(w) -> tuple:
   """(sigma, W-error(d) for d = 0..n) of a V x d head, via sbjax.metrics (SVD)."""
@@ -28,7 +25,7 @@ def rank_at(curve, level: float) -> int:
   return int(next(d for d, v in enumerate(curve) if v <= level))
 
 
-def threshold_rank(ranks, losses, full_loss: float, tol: float = TOL):
-  """r* = the smallest rank with loss <= (1 + tol) * full_loss (None if there is none)."""
-  ok = [r for r, l in sorted(zip(ranks, losses)) if l <= (1.0 + tol) * full_loss]
+def first_within(ranks, losses, limit: float):
+  """r* = the smallest rank whose loss is <= ``limit`` (None if there is none)."""
+  ok = [r for r, l in sorted(zip(ranks, losses)) if l <= limit]
   return ok[0] if ok else None

@@ -1,0 +1,104 @@
+r"""vocab_threshold's trained r*(V), r_0.6(V) and their fits across V.
+
+Per V, c(V) = characters per token of the validation stream (its decoded text's length over its
+tokens) and tol_token = TOL_CHAR · c(V): every V is compared at the same precision per
+character. r*(V) = the smallest rank whose best-LR validation loss L(r) <= L_ref + tol_token,
+L_ref = the protocol-(a) rank-d head when the sweep has protocol a (the same parameterisation
+and steps as the rank-r heads), else the dense head; the dense run counts as rank d (r* = d:
+censored). The margins: L_ref + tol_token − L(r*) and L(r−) − (L_ref + tol_token) at the grid
+rank r− below r*. r_0.6(V) = the smallest k with W-error(k) <= 0.6 of the centred dense head
+W − 1 w̄ᵀ (a shift of every row adds aᵀh to every logit, which softmax ignores);
+``r_werror06_raw``: of W itself.
+
+Fit: log r = beta log V + c by least squares, beta = S_xy / S_xx, se = sqrt(SSR / (n − 2) /
+S_xx) (NaN for n < 3). On its rank grid each r* lies in (r−, r*]; beta is linear in log r, so the
+slopes those intervals allow span [beta_lo, beta_hi], reached at corners (``slope_range``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from sbjax.studies.head_rank import best_rows
+from sbjax.studies.werror import first_within, rank_at, w_error_curve
+
+
+def chars_per_token(decode, tokens) -> float:
+  ids = [int(t) for t in np.asarray(tokens).ravel()]
+  return len(decode(ids)) / len(ids)
+
+
+def thresholds(rows: list, w, cpt: float, tol_char: float, w_level: float) -> tuple:
+  """(one V's row of vocab_threshold.csv, its margins; module doc) from its head_rank.csv rows
+  and its dense head ``w``."""
+  full = next(r for r in rows if r["protocol"] == "full" and int(r["best"]))
+  lf, d = float(full["eval_loss"]), int(full["rank"])
+  proto = "a" if best_rows(rows, "a") else "b"
+  best = best_rows(rows, proto)
+  ranks, losses = [int(r["rank"]) for r in best], [float(r["eval_loss"]) for r in best]
+  ref = ("a-r=d", losses[ranks.index(d)]) if proto == "a" and d in ranks else ("dense", lf)
+  if d not in ranks:
+    ranks, losses = ranks + [d], losses + [lf]
+  tol = tol_char * cpt
+  rstar = first_within(ranks, losses, ref[1] + tol) or d
+  loss = dict(zip(ranks, losses))
+  below = max((r for r in ranks if r < rstar), default=None)
+  w = np.asarray(w, np.float64)
+  return {"V": len(w), "d_model": d, "full_loss": lf, "protocol": proto, "reference": ref[0],
+          "ref_loss": ref[1], "chars_per_token": cpt, "tol_token": tol, "r_star": rstar,
+          "loss_at_r_star": loss[rstar], "censored": int(rstar == d),
+          "r_werror06": rank_at(w_error_curve(w - w.mean(0, keepdims=True))[1], w_level),
+          "r_werror06_raw": rank_at(w_error_curve(w)[1], w_level),
+          "ranks": " ".join(map(str, ranks))}, {
+              "V": len(w), "r_star": rstar, "margin_at_r_star": ref[1] + tol - loss[rstar],
+              "r_below": below,
+              "margin_below": math.nan if below is None else loss[below] - (ref[1] + tol)}
+
+
+def loglog_fit(v, r) -> dict:
+  """Least squares log r = beta log V + c; beta's standard error from the residuals."""
+  x, y = np.log(np.asarray(v, np.float64)), np.log(np.asarray(r, np.float64))
+  n = len(x)
+  if n < 2:
+    return {"beta": math.nan, "beta_se": math.nan, "log_c": math.nan, "n": n}
+  sxx = float(np.sum((x - x.mean()) ** 2))
+  beta = float(np.sum((x - x.mean()) * (y - y.mean())) / sxx)
+  c = float(y.mean() - beta * x.mean())
+  ssr = float(np.sum((y - (beta * x + c)) ** 2))
+  return {"beta": beta, "beta_se": math.sqrt(ssr / (n - 2) / sxx) if n > 2 else math.nan,
+          "log_c": c, "n": n}
+
+
+def slope_range(v, grids, r_stars) -> list[float]:
+  """[beta_lo, beta_hi] when each r_i may lie anywhere in (the grid rank below r*_i, r*_i]
+  (1 when r*_i is its grid's smallest): the maximum puts log r_i at its top where
+  a_i = (x_i − x̄)/S_xx > 0 and at its bottom where a_i < 0, the minimum the reverse."""
+  x = np.log(np.asarray(v, np.float64))
+  if len(x) < 2:
+    return [math.nan, math.nan]
+  lo = np.log([max([int(g) for g in grid if int(g) < r], default=1)
+               for grid, r in zip(grids, r_stars)])
+  hi, a = np.log(np.asarray(r_stars, np.float64)), (x - x.mean()) / np.sum((x - x.mean()) ** 2)
+  return [float(np.sum(np.where(a > 0, a * lo, a * hi))),
+          float(np.sum(np.where(a > 0, a * hi, a * lo)))]
+
+
+def head_lrs(runs: list, table: list) -> list[dict]:
+  """Per (V, head lr) of protocol (a), more than one head lr: the losses by rank, r*_lr (the
+  table's rule against the same lr's rank-d head) and the ranks where that lr wins."""
+  out = []
+  for t in table:
+    sel = [r for r in runs if int(r["V"]) == int(t["V"]) and r["protocol"] == "a"
+           and r["head"] == "lowrank"]
+    lrs = sorted({float(r["lr"]) for r in sel})
+    for lr in lrs if len(lrs) > 1 else ():
+      mine = {int(r["rank"]): float(r["eval_loss"]) for r in sel if float(r["lr"]) == lr}
+      ref = mine.get(int(t["d_model"]))
+      out.append({"V": int(t["V"]), "lr": lr, **{f"r={k}": v for k, v in sorted(mine.items())},
+                  "r_star_lr": None if ref is None else first_within(
+                      list(mine), list(mine.values()), ref + float(t["tol_token"])),
+                  "wins": " ".join(str(k) for k in sorted(mine) if all(
+                      mine[k] <= float(x["eval_loss"]) for x in sel if int(x["rank"]) == k))})
+  return out
