@@ -17,6 +17,7 @@ stratified by model and kind), ``stab_levels.csv`` (every layer's stabilisation 
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import numpy as np
@@ -41,13 +42,15 @@ PER_COLUMNS = ("per_weights_final", "per_weights_mean", "per_full_final", "per_h
 
 
 def configs(p, data=None) -> list:
-  """[(width, Config)] of a preset: a synthetic source without ``data`` keeps its language,
-  any other source is put on the corpus ``data`` (``corpus_overrides``)."""
-  o = p.overrides
-  corpus = {} if sources.get(o["data.source"]).synthetic and not data else \
-      corpus_overrides(o["data.source"], data)
+  """[(width, Config)] of a preset: a synthetic source without ``data`` keeps its language, any
+  other is put on the corpus ``data``; of the data.options, those of the source it ends with."""
+  o = {**p.overrides, **({} if sources.get(p.overrides["data.source"]).synthetic and not data
+                         else corpus_overrides(p.overrides["data.source"], data))}
+  opts = {f.name for f in dataclasses.fields(sources.get(o["data.source"]).options)}
+  o = {k: v for k, v in o.items() if k.removeprefix("data.options.") in opts
+       or not k.startswith("data.options.")}
   return [(w, overrides.config_from(p.base, {
-      **o, **corpus, **{k: v[i] for k, v in p.knobs.per_width.items()}, "model.d_model": w,
+      **o, **{k: v[i] for k, v in p.knobs.per_width.items()}, "model.d_model": w,
       "name": f"convergence-d{w}"})) for i, w in enumerate(p.knobs.widths)]
 
 
@@ -244,7 +247,6 @@ def _primary(r) -> bool:
 
 def report(out, rel: str = ".") -> str:
   stab = [r for r in read_rows(out / "stabilisation.csv") if _primary(r)]
-  corr = [r for r in read_rows(out / "correlations.csv") if _primary(r) and r["kind"] == "all"]
   levels = {}
   for r in read_rows(out / "stab_levels.csv"):
     levels.setdefault((r["model"], r["probe"], r["level"]), []).append(r["stabilisation_frac"])
@@ -253,8 +255,7 @@ def report(out, rel: str = ".") -> str:
       f"![CKA-to-final bands]({rel}/{figure.name('fig_cka_bands')})", "",
       f"![first step vs PER]({rel}/{figure.name('fig_step_vs_per')})", "",
       "Per model (last-token, biased CKA; fractions of training; shares by 20%):", "",
-      *md_table(models, list(models[0])), "", "First step against PER:", "",
-      *md_table(corr, ["model", "y", "n", "pearson", "spearman"]), "",
+      *md_table(models, list(models[0])), "",
       ("Spearman(PER, stabilisation step) per model and kind (exact permutation p), and "
        "stratified by model and kind:"), "",
       *md_table(stab, ["per", "model", "kind", "n", "spearman", "p_perm"]), "",

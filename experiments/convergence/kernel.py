@@ -58,10 +58,8 @@ def _grads_fn(mc):
     logp = jax.nn.log_softmax(model.apply(q, inputs).astype(jnp.float32), -1)
     return -jnp.take_along_axis(logp, targets[..., None], -1)[..., 0].mean()
 
-  def blocks(p, inputs, targets):
-    return {k: v for k, v in jax.grad(loss)(p, inputs, targets).items() if k.startswith("block")}
-
-  return jax.jit(jax.vmap(blocks, in_axes=(0, None, None)))
+  keep = lambda g: {k: v for k, v in g.items() if k.startswith("block")}  # noqa: E731
+  return jax.jit(jax.vmap(lambda *a: keep(jax.grad(loss)(*a)), in_axes=(0, None, None)))
 
 
 def stack(plist, k: int):

@@ -27,9 +27,8 @@ class Knobs:
   probe_batches: int = 2
 
 
-# the cpu preset's model, training and data in dotted keys over ``tiny``; the other presets
-# replace some of them (``overrides``); data.options.vocab_size is the text source's, the
-# other data.options the planted language's
+# the cpu preset's model, training and data (text and planted options) in dotted keys over
+# ``tiny``; the other presets replace some of them (``overrides``)
 CPU = {"model.vocab_size": 0, "model.n_layers": 4, "model.n_heads": 4, "train.steps": 1000,
        "train.ckpt_every": 50, "train.batch_size": 32, "train.seq_len": 64, "train.lr": 2e-3,
        "train.warmup_steps": 50, "train.eval_batches": 2, "train.ckpt_log_spaced": True,

@@ -32,7 +32,7 @@ def data_config(p, vocab: int, out, data=None):
   """The DataConfig of one V (a text corpus's TFDS builder in OUT/data/tfds, for every V)."""
   source = p.overrides["data.source"]
   where = None if source == "tfds" else local_data_dir(out) / "data" / "tfds"
-  return overrides.config_from(p.base, {**p.overrides, "data.vocab_size": vocab,
+  return overrides.config_from(p.base, {**p.overrides, "data.options.vocab_size": vocab,
                                         **corpus_overrides(source, data, where)}).data
 
 
