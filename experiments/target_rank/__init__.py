@@ -16,7 +16,6 @@ import numpy as np
 
 from sbjax import overrides
 from sbjax.data import make_dataset
-from sbjax.data.dataset import local_data_dir
 from sbjax.experiment import Experiment, figure
 from sbjax.studies import ngram
 from sbjax.studies.corpus import corpus_overrides
@@ -28,12 +27,10 @@ from .presets import PRESETS
 CSV, CONTEXTS_CSV = "target_rank.csv", "target_rank_contexts.csv"
 
 
-def data_config(p, vocab: int, out, data=None):
-  """The DataConfig of one V (a text corpus's TFDS builder in OUT/data/tfds, for every V)."""
-  source = p.overrides["data.source"]
-  where = None if source == "tfds" else local_data_dir(out) / "data" / "tfds"
+def data_config(p, vocab: int, data=None):
+  """The DataConfig of one vocabulary size."""
   return overrides.config_from(p.base, {**p.overrides, "data.options.vocab_size": vocab,
-                                        **corpus_overrides(source, data, where)}).data
+                                        **corpus_overrides(p.overrides["data.source"], data)}).data
 
 
 def streams(dc, vocab: int, out) -> list[np.ndarray]:
@@ -75,7 +72,7 @@ def vs_raw(rows) -> dict:
 def tables(ctx) -> None:
   p, k, rows, infos = ctx.preset, ctx.knobs, [], []
   for vocab in k.vocab_sizes:
-    dc = data_config(p, vocab, ctx.out, ctx.data)
+    dc = data_config(p, vocab, ctx.data)
     tokens = functools.cache(functools.partial(streams, dc, vocab, ctx.out))
     corpus = str(getattr(dc.options, "path", "") or getattr(dc.options, "name", ""))
     for n in k.ns:

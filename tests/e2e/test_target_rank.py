@@ -32,8 +32,8 @@ def test_curves_match_counter_and_numpy_svd(done):
       (a, b, c) for a in k.variants for b in k.vocab_sizes for c in k.ns}
   assert all((out / f"fig_target_rank_{v}.png").stat().st_size > 1000 for v in k.variants)
   v, n = k.vocab_sizes[0], 2  # one curve recomputed from the experiment's own token streams
-  ref_pairs, ref_ctx = counter_reference(tr.streams(tr.data_config(P, v, out, str(corpus)), v,
-                                                    out), n, k.min_count)
+  ref_pairs, ref_ctx = counter_reference(tr.streams(tr.data_config(P, v, str(corpus)), v, out),
+                                         n, k.min_count)
   index = {c: i for i, c in enumerate(sorted(ref_ctx))}
   dense = np.zeros((len(index), v))
   for (c, t), cnt in ref_pairs.items():
@@ -72,8 +72,8 @@ def test_rerun_computes_nothing(done):
 def test_tpu_preset_data_configs(tmp_path):
   p = tr.PRESETS["tpu"]
   for v in p.knobs.vocab_sizes:
-    dc = tr.data_config(p, v, tmp_path)
+    dc = tr.data_config(p, v)
     assert dc.source == "tfds" and dc.options.vocab_size == v and dc.options.name == "lm1b"
-  assert tr.data_config(p, 8192, tmp_path, "other_ds").options.name == "other_ds"
+  assert tr.data_config(p, 8192, "other_ds").options.name == "other_ds"
   with pytest.raises(FileNotFoundError, match="--data=DIR"):
-    tr.data_config(tr.PRESETS["cpu"], 512, tmp_path, str(tmp_path / "missing"))
+    tr.data_config(tr.PRESETS["cpu"], 512, str(tmp_path / "missing"))
