@@ -34,7 +34,7 @@ def selection_batches(lang, n: int, batch: int, seq_len: int, seed: int) -> list
   """n batches [batch, seq_len + 1] of the selection stream: ``n * batch`` independent chains
   of the language, each from its stationary distribution, sampled with the key
   [seed, SELECT_STREAM], which neither the training nor the validation stream uses
-  (``sbjax.data.builders.planted_streams``)."""
+  (``sbjax.data.dataset.build_planted``)."""
   x = lang.sample([int(seed), SELECT_STREAM], (int(n) * int(batch), int(seq_len) + 1))
   return [np.asarray(b, np.int32) for b in np.split(x, int(n))]
 

@@ -5,16 +5,15 @@
     ds.train_batch(i)      # int32 [B / process_count, seq_len + 1], pure in (seed, i, process)
     ds.eval_batches(n)     # n fixed validation batches
 
-Modules: ``planted`` (PlantedLanguage, PlantedMixture), ``planted_mos``, ``planted_tail``
-(the rare-token tail language, its rarest token's expected count), ``planted_stream`` (host
-batches on demand), ``planted_device`` (the on-device sampler, ``data.options.sampler``), ``tokenizer`` (sentencepiece),
-``hf_tokenizer`` (HF ``tokenizer.json`` files), ``tokens`` (token files on disk: ``.npy``
-[n, T+1] or flat ``.bin``, the ``tokens`` source),
-``text`` (directory corpora, document split, token caches), ``builders`` (TFDS array_record
-builders ``local_text`` and ``planted_rank``, catalog reader), ``dataset`` (packing,
-batching, ``make_dataset``), ``sources`` (the registry of ``data.source`` values; a new source
-is one file), ``options`` (each built-in source's typed fields, ``DataConfig.options``).
-TensorFlow is not needed (TFDS array_record sources work without it).
+Modules, in the one-way order of their imports: ``options`` (each built-in source's typed
+fields, ``DataConfig.options``); the generators ``planted`` (PlantedLanguage, PlantedMixture),
+``planted_mos``, ``planted_tail`` (the rare-token tail language), ``planted_stream`` (host
+batches on demand), ``planted_device`` (the on-device sampler), ``text`` (directory corpora,
+document split, token caches), ``tokens`` (token files on disk), ``tokenizer``
+(sentencepiece), ``hf_tokenizer`` (HF ``tokenizer.json`` files), ``catalog`` (TFDS catalog
+datasets, read without TensorFlow); ``dataset`` (packing, batching, each source's build);
+``sources`` (the registry of ``data.source`` values, ``make_dataset``; a new source is one
+file).
 
 The names below are loaded on first use, so that ``sbjax.config`` can import the plain-Python
 ``sbjax.data.sources`` and ``options`` without importing jax, numpy or TFDS.
@@ -26,7 +25,7 @@ require("sbjax.data")
 
 import importlib
 
-_LAZY = {"make_dataset": "dataset", "Dataset": "dataset", "PlantedLanguage": "planted",
+_LAZY = {"make_dataset": "sources", "Dataset": "dataset", "PlantedLanguage": "planted",
          "PlantedMixture": "planted", "numerical_rank": "planted", "DataError": "text",
          "Tokenizer": "tokenizer", "train_tokenizer": "tokenizer"}
 

@@ -1,4 +1,4 @@
-"""Packing and deterministic, stateless batching; ``make_dataset`` (the trainer's entry point).
+"""Packing and deterministic, stateless batching; the Dataset of each built-in source.
 
 Packing: each split is one token stream (documents joined by the separator id; planted
 streams are continuous). Windows of ``seq_len + 1`` tokens start every ``seq_len`` tokens
@@ -14,6 +14,12 @@ function of ``(seed, i, process_index)``: resuming at step ``i`` needs no replay
 Evaluation: ``eval_batches(n)`` takes ``n * B`` validation windows evenly spaced over the
 validation stream (independent of the data seed, identical on every call); if the split has
 fewer windows than that, it cycles through them (with a warning).
+
+The ``build_*`` functions are the built-in sources' builds (``sbjax.data.sources`` calls
+them). Token streams made here (a planted language's samples, a corpus's tokens) are cached
+as ``.npy`` files in ``data.options.data_dir``, else ``WORKDIR/tokens`` (``local_data_dir``),
+keyed by what determines them; nothing is written before the checks that can be made have
+passed. A planted source without a workdir or data_dir is sampled in memory.
 """
 
 from __future__ import annotations
@@ -30,36 +36,31 @@ from typing import Any
 import jax
 import numpy as np
 
-from sbjax.data import builders
+from sbjax.atomic import is_local
+from sbjax.data import catalog
 from sbjax.data import planted_device
 from sbjax.data import planted_stream
-from sbjax.data import sources
 from sbjax.data import tokenizer as tokenizer_lib
 from sbjax.data import tokens as tokens_source
 from sbjax.data.text import (DataError, cached_array, encode_documents, scan_text_dir, slug,
                              split_documents)
-from sbjax.atomic import is_local
 from sbjax.paths import cache_root, upath
 
 log = logging.getLogger(__name__)
-
-
-def _too_small(corpus: str, split: str, n_tokens: int, seq_len: int, batch: int) -> DataError:
-  need = batch * seq_len + 1
-  return DataError(
-      f"corpus {corpus!r}, split {split!r}: {n_tokens} tokens make "
-      f"{max(0, (n_tokens - 1) // seq_len)} windows of seq_len+1={seq_len + 1}, fewer than one "
-      f"global batch of {batch}; it needs at least {need} tokens (batch_size*seq_len+1). Use a "
-      "smaller train.batch_size or train.seq_len, or more text (for planted sources: more "
-      "data.options.train_tokens/val_tokens)")
+SPLITS = ("train", "validation")
 
 
 def check_fits(name: str, streams: dict, seq_len: int, batch: int) -> None:
-  """DataError (``_too_small``) when a split's stream (``streams``: split -> tokens) holds
-  fewer than one global batch of windows."""
+  """DataError when a split's stream (``streams``: split -> tokens) holds fewer than one
+  global batch of windows."""
   for split, toks in streams.items():
     if (len(toks) - 1) // seq_len < batch:
-      raise _too_small(name, split, len(toks), seq_len, batch)
+      raise DataError(
+          f"corpus {name!r}, split {split!r}: {len(toks)} tokens make "
+          f"{max(0, (len(toks) - 1) // seq_len)} windows of seq_len+1={seq_len + 1}, fewer than "
+          f"one global batch of {batch}; it needs at least {batch * seq_len + 1} tokens "
+          "(batch_size*seq_len+1). Use a smaller train.batch_size or train.seq_len, or more "
+          "text (for planted sources: more data.options.train_tokens/val_tokens)")
 
 
 class Dataset:
@@ -224,13 +225,6 @@ class DevicePlanted(StreamingPlanted):
 _device_batch = jax.jit(planted_device.train_batch, static_argnums=(2, 3, 4))
 
 
-def _process(process_index, process_count) -> tuple[int, int]:
-  if process_index is None or process_count is None:
-    process_index = jax.process_index() if process_index is None else process_index
-    process_count = jax.process_count() if process_count is None else process_count
-  return int(process_index), int(process_count)
-
-
 def _hash(*parts) -> str:
   h = hashlib.blake2b(digest_size=8)
   for p in parts:
@@ -239,28 +233,12 @@ def _hash(*parts) -> str:
   return h.hexdigest()
 
 
-def make_dataset(cfg, *, seq_len: int, global_batch_size: int, seed: int = 0,
-                 workdir: str | None = None, process_index: int | None = None,
-                 process_count: int | None = None) -> Dataset:
-  """The dataset of a ``DataConfig`` (see the module docstrings of sbjax.data).
-
-  ``workdir`` holds ``tokenizer.model``, ``tokens/*.npy`` and (unless data.options.data_dir is
-  set) the TFDS data dir ``tfds/`` (a remote workdir: ``local_data_dir``). ``None``: planted
-  sources are sampled in memory; text
-  sources use a fresh temporary directory.
-  """
-  p_idx, p_cnt = _process(process_index, process_count)
-  common = dict(seq_len=seq_len, global_batch_size=global_batch_size, seed=seed,
-                process_index=p_idx, process_count=p_cnt)
-  return sources.get(cfg.source).build(cfg, workdir=workdir, **common)
-
-
 def local_data_dir(workdir) -> Path:
-  """Where the data files of ``workdir`` (TFDS array_record files, the tokenizer, token
-  caches) live: in the workdir on local disk. A remote workdir (``gs://``) keeps them in a
-  local cache keyed by its URL, ``$SBJAX_DATA_CACHE`` (default ``~/.cache/sbjax/data``)
-  ``/<hash>``: the array_record writer, sentencepiece and the memory-mapped token caches
-  read and write local files only. They are rebuilt from the config when absent."""
+  """Where the data files of ``workdir`` (the tokenizer, token caches) live: in the workdir
+  on local disk. A remote workdir (``gs://``) keeps them in a local cache keyed by its URL,
+  ``$SBJAX_DATA_CACHE`` (default ``~/.cache/sbjax/data``) ``/<hash>``: sentencepiece and the
+  memory-mapped token caches read and write local files only. They are rebuilt from the
+  config when absent."""
   if is_local(workdir):
     return Path(workdir)
   root = cache_root()
@@ -276,61 +254,74 @@ def build_tokens(cfg, *, workdir=None, **common) -> Dataset:
                                                         common["global_batch_size"]), **common)
 
 
-def build_planted(cfg, *, workdir=None, **common) -> Dataset:
-  """A planted language (``data.source`` planted, planted_mix, planted_mos: its source's
-  ``language``), sampled into TFDS array_record files under ``workdir`` (or in memory), or
-  streamed when ``data.options.train_tokens=0``."""
+def _streams(paths: dict, make, check) -> dict:
+  """The token streams of ``paths`` (split -> its ``.npy`` cache, or None: kept in memory):
+  a cache read, else ``make(split)``; then ``check(streams)``, and only then are the new
+  caches written."""
+  cached = {s for s, p in paths.items() if p is not None and p.is_file()}
+  streams = {s: cached_array(p, None) if s in cached else make(s) for s, p in paths.items()}
+  check(streams)
+  for s in paths.keys() - cached:
+    if paths[s] is not None:
+      cached_array(paths[s], lambda s=s: streams[s])
+  return streams
+
+
+def _cache_dir(data_dir: str, wd) -> Path:
+  """Where a source's token streams are cached: ``data_dir``, else ``wd/tokens``."""
+  return upath(data_dir) if data_dir else Path(wd) / "tokens"
+
+
+def build_planted(cfg, lang, *, workdir=None, **common) -> Dataset:
+  """A planted language ``lang`` (its source's ``language(options)``): the train and
+  validation streams sampled from ``[seed, 1]`` and ``[seed, 2]``, cached when there is a
+  workdir or data_dir; with ``data.options.train_tokens=0`` only the validation stream, and
+  train batches on demand (``planted_stream``, or ``planted_device``)."""
   o = cfg.options
-  lang = sources.get(cfg.source).language(o)
-  params = o.stream_params()  # what keys the streams (the options' source, sizes, gates)
-  if o.train_tokens == 0:  # train batches on demand (planted_stream, or planted_device)
-    val = lang.sample([params["seed"], 2], int(params["val_tokens"]))
-    cls, how = (DevicePlanted, "device") if o.sampler == "device" else (StreamingPlanted,
-                                                                       "streaming")
-    return cls(
-        lang, val, planted_seed=o.seed, vocab_size=o.vocab, source=cfg.source,
-        name=f"{cfg.source}(v={o.vocab}, k={o.rank}, seed={o.seed}, {how})",
-        extra_info={"planted": lang.info(), "entropy_nats": lang.entropy}, **common)
+  sizes = {"train": o.train_tokens, "validation": o.val_tokens}
+  if not o.train_tokens:
+    del sizes["train"]
+  paths = dict.fromkeys(sizes)  # in memory, unless there is a folder to cache them in
   if workdir or o.data_dir:
-    data_dir = o.data_dir or str(local_data_dir(workdir) / "tfds")
-    streams = builders.prepare_planted(params, data_dir, lang)
-    full_name = streams["full_name"]
-  else:
-    streams = builders.planted_streams(lang, params)
-    full_name = None
-  name = f"{cfg.source}(v={o.vocab}, k={o.rank}, seed={o.seed})"
-  extra = {"planted": lang.info(), "tfds_name": full_name,
-           "entropy_nats": lang.entropy}
-  return Dataset(streams["train"], streams["validation"], vocab_size=o.vocab,
-                 name=name, source=cfg.source, planted=lang, extra_info=extra, **common)
+    key = _hash(sorted(o.stream_params().items()))
+    folder = _cache_dir(o.data_dir, workdir and local_data_dir(workdir))
+    paths = {s: folder / f"{cfg.source}-{key}-{s}.npy" for s in sizes}
+  how = "" if o.train_tokens else ", device" if o.sampler == "device" else ", streaming"
+  name = f"{cfg.source}(v={o.vocab}, k={o.rank}, seed={o.seed}{how})"
+  streams = _streams(paths, lambda s: lang.sample([o.seed, 1 if s == "train" else 2],
+                                                  int(sizes[s])),
+                     lambda st: check_fits(name, st, common["seq_len"],
+                                           common["global_batch_size"]))
+  kw = dict(vocab_size=o.vocab, source=cfg.source, name=name, **common,
+            extra_info={"planted": lang.info(), "entropy_nats": lang.entropy})
+  if o.train_tokens:
+    return Dataset(streams["train"], streams["validation"], planted=lang, **kw)
+  cls = DevicePlanted if o.sampler == "device" else StreamingPlanted
+  return cls(lang, streams["validation"], planted_seed=o.seed, **kw)
 
 
 def _text_dir_docs(o, wd: Path) -> tuple:
-  """(documents, corpus key, name, info, prepare) of ``data.source=text``: the corpus read and
-  split in memory (the split its TFDS dataset stores); ``prepare()`` writes that dataset."""
+  """(documents, corpus key, name, info, cache folder) of ``data.source=text``: the corpus
+  read and split by document (``sbjax.data.text``)."""
   corpus = scan_text_dir(o.path)
   train, val = split_documents(corpus.docs, float(o.val_fraction))
-  data_dir = o.data_dir or str(wd / "tfds")
-  full_name = builders.local_text_builder(o.path, o.val_fraction, data_dir, corpus).info.full_name
   docs = {"train": [text for _, text in train], "validation": [text for _, text in val]}
-  extra = {"path": o.path, "tfds_name": full_name, "skipped_files": list(corpus.skipped),
-           "n_train_docs": len(train), "n_val_docs": len(val),
-           "val_docs": [name for name, _ in val][:100]}
-  prepare = lambda: builders.prepare_local_text(  # noqa: E731
-      o.path, o.val_fraction, data_dir, corpus, read=False)
-  return docs, full_name, o.path, extra, prepare
+  extra = {"path": o.path, "skipped_files": list(corpus.skipped), "n_train_docs": len(train),
+           "n_val_docs": len(val), "val_docs": [name for name, _ in val][:100]}
+  folder = _cache_dir(o.data_dir, wd)
+  return docs, (corpus.identity, float(o.val_fraction)), o.path, extra, folder
 
 
 def _tfds_docs(o, wd: Path) -> tuple:
-  """(documents, corpus key, name, info, prepare) of ``data.source=tfds`` (read from its
-  data dir: nothing to prepare)."""
-  docs = builders.read_catalog(o.name, o.data_dir or None, o.text_key, o.val_fraction,
-                               o.max_docs)
+  """(documents, corpus key, name, info, cache folder) of ``data.source=tfds``, read from its
+  TFDS data dir (``data.options.data_dir``)."""
+  docs = catalog.read_catalog(o.name, o.data_dir or None, o.text_key, o.val_fraction,
+                              o.max_docs)
   corpus_key = (docs["full_name"], o.data_dir, o.text_key, o.max_docs, docs["val_split"],
                 len(docs["train"]), len(docs["validation"]))
   extra = {"tfds_name": docs["full_name"], "val_split": docs["val_split"],
            "n_train_docs": len(docs["train"]), "n_val_docs": len(docs["validation"])}
-  return docs, corpus_key, o.name, extra, lambda: None
+  return docs, corpus_key, o.name, extra, wd / "tokens"
 
 
 def _build_text(cfg, documents, workdir, common) -> Dataset:
@@ -339,25 +330,22 @@ def _build_text(cfg, documents, workdir, common) -> Dataset:
   Nothing is written before every check that can be made has passed: the documents are read,
   the tokenizer trained (or the workdir's loaded) and the token streams encoded (or their
   caches loaded) in memory, a vocabulary too large for the corpus or streams shorter than one
-  batch are refused, and only then are the tokenizer, the corpus's TFDS dataset and the token
-  caches written (a tokenizer named by data.options.tokenizer is copied into the workdir
-  then too)."""
+  batch are refused, and only then are the tokenizer and the token caches written (a
+  tokenizer named by data.options.tokenizer is copied into the workdir then too)."""
   wd = local_data_dir(workdir) if workdir else Path(tempfile.mkdtemp(prefix="sbjax_data_"))
   o = cfg.options
-  docs, corpus_key, name, extra, prepare = documents(o, wd)
+  docs, corpus_key, name, extra, folder = documents(o, wd)
   tok = tokenizer_lib.load_or_train(wd, lambda: docs["train"], vocab_size=o.vocab_size,
                                     model_type=o.tokenizer_type, existing=o.tokenizer,
                                     save=False)
   key = _hash(repr(corpus_key), tok.serialized())
-  paths = {s: wd / "tokens" / f"{slug(name, 40)}-{key}-{s}.npy" for s in builders.SPLITS}
-  cached = {s for s, p in paths.items() if p.is_file()}
-  streams = {s: cached_array(p, None) if s in cached else encode_documents(tok, docs[s])
-             for s, p in paths.items()}
-  check_fits(name, streams, common["seq_len"], common["global_batch_size"])
-  tok.save()  # trained, or read from data.options.tokenizer: written now
-  prepare()
-  for s in paths.keys() - cached:  # the streams encoded above: their caches written now
-    streams[s] = cached_array(paths[s], lambda s=s: streams[s])
+
+  def check(streams):
+    check_fits(name, streams, common["seq_len"], common["global_batch_size"])
+    tok.save()  # trained, or read from data.options.tokenizer: written now
+
+  streams = _streams({s: folder / f"{slug(name, 40)}-{key}-{s}.npy" for s in SPLITS},
+                     lambda s: encode_documents(tok, docs[s]), check)
   return Dataset(streams["train"], streams["validation"], vocab_size=tok.vocab_size, name=name,
                  source=cfg.source, tokenizer_path=tok.path, extra_info=extra, **common)
 

@@ -71,7 +71,7 @@ class PlantedOptions(SourceOptions):
   seed: int = 0
   train_tokens: int = 2_000_000  # 0 = train batches sampled on demand (planted_stream)
   val_tokens: int = 65_536
-  data_dir: str = ""  # TFDS data_dir of the stored streams; "" = WORKDIR/tfds
+  data_dir: str = ""  # folder of the stored streams (.npy); "" = WORKDIR/tokens
   # host: numpy batches (stored or planted_stream); device: fresh train batches drawn inside
   # the jitted step, pure in (seed, data seed, step) (sbjax.data.planted_device)
   sampler: str = "host"
@@ -94,7 +94,7 @@ class PlantedOptions(SourceOptions):
                 context=self.context, seed=self.seed)
 
   def stream_params(self) -> dict:
-    """What determines the token streams (their key: ``sbjax.data.builders.planted_builder``)."""
+    """What determines the token streams (the key of their caches, ``sbjax.data.dataset``)."""
     return {"kind": self.source, "vocab": self.vocab, "rank": self.rank,
             "alpha": float(self.alpha), "zipf": float(self.zipf), "context": self.context,
             "n_mix": 1, "seed": self.seed, "train_tokens": self.train_tokens,
@@ -165,7 +165,8 @@ class TokenizerOptions(SourceOptions):
   tokenizer_type: str = "unigram"  # unigram | bpe
   vocab_size: int = 1024  # tokenizer vocab
   val_fraction: float = 0.1  # fraction of documents in the validation split
-  data_dir: str = ""  # TFDS data_dir; "" = WORKDIR/tfds for builders sbjax prepares
+  # text: the folder of the token caches ("" = WORKDIR/tokens); tfds: the TFDS data_dir
+  data_dir: str = ""
 
   def check(self) -> None:
     if self.tokenizer_type not in TOKENIZER_TYPES:

@@ -77,7 +77,16 @@ class _MarkovLanguage:
   def n_contexts(self) -> int:
     return self.vocab ** self.context
 
-  def _check_size(self) -> None:
+  def _set(self, vocab, rank, alpha, zipf, context, seed, n_mix=None) -> None:
+    """Store the parameters of every planted language (and a mixture's ``n_mix``): a
+    ValueError names one outside its range, or a table over ``MAX_TABLE`` entries."""
+    if vocab < 2 or not 1 <= rank <= vocab or context < 1 or (n_mix or 1) < 1:
+      raise ValueError(f"invalid {type(self).__name__}: vocab={vocab} (>=2), rank={rank} "
+                       f"(1..vocab), context={context} (>=1), n_mix={n_mix} (>=1)")
+    self.vocab, self.rank, self.alpha, self.zipf = int(vocab), int(rank), float(alpha), float(zipf)
+    self.context, self.seed = int(context), int(seed)
+    if n_mix is not None:
+      self.n_mix = int(n_mix)
     c = self.vocab ** self.context
     if c * self.vocab > MAX_TABLE:
       raise ValueError(
@@ -184,12 +193,7 @@ class PlantedLanguage(_MarkovLanguage):
 
   def __init__(self, vocab: int, rank: int, alpha: float = 4.0, zipf: float = 1.0,
                context: int = 1, seed: int = 0):
-    if vocab < 2 or not 1 <= rank <= vocab or context < 1:
-      raise ValueError(f"invalid planted language: vocab={vocab} (>=2), rank={rank} "
-                       f"(1..vocab), context={context} (>=1)")
-    self.vocab, self.rank, self.alpha, self.zipf = int(vocab), int(rank), float(alpha), float(zipf)
-    self.context, self.seed = int(context), int(seed)
-    self._check_size()
+    self._set(vocab, rank, alpha, zipf, context, seed)
     rng = np.random.default_rng([self.seed, 0x5B1A])
     self.U = rng.standard_normal((self.n_contexts, self.rank))
     self.V = rng.standard_normal((self.vocab, self.rank))
@@ -216,12 +220,7 @@ class PlantedMixture(_MarkovLanguage):
 
   def __init__(self, vocab: int, rank: int, alpha: float = 4.0, zipf: float = 1.0,
                context: int = 1, n_mix: int = 4, seed: int = 0):
-    if vocab < 2 or not 1 <= rank <= vocab or context < 1 or n_mix < 1:
-      raise ValueError(f"invalid planted mixture: vocab={vocab} (>=2), rank={rank} "
-                       f"(1..vocab), context={context} (>=1), n_mix={n_mix} (>=1)")
-    self.vocab, self.rank, self.alpha, self.zipf = int(vocab), int(rank), float(alpha), float(zipf)
-    self.context, self.n_mix, self.seed = int(context), int(n_mix), int(seed)
-    self._check_size()
+    self._set(vocab, rank, alpha, zipf, context, seed, n_mix)
     rng = np.random.default_rng([self.seed, 0x313C])
     C, M = self.n_contexts, self.n_mix
     self.U = rng.standard_normal((M, C, self.rank))

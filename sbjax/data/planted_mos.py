@@ -30,9 +30,8 @@ import math
 
 import numpy as np
 
+from sbjax.data.options import PLANTED_GATES as GATES
 from sbjax.data.planted import _MarkovLanguage, _log_softmax, _logsumexp, _zipf_bias
-
-GATES = ("uniform", "dirichlet")
 
 
 def random_rotation(rng: np.random.Generator, k: int) -> np.ndarray:
@@ -47,18 +46,11 @@ class PlantedMoS(_MarkovLanguage):
   def __init__(self, vocab: int, rank: int, alpha: float = 8.0, zipf: float = 1.0,
                context: int = 1, n_mix: int = 8, gate: str = "uniform",
                gate_conc: float = 1.0, seed: int = 0):
-    if vocab < 2 or not 1 <= rank <= vocab or context < 1 or n_mix < 1:
-      raise ValueError(f"invalid planted MoS language: vocab={vocab} (>=2), rank={rank} "
-                       f"(1..vocab), context={context} (>=1), n_mix={n_mix} (>=1)")
-    if gate not in GATES:
-      raise ValueError(f"invalid planted MoS language: gate={gate!r}; allowed: "
-                       + " | ".join(GATES))
-    if not gate_conc > 0:
-      raise ValueError(f"invalid planted MoS language: gate_conc={gate_conc}; allowed: > 0")
-    self.vocab, self.rank, self.alpha, self.zipf = int(vocab), int(rank), float(alpha), float(zipf)
-    self.context, self.n_mix, self.seed = int(context), int(n_mix), int(seed)
+    if gate not in GATES or not gate_conc > 0:
+      raise ValueError(f"invalid PlantedMoS: gate={gate!r} ({' | '.join(GATES)}), "
+                       f"gate_conc={gate_conc} (> 0)")
+    self._set(vocab, rank, alpha, zipf, context, seed, n_mix)
     self.gate, self.gate_conc = gate, float(gate_conc)
-    self._check_size()
     rng = np.random.default_rng([self.seed, 0x3054])
     C, M, k = self.n_contexts, self.n_mix, self.rank
     self.U = rng.standard_normal((C, k))

@@ -41,12 +41,7 @@ class PlantedTail(PlantedMixture):
 
   def __init__(self, vocab: int = 4096, rank: int = 32, alpha: float = 4.0, zipf: float = 1.5,
                context: int = 1, n_mix: int = 8, seed: int = 0):
-    if vocab < 2 or not 1 <= rank <= vocab or context < 1 or n_mix < 1:
-      raise ValueError(f"invalid planted tail language: vocab={vocab} (>=2), rank={rank} "
-                       f"(1..vocab), context={context} (>=1), n_mix={n_mix} (>=1)")
-    self.vocab, self.rank, self.alpha, self.zipf = int(vocab), int(rank), float(alpha), float(zipf)
-    self.context, self.n_mix, self.seed = int(context), int(n_mix), int(seed)
-    self._check_size()
+    self._set(vocab, rank, alpha, zipf, context, seed, n_mix)
     rng = np.random.default_rng([self.seed, 0x313C])  # PlantedMixture's draws, in its order
     C, M = self.n_contexts, self.n_mix
     self.U = rng.standard_normal((M, C, self.rank))

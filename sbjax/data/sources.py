@@ -1,4 +1,4 @@
-"""The data-source registry: one ``DataSource`` per value of ``data.source``.
+"""The data-source registry: one ``DataSource`` per value of ``data.source``; ``make_dataset``.
 
 A source says what it is (``planted``: its exact next-token distributions are known;
 ``synthetic``: generated from the config alone, no text; ``needs_tokenizer``: its tokens come
@@ -8,19 +8,19 @@ of the same data config) and builds its ``Dataset``; nothing outside this regist
 (``sbjax.data.options``; ``DataConfig.options``, JSON ``"options": {field: value}``).
 
 The built-in sources are registered here: ``planted``, ``planted_mix``, ``planted_mos``,
-``planted_tail`` (the planted languages, built by ``build_planted`` from
-``language(options)``), ``text``, ``tfds`` (``build_text_dir``, ``build_tfds``) and ``tokens``
-(``build_tokens``), the builders of ``sbjax.data.dataset``. ``make_dataset`` calls the
-source's ``build``. A new source is one new file: a ``DataSource`` subclass with its own
-``SourceOptions`` dataclass and a ``build(cfg, **batching)`` returning a
-``sbjax.data.Dataset``, registered with ``register(Source())`` at import;
-``DataConfig(source=NAME, options=...)`` then validates and ``sbjax.train.train`` trains on
-it. A source module must not import ``sbjax.config`` (it is imported by it, like
-``sbjax.heads.base``).
+``planted_tail`` (the planted languages: ``language(options)``, built by
+``sbjax.data.dataset.build_planted``), ``text``, ``tfds`` and ``tokens`` (``build_text_dir``,
+``build_tfds``, ``build_tokens``). ``make_dataset`` calls the source's ``build``. A new source
+is one new file: a ``DataSource`` subclass with its own ``SourceOptions`` dataclass and a
+``build(cfg, **batching)`` returning a ``sbjax.data.Dataset``, registered with
+``register(Source())`` at import; ``DataConfig(source=NAME, options=...)`` then validates and
+``sbjax.train.train`` trains on it. A source module must not import ``sbjax.config`` (it is
+imported by it, like ``sbjax.heads.base``).
 
-This module is plain Python (no jax or numpy import), so ``sbjax.config`` can validate with
-it; that is why the built-in builders and languages are imported on first use (below), not
-at import: ``sbjax.data.dataset`` imports numpy and TFDS, and imports this registry.
+This module is plain Python at import (no jax or numpy), so ``sbjax.config`` can validate
+with it: the built-in builds and languages are imported on first use. Inside ``sbjax.data``
+imports flow one way: ``options`` -> the generators (``planted*``, ``text``, ``tokens``,
+``tokenizer``, ``hf_tokenizer``, ``catalog``) -> ``dataset`` -> this registry -> ``_legacy``.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from sbjax.data import options as opts
 from sbjax.data.options import SourceOptions
 from sbjax.errors import config_error
 
-__all__ = ["DataSource", "SourceOptions", "register", "unregister", "names", "planted_names",
-           "get", "options_for"]
+__all__ = ["DataSource", "SourceOptions", "register", "unregister", "names", "get", "options_for",
+           "language_of", "make_dataset"]
 
 
 class DataSource:
@@ -66,17 +66,15 @@ class DataSource:
 
 
 class _Builtin(DataSource):
-  """A built-in source: its build is ``sbjax.data.dataset.<builder>``, imported on first use
-  (this module stays free of jax and numpy)."""
+  """A built-in source: its build is ``sbjax.data.dataset.<builder>``."""
 
   def __init__(self, name: str, options: type, builder: str, needs_tokenizer: bool = False):
     self.name, self.options, self._builder = name, options, builder
     self.needs_tokenizer = needs_tokenizer
 
   def build(self, cfg, **batching):
-    # deferred: sbjax.config validates with this module and must not import numpy or TFDS
-    # (sbjax.data.dataset does, and imports this registry for make_dataset)
-    return getattr(importlib.import_module("sbjax.data.dataset"), self._builder)(cfg, **batching)
+    from sbjax.data import dataset  # deferred: numpy, jax and TFDS on first use (module doc)
+    return getattr(dataset, self._builder)(cfg, **batching)
 
 
 class _Planted(_Builtin):
@@ -92,6 +90,9 @@ class _Planted(_Builtin):
   def language(self, options):
     module, cls = self._language.split(":")
     return getattr(importlib.import_module(module), cls)(**options.language_kwargs())
+
+  def build(self, cfg, **batching):
+    return super().build(cfg, lang=self.language(cfg.options), **batching)
 
   def shareable(self, options) -> bool:
     return not options.data_dir  # stored streams in a data_dir of their own are not shared
@@ -110,18 +111,11 @@ def register(source: DataSource) -> DataSource:
 
 
 def unregister(name: str) -> None:
-  if name in _BUILTIN_NAMES:
-    raise ValueError(f"data source {name!r} is built in and cannot be unregistered")
   _SOURCES.pop(name, None)
 
 
 def names() -> tuple[str, ...]:
   return tuple(_SOURCES)
-
-
-def planted_names() -> tuple[str, ...]:
-  """The sources whose exact next-token distributions are known."""
-  return tuple(n for n, s in _SOURCES.items() if s.planted)
 
 
 def get(name: str) -> DataSource:
@@ -158,4 +152,29 @@ for _s in (_Planted("planted", opts.PlantedOptions, "sbjax.data.planted:PlantedL
            _Builtin("tfds", opts.TfdsOptions, "build_tfds", needs_tokenizer=True),
            _Builtin("tokens", opts.TokensOptions, "build_tokens")):
   register(_s)
-_BUILTIN_NAMES = frozenset(_SOURCES)
+
+
+def language_of(params: dict):
+  """The planted language of recorded parameters (``SourceOptions.stream_params`` or a
+  language's ``info()``): its ``kind``'s ``language`` of the options they hold (``n_mix`` is
+  the options' ``mix``)."""
+  source = get(params["kind"])
+  names_ = {f.name for f in dataclasses.fields(source.options)}
+  fields = {("mix" if k == "n_mix" else k): v for k, v in params.items() if k != "kind"}
+  return source.language(source.options(**{k: v for k, v in fields.items() if k in names_}))
+
+
+def make_dataset(cfg, *, seq_len: int, global_batch_size: int, seed: int = 0,
+                 workdir: str | None = None, process_index: int | None = None,
+                 process_count: int | None = None):
+  """The ``sbjax.data.Dataset`` of a ``DataConfig``: its source's ``build`` (see the module
+  docstrings of sbjax.data). ``workdir`` holds ``tokenizer.model`` and the token caches
+  (``sbjax.data.dataset.local_data_dir``); ``None``: planted sources are sampled in memory,
+  text sources use a fresh temporary directory. The process defaults to jax's."""
+  if process_index is None or process_count is None:
+    import jax  # deferred: this module imports no jax (module doc)
+    process_index = jax.process_index() if process_index is None else process_index
+    process_count = jax.process_count() if process_count is None else process_count
+  return get(cfg.source).build(cfg, workdir=workdir, seq_len=seq_len,
+                               global_batch_size=global_batch_size, seed=seed,
+                               process_index=int(process_index), process_count=int(process_count))

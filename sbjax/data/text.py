@@ -15,14 +15,13 @@ Policy for a directory corpus (``data.source="text"``):
   validation. This is deterministic, independent of file-system order, and mostly stable when
   files are added. A single document is split at the line boundary nearest to
   ``(1 - val_fraction)`` of its length (train first);
-* the corpus identity is a hash of every file's relative path, size and content (and of
-  ``val_fraction``): a changed corpus gets a new TFDS config and new token caches, it is never
-  silently reused.
+* the corpus identity is a hash of every file's relative path, size and content: with
+  ``val_fraction`` it keys the token caches, so a changed corpus is never silently reused.
 
 Documents are joined into one token stream with the tokenizer's separator (eos) id after
 each document. Token streams are cached as ``.npy`` files (uint16 when the vocab fits, else
-int32; loaded without pickle) in ``WORKDIR/tokens/``, keyed by the corpus identity and a hash
-of the tokenizer model.
+int32; loaded without pickle) in ``WORKDIR/tokens/`` (or ``data.options.data_dir``), keyed by
+the corpus identity and the tokenizer model.
 """
 
 from __future__ import annotations
@@ -70,6 +69,20 @@ def _h(*parts) -> str:
   return h.hexdigest()
 
 
+def _read_doc(raw: bytes) -> tuple[str, str]:
+  """(the text of a usable file, "") or ("", why it is skipped)."""
+  try:
+    text = raw.decode("utf-8-sig")
+  except UnicodeDecodeError as e:
+    return "", f"not valid UTF-8 ({e.reason} at byte {e.start})"
+  if not text.strip():
+    return "", "empty"
+  if "\0" in text:
+    return "", (f"it holds NUL characters ({text.count(chr(0))} of {len(text)}): a zero-filled "
+                "or binary file, not text; fix or remove it")
+  return text, ""
+
+
 def scan_text_dir(path: str | os.PathLike) -> TextCorpus:
   """Reads every ``.txt`` file under ``path`` (see the module docstring for the policy); a
   ``gs://`` (any ``sbjax.paths`` scheme) folder is read through etils.epath."""
@@ -91,26 +104,13 @@ def scan_text_dir(path: str | os.PathLike) -> TextCorpus:
     raw = f.read_bytes()
     h.update(f"{name}\0{len(raw)}\0".encode())
     h.update(hashlib.blake2b(raw, digest_size=16).digest())
-    try:
-      text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-      msg = f"skipping {f}: not valid UTF-8 ({e.reason} at byte {e.start})"
-      warnings.warn(msg, stacklevel=2)
-      log.warning(msg)
+    text, why = _read_doc(raw)
+    if why:
+      warnings.warn(f"skipping {f}: {why}", stacklevel=2)
+      log.warning("skipping %s: %s", f, why)
       skipped.append(name)
-      continue
-    if not text.strip():
-      log.warning("skipping %s: empty", f)
-      skipped.append(name)
-      continue
-    if "\0" in text:
-      msg = (f"skipping {f}: it holds NUL characters ({text.count(chr(0))} of {len(text)}): a "
-             "zero-filled or binary file, not text; fix or remove it")
-      warnings.warn(msg, stacklevel=2)
-      log.warning(msg)
-      skipped.append(name)
-      continue
-    docs.append((name, text))
+    else:
+      docs.append((name, text))
   if not docs:
     raise DataError(f"text corpus directory {path} has no usable .txt file: skipped "
                     f"{skipped} (not valid UTF-8, empty, or holding NUL characters); fix them "
@@ -143,7 +143,7 @@ def split_documents(docs: Sequence[tuple[str, str]], val_fraction: float
 
 
 def slug(s: str, n: int = 32) -> str:
-  """A TFDS-config-safe lower-case name."""
+  """A file-name-safe lower-case name."""
   s = re.sub(r"[^a-z0-9]+", "_", s.lower()).strip("_")
   return (s[:n] or "corpus")
 

@@ -109,11 +109,6 @@ def _lines(texts: Iterable[str]) -> Iterator[str]:
         yield line
 
 
-def _read_files(files: Iterable[str | os.PathLike]) -> Iterator[str]:
-  for f in files:
-    yield Path(f).read_text(encoding="utf-8")
-
-
 # meta pieces of the trained models: unk, eos and the user-defined "\n"
 N_META = 3
 # the least share of the corpus's characters a vocabulary must cover (below it: "too small")
@@ -196,11 +191,10 @@ def coverage_for(lines: Sequence[str], max_chars: int, vocab_size: int,
   return min(requested, (lo + float(cum[k - 1])) / 2)
 
 
-def train_tokenizer(texts: Iterable[str] | None = None, *, files: Sequence[str | os.PathLike] = (),
-                    out_path: str | os.PathLike, vocab_size: int,
+def train_tokenizer(texts: Iterable[str], *, out_path: str | os.PathLike, vocab_size: int,
                     model_type: str = "unigram", input_sentence_size: int = 300_000,
                     character_coverage: float = 1.0, save: bool = True) -> Tokenizer:
-  """Trains a sentencepiece model on ``texts`` (strings) and/or ``files`` and saves it.
+  """Trains a sentencepiece model on ``texts`` (strings) and saves it.
 
   Writes ``out_path`` (``.model``) and the matching ``.vocab`` next to it, atomically; with
   ``save=False`` nothing is written: the model stays in memory until ``Tokenizer.save``.
@@ -209,24 +203,18 @@ def train_tokenizer(texts: Iterable[str] | None = None, *, files: Sequence[str |
   if model_type not in ("unigram", "bpe"):
     raise ValueError(f"tokenizer model_type must be unigram or bpe, got {model_type!r}")
   out_path = Path(out_path)
-  sources: list[Iterable[str]] = []
-  if texts is not None:
-    sources.append(texts)
-  if files:
-    sources.append(_read_files(files))
 
   def sentences() -> Iterator[str]:
     n = 0
-    for src in sources:
-      for line in _lines(src):
-        if n >= input_sentence_size:
-          return
-        # sentencepiece drops lines longer than max_sentence_length; cut them instead.
-        while len(line.encode("utf-8")) > MAX_SENTENCE_BYTES:
-          yield line[:MAX_SENTENCE_BYTES // 4]
-          line = line[MAX_SENTENCE_BYTES // 4:]
-        yield line
-        n += 1
+    for line in _lines(texts):
+      if n >= input_sentence_size:
+        return
+      # sentencepiece drops lines longer than max_sentence_length; cut them instead.
+      while len(line.encode("utf-8")) > MAX_SENTENCE_BYTES:
+        yield line[:MAX_SENTENCE_BYTES // 4]
+        line = line[MAX_SENTENCE_BYTES // 4:]
+      yield line
+      n += 1
 
   # Peek so an empty corpus gives a clear error rather than a sentencepiece abort.
   it = sentences()

@@ -44,10 +44,10 @@ from pathlib import Path
 
 import numpy as np
 
+from sbjax.data.options import TOKEN_DTYPES as DTYPES
 from sbjax.data.text import DataError
 from sbjax.paths import local_file
 
-DTYPES = ("uint16", "int32", "uint32", "int64", "int16", "uint8")
 DEFAULT_DTYPE = "uint16"  # TokensOptions.dtype's default
 _WIDER = {1: "uint16", 2: "int32", 4: "int64"}  # the type twice as wide, by item size
 MAX_INFERRED_VOCAB = 1 << 24

@@ -41,7 +41,7 @@ def corpus_overrides(source: str, data: str | Path | None = "",
                      tfds_dir: str | Path | None = None) -> dict:
   """The dotted overrides that put a config of data source ``source`` on ``--data``: a TFDS
   name for ``tfds`` (none when ``data`` is empty: the config's own), else a text directory
-  (``text_corpus``); ``tfds_dir`` is where a text corpus's TFDS builder writes
+  (``text_corpus``); ``tfds_dir`` is where a text corpus's token caches go
   (``data.options.data_dir``), left as it is when None."""
   if source == "tfds":
     return {"data.source": "tfds", **({"data.options.name": str(data)} if data else {})}

@@ -1,4 +1,7 @@
-"""SentencePiece tokenizer: real training on generated text (always), Shakespeare (if present)."""
+"""Tokenizers (sbjax.data.tokenizer, hf_tokenizer): sentencepiece trained on generated text,
+on a corpus of >= 150 distinct characters with the small presets' vocabularies ("too small"
+named when it cannot work) and on Shakespeare (if present); HF tokenizer.json files (trained
+locally) tokenising a text corpus through make_dataset."""
 
 import os
 from pathlib import Path
@@ -6,8 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from sbjax.config import Config, DataConfig, ModelConfig
+from sbjax.data import hf_tokenizer, make_dataset
 from sbjax.data import tokenizer as tok_lib
-from tests._corpus import generated_docs
+from sbjax.train import workdir as workdir_lib
+from tests._corpus import generated_docs, write_corpus
+from tests._unicode_corpus import unicode_docs
 
 REPO = Path(__file__).resolve().parents[2]
 SHAKESPEARE = REPO.parent / "shared" / "data" / "shakespeare"
@@ -36,19 +43,14 @@ def test_generated_round_trip(trained):
   assert tok.decode(np.array(tok.encode(docs[0]))) == docs[0]
   # compresses: fewer tokens than characters
   assert len(tok.encode(docs[0])) < 0.6 * len(docs[0])
+  again = tok_lib.Tokenizer(tok.path)  # reloaded by path
+  assert again.vocab_size == tok.vocab_size and again.encode(docs[4]) == tok.encode(docs[4])
 
 
 def test_unseen_characters_become_unk(trained):
   tok, _ = trained
   ids = tok.encode("kato\u00e9sa")  # no "é" in the training text
   assert 0 in ids and tok.decode(ids) == "kato \u2047 sa"
-
-
-def test_reload_by_path(trained):
-  tok, docs = trained
-  again = tok_lib.Tokenizer(tok.path)
-  assert again.vocab_size == tok.vocab_size
-  assert again.encode(docs[4]) == tok.encode(docs[4])
 
 
 @pytest.mark.parametrize("model_type", ["unigram", "bpe"])
@@ -60,18 +62,6 @@ def test_training_is_deterministic(tmp_path, model_type):
                               model_type=model_type)
   assert a.pieces() == b.pieces()
   assert a.serialized() == b.serialized()
-
-
-def test_train_from_files(tmp_path):
-  docs = generated_docs(3, 4)
-  files = []
-  for i, d in enumerate(docs):
-    f = tmp_path / f"d{i}.txt"
-    f.write_text(d, encoding="utf-8")
-    files.append(f)
-  a = tok_lib.train_tokenizer(files=files, out_path=tmp_path / "f.model", vocab_size=150)
-  b = tok_lib.train_tokenizer(docs, out_path=tmp_path / "t.model", vocab_size=150)
-  assert a.pieces() == b.pieces()
 
 
 def test_vocab_too_large_is_a_clear_error(tmp_path):
@@ -117,7 +107,8 @@ def test_load_or_train_reuses_existing(tmp_path):
 def test_shakespeare_round_trip(tmp_path):
   files = sorted(SHAKESPEARE.glob("*.txt"))
   assert len(files) >= 40
-  tok = tok_lib.train_tokenizer(files=files, out_path=tmp_path / "tokenizer.model",
+  tok = tok_lib.train_tokenizer((f.read_text(encoding="utf-8") for f in files),
+                                out_path=tmp_path / "tokenizer.model",
                                 vocab_size=1024, model_type="bpe")
   assert tok.vocab_size == 1024
   n_chars = n_tokens = 0
@@ -127,3 +118,68 @@ def test_shakespeare_round_trip(tmp_path):
     assert tok.decode(ids) == text, f.name
     n_chars, n_tokens = n_chars + len(text), n_tokens + len(ids)
   assert n_tokens < 0.5 * n_chars  # a real subword vocabulary
+
+
+# the text vocabularies of the quick presets (target_rank 64/128, vocab_threshold 64/96,
+# head_rank/saturation 96, collapse 128): all sentencepiece unigram
+QUICK_VOCABS = (64, 96, 128)
+
+
+@pytest.fixture(scope="module")
+def docs():
+  d = unicode_docs()
+  assert len(set("".join(d))) >= 150
+  return d
+
+
+@pytest.mark.parametrize("vocab", QUICK_VOCABS)
+def test_sentencepiece_small_vocab_on_a_rich_corpus(tmp_path, docs, vocab):
+  tok = tok_lib.train_tokenizer(docs, out_path=tmp_path / "t.model", vocab_size=vocab)
+  assert tok.vocab_size == vocab
+  text = docs[0][:2000]
+  ids = tok.encode(text)
+  unk = sum(i == 0 for i in ids)
+  assert 0 < unk <= 0.02 * len(text)  # the rarest characters map to unk, no more than 2%
+  common = "Kato rimen sa lo.\nAN IS GRA"
+  assert tok.decode(tok.encode(common)) == common  # frequent characters round-trip
+
+
+def test_too_small_vocabulary_says_too_small(tmp_path, docs):
+  with pytest.raises(ValueError, match=r"vocab_size=12 is too small for this corpus: its \d+ "
+                                       r"distinct characters need at least (\d+) pieces"):
+    tok_lib.train_tokenizer(docs, out_path=tmp_path / "x.model", vocab_size=12)
+  assert not (tmp_path / "x.model").exists()
+  # the size the message names works
+  with pytest.raises(ValueError) as e:
+    tok_lib.train_tokenizer(docs, out_path=tmp_path / "x.model", vocab_size=12)
+  need = int(str(e.value).split("need at least ")[1].split()[0])
+  assert tok_lib.train_tokenizer(docs, out_path=tmp_path / "y.model",
+                                 vocab_size=need).vocab_size == need
+
+
+@pytest.fixture(scope="module")
+def hf_json(tmp_path_factory, docs):
+  d = tmp_path_factory.mktemp("hf")
+  return hf_tokenizer.train_bpe(docs, d / "tokenizer.json", vocab_size=400)
+
+
+def test_hf_tokenizer_json_tokenises_a_text_corpus(tmp_path, docs, hf_json):
+  corpus = write_corpus(tmp_path / "c", docs)
+  cfg = DataConfig(source="text", options=dict(path=str(corpus), tokenizer=hf_json.path,
+                                               val_fraction=0.25))
+  ds = make_dataset(cfg, seq_len=16, global_batch_size=4, workdir=str(tmp_path / "w"),
+                    process_index=0, process_count=1)
+  assert ds.vocab_size == hf_json.vocab_size == 400
+  assert (tmp_path / "w" / "tokenizer.json").read_bytes() == hf_json.serialized()
+  # reference: the tokenizers library itself, documents joined by <|endoftext|> (id 0)
+  val_docs = [docs[int(n[3:5])] for n in ds.info()["val_docs"]]
+  ref = []
+  for d in val_docs:
+    ref += hf_json.tok.encode(d, add_special_tokens=False).ids + [0]
+  np.testing.assert_array_equal(np.asarray(ds.val_tokens), ref)
+  assert hf_json.decode(hf_json.encode(docs[1])) == docs[1]  # byte-level: lossless
+  # a model vocabulary smaller than the tokenizer's is refused with the sizes named
+  small = Config(model=ModelConfig(vocab_size=300))
+  with pytest.raises(ValueError, match=r"model.vocab_size=300 is smaller than the data's "
+                                       r"vocabulary \(400 tokens\)"):
+    workdir_lib.resolve_vocab(small, ds.vocab_size)

@@ -105,7 +105,7 @@ def test_a_scheme_without_its_file_system_is_one_line_naming_it(monkeypatch):
 
 
 def test_data_files_of_a_remote_workdir_go_to_a_local_cache(tmp_path, monkeypatch):
-  """The array_record writer, sentencepiece and np.load(mmap) need local files."""
+  """Sentencepiece and np.load(mmap) need local files."""
   monkeypatch.setenv("SBJAX_DATA_CACHE", str(tmp_path))
   a, b = local_data_dir("gs://bkt/run"), local_data_dir("gs://bkt/other")
   assert a.parent == b.parent == tmp_path and a != b == local_data_dir("gs://bkt/other")

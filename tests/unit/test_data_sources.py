@@ -11,7 +11,6 @@ BUILTIN = ("planted", "planted_mix", "planted_mos", "text", "tfds", "tokens")
 
 
 def test_what_the_sources_say_of_themselves():
-  assert sources.planted_names()[:3] == ("planted", "planted_mix", "planted_mos")
   said = {n: (s.planted, s.synthetic, s.needs_tokenizer)
           for n, s in ((n, sources.get(n)) for n in BUILTIN)}
   assert said == {"planted": (True, True, False), "planted_mix": (True, True, False),

@@ -1,7 +1,8 @@
-"""Directory corpora: the local_text TFDS builder, document split, tokenised streams, errors."""
+"""Directory corpora (sbjax.data.text): document split, tokenised and cached streams, errors."""
 
 import json
 import os
+import re
 import warnings
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pytest
 
 from sbjax.config import DataConfig
 from sbjax.data import DataError, make_dataset
-from sbjax.data import builders, text
+from sbjax.data import text
 from tests._corpus import generated_docs, write_corpus
 
 REPO = Path(__file__).resolve().parents[2]
@@ -42,31 +43,6 @@ def test_split_is_deterministic_by_document():
   assert tr1[1] == "a\nb\nc\nd\ne\nf\ng\nh\n" and va1[1] == "i\nj\n"
 
 
-def test_local_text_builder_writes_array_record(corpus, tmp_path):
-  data_dir = tmp_path / "tfds"
-  out = builders.prepare_local_text(str(corpus), 0.2, str(data_dir))
-  files = list(data_dir.rglob("*.array_record-*"))
-  assert {f.name.split(".")[0] for f in files} == {"local_text-train", "local_text-validation"}
-  assert all(f.stat().st_size > 0 for f in files)
-  assert out["full_name"].startswith("local_text/corpus_")
-  names = out["train_names"] + out["validation_names"]
-  assert sorted(names) == [f"doc{i:02d}.txt" for i in range(12)]
-  assert len(out["validation"]) == round(0.2 * 12)
-  for n, t in zip(out["train_names"], out["train"]):
-    assert t == (corpus / n).read_text(encoding="utf-8")
-  assert out["train_names"] == sorted(out["train_names"])
-  # reading a prepared corpus again does not re-prepare it
-  mtimes = {f: f.stat().st_mtime_ns for f in files}
-  again = builders.prepare_local_text(str(corpus), 0.2, str(data_dir))
-  assert again["train"] == out["train"]
-  assert all(f.stat().st_mtime_ns == m for f, m in mtimes.items())
-  # a changed corpus gets a new config (a new directory), never the stale one
-  (corpus / "doc03.txt").write_text("changed text\n", encoding="utf-8")
-  changed = builders.prepare_local_text(str(corpus), 0.2, str(data_dir))
-  assert changed["full_name"] != out["full_name"]
-  assert "changed text\n" in changed["train"] + changed["validation"]
-
-
 def test_make_dataset_text_generated(corpus, tmp_path):
   wd = tmp_path / "wd"
   ds = mk(corpus, wd)
@@ -80,11 +56,12 @@ def test_make_dataset_text_generated(corpus, tmp_path):
   # the streams are the documents joined by eos, in order
   from sbjax.data.tokenizer import Tokenizer
   tok = Tokenizer(ds.tokenizer_path)
-  prepared = builders.prepare_local_text(str(corpus), 0.1, str(wd / "tfds"))
-  expect = np.concatenate([np.array(tok.encode(d) + [tok.eos_id]) for d in prepared["train"]])
+  train, _ = text.split_documents(text.scan_text_dir(corpus).docs, 0.1)
+  docs = [(corpus / name).read_text(encoding="utf-8") for name, _ in train]
+  expect = np.concatenate([np.array(tok.encode(d) + [tok.eos_id]) for d in docs])
   assert np.array_equal(ds.train_tokens, expect)
   pieces = np.split(ds.train_tokens, np.flatnonzero(ds.train_tokens == tok.eos_id) + 1)[:-1]
-  assert [tok.decode(p[:-1]) for p in pieces] == prepared["train"]
+  assert [tok.decode(p[:-1]) for p in pieces] == docs
   b = ds.train_batch(3)
   assert b.shape == (4, 33) and b.dtype == np.int32 and b.max() < 200
   # caches: tokenizer and token streams are reused (no retraining), batches identical
@@ -117,11 +94,14 @@ def test_missing_and_empty_directories(tmp_path):
     mk(tmp_path / "readme_only", tmp_path / "wd")
 
 
-def test_non_utf8_file_is_skipped_with_a_warning(corpus, tmp_path):
+def test_unusable_files_are_skipped_with_a_warning_naming_them(corpus, tmp_path):
   (corpus / "latin1.txt").write_bytes("caf\xe9 cr\xe8me\n".encode("latin-1"))
   (corpus / "blank.txt").write_text("  \n\n")
-  with pytest.warns(UserWarning, match=r"skipping .*latin1\.txt: not valid UTF-8"):
+  with pytest.warns(UserWarning) as w:
     ds = mk(corpus, tmp_path / "wd")
+  msgs = " ".join(str(x.message) for x in w)
+  assert re.search(r"skipping \S*latin1\.txt: not valid UTF-8", msgs), msgs
+  assert re.search(r"skipping \S*blank\.txt: empty", msgs), msgs
   assert ds.info()["skipped_files"] == ["blank.txt", "latin1.txt"]
   assert ds.info()["n_train_docs"] + ds.info()["n_val_docs"] == 12
   bad = tmp_path / "bad"
@@ -131,20 +111,6 @@ def test_non_utf8_file_is_skipped_with_a_warning(corpus, tmp_path):
     warnings.simplefilter("ignore")
     with pytest.raises(DataError, match=r"no usable \.txt file: skipped \['a.txt'\]"):
       mk(bad, tmp_path / "wd2")
-
-
-def test_corpus_too_small_for_a_batch(tmp_path):
-  small = write_corpus(tmp_path / "small", generated_docs(5, 4, n_lines=10))
-  with pytest.raises(DataError, match=r"corpus '.*small', split 'train': \d+ tokens make \d+ "
-                                      r"windows.*needs at least 32769 tokens"):
-    mk(small, tmp_path / "wd", seq_len=256, batch=128, vocab=60)
-
-
-def test_vocab_too_large_for_corpus(tmp_path):
-  small = write_corpus(tmp_path / "small", ["tiny text here\n", "and more tiny text\n"])
-  with pytest.raises(ValueError, match=r"vocab_size=4096 is too large for this corpus.*"
-                                       r"smaller vocabulary \(data\.options\.vocab_size\)"):
-    mk(small, tmp_path / "wd", vocab=4096)
 
 
 @pytest.mark.skipif(not SHAKESPEARE.is_dir(), reason="../shared/data/shakespeare not present")

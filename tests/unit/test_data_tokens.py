@@ -1,5 +1,8 @@
 """The ``tokens`` data source (sbjax.data.tokens, dataset.TokenWindows): .npy rows, flat .bin
-streams, order, process slices, resume purity, and the bad-input errors."""
+streams read as their dtype (the name's, else data.options.dtype), order (train: the packed
+sources' Dataset order; eval: file order), the held-out tail, and bad files refused naming the
+file and the fix (mis-typed ids among them: an int32 .bin read as uint16 trained, before, on
+ids interleaved with zeros)."""
 
 import numpy as np
 import pytest
@@ -67,17 +70,18 @@ def test_flat_bin_equals_the_packed_stream_dataset(files):
                                 np.stack([val[k * T:k * T + T + 1] for k in range(12)]))
 
 
-def test_resume_purity_and_process_slices(files):
-  d = files[0]
-  glob = _ds(d / "train.bin", val=d / "val.bin", seed=5)
-  parts = [_ds(d / "train.bin", val=d / "val.bin", seed=5, p=p, P=2) for p in range(2)]
-  fresh = _ds(d / "train.bin", val=d / "val.bin", seed=5)
-  for i in (12, 0, 31, 12):  # any order, any process: a pure function of (seed, i, p)
-    np.testing.assert_array_equal(fresh.train_batch(i), glob.train_batch(i))
-    np.testing.assert_array_equal(np.concatenate([p.train_batch(i) for p in parts]),
-                                  glob.train_batch(i))
-  for k, g in enumerate(glob.eval_batches(2)):
-    np.testing.assert_array_equal(np.concatenate([p.eval_batches(2)[k] for p in parts]), g)
+@pytest.mark.parametrize("named,configured", [(True, "uint16"), (True, "int32"),
+                                               (False, "int32")])
+def test_a_flat_file_is_read_as_the_dtype_its_name_or_the_config_gives(named, configured,
+                                                                      tmp_path):
+  ids = np.random.default_rng(0).integers(1, 500, 40 * T + 1)
+  f = tmp_path / ("train.int32.bin" if named else "train.bin")
+  ids.astype("<i4").tofile(f)
+  np.testing.assert_array_equal(np.asarray(tokens_lib.read_tokens(f, configured)), ids)
+  ds = _ds(f, dtype=configured)
+  assert ds.vocab_size == int(ids.max()) + 1 and ds.info()["tokens_dtype"] == "int32"
+  first = np.concatenate(ds.eval_batches(1))[0]  # a window of the ids, not of their halves
+  assert any(np.array_equal(first, ids[k * T:k * T + T + 1]) for k in range(40))
 
 
 def test_held_out_tail_without_a_validation_file(files):
@@ -110,6 +114,24 @@ def test_bad_token_files(tmp_path, files):
     _ds(d / "rows.npy", val=d / "rows.npy", batch=32)
   with pytest.raises(ValueError, match="data.options.path"):
     DataConfig(source="tokens")
+  ids = np.random.default_rng(0).integers(1, 500, 40 * T + 1)
+  f = tmp_path / "train.bin"
+  ids.astype("<i4").tofile(f)  # int32 ids in an unnamed file, read as the default uint16
+  with pytest.raises(DataError, match=rf"token file {f} read as uint16: every other id of its "
+                                      r"first \d+ is 0, as when int32 ids are read as uint16\. "
+                                      r"Name the file by its dtype \(train\.int32\.bin\) or set "
+                                      r"data\.options\.dtype=int32"):
+    _ds(f)
+  f.rename(tmp_path / "train.int32.bin")
+  with pytest.raises(DataError, match=r"named as int32 ids but data\.options\.dtype=int64; "
+                                      r"drop data\.options\.dtype"):
+    tokens_lib.read_tokens(tmp_path / "train.int32.bin", "int64")
+  ids[:-1].astype("<u2").tofile(f)  # pairs of uint16 ids read as one uint32: beyond any vocab
+  with pytest.raises(DataError, match=rf"token file {f}: the largest id is \d+ >= 2\^24.*"
+                                      r"look mis-typed \(read as uint32\)"):
+    _ds(f, dtype="uint32")
+  with pytest.raises(DataError, match=r"outside \[0, data.options.vocab=500\)"):
+    _ds(f, dtype="uint32", vocab=500)
   neg = rows.astype(np.int32).copy()
   neg[3, 2] = -1
   with pytest.raises(DataError, match="token id -1 at row 3, column 2"):

@@ -2,8 +2,8 @@
 its next-token counts per context against the exact P(.|c) (scipy chi-square, Bonferroni over
 the contexts), a sampler built on a wrong table is rejected by the same test, its start
 distribution against the stationary one, equality in distribution with the numpy sampler
-(a contingency test), the float32 survival tables' precision on rare tokens, purity in
-(seed, data seed, step), the option's checks, and one export for cpu, cuda and tpu."""
+(a contingency test), the float32 survival tables' precision on rare tokens, the option's
+checks, and one export for cpu, cuda and tpu (its dataset: test_data_planted_streams)."""
 
 import jax
 import numpy as np
@@ -11,7 +11,6 @@ import pytest
 from scipy import stats
 
 from sbjax.config import DataConfig
-from sbjax.data import make_dataset
 from sbjax.data import planted_device as pdev
 from sbjax.data.planted import PlantedLanguage, PlantedMixture
 
@@ -131,34 +130,6 @@ def test_search_counts_the_prefix_above_u(size):
   got = np.asarray(pdev.search(blocks, coarse, rows, u))
   want = [(surv[r, 1:] > x).sum() for r, x in zip(rows, u)]
   np.testing.assert_array_equal(got, want)
-
-
-CFG = DataConfig(source="planted_mix", options=dict(vocab=16, rank=2, mix=2, train_tokens=0,
-                                                    val_tokens=400, sampler="device"))
-
-
-def ds(seed=0, p=0, n=1, cfg=CFG):
-  return make_dataset(cfg, seq_len=8, global_batch_size=4, seed=seed, workdir=None,
-                      process_index=p, process_count=n)
-
-
-def test_device_batches_are_pure_in_seed_and_step_and_shard():
-  a, b = ds(), ds()
-  np.testing.assert_array_equal(a.train_batch(7), b.train_batch(7))
-  assert a.train_batch(7).shape == (4, 9) and a.train_batch(7).dtype == np.int32
-  assert not np.array_equal(a.train_batch(7), a.train_batch(8))
-  assert not np.array_equal(a.train_batch(7), ds(seed=1).train_batch(7))
-  halves = [ds(p=p, n=2).train_batch(7) for p in (0, 1)]
-  np.testing.assert_array_equal(np.concatenate(halves), a.train_batch(7))
-  t = a.device_tables()  # the batch of a traced step (as in the train step) is the same
-  traced = jax.jit(lambda s: pdev.train_batch(t, s, 4, 8, 1))(np.int32(7))
-  np.testing.assert_array_equal(np.asarray(traced), a.train_batch(7))
-  host = ds(cfg=CFG.replace_options(sampler="host"))  # evaluation: the host's fixed tokens
-  for x, y in zip(a.eval_batches(2), host.eval_batches(2)):
-    np.testing.assert_array_equal(x, y)
-  assert a.info()["sampler"] == "device" and "sampler" not in host.info()
-  with pytest.raises(ValueError, match=">= 0"):
-    a.train_batch(-1)
 
 
 def test_sampler_option_checks_and_default():
