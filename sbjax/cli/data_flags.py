@@ -2,7 +2,7 @@
 ``--tokens``, ``--data.KEY=VALUE`` (absl flag ``--data_override``), ``--allow_duplicates``,
 ``--steps`` and ``--eval_sequences``. Defined once here and imported by every command that
 takes them (``experiments.analyze``, the series modes of ``experiments.collapse`` and
-``experiments.saturation`` via ``experiments.series_flags``, ``experiments.convergence``),
+``experiments.saturation`` via ``experiments.series_flags``),
 so those modules can be imported in one process (absl flag names are global)."""
 
 from __future__ import annotations

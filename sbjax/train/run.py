@@ -14,8 +14,8 @@ asynchronously and its metrics are read one step late, except at boundaries
 (``sbjax.train.loop``), where the parameters are checked to be finite before they are saved.
 
 In memory (``workdirs=None``): no workdir, checkpoint, log or evaluation; ``snapshot_steps``
-are the loop's save boundaries and the caller's ``hooks`` see them (the collapse grid keeps
-snapshots: ``sbjax.studies.collapse_grid.train_group``); a non-finite member is not stopped.
+are the loop's save boundaries and the caller's ``hooks`` see them (``hooks.Snapshots``);
+a non-finite member is not stopped.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from sbjax.paths import upath
 from sbjax.train import device_batches
 from sbjax.train import hooks as H
 from sbjax.train.build import build
-from sbjax.train.done import finished, mark_finished
+from sbjax.train.done import check_same, finished, mark_finished
 from sbjax.train.lock import workdir_locks
 from sbjax.train.loop import Schedule, run_loop
 from sbjax.train.members import check_members
@@ -326,6 +326,9 @@ def train_once(cfgs, workdirs, *, dataset=None, quiet: bool = True,
   one = isinstance(cfgs, Config)
   cfgs, dirs = _lists(cfgs, workdirs)
   done = [finished(d) for d in dirs]
+  for d, c, x in zip(dirs, cfgs, done):
+    if x is not None:
+      check_same(d, c.to_dict())
   if any(x is None for x in done):
     with workdir_locks(dirs, enabled=jax.process_index() == 0):  # the run and its DONE mark
       sums = train(cfgs, dirs, dataset=dataset, quiet=quiet, hooks=hooks)

@@ -1,6 +1,6 @@
-"""Target rank (Godey E6): n-gram count matrices, implicit sparse + rank-one matrices,
-W-error curves by Gram / randomized SVD. The experiment end to end on generated text is in
-tests/e2e/test_target_rank_e2e.py, its presets in tests/unit/test_target_rank_presets.py.
+"""Target rank (Godey E6): n-gram count matrices (sbjax.studies.ngram), implicit sparse +
+rank-one matrices and W-error curves by Gram / randomized SVD (experiments/target_rank/
+lowrank_svd.py). The experiment end to end is in tests/e2e/test_target_rank.py.
 
 References are independent: collections.Counter for the counts, dense numpy formulas and
 numpy.linalg.svd for the W-error, an analytic spectrum for the large sparse case.
@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from sbjax.studies import lowrank_svd, ngram
+from experiments.target_rank import lowrank_svd
+from sbjax.studies import ngram
 from tests._ngram_reference import counter_reference, np_w_error
 
 
@@ -82,9 +83,10 @@ def test_w_error_matches_numpy_svd(small_counts, variant):
   k = 0.1
   dense = _dense_variants(small_counts.counts, k)[variant]
   op = lowrank_svd.variant_matrix(small_counts.counts, variant, k)
-  c, v = op.shape
+  c, v = op.S.shape
   assert c > v > 32
-  np.testing.assert_allclose(op.toarray(), dense, rtol=1e-12, atol=1e-12)
+  np.testing.assert_allclose(op.S.toarray() + np.outer(op.a, op.b), dense, rtol=1e-12,
+                             atol=1e-12)
   np.testing.assert_allclose(op.frobenius_sq(), (dense ** 2).sum(), rtol=1e-12)
   x = np.random.default_rng(1).standard_normal((v, 3))
   y = np.random.default_rng(2).standard_normal((c, 3))
@@ -92,15 +94,15 @@ def test_w_error_matches_numpy_svd(small_counts, variant):
   np.testing.assert_allclose(op.rmatmat(y), dense.T @ y, rtol=1e-10, atol=1e-10)
   dims = [0, 1, 2, 4, 8, 16, 32, v, v + 5]
   ref = np_w_error(dense, dims)
-  g = lowrank_svd.w_error_curve(op, dims, method="gram")
-  np.testing.assert_allclose(g.w_error, ref, atol=1e-6)
-  rz = lowrank_svd.w_error_curve(op, dims[:-2], method="randomized")  # top 32 of 60
-  assert rz.method == "randomized" and rz.sigma.size == 32
-  np.testing.assert_allclose(rz.w_error, ref[:-2], atol=2e-3)
-  assert np.all(np.diff(g.w_error) <= 1e-12) and np.all(np.diff(rz.w_error) <= 1e-12)
+  _, g, _ = lowrank_svd.w_error_curve(op, dims, method="gram")
+  np.testing.assert_allclose(g, ref, atol=1e-6)
+  _, rz, method = lowrank_svd.w_error_curve(op, dims[:-2], method="randomized")  # top 32 of 60
+  assert method == "randomized"
+  np.testing.assert_allclose(rz, ref[:-2], atol=2e-3)
+  assert np.all(np.diff(g) <= 1e-12) and np.all(np.diff(rz) <= 1e-12)
   # the wide case (C < V) uses the C x C Gram
   wide = lowrank_svd.variant_matrix(small_counts.counts[:40], variant, k)
-  np.testing.assert_allclose(lowrank_svd.w_error_curve(wide, [1, 4, 16], method="gram").w_error,
+  np.testing.assert_allclose(lowrank_svd.w_error_curve(wide, [1, 4, 16], method="gram")[1],
                              np_w_error(_dense_variants(small_counts.counts[:40], k)[variant],
                                          [1, 4, 16]), atol=1e-6)
 
@@ -115,16 +117,13 @@ def test_huge_sparse_matrix_is_never_densified():
   s = sp.csr_matrix((sig, (rows, cols)), shape=(c, v))
   op = lowrank_svd.SparsePlusRankOne(s, np.zeros(c), np.ones(v))
   dims = [1, 2, 4, 8]
-  curve = lowrank_svd.w_error_curve(op, dims)  # auto: min(C, V) > gram_max_dim -> randomized
-  assert curve.method == "randomized"
+  _, werr, method = lowrank_svd.w_error_curve(op, dims)  # auto: min(C, V) > gram_max_dim
+  assert method == "randomized"
   f2 = float((sig ** 2).sum())
-  assert curve.frobenius_sq == pytest.approx(f2, rel=1e-12)
+  assert op.frobenius_sq() == pytest.approx(f2, rel=1e-12)
   ref = [np.sqrt((np.sort(sig)[::-1][d:] ** 2).sum() / f2) for d in dims]
-  np.testing.assert_allclose(curve.w_error, ref, atol=1e-6)
+  np.testing.assert_allclose(werr, ref, atol=1e-6)
   counts = sp.csr_matrix(np.array([[1, 0, 2], [0, 3, 0]]))
-  with pytest.raises(ValueError, match="k=0.0"):
-    lowrank_svd.variant_matrix(counts, "logp", 0.0)
-  with pytest.raises(ValueError, match="unknown target-rank variant"):
-    lowrank_svd.variant_matrix(counts, "probs")
-  with pytest.raises(ValueError, match="at least one count"):
-    lowrank_svd.variant_matrix(s[:10], "raw")
+  for variant, k in (("logp", 0.0), ("probs", 0.1)):
+    with pytest.raises(ValueError, match=f"variant '{variant}' with k={k}"):
+      lowrank_svd.variant_matrix(counts, variant, k)
