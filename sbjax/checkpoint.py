@@ -72,9 +72,6 @@ class Schedule:
   def __len__(self) -> int:
     return len(self.extra) + self.end // self.every
 
-  def __repr__(self) -> str:
-    return f"Schedule({self.extra} and every {self.every} to {self.end})"
-
 
 def checkpoint_steps(tc: TrainConfig) -> Schedule:
   return Schedule(tc)

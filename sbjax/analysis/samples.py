@@ -100,17 +100,14 @@ def build(cfg, workdir, settings: Settings, dataset=None, needed: bool = True) -
 def check_sample_sizes(ds, cfg, settings: Settings) -> None:
   """Refuse a sample the data cannot give without repeating windows (before any is built): the
   evaluation sample from the validation split, the collapse sample from the train split."""
-  info = ds.info() if hasattr(ds, "info") else {}  # (a caller's dataset may have none)
-  where = (f"the token file {info.get('tokens_val_path') or info.get('tokens_path')}"
-           if getattr(ds, "source", "") == "tokens" else
-           f"the validation split of {getattr(ds, 'name', 'the data')!r}")
-  asks = [(getattr(ds, "n_val_windows", None), settings.sample_sequences, where,
+  info, name = ds.info() if hasattr(ds, "info") else {}, getattr(ds, "name", "the data")
+  asks = [(info.get("n_val_windows"), settings.sample_sequences,
+           f"the token file {info.get('tokens_val_path') or info.get('tokens_path')}"
+           if info.get("source") == "tokens" else f"the validation split of {name!r}",
            f"max of --eval_sequences={settings.eval_sequences}, --cka_sequences="
-           f"{settings.cka_sequences}")]
-  if settings.has("collapse"):
-    asks.append((info.get("n_train_windows"), settings.collapse_sequences,
-                 f"the train split of {getattr(ds, 'name', 'the data')!r}",
-                 "--collapse_sequences"))
+           f"{settings.cka_sequences}"),
+          (info.get("n_train_windows") if settings.has("collapse") else None,
+           settings.collapse_sequences, f"the train split of {name!r}", "--collapse_sequences")]
   for have, want, where, flags in asks:
     if have is not None and have < want:
       raise ValueError(
