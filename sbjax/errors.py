@@ -29,6 +29,9 @@ import dataclasses
 import math
 import numbers
 import os
+import sys
+import tempfile
+import traceback
 from typing import Any
 
 SEED_MAX = 2**32 - 1  # jax.random.key folds larger seeds onto these: distinct seeds would collide
@@ -89,3 +92,12 @@ def check_fields(obj, prefix: str, what: str = "config") -> None:
     v = getattr(obj, f.name)
     if rule is not None and not rule.admits(f.type, v):
       raise config_error(f"{prefix}.{f.name}" if prefix else f.name, v, rule.allowed(f.type), what)
+
+
+def write_log(e: BaseException) -> str:
+  """The command line and the full traceback in a new file of the system's temp folder (never in
+  a folder of the command's, which a refused command leaves as it was): its path."""
+  fd, path = tempfile.mkstemp(prefix=f"sbjax-{os.path.basename(sys.argv[0])}-", suffix=".log")
+  with os.fdopen(fd, "w") as f:
+    f.write(" ".join(sys.argv) + "\n\n" + "".join(traceback.format_exception(e)))
+  return path

@@ -58,7 +58,8 @@ def is_token_files(data) -> bool:
 
 
 def token_file_corpus(data, vocab: int) -> tuple[np.ndarray, np.ndarray]:
-  """(train, val) token streams of ``--data=TRAIN[,VAL]`` (a flat uint16 .bin, or an integer
+  """(train, val) token streams of ``--data=TRAIN[,VAL]`` (a flat .bin that names its dtype,
+  e.g. ``train.uint16.bin``, or an integer
   .npy whose rows are concatenated); without VAL, the last tenth of TRAIN."""
   if not is_token_files(data):
     raise ValueError(f"--data={data!r}: this preset trains on token files; pass "
@@ -66,7 +67,7 @@ def token_file_corpus(data, vocab: int) -> tuple[np.ndarray, np.ndarray]:
                      f"token ids in [0, {vocab}), e.g. TinyStories through the GPT-Neo "
                      "tokenizer; nothing is downloaded")
   paths = str(data).split(",")
-  arrs = [tok_lib.read_tokens(q, "uint16").reshape(-1) for q in paths[:2]]
+  arrs = [tok_lib.read_tokens(q).reshape(-1) for q in paths[:2]]
   for q, a in zip(paths, arrs):
     tok_lib.check_ids(a, vocab, f"token file {q}: ", "data.options.vocab_size of the preset")
   if len(arrs) == 2:

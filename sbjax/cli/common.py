@@ -6,7 +6,6 @@ import contextlib
 import logging
 import os
 import sys
-import tempfile
 import traceback
 
 import jax
@@ -14,6 +13,7 @@ from absl import app, flags
 from absl import logging as absl_logging
 
 from sbjax import hostmem, lognotes
+from sbjax.errors import write_log
 
 _COORD = None
 _NPROC = None
@@ -95,15 +95,6 @@ def describe(e: BaseException) -> str:
   if isinstance(e, OSError) and e.filename is not None and e.strerror:
     return " -> ".join(map(str, filter(None, (e.filename, e.filename2)))) + f": {e.strerror}"
   return str(e) or type(e).__name__
-
-
-def write_log(e: BaseException) -> str:
-  """The command line and the full traceback in a new file of the system's temp folder (never in
-  a folder of the command's, which a refused command leaves as it was): its path."""
-  fd, path = tempfile.mkstemp(prefix=f"sbjax-{os.path.basename(sys.argv[0])}-", suffix=".log")
-  with os.fdopen(fd, "w") as f:
-    f.write(" ".join(sys.argv) + "\n\n" + "".join(traceback.format_exception(e)))
-  return path
 
 
 def error_line(e: BaseException, log: str) -> tuple[int, str]:

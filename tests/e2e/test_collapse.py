@@ -166,18 +166,18 @@ def test_rerun_redoes_nothing(out):
 def test_token_files(tmp_path):
   """The token-file presets: without VAL the last tenth is validation; an id out of range or
   a text folder is one line naming the fix; the grid twin runs end to end on token files."""
-  ids = chain_tokens(tmp_path / "train.bin", 4096, 64, 1)
-  chain_tokens(tmp_path / "val.bin", 1024, 64, 2)
-  tr, va = collapse.token_file_corpus(str(tmp_path / "train.bin"), 64)
+  ids = chain_tokens(tmp_path / "train.uint16.bin", 4096, 64, 1)
+  chain_tokens(tmp_path / "val.uint16.bin", 1024, 64, 2)
+  tr, va = collapse.token_file_corpus(str(tmp_path / "train.uint16.bin"), 64)
   np.testing.assert_array_equal(np.concatenate([tr, va]), ids)
   assert len(va) == len(ids) // 10  # the last tenth
   with pytest.raises(DataError, match=r"token id \d+ at index \d+ is outside \[0, "):
-    collapse.token_file_corpus(str(tmp_path / "train.bin"), 8)
+    collapse.token_file_corpus(str(tmp_path / "train.uint16.bin"), 8)
   with pytest.raises(ValueError, match=r"pass --data=TRAIN.bin\[,VAL.bin\]"):
     collapse.token_file_corpus(str(tmp_path), 64)
   out = tmp_path / "out"
-  run(collapse.EXPERIMENT, out, "gpu-grid-test", f"{tmp_path / 'train.bin'},"
-      f"{tmp_path / 'val.bin'}", verbose=False)
+  run(collapse.EXPERIMENT, out, "gpu-grid-test", f"{tmp_path / 'train.uint16.bin'},"
+      f"{tmp_path / 'val.uint16.bin'}", verbose=False)
   rows = read_rows(out / "collapse_models.csv")
   assert {r["kind"] for r in rows} == {"grid"} and not (out / "collapse_seeds.csv").exists()
   tok = read_rows(out / "collapse_tokens.csv")
@@ -188,7 +188,7 @@ def test_token_files(tmp_path):
 def test_token_presets_plan_valid_runs(tmp_path):
   """The token-file presets' groups build (configs validated, no training): tpu's grid of 30
   shapes and its seed group of 16 on the GPT-Neo vocabulary."""
-  t = tmp_path / "t.bin"
+  t = tmp_path / "t.uint16.bin"
   (np.arange(40_000) % 64).astype(np.uint16).tofile(t)
   plans = {}
   for name, p in collapse.PRESETS.items():
