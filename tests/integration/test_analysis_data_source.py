@@ -14,7 +14,6 @@ from sbjax import checkpoint as ckpt
 from sbjax.analysis import analyze_run, data_source
 from sbjax.analysis.settings import Settings
 from sbjax.config import ModelConfig
-from sbjax.data import DataError
 from tests._corpus import generated_docs, write_corpus
 from tests._hf_cache import exported_neox
 

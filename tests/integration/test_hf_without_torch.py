@@ -10,6 +10,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 
 BLOCK_TORCH = textwrap.dedent("""
@@ -66,6 +68,7 @@ CHECK = textwrap.dedent("""
 """)
 
 
+@pytest.mark.e2e  # a fresh interpreter (the e2e layer; tests/conftest.py)
 def test_hf_import_and_export_without_torch(tmp_path):
   env = {**os.environ, "JAX_PLATFORMS": "cpu"}
   r = subprocess.run([sys.executable, "-c", BLOCK_TORCH + CHECK, str(tmp_path)], cwd=REPO,

@@ -1,10 +1,10 @@
 """``gs://`` paths through etils.epath on fsspec's in-memory file system (tests/_fake_gcs.py):
-the workdir files that do not go through TensorStore, the analysis outputs, a bad step moved
-aside object by object, token files and trees read through one local copy, uploads only on
-success, lm-eval results, a text corpus and Hugging Face imports and exports, each equal to
-the same call on local disk; no local ``gs:`` folder appears (``pathlib.Path("gs://b/x")`` is
-the local ``gs:/b/x``). A whole run, a kill -9, the analysis and orbax's arrays on a real GCS
-server: tests/e2e/test_remote_workdir_gcs.py."""
+the workdir files that do not go through TensorStore, a bad step moved aside object by
+object, token files and trees read through one local copy, uploads only on success, lm-eval
+results, a text corpus, Hugging Face imports and exports, each equal to the same call on
+local disk; no local ``gs:`` folder appears (``pathlib.Path("gs://b/x")`` is the local
+``gs:/b/x``). A whole run, a kill -9, the analysis and its outputs, orbax's arrays, on a real
+GCS server: tests/e2e/test_remote_workdir_gcs.py."""
 
 from __future__ import annotations
 
@@ -19,9 +19,7 @@ from fsspec.registry import known_implementations
 
 from sbjax import checkpoint as ckpt
 from sbjax import paths
-from sbjax.analysis import evals, figures, table
-from sbjax.analysis.analyze import _check_out_dir
-from sbjax.analysis.cache import Cache
+from sbjax.analysis import evals
 from sbjax.cli import convert as convert_cli
 from sbjax.config import ModelConfig
 from sbjax.data import tokens
@@ -84,24 +82,6 @@ def test_config_and_done_mark_objects(store):
   assert done.finished(RUN) is None
   done.mark_finished(RUN, {"step": 5, "eval_loss": 1.25, "extra": 1}, {"a": 1})
   assert done.finished(RUN) == {"step": 5, "eval_loss": 1.25}
-
-
-def test_analysis_outputs_csv_cache_and_figure(store):
-  out = paths.upath(f"{RUN}/analysis")
-  _check_out_dir(out)  # the writability probe: written and deleted
-  rows = [{"step": 0, "eval_loss": 3.5, "anisotropy_last": 0.25},
-          {"step": 8, "eval_loss": 2.5, "anisotropy_last": 0.5}]
-  table.write_csv(out / "metrics.csv", rows)
-  assert table.read_csv(f"{RUN}/analysis/metrics.csv") == rows
-  cache = Cache(out / "cache", "key")
-  cache.put(8, "k8", {"x": 1.0}, spectrum_top=[1.0, 0.5])
-  cache.put_reference({"h": np.arange(6, dtype=np.float32).reshape(2, 3)})
-  assert cache.get(8, "k8")["row"] == {"x": 1.0}
-  np.testing.assert_array_equal(cache.get_reference()["h"], np.arange(6).reshape(2, 3))
-  png = figures.plot_loss_anisotropy(rows, f"{RUN}/analysis/fig.png")
-  assert os.fspath(png) == f"{RUN}/analysis/fig.png"
-  assert bytes(store[f"{RUN}/analysis/fig.png"].getvalue())[:4] == b"\x89PNG"
-  assert not any(".write_test_" in k for k in store)
 
 
 def test_a_scheme_without_its_file_system_is_one_line_naming_it(store, monkeypatch):

@@ -114,8 +114,7 @@ def test_stop_and_resume_equals_uninterrupted_run_bitwise(tmp_path, tiny_ds, tin
 
 
 def test_nan_loss_stops_with_step_and_keeps_last_good_checkpoint(tmp_path, tiny_ds):
-  # the tiny run's config (tests/_tiny.py): the step program with the NaN hook at 5 is
-  # test_checkpoint_corrupt.py's (one compile per session); the run stops at 5 whatever steps is
+  # the tiny run's config (tests/_tiny.py); the run stops at 5 whatever steps is
   cfg = tiny_run_config()
   with pytest.raises(NonFiniteLossError, match=r"non-finite loss or gradient .* at step 5;") as e:
     train(cfg, tmp_path, dataset=tiny_ds, quiet=True, nan_at_step=5)
