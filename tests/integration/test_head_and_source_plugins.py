@@ -1,19 +1,15 @@
 """A new head kind and a new data source in one place: the toy kind (with its own
 hyper-parameter) and the toy source (with its own fields) below are written into one
-temporary module and registered there (no edit anywhere in sbjax), then trained one step
-through the normal ``sbjax.train.train`` path, saved and reloaded; the head is sharded,
-counted and frozen-trunk labelled.
-Also: the model's scores are its head kind's scores of the final features (tied)."""
+temporary module and registered there (no edit anywhere in sbjax), validated, trained one
+step through the normal ``sbjax.train.train`` path, saved and reloaded; the head is counted
+and sharded by its own rules."""
 
 from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import json
 import math
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.sharding import AbstractMesh
@@ -23,10 +19,9 @@ from sbjax import checkpoint as ckpt
 from sbjax import heads, configs
 from sbjax import sharding as shd
 from sbjax import train as train_lib
-from sbjax.config import Config, ModelConfig
+from sbjax.config import Config
 from sbjax.data import make_dataset, sources
 from sbjax.model import Model
-from sbjax.optim import trainable_labels
 
 
 # A new head kind with a hyper-parameter (s_init) and a new data source with its own fields
@@ -113,17 +108,6 @@ sources.register(Cycle())
 '''
 
 
-def test_tied_model_scores_are_the_head_scores_of_its_features():
-  """The tied head's scores come from its kind's ``scores`` (it has no module)."""
-  mc = ModelConfig(vocab_size=40, d_model=16, n_layers=1, n_heads=2, max_len=8, head="tied")
-  model = Model(mc)
-  params = jax.jit(model.init)(jax.random.key(1))
-  tokens = jnp.arange(6, dtype=jnp.int32)[None] % mc.vocab_size
-  both = jax.jit(lambda p: (model.apply(p, tokens),
-                            heads.scores_fn(p, mc)(model.features(p, tokens))))
-  np.testing.assert_array_equal(*both(params))
-
-
 @pytest.fixture(scope="module")
 def plugin(tmp_path_factory):
   path = tmp_path_factory.mktemp("plugin") / "toy_plugin.py"
@@ -137,8 +121,6 @@ def plugin(tmp_path_factory):
 
 
 def test_new_head_and_data_source_from_one_file_train(plugin, tmp_path):
-  """Issue 30, must-show 3: a head kind with a new hyper-parameter and a data source with its
-  own fields, both added in one file, are trained through ``sbjax.train.train``."""
   d = configs.get("tiny").to_dict()
   d["model"]["head"] = {"kind": "toy_scaled", "s_init": 0.5}
   d["data"].update(source="toy_cycle", options={"period": 5})
@@ -162,27 +144,13 @@ def test_new_head_and_data_source_from_one_file_train(plugin, tmp_path):
   assert math.isfinite(summary["eval_loss"])
   saved_cfg, params, step = ckpt.load_params(tmp_path / "run")
   assert step == 1 and saved_cfg.model.head == cfg.model.head and saved_cfg.data == cfg.data
-  saved = json.loads((tmp_path / "run" / "config.json").read_text())
-  assert saved["model"]["head"] == {"kind": "toy_scaled", "s_init": 0.5}
-  assert saved["data"]["options"] == {"period": 5, "vocab": 16}
   assert params["head"]["s"].shape == (cfg.model.d_model,) and params["embed"].shape[0] == 16
   # s started at s_init and the step moved it
   assert np.abs(np.asarray(params["head"]["s"]) - 0.5).max() < 0.1
   assert not np.allclose(np.asarray(params["head"]["s"]), 0.5)
-  toy = heads.get("toy_scaled")
-  mc = saved_cfg.model
-  assert set(params["head"]) == {"w", "s"}
-  # counts, the model's chunked loss through the factors, sharding and frozen-trunk labels
-  model = Model(mc)
+  # the kind's own counts and sharding rule reach the model and the mesh
+  model, mc = Model(saved_cfg.model), saved_cfg.model
   assert model.param_count(params) - model.param_count(
-      {k: v for k, v in params.items() if k != "head"}) == toy.param_count(mc)
-  batch = jnp.arange(2 * 9, dtype=jnp.int32).reshape(2, 9) % mc.vocab_size
-  full, _ = model.loss(params, batch)
-  chunked, _ = Model(dataclasses.replace(mc, loss_chunk=6)).loss(params, batch)
-  np.testing.assert_allclose(chunked, full, rtol=1e-5)
-  np.testing.assert_allclose(model.head_matrix(params), heads.head_matrix(params, mc))
+      {k: v for k, v in params.items() if k != "head"}) == heads.get(mc.head).param_count(mc)
   specs = shd.tree_specs(params, AbstractMesh((2, 2, 2), shd.AXES))
   assert specs["head"]["w"] == P("tensor", "fsdp") and specs["head"]["s"] == P(None)
-  labels = trainable_labels(params, mc, True)
-  assert set(jax.tree.leaves(labels["head"])) == {"train"}
-  assert set(jax.tree.leaves(labels["embed"])) == {"freeze"}

@@ -1,107 +1,85 @@
-"""``sbjax.studies.stats``: Pearson, Spearman, R², the permutation p-value, the Fisher-z
-interval and the partial correlation against a direct formula, scipy where scipy has it
-(``pearsonr(...).confidence_interval``), an exact enumeration and a numpy regression-residual
-reference."""
+"""The statistics of sbjax.studies, each against an independent reference: the Fisher-z
+interval (scipy's ``pearsonr(...).confidence_interval``), the partial correlation (Pearson r
+of numpy least-squares residuals), Welch's interval (scipy's ``ttest_ind``), Pearson, Spearman
+and R² (scipy) and the permutation p-value (an exact enumeration)."""
 
 import itertools
 import math
+import warnings
 
 import numpy as np
 import pytest
 from scipy import stats as sps
 
 from sbjax.studies import stats
+from sbjax.studies.welch import welch
+
+Z95 = 1.959963984540054
 
 
-def test_fisher_ci_direct_formula_and_scipy():
+def test_fisher_interval_equals_scipy():
   rng = np.random.default_rng(0)
   x = rng.normal(size=12)
   y = 0.6 * x + rng.normal(size=12)
   r = float(stats.pearson(x, y))
-  lo, hi = stats.fisher_ci(r, 12)
-  # direct: atanh(r) ± 1.959963984540054 / sqrt(n - 3), back through tanh
-  z, h = math.atanh(r), 1.959963984540054 / math.sqrt(9)
-  assert (lo, hi) == pytest.approx((math.tanh(z - h), math.tanh(z + h)), abs=1e-12)
-  ci = sps.pearsonr(x, y).confidence_interval(0.95)
-  assert (lo, hi) == pytest.approx((ci.low, ci.high), abs=1e-12)
-  lo90, hi90 = stats.fisher_ci(r, 12, level=0.9)
-  ci90 = sps.pearsonr(x, y).confidence_interval(0.9)
-  assert (lo90, hi90) == pytest.approx((ci90.low, ci90.high), abs=1e-12)
-  assert lo < lo90 < r < hi90 < hi
+  for level in (0.95, 0.9):
+    ci = sps.pearsonr(x, y).confidence_interval(level)
+    assert stats.fisher_ci(r, 12, level=level) == pytest.approx((ci.low, ci.high), abs=1e-12)
   s = stats.correlation_summary(x, y)
-  assert (s["ci_lo"], s["ci_hi"]) == pytest.approx((ci.low, ci.high), abs=1e-12)
-
-
-def test_fisher_ci_edges():
+  assert (s["ci_lo"], s["ci_hi"]) == pytest.approx(stats.fisher_ci(r, 12), abs=1e-12)
   assert all(math.isnan(v) for v in stats.fisher_ci(0.5, 3))  # n - 3 = 0: undefined
-  assert all(math.isnan(v) for v in stats.fisher_ci(float("nan"), 20))
-  assert all(math.isnan(v) for v in stats.fisher_ci(0.5, 4, n_controls=1))
   assert stats.fisher_ci(1.0, 10) == (1.0, 1.0)
-  lo, hi = stats.fisher_ci(0.0, 28)  # symmetric about 0: ±tanh(1.96/5)
-  assert lo == pytest.approx(-hi) and hi == pytest.approx(math.tanh(1.959963984540054 / 5))
-  with pytest.raises(ValueError, match="level must lie in"):
-    stats.fisher_ci(0.5, 10, level=95)
-
-
-def test_ci_sign():
   assert stats.ci_sign(0.1, 0.5) == 1 and stats.ci_sign(-0.5, -0.1) == -1
   assert stats.ci_sign(-0.83, 0.12) == 0  # an interval that spans 0 is undecided
-  assert math.isnan(stats.ci_sign(float("nan"), 0.2))
+  with pytest.raises(ValueError, match="level must lie in"):
+    stats.fisher_ci(0.5, 10, level=95)
+  with warnings.catch_warnings():  # no finite pair: NaN, and numpy is not asked for an empty mean
+    warnings.simplefilter("error")
+    assert np.isnan(stats.finite_pearson([np.nan, 1.0], [1.0, np.nan]))
+    assert np.isnan(stats.spearman([], [])) and all(np.isnan(stats.fisher_ci(np.nan, 0)))
 
 
-def residual_r(x, y, z):
-  """Reference: Pearson r of the least-squares residuals of x and y on [1, z] (numpy)."""
+def _residual_r(x, y, z):
   a = np.column_stack([np.ones_like(z), z])
   rx = x - a @ np.linalg.lstsq(a, x, rcond=None)[0]
   ry = y - a @ np.linalg.lstsq(a, y, rcond=None)[0]
   return float(np.corrcoef(rx, ry)[0, 1])
 
 
-def test_partial_correlation_against_residuals():
+def test_partial_correlation_equals_the_residuals_correlation():
   rng = np.random.default_rng(1)
   z = np.log(rng.uniform(1e3, 1e6, size=15))  # log(parameters)
   x = 0.8 * z + rng.normal(size=15)
   y = -0.5 * z + 0.3 * x + rng.normal(size=15)
-  ref = residual_r(x, y, z)
-  assert stats.partial_correlation(x, y, z) == pytest.approx(ref, abs=1e-12)
+  ref = _residual_r(x, y, z)
   s = stats.partial_summary(x, y, z)
   assert s["n"] == 15 and s["partial_r"] == pytest.approx(ref, abs=1e-12)
-  h = 1.959963984540054 / math.sqrt(15 - 4)  # one control: n - 3 - 1
+  h = Z95 / math.sqrt(15 - 4)  # one control: n - 3 - 1
   assert (s["partial_ci_lo"], s["partial_ci_hi"]) == pytest.approx(
       (math.tanh(math.atanh(ref) - h), math.tanh(math.atanh(ref) + h)), abs=1e-12)
-  # x and y related only through z: the plain r is large, the partial r is not
-  x2 = 2 * z + 0.01 * rng.normal(size=15)
-  y2 = -3 * z + 0.01 * rng.normal(size=15)
-  assert stats.pearson(x2, y2) < -0.99
-  assert abs(stats.partial_correlation(x2, y2, z)) < 0.9
-  assert stats.partial_correlation(x2, y2, z) == pytest.approx(residual_r(x2, y2, z), abs=1e-9)
-
-
-def test_partial_correlation_undefined_and_nan_rows():
-  x, y = np.arange(6.0), np.array([1.0, 3.0, 2.0, 5.0, 4.0, 6.0])
-  assert math.isnan(stats.partial_correlation(x, y, np.ones(6)))  # a constant control
-  z = np.array([0.0, 1.0, 0.0, 2.0, 1.0, 3.0])
-  xn = x.copy()
-  xn[2] = np.nan  # the triple is dropped
-  keep = np.isfinite(xn)
-  assert stats.partial_correlation(xn, y, z) == pytest.approx(
-      residual_r(x[keep], y[keep], z[keep]), abs=1e-12)
-  assert stats.partial_summary(xn, y, z)["n"] == 5
+  x[2] = np.nan  # the triple is dropped
+  keep = np.isfinite(x)
+  assert stats.partial_correlation(x, y, z) == pytest.approx(
+      _residual_r(x[keep], y[keep], z[keep]), abs=1e-12)
+  assert math.isnan(stats.partial_correlation(x, y, np.ones(15)))  # a constant control
   with pytest.raises(ValueError, match="same length"):
     stats.partial_correlation(x, y, z[:3])
 
 
-def test_no_pairs_give_nan_without_a_warning():
-  """A table with no finite pair (e.g. a preset without a grid): r is NaN, its interval too,
-  and numpy is not asked for the mean of an empty slice."""
-  import warnings
-
-  with warnings.catch_warnings():
-    warnings.simplefilter("error")
-    assert np.isnan(stats.pearson([], []))
-    assert np.isnan(stats.finite_pearson([np.nan, 1.0], [1.0, np.nan]))
-    assert np.isnan(stats.spearman([], []))
-    assert all(np.isnan(stats.fisher_ci(stats.pearson([], []), 0)))
+def test_welch_interval_equals_scipy():
+  rng = np.random.default_rng(0)
+  a, b = rng.normal(1.0, 0.1, 5), rng.normal(1.05, 0.3, 4)
+  w, t = welch(a, b), sps.ttest_ind(b, a, equal_var=False)
+  assert w["diff"] == pytest.approx(b.mean() - a.mean(), rel=1e-12)
+  assert (w["lo"], w["hi"]) == pytest.approx(tuple(t.confidence_interval(0.95)), rel=1e-9)
+  assert w["dof"] == pytest.approx(t.df, rel=1e-9)
+  assert welch([1.0, 1.01, 0.99], [2.0, 2.02, 1.98])["verdict"] == "supported"  # a lower
+  assert welch([2.0, 2.02, 1.98], [1.0, 1.01, 0.99])["verdict"] == "refuted"
+  assert welch([1.0, 1.2, 0.9], [1.05, 0.95, 1.15])["verdict"] == "undecided"
+  one = welch([1.0], [2.0, 2.1])
+  assert one["verdict"] == "undecided" and math.isnan(one["lo"])
+  same = welch([1.0, 1.0], [2.0, 2.0])  # no seed variance: the point difference
+  assert same["lo"] == same["hi"] == 1.0 and same["verdict"] == "supported"
 
 
 def test_pearson_r2_match_scipy():
