@@ -6,6 +6,11 @@ bytes go to a temporary file in the same directory, which then replaces the targ
 other ``etils.epath`` backend (``gs://``, ...) the whole content is written as one object,
 which object stores publish atomically. New files follow the process umask.
 
+A target that is a symbolic link is replaced by the new file, never written through: the
+file the link points to (a shared blob of a Hugging Face cache, another run's file) keeps its
+bytes, and nothing is written outside the target's folder. A failed write (a full disk, no
+permission) is an ``OSError`` naming the target.
+
     atomic_write_json(workdir / "plan.json", {"ranks": [4, 8]})
     with atomic_path(out / "tokenizer.json") as tmp:   # for writers that want a file name
       tok.save(str(tmp))
@@ -45,9 +50,13 @@ def atomic_path(path) -> Iterator[Path]:
       mask = os.umask(0)
       os.umask(mask)
       os.chmod(tmp, 0o666 & ~mask)  # mkstemp makes it private (0600)
-      os.replace(tmp, os.fspath(target))
+      os.replace(tmp, os.fspath(target))  # a link at target is replaced, not followed
     else:
       target.write_bytes(Path(tmp).read_bytes())
+  except OSError as e:  # name the file being written, not the temporary one (or none)
+    if e.filename in (None, tmp) and e.errno is not None:
+      raise OSError(e.errno, e.strerror, os.fspath(path)) from e
+    raise
   finally:
     if os.path.exists(tmp):
       os.unlink(tmp)

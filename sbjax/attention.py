@@ -72,7 +72,7 @@ def attention_reference(q, k, v, *, scale: float, window: int | None, precision=
 
   The softmax is normalised after the P·V product: o = (e·V) / Σ e with e = exp(s − max s),
   the same values as softmax(s)·V. XLA:CPU otherwise fuses the whole softmax into the P·V
-  matmul, which measured 1.5× slower for the pythia-14m forward (BUILD_NOTES.md, issue 8)."""
+  matmul, which measured 1.5× slower for the pythia-14m forward."""
   t = q.shape[1]
   s = jnp.einsum("bqhk,bshk->bhqs", q.astype(jnp.float32), k.astype(jnp.float32),
                  precision=precision) * scale

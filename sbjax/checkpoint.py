@@ -18,7 +18,7 @@ checksums or fails to restore is named and moved aside; the first good step is u
 Checksums: ``save`` writes ``checksums.json`` (``sbjax.checksums``) into each step orbax has
 finished: the step itself after a synchronous save, the previous one after an asynchronous
 save (orbax finishes it before it starts the next), the last one in ``finish``. Steps
-without one (older, or killed before it) are accepted unverified.
+without one (older, or killed before it) are used unverified, with a WARNING naming them.
 
 The default schedule is Pythia-like: 0, 1, 2, 4, …, 512, then every
 ``ckpt_every`` steps, plus the final step. All are kept (``PreserveAll``); with
@@ -32,6 +32,8 @@ from sbjax._extras import require
 
 require("sbjax.checkpoint")
 
+import heapq
+import itertools
 import json
 import logging
 import os
@@ -52,19 +54,32 @@ from sbjax.paths import upath
 log = logging.getLogger("sbjax")
 
 
-def checkpoint_steps(tc: TrainConfig) -> list[int]:
-  steps = {0, tc.steps}
-  if tc.ckpt_log_spaced:
-    s = 1
-    while s <= min(512, tc.steps):
-      steps.add(s)
-      s *= 2
-  steps.update(range(tc.ckpt_every, tc.steps + 1, tc.ckpt_every))
-  return sorted(x for x in steps if x <= tc.steps)
+class Schedule:
+  """The checkpoint steps of ``tc`` (module doc), never listed whole: a membership test, a
+  count and a lazy ascending iteration, so that scheduling a long run costs nothing."""
+
+  def __init__(self, tc: TrainConfig):
+    self.end, self.every = tc.steps, tc.ckpt_every
+    logs = [2**k for k in range(10) if 2**k <= tc.steps] if tc.ckpt_log_spaced else []
+    self.extra = sorted(s for s in {0, tc.steps, *logs} if s == 0 or s % self.every)
+
+  def __contains__(self, s) -> bool:
+    return s in self.extra or (0 < s <= self.end and s % self.every == 0)
+
+  def __iter__(self):
+    return heapq.merge(self.extra, range(self.every, self.end + 1, self.every))
+
+  def __len__(self) -> int:
+    return len(self.extra) + self.end // self.every
+
+
+def checkpoint_steps(tc: TrainConfig) -> Schedule:
+  return Schedule(tc)
 
 
 def log_spaced_steps(tc: TrainConfig) -> list[int]:
-  return [s for s in checkpoint_steps(tc) if s <= 512 and (s == 0 or s & (s - 1) == 0)]
+  return [s for s in itertools.takewhile(lambda s: s <= 512, Schedule(tc))
+          if s == 0 or s & (s - 1) == 0]
 
 
 def ckpt_dir(workdir) -> Path:
@@ -83,7 +98,7 @@ def _preservation(tc: TrainConfig | None):
 
 def make_manager(workdir, tc: TrainConfig | None = None, *, read_only=False,
                  async_save: bool = False) -> ocp.CheckpointManager:
-  steps = set(checkpoint_steps(tc)) if tc is not None else None
+  steps = checkpoint_steps(tc) if tc is not None else None
   options = ocp.CheckpointManagerOptions(
       save_decision_policy=sdp.SpecificStepsPolicy(steps) if steps is not None else None,
       preservation_policy=_preservation(tc),
@@ -181,12 +196,23 @@ def move_aside(workdir, step: int, reason: str) -> Path:
 
 def verify_step(workdir, step: int, items=None) -> bool:
   """Check a step's files (those of ``items`` and the top-level ones; all for None) against
-  its manifest: True when verified, False without a manifest (accepted unverified); a
-  mismatch or a missing file is a ``CorruptCheckpointError`` naming the file."""
+  its manifest: True when verified, False without a manifest (accepted unverified, with a
+  WARNING naming the step); a mismatch or a missing file is a ``CorruptCheckpointError``
+  naming the file."""
   try:
-    return checksums.verify_manifest(ckpt_dir(workdir) / str(step), items)
+    verified = checksums.verify_manifest(ckpt_dir(workdir) / str(step), items)
   except checksums.ChecksumError as e:
     raise CorruptCheckpointError(f"failed its checksum check: {e}") from None
+  if not verified:
+    log.warning("checkpoint step %d in %s has no checksum manifest (%s): it is used "
+                "unverified (saved before manifests, or killed between its commit and its "
+                "manifest)", step, workdir, MANIFEST_FILE)
+  return verified
+
+
+def unverified_steps(workdir, steps) -> list[int]:
+  """The ``steps`` of ``workdir`` that have no checksum manifest (``verify_step``)."""
+  return [s for s in steps if not (ckpt_dir(workdir) / str(s) / MANIFEST_FILE).exists()]
 
 
 def restore(workdir, step: int, abstract_params, abstract_opt=None):

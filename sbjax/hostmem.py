@@ -5,7 +5,7 @@ arena and frees it when the step ends (459 MB for the pythia-14m train step at 8
 the head's V×chunk logits and softmax). glibc serves a block that large, in a thread arena,
 with ``mmap`` and returns it with ``munmap`` on free, so every step faults all of its pages
 in again: 118k minor page faults and 0.37 s of system CPU per pythia-14m step (of 2.4 s of
-CPU in all), measured with ``getrusage`` (BUILD_NOTES.md, issue 21). With
+CPU in all), measured with ``getrusage``. With
 
     M_ARENA_MAX = 1        every thread allocates from the main (brk-grown) heap,
     M_MMAP_MAX = 0         no chunk is mmap'd,
@@ -26,7 +26,7 @@ allowed, later threads may share that one), so it must run before other threads 
 resident: pythia-14m, 8×256 tokens, 2.07 GB RSS from the 4th step on (0 faults) against
 1.15–1.21 GB (118k faults per step) without; the heap holds about three step blocks, because
 the next step is dispatched before the last one's block is freed. Long CPU training runs that
-can afford that memory gain 10-15% of step CPU (BUILD_NOTES.md, issue 21).
+can afford that memory gain 10-15% of step CPU.
 """
 
 from __future__ import annotations

@@ -31,10 +31,10 @@ vectorises across tokens, and a tile's elementwise work (online logsumexp, targe
 first argmax) runs while it is in cache: 1.55× (d=512) to 2.9× (d=128) the untiled row
 layout on 2 CPU cores, at V=50304.
 The same tiled sweep inside the fused gradient measured no faster (0.94× at d=512, 1.08×
-at d=128; issue 8). The fused gradient instead takes ``TRAIN_CHUNK`` (512) tokens at a
+at d=128). The fused gradient instead takes ``TRAIN_CHUNK`` (512) tokens at a
 time, untiled, in column layout (V×c logits), applies the one-hot part of ∂z outside the
 sweep (a gather and a scatter-add), and picks the fastest XLA:CPU matmul layouts; see
-``_matrix_xent_fwd`` (BUILD_NOTES.md, issue 21).
+``_matrix_xent_fwd``.
 
 ``chunked_scores_xent(score_fn, x, y, chunk)`` is the generic version for any head
 (e.g. mos): a scan over token chunks whose body is ``jax.checkpoint``-ed, so the
@@ -235,7 +235,7 @@ def _matrix_xent_fwd(x, w, targets, chunk, vb, precision):
   ∂x −= W[y] (a gather) and ∂W[y] −= x (a scatter-add), so no V-sized one-hot is formed.
   Padded tokens have x = 0: they add nothing to ∂W, and their ∂x rows are dropped. The
   row layout this replaced (chunk×V logits, row reductions, (p − onehot) formed): 1.25× the
-  head time at pythia-14m shapes (BUILD_NOTES.md, issue 21). ``vb`` only serves evaluation."""
+  head time at pythia-14m shapes. ``vb`` only serves evaluation."""
   del vb
   n, k = x.shape
   xs, ts, vs, _ = _pad_chunks(x, targets, min(chunk, TRAIN_CHUNK))

@@ -47,7 +47,6 @@ from sbjax import attention
 from sbjax import heads as heads_lib
 from sbjax import losses
 from sbjax import sharding
-from sbjax.attention import attention_reference  # noqa: F401 - re-exported (tests, benchmarks)
 from sbjax.config import ModelConfig
 from sbjax.precision import matmul_precision
 
@@ -90,12 +89,6 @@ def rotary(x_BxTxHxK, positions_T, rotary_dim: int, base: float):
   rotated = jnp.concatenate([-x_rot[..., half:], x_rot[..., :half]], axis=-1)
   out = (x_rot * cos + rotated * sin).astype(x_BxTxHxK.dtype)
   return jnp.concatenate([out, x_pass], axis=-1)
-
-
-def use_einsum_attention(c: ModelConfig) -> bool:
-  """``model.attn_impl`` resolved at trace time is the einsum kernel (``sbjax.attention``:
-  float64 always; "auto" on CPU)."""
-  return attention.resolve(c) == "einsum"
 
 
 class Attention(nn.Module):

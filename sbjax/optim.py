@@ -106,10 +106,26 @@ def gamma_at(tc: TrainConfig, steps_done, table: np.ndarray | None = None):
   return float(out) if out.ndim == 0 else out
 
 
-def gamma_fn(tc: TrainConfig):
-  """``f(steps_done) -> Γ`` with the table computed once (for the train log)."""
-  table = gamma_schedule(tc)
-  return lambda steps_done: gamma_at(tc, steps_done, table)
+def gamma_fn(tc: TrainConfig, chunk: int = 1 << 16):
+  """``f(steps_done) -> Γ`` (``gamma_at``'s values, for the train log), the schedule evaluated
+  and summed one chunk of steps at a time as they are asked for (in the same order as
+  ``gamma_schedule``: equal values), so that a long run never holds a value per step."""
+  lr, starts = jax.jit(lr_schedule(tc)), [0.0]  # Σ η_t over the chunks before chunk k
+
+  def eta(k: int) -> np.ndarray:
+    t = np.arange(k * chunk, (k + 1) * chunk, dtype=np.int32)
+    return np.asarray(lr(t), np.float64)[:max(0, min(chunk, tc.steps - k * chunk))]
+
+  def f(steps_done: int) -> float:
+    s = min(int(steps_done), tc.steps)
+    while len(starts) <= s // chunk:
+      starts.append(np.cumsum(np.concatenate([[starts[-1]], eta(len(starts) - 1)]))[-1])
+    k = s // chunk
+    g = np.cumsum(np.concatenate([[starts[k]], eta(k)[:s - k * chunk]]))[-1]
+    end = float(tc.weight_decay) * tc.lr * tc.min_lr_ratio
+    return float(tc.weight_decay) * g + end * max(int(steps_done) - tc.steps, 0)
+
+  return f
 
 
 def gamma_total(tc: TrainConfig) -> float:

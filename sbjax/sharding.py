@@ -53,12 +53,8 @@ BATCH_AXES = ("data", "fsdp")
 
 
 def mesh_shape(mc: MeshConfig, n_devices: int) -> tuple[int, int, int]:
-  """(data, fsdp, tensor) sizes for ``n_devices``; one -1 fills. Clear errors otherwise."""
-  sizes = [mc.data, mc.fsdp, mc.tensor]
-  if any(not isinstance(s, int) or s == 0 or s < -1 for s in sizes):
-    raise ValueError(f"invalid mesh (data, fsdp, tensor)={tuple(sizes)}: sizes are >= 1 or -1")
-  if sizes.count(-1) > 1:
-    raise ValueError(f"invalid mesh (data, fsdp, tensor)={tuple(sizes)}: at most one -1")
+  """(data, fsdp, tensor) sizes for ``n_devices``; one -1 fills; a clear error otherwise."""
+  sizes = [mc.data, mc.fsdp, mc.tensor]  # (checked by MeshConfig: >= 1, at most one -1)
   known = math.prod(s for s in sizes if s != -1)
   if -1 in sizes:
     if n_devices % known:

@@ -1,5 +1,5 @@
-"""Independent references for the n-gram target matrices (tests of sbjax.studies.ngram,
-sbjax.studies.lowrank_svd and the target_rank experiment): pure Python counting and numpy SVD."""
+"""Independent references for the n-gram target matrices (tests of sbjax.studies.ngram and the
+target_rank experiment): pure Python counting and numpy SVD."""
 
 import collections
 

@@ -19,7 +19,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
   sys.path.insert(0, str(ROOT))
-SHAKESPEARE = ROOT.parent / "shared" / "data" / "shakespeare"
 
 from tests._xla import TEST_XLA_FLAGS, platform_under_test  # noqa: E402  (needs ROOT on sys.path)
 
@@ -32,30 +31,20 @@ if _asked and {"gpu": "cuda"}.get(_asked.split(",")[0], _asked.split(",")[0]) !=
       "or unset JAX_PLATFORMS")
 os.environ["JAX_PLATFORMS"] = _asked or PLATFORM
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+os.environ.setdefault("NO_GCE_CHECK", "true")  # no gs:// client waits ~15 s for a GCE server
 if PLATFORM == "cuda":  # xdist workers share one GPU: no process may take 75% of it up front
   os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
-# XLA's CPU backend tuned for compile time, for the tests and their subprocesses: compilation,
-# not execution, is most of the time of tiny-model tests.
-# - Optimisation level 0 (LLVM -O0): ~35% less compile time (measured: test_model +
-#   test_perf_features, 3 min 40 s -> 2 min 18 s of CPU).
-# - The legacy elemental emitters instead of XLA's MLIR fusion emitters
-#   (--xla_cpu_use_fusion_emitters=false): a tiny train step's forward + gradient compiles in
-#   0.7 s instead of 2.2 s at -O0 (test_model.py: 78 -> 46 s of CPU).
-# Neither changes a result beyond float rounding: the golden one-step test (rtol 2e-6) holds
-# with and without them, and every bitwise comparison compares runs made with the same flags.
-# Set XLA_FLAGS yourself to test other flags (e.g. XLA_FLAGS= for XLA's defaults). Not on an
-# accelerator: there the tests meet XLA's defaults, as users do.
+# XLA's CPU backend tuned for compile time (most of the time of tiny-model tests; tests/_xla.py):
+# results move by float rounding at most, and every bitwise comparison compares runs made with
+# the same flags. Set XLA_FLAGS yourself to test others; accelerators get XLA's defaults.
 if PLATFORM == "cpu" and "XLA_FLAGS" not in os.environ:
   os.environ["XLA_FLAGS"] = TEST_XLA_FLAGS
 
-# One scratch folder per test session, removed when the session ends: TMPDIR of the tests,
-# their xdist workers and their subprocesses. What would otherwise stay in the system's temp
-# folder after every run lands there: the XLA cache below (~3 MB), the walkthroughs' folders
-# (docs/*.md make theirs with tempfile.mkdtemp, for a reader to look into), TFDS's empty
-# "tmp…tfds" folder per new data dir (DatasetInfo.initialize_from_bucket). pytest's own
-# tmp_path folders stay in the system's temp folder (PYTEST_DEBUG_TEMPROOT), kept as pytest
-# keeps them (its last 3 runs), for a failure to be looked into.
+# One scratch folder per session (inherited by xdist workers and subprocesses), removed at
+# exit: TMPDIR and the persistent XLA compilation cache (many tests compile the same tiny
+# step). pytest's own tmp_path folders stay in the system's temp folder, kept as pytest keeps
+# them, for a failure to be looked into.
 if "SBJAX_TESTS_SCRATCH" not in os.environ:
   import atexit
   import shutil
@@ -63,17 +52,12 @@ if "SBJAX_TESTS_SCRATCH" not in os.environ:
 
   os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", tempfile.gettempdir())
   _scratch = tempfile.mkdtemp(prefix="sbjax_tests_")
-  os.environ["SBJAX_TESTS_SCRATCH"] = os.environ["TMPDIR"] = tempfile.tempdir = _scratch
   atexit.register(shutil.rmtree, _scratch, ignore_errors=True)
-
-# A persistent XLA compilation cache shared by the tests of one session and their
-# subprocesses: many tests compile the same tiny train step.
-if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
-  import tempfile
-
-  os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="sbjax_jax_cache_")
-  os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
-  os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
+  os.environ["SBJAX_TESTS_SCRATCH"] = os.environ["TMPDIR"] = tempfile.tempdir = _scratch
+  if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    os.environ.update(JAX_COMPILATION_CACHE_DIR=os.path.join(_scratch, "jax_cache"),
+                      JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+                      JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
 
 
 # Layers: tests/unit (pure functions, small jits), tests/integration (real parts wired
@@ -98,16 +82,12 @@ def pytest_collection_modifyitems(config, items):
 def _platform_skip(item):
   """``@pytest.mark.only_on("cpu", ..., reason="why")``: a skip on the other platforms."""
   mark = item.get_closest_marker("only_on")
-  if mark is None:
+  if mark is None or PLATFORM in mark.args:
     return None
-  reason = mark.kwargs.get("reason", "")
-  bad = [p for p in mark.args if p not in ("cpu", "cuda", "tpu")]
-  if not mark.args or bad or not reason:
+  if not set(mark.args) <= {"cpu", "cuda", "tpu"} or not mark.kwargs.get("reason"):
     raise pytest.UsageError(f"{item.nodeid}: only_on takes platforms among cpu, cuda, tpu and a "
                             f"reason=..., got {mark.args} {mark.kwargs}")
-  if PLATFORM in mark.args:
-    return None
-  return pytest.mark.skip(reason=f"only on {', '.join(mark.args)} ({reason}); "
+  return pytest.mark.skip(reason=f"only on {', '.join(mark.args)} ({mark.kwargs['reason']}); "
                                  f"SBJAX_TEST_PLATFORM={PLATFORM}")
 
 

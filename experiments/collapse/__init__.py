@@ -1,66 +1,280 @@
-r"""Linguistic collapse (Wu & Papyan 2024): neural-collapse metrics vs validation loss.
+r"""Linguistic collapse (Wu & Papyan 2024): neural-collapse metrics against validation loss.
 
-  python -m experiments.collapse --preset=cpu --out=out/collapse
-  python -m experiments.collapse --preset=quick --out=/tmp/c --data=DIR_OF_TXT
-  python -m experiments.collapse --preset=test --out=/tmp/c     # seconds, for the tests
+  python -m experiments.collapse --preset=cpu --out=out/collapse [--data=DIR_OF_TXT]
+  python -m experiments.collapse --preset=tpu --data=TRAIN.bin[,VAL.bin] --out=out/collapse
 
-A grid of GPT-Neo-like models (``sbjax.configs.neo``: learned positions, tied head,
-alternating global/local attention), depth L x width d x weight decay λ, each measured at two
-snapshots (cpu: after 1 and 3 epochs of 262k tokens, 1536 steps of 8 x 64), plus seed-only
-groups (one per shape, ``Knobs.seed_arch`` and ``extra_seed_archs``; at cpu 16 data-order seeds
-of each of L1-d32 and L2-d64), each asking whether a metric's correlation with the loss at fixed
-shape differs from 0 (95% Fisher-z interval of r). Models of one architecture train together
-in one vmapped program (``sbjax.studies.collapse_grid.train_group``: per-member data order,
-init seed and weight decay). The learning rate is constant after warm-up, so an earlier snapshot is exactly the
-model of a shorter run. An "epoch" is one pass over a fixed token budget (the first
-``epoch_tokens`` tokens of the training split). ``collapse_meta.json`` records the
-weight-decay strength Γ = λ·Σ lr (a decay with Γ << 1 does nothing).
+A grid of GPT-Neo-like models (``sbjax.configs.neo``; a group per shape L x d, its members the
+weight decays) and seed-only groups (one shape each, members the seeds), trained on the first
+``epoch_tokens`` tokens with a constant learning rate after warm-up and checkpointed after each
+of ``Knobs.epochs`` (the 1-epoch checkpoint is the model of a shorter run); each snapshot is
+measured by the collapse pass (``stream.py``) at every ``min_count``. With ``Knobs.ceiling``: a
+planted language's collapse ceiling (``ceiling.py``) and models trained on it.
 
-For every snapshot: the three streaming passes (train-split class means and variances, NC4
-and the loss on validation) once, then every key of ``sbjax.metrics.collapse_metrics`` at
-each ``min_count`` of the preset (1 and 20), one CSV row per (snapshot, min_count).
-
-Counting: a run (one member of a group) gives one point per R² (its last snapshot,
-``points=last``); the R² over all snapshots (``points=all``) is reported beside it, labelled
-as such (snapshots of one run are not independent models).
-
-Outputs of ``run`` in OUT: ``collapse_models.csv`` (one row per snapshot and min_count;
-columns ``run``, ``last_snapshot``, ``min_count``, every metric, ``unc3_reason``),
-``collapse_r2.csv`` (R² and Pearson r of every metric vs validation loss per (min_count,
-points)), ``collapse_anchors.csv`` (the like-for-like table: our R² and sign, one point per
-run, against the authors' R² "computed from the authors' results", agree/disagree; log10 of
-the mean CDNV, NC4, UNC3 raw and guarded, raw and bias-corrected norm CoV, NC3, GNC2),
-``collapse_seeds.csv`` (per seed-only group and min_count: r with its 95% Fisher-z interval,
-``ci_verdict`` = r > 0 / r < 0 / not distinguishable from 0, R², the permutation p-value with
-``n_perm`` = 10^4 permutations, the loss's mean and SD over seeds; Table 1),
-``collapse_tokens.csv`` (per-class CDNV and interference of
-the most frequent tokens vs the average token of the best model, Table 5), ``perclass/``,
-``collapse_meta.json``, and with ``Knobs.ceiling`` the collapse ceiling of a planted
-language (``ceiling.py``: ``collapse_ceiling.csv``, ``collapse_ceiling_trained.csv``).
-Finished architecture groups are kept in ``OUT/groups/`` and skipped on a rerun.
-``collapse_meta.json`` is written when a call starts, after every group and at its end: the
-preset's ``groups``, this call's ``started``/``ended``/``trained``/``stopped`` (a budget stop's
-text)/``not_run``/``estimates``, and ``runs``, the record of every call into the folder
-(``experiments.shared.with_history``). ``report_section(out, rel)`` (report.py, from the CSVs
-only) draws ``fig_collapse_vs_loss.png`` (Fig. 1) and ``fig_collapse_ceiling.png`` and gives
-the markdown section; ``write_section(out)`` writes OUT/section.md, after a whole run or a
-budget stop (then of the finished groups, marked partial, tables recomputed over them).
-
-Modules: ``presets`` (PRESETS: test, quick, cpu, tpu; gpu and gpu-grid on shipped token
-files, with their twins gpu-test and gpu-grid-test), ``budget`` (the time estimate after 200
-steps and the clean stop before ``Knobs.budget_s``), ``run`` (corpus, groups, tables),
-``measure`` (one group trained and measured; metric lists and the authors' anchors),
-``tables`` (R², anchors, seeds, tokens), ``ceiling`` (the planted language's ceiling),
-``report`` / ``report_ceiling``, ``series`` (``--series=WORKDIR --tokens=FILE``: the collapse
-pass over the checkpoints of an imported series or a run, no training), ``__main__`` (the CLI).
+Outputs: ``collapse_models.csv`` (a row per snapshot and min_count), ``collapse_r2.csv`` (the
+grid's R², r and partial r with intervals; ``points`` last: one point per run, all: every
+snapshot), ``collapse_anchors.csv`` (against the authors' R², ``tables.py``),
+``collapse_seeds.csv``, ``collapse_tokens.csv`` (their Table 5), ``perclass/``,
+``collapse_ceiling*.csv``, ``summary.json`` (corpus, Γ = λ·Σ lr, verdicts) and two figures.
 """
 
-from .measure import ANCHORS, COUNT_KEYS, METRICS, SETTINGS, model_config, run_group
-from .presets import PRESETS, Knobs, Preset, get_preset
-from .report import report_section, write_section
-from .run import check_same_experiment, groups, run, validate
-from .tables import anchor_rows, model_rows
+from __future__ import annotations
 
-__all__ = ["ANCHORS", "COUNT_KEYS", "anchor_rows", "model_rows", "METRICS", "PRESETS", "SETTINGS", "Knobs", "Preset",
-           "check_same_experiment", "get_preset", "groups", "model_config", "report_section",
-           "run", "run_group", "validate", "write_section"]
+import io
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from sbjax import overrides
+from sbjax.atomic import atomic_write_bytes
+from sbjax.config import Config
+from sbjax.data import tokens as tok_lib
+from sbjax.data.dataset import Dataset
+from sbjax.data.planted import PlantedLanguage
+from sbjax.data.tokenizer import Tokenizer
+from sbjax.experiment import Experiment, Group
+from sbjax.model import Model
+from sbjax.optim import lr_schedule
+from sbjax.paths import local_file, upath
+from sbjax.studies.corpus import corpus_overrides
+
+from ..common import write_json, write_rows
+from . import tables as T
+from .ceiling import ceiling_rows, true_nll
+from .presets import PRESETS
+from .report import figures, report
+from .stream import collapse_pass, stack, windows
+
+SETTINGS = {"cdnv_exponent": 2.0, "weighted_mean": False, "nc4_search": "analyzed",
+            "norm_variant": "norm", "angle_variant": "cos", "gnc2_centered": True,
+            "variance": "two_pass", "ddof": 1}
+PASS = {k: SETTINGS[k] for k in ("cdnv_exponent", "weighted_mean", "nc4_search")}
+
+
+def is_token_files(data) -> bool:
+  """``--data=TRAIN[,VAL]`` names token files (.bin / .npy) rather than a text directory."""
+  return bool(data) and Path(str(data).split(",")[0]).suffix in (".bin", ".npy")
+
+
+def token_file_corpus(data, vocab: int) -> tuple[np.ndarray, np.ndarray]:
+  """(train, val) token streams of ``--data=TRAIN[,VAL]`` (a flat .bin that names its dtype,
+  e.g. ``train.uint16.bin``, or an integer
+  .npy whose rows are concatenated); without VAL, the last tenth of TRAIN."""
+  if not is_token_files(data):
+    raise ValueError(f"--data={data!r}: this preset trains on token files; pass "
+                     "--data=TRAIN.bin[,VAL.bin] (flat uint16 ids, or an integer .npy) of "
+                     f"token ids in [0, {vocab}), e.g. TinyStories through the GPT-Neo "
+                     "tokenizer; nothing is downloaded")
+  paths = str(data).split(",")
+  arrs = [tok_lib.read_tokens(q).reshape(-1) for q in paths[:2]]
+  for q, a in zip(paths, arrs):
+    tok_lib.check_ids(a, vocab, f"token file {q}: ", "data.options.vocab_size of the preset")
+  if len(arrs) == 2:
+    return arrs[0], arrs[1]
+  n = len(arrs[0]) - len(arrs[0]) // 10
+  return arrs[0][:n], arrs[0][n:]
+
+
+def corpus(ctx) -> dict:
+  """{tr, va, vocab, tokenizer, data}: the preset's token streams cut to its budgets, the
+  tokenizer that gives pieces (None: ids) and the data section of the run configs."""
+  o, k = ctx.preset.overrides, ctx.knobs
+  if o["data.source"] == "tokens" or is_token_files(ctx.data):
+    vocab, paths = o["data.options.vocab_size"], str(ctx.data).split(",")
+    tr, va = token_file_corpus(ctx.data, vocab)
+    tok = upath(paths[0]).with_name("tokenizer.model")  # the one shipped beside the files
+    tok = str(Path(local_file(tok)).resolve()) if tok.is_file() else None
+    tok = tok if tok and Tokenizer(tok).vocab_size == vocab else None
+    data = {"data.source": "tokens", "data.options.path": paths[0],
+            "data.options.val_path": ",".join(paths[1:2])}
+  else:
+    data = {**{key: o[key] for key in ("data.options.vocab_size", "data.options.name") if key in o},
+            **corpus_overrides(o["data.source"], ctx.data)}
+    ds = ctx.dataset(overrides.apply(Config(), {**data, "train.seq_len": o["train.seq_len"],
+                                                "train.batch_size": o["train.batch_size"]}), 0)
+    tr, va, vocab, tok = ds.train_tokens, ds.val_tokens, ds.vocab_size, ds.tokenizer_path
+  tr = tr[:k.epoch_tokens + 1] if k.epoch_tokens else tr
+  va = va[:k.val_tokens + 1] if k.val_tokens else va
+  return {"tr": np.asarray(tr), "va": np.asarray(va), "vocab": int(vocab), "tokenizer": tok,
+          "data": overrides.apply(Config(), data).data}
+
+
+def _group(ctx, name, kind, arch, c, members, steps, every) -> Group:
+  """The members (seed, data seed, λ) of one shape trained ``steps`` steps on ``c``'s streams,
+  checkpointed every ``every`` steps."""
+  p, (n_layers, d) = ctx.preset, arch
+  o = {key: v for key, v in p.overrides.items() if not key.startswith("data.")}
+  base = overrides.config_from(f"{p.base}-L{n_layers}-d{d}", o)
+  mc = replace(base.model, vocab_size=c["vocab"],
+               window_size=min(base.model.window_size, o["train.seq_len"]))
+  tc = replace(base.train, steps=steps, ckpt_every=every, ckpt_log_spaced=False, eval_every=steps,
+               warmup_steps=min(o["train.warmup_steps"], max(steps - 1, 0)),
+               eval_batches=max(1, min(base.train.eval_batches, (len(c["va"]) - 1) // o[
+                   "train.seq_len"] // o["train.batch_size"])))
+  cfgs = [base.replace(name=f"collapse-{name}", model=mc, data=c["data"], train=replace(
+      tc, seed=s, data_seed=ds, weight_decay=float(wd))) for s, ds, wd in members]
+  sets = [Dataset(c["tr"], c["va"], seq_len=tc.seq_len, global_batch_size=tc.batch_size, seed=ds,
+                  vocab_size=c["vocab"]) for _, ds, _ in members]
+  labels = [{"kind": kind, "n_layers": n_layers, "d_model": d, "weight_decay": float(wd),
+             "seed": s, "data_seed": ds, **c.get("labels", {})} for s, ds, wd in members]
+  return Group(name, cfgs, labels, sets)
+
+
+def plan(ctx):
+  """The first seed group, the grid by shape, the other seed groups, the ceiling's run."""
+  k, c = ctx.knobs, corpus(ctx)
+  spe = max(1, (len(c["tr"]) - 1) // ctx.preset.overrides["train.seq_len"]
+            // ctx.preset.overrides["train.batch_size"])
+  last = spe * max(k.epochs)
+  seeds = [(f"seeds-L{a}-d{b}", (a, b)) for a, b in (tuple(k.seed_arch), *k.extra_seed_archs)]
+  seeds = [_group(ctx, n, "seeds", arch, c, [(s, s, k.seed_weight_decay) for s in range(k.seeds)],
+                  last, last) for n, arch in seeds] if k.seeds else []
+  every = spe * math.gcd(*k.epochs)
+  grid = [_group(ctx, f"L{a}-d{b}", "grid", (a, b), c, [(0, 0, wd) for wd in k.weight_decays],
+                 last, every) for b in k.widths for a in k.depths]
+  yield from seeds[:1] + grid + seeds[1:]
+  if k.ceiling and k.ceiling_steps:
+    lang = PlantedLanguage(vocab=k.ceiling[0], rank=k.ceiling[1], seed=0)
+    seq_len = ctx.preset.overrides["train.seq_len"]
+    cc = {"tr": lang.sample(np.random.default_rng([k.ceiling[0], 1]), k.ceiling_tokens + 1),
+          "va": lang.sample(np.random.default_rng([k.ceiling[0], 2]),
+                            max(k.ceiling_tokens // 8, 4 * seq_len) + 1),
+          "vocab": lang.vocab, "data": overrides.apply(Config(), {
+              "data.options.vocab": k.ceiling[0], "data.options.rank": k.ceiling[1]}).data}
+    cc["labels"] = {"val_true_nll": true_nll(lang, windows(cc["va"], seq_len))}
+    yield _group(ctx, "ceiling-L{}-d{}".format(*k.ceiling_arch), "ceiling", k.ceiling_arch, cc,
+                 [(0, 0, wd) for wd in k.weight_decays], max(k.ceiling_steps),
+                 math.gcd(*k.ceiling_steps))
+
+
+def snapshots(ctx, group: Group, j: int) -> dict:
+  """{step: epoch} of the checkpoints measured (the ceiling's: {step: step})."""
+  kind, steps, k = group.labels[j]["kind"], group.configs[j].train.steps, ctx.knobs
+  if kind == "ceiling":
+    return {s: s for s in k.ceiling_steps}
+  epochs = (max(k.epochs),) if kind == "seeds" else k.epochs
+  return {steps // max(k.epochs) * e: e for e in epochs}
+
+
+def measure(ctx, group: Group, j: int, steps: list, params: list) -> list[dict]:
+  """The collapse pass of member j's snapshot checkpoints, stacked (one row per step; {} for
+  a checkpoint that is no snapshot); per-class arrays of the first min_count in OUT/perclass."""
+  snaps, lab, cfg = snapshots(ctx, group, j), group.labels[j], group.configs[j]
+  at = [i for i, s in enumerate(steps) if s in snaps]
+  rows = [{} for _ in steps]
+  if not at:
+    return rows
+  ds, ceil = group.dataset[j], lab["kind"] == "ceiling"
+  trw, vaw = windows(ds.train_tokens, ds.seq_len), windows(ds.val_tokens, ds.seq_len)
+  mcs = (1,) if ceil else tuple(ctx.knobs.min_counts)
+  res = collapse_pass(cfg.model, stack([params[i] for i in at]), trw, vaw, chunk=ctx.knobs.chunk,
+                      min_counts=mcs, **PASS)
+  for i, per in zip(at, res):
+    r0 = per[mcs[0]]
+    rows[i] = {"val_loss": r0["val_loss"], "val_tokens": r0["val_tokens"],
+               "train_tokens": r0["train_tokens"]}
+    for m, r in per.items():
+      rows[i].update({f"{key}@{m}": np.asarray(r.get(key, math.nan)).item() for key in
+                      T.METRICS + T.COUNT_KEYS} | {f"error@{m}": r["error"],
+                                                   f"unc3_reason@{m}": r.get("unc3_reason", "")})
+    if ceil:
+      continue
+    buf = io.BytesIO()
+    np.savez(buf, class_ids=r0["class_ids"], per_class_cdnv=r0["per_class_cdnv"],
+             per_class_interference=r0["per_class_interference"], counts=r0["class_counts"])
+    (ctx.out / "perclass").mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(ctx.out / "perclass" / f"{_run(group, j)}-e{snaps[steps[i]]}.npz",
+                       buf.getvalue())
+  return rows
+
+
+def _run(group: Group, j: int) -> str:
+  lab = group.labels[j]
+  return f"{group.name}-wd{lab['weight_decay']:g}-s{lab['seed']}"
+
+
+def _measured(ctx, points: list[dict], ceiling: bool):
+  """(row, group, member, {step: epoch}) of the measured snapshots, in plan order."""
+  order = list(ctx.groups)
+  for r in sorted(points, key=lambda r: (order.index(r["group"]), r["step"], r["member"])):
+    g, j = ctx.groups[r["group"]], int(r["member"])
+    snaps = snapshots(ctx, g, j)
+    if (r["kind"] == "ceiling") == ceiling and r["step"] in snaps:
+      yield r, g, j, snaps
+
+
+def model_rows(ctx, points: list[dict]) -> list[dict]:
+  """collapse_models.csv: a row per measured snapshot (``ctx.measured``) and min_count."""
+  rows = []
+  for r, g, j, snaps in _measured(ctx, points, False):
+    e, mc, tc = snaps[r["step"]], g.configs[j].model, g.configs[j].train
+    rows += [{"model": f"{_run(g, j)}-e{e}", "run": _run(g, j), "group": g.name,
+              "kind": r["kind"], "n_layers": mc.n_layers, "d_model": mc.d_model,
+              "n_heads": mc.n_heads, "vocab_size": mc.vocab_size,
+              "n_params": Model(mc).param_count(), "weight_decay": tc.weight_decay,
+              "seed": tc.seed, "data_seed": tc.data_seed, "epochs": e,
+              "last_snapshot": int(e == max(ctx.knobs.epochs)), "min_count": m,
+              "steps": r["step"], "train_tokens_seen": r["step"] * tc.batch_size * tc.seq_len,
+              **{key: r[key] for key in ("val_loss", "val_tokens", "train_tokens")},
+              **{key: r[f"{key}@{m}"] for key in T.METRICS + T.COUNT_KEYS}, **SETTINGS,
+              "unc3_reason": r[f"unc3_reason@{m}"], "error": r[f"error@{m}"]}
+             for m in ctx.knobs.min_counts]
+  return rows
+
+
+def ceiling_trained(ctx, points: list[dict]) -> list[dict]:
+  """collapse_ceiling_trained.csv: the ceiling run's snapshots, with the gap to the entropy."""
+  return [{"step": r["step"], "run": _run(g, j), "n_layers": g.configs[j].model.n_layers,
+           "d_model": g.configs[j].model.d_model, "weight_decay": r["weight_decay"],
+           "val_loss": r["val_loss"], "val_true_nll": r["val_true_nll"],
+           "gap": r["val_loss"] - r["val_true_nll"], **{k: r[f"{k}@1"] for k in T.METRICS},
+           "n_classes": r["n_classes@1"], "error": r["error@1"]}
+          for r, g, j, _ in sorted(_measured(ctx, points, True),
+                                   key=lambda x: (x[0]["step"], x[0]["member"]))]
+
+
+def write_tables(ctx) -> None:
+  k, c = ctx.knobs, corpus(ctx)
+  points = [r for rows in ctx.measured.values() for r in rows]
+  models = model_rows(ctx, points)
+  write_rows(ctx.out / "collapse_models.csv", models)
+  r2 = T.r2_rows(models, k.min_counts)
+  write_rows(ctx.out / "collapse_r2.csv", r2)
+  seeds = T.seed_rows(models, k.min_counts, k.n_perm)
+  if seeds:
+    write_rows(ctx.out / "collapse_seeds.csv", seeds)
+  anchors = T.anchor_rows(r2)
+  write_rows(ctx.out / "collapse_anchors.csv", anchors)
+  ok = [r for r in (T.select(models, "grid", k.min_counts[0]) or
+                    T.select(models, "seeds", k.min_counts[0], "last"))
+        if math.isfinite(r["val_loss"]) and math.isfinite(r["nc1_mean_log10_cdnv"])]
+  best = min(ok, key=lambda r: r["val_loss"])["model"]
+  z = np.load(io.BytesIO((ctx.out / "perclass" / f"{best}.npz").read_bytes()))
+  piece = Tokenizer(c["tokenizer"]).id_to_piece if c["tokenizer"] else str
+  write_rows(ctx.out / "collapse_tokens.csv", T.token_rows(best, z, piece))
+  if k.ceiling:
+    write_rows(ctx.out / "collapse_ceiling.csv", ctx.memo("ceiling", k.ceiling,
+                                                          lambda: ceiling_rows(*k.ceiling)))
+    if k.ceiling_steps:
+      write_rows(ctx.out / "collapse_ceiling_trained.csv", ceiling_trained(ctx, points))
+  write_json(ctx.out / "summary.json", {
+      "vocab_size": c["vocab"], "train_tokens": len(c["tr"]) - 1, "val_tokens": len(c["va"]) - 1,
+      "tokenizer": c["tokenizer"], "settings": SETTINGS, "min_counts": list(k.min_counts),
+      "n_permutations": k.n_perm, "weight_decay": gamma(ctx),
+      "anchors": {f"{r['metric']}@{r['min_count']}": r["ci_verdict"] for r in anchors},
+      "seeds": {f"{r['group']}/{r['metric']}@{r['min_count']}": r["ci_verdict"] for r in seeds}})
+
+
+def gamma(ctx) -> dict:
+  """Γ = λ·Σ_t lr(t) over a run (decoupled decay shrinks weights by ~exp(-Γ))."""
+  g = next(g for g in ctx.groups.values() if g.labels[0]["kind"] != "ceiling")
+  tc = g.configs[0].train
+  sum_lr = float(np.sum(np.asarray(lr_schedule(tc)(np.arange(tc.steps)), np.float64)))
+  lams = sorted(set(ctx.knobs.weight_decays) | {ctx.knobs.seed_weight_decay})
+  return {"steps": tc.steps, "sum_lr": sum_lr, "gamma": {f"{x:g}": x * sum_lr for x in lams}}
+
+
+EXPERIMENT = Experiment("collapse", PRESETS, plan, measure=measure, measure_steps="all",
+                        measure_chunk=64, tables=write_tables, figures=figures, report=report,
+                        doc=__doc__)

@@ -1,93 +1,90 @@
-"""The collapse ceiling of a planted language, and trained models as they approach it.
+"""The collapse ceiling of a planted language: NC1-NC4 of the Bayes-optimal model.
 
-On a planted-rank language (``Knobs.ceiling = (V, k)``, context 1, exact P and π) the
-Bayes-optimal model is known exactly (``sbjax.studies.collapse_ceiling``): its NC1–NC4 are
-the ceiling, written for both canonical factorisations to ``collapse_ceiling.csv``. One
-architecture (``Knobs.ceiling_arch``) is then trained on tokens sampled from the language,
-one member per weight decay, and measured at the snapshot steps ``Knobs.ceiling_steps``:
-``collapse_ceiling_trained.csv`` holds every collapse metric with the gap to the entropy,
-
-    gap = val_loss − (−(1/N) Σ_i log P(y_i | x_i))      (the same validation tokens),
-
-i.e. the sampled KL(P ‖ model) ≥ 0 up to sampling noise. The figure plots each metric
-against the gap, with the ceiling's values as horizontal lines.
+On the planted-rank language (``sbjax.data.planted.PlantedLanguage``, context 1: exact P(w|c)
+and stationary pi) the row-centred optimal logits Z~ = Z - Z 1 1^T / V, Z = alpha U V^T /
+sqrt(k) + 1 b^T, have rank <= k + 1, and any factorisation Z~ = H W^T (features H, one per
+context; head W) is an optimal model (loss = the entropy rate H). It is not unique and the
+metrics are not invariant to it, so two canonical ones: ``balanced`` (SVD, H = U_r S_r^1/2,
+W = V_r S_r^1/2: least ||H||^2 + ||W||^2, the one weight decay favours) and ``planted`` (the
+generating parameters, h_c = [alpha u_c / sqrt(k), 1], w_v = [v_v - mean v, b_v - mean b]).
+A token (c, w) has probability q(c, w) = pi_c P(w | c) and feature h_c, so the class statistics
+are population values (mass m_w = sum_c q(c, w), mean, population variance) and NC1-NC3 are
+``collapse_metrics_from_stats`` of them; NC4: a context is a hit when argmax_v <w_v, h_c> =
+argmin_v ||h_c - mu_v||^2, weighted by pi_c (per class: by q(c, w) / m_w).
 """
 
 from __future__ import annotations
 
-import time
-from pathlib import Path
-
 import numpy as np
 
-from .measure import METRICS, model_config, scalar, train_config, windows
-from .presets import Preset
-from ..shared import upath, write_rows
-from sbjax.data.dataset import Dataset
 from sbjax.data.planted import PlantedLanguage
-from sbjax.studies import collapse_ceiling as CC
-from sbjax.studies import collapse_grid as cg
+from sbjax import metrics as C
+
+# Population statistics have no sampling error: the count passes min_count and makes the
+# finite-sample correction negligible.
+POPULATION_COUNT = 1 << 30
+VARIANTS = ("balanced", "planted")
 
 
-def language(p: Preset) -> PlantedLanguage:
-  vocab, rank = p.knobs.ceiling
-  return PlantedLanguage(vocab=vocab, rank=rank, seed=0)
+def optimal_factorisation(lang: PlantedLanguage, variant: str = "balanced",
+                          rtol: float = 1e-9) -> tuple[np.ndarray, np.ndarray]:
+  """(H: C x r, W: V x r) float64 with H W^T = the row-centred optimal logits (module doc)."""
+  if variant not in VARIANTS:
+    raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+  z = lang.logit_matrix()
+  if variant == "planted":
+    h = np.concatenate([lang.alpha * lang.U / np.sqrt(lang.rank), np.ones((z.shape[0], 1))], 1)
+    w = np.concatenate([lang.V - lang.V.mean(0), (lang.b - lang.b.mean())[:, None]], 1)
+    return h, w
+  u, s, vt = np.linalg.svd(z - z.mean(1, keepdims=True), full_matrices=False)
+  r = int(np.sum(s > rtol * s[0]))
+  root = np.sqrt(s[:r])
+  return u[:, :r] * root, vt[:r].T * root
+
+
+def population_stats(lang, h: np.ndarray, w: np.ndarray) -> dict:
+  """Exact class statistics of the model (h per context, head w) on the language:
+  {mass (V,), means (V x r), variances (V,), q (C x V), hits (C,): NC4 per context}."""
+  q = lang.stationary[:, None] * lang.probs
+  mass = q.sum(0)
+  safe = np.where(mass > 0, mass, 1.0)
+  means = (q.T @ h) / safe[:, None]
+  variances = np.maximum((q.T @ np.sum(h * h, 1)) / safe - np.sum(means * means, 1), 0.0)
+  seen = mass > 0
+  d2 = np.sum(h * h, 1)[:, None] - 2 * h @ means[seen].T + np.sum(means[seen] ** 2, 1)[None]
+  hits = ((h @ w[seen].T).argmax(1) == d2.argmin(1)).astype(np.float64)
+  return {"mass": mass, "means": means, "variances": variances, "q": q, "hits": hits}
+
+
+def ceiling_metrics(lang: PlantedLanguage, variant: str = "balanced") -> dict:
+  """NC1-NC4 of the Bayes-optimal model of ``lang``: every scalar key of
+  ``collapse_metrics_from_stats``, ``nc4_agreement`` (token-weighted), ``nc4_agreement_per_class``,
+  ``width`` r, ``entropy`` H (nats, the optimum's loss) and ``variant``."""
+  h, w = optimal_factorisation(lang, variant)
+  st = population_stats(lang, h, w)
+  counts = np.where(st["mass"] > 0, POPULATION_COUNT, 0).astype(np.int64)
+  out = C.collapse_metrics_from_stats(st["means"], st["variances"], counts, w,
+                                      options=C.CollapseOptions(min_count=1)).to_dict()
+  seen = st["mass"] > 0
+  per_class = (st["q"].T @ st["hits"])[seen] / st["mass"][seen]
+  out.update(nc4_agreement=float(lang.stationary @ st["hits"]),
+             nc4_agreement_per_class=float(per_class.mean()), width=int(h.shape[1]),
+             entropy=float(lang.entropy), variant=variant)
+  return out
 
 
 def true_nll(lang: PlantedLanguage, wins: np.ndarray) -> float:
-  """−mean log P(y | x) over the targets of packed windows [n, T+1] (context 1)."""
-  if lang.context != 1:
-    raise ValueError("the ceiling experiment needs a context-1 planted language")
+  """-mean log P(y | x) over the targets of packed windows [n, T+1] (context 1)."""
   return float(-np.mean(lang.log_probs[wins[:, :-1], wins[:, 1:]]))
 
 
-def ceiling_rows(lang: PlantedLanguage) -> list[dict]:
+def ceiling_rows(vocab: int, rank: int) -> list[dict]:
+  """collapse_ceiling.csv: the language's parameters and its ceiling, one row per variant."""
+  lang = PlantedLanguage(vocab=vocab, rank=rank, seed=0)
   rows = []
-  for v in CC.VARIANTS:
-    r = CC.ceiling_metrics(lang, v)
+  for v in VARIANTS:
+    r = ceiling_metrics(lang, v)
     rows.append({"vocab": lang.vocab, "planted_rank": lang.rank, "alpha": lang.alpha,
-                 "zipf": lang.zipf, **{k: scalar(r[k]) if k != "variant" else r[k]
-                                       for k in r if np.ndim(r[k]) == 0}})
+                 "zipf": lang.zipf, **{k: np.asarray(x).item() for k, x in r.items()
+                                       if np.ndim(x) == 0}})
   return rows
-
-
-def trained_rows(p: Preset, lang: PlantedLanguage, verbose: bool = True) -> list[dict]:
-  """Train the ceiling architecture (one member per weight decay) on the language and
-  measure every snapshot (min_count 1)."""
-  k = p.knobs
-  seq_len, batch = p.overrides["train.seq_len"], p.overrides["train.batch_size"]
-  tr = lang.sample(np.random.default_rng([k.ceiling[0], 1]), k.ceiling_tokens + 1)
-  va = lang.sample(np.random.default_rng([k.ceiling[0], 2]), max(k.ceiling_tokens // 8, 4 * seq_len) + 1)
-  n_layers, d = k.ceiling_arch
-  mc = model_config(p, n_layers, d, lang.vocab)
-  members = [cg.Member(seed=0, data_seed=0, weight_decay=float(wd)) for wd in k.weight_decays]
-  dss = [Dataset(tr, va, seq_len=seq_len, global_batch_size=batch, seed=m.data_seed,
-                 vocab_size=lang.vocab, process_index=0, process_count=1) for m in members]
-  steps = tuple(k.ceiling_steps)
-  t0 = time.perf_counter()
-  snaps, _ = cg.train_group(mc, train_config(p, max(steps)), members, dss, steps,
-                            name=f"ceiling-L{n_layers}-d{d}", log_every=(max(steps) // 4 if verbose else 0))
-  trw, vaw = windows(tr, seq_len), windows(va, seq_len)
-  h = true_nll(lang, vaw)
-  rows = []
-  for s in steps:
-    res = cg.collapse_pass(mc, snaps[s], trw, vaw, chunk=k.chunk)
-    for m, r in zip(members, res):
-      rows.append({"run": f"ceiling-L{n_layers}-d{d}-wd{m.weight_decay:g}", "step": s,
-                   "n_layers": n_layers, "d_model": d, "weight_decay": m.weight_decay,
-                   "val_loss": r["val_loss"], "val_true_nll": h, "gap": r["val_loss"] - h,
-                   **{kk: scalar(r.get(kk, float("nan"))) for kk in METRICS},
-                   "n_classes": r.get("n_classes", 0), "error": r["error"],
-                   "seconds": round(time.perf_counter() - t0, 1)})
-  return rows
-
-
-def run_ceiling(out: Path, p: Preset, verbose: bool = True) -> None:
-  """collapse_ceiling.csv and (with ceiling_steps) collapse_ceiling_trained.csv in ``out``
-  (kept on a rerun); nothing without ``Knobs.ceiling``."""
-  if not p.knobs.ceiling:
-    return
-  lang = language(p)
-  write_rows(upath(out) / "collapse_ceiling.csv", ceiling_rows(lang))
-  if p.knobs.ceiling_steps and not (upath(out) / "collapse_ceiling_trained.csv").exists():
-    write_rows(upath(out) / "collapse_ceiling_trained.csv", trained_rows(p, lang, verbose))

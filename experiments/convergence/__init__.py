@@ -1,47 +1,269 @@
-r"""Layer convergence vs model size (Diehl Martinez, Lesci & Buttery 2024).
-
-  python -m experiments.convergence --preset=cpu --out=out/convergence
-  python -m experiments.convergence --preset=test --out=/tmp/conv   # seconds, for the tests
-  python -m experiments.convergence --series=pythia-70m,pythia-160m --series_tokens=batch.npy \
-      --out=out/convergence_pythia
-
-Trains one model per width with dense checkpoints (the log schedule 0, 1, 2, ..., 512
-plus >= 20 evenly spaced ones), or takes imported Hugging Face series (directories of
-``step<N>`` revisions, e.g. Pythia, with a fixed token batch as an ``.npy`` int array
-[n, T+1]); then, on one fixed batch, measures every checkpoint's linear CKA to the final
-checkpoint per layer (MLP output, OV circuit; last-token and all-token; biased and
-debiased HSIC) and the PER of fc_out and of the per-head OV matrices (and of their
-gradients). Definitions: sbjax/studies/convergence.py.
-
-``run`` writes to OUT: ``layers.csv`` / ``layers.md`` (per layer: the first step at which
-CKA >= 0.9 of its final value, and PER), ``correlations.csv`` (Pearson / Spearman of that
-step with PER), ``bands.csv``, ``models.csv``, ``measure/<model>/`` (the long cka.csv,
-per.csv, steps.csv of every checkpoint), ``runs/<model>/`` (the training workdirs) and
-``summary.json``. ``report_section(out, rel)`` (report.py, from those files only) draws
-``fig_cka_bands.png`` (percentile bands 10/25/50/75/90 over layers of CKA-to-final vs step,
-per model, MLP and OV rows; the authors' main figure, for the primary token mode /
-estimator), ``fig_cka_bands_<tokens>_<estimator>.png`` for every combination (not for the
-test and quick presets) and ``fig_step_vs_per.png``, and gives the markdown section; the
-CLI writes it to ``section.md``. Rerunning skips finished training and measurements.
-
-Stabilisation where depth matters (issue 33, item 6): every run also measures a second,
-disjoint probe batch of ``n_sequences`` validation windows (``probes``) and writes
-``stab_levels.csv`` (the stabilisation step of every layer at levels 0.8, 0.9 and 0.95 on each
-batch, ``levels``); the report adds their table and a generated reading (supported / refuted /
-undecided, with the batches' agreement and the Γ scope, ``depth_reading``). Presets
-``depth-text`` (Shakespeare via --data, d 32 and 128, 4 layers, Γ 2.4), ``depth-planted-g2.4``
-and ``depth-planted-g7.9`` (a planted language of context 2, V = 64, 4096 contexts, d 32).
-
-Modules: ``presets`` (PRESETS: test, quick, cpu, cpu-gamma, tpu, depth-*, test-depth-*),
-``run`` (configs, training, measurement), ``probes`` (the probe batches), ``summary`` (the
-summary CSVs), ``levels`` (stab_levels.csv), ``report`` (figures, markdown),
-``depth_reading`` (the stabilisation reading), ``__main__`` (the CLI).
+r"""``convergence``: layer convergence against model width (Diehl Martinez, Lesci & Buttery 2024).
+One model per width, trained with dense checkpoints (log-spaced 0, 1, 2, ..., 512 and every
+``train.ckpt_every``); every checkpoint measured (``kernel``: each layer's CKA to the final
+checkpoint on fixed probe batches, PERs) into checkpoints.csv. Per layer (``stats``): the first
+step with CKA ≥ 0.9 of its final value, the step from which it stays there, and its
+stabilisation step (the first checkpoint after which CKA stays ≥ 0.9). Outputs in OUT:
+``layers.csv`` (per model, kind, layer, token mode and estimator: those steps, as fractions of
+training, and the PERs), ``bands.csv`` (percentiles 10/25/50/75/90 over layers of CKA-to-final
+per step), ``models.csv`` (per model: medians and shares by 20% of training),
+``correlations.csv`` (Pearson and Spearman of the first step with PER), ``stabilisation.csv``
+(Spearman(PER, stabilisation step) per model and kind with its exact permutation p, and
+stratified by model and kind), ``stab_levels.csv`` (every layer's stabilisation step at levels
+0.8, 0.9 and 0.95 on every probe batch), ``summary.json``, ``fig_cka_bands``,
+``fig_step_vs_per``. A checkpoint series (a Pythia import) is measured per layer by
+``experiments.analyze --tokens=F.npy --groups=loss,cka,per``.
 """
 
-from .presets import PRESETS, Knobs, Preset, get_preset
-from .report import report_section
-from .run import configs, data_config, run, settings_for
-from .summary import FRAC, PAPER_FRAC, layers_markdown
+from __future__ import annotations
 
-__all__ = ["FRAC", "PAPER_FRAC", "PRESETS", "Knobs", "Preset", "configs", "data_config",
-           "get_preset", "layers_markdown", "report_section", "run", "settings_for"]
+import dataclasses
+import itertools
+
+import numpy as np
+
+from sbjax import checkpoint as ckpt
+from sbjax import optim, overrides
+from sbjax.analysis.measure import identity
+from sbjax.data import sources
+from sbjax.experiment import Experiment, Group, digest, figure
+from sbjax.studies.corpus import corpus_overrides
+from sbjax.studies.stats import finite_pearson, spearman
+
+from ..common import md_table, read_rows, write_json, write_rows
+from . import kernel as M
+from .presets import PRESETS
+from .stats import first_step_reaching, stays_from, stratified_spearman_test
+
+KINDS, TOKEN_MODES, ESTIMATORS = M.KINDS, M.TOKEN_MODES, M.ESTIMATORS
+FRAC, STAB_LEVEL, STAB_LEVELS, PAPER_FRAC = 0.9, 0.9, (0.8, 0.9, 0.95), 0.2
+PERCENTILES = (10, 25, 50, 75, 90)
+PER_COLUMNS = ("per_weights_final", "per_weights_mean", "per_full_final", "per_head_dim_final")
+
+
+def configs(p, data=None) -> list:
+  """[(width, Config)] of a preset: a synthetic source without ``data`` keeps its language, any
+  other is put on the corpus ``data``; of the data.options, those of the source it ends with."""
+  o = {**p.overrides, **({} if sources.get(p.overrides["data.source"]).synthetic and not data
+                         else corpus_overrides(p.overrides["data.source"], data))}
+  opts = {f.name for f in dataclasses.fields(sources.get(o["data.source"]).options)}
+  o = {k: v for k, v in o.items() if k.removeprefix("data.options.") in opts
+       or not k.startswith("data.options.")}
+  return [(w, overrides.config_from(p.base, {
+      **o, **{k: v[i] for k, v in p.knobs.per_width.items()}, "model.d_model": w,
+      "name": f"convergence-d{w}"})) for i, w in enumerate(p.knobs.widths)]
+
+
+def plan(ctx):
+  for w, cfg in configs(ctx.preset, ctx.data):
+    yield Group(f"d{w}", [cfg], [{"model": f"d{w}", "width": w}])
+
+
+_REFERENCE: dict = {}  # the last member's probe batches and final activations
+
+
+def measure(ctx, group, j, steps, params):
+  """``kernel.measure_group`` on groups of ``group_size`` checkpoints; the CKA reference (the
+  final checkpoint's activations) is computed once per member."""
+  k, wd = ctx.knobs, ctx.workdirs(group)[j]
+  cfg, final = ckpt.load_config(wd), ckpt.list_steps(wd)[-1]  # model.vocab_size resolved
+  key = digest([str(wd), identity(wd, final), k])
+  if key not in _REFERENCE:
+    batches = M.probe_batches(ctx.dataset(group.configs[j]), k.n_sequences, k.probe_batches)
+    _REFERENCE.clear()
+    _REFERENCE[key] = batches, M.references(cfg.model, ckpt.load_params(wd, final)[1],
+                                            batches, k)
+  batches, refs = _REFERENCE[key]
+  return [r for g0 in range(0, len(params), k.group_size)
+          for r in M.measure_group(cfg.model, params[g0:g0 + k.group_size], batches, refs, k)]
+
+
+def _matrix(rows, prefix: str, n_layers: int) -> np.ndarray:
+  return np.array([[r[f"{prefix}_{i}"] for i in range(n_layers)] for r in rows], float)
+
+
+def _layers(model, w, mc, knobs, rows) -> list[dict]:
+  """The layers.csv rows of one model from its checkpoint rows (step order)."""
+  steps, final, r, out = [x["step"] for x in rows], rows[-1]["step"], M.ranks(mc, knobs), []
+  frac = lambda s: s / final if s is not None and final else float("nan")
+  for kind, t, e in itertools.product(KINDS, TOKEN_MODES, ESTIMATORS):
+    i = KINDS.index(kind)
+    for layer, c in enumerate(_matrix(rows, f"cka0_{kind}_{t}_{e}", mc.n_layers).T):
+      fs, ss, st = (first_step_reaching(steps, c, FRAC), stays_from(steps, c, FRAC * c[-1]),
+                    stays_from(steps, c, STAB_LEVEL))
+      row = {"model": model, "width": w, "kind": kind, "layer": layer, "tokens": t,
+             "estimator": e, "final_step": final, "first_step": fs, "stable_step": ss,
+             "first_frac": frac(fs), "stable_frac": frac(ss)}
+      for src in (x for x in ("weights", "gradients") if f"per_{x}_{kind}_0" in rows[0]):
+        v = [x[f"per_{src}_{kind}_{layer}"] for x in rows]
+        row.update({f"per_{src}_final": v[-1], f"per_{src}_mean": float(np.mean(v)),
+                    f"per_{src}_r": r[src][i]})
+      out.append({**row, "stabilisation_step": st, "stabilisation_frac": frac(st), **{
+          f"per_{src}_{x}": v for src in ("full", "head_dim") for x, v in (
+              ("final", rows[-1][f"per_{src}_{kind}_{layer}"]), ("r", r[src][i]))}})
+  return out
+
+
+def _bands(model, w, mc, rows) -> list[dict]:
+  final, out = rows[-1]["step"], []
+  for kind, t, e in itertools.product(KINDS, TOKEN_MODES, ESTIMATORS):
+    q = np.percentile(_matrix(rows, f"cka0_{kind}_{t}_{e}", mc.n_layers), PERCENTILES, 1).T
+    out += [{"model": model, "width": w, "kind": kind, "tokens": t, "estimator": e,
+             "step": x["step"], "frac": x["step"] / final if final else 0.0,
+             **{f"p{p}": float(v) for p, v in zip(PERCENTILES, qq)}} for x, qq in zip(rows, q)]
+  return out
+
+
+def _median(v) -> float:
+  v = np.asarray(v, float)
+  return float(np.nanmedian(v)) if np.isfinite(v).any() else float("nan")
+
+
+def _model_row(model, w, mc, layers, rows) -> dict:
+  prim = [r for r in layers if (r["tokens"], r["estimator"]) == ("last", "biased")]
+  out = {"model": model, "width": w, "n_layers": mc.n_layers, "final_step": rows[-1]["step"],
+         "n_checkpoints": len(rows), "final_loss": rows[-1]["eval_loss"]}
+  for col, share in (("first_frac", "share_by_paper_frac"),
+                     ("stabilisation_frac", "share_stabilised_by_paper_frac")):
+    v = np.array([r[col] for r in prim], float)
+    out.update({f"median_{col}": _median(v),
+                share: float(np.mean(np.nan_to_num(v, nan=2.0) <= PAPER_FRAC)),
+                **{f"median_{col}_{k}": _median([r[col] for r in prim if r["kind"] == k])
+                   for k in KINDS}})
+  return out
+
+
+def _column(rows, c) -> np.ndarray:
+  return np.array([float(r[c]) if r.get(c) is not None else np.nan for r in rows])
+
+
+def _correlations(layers, models) -> list[dict]:
+  """Pearson and Spearman of the first step (all models: its fraction) with each PER."""
+  out = []
+  for t, e in sorted({(r["tokens"], r["estimator"]) for r in layers}):
+    for scope in ["all"] + models:
+      for kind in ("all",) + KINDS:
+        sel = [r for r in layers if (r["tokens"], r["estimator"]) == (t, e)
+               and scope in ("all", r["model"]) and kind in ("all", r["kind"])]
+        xv = _column(sel, "first_frac" if scope == "all" else "first_step")
+        for y in ("per_weights_final", "per_weights_mean", "per_gradients_final"):
+          yv = _column(sel, y)
+          if not np.isnan(yv).all():
+            out.append({"model": scope, "kind": kind, "tokens": t, "estimator": e,
+                        "x": "first_frac" if scope == "all" else "first_step", "y": y,
+                        "n": int((np.isfinite(xv) & np.isfinite(yv)).sum()),
+                        "pearson": finite_pearson(xv, yv), "spearman": spearman(xv, yv)})
+  return out
+
+
+def _stabilisation(layers) -> list[dict]:
+  """Spearman(PER, stabilisation step) per (model, kind) and stratified over them."""
+  out = []
+  for t, e in sorted({(r["tokens"], r["estimator"]) for r in layers}):
+    sel = [r for r in layers if (r["tokens"], r["estimator"]) == (t, e)]
+    for y in (y for y in PER_COLUMNS if any(r.get(y) is not None for r in sel)):
+      res = stratified_spearman_test(_column(sel, y), _column(sel, "stabilisation_step"),
+                                     [f"{r['model']}/{r['kind']}" for r in sel])
+      base = {"tokens": t, "estimator": e, "per": y}
+      out += [{**base, "model": s["stratum"].split("/")[0], "kind": s["stratum"].split("/")[1],
+               "n": s["n"], "spearman": s["rho"], "p_perm": s["p"], "exact": int(s["exact"])}
+              for s in res["strata"]]
+      out.append({**base, "model": "stratified", "kind": "mlp+ov", "n": len(sel),
+                  "spearman": res["statistic"], "p_perm": res["p"], "exact": int(res["exact"])})
+  return out
+
+
+def _levels(model, w, mc, knobs, rows) -> list[dict]:
+  """stab_levels.csv: the stabilisation step of every layer at each level on each probe."""
+  steps, final, out = [x["step"] for x in rows], rows[-1]["step"], []
+  for p in (p for p in range(knobs.probe_batches) if f"cka{p}_mlp_last_biased_0" in rows[0]):
+    for kind in KINDS:
+      for layer, c in enumerate(_matrix(rows, f"cka{p}_{kind}_last_biased", mc.n_layers).T):
+        for level, st in ((lv, stays_from(steps, c, lv)) for lv in STAB_LEVELS):
+          out.append({"model": model, "width": w, "n_layers": mc.n_layers, "probe": p,
+                      "kind": kind, "layer": layer, "level": level, "tokens": "last",
+                      "estimator": "biased", "n_sequences": knobs.n_sequences,
+                      "stabilisation_step": st, "final_step": final, "stabilisation_frac":
+                      st / final if st is not None and final else float("nan")})
+  return out
+
+
+def tables(ctx) -> None:
+  layers, bands, models, levels, gamma = [], [], [], [], {}
+  for name, g in ctx.groups.items():
+    cfg, rows, w = ckpt.load_config(ctx.workdirs(g)[0]), ctx.measured[name], g.labels[0]["width"]
+    lay = _layers(name, w, cfg.model, ctx.knobs, rows)
+    layers += lay
+    bands += _bands(name, w, cfg.model, rows)
+    models.append(_model_row(name, w, cfg.model, lay, rows))
+    levels += _levels(name, w, cfg.model, ctx.knobs, rows)
+    gamma[name] = optim.gamma_total(cfg.train)
+  stab = _stabilisation(layers)
+  for f, rows in (("layers", layers), ("bands", bands), ("models", models),
+                  ("correlations", _correlations(layers, list(ctx.groups))),
+                  ("stabilisation", stab), ("stab_levels", levels)):
+    write_rows(ctx.out / f"{f}.csv", rows)
+  write_json(ctx.out / "summary.json", {
+      "models": list(ctx.groups), "gamma_total": gamma, "probe_batches": 1 + max(
+          r["probe"] for r in levels), "stratified": [r for r in stab if r["model"] ==
+                                                      "stratified" and r["tokens"] == "last"
+                                                      and r["estimator"] == "biased"]})
+
+
+def draw(out) -> None:
+  """fig_cka_bands: percentiles over layers of the last-token biased CKA-to-final per step
+  (MLP and OV rows, a column per model); fig_step_vs_per: the first step against PER."""
+  plt, models = figure.pyplot(), [r["model"] for r in read_rows(out / "models.csv")]
+  bands = [r for r in read_rows(out / "bands.csv") if _primary(r)]
+  fig, axes = plt.subplots(2, len(models), figsize=(3.4 * len(models) + 1, 5.6), squeeze=False,
+                           sharey=True)
+  for (i, kind), (j, name) in itertools.product(enumerate(KINDS), enumerate(models)):
+    rows, ax = [r for r in bands if (r["model"], r["kind"]) == (name, kind)], axes[i][j]
+    x, g = [r["step"] for r in rows], {p: [r[f"p{p}"] for r in rows] for p in PERCENTILES}
+    ax.fill_between(x, g[10], g[90], color="C0", alpha=0.2, lw=0, label="10–90%")
+    ax.fill_between(x, g[25], g[75], color="C0", alpha=0.4, lw=0, label="25–75%")
+    ax.plot(x, g[50], color="C0", label="median")
+    ax.axvline(PAPER_FRAC * x[-1], color="k", ls=":", lw=1, label="20% of training")
+    ax.axhline(FRAC, color="gray", ls="--", lw=0.8)
+    ax.set_xscale("symlog", linthresh=1.0, linscale=0.4)
+    ax.set(xlim=(0, x[-1] * 1.15), ylim=(min(-0.05, min(g[10]) - 0.05), 1.05), xlabel="step",
+           ylabel="CKA to final" if j == 0 else None, title=f"{name} {kind}")
+  axes[0][0].legend(fontsize=7, loc="lower right")
+  figure.save(fig, out, "fig_cka_bands", "CKA to the final checkpoint, over layers")
+  fig, ax = plt.subplots(figsize=(5.2, 3.8))
+  layers = [r for r in read_rows(out / "layers.csv") if _primary(r)]
+  for (j, name), (kind, mk) in itertools.product(enumerate(models), zip(KINDS, "o^")):
+    rr = [r for r in layers if (r["model"], r["kind"]) == (name, kind)]
+    ax.scatter([r["per_weights_final"] for r in rr], [r["first_frac"] for r in rr], marker=mk,
+               color=f"C{j}", label=f"{name} {kind}")
+  ax.set(xlabel="PER at the final checkpoint", ylabel=f"first step CKA ≥ {FRAC}·final / steps")
+  ax.legend(fontsize=7, ncol=2)
+  figure.save(fig, out, "fig_step_vs_per")
+
+
+def _primary(r) -> bool:
+  return (r["tokens"], r["estimator"]) == ("last", "biased")
+
+
+def report(out, rel: str = ".") -> str:
+  stab = [r for r in read_rows(out / "stabilisation.csv") if _primary(r)]
+  levels = {}
+  for r in read_rows(out / "stab_levels.csv"):
+    levels.setdefault((r["model"], r["probe"], r["level"]), []).append(r["stabilisation_frac"])
+  models = read_rows(out / "models.csv")
+  return "\n".join([
+      f"![CKA-to-final bands]({rel}/{figure.name('fig_cka_bands')})", "",
+      f"![first step vs PER]({rel}/{figure.name('fig_step_vs_per')})", "",
+      "Per model (last-token, biased CKA; fractions of training; shares by 20%):", "",
+      *md_table(models, list(models[0])), "",
+      ("Spearman(PER, stabilisation step) per model and kind (exact permutation p), and "
+       "stratified by model and kind:"), "",
+      *md_table(stab, ["per", "model", "kind", "n", "spearman", "p_perm"]), "",
+      "Median stabilisation fraction at each level, per probe batch:", "",
+      *md_table([{"model": m, "probe": p, "level": lv, "median": _median(v)}
+                 for (m, p, lv), v in levels.items()], ["model", "probe", "level", "median"])])
+
+
+EXPERIMENT = Experiment("convergence", PRESETS, plan, measure=measure, measure_steps="all",
+                        measure_chunk=8, tables=tables, figures=draw, report=report,
+                        doc=__doc__)

@@ -1,12 +1,13 @@
 """Presets of the convergence experiment: dotted Config overrides of the ``tiny`` base (model shape,
 training with dense checkpoints, data source), the per-width overrides, and the measurement
-knobs that are not Config fields (``ConvergenceSettings`` sizes)."""
+knobs that are not Config fields."""
 
 from __future__ import annotations
 
 import dataclasses
-from sbjax.studies.presets import Preset, pick_preset
+
 from sbjax.config import TrainConfig
+from sbjax.experiment import Preset
 from sbjax.optim import steps_for_gamma
 
 
@@ -15,20 +16,19 @@ class Knobs:
   widths: tuple
   per_width: dict = dataclasses.field(default_factory=dict)  # override key -> one value per width
   n_sequences: int = 128  # the fixed batch (last-token CKA)
-  all_sequences: int = 32  # sequences of the all-token CKA
+  all_sequences: int = 32  # sequences of the all-token CKA (0: all n_sequences)
   grad_per: bool = True  # PER of the gradients on the fixed batch
   group_size: int = 4  # checkpoints per compiled forward
-  chunk: int = 32
+  chunk: int = 32  # sequences per forward call
   per_mlp_r: int = 0  # MLP PER over the top r singular values (0: all; head_dim: the authors')
-  # stabilisation is also measured on a second, disjoint probe batch of n_sequences (the next
-  # validation windows; primary token mode and estimator only), at every level of
-  # summary.STAB_LEVELS, and the two batches' steps are compared (stab_levels.csv)
+  # stabilisation is also measured on further disjoint probe batches of n_sequences (the next
+  # validation windows; last-token, biased CKA only), at every level of stats.STAB_LEVELS
+  # (stab_levels.csv), so a step that moves with the batch shows
   probe_batches: int = 2
 
 
-# the cpu preset's model, training and data in dotted keys over ``tiny``; the other presets
-# replace some of them (``overrides``). The planted language (data.options.*) is the data of
-# source=planted and of a text preset run without a corpus.
+# the cpu preset's model, training and data (text and planted options) in dotted keys over
+# ``tiny``; the other presets replace some of them (``overrides``)
 CPU = {"model.vocab_size": 0, "model.n_layers": 4, "model.n_heads": 4, "train.steps": 1000,
        "train.ckpt_every": 50, "train.batch_size": 32, "train.seq_len": 64, "train.lr": 2e-3,
        "train.warmup_steps": 50, "train.eval_batches": 2, "train.ckpt_log_spaced": True,
@@ -77,8 +77,8 @@ PRESETS: dict[str, Preset[Knobs]] = {
     "cpu": Preset("tiny", overrides({}), Knobs(widths=(32, 64, 128))),
     # Γ like Pythia-14m/70m (7.9 weight-decay timescales: 14,377 steps at η = 1e-2, 8 x 64
     # tokens, fresh every step) on the planted mixture: 4 layers, d ∈ {16, 64}, head_dim 8,
-    # MLP PER with r = head_dim (the authors' convention). Session 10: 13 min 21 s on 2 quiet
-    # cores with SBJAX_KEEP_HOST_MEMORY=1 (BUILD_NOTES "convergence")
+    # MLP PER with r = head_dim (the authors' convention). 13 min 21 s on 2 quiet
+    # cores with SBJAX_KEEP_HOST_MEMORY=1
     "cpu-gamma": Preset("tiny", gamma_overrides({"train.lr": 1e-2, "train.batch_size": 8,
                                                  "train.ckpt_every": 250,
                                                  "data.source": "planted_mix"}, target=7.9),
@@ -97,7 +97,7 @@ PRESETS: dict[str, Preset[Knobs]] = {
 }
 
 
-# Issue 33, item 6: stabilisation where depth matters. 4 layers (4 heads), Pythia's recipe by Γ
+# Stabilisation where depth matters. 4 layers (4 heads), Pythia's recipe by Γ
 # at η = 1e-2 (λ 0.1, 1% warm-up, cosine to 10%; the cpu-gamma preset's η), 8 x 64 tokens a
 # step. Γ fixes the number of steps at a given η (Γ 2.4: 4,368 steps; 7.9: 14,377), so the
 # CPU budget (45 min of CPU for the four runs and their measurement) is met by the smallest
@@ -113,10 +113,8 @@ _DEPTH = {"model.n_layers": 4, "model.n_heads": 4, "train.lr": 1e-2, "train.batc
 _CTX2 = {**_DEPTH, "data.source": "planted", "data.options.vocab": 64, "data.options.rank": 8,
          "data.options.context": 2, "data.options.val_tokens": 32_768}
 _DEPTH_KNOBS = dict(grad_per=False, all_sequences=32, probe_batches=2)
-# the test-size counterparts (seconds): the same data kinds, 4 layers of width 16, 48 steps;
-# text at a 64-piece tokenizer so both share the model's shapes (one compile). Checkpoints
-# 0, 16, 32, 48 (no log-spaced ones: the re-reading of stab_levels.csv holds at any
-# checkpoint count; 4 per run instead of 8 halve the saves, loads and CKA passes)
+# depth-text at test size (seconds): 4 layers of width 16, 48 steps, a 64-piece tokenizer,
+# checkpoints 0, 16, 32, 48 (no log-spaced ones)
 _TINY_DEPTH = {"model.n_layers": 4, "model.n_heads": 2, "train.steps": 48, "train.ckpt_every": 16,
                "train.ckpt_log_spaced": False, "train.batch_size": 8, "train.seq_len": 16,
                "train.lr": 3e-3, "train.warmup_steps": 4}
@@ -135,12 +133,5 @@ PRESETS.update({
     "test-depth-text": Preset("tiny", overrides({**_TINY_DEPTH, "data.source": "text",
                                                  "data.options.vocab_size": 64}),
                               Knobs(widths=(16,), **_TINY_KNOBS)),
-    "test-depth-planted": Preset("tiny", overrides({**_TINY_DEPTH, **{
-        k: v for k, v in _CTX2.items() if k.startswith("data.")},
-        "data.options.train_tokens": 50_000, "data.options.val_tokens": 4096}),
-        Knobs(widths=(16,), **_TINY_KNOBS)),
 })
 
-
-def get_preset(name) -> Preset:
-  return pick_preset(PRESETS, name, "convergence")

@@ -1,45 +1,124 @@
-r"""The rank of the target (Godey et al. 2024, E6): W-error of empirical next-token matrices.
+r"""``target_rank``: the rank of the target (Godey et al. 2024, E6), nothing trained. Per
+vocabulary size V, a sentencepiece tokenizer on the corpus (``--data``; both splits as two
+streams); per context length n, the next-token counts of the contexts seen ≥ ``min_count``
+times (``sbjax.studies.ngram``) and per variant W-error(d), d = 1, 2, 4, ... ≤ min(C, V,
+max_d) (``lowrank_svd``); each (V, n) computed once (``ctx.memo``). Outputs: target_rank.csv,
+target_rank_contexts.csv (per (V, n): pairs, contexts seen and kept, nnz), summary.json (per
+variant, the points (V, n, d < min(C, V)) where it lies below raw) and
+fig_target_rank_<variant> (the Fig. 7 analogue: a panel per V, a curve per n)."""
 
-  python -m experiments.target_rank --preset=cpu --out=out/target_rank
-  python -m experiments.target_rank --preset=quick --out=/tmp/tr --data=DIR_OF_TXT
+from __future__ import annotations
 
-For each vocabulary size V (cpu: 512, 1024, 2048, 4096) a sentencepiece tokenizer is
-trained on the corpus (default: the packaged sample corpus, ``sbjax/data/sample_text``) by the text
-pipeline (``sbjax.data.make_dataset``; both splits are used, as two streams). For each context
-length n = 1..4 the C x V next-token count matrix of the contexts seen >= min_count times
-is built (``sbjax.studies.ngram``, sparse), and for each variant
+import functools
+import json
 
-    raw            P[c, v] = N[c, v] / n_c                    (the paper's matrix)
-    addk           (N[c, v] + k) / (n_c + k V)                 (add-k smoothed probabilities)
-    logp           log((N[c, v] + k) / (n_c + k V))            (smoothed log-probabilities)
-    logp_centered  logp minus its row mean                     (logits up to the row constant
-                                                                softmax ignores)
+import numpy as np
 
-the curve W-error(d) = sqrt(sum_{i>d} sigma_i^2) / ||M||_F for d = 1, 2, 4, ... <= min(C, V)
-(``sbjax.studies.lowrank_svd``). The smoothed matrices are dense, so they are never formed:
-each is held as sparse + rank one, M = S + a 1^T (logp: S = log1p(N/k) on the observed
-entries, a_c = log(k / (n_c + kV)); no bound on C is needed), with ||M||_F exact from the
-parts. Spectra come from the exact Gram matrix of the smaller side when min(C, V) <=
-``gram_max_dim`` and otherwise from randomized subspace iteration (top max(d) values).
+from sbjax import overrides
+from sbjax.data import make_dataset
+from sbjax.experiment import Experiment, figure
+from sbjax.studies import ngram
+from sbjax.studies.corpus import corpus_overrides
 
-Outputs in OUT: ``target_rank.csv`` (variant, n, V, d, w_error, C, nnz, method, min_count,
-k), ``target_rank_contexts.csv`` (one row per (V, n): contexts seen / kept, pairs, nnz),
-``fig_target_rank_<variant>.png`` (the Fig. 7 analogue: one panel per V, one curve per n),
-``target_rank_meta.json``, ``data/`` (tokenizers and token caches) and ``parts/`` (one
-finished (V, n) per file, skipped on a rerun). ``report_section(out, rel)`` gives the
-markdown section.
+from ..common import fmt, md_table, read_rows, write_json, write_rows
+from . import lowrank_svd
+from .presets import PRESETS
 
-Layout: ``presets.py`` (data overrides + Knobs; a ``test`` preset), ``measure.py`` (data config,
-count matrices and W-error curves of one (V, n)), ``run.py`` (``run``), ``report.py``
-(``report_section`` and the figures, from the CSVs and the meta record only).
-"""
+CSV, CONTEXTS_CSV = "target_rank.csv", "target_rank_contexts.csv"
 
-from .measure import curves, data_config, dims_for, part_key
-from .presets import PRESETS, Knobs, Preset, get_preset
-from .report import (CONTEXTS_CSV, CSV, FIELDS, draw, findings,
-                                            read_table, report_section)
-from .run import run
 
-__all__ = ["PRESETS", "Knobs", "Preset", "get_preset", "CSV", "CONTEXTS_CSV", "FIELDS",
-           "data_config", "dims_for", "part_key", "curves", "run", "read_table", "findings",
-           "draw", "report_section"]
+def data_config(p, vocab: int, data=None):
+  """The DataConfig of one vocabulary size."""
+  return overrides.config_from(p.base, {**p.overrides, "data.options.vocab_size": vocab,
+                                        **corpus_overrides(p.overrides["data.source"], data)}).data
+
+
+def streams(dc, vocab: int, out) -> list[np.ndarray]:
+  """The train and validation token streams of one vocabulary size."""
+  ds = make_dataset(dc, seq_len=16, global_batch_size=1, seed=0,
+                    workdir=str(out / "data" / f"V{vocab}"), process_index=0, process_count=1)
+  if ds.vocab_size != vocab:
+    raise ValueError(f"the tokenizer for V={vocab} has {ds.vocab_size} pieces")
+  return [np.asarray(ds.train_tokens), np.asarray(ds.val_tokens)]
+
+
+def curves(tokens, vocab: int, n: int, k) -> dict:
+  """{rows: each variant's W-error curve, info} of one (V, n) of the streams ``tokens()``."""
+  m, rows = ngram.context_counts(tokens(), n, k.min_count, vocab), []
+  top = min(m.n_rows, vocab, k.max_d)
+  dims = sorted({1 << i for i in range(top.bit_length())} | {top})  # 1, 2, 4, ..., top
+  for var in k.variants if m.n_rows else ():
+    ds, werr, method = lowrank_svd.w_error_curve(
+        lowrank_svd.variant_matrix(m.counts, var, k.k), dims, gram_max_dim=k.gram_max_dim,
+        oversample=k.oversample, n_iter=k.n_iter)
+    rows += [{"variant": var, "n": n, "V": vocab, "d": int(d), "w_error": float(w),
+              "C": m.n_rows, "nnz": int(m.counts.nnz), "method": method,
+              "min_count": k.min_count, "k": k.k} for d, w in zip(ds, werr)]
+  return {"rows": rows, "info": {"V": vocab, **m.info()}}
+
+
+def vs_raw(rows) -> dict:
+  """Per variant, the points (V, n, d < min(C, V)) where its W-error lies below raw's: how
+  many, of how many, and the mean difference."""
+  raw, out = {(r["V"], r["n"], r["d"]): r["w_error"] for r in rows if r["variant"] == "raw"}, {}
+  for var in dict.fromkeys(r["variant"] for r in rows if r["variant"] != "raw"):
+    d = [r["w_error"] - raw[(r["V"], r["n"], r["d"])] for r in rows if r["variant"] == var
+         and (r["V"], r["n"], r["d"]) in raw and r["d"] < min(r["C"], r["V"])]
+    out[var] = {"points": len(d), "lower_than_raw": sum(x < 0 for x in d),
+                "mean_diff": float(np.mean(d)) if d else float("nan")}
+  return out
+
+
+def tables(ctx) -> None:
+  p, k, rows, infos = ctx.preset, ctx.knobs, [], []
+  for vocab in k.vocab_sizes:
+    dc = data_config(p, vocab, ctx.data)
+    tokens = functools.cache(functools.partial(streams, dc, vocab, ctx.out))
+    corpus = str(getattr(dc.options, "path", "") or getattr(dc.options, "name", ""))
+    for n in k.ns:
+      key = [{**vars(k), "d_ref": 0, "vocab_sizes": 0, "ns": 0}, p.overrides, corpus, vocab, n]
+      rec = ctx.memo(f"V{vocab}_n{n}", key, functools.partial(curves, tokens, vocab, n, k))
+      rows, infos = rows + rec["rows"], infos + [rec["info"]]
+  write_rows(ctx.out / CSV, rows)
+  write_rows(ctx.out / CONTEXTS_CSV, infos)
+  write_json(ctx.out / "summary.json", {"d_ref": k.d_ref, "vs_raw": vs_raw(rows)})
+
+
+def draw(out) -> None:
+  plt, rows = figure.pyplot(), read_rows(out / CSV)
+  for var in dict.fromkeys(r["variant"] for r in rows):
+    sub = [r for r in rows if r["variant"] == var]
+    vs = sorted({r["V"] for r in sub})
+    fig, axes = plt.subplots(1, len(vs), figsize=(4.2 * len(vs), 3.6), squeeze=False,
+                             sharey=True)
+    for ax, v in zip(axes[0], vs):
+      for n in sorted({r["n"] for r in sub if r["V"] == v}):
+        cur = sorted((r for r in sub if (r["V"], r["n"]) == (v, n)), key=lambda r: r["d"])
+        ax.plot([r["d"] for r in cur], [r["w_error"] for r in cur], "o-", ms=3,
+                label=f"n={n:g} (C={cur[0]['C']:g})")
+      ax.set(xscale="log", xlabel="d", title=f"V={v:g}")
+      ax.legend(fontsize=7)
+    axes[0][0].set_ylabel("W-error(d)")
+    figure.save(fig, out, f"fig_target_rank_{var}", f"W-error of the {var} next-token matrix")
+
+
+def report(out, rel: str = ".") -> str:
+  rows, s = read_rows(out / CSV), json.loads((out / "summary.json").read_text())
+  d, variants = s["d_ref"], list(dict.fromkeys(r["variant"] for r in rows))
+  look = {(r["variant"], r["V"], r["n"], r["d"]): r["w_error"] for r in rows}
+  table = [{"V": c["V"], "n": c["n"], "C kept": c["n_contexts_kept"],
+            "C seen": c["n_contexts_seen"],
+            **{v: look.get((v, c["V"], c["n"], d)) if d < min(c["n_contexts_kept"], c["V"])
+               else None for v in variants}} for c in read_rows(out / CONTEXTS_CSV)]
+  return "\n".join(
+      [f"![W-error, {v}]({rel}/{figure.name(f'fig_target_rank_{v}')})\n" for v in variants]
+      + [(f"W-error at d = {d} (– where d ≥ min(C, V)); contexts seen ≥ "
+          f"{fmt(rows[0]['min_count'])} times, add-k k = {fmt(rows[0]['k'])}:"), "",
+         *md_table(table, list(table[0])), ""]
+      + [f"- {v} lies below raw at {c['lower_than_raw']} of {c['points']} points (V, n, "
+         f"d < min(C, V)); mean difference {fmt(c['mean_diff'], spec='+.4f')}."
+         for v, c in s["vs_raw"].items() if c["points"]])
+
+
+EXPERIMENT = Experiment("target_rank", PRESETS, lambda ctx: iter(()), tables=tables,
+                        figures=draw, report=report, doc=__doc__)

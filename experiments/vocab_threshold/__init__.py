@@ -9,14 +9,19 @@ TOL_CHAR nats per character, its margins, and r_0.6(V) of the centred dense head
 preset's ``ngram`` knobs the exact bigram r*(V) beside it (``bigram``). Across V: log-log fits
 of r*, r_0.6 (and the bigram r*), the slopes the rank grid allows, and whether beta = 0 lies
 outside two standard errors. Outputs in OUT: ``vocab_threshold.csv`` (one row per V),
-``runs.csv`` (every run, with V), ``V<V>/head_rank.csv`` and ``V<V>/full_head.npy`` (each V's
-sweep, as head_rank writes it), ``ngram.csv``, ``summary.json`` and ``fig_vocab_threshold``.
+``runs.csv`` (every run, with V and trunk seed), ``V<V>/head_rank.csv`` and
+``V<V>/full_head.npy`` (each V's sweep, as head_rank writes it; ``V<V>-seed1/``: the second
+trunk seed's, at the preset's ``reseed`` V), ``ngram.csv``, ``rstar_cells.csv`` (the
+pre-registered rule's cells, ``rule.py``: per V and trunk seed the margins deciding r*, their
+validation standard errors, the start movement between the trunk seeds, reliable or not),
+``summary.json`` (with the rule's verdict, ``decision``) and ``fig_vocab_threshold``.
 
 The bigram-n presets train nothing: the exact bigram r*(V, N) at each V and data fraction
 (``bigram``; each V computed once, ``OUT/memo``): ``bigram_n_fits.csv`` (every fit of the
 searches), ``bigram_n_checks.csv`` (the start check's refits), ``bigram_n_cells.csv`` (one row
 per (V, fraction), with the margins of r* and lo to the tolerance and how far the second start
-moved them), ``summary.json`` (per V the order of the reliable cells' intervals with N) and
+moved them, their validation standard errors and whether the rule finds them reliable),
+``summary.json`` (per V the rule's verdict on "r* moves with N", ``decision``) and
 ``fig_bigram_n``.
 """
 
@@ -29,6 +34,8 @@ import sys
 
 import numpy as np
 
+from sbjax import checkpoint as ckpt
+from sbjax.analysis.measure import identity
 from sbjax.data import make_dataset
 from sbjax.data.tokenizer import Tokenizer
 from sbjax.experiment import Experiment, figure
@@ -38,15 +45,22 @@ from sbjax.studies import head_rank as hr
 from sbjax.studies.corpus import corpus_overrides
 
 from ..common import fmt, md_table, read_rows, write_json, write_rows
-from . import bigram, rstar
+from . import bigram, rstar, rule
 from .presets import PRESETS, TOL_CHAR, W_LEVEL
 
 TABLE, RUNS, NGRAM, SUMMARY = "vocab_threshold.csv", "runs.csv", "ngram.csv", "summary.json"
 FITS, CHECKS, CELLS = "bigram_n_fits.csv", "bigram_n_checks.csv", "bigram_n_cells.csv"
+RULE_CELLS = "rstar_cells.csv"  # the rule's cells: one per (V, trunk seed)
 
 
-def config(ctx, v: int):
-  """The sweep's base Config at V = ``v`` (the head is set per run)."""
+def prefix(v: int, seed: int = 0) -> str:
+  """The groups' name prefix (and OUT's folder) of V's sweep on trunk seed ``seed``."""
+  return f"V{v}/" if not seed else f"V{v}-seed{seed}/"
+
+
+def config(ctx, v: int, seed: int = 0):
+  """The sweep's base Config at V = ``v`` (the head is set per run); ``seed`` > 0: the
+  second trunk's (train.seed and train.data_seed)."""
   p = ctx.preset
   if p.overrides.get("data.source") == "tokens":
     if not ctx.data:
@@ -59,8 +73,9 @@ def config(ctx, v: int):
   else:
     where = {**corpus_overrides("text", ctx.data, ctx.out / "tfds"),
              "data.options.vocab_size": v}
-  return config_from(p.base, {**p.overrides, **where,
-                              "name": f"vocab_threshold-{ctx.preset_name}-V{v}"})
+  again = {"train.seed": seed, "train.data_seed": seed} if seed else {}
+  return config_from(p.base, {**p.overrides, **where, **again, "name": f"vocab_threshold-"
+                              f"{ctx.preset_name}-V{v}" + (f"-seed{seed}" if seed else "")})
 
 
 def dataset(ctx, cfg, v: int):
@@ -72,9 +87,16 @@ def dataset(ctx, cfg, v: int):
 
 def plan(ctx):
   k = ctx.knobs
-  for v in k.vocabs if k.plan is not None else ():
-    cfg = config(ctx, v)
-    yield from hr.sweep(ctx, cfg, k.plan, f"V{v}/", {"V": v}, dataset(ctx, cfg, v))
+  for v, seed in sweeps(k):
+    cfg = config(ctx, v, seed)
+    yield from hr.sweep(ctx, cfg, k.plan, prefix(v, seed), {"V": v, "seed": seed},
+                        dataset(ctx, cfg, v))
+
+
+def sweeps(k) -> list[tuple]:
+  """(V, trunk seed) of every sweep: seed 0 at each V, seed 1 too at ``reseed``'s V."""
+  return [(v, s) for v in (k.vocabs if k.plan is not None else ())
+          for s in (0, 1)[:1 + (v in k.reseed)]]
 
 
 def _plain(x):  # JSON's types, as a memo reads them back
@@ -88,9 +110,10 @@ def _cpt(cfg, ds) -> float:
   return rstar.chars_per_token(Tokenizer(path).decode, ds.val_tokens)
 
 
-def _v_rows(ctx, v: int) -> tuple:
-  """(V's table row, its margins, its runs, its n-gram rows); writes OUT/V<V>/'s sweep files."""
-  k, cfg, pre = ctx.knobs, config(ctx, v), f"V{v}/"
+def _v_rows(ctx, v: int, seed: int = 0) -> tuple:
+  """(V's table row, its margins, its runs, its n-gram rows, its rule cell) of the sweep on
+  trunk seed ``seed``; writes OUT/<prefix>'s sweep files."""
+  k, cfg, pre = ctx.knobs, config(ctx, v, seed), prefix(v, seed)
   ds = next(g.dataset for n, g in ctx.groups.items() if n.startswith(pre))
   rows = hr.table(ctx, cfg, k.plan, ds.vocab_size, pre)
   write_rows(ctx.out / pre / "head_rank.csv", rows)
@@ -102,12 +125,30 @@ def _v_rows(ctx, v: int) -> tuple:
              dtype=cfg.model.dtype, train_tokens=len(ds.train_tokens),
              types_under_50=int(np.sum(counts < 50)))
   ngram = []
-  if k.ngram is not None:
+  if k.ngram is not None and not seed:
     ngram, cols = ctx.memo(f"ngram-V{v}", [cfg.to_dict()["data"], k.ngram, row["tol_token"]],
                            lambda: _plain(bigram.ngram_columns(
                                ds.train_tokens, ds.val_tokens, v, k.ngram, row["tol_token"])))
     row.update(cols)
-  return row, margins, [{"V": v, **r} for r in rows], ngram
+  cell = rstar.cell(rows, row, margins, _se_of(ctx, cfg, ds, pre, rows, row))
+  cell = {"V": cell.pop("V"), "seed": seed, **cell}
+  return row, margins, [{"V": v, "seed": seed, **r} for r in rows], ngram, cell
+
+
+def _se_of(ctx, cfg, ds, pre: str, rows: list, row: dict):
+  """run -> the block-bootstrap standard error (``rule.block_se``) of its per-window
+  validation losses minus the reference run's (each run's losses kept in OUT/memo)."""
+  n, rule_ = cfg.train.eval_batches, ctx.knobs.rule
+
+  def losses(run: str):
+    wd = ctx.out / "runs" / pre / run
+    key = [pre + run, identity(wd, ckpt.list_steps(wd)[-1]), n, cfg.train.seq_len,
+           cfg.train.batch_size]
+    return np.asarray(ctx.memo("windows-" + (pre + run).replace("/", "-"), key,
+                               lambda: rstar.window_losses(wd, ds, n)))
+
+  ref = losses(rstar.run_of(rows, row, None))
+  return lambda run: rule.block_se(losses(run) - ref, cfg.train.seq_len, rule_.block_tokens)
 
 
 def summarize(table: list, runs: list, ngram: list, margins: list) -> dict:
@@ -131,35 +172,57 @@ def summarize(table: list, runs: list, ngram: list, margins: list) -> dict:
 
 def _bigram_n(ctx) -> None:
   k, out = ctx.knobs.bigram_n, {"fits": [], "checks": [], "cells": []}
-  guess = k.guess
+  guess, block = k.guess, ctx.knobs.rule.block_tokens
   for v, cap in zip(ctx.knobs.vocabs, k.max_iters, strict=True):
     cfg = config(ctx, v)
     ds = dataset(ctx, cfg, v)
     cpt = _cpt(cfg, ds)
-    res = ctx.memo(f"bigram_n-V{v}", [cfg.to_dict()["data"], k, TOL_CHAR, cap, guess, cpt],
-                   lambda a=(ds.train_tokens, ds.val_tokens, v, cpt, k, TOL_CHAR, cap, guess):
-                   _plain(bigram.bigram_n_v(*a, lambda s: print(s, file=sys.stderr))))
+    res = ctx.memo(f"bigram_n-V{v}", [cfg.to_dict()["data"], k, TOL_CHAR, cap, guess, cpt, block],
+                   lambda a=(ds.train_tokens, ds.val_tokens, v, cpt, k, TOL_CHAR, cap, guess,
+                             block): _plain(bigram.bigram_n_v(*a, lambda s: print(
+                                 s, file=sys.stderr))))
     out = {key: out[key] + res[key] for key in out}
     guess = res["cells"][0]["r_star"]  # the next V starts where this V's smallest fraction ended
-  for name, key in ((FITS, "fits"), (CHECKS, "checks"), (CELLS, "cells")):
-    write_rows(ctx.out / name, out[key])
+  cells, decision = bigram_decisions(ctx.knobs.rule, out["cells"])
+  for name, rows in ((FITS, out["fits"]), (CHECKS, out["checks"]), (CELLS, cells)):
+    write_rows(ctx.out / name, rows)
   write_json(ctx.out / SUMMARY, {
       "knobs": dataclasses.asdict(k), "vocabs": list(ctx.knobs.vocabs), "tol_char": TOL_CHAR,
-      "order": {str(v): bigram.order([c for c in out["cells"] if c["V"] == v])
-                for v in ctx.knobs.vocabs}})
+      "rule": ctx.knobs.rule.text(), "moved": cells[0]["moved"], "decision": decision})
+
+
+def bigram_decisions(rule_, cells: list) -> tuple[list, dict]:
+  """(the cells with the rule's ``moved``, ``reliable`` and ``why``, {V: the verdict}): the
+  start movement is the largest of the study's second starts."""
+  moved = max((c["start_moved"] for c in cells if math.isfinite(c["start_moved"])),
+              default=math.nan)
+  alias = {"r_below": "lo", "margin_below": "margin_at_lo", "se_below": "se_at_lo"}
+  marked, decision = [], {}
+  for v in dict.fromkeys(c["V"] for c in cells):
+    d = rule.decide([{**c, **{a: c[b] for a, b in alias.items()}, "moved": moved}
+                     for c in cells if c["V"] == v], rule_)
+    marked += [{x: y for x, y in c.items() if x not in alias} for c in d.pop("cells")]
+    decision[str(int(v))] = d
+  return marked, decision
 
 
 def tables(ctx) -> None:
   if ctx.knobs.bigram_n is not None:
     return _bigram_n(ctx)
-  per_v = [_v_rows(ctx, v) for v in ctx.knobs.vocabs]
-  table, margins = [p[0] for p in per_v], [p[1] for p in per_v]
-  runs, ngram = [r for p in per_v for r in p[2]], [r for p in per_v for r in p[3]]
+  per = {c: _v_rows(ctx, *c) for c in sweeps(ctx.knobs)}
+  first = [per[(v, 0)] for v in ctx.knobs.vocabs]
+  table, margins = [p[0] for p in first], [p[1] for p in first]
+  runs, ngram = [r for p in per.values() for r in p[2]], [r for p in first for r in p[3]]
   write_rows(ctx.out / TABLE, table)
   write_rows(ctx.out / RUNS, runs)
   if ngram:
     write_rows(ctx.out / NGRAM, ngram)
-  write_json(ctx.out / SUMMARY, summarize(table, runs, ngram, margins))
+  moved, where = rstar.start_movement([p[4] for p in per.values()])
+  d = rule.decide([{**p[4], "moved": moved} for p in per.values()], ctx.knobs.rule)
+  write_rows(ctx.out / RULE_CELLS, d.pop("cells"))
+  write_json(ctx.out / SUMMARY, {
+      **summarize(table, [r for r in runs if r["seed"] == 0], ngram, margins),
+      "decision": {**d, "moved": moved, "moved_at": where, "rule": ctx.knobs.rule.text()}})
 
 
 def _draw_bigram_n(out, plt) -> None:
@@ -188,7 +251,8 @@ def draw(out) -> None:
   runs = read_rows(out / RUNS, ("protocol", "head", "run"))
   fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
   for i, t in enumerate(table):
-    best = hr.best_rows([r for r in runs if r["V"] == t["V"]], t["protocol"])
+    best = hr.best_rows([r for r in runs if (r["V"], r.get("seed", 0)) == (t["V"], 0)],
+                        t["protocol"])
     axes[0].plot([r["rank"] for r in best], [r["eval_loss"] - t["ref_loss"] for r in best],
                  "o-", color=f"C{i}", label=f"V={int(t['V'])}")
     axes[0].axhline(t["tol_token"], color=f"C{i}", ls=":", lw=0.8)
@@ -211,13 +275,31 @@ def draw(out) -> None:
   figure.save(fig, out, "fig_vocab_threshold", "Rank needed vs vocabulary size")
 
 
+def verdict_line(d: dict) -> str:
+  """The rule's verdict on its claim and the cells it rests on, as ``rule.decide`` gave it."""
+  how = f" ({d['direction']})" if d["direction"] else ""
+  return f"\"{d['claim']}\": **{d['verdict']}**{how}; it rests on {d['rests_on']}."
+
+
+def rule_lines(cells: list, d: dict, moved: str) -> list[str]:
+  """The trained r*'s rule section: the rule, the margins deciding each cell's r* (from the
+  rank below to r*) with their standard errors and the start movement, and the verdict."""
+  cols = ["V", "seed", "r_below", "r_star", "censored", "tol_token", "excess_below",
+          "margin_below", "se_below", "excess_at_r_star", "margin_at_r_star", "se_at_r_star",
+          "moved", "reliable"]
+  return [d["rule"], "", *md_table(cells, cols), "", f"- Start movement: {moved}.",
+          f"- {verdict_line(d)}"]
+
+
 def _report_bigram_n(out, rel: str, s: dict) -> list[str]:
-  cells = read_rows(out / CELLS, ("evaluated", "start_check"))
+  cells = read_rows(out / CELLS, ("evaluated", "start_check", "why"))
   cols = ["V", "fraction", "train_tokens", "r_star", "lo", "censored", "tol_token",
-          "margin_at_r_star", "margin_at_lo", "start_check", "start_moved", "reliable"]
-  return [f"![bigram r* vs N]({rel}/{figure.name('fig_bigram_n')})", "", *md_table(cells, cols), "",
-          "Order of the reliable cells' r* intervals with N, per V: "
-          + ", ".join(f"V = {v}: {o}" for v, o in s["order"].items()) + "."]
+          "margin_at_r_star", "se_at_r_star", "margin_at_lo", "se_at_lo", "start_check",
+          "start_moved", "moved", "reliable"]
+  return [f"![bigram r* vs N]({rel}/{figure.name('fig_bigram_n')})", "", s["rule"], "",
+          *md_table(cells, cols), "", f"- Start movement (the largest second start's): "
+          f"{fmt(s['moved'], spec='.4f')}.",
+          *(f"- V = {v}: {verdict_line(d)}" for v, d in s["decision"].items())]
 
 
 def report(out, rel: str = ".") -> str:
@@ -227,9 +309,11 @@ def report(out, rel: str = ".") -> str:
   table = read_rows(out / TABLE, ("protocol", "reference", "ranks", "trunk", "dtype"))
   cols = ["V", "d_model", "full_loss", "reference", "ref_loss", "chars_per_token", "tol_token",
           "r_star", "loss_at_r_star", "censored", "r_werror06"]
+  d = s["decision"]
   lines = [f"![rank vs V]({rel}/{figure.name('fig_vocab_threshold')})", "",
            *md_table(table, cols + ["r_star_ngram"] * ("r_star_ngram" in table[0])), "",
-           *md_table(s["margins"], list(s["margins"][0])), ""]
+           *rule_lines(read_rows(out / RULE_CELLS, ("why",)), d, f"{fmt(d['moved'], spec='.4f')}"
+                       f" ({d['moved_at'] or 'no V has a second trunk seed'})"), ""]
   for key, name in (("r_star", "r*"), ("r_werror06", "r_0.6"), ("r_star_ngram", "bigram r*")):
     if key in s:
       grid = s["beta_grid_range"].get(key)

@@ -14,23 +14,26 @@ previous fraction's r* (warm starts from that fraction's fits), so r* lies in (l
 start check: the cell's decisive fits (at r* and lo) nearest the tolerance (``check`` of them)
 are fitted again from a second start (svd, or a seeded random start where the search's began
 at svd) with ``check_cap`` x the iteration cap: ``flips`` (a converged refit lands on the other
-side of the tolerance), ``unconverged``, ``agrees`` or ``off``; a cell is ``reliable`` when
-its decisive fits converged and its check agrees or is off. Per V the reliable cells' intervals
-are ordered (``order``): ``grows`` / ``shrinks`` / ``mixed`` when two are disjoint, ``same``
-when every cell is reliable, uncensored and at one rank, else ``undecided``.
+side of the tolerance), ``unconverged``, ``agrees`` or ``off``; ``check_ok`` when its decisive
+fits converged and its check agrees or is off. ``se_at_r_star`` / ``se_at_lo``: the validation
+standard errors of the decisive excesses (``rule.block_se`` of the per-pair differences
+log P_k(v|c) − log q_r(v|c) over the validation pairs the excess averages). Whether a cell is
+reliable, and the verdict per V, is ``rule.py``'s.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
 
 import numpy as np
+from scipy.special import logsumexp
 
 from sbjax.studies import bigram_fit as bf
 from sbjax.studies import floor as fl
 from sbjax.studies import ngram_floor as nf
 from sbjax.studies.bigram_rstar import gallop
+
+from .rule import block_se
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,12 +137,24 @@ def _check(t: dict, k: BigramNKnobs, tol: float, cap: int, first: dict, s) -> tu
       "check_starts": " ".join(s2["start"] for s2 in second),
       **{f"check_excess_at_{n}": at[r]["val_excess"] if r in at else float("nan")
          for n, r in (("r_star", s.r_star), ("lo", s.lo))},
-      "start_check": st, "reliable": int(dec_ok and st in ("agrees", "off")),
+      "start_check": st, "check_ok": int(dec_ok and st in ("agrees", "off")),
       "decisive_converged": int(dec_ok)}
 
 
+def pair_diffs(res: bf.Fit, t: dict, val) -> np.ndarray:
+  """log P_k(v|c) − log q_r(v|c) of each validation pair (c, v) whose context the target
+  kept, in stream order: their mean is val(r) − val_full."""
+  val, (c_n, v_n) = np.asarray(val, np.int64), np.shape(t["p"])
+  row = np.full(v_n, -1)
+  row[t["ctx"][:, 0]] = np.arange(c_n)
+  c, y = row[val[:-1]], val[1:]
+  c, y = c[c >= 0], y[c >= 0]
+  z = res.X @ res.Y.T
+  return np.log(t["p"][c, y]) - z[c, y] + logsumexp(z, axis=1)[c]
+
+
 def bigram_n_v(train, val, vocab: int, cpt: float, k: BigramNKnobs, tol_char: float, cap: int,
-               guess: int, log=lambda s: None) -> dict:
+               guess: int, block_tokens: int, log=lambda s: None) -> dict:
   """{"fits", "checks", "cells"} of one V over the fractions (ascending): each cell searched,
   then start-checked."""
   tol, out, prior = tol_char * cpt, {"fits": [], "checks": [], "cells": []}, None
@@ -163,7 +178,9 @@ def bigram_n_v(train, val, vocab: int, cpt: float, k: BigramNKnobs, tol_char: fl
             "n_contexts": len(t["ctx"]), "max_iter": cap, **cols,
             "margin_at_r_star": float("nan") if s.censored else tol - top["val_excess"],
             "margin_at_lo": first[s.lo]["val_excess"] - tol if s.lo in first else float("nan"),
-            "start_moved": max(moved, default=float("nan"))}
+            "start_moved": max(moved, default=float("nan")),
+            **{f"se_at_{n}": block_se(pair_diffs(fits[r], t, val), 1, block_tokens)
+               if r in fits else float("nan") for n, r in (("r_star", s.r_star), ("lo", s.lo))}}
     out["fits"] += [{**head, **r} for r in rows]
     out["checks"] += [{**head, **r} for r in checks]
     out["cells"].append(cell)
@@ -171,16 +188,3 @@ def bigram_n_v(train, val, vocab: int, cpt: float, k: BigramNKnobs, tol_char: fl
         f"{cell['start_check']}")
     guess, prior = cell["r_star"], (t["ctx"], fits)
   return out
-
-
-def order(cells: list) -> str:
-  """grows / shrinks / mixed / same / undecided for the cells of one V (module doc)."""
-  cs = sorted(cells, key=lambda c: float(c["fraction"]))
-  iv = [(int(c["lo"]), float("inf") if int(c["censored"]) else int(c["r_star"]))
-        for c in cs if int(c["reliable"])]
-  steps = [1 if ahi <= blo else -1 if bhi <= alo else 0
-           for (alo, ahi), (blo, bhi) in itertools.pairwise(iv)]
-  if any(steps):
-    return "grows" if min(steps) >= 0 else "shrinks" if max(steps) <= 0 else "mixed"
-  same = len(iv) == len(cs) and not any(int(c["censored"]) for c in cs)
-  return "same" if same and len({int(c["r_star"]) for c in cs}) == 1 else "undecided"

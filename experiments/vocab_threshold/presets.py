@@ -10,6 +10,7 @@ from sbjax.experiment import Preset
 from sbjax.studies import head_rank as hr
 
 from .bigram import BigramNKnobs, NgramKnobs
+from .rule import Rule
 
 TOL_CHAR = 0.005  # r*'s tolerance in nats per character (rstar.py)
 W_LEVEL = 0.6  # r_0.6: the smallest k with W-error(k) <= 0.6 (of the centred dense head)
@@ -21,16 +22,23 @@ class Knobs:
   plan: hr.Knobs | None  # the sweep at every V (None: no training, the bigram-n study only)
   ngram: NgramKnobs | None = None  # the exact bigram r*(V) beside the trained one
   bigram_n: BigramNKnobs | None = None  # the exact bigram r*(V, N) study
+  reseed: tuple = ()  # the V whose sweep runs again on a second trunk seed (the start movement)
+  rule: Rule = Rule()  # the pre-registered rule (rule.py)
 
 
 def _b(ranks, lrs) -> hr.Knobs:
   return hr.Knobs(ranks=ranks, lrs=lrs, protocols=("b",), head_lrs=())
 
 
+BIGRAM_N_RULE = Rule(claim="at fixed V the bigram's r* moves with the data size",
+                     over="fraction")
 TEST = hr.overrides({**hr.TINY, "name": "head_rank-test", "train.steps": 6,
                      "train.eval_batches": 1})
 # the gpu presets read token files (per V: DATA/V<V>/{train,val}.uint16.bin, tokenizer.model)
 GPU_DATA = {"data.source": "tokens"}
+# cpu-e5's trunk and head steps and its eval batches (1280 windows of 64 tokens: as many as
+# V = 2048's validation split holds, 1394)
+E5_STEPS, E5_HEAD_STEPS, E5_EVAL = 1200, 300, 40
 
 PRESETS: dict[str, Preset[Knobs]] = {
     # the test suite: head_rank's test trunk, two vocabularies (the smallest fit: two points;
@@ -41,9 +49,8 @@ PRESETS: dict[str, Preset[Knobs]] = {
                                            "train.steps": 12, "train.eval_batches": 2}),
                     Knobs(vocabs=(64, 96), plan=_b((1,), (3e-3, 3e-2)))),
     # one d=64 trunk per V (protocol full, the dense head), then protocol (a) rank-r heads on
-    # it at two head lrs, r* against the protocol-(a) r = d = 64 head. On the 42-file
-    # development corpus (--data=DIR) with one head lr: 32 min on 2 quiet cores, r* = 48 at
-    # every V, exact bigram r* 64, 64, 128, 128 (docs/results/vocab_threshold.md).
+    # it at two head lrs, r* against the protocol-(a) r = d = 64 head. One trunk seed, so no
+    # start movement: the rule leaves every cell undecided (docs/results/vocab_threshold.md).
     "cpu": Preset(hr.BASE, hr.overrides({"name": "vocab_threshold-cpu", "train.steps": 600,
                                          "train.warmup_steps": 60}),
                   Knobs(vocabs=(256, 512, 1024, 2048),
@@ -51,6 +58,24 @@ PRESETS: dict[str, Preset[Knobs]] = {
                                       head_lrs=(1e-2, 3e-2), head_steps=300,
                                       protocols=("a",)),
                         ngram=NgramKnobs(ranks=(4, 8, 16, 32, 64, 128), max_iter=40))),
+    # the science issue's E5: is the trained r*(V) a constant when the trunk does not bind?
+    # A d=128 trunk per V (the old cpu's r* = 48 sat below its d = 64), protocol (a) heads of
+    # rank 16..128 (the reference: the rank-128 head), each rank at the head lr that won for
+    # it, and a second trunk seed at V = 1024 (the start movement of the rule, rule.py).
+    "cpu-e5": Preset(hr.BASE, hr.overrides({"name": "vocab_threshold-cpu-e5",
+                                            "model.d_model": 128, "train.steps": E5_STEPS,
+                                            "train.warmup_steps": 100,
+                                            "train.eval_batches": E5_EVAL}),
+                     Knobs(vocabs=(256, 1024, 2048), reseed=(1024,),
+                           plan=hr.Knobs(ranks=(16, 24, 32, 48, 64, 96, 128), lrs=(3e-3,),
+                                         head_lrs=(3e-3, 1e-2, 3e-2), head_steps=E5_HEAD_STEPS,
+                                         protocols=("a",)))),
+    # its test-size twin: the test trunk (d = 4) at V 96 and 128, heads of rank 2 and 4 at two
+    # head lrs, a second trunk seed at V = 128; blocks of 32 tokens (2 of the 16-token windows)
+    "test-e5": Preset(hr.BASE, {**TEST, "train.eval_batches": 4},
+                      Knobs(vocabs=(96, 128), reseed=(128,), rule=Rule(block_tokens=32),
+                            plan=hr.Knobs(ranks=(2, 4), lrs=(3e-3,), head_lrs=(1e-2, 3e-2),
+                                          head_steps=4, protocols=("a",)))),
     "tpu": Preset(hr.BASE, hr.overrides({"name": "vocab_threshold-tpu",
                                          "data.options.vocab_size": 8192,
                                          "model.d_model": 512, "model.n_layers": 6,
@@ -98,11 +123,13 @@ PRESETS: dict[str, Preset[Knobs]] = {
                                  bigram_n=BigramNKnobs(fractions=(0.25, 0.5, 1.0),
                                                        grid=(16, 24, 32, 48, 64, 96, 128,
                                                              192, 256),
-                                                       max_iters=(3000, 1500, 1500)))),
+                                                       max_iters=(3000, 1500, 1500)),
+                                 rule=BIGRAM_N_RULE)),
     # its test size (the suite, seconds): two small V, two fractions
     "test-bigram-n": Preset(hr.BASE, TEST,
                             Knobs(vocabs=(96, 128), plan=None,
                                   bigram_n=BigramNKnobs(fractions=(0.5, 1.0), grid=(2, 4, 8, 16),
                                                         max_iters=(300, 300), guess=4,
-                                                        block=256))),
+                                                        block=256),
+                                  rule=dataclasses.replace(BIGRAM_N_RULE, block_tokens=64))),
 }

@@ -13,14 +13,22 @@ W − 1 w̄ᵀ (a shift of every row adds aᵀh to every logit, which softmax ig
 Fit: log r = beta log V + c by least squares, beta = S_xy / S_xx, se = sqrt(SSR / (n − 2) /
 S_xx) (NaN for n < 3). On its rank grid each r* lies in (r−, r*]; beta is linear in log r, so the
 slopes those intervals allow span [beta_lo, beta_hi], reached at corners (``slope_range``).
+
+The rule's cell of one sweep (``cell``; ``rule.py``): its margins, their validation standard
+errors (the block bootstrap of the per-window loss differences of the deciding runs against
+the reference run, on the evaluation's own windows: ``window_losses``, whose mean is the run's
+eval_loss) and its excess at every rank (the start movement compares them across seeds).
 """
 
 from __future__ import annotations
 
 import math
 
+import jax
 import numpy as np
 
+from sbjax import checkpoint as ckpt
+from sbjax.model import Model
 from sbjax.studies.head_rank import best_rows
 from sbjax.studies.werror import first_within, rank_at, w_error_curve
 
@@ -102,3 +110,59 @@ def head_lrs(runs: list, table: list) -> list[dict]:
                   "wins": " ".join(str(k) for k in sorted(mine) if all(
                       mine[k] <= float(x["eval_loss"]) for x in sel if int(x["rank"]) == k))})
   return out
+
+
+def window_losses(workdir, ds, eval_batches: int) -> list[float]:
+  """The validation loss of each evaluation window (``ds.eval_batches``' windows, in stream
+  order) of the newest checkpoint of ``workdir``: their mean is its eval_loss."""
+  cfg, params, _ = ckpt.load_params(workdir)
+  model = Model(cfg.model)
+  f = jax.jit(lambda p, b: jax.vmap(lambda w: model.loss(p, w[None])[0])(b))
+  return [float(x) for b in ds.eval_batches(eval_batches) for x in np.asarray(f(params, b))]
+
+
+def excesses(rows: list, row: dict) -> dict:
+  """rank -> its loss in ``thresholds`` (best LR) − the reference's loss."""
+  best = best_rows(rows, row["protocol"])
+  out = {int(r["rank"]): float(r["eval_loss"]) - row["ref_loss"] for r in best}
+  out.setdefault(row["d_model"], row["full_loss"] - row["ref_loss"])
+  return out
+
+
+def run_of(rows: list, row: dict, rank: int | None) -> str:
+  """The run behind a rank's loss in ``thresholds`` (None: the reference run)."""
+  full = next(r["run"] for r in rows if r["protocol"] == "full" and int(r["best"]))
+  if rank is None:
+    return run_of(rows, row, row["d_model"]) if row["reference"] == "a-r=d" else full
+  return next((r["run"] for r in best_rows(rows, row["protocol"]) if int(r["rank"]) == rank),
+              full)
+
+
+def cell(rows: list, row: dict, margins: dict, se_of) -> dict:
+  """The rule's cell of one sweep: r*, the rank below, their excesses, margins and standard
+  errors (``se_of(run)``: of run − the reference run), the excess at every rank."""
+  rs, below, ex = row["r_star"], margins["r_below"], excesses(rows, row)
+  return {"V": row["V"], "r_below": below or 0, "r_star": rs, "censored": row["censored"],
+          "tol_token": row["tol_token"], "excess_below": ex.get(below, math.nan),
+          "margin_below": margins["margin_below"],
+          "se_below": se_of(run_of(rows, row, below)) if below else math.nan,
+          "excess_at_r_star": ex[rs], "margin_at_r_star": margins["margin_at_r_star"],
+          "se_at_r_star": se_of(run_of(rows, row, rs)),
+          **{f"excess_r{k}": x for k, x in sorted(ex.items())}}
+
+
+def start_movement(cells: list) -> tuple:
+  """(moved, where): the largest |excess(r) − the seed-0 excess(r)| over the V with more than
+  one seed and the ranks deciding any of their cells (r* and the rank below); NaN, '' when no
+  V has two seeds."""
+  best, where = math.nan, ""
+  for v in sorted({c["V"] for c in cells}):
+    mine = [c for c in cells if c["V"] == v]
+    ref = next((c for c in mine if c["seed"] == 0), None)
+    ranks = {c[k] for c in mine for k in ("r_star", "r_below") if c[k]}
+    for c in (c for c in mine if ref is not None and c is not ref):
+      for r in sorted(ranks):
+        d = abs(c[f"excess_r{r}"] - ref[f"excess_r{r}"])
+        if math.isnan(best) or d > best:
+          best, where = d, f"V = {v}, r = {r}, seed {c['seed']} vs 0"
+  return best, where

@@ -115,7 +115,7 @@ def effective_config(cfg: Config, workdir, tokens: str = "", data_items=(),
   over = parse_overrides(data_items)
   train, key, data = cfg.train, None, {}
   if tokens:
-    dtype = over["data"].get("data.options.dtype", "uint16")
+    dtype = over["data"].get("data.options.dtype", "")  # else the file's name declares it
     data, t_len = _tokens_file(tokens, cfg, dtype)
     train = dataclasses.replace(train, seq_len=t_len, batch_size=1)
     key = tokens_lib.file_identity(tokens)

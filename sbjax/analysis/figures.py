@@ -33,7 +33,7 @@ import numpy as np  # noqa: E402
 from matplotlib import colors as mcolors  # noqa: E402
 
 from sbjax.analysis.table import read_csv  # noqa: E402
-from sbjax.atomic import atomic_write_bytes, is_local  # noqa: E402
+from sbjax.atomic import atomic_path, is_local  # noqa: E402
 from sbjax.paths import upath  # noqa: E402
 
 FIGURES = {"loss_anisotropy": "fig_loss_anisotropy.png",
@@ -42,13 +42,10 @@ FIGURES = {"loss_anisotropy": "fig_loss_anisotropy.png",
 
 
 def _save(fig, path, **kwargs):
-  """``fig.savefig`` to ``path`` (local or remote: a PNG written as one object there)."""
-  if is_local(path):
-    fig.savefig(path, **kwargs)
-  else:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", **kwargs)
-    atomic_write_bytes(path, buf.getvalue())
+  """``fig.savefig`` to ``path`` through the atomic writer (local or remote; a link at
+  ``path`` is replaced, not written through)."""
+  with atomic_path(path) as tmp:
+    fig.savefig(tmp, format="png", **kwargs)
   plt.close(fig)
   return Path(path) if is_local(path) else upath(path)
 

@@ -1,5 +1,5 @@
 """Per-layer measures over checkpoints, the one implementation shared by the run analysis
-(``analyze_run``: the ``per`` and ``cka`` groups) and the studies (``sbjax.studies.convergence``).
+(``analyze_run``: the ``per`` and ``cka`` groups) and the convergence experiment.
 
 PER (proportional effective rank, ``sbjax.metrics.proportional_effective_rank``;
 ``docs/metrics.md`` sections 4.2 and 4.3): with

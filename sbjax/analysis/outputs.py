@@ -1,8 +1,9 @@
 """The files an analysis writes: OUT/metrics.csv, spectrum.npz, metrics.json, the figures.
 
 ``metrics.json`` records the settings, the cache key, the samples, the metric variants,
-the column definitions (``COLUMN_DOCS``), how the work was scheduled and the damaged
-checkpoints that were set aside (``set_aside``).
+the column definitions (``COLUMN_DOCS``), how the work was scheduled, the damaged
+checkpoints that were set aside (``set_aside``) and the steps read without a checksum manifest
+to verify them (``unverified_steps``).
 """
 
 from __future__ import annotations
@@ -100,6 +101,7 @@ def write_outputs(out: Path, workdir, cfg, settings: Settings, rows, tops, steps
       "variants": variants(cfg, settings, n_coll_failed),
       "columns": COLUMN_DOCS,
       "set_aside": list(set_aside or []),
+      "unverified_steps": ckpt.unverified_steps(workdir, steps),  # no checksum manifest
       **schedule,
   }
   table.atomic_write_json(out / "metrics.json", meta)

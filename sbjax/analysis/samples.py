@@ -86,14 +86,7 @@ def build(cfg, workdir, settings: Settings, dataset=None, needed: bool = True) -
           f"exceeds the model's (model.vocab_size={mc.vocab_size}): ids >= {mc.vocab_size} "
           "cannot be embedded. Tokenise with the model's own tokenizer (e.g. "
           f"data.options.tokenizer=.../tokenizer.json) or a vocabulary that fits")
-    n_val = getattr(ds, "n_val_windows", None)
-    if getattr(ds, "source", "") == "tokens" and n_val < settings.sample_sequences:
-      raise ValueError(
-          f"the token file {_token_file(ds)} holds {n_val} "
-          f"windows of T+1={cfg.train.seq_len + 1} tokens, fewer than the "
-          f"{settings.sample_sequences} the analysis samples (max of --eval_sequences="
-          f"{settings.eval_sequences}, --cka_sequences={settings.cka_sequences}); pass "
-          f"smaller values or more tokens (windows are never repeated)")
+    check_sample_sizes(ds, cfg, settings)
     ev = eval_sample(ds, settings.sample_sequences)
     if settings.has("collapse"):
       tr = train_sample(ds, settings.collapse_sequences)
@@ -104,9 +97,23 @@ def build(cfg, workdir, settings: Settings, dataset=None, needed: bool = True) -
   return Samples(ev, tr, t_len, n_eval, aniso_pos, info)
 
 
-def _token_file(ds) -> str:
-  info = ds.info()
-  return info.get("tokens_val_path") or info.get("tokens_path", "")
+def check_sample_sizes(ds, cfg, settings: Settings) -> None:
+  """Refuse a sample the data cannot give without repeating windows (before any is built): the
+  evaluation sample from the validation split, the collapse sample from the train split."""
+  info, name = ds.info() if hasattr(ds, "info") else {}, getattr(ds, "name", "the data")
+  asks = [(info.get("n_val_windows"), settings.sample_sequences,
+           f"the token file {info.get('tokens_val_path') or info.get('tokens_path')}"
+           if info.get("source") == "tokens" else f"the validation split of {name!r}",
+           f"max of --eval_sequences={settings.eval_sequences}, --cka_sequences="
+           f"{settings.cka_sequences}"),
+          (info.get("n_train_windows") if settings.has("collapse") else None,
+           settings.collapse_sequences, f"the train split of {name!r}", "--collapse_sequences")]
+  for have, want, where, flags in asks:
+    if have is not None and have < want:
+      raise ValueError(
+          f"{where} holds {have} windows of T+1={cfg.train.seq_len + 1} tokens, fewer than "
+          f"the {want} the analysis samples ({flags}); pass smaller values or more tokens "
+          "(windows are never repeated)")
 
 
 def describe(cfg, settings: Settings, dataset, t_len: int, aniso_pos) -> dict:

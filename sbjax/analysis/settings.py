@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from sbjax.errors import config_error
+from sbjax.errors import SEED_MAX, bounded, check_fields, config_error
 
 ALL_GROUPS = ("loss", "anisotropy", "spectrum", "collapse", "cka", "per")
 DEFAULT_W_ERROR_DIMS = (1, 2, 4, 8, 16, 32, 64)
@@ -32,27 +32,31 @@ class Settings:
 
   groups: tuple = ALL_GROUPS
   # evaluation sample: the first max(eval_sequences, cka_sequences) validation windows
-  eval_sequences: int = 128  # windows for eval_loss/acc, anisotropy and NC4
-  anisotropy_tokens: int = 4096  # token positions (of eval_sequences*T) for anisotropy; 0 = all
+  eval_sequences: int = bounded(128, lo=1)  # windows for eval_loss/acc, anisotropy and NC4
+  # token positions (of eval_sequences*T) for anisotropy; 0 = all
+  anisotropy_tokens: int = bounded(4096, lo=0, note="0 = all; 1 is no pair")
   # neural collapse
-  collapse_sequences: int = 64  # train-split windows for class means / variances
-  min_count: int = 1
+  collapse_sequences: int = bounded(64, lo=1)  # train-split windows for class means / variances
+  min_count: int = bounded(1, lo=1)
   cdnv_exponent: float = 2.0
   weighted_mean: bool = False
-  nc4_search: str = "analyzed"
+  nc4_search: str = bounded("analyzed", choices=("analyzed", "all"))
   # CKA to the final checkpoint
-  cka_sequences: int = 128
-  cka_tokens: str = "last"  # "last" (authors) or "all" positions of the CKA sequences
+  cka_sequences: int = bounded(128, lo=1)
+  # "last" (authors) or "all" positions of the CKA sequences
+  cka_tokens: str = bounded("last", choices=("last", "all"))
   cka_debiased: bool = False
   # spectra / PER
   w_error_dims: tuple = DEFAULT_W_ERROR_DIMS
-  per_mlp_r: int = 0  # 0 = full spectrum (pico-analyze); >0 = top-r (authors' notebook)
-  spectrum_top: int = 100
-  seed: int = 0  # anisotropy position subsample
+  # 0 = full spectrum (pico-analyze); >0 = top-r (authors' notebook)
+  per_mlp_r: int = bounded(0, lo=0, note="0 = all")
+  spectrum_top: int = bounded(100, lo=1)
+  seed: int = bounded(0, lo=0, hi=SEED_MAX)  # anisotropy position subsample
   # scheduling only
-  batch_sequences: int = 32  # sequences per forward chunk
-  group_size: int = 0  # checkpoints per vmapped group; 0 = from max_group_bytes
-  max_group_bytes: int = 1 << 30
+  batch_sequences: int = bounded(32, lo=1)  # sequences per forward chunk
+  # checkpoints per vmapped group; 0 = from max_group_bytes
+  group_size: int = bounded(0, lo=0, note="0 = from max_group_bytes")
+  max_group_bytes: int = bounded(1 << 30, lo=1)
   steps: tuple = ()  # analyse only these steps; () = all
   out_dir: str = ""  # "" = WORKDIR/analysis
   use_cache: bool = True
@@ -78,23 +82,11 @@ class Settings:
       raise _err("groups", self.groups, "a non-empty subset of " + ",".join(ALL_GROUPS))
     # canonical order, no duplicates (so the cache key does not depend on the spelling)
     object.__setattr__(self, "groups", tuple(g for g in ALL_GROUPS if g in self.groups))
-    for f in ("eval_sequences", "collapse_sequences", "cka_sequences", "batch_sequences",
-              "spectrum_top", "min_count"):
-      v = getattr(self, f)
-      if not isinstance(v, int) or v < 1:
-        raise _err(f, v, "an integer >= 1")
-    for f in ("anisotropy_tokens", "per_mlp_r", "group_size", "max_group_bytes"):
-      v = getattr(self, f)
-      if not isinstance(v, int) or v < 0:
-        raise _err(f, v, "an integer >= 0")
+    check_fields(self, "", what="analysis setting")
     if self.anisotropy_tokens == 1:
       raise _err("anisotropy_tokens", 1, "0 (all) or >= 2 token positions")
     if any(d < 1 for d in self.w_error_dims):
       raise _err("w_error_dims", self.w_error_dims, "positive integers")
-    if self.cka_tokens not in ("last", "all"):
-      raise _err("cka_tokens", self.cka_tokens, "last | all")
-    if self.nc4_search not in ("analyzed", "all"):
-      raise _err("nc4_search", self.nc4_search, "analyzed | all")
     if "cka" in self.groups and self.cka_tokens == "last":
       need = 4 if self.cka_debiased else 2
       if self.cka_sequences < need:

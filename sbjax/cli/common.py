@@ -1,4 +1,4 @@
-"""Shared plumbing for the absl experiment scripts: multi-host start-up and clean errors."""
+"""Shared plumbing of the commands: multi-host start-up, the one error boundary, the result."""
 
 from __future__ import annotations
 
@@ -6,12 +6,14 @@ import contextlib
 import logging
 import os
 import sys
+import traceback
 
 import jax
 from absl import app, flags
 from absl import logging as absl_logging
 
 from sbjax import hostmem, lognotes
+from sbjax.errors import write_log
 
 _COORD = None
 _NPROC = None
@@ -79,29 +81,68 @@ def show_own_flags() -> None:
         flags.FLAGS.register_key_flag_for_module(program, flag)
 
 
+# Exceptions that say something is wrong with the input or the machine, not with sbjax: bad
+# settings, files and folders, resources (a disk, memory, a device), a missing extra; the
+# command line's own (absl). Any other exception reaching the top is a bug in sbjax.
+USER_ERRORS = (ValueError, OSError, ImportError, MemoryError, RuntimeError, app.UsageError,
+               flags.Error)
+TRACEBACK = flags.DEFINE_bool("traceback", False, "on an error, show its full traceback (else "
+                              "it goes to a log file that the error line names)")
+
+
+def describe(e: BaseException) -> str:
+  """What went wrong, as the error line says it: the message (an OS error's file first)."""
+  if isinstance(e, OSError) and e.filename is not None and e.strerror:
+    return " -> ".join(map(str, filter(None, (e.filename, e.filename2)))) + f": {e.strerror}"
+  return str(e) or type(e).__name__
+
+
+def error_line(e: BaseException, log: str) -> tuple[int, str]:
+  """(exit status, the ``error: ...`` line and any lines of detail) of an exception that
+  reached the top: 2 for a user's mistake (``USER_ERRORS``), 1 for a bug in sbjax, which the
+  line calls one."""
+  first, _, rest = describe(e).partition("\n")
+  user = isinstance(e, USER_ERRORS)
+  line = (f"error: {first} [traceback: {log}]" if user else
+          f"error: a bug in sbjax, not in your input: {type(e).__name__}: {first} [traceback: "
+          f"{log}; please report it with that file]")
+  return 2 if user else 1, line + (f"\n{rest}" if rest else "")
+
+
+def guarded(main, argv):
+  """``main(argv)`` inside the one error boundary of every command: an exception that reaches
+  it is one ``error: ...`` line on stderr and its exit status (``error_line``); the traceback
+  goes to a log file the line names (``write_log``), or to stderr with ``--traceback``."""
+  try:
+    return main(argv)
+  except Exception as e:  # noqa: BLE001 - the boundary: SystemExit (exit 75, ...) passes
+    shown = flags.FLAGS.is_parsed() and TRACEBACK.value
+    if shown:
+      traceback.print_exc()
+    try:
+      log = "shown above" if shown else write_log(e)
+    except OSError as err:  # (a full temp folder)
+      log = f"none written: {describe(err)}"
+    status, line = error_line(e, log)
+    sys.stderr.write(f"\n{line}\n")
+    sys.exit(status)
+
+
 def run(main):
-  """app.run with one clear ``error: ...`` line (exit status 2) for user mistakes, in flag
-  values as in the run itself; SBJAX_DEBUG=1 shows the traceback instead."""
+  """app.run with the one error boundary (``guarded``) around ``main``, and one line (exit
+  status 2) for a command line absl cannot parse."""
 
   def wrapped(argv):
     # orbax logs every save at INFO through absl
     absl_logging.set_verbosity(absl_logging.WARNING)
     lognotes.install()  # (import sbjax did it; absl's logger may have been replaced since)
     logging.getLogger("sbjax").setLevel(logging.INFO)  # resume / recovery notes stay visible
-    try:
-      return main(argv)
-    except (ValueError, OSError, RuntimeError, ImportError) as e:
-      if os.environ.get("SBJAX_DEBUG"):
-        raise
-      sys.stderr.write(f"\nerror: {e}\n")
-      sys.exit(2)
+    return guarded(main, argv)
 
   def parse_flags(argv):
     try:
       return flags.FLAGS(argv)
     except flags.Error as e:  # e.g. an unknown config name in --config, a missing --workdir
-      if os.environ.get("SBJAX_DEBUG"):
-        raise
       sys.stderr.write(f"error: {e}; see --helpshort or --helpfull\n")
       sys.exit(2)
 

@@ -69,6 +69,8 @@ flags.DEFINE_bool("allow_pickle", False, "allow PyTorch pickle (.bin) weights, l
 flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16", "float16"],
                   "dtype of the imported params / the exported weights")
 flags.DEFINE_string("name", None, "run name for an imported config (default: directory name)")
+flags.DEFINE_bool("allow_nonfinite", False, "import: accept weights that hold NaN or inf "
+                  "(refused by default, naming the tensors)")
 flags.DEFINE_bool("overwrite", False, "export: replace the files of a non-empty --to_hf "
                   "directory (never an sbjax workdir)")
 
@@ -153,8 +155,8 @@ def _source_label(src: str) -> str:
   return src if not is_local(src) else os.path.abspath(src)
 
 
-def _import_series(src, workdir, revs, selection, *, allow_pickle, dtype, name,
-                   label) -> list[int]:
+def _import_series(src, workdir, revs, selection, *, allow_pickle, allow_nonfinite, dtype,
+                   name, label) -> list[int]:
   chosen = revisions.select(revs, selection, where=f"{src}: ")
   for r in chosen:
     revisions.check_present(r, f"{src}: ")
@@ -162,11 +164,13 @@ def _import_series(src, workdir, revs, selection, *, allow_pickle, dtype, name,
   _check_workdir_config(workdir, config)
   # every revision is hashed and checked (truncation, blob names) before anything is written
   records = [{"step": r.step, "name": r.name, "commit": r.commit, "tokens": r.tokens,
-              **integrity.check_revision(r.name, r.path, allow_pickle)} for r in chosen]
+              **integrity.check_revision(r.name, r.path, allow_pickle, allow_nonfinite)}
+             for r in chosen]
   with workdir_lock(workdir):
     check_import_target(workdir)  # again: a run may have started in the workdir meanwhile
     for r in chosen:
-      _, params = hf_import.import_hf(r.path, dtype=dtype, allow_pickle=allow_pickle)
+      _, params = hf_import.import_hf(r.path, dtype=dtype, allow_pickle=allow_pickle,
+                                      allow_nonfinite=True)  # (checked above)
       checkpoint.write_params(workdir, config, params, r.step)
       logging.info("imported %s revision %s (step %d) -> %s", src, r.name, r.step, workdir)
     _copy_tokenizer(chosen[-1].path, workdir)
@@ -179,7 +183,8 @@ def _import_series(src, workdir, revs, selection, *, allow_pickle, dtype, name,
 
 def import_to_workdir(src: str, workdir: str, *, step: int | None = None,
                       allow_pickle: bool = False, dtype: str = "float32",
-                      name: str | None = None, steps=None) -> list[int]:
+                      name: str | None = None, steps=None,
+                      allow_nonfinite: bool = False) -> list[int]:
   """Import a HF directory, a directory of revisions or an HF cache into ``workdir``;
   ``steps``: a selection (``sbjax.convert.revisions.select``: a list, or "0,1000:5000:1000");
   ``step``: one revision of a series, or the step to write a single directory at. Returns
@@ -197,12 +202,13 @@ def import_to_workdir(src: str, workdir: str, *, step: int | None = None,
   if revs:
     selection = steps if steps not in (None, "", []) else (None if step is None else [step])
     return _import_series(src, workdir, revs, selection, allow_pickle=allow_pickle,
-                          dtype=dtype, name=name, label=label)
+                          allow_nonfinite=allow_nonfinite, dtype=dtype, name=name, label=label)
   if not os.path.isdir(src):
     raise FileNotFoundError(f"--from_hf={src} does not exist")
   record = {"name": os.path.basename(os.path.normpath(src)), "commit": "", "tokens": None,
-            **integrity.check_revision(src, src, allow_pickle)}
-  model_cfg, params = hf_import.import_hf(src, dtype=dtype, allow_pickle=allow_pickle)
+            **integrity.check_revision(src, src, allow_pickle, allow_nonfinite)}
+  model_cfg, params = hf_import.import_hf(src, dtype=dtype, allow_pickle=allow_pickle,
+                                          allow_nonfinite=True)  # (checked above)
   if step is None:
     step = series.parse_step(src) or 0
   config = hf_import.full_config(model_cfg, name)
@@ -247,6 +253,7 @@ def main(argv):
     src = hf_cache.resolve(FLAGS.from_hf)  # a model id org/name: its copy in the HF cache
     steps = import_to_workdir(src, FLAGS.to, step=FLAGS.step, steps=FLAGS.revisions,
                               allow_pickle=FLAGS.allow_pickle, dtype=FLAGS.dtype,
+                              allow_nonfinite=FLAGS.allow_nonfinite,
                               name=FLAGS.name or hf_cache.model_name(FLAGS.from_hf))
     common.result(f"wrote steps {steps} to {FLAGS.to}")
   else:

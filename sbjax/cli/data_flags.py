@@ -2,7 +2,7 @@
 ``--tokens``, ``--data.KEY=VALUE`` (absl flag ``--data_override``), ``--allow_duplicates``,
 ``--steps`` and ``--eval_sequences``. Defined once here and imported by every command that
 takes them (``experiments.analyze``, the series modes of ``experiments.collapse`` and
-``experiments.saturation`` via ``experiments.series_flags``, ``experiments.convergence``),
+``experiments.saturation`` via ``experiments.series_flags``),
 so those modules can be imported in one process (absl flag names are global)."""
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from .common import dotted_flags
 from .number_flags import define_number_list
 
 TOKENS = flags.DEFINE_string("tokens", "", "measure on these tokens: an integer .npy [n, T+1] "
-                             "(rows set T) or a flat .bin, ids in the model's vocabulary; "
-                             "needed for an imported series (experiments.convert --from_hf)")
+                             "(rows set T) or a flat .bin named by its dtype (x.uint16.bin), "
+                             "ids in the model's vocabulary; needed for an imported series "
+                             "(experiments.convert --from_hf)")
 DATA = flags.DEFINE_multi_string("data_override", [], "a data override KEY=VALUE (repeatable), "
                                  "usually spelled --data.KEY=VALUE, e.g. --data.source=text "
                                  "--data.path=DIR --data.tokenizer=tokenizer.json")

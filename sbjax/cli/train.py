@@ -45,7 +45,6 @@ from sbjax.config import Config
 from sbjax import train as train_lib
 from sbjax.train import members as members_lib
 from sbjax.train.lock import workdir_lock
-from sbjax.train.workdir import check_stop_after
 
 CONFIG = flags.DEFINE_string("config", "tiny", "a config name, a .json config, or an "
                              "ml_collections .py file; override fields with "
@@ -54,7 +53,8 @@ CONFIG_OVERRIDES = flags.DEFINE_multi_string(
     "config_override", [], "a Config override KEY=VALUE (repeatable), usually spelled "
     "--config.KEY=VALUE, e.g. --config.train.steps=50 --config.model.d_model=64")
 WORKDIR = flags.DEFINE_string("workdir", None, "run directory (created if missing)", required=True)
-STOP_AFTER = flags.DEFINE_integer("stop_after", None, "stop at this step (the run can be resumed)")
+STOP_AFTER = flags.DEFINE_integer("stop_after", None, "stop at this step (the run can be resumed)",
+                                  lower_bound=0)
 POPULATION = flags.DEFINE_integer(
     "population", 0, "train N models differing in seed (train.seed + i) in one vmapped jit step; "
     "each member is a normal workdir WORKDIR/member_<i> (see sbjax/train/members.py)")
@@ -95,8 +95,7 @@ def config_of(spec: str, items) -> Config:
 def main(argv):
   del argv
   common.maybe_initialize_distributed()  # before any JAX computation (imports are fine)
-  cfg = config_of(CONFIG.value, CONFIG_OVERRIDES.value)
-  check_stop_after(STOP_AFTER.value)  # before any data or workdir is written
+  cfg = config_of(CONFIG.value, CONFIG_OVERRIDES.value)  # checked before anything is written
   if POPULATION.value or POP_LRS.value or POP_SEEDS.value:
     summaries = _population(cfg, POPULATION.value or None, POP_SEEDS.value or None,
                             POP_LRS.value or None)

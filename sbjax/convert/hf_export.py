@@ -29,6 +29,7 @@ import numpy as np
 
 from sbjax import heads
 from sbjax import model as model_lib
+from sbjax.atomic import atomic_write_text
 from sbjax.config import ModelConfig
 from sbjax.convert import st_io
 from sbjax.convert.hf_import import _np_dtype
@@ -223,16 +224,16 @@ def check_export_target(out_dir: str, *, overwrite: bool = False) -> None:
 
 
 def export_hf(cfg: ModelConfig, params, out_dir: str, *, dtype: str = "float32") -> str:
-  """Write ``out_dir/config.json`` and ``out_dir/model.safetensors``; returns out_dir.
+  """Write ``out_dir/config.json`` and ``out_dir/model.safetensors`` (atomically, replacing a
+  link there rather than writing through it: ``sbjax.atomic``); returns out_dir.
   Refuses an sbjax workdir (``check_export_target``; the CLI also refuses a non-empty
   directory unless ``--overwrite``)."""
   check_export_target(out_dir, overwrite=True)
   tensors, info = hf_tensors(cfg, params)
   conf = hf_config(cfg, dtype, o_bias_zero=info["o_bias_zero"])
   npd = _np_dtype(dtype)
-  os.makedirs(out_dir, exist_ok=True)
   st_io.write_file({k: np.ascontiguousarray(v).astype(npd) for k, v in tensors.items()},
                    os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
-  with open(os.path.join(out_dir, "config.json"), "w") as fh:
-    json.dump(conf, fh, indent=2, sort_keys=True)
+  atomic_write_text(os.path.join(out_dir, "config.json"), json.dumps(conf, indent=2,
+                                                                     sort_keys=True))
   return out_dir

@@ -70,12 +70,27 @@ def _list(names, limit: int = 40) -> str:
 # ----------------------------------------------------------------------------- config
 
 
+# the keys of config.json each architecture needs (the rest have Hugging Face's defaults)
+NEEDED_KEYS = {"gpt_neox": ("vocab_size", "hidden_size", "num_hidden_layers",
+                            "num_attention_heads"),
+               "gpt_neo": ("vocab_size", "hidden_size", ("num_layers", "num_hidden_layers"),
+                           ("num_heads", "num_attention_heads"))}
+
+
 def read_hf_config(path: str) -> dict:
+  """The object of ``path/config.json``; ValueError naming the file when it is missing or no
+  JSON object."""
   f = os.path.join(path, "config.json")
   if not os.path.isfile(f):
     raise ValueError(f"{path}: no config.json; expected a Hugging Face model directory")
-  with open(f) as fh:
-    return json.load(fh)
+  try:
+    with open(f) as fh:
+      hf = json.load(fh)
+  except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+    raise ValueError(f"{f} is not valid JSON ({e})") from None
+  if not isinstance(hf, dict):
+    raise ValueError(f"{f} holds a JSON {type(hf).__name__}, not a config object")
+  return hf
 
 
 def _check_type(hf: dict, where: str = "") -> str:
@@ -113,8 +128,20 @@ def _neox_rope(hf: dict, where: str) -> tuple[float, float]:
 
 
 def model_config_from_hf(hf: dict, *, param_dtype: str = "float32", where: str = "") -> ModelConfig:
-  """The sbjax ModelConfig for a HF ``config.json`` dict (gpt_neox or gpt_neo)."""
+  """The sbjax ModelConfig for a HF ``config.json`` dict (gpt_neox or gpt_neo); ValueError
+  naming ``where``'s config.json for a key it lacks or a value sbjax refuses."""
   mt = _check_type(hf, where)
+  missing = [k if isinstance(k, str) else " or ".join(k) for k in NEEDED_KEYS[mt]
+             if not any(x in hf for x in ((k,) if isinstance(k, str) else k))]
+  if missing:
+    raise ValueError(f"{where}config.json lacks {', '.join(missing)}, which a {mt} config needs")
+  try:
+    return _model_config(hf, mt, param_dtype, where)
+  except (TypeError, ValueError) as e:  # a value of the wrong type or range (named by Config)
+    raise ValueError(f"{where}config.json: {e}") from None
+
+
+def _model_config(hf: dict, mt: str, param_dtype: str, where: str) -> ModelConfig:
   if mt == "gpt_neox":
     d = hf["hidden_size"]
     pct, base = _neox_rope(hf, where)
@@ -375,13 +402,31 @@ def _np_dtype(name: str) -> np.dtype:
   return np.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else np.dtype(name)
 
 
-def import_hf(path: str, *, dtype: str = "float32", allow_pickle: bool = False
-              ) -> tuple[ModelConfig, dict]:
-  """(ModelConfig, params) from a local HF GPT-NeoX/GPT-Neo directory."""
+def check_finite(tensors: dict, where: str, chunk: int = 1 << 24) -> None:
+  """Refuse weights holding NaN or inf, naming the tensors (read in chunks: memory-mapped)."""
+  bad = []
+  for name, t in tensors.items():
+    flat = np.asarray(t).reshape(-1)
+    if flat.dtype.kind == "f" or flat.dtype == ml_dtypes.bfloat16:
+      if any(not np.isfinite(flat[i:i + chunk].astype(np.float32)).all()
+             for i in range(0, flat.size, chunk)):
+        bad.append(name)
+  if bad:
+    raise ValueError(f"{where}weights hold NaN or inf values in {len(bad)} tensor(s): "
+                     f"{_list(bad, 8)}; nothing was imported. Use an intact checkpoint, or pass "
+                     "--allow_nonfinite (allow_nonfinite=True) to import them as they are")
+
+
+def import_hf(path: str, *, dtype: str = "float32", allow_pickle: bool = False,
+              allow_nonfinite: bool = False) -> tuple[ModelConfig, dict]:
+  """(ModelConfig, params) from a local HF GPT-NeoX/GPT-Neo directory. Weights holding NaN or
+  inf are refused, naming the tensors, unless ``allow_nonfinite``."""
   where = f"{path}: "
   hf = read_hf_config(path)
   cfg = model_config_from_hf(hf, param_dtype=dtype, where=where)
   mt = hf["model_type"]
   tensors = _normalise_names(load_hf_tensors(path, allow_pickle=allow_pickle), cfg, mt)
   check_tensors(tensors, cfg, mt, where)
+  if not allow_nonfinite:
+    check_finite(tensors, where)
   return cfg, params_from_hf(cfg, tensors, mt, dtype)

@@ -6,8 +6,9 @@ At import every selected revision is checked BEFORE anything is written:
   ``model.safetensors``, or every ``*.safetensors``; pickles with ``allow_pickle``) are
   hashed with sha256 (``files``); in an HF cache a file is a link to ``blobs/<sha256>`` and
   a content that does not match that name is refused (a corrupt or partial download);
-* every safetensors header is parsed and each tensor's byte range must lie inside the file
-  (a truncated file is refused, naming the revision and the file);
+* every safetensors header is parsed and checked (``sbjax.convert.st_io``: a truncated or
+  malformed file is refused, naming the revision and the file);
+* weights holding NaN or inf are refused, naming the tensors, unless ``allow_nonfinite``;
 * ``weights_sha256`` = sha256 over the sorted (file name, file sha256) pairs of a revision.
 
 Duplicates: revisions with equal ``weights_sha256`` hold the same weights (some public
@@ -66,10 +67,12 @@ def weight_files(path: str, allow_pickle: bool = False) -> list[str]:
   return []  # load_hf_tensors gives the error (no weights / pickles only)
 
 
-def check_revision(name: str, path: str, allow_pickle: bool = False) -> dict:
+def check_revision(name: str, path: str, allow_pickle: bool = False,
+                   allow_nonfinite: bool = False) -> dict:
   """{"files": {file: sha256}, "weights_sha256"} of one revision; ValueError naming the
   revision and file for a truncated safetensors file or a blob whose content does not
-  match its sha256 name."""
+  match its sha256 name, and naming the tensors that hold NaN or inf (unless
+  ``allow_nonfinite``)."""
   files = {}
   for f in weight_files(path, allow_pickle):
     full = os.path.join(path, f)
@@ -86,6 +89,9 @@ def check_revision(name: str, path: str, allow_pickle: bool = False) -> dict:
                        f"content hashes to {digest} (a corrupt or partial download); nothing "
                        "was imported. Download the revision again")
     files[f] = digest
+  if files and not allow_nonfinite:
+    hf_import.check_finite(hf_import.load_hf_tensors(path, allow_pickle=allow_pickle),
+                           f"revision {name!r}: ")
   total = hashlib.sha256(json.dumps(sorted(files.items())).encode()).hexdigest()
   return {"files": files, "weights_sha256": total}
 

@@ -71,16 +71,12 @@ class Dataset:
                process_count: int = 1, vocab_size: int, name: str = "tokens",
                source: str = "tokens", tokenizer_path: str | None = None, planted=None,
                extra_info: dict | None = None):
-    if seq_len < 1 or global_batch_size < 1:
-      raise ValueError(f"seq_len={seq_len} and global_batch_size={global_batch_size} must be >= 1")
     if process_count < 1 or not 0 <= process_index < process_count:
       raise ValueError(
           f"process_index={process_index} must be in [0, process_count={process_count})")
     if global_batch_size % process_count:
       raise ValueError(f"global batch size {global_batch_size} is not divisible by the "
                        f"process count {process_count}")
-    if seed < 0:
-      raise ValueError(f"data seed must be >= 0, got {seed}")
     self.train_tokens = np.asarray(train_tokens)
     self.val_tokens = np.asarray(val_tokens)
     self.seq_len, self.global_batch_size = int(seq_len), int(global_batch_size)

@@ -35,7 +35,7 @@ from sentencepiece import sentencepiece_model_pb2 as sp_pb
 from tokenizers import AddedToken, decoders, models, pre_tokenizers, trainers
 from tokenizers import Tokenizer as _HFTok
 
-from sbjax.atomic import atomic_path, atomic_write_bytes
+from sbjax.atomic import atomic_path, atomic_write_bytes, atomic_write_text
 
 log = logging.getLogger("sbjax")
 JSON_NAME = "tokenizer.json"
@@ -172,12 +172,12 @@ def export_tokenizer(workdir: str | os.PathLike, out_dir: str | os.PathLike,
       return None
   else:
     return None
-  out.mkdir(parents=True, exist_ok=True)
-  raw.save(str(out / JSON_NAME))
+  with atomic_path(out / JSON_NAME) as tmp:  # a link there is replaced, never written through
+    raw.save(str(tmp))
   eos = HFTokenizer(out / JSON_NAME)
   sep = eos.tok.id_to_token(eos.separator_id)
   conf = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": int(max_len),
           "eos_token": sep, "unk_token": eos.tok.id_to_token(0), "clean_up_tokenization_spaces":
           False, "add_bos_token": False, "add_eos_token": False}
-  (out / "tokenizer_config.json").write_text(json.dumps(conf, indent=2))
+  atomic_write_text(out / "tokenizer_config.json", json.dumps(conf, indent=2))
   return kind

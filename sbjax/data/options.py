@@ -1,8 +1,8 @@
 """The typed options of the data sources: one frozen dataclass per source, ``DataConfig.options``.
 
 ``SourceOptions`` is the base: a subclass names its ``source``, holds exactly the fields that
-source reads and checks them alone in ``check`` (``config_error("data.options.F", ...)``). The
-built-in ones are here:
+source reads, declares what each allows (``sbjax.errors.bounded``, checked as
+``data.options.F``) and checks what spans fields in ``check``. The built-in ones are here:
 
 * ``PlantedOptions`` (``planted``: the planted-rank language), ``PlantedMixOptions``
   (``planted_mix``: + ``mix`` components), ``PlantedMosOptions`` (``planted_mos``: + the
@@ -19,10 +19,9 @@ Plain Python (no jax, no numpy), so ``sbjax.config`` can validate with it.
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import ClassVar
 
-from sbjax.errors import config_error
+from sbjax.errors import SEED_MAX, bounded, check_fields, config_error
 
 PLANTED_GATES = ("uniform", "dirichlet")  # gate of source=planted_mos
 PLANTED_SAMPLERS = ("host", "device")  # sampler of the planted sources (planted_device)
@@ -33,16 +32,12 @@ TOKEN_DTYPES = ("uint16", "int32", "uint32", "int64", "int16", "uint8")
 @dataclasses.dataclass(frozen=True)
 class SourceOptions:
   """Base of the sources' own fields (none here); a subclass is a frozen dataclass that
-  sets ``source`` and checks its fields alone in ``check`` (``config_error("data.options.F",
-  ...)``)."""
+  sets ``source``, declares its fields' bounds and checks what spans fields in ``check``."""
 
   source: ClassVar[str] = ""
 
   def __post_init__(self):
-    for f in dataclasses.fields(self):  # a text field (a path, a name) holds text: a dict
-      value = getattr(self, f.name)      # there (--config.data.options.path.x=1) failed late
-      if f.type in ("str", str) and not isinstance(value, (str, os.PathLike)):
-        raise config_error(f"data.options.{f.name}", value, "a string")
+    check_fields(self, "data.options")
     self.check()
 
   def check(self) -> None:
@@ -52,37 +47,27 @@ class SourceOptions:
     return dataclasses.asdict(self)
 
 
-def _int_at_least(name: str, value, low: int, what: str = "") -> None:
-  if not isinstance(value, int) or isinstance(value, bool) or value < low:
-    raise config_error(f"data.options.{name}", value, what or f"an integer >= {low}")
-
-
-
 @dataclasses.dataclass(frozen=True)
 class PlantedOptions(SourceOptions):
   """The planted-rank language (``sbjax.data.planted.PlantedLanguage``)."""
 
   source: ClassVar[str] = "planted"
-  vocab: int = 256
-  rank: int = 8
-  alpha: float = 4.0
-  zipf: float = 1.0
-  context: int = 1  # context = the last n tokens
-  seed: int = 0
-  train_tokens: int = 2_000_000  # 0 = train batches sampled on demand (planted_stream)
-  val_tokens: int = 65_536
+  vocab: int = bounded(256, lo=2)
+  rank: int = bounded(8, lo=1)
+  alpha: float = bounded(4.0, lo=0)
+  zipf: float = bounded(1.0, lo=0)
+  context: int = bounded(1, lo=1)  # context = the last n tokens
+  seed: int = bounded(0, lo=0, hi=SEED_MAX)
+  train_tokens: int = bounded(2_000_000, lo=0, note="0 = sampled on demand")  # planted_stream
+  val_tokens: int = bounded(65_536, lo=1)
   data_dir: str = ""  # folder of the stored streams (.npy); "" = WORKDIR/tokens
   # host: numpy batches (stored or planted_stream); device: fresh train batches drawn inside
   # the jitted step, pure in (seed, data seed, step) (sbjax.data.planted_device)
-  sampler: str = "host"
+  sampler: str = bounded("host", choices=PLANTED_SAMPLERS)
 
   def check(self) -> None:
-    _int_at_least("vocab", self.vocab, 2)
-    if not 1 <= self.rank <= self.vocab:
+    if self.rank > self.vocab:
       raise config_error("data.options.rank", self.rank, f"1 .. vocab={self.vocab}")
-    _int_at_least("context", self.context, 1)
-    if self.sampler not in PLANTED_SAMPLERS:
-      raise config_error("data.options.sampler", self.sampler, " | ".join(PLANTED_SAMPLERS))
     if self.sampler == "device" and self.train_tokens != 0:
       raise config_error("data.options.train_tokens", self.train_tokens,
                          "0 with data.options.sampler=device (fresh tokens every step, no "
@@ -106,11 +91,7 @@ class PlantedMixOptions(PlantedOptions):
   """A mixture of ``mix`` planted softmaxes (``sbjax.data.planted.PlantedMixture``)."""
 
   source: ClassVar[str] = "planted_mix"
-  mix: int = 4
-
-  def check(self) -> None:
-    super().check()
-    _int_at_least("mix", self.mix, 1)
+  mix: int = bounded(4, lo=1)
 
   def language_kwargs(self) -> dict:
     return {**super().language_kwargs(), "n_mix": self.mix}
@@ -125,15 +106,8 @@ class PlantedMosOptions(PlantedMixOptions):
   or Dir(``gate_conc``) per context."""
 
   source: ClassVar[str] = "planted_mos"
-  gate: str = "uniform"
-  gate_conc: float = 1.0
-
-  def check(self) -> None:
-    super().check()
-    if self.gate not in PLANTED_GATES:
-      raise config_error("data.options.gate", self.gate, " | ".join(PLANTED_GATES))
-    if not self.gate_conc > 0:
-      raise config_error("data.options.gate_conc", self.gate_conc, "> 0")
+  gate: str = bounded("uniform", choices=PLANTED_GATES)
+  gate_conc: float = bounded(1.0, gt=0)
 
   def language_kwargs(self) -> dict:
     return {**super().language_kwargs(), "gate": self.gate, "gate_conc": self.gate_conc}
@@ -162,20 +136,11 @@ class TokenizerOptions(SourceOptions):
   """The fields of the text sources: their tokenizer and validation split."""
 
   tokenizer: str = ""  # an existing sentencepiece .model or HF tokenizer.json; "" = train one
-  tokenizer_type: str = "unigram"  # unigram | bpe
-  vocab_size: int = 1024  # tokenizer vocab
-  val_fraction: float = 0.1  # fraction of documents in the validation split
+  tokenizer_type: str = bounded("unigram", choices=TOKENIZER_TYPES)
+  vocab_size: int = bounded(1024, lo=8)  # tokenizer vocab
+  val_fraction: float = bounded(0.1, gt=0.0, lt=1.0)  # fraction of documents held out
   # text: the folder of the token caches ("" = WORKDIR/tokens); tfds: the TFDS data_dir
   data_dir: str = ""
-
-  def check(self) -> None:
-    if self.tokenizer_type not in TOKENIZER_TYPES:
-      raise config_error("data.options.tokenizer_type", self.tokenizer_type,
-                         " | ".join(TOKENIZER_TYPES))
-    _int_at_least("vocab_size", self.vocab_size, 8)
-    if not 0.0 < self.val_fraction < 1.0:
-      raise config_error("data.options.val_fraction", self.val_fraction,
-                         "strictly between 0 and 1")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -186,7 +151,6 @@ class TextOptions(TokenizerOptions):
   path: str = ""
 
   def check(self) -> None:
-    super().check()
     if not self.path:
       raise config_error("data.options.path", self.path,
                          "a directory of .txt files when data.source=text")
@@ -199,35 +163,28 @@ class TfdsOptions(TokenizerOptions):
   source: ClassVar[str] = "tfds"
   name: str = ""
   text_key: str = "text"
-  max_docs: int = 0  # read at most this many documents per split (0 = all)
+  max_docs: int = bounded(0, lo=0, note="0 = all")  # documents read per split
 
   def check(self) -> None:
-    super().check()
     if not self.name:
       raise config_error("data.options.name", self.name,
                          "a TFDS dataset name when data.source=tfds")
-    _int_at_least("max_docs", self.max_docs, 0, "0 (all) or a number of documents")
 
 
 @dataclasses.dataclass(frozen=True)
 class TokensOptions(SourceOptions):
   """Token files on disk (``sbjax.data.tokens``): an integer .npy [n, T+1] / [N], or a flat
-  .bin of ``dtype``."""
+  .bin whose item type its name (``x.uint16.bin``) or ``dtype`` declares."""
 
   source: ClassVar[str] = "tokens"
   path: str = ""
   val_path: str = ""  # "" = hold out the last val_fraction of the windows
-  dtype: str = "uint16"  # item type of a flat .bin file
-  vocab: int = 0  # 0 = the largest id + 1; else ids must lie in [0, vocab)
-  val_fraction: float = 0.1
+  # item type of a flat .bin file; "" = the one its name declares (x.uint16.bin)
+  dtype: str = bounded("", choices=("",) + TOKEN_DTYPES)
+  vocab: int = bounded(0, lo=0, note="0 = the largest id + 1")  # else ids lie in [0, vocab)
+  val_fraction: float = bounded(0.1, gt=0.0, lt=1.0)
 
   def check(self) -> None:
     if not self.path:
       raise config_error("data.options.path", self.path, "an integer .npy [n, T+1] or a flat "
                          "token .bin when data.source=tokens")
-    if self.dtype not in TOKEN_DTYPES:
-      raise config_error("data.options.dtype", self.dtype, " | ".join(TOKEN_DTYPES))
-    _int_at_least("vocab", self.vocab, 0, "0 (largest id + 1) or an integer >= 1")
-    if not 0.0 < self.val_fraction < 1.0:
-      raise config_error("data.options.val_fraction", self.val_fraction,
-                         "strictly between 0 and 1")

@@ -4,7 +4,7 @@ plays from Project Gutenberg, headers stripped (``sbjax/data/sample_text/README.
     from sbjax.data.sample_corpus import sample_corpus_dir
     cfg.data.path = str(sample_corpus_dir())   # a directory of .txt files
 
-It is the default corpus of the text experiments (``experiments/shared.py`` ``text_corpus``):
+It is the default corpus of the text experiments (``sbjax.studies.corpus.text_corpus``):
 enough text for their ``test`` and ``quick`` presets; larger runs take ``--data=DIR``.
 """
 

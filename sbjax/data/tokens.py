@@ -6,14 +6,12 @@ Two file kinds (``data.options.path``, and ``data.options.val_path`` for validat
   W >= T+1 tokens, e.g. Pythia's batch-viewer output ``[n, 2049]``; each row gives
   ``(W - 1) // T`` windows starting at columns ``0, T, 2T, ...`` (consecutive windows share
   one token, as in packed streams), rows in file order. Shape ``[N]``: one flat stream;
-* a flat binary token file (any other suffix, e.g. ``.bin``) of ``data.options.dtype``
-  (``uint16`` for vocabularies up to 65536, as GPT-NeoX/Megatron ``.bin`` files), read with
-  ``np.memmap``; a stream cut like the packed text streams (windows every T tokens). A name
-  may carry its dtype, ``x.uint16.bin``, ``x.int32.bin`` (any of ``DTYPES``): it wins over
-  the default ``data.options.dtype=uint16``, and another configured dtype is refused. A file
-  whose ids look mis-typed is refused, naming the file and the dtype it likely holds: every
-  other id of its first 2^20 zero (little-endian ids of a type twice as wide), or, with the
-  vocabulary inferred from the ids, a largest id >= 2^24 (no tokenizer is that large).
+* a flat binary token file (any other suffix, e.g. ``.bin``), read with ``np.memmap``; a
+  stream cut like the packed text streams (windows every T tokens). Raw bytes do not say how
+  wide an id is, so the file declares it: by its name, ``x.uint16.bin``, ``x.int32.bin`` (any
+  of ``DTYPES``; ``uint16`` for vocabularies up to 65536, as GPT-NeoX/Megatron files), or by
+  ``data.options.dtype`` (the caller's ``dtype``). A file that declares none is refused with
+  the fix, and so is a configured dtype that its name contradicts.
 
 Window ``k`` of a file is ``flat[start_k : start_k + T + 1]`` with ``flat`` the file's tokens
 in C order and ``start_k = r * W + c * T`` (row r, window c of the row) or ``k * T`` (stream).
@@ -48,42 +46,30 @@ from sbjax.data.options import TOKEN_DTYPES as DTYPES
 from sbjax.data.text import DataError
 from sbjax.paths import local_file
 
-DEFAULT_DTYPE = "uint16"  # TokensOptions.dtype's default
-_WIDER = {1: "uint16", 2: "int32", 4: "int64"}  # the type twice as wide, by item size
-MAX_INFERRED_VOCAB = 1 << 24
-
-
 def dtype_in_name(path) -> str | None:
   """The dtype a flat token file's name carries (``x.int32.bin`` -> ``"int32"``), or None."""
   parts = Path(path).name.split(".")
   return parts[-2] if len(parts) >= 3 and parts[-2] in DTYPES else None
 
 
-def _file_dtype(path, dtype: str) -> str:
+def declared_dtype(path, dtype: str = "") -> str:
+  """The item type a flat token file declares: its name's (``x.int32.bin``), else ``dtype``
+  (``data.options.dtype``); DataError with the fix when it declares none or two."""
   named = dtype_in_name(path)
-  if named is None or dtype in (named, DEFAULT_DTYPE):
-    return named or dtype
-  raise DataError(f"token file {path} is named as {named} ids but data.options.dtype={dtype}; "
-                  f"drop data.options.dtype (the name's {named} is used) or rename the file "
-                  f"to end in .{dtype}.bin if it holds {dtype} ids")
+  if named and dtype and dtype != named:
+    raise DataError(f"token file {path} is named as {named} ids but data.options.dtype={dtype}; "
+                    f"drop data.options.dtype (the name's {named} is used) or rename the file "
+                    f"to end in .{dtype}.bin if it holds {dtype} ids")
+  if not (named or dtype):
+    stem = Path(path).name.removesuffix(".bin")
+    raise DataError(f"token file {path} does not say how wide its ids are (a flat file of "
+                    "raw integers); name it by its dtype, e.g. "
+                    f"{stem}.uint16.bin or {stem}.int32.bin (one of {' | '.join(DTYPES)}), or set "
+                    "data.options.dtype")
+  return named or dtype
 
 
-def _check_not_mistyped(arr: np.ndarray, path, dtype: str, sample: int = 1 << 20) -> None:
-  """Refuse a flat file whose every other id (of the first ``sample``) is 0."""
-  n = min(arr.shape[0], sample) // 2 * 2
-  if n < 64 or arr.dtype.itemsize not in _WIDER:
-    return
-  part = np.asarray(arr[:n])
-  even, odd = part[0::2].any(), part[1::2].any()
-  if even != odd:
-    wide = _WIDER[arr.dtype.itemsize]
-    stem = Path(path).name.removesuffix(".bin").removesuffix(f".{dtype}")
-    raise DataError(f"token file {path} read as {dtype}: every other id of its first {n} is 0, "
-                    f"as when {wide} ids are read as {dtype}. Name the file by its dtype "
-                    f"({stem}.{wide}.bin) or set data.options.dtype={wide}")
-
-
-def read_tokens(path: str | os.PathLike, dtype: str = "uint16") -> np.ndarray:
+def read_tokens(path: str | os.PathLike, dtype: str = "") -> np.ndarray:
   """The token array of a file, memory-mapped: ``[n, W]`` or ``[N]`` (see the module doc); a
   remote file (``gs://``) is read from its local copy (``sbjax.paths.local_file``)."""
   try:
@@ -104,9 +90,9 @@ def read_tokens(path: str | os.PathLike, dtype: str = "uint16") -> np.ndarray:
       raise DataError(f"token file {path} has shape {arr.shape}; expected [n, T+1] windows or "
                       "a flat [N] stream")
     return arr
-  if dtype not in DTYPES:
+  if dtype and dtype not in DTYPES:
     raise DataError(f"data.options.dtype={dtype!r} is not supported; allowed: {' | '.join(DTYPES)}")
-  dtype = _file_dtype(p, dtype)
+  dtype = declared_dtype(path, dtype)
   size = p.stat().st_size
   item = np.dtype(dtype).itemsize
   if size % item:
@@ -114,9 +100,7 @@ def read_tokens(path: str | os.PathLike, dtype: str = "uint16") -> np.ndarray:
                     f"size {item}: a truncated file or another dtype (data.options.dtype)")
   if size == 0:
     raise DataError(f"token file {path} is empty")
-  arr = np.memmap(p, dtype=np.dtype(dtype), mode="r")
-  _check_not_mistyped(arr, path, dtype)
-  return arr
+  return np.memmap(p, dtype=np.dtype(dtype), mode="r")
 
 
 def window_starts(arr: np.ndarray, seq_len: int, where: str = "") -> np.ndarray:
@@ -182,11 +166,6 @@ def open_token_splits(o, seq_len: int, global_batch_size: int) -> dict:
       check_ids(arr, vocab, f"token file {path}: ", "data.options.vocab")
   else:
     vocab = max(int(np.max(arr)) for _, arr in files) + 1
-    if vocab > MAX_INFERRED_VOCAB:
-      raise DataError(f"token file {o.path}: the largest id is {vocab - 1} >= 2^24, no "
-                      f"tokenizer's vocabulary: the ids look mis-typed (read as "
-                      f"{train.dtype}). Name a flat file by its dtype (x.uint16.bin, "
-                      "x.int32.bin) or set data.options.dtype; or set data.options.vocab")
     for path, arr in files:
       if int(np.min(arr)) < 0:
         check_ids(arr, vocab, f"token file {path}: ")

@@ -31,6 +31,7 @@ def save(fig, out, stem: str, title: str | None = None) -> str:
   """Write ``fig`` to ``OUT/<stem>.<format>`` (local or remote) and close it; returns the name."""
   import io  # noqa: PLC0415
 
+  from sbjax.atomic import atomic_write_bytes  # noqa: PLC0415 - a link is replaced, not followed
   from sbjax.paths import upath  # noqa: PLC0415
 
   if title:
@@ -39,5 +40,5 @@ def save(fig, out, stem: str, title: str | None = None) -> str:
   buf = io.BytesIO()
   fig.savefig(buf, format=_format[0], dpi=110)
   pyplot().close(fig)
-  (upath(out) / name(stem)).write_bytes(buf.getvalue())
+  atomic_write_bytes(upath(out) / name(stem), buf.getvalue())
   return name(stem)

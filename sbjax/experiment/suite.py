@@ -15,10 +15,10 @@ import json
 import subprocess
 import sys
 import time
-import traceback
 from pathlib import Path
 
 from sbjax.atomic import atomic_write_text
+from sbjax.errors import write_log
 from sbjax.experiment import runner
 from sbjax.paths import upath
 from sbjax.train.preempt import Preempted
@@ -49,9 +49,9 @@ def run_suite(registry: dict, names, out, preset: str, data: str | None = None, 
     except Preempted:
       raise
     except Exception as e:  # noqa: BLE001 - reported; the other experiments go on
-      rec.update(status="failed", error=f"{type(e).__name__}: {e}")
+      rec.update(status="failed", error=f"{type(e).__name__}: {e}", traceback=write_log(e))
       if verbose:
-        traceback.print_exc()
+        sys.stderr.write(f"[{name}] failed: {rec['error']} [traceback: {rec['traceback']}]\n")
     timings[name] = {**rec, "seconds": round(time.time() - t, 1)}
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, json.dumps(timings, indent=1))

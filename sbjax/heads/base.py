@@ -34,8 +34,7 @@ A ``HeadKind`` answers, for a ``ModelConfig`` ``cfg`` whose head is ``kind.name`
 - ``param_keys``: the top-level parameter keys that are the head (trainable in frozen-trunk
   mode); ``leaf_specs``: the sharding of its own leaves under ``params["head"]``, as tuples
   of mesh axis names (``sbjax.sharding``);
-- ``config``: its ``HeadConfig`` dataclass (``cfg.head``), whose ``check()`` validates the
-  fields alone; ``validate(cfg)``: the checks against the model (e.g. rank <= d_model);
+- ``config``: its ``HeadConfig`` dataclass (``cfg.head``), whose fields declare their bounds; ``validate(cfg)``: the checks against the model (e.g. rank <= d_model);
   ``rank(cfg)``;
 - Hugging Face mapping: ``hf_tied`` (True: ``tie_word_embeddings``; False: a separate
   ``lm_head``/``embed_out`` V×d tensor; None: no HF equivalent, ``hf_problem`` says why),
@@ -51,7 +50,7 @@ import os
 import pkgutil
 from typing import Any, ClassVar
 
-from sbjax.errors import config_error
+from sbjax.errors import check_fields, config_error
 
 HEAD_KEY = "head"  # the top-level parameter key of a head module's parameters
 
@@ -66,11 +65,14 @@ class HeadConfig:
   """Base of the head kinds' configs: a frozen dataclass of one kind's own fields (none here).
 
   A subclass is ``@dataclasses.dataclass(frozen=True)``, sets ``kind`` to its kind's name and
-  checks its fields alone in ``check`` (with ``config_error("model.head.FIELD", ...)``)."""
+  declares what each field allows (``sbjax.errors.bounded``, checked as ``model.head.FIELD``),
+  checks what spans its fields in ``check``, and what involves the model in its kind's
+  ``validate``."""
 
   kind: ClassVar[str] = ""
 
   def __post_init__(self):
+    check_fields(self, "model.head")
     self.check()
 
   def check(self) -> None:

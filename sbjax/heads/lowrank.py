@@ -20,7 +20,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 from jax import lax
 
-from sbjax.errors import config_error
+from sbjax.errors import bounded, config_error
 from sbjax.heads.base import HEAD_KEY, HeadConfig, HeadKind, register
 from sbjax.precision import matmul_precision
 
@@ -30,22 +30,13 @@ if TYPE_CHECKING:  # only for annotations: a head module must not import sbjax.c
 INITS = ("scaled", "godey")
 
 
-def check_init(init: str) -> None:
-  """Refuse a factor init that is not one of ``INITS`` (``model.head.init``)."""
-  if init not in INITS:
-    raise config_error("model.head.init", init, " | ".join(INITS))
-
-
 @dataclasses.dataclass(frozen=True)
 class LowRankHead(HeadConfig):
   """W = A·B of rank ``rank`` (1 .. d_model, required); ``init``: scaled | godey."""
 
   kind: ClassVar[str] = "lowrank"
   rank: int = 0
-  init: str = "scaled"
-
-  def check(self) -> None:
-    check_init(self.init)
+  init: str = bounded("scaled", choices=INITS)
 
 
 def factor_inits(c, r: int):
@@ -104,7 +95,7 @@ class LowRank(HeadKind):
 
   def validate(self, cfg) -> None:
     r = cfg.head.rank
-    if not isinstance(r, int) or isinstance(r, bool) or r < 1 or r > cfg.d_model:
+    if not 1 <= r <= cfg.d_model:
       raise config_error("model.head.rank", r,
                     f"1 .. d_model={cfg.d_model} (a lowrank head needs an explicit rank; "
                     "use head=dense for full rank without factors)")

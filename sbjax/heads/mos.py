@@ -23,7 +23,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from sbjax.errors import config_error
+from sbjax.errors import bounded
 from sbjax.heads.base import HEAD_KEY, HeadConfig, HeadKind, register
 from sbjax.precision import matmul_precision
 
@@ -39,18 +39,9 @@ class MoSHead(HeadConfig):
   """``n_mix`` components of dimension ``dim`` (0 = d_model) with activation ``act``."""
 
   kind: ClassVar[str] = "mos"
-  n_mix: int = 1
-  dim: int = 0
-  act: str = "tanh"
-
-  def check(self) -> None:
-    if not isinstance(self.n_mix, int) or isinstance(self.n_mix, bool) or self.n_mix < 1:
-      raise config_error("model.head.n_mix", self.n_mix, "an integer >= 1")
-    if not isinstance(self.dim, int) or isinstance(self.dim, bool) or self.dim < 0:
-      raise config_error("model.head.dim", self.dim,
-                    "0 (component dimension e = d_model) or an integer >= 1")
-    if self.act not in ACTS:
-      raise config_error("model.head.act", self.act, " | ".join(ACTS))
+  n_mix: int = bounded(1, lo=1)
+  dim: int = bounded(0, lo=0, note="0 = d_model")  # the components' dimension e
+  act: str = bounded("tanh", choices=ACTS)
 
 
 def component_dim(cfg) -> int:

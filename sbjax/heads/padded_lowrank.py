@@ -34,9 +34,9 @@ from typing import TYPE_CHECKING, ClassVar
 import flax.linen as nn
 import jax.numpy as jnp
 
-from sbjax.errors import config_error
+from sbjax.errors import bounded, config_error
 from sbjax.heads.base import HEAD_KEY, HeadConfig, register
-from sbjax.heads.lowrank import LowRank, check_init, factor_inits, factor_scores
+from sbjax.heads.lowrank import INITS, LowRank, factor_inits, factor_scores
 
 if TYPE_CHECKING:  # only for annotations: a head module must not import sbjax.config (base.py)
   from sbjax.config import ModelConfig
@@ -48,10 +48,7 @@ class PaddedLowRankHead(HeadConfig):
   kind: ClassVar[str] = "padded_lowrank"
   rank: int = 0
   pad: int = 0
-  init: str = "scaled"
-
-  def check(self) -> None:
-    check_init(self.init)
+  init: str = bounded("scaled", choices=INITS)
 
 
 def _padded(init, shape, axis: int, width: int):
@@ -105,7 +102,7 @@ class PaddedLowRank(LowRank):
   def validate(self, cfg) -> None:
     r, pad = cfg.head.rank, cfg.head.pad
     for name, v, hi in (("pad", pad, cfg.d_model), ("rank", r, pad)):
-      if not isinstance(v, int) or isinstance(v, bool) or v < 1 or v > hi:
+      if not 1 <= v <= hi:
         raise config_error(f"model.head.{name}", v,
                            f"1 .. {hi} (a padded_lowrank head needs 1 <= rank <= pad <= "
                            f"d_model={cfg.d_model}; pad = the largest rank of the population)")

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from sbjax.errors import config_error
+from sbjax.errors import bounded, config_error
 from sbjax.heads.base import HEAD_KEY, HeadConfig, HeadKind, register
 from sbjax.precision import matmul_precision
 
@@ -36,7 +36,7 @@ class SigSoftmaxHead(HeadConfig):
   """A sigsoftmax head whose logit factors have rank ``rank`` (0 = d_model)."""
 
   kind: ClassVar[str] = "sigsoftmax"
-  rank: int = 0
+  rank: int = bounded(0, lo=0, note="0 = d_model")
 
 
 def sig_rank(cfg) -> int:
@@ -89,7 +89,7 @@ class SigSoftmax(HeadKind):
 
   def validate(self, cfg) -> None:
     r = cfg.head.rank
-    if not isinstance(r, int) or isinstance(r, bool) or r < 0 or r > cfg.d_model:
+    if r > cfg.d_model:
       raise config_error("model.head.rank", r,
                     f"0 (rank d_model) or 1 .. d_model={cfg.d_model} for a sigsoftmax head")
 

@@ -1,7 +1,8 @@
 """Per-paper studies built on the library: exact rank floors (``floor``), head-rank sweeps
-(``head_rank``), the neural-collapse model grid (``collapse_grid``), n-gram target matrices
-(``ngram``, ``lowrank_svd``), scaling-law fits (``scaling``), statistics (``stats``) and layer
-convergence over checkpoints (``convergence``).
+(``head_rank``), n-gram count matrices and floors (``ngram``, ``ngram_floor``, ``bigram_fit``,
+``bigram_rstar``), the W-error of targets and heads (``werror``, ``target_werror``), head fits
+(``head_fit``), head FLOPs (``head_flops``), the text corpus (``corpus``), statistics (``stats``,
+``welch``).
 
 ``sbjax.analysis`` analyses the checkpoints of one run; the modules here combine runs, train
 models or compute per-paper quantities, and are imported by the experiments.

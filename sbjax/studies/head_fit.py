@@ -11,7 +11,7 @@ this head:
 float32, jit-compiled; ``HeadFit`` records the final value, its gap to H and the best value
 seen.
 
-Measured (issue 18; V = 64, k = 3, M = 4, α = 8, e = 4): from a random start the MoS fit
+Measured (V = 64, k = 3, M = 4, α = 8, e = 4): from a random start the MoS fit
 stops 0.003–0.03 nats above H, whatever the optimiser (Adam with many starts, L-BFGS polish,
 frozen-then-free gates, per-context re-seating of h, basin hopping, component splitting,
 tempered targets, d = 16); from the exact parameters plus noise of 0.3× each tensor's std it

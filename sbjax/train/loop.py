@@ -18,7 +18,7 @@ the hooks after it from logging a skipped step.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, NamedTuple, Sequence
+from typing import Callable, Container, NamedTuple, Sequence
 
 import jax
 
@@ -33,12 +33,13 @@ class Boundary(NamedTuple):
 
 @dataclasses.dataclass(frozen=True)
 class Schedule:
-  """Which steps are boundaries. ``save_steps``: checkpoint (or snapshot) steps;
+  """Which steps are boundaries. ``save_steps``: checkpoint (or snapshot) steps (a set, or
+  ``sbjax.checkpoint.Schedule``: tested, never listed);
   ``eval_every``: evaluate every that many steps (0: never); ``final_step``: evaluated too
   (the configured ``train.steps``); ``at_start``: a boundary before the first step (a fresh
   run evaluates and saves step 0)."""
 
-  save_steps: frozenset = frozenset()
+  save_steps: Container[int] = frozenset()
   eval_every: int = 0
   final_step: int | None = None
   at_start: bool = False

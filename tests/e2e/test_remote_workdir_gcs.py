@@ -67,13 +67,10 @@ def gcs_run(tmp_path_factory):
            "objects": objects(RUN)}
 
 
-def test_the_killed_run_left_its_lock_and_checkpoints_in_the_bucket(gcs_run):
+def test_a_killed_run_resumes_and_finishes_in_the_bucket(gcs_run):
   names = gcs_run["after_kill"]
   assert f"{RUN}/LOCK" in names and f"{RUN}/config.json" in names
   assert f"{RUN}/checkpoints/{KILL_AT}/checksums.json" in names and f"{RUN}/DONE" not in names
-
-
-def test_the_rerun_resumes_and_finishes_the_run(gcs_run):
   r = gcs_run["resumed"]
   assert r.returncode == 0, r.stderr[-3000:]
   out = json.loads(r.stdout)
@@ -84,6 +81,7 @@ def test_the_rerun_resumes_and_finishes_the_run(gcs_run):
     assert f"{RUN}/{f}" in names
   assert f"{RUN}/LOCK" not in names  # released at the end
   assert any(n.startswith(f"{RUN}/tb/events.out.tfevents.") for n in names)
+  assert os.listdir(gcs_run["cwd"]) == []  # nothing in a local gs: folder
 
 
 def test_the_analysis_reads_and_writes_the_bucket(gcs_run):
@@ -92,10 +90,5 @@ def test_the_analysis_reads_and_writes_the_bucket(gcs_run):
   out = json.loads(a.stdout)
   assert out["csv"] == f"gs://{RUN}/analysis/metrics.csv"
   assert out["steps"] == list(range(0, STEPS + 1, KILL_AT))  # every checkpoint analysed
-  names = gcs_run["objects"]
   for f in ("metrics.csv", "metrics.json", "spectrum.npz", "fig_loss_anisotropy.png"):
-    assert f"{RUN}/analysis/{f}" in names
-
-
-def test_nothing_lands_in_a_local_gs_folder(gcs_run):
-  assert os.listdir(gcs_run["cwd"]) == []
+    assert f"{RUN}/analysis/{f}" in gcs_run["objects"]

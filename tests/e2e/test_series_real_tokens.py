@@ -4,6 +4,7 @@ a 4-revision GPT-NeoX series built with transformers (random weights, one revisi
 duplicate of another) in the HF cache layout; a tokenizer.json trained on a local corpus;
 a few files tokenised to an .npy [n, T+1]; ``convert --from_hf`` -> ``analyze --tokens``.
 The CSV's eval loss of every revision equals transformers' loss on the same tokens (1e-4),
+each layer's MLP CKA to the final revision equals numpy's on transformers' hooked MLP outputs,
 the duplicate is flagged, and ``analyze`` without tokens fails with the clear error.
 
 Also here (sharing the torch import): ``convert --to_hf`` writes the run's tokenizer, and
@@ -114,7 +115,13 @@ def test_convert_analyze_on_tokens_matches_transformers(series):
     assert abs(float(got[s]["eval_loss"]) - loss) <= 1e-4, (s, got[s]["eval_loss"], loss)
   assert abs(losses[0] - losses[3000]) > 1e-2  # the revisions are distinguishable
   assert {s: got[s]["duplicate_of"] for s in got} == {0: "", 1000: "", 2000: "1000", 3000: ""}
+  final = _hf_mlp_last(models[3], rows)  # CKA to the final on transformers' MLP outputs
+  for s, m in ref.items():
+    for layer, x in enumerate(_hf_mlp_last(m, rows)):
+      assert float(got[s][f"cka_to_final_mlp_{layer}"]) == pytest.approx(
+          _np_cka(x, final[layer]), abs=1e-4), (s, layer)
   assert float(got[3000]["cka_to_final_mlp_1"]) == pytest.approx(1.0, abs=1e-5)
+  assert float(got[0]["cka_to_final_mlp_1"]) < 0.99  # the revisions differ
   assert [got[s]["lmeval_lambada_openai_acc"] for s in sorted(got)] == ["", "0.25", "", "0.5"]
   info = json.loads((work / "analysis" / "metrics.json").read_text())
   assert info["samples"]["data"]["tokens_path"] == str(d / "batch.npy")
@@ -239,33 +246,3 @@ def _hf_mlp_last(m, windows):
 def _np_cka(x, y):
   x, y = x - x.mean(0), y - y.mean(0)
   return np.linalg.norm(x.T @ y) ** 2 / (np.linalg.norm(x.T @ x) * np.linalg.norm(y.T @ y))
-
-
-def test_convergence_series_on_an_imported_workdir_matches_transformers(series, imported,
-                                                                        tmp_path):
-  """``experiments.convergence --series=IMPORTED_WORKDIR --tokens=FILE``: the duplicate is
-  refused unless allowed; the eval loss equals transformers', the last-token MLP CKA to the
-  final equals numpy's on transformers' hooked MLP outputs, the duplicate reads as its twin."""
-  from experiments.convergence.run import run as convergence  # deferred: experiment driver
-  d, _, models, rows = series
-  kw = dict(series=[str(imported)], series_tokens=str(d / "batch.npy"), verbose=False,
-            n_sequences=N, all_sequences=4)
-  with pytest.raises(ValueError, match=r"revision\(s\) \[2000\].*--allow_duplicates"):
-    convergence(tmp_path / "c0", "test", **kw)
-  convergence(tmp_path / "c", "test", allow_duplicates=True, **kw)
-  mdir = tmp_path / "c" / "measure" / "work"
-  with open(mdir / "steps.csv") as f:
-    loss = {int(r["step"]): float(r["eval_loss"]) for r in csv.DictReader(f)}
-  with open(mdir / "cka.csv") as f:
-    cka = {(int(r["step"]), int(r["layer"])): float(r["cka"]) for r in csv.DictReader(f)
-           if (r["kind"], r["tokens"], r["estimator"]) == ("mlp", "last", "biased")}
-  ref = {0: models[0], 1000: models[1], 2000: models[1], 3000: models[3]}
-  final = _hf_mlp_last(models[3], rows)
-  for s, m in ref.items():
-    assert loss[s] == pytest.approx(_hf_loss(m, rows), abs=1e-4)
-    for layer, x in enumerate(_hf_mlp_last(m, rows)):
-      assert cka[(s, layer)] == pytest.approx(_np_cka(x, final[layer]), abs=1e-4), (s, layer)
-  assert cka[(2000, 1)] == cka[(1000, 1)] and cka[(3000, 1)] == pytest.approx(1.0, abs=1e-6)
-  assert cka[(0, 1)] < 0.99  # the revisions differ
-  summary = json.loads((tmp_path / "c" / "summary.json").read_text())
-  assert summary["data"]["duplicate_of"] == {"work": {"2000": 1000}}

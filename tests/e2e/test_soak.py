@@ -6,8 +6,6 @@ The long version is `benchmarks/soak.py` (BUILD_NOTES.md has its counts)."""
 
 import json
 
-import pytest
-
 from benchmarks.soak import run_soak, soak_env
 
 # Two kills, three starts: one aimed at a save (the mid-save case below) and one at a random
@@ -16,30 +14,20 @@ from benchmarks.soak import run_soak, soak_env
 # more fresh process: 2.5 s of CPU, measured, for a case already checked.)
 KILLS = 2
 PLAN = ["save", "random"]
-# 24 steps: the schedule of tests/test_train.py's and test_checkpoint_corrupt.py's tiny runs, so
-# the train step they compiled in-process is already in the shared compilation cache
+# 24 steps: the schedule of the session's tiny run (tests/_tiny.py), so the train step it
+# compiled in-process is already in the shared compilation cache
 STEPS = 24
 
 
-@pytest.fixture(scope="module")
-def soak(tmp_path_factory):
+def test_killed_runs_equal_the_uninterrupted_run_bitwise(tmp_path):
   # soak_env keeps the persistent compilation cache tests/conftest.py set up, so each
   # restart loads the compiled step instead of compiling it again.
-  out = tmp_path_factory.mktemp("soak")
-  return run_soak(out, kills=KILLS, steps=STEPS, seed=1, plan=PLAN,
-                  env=soak_env())
-
-
-def test_killed_run_equals_uninterrupted_run_bitwise(soak):
+  soak = run_soak(tmp_path, kills=KILLS, steps=STEPS, seed=1, plan=PLAN, env=soak_env())
   print(json.dumps(soak))
   assert soak["bitwise_equal"]  # run_soak raises, naming the difference, otherwise
   assert soak["kills"] == KILLS and soak["starts"] == KILLS + 1
   assert soak["resumes"] >= 1  # later attempts restored a checkpoint (logged "resuming")
   assert soak["checkpoints_restored"] == STEPS + 1 and soak["losses_compared"] == STEPS
-
-
-def test_some_kills_landed_mid_save_and_were_cleaned_up(soak):
   assert soak["kills_mid_save"] >= 1, soak
   # each unfinished save was moved aside (never deleted); no finished step was lost
-  assert soak["moved_aside_tmp"] == soak["kills_mid_save"], soak
-  assert soak["moved_aside_steps"] == 0, soak
+  assert soak["moved_aside_tmp"] == soak["kills_mid_save"] and soak["moved_aside_steps"] == 0

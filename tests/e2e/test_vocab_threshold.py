@@ -1,7 +1,10 @@
 """vocab_threshold at its test presets, through the runner: on a generated corpus, r*(V), its
 margins, r_0.6 of the centred head and the log-log slope recomputed with numpy from the CSVs
 and the heads; the bigram r*(V, N) cells against a counting reference, the tolerance rule and
-the start check, a rerun computing nothing; the token-file twin of the accelerator preset (one
+the start check, the rule's reliable cells, a rerun computing nothing; the E5 twin's rule
+cells (per-window losses whose mean is the eval loss, their block standard errors, the start
+movement between the two trunk seeds, the reliable cells and the verdict in summary.json); the
+token-file twin of the accelerator preset (one
 padded population of heads per V on the trunk's best validation checkpoint) on token files
 written from generated text; every preset's configs build."""
 
@@ -16,6 +19,7 @@ import pytest
 
 from experiments import vocab_threshold as vt
 from experiments.common import read_rows
+from experiments.vocab_threshold.rule import decide
 from sbjax.config import Config
 from sbjax.data.tokenizer import Tokenizer
 from sbjax.experiment.context import Context
@@ -53,7 +57,7 @@ def test_rstar_margins_r06_and_beta(out):
     v = int(t["V"])
     sub = [r for r in runs if r["V"] == v]
     assert read_rows(out / f"V{v}" / "head_rank.csv", TEXT) == [
-        {k: x for k, x in r.items() if k != "V"} for r in sub]
+        {k: x for k, x in r.items() if k not in ("V", "seed")} for r in sub]
     lf, d = min(r["eval_loss"] for r in sub if r["protocol"] == "full"), int(sub[0]["rank"])
     best = {d: lf}  # the test plan has protocol b only: the reference is the dense head
     for r in (r for r in sub if r["protocol"] == "b"):
@@ -120,10 +124,57 @@ def test_bigram_n_cells_follow_the_counts_the_rule_and_the_start_check(tmp_path,
     assert c["start_check"] == ("flips" if flips else "agrees" if second["converged"]
                                 else "unconverged")
     assert c["start_moved"] == pytest.approx(abs(second["val_excess"] - first[want]["val_excess"]))
+    margins = ([(c["margin_at_r_star"], c["se_at_r_star"])] * (not c["censored"])
+               + [(c["margin_at_lo"], c["se_at_lo"])] * (lo > 0))
+    assert c["reliable"] == int(c["check_ok"] and all(m > max(2 * se, c["moved"])
+                                                      for m, se in margins))
+  assert cells[0]["moved"] == max(c["start_moved"] for c in cells)
   before = (out / vt.CELLS).read_text()
   monkeypatch.setattr(bigram_fit, "fit", lambda *a, **kw: pytest.fail("a fit was run again"))
   run(vt.EXPERIMENT, out, "test-bigram-n", str(corpus), verbose=False)
   assert (out / vt.CELLS).read_text() == before
+
+
+def test_e5_cells_rest_on_the_window_losses_and_the_second_trunk_seed(tmp_path, corpus):
+  out, k = tmp_path / "e5", vt.PRESETS["test-e5"].knobs
+  run(vt.EXPERIMENT, out, "test-e5", str(corpus), verbose=False)
+  runs, cells = read_rows(out / vt.RUNS, TEXT), read_rows(out / vt.RULE_CELLS, ("why",))
+  per = k.rule.block_tokens // vt.PRESETS["test-e5"].overrides["train.seq_len"]  # windows/block
+  excess = {}
+  for c in cells:
+    v, seed, tol = int(c["V"]), int(c["seed"]), c["tol_token"]
+    best = {}  # rank -> its best-lr protocol-(a) run
+    for r in (r for r in runs if (r["V"], r["seed"], r["protocol"]) == (v, seed, "a")):
+      best[int(r["rank"])] = min(best.get(int(r["rank"]), r), r, key=lambda x: x["eval_loss"])
+
+    def windows(r, pre=vt.prefix(v, seed)):
+      memo = out / "memo" / f"windows-{(pre + r['run']).replace('/', '-')}.json"
+      w = np.asarray(json.loads(memo.read_text())["value"])
+      assert w.mean() == pytest.approx(r["eval_loss"], rel=1e-5)  # the eval's own windows
+      return w
+
+    def se(rank, ref=best[max(k.plan.ranks)]):
+      d = windows(best[rank]) - windows(ref)
+      means = d[:len(d) // per * per].reshape(-1, per).mean(1)
+      return means.std() / math.sqrt(len(means))
+
+    excess[v, seed] = {r: x["eval_loss"] - best[max(best)]["eval_loss"] for r, x in best.items()}
+    rs = min(r for r, x in excess[v, seed].items() if x <= tol)
+    assert (c["r_star"], c["margin_at_r_star"]) == (rs, pytest.approx(tol - excess[v, seed][rs]))
+    assert c["se_at_r_star"] == pytest.approx(se(rs), abs=1e-12)
+    if c["r_below"]:
+      assert c["se_below"] == pytest.approx(se(int(c["r_below"])), abs=1e-12)
+  (v,) = k.reseed
+  ranks = {int(c[x]) for c in cells if c["V"] == v for x in ("r_star", "r_below")} - {0}
+  moved = max(abs(excess[v, 1][r] - excess[v, 0][r]) for r in ranks)
+  d = json.loads((out / vt.SUMMARY).read_text())["decision"]
+  assert d["moved"] == pytest.approx(moved) and all(c["moved"] == d["moved"] for c in cells)
+  for c in cells:
+    margins = ([(c["margin_at_r_star"], c["se_at_r_star"])] * (not c["censored"])
+               + [(c["margin_below"], c["se_below"])] * (c["r_below"] > 0))
+    assert c["reliable"] == int(all(m > max(2 * se, moved) for m, se in margins))
+  assert d["verdict"] == decide(cells, k.rule)["verdict"]
+  assert f"**{d['verdict']}**" in vt.report(out, "e5")
 
 
 @pytest.fixture(scope="module")
@@ -169,10 +220,11 @@ def test_every_preset_builds(tmp_path, monkeypatch):
   monkeypatch.setattr(hr, "trunk", lambda *a: hr.Trunk("trunk", -1, math.nan))
   for name, p in vt.PRESETS.items():
     ctx, k = Context(tmp_path, name, p, str(tmp_path)), p.knobs
-    for v in k.vocabs if k.plan is not None else ():
-      cfg = vt.config(ctx, v)
-      assert cfg.name == f"vocab_threshold-{name}-V{v}"
-      groups = list(hr.sweep(ctx, cfg, k.plan, f"V{v}/", {"V": v}))
+    for v, seed in vt.sweeps(k):
+      cfg = vt.config(ctx, v, seed)
+      assert cfg.name == f"vocab_threshold-{name}-V{v}" + (f"-seed{seed}" if seed else "")
+      assert (cfg.train.seed, cfg.train.data_seed) == (seed, seed)
+      groups = list(hr.sweep(ctx, cfg, k.plan, vt.prefix(v, seed), {"V": v}))
       pads = [g for g in groups if "-pad" in g.name]
       assert len(pads) == int(k.plan.head_population)
       for c in (c for g in groups for c in g.configs):

@@ -1,7 +1,9 @@
-"""convert --from_hf on the HF cache layout: refs -> snapshots, revision names with
-stage/token parts ordered by step, step selections, sha256 records, duplicates, and the
-errors (missing revision, truncated weights) that leave the workdir untouched."""
+"""convert --from_hf: a model id found in the HF cache (refs -> snapshots), revision names with
+stage/token parts ordered by step, step selections, sha256 records, duplicates, a single
+directory's step from its name, and the errors (a snapshot gone, another model in the
+workdir) that leave the workdir untouched."""
 
+import dataclasses
 import hashlib
 import json
 import shutil
@@ -9,16 +11,15 @@ import shutil
 import numpy as np
 import pytest
 
-from sbjax.cli import convert as convert_cli
 from sbjax import checkpoint
+from sbjax.cli import convert as convert_cli
+from sbjax.cli import hf_cache
 from sbjax.config import ModelConfig
 from sbjax.convert import import_hf, revisions
 from sbjax.data import hf_tokenizer
 from tests._hf_cache import exported_neox, write_hf_cache
 
 V = 53
-
-
 MC = ModelConfig(vocab_size=V, d_model=16, n_layers=1, n_heads=2, max_len=32)
 
 
@@ -73,26 +74,48 @@ def _snapshot(repo, ref):
   return repo / "snapshots" / (repo / "refs" / ref).read_text().strip()
 
 
-def test_missing_revision_and_truncated_weights(cache, tmp_path):
-  d, repo, saved = cache
-  bad = d / "bad"
-  shutil.copytree(repo.parent, bad, symlinks=True)
-  brepo = bad / repo.name
-  work = tmp_path / "w"
-  work.mkdir()
-  (work / "keep.txt").write_text("x")
-  with pytest.raises(ValueError, match=r"requested revision step\(s\) \[4000\] not found"):
-    convert_cli.import_to_workdir(str(brepo), str(work), steps="4000")
-  shutil.rmtree(_snapshot(brepo, "step1000-tokens2M"))
+def test_a_revision_whose_snapshot_is_gone_is_named(cache, tmp_path):
+  """(A missing revision and truncated weights: the bad-input table of series.)"""
+  d, repo, _ = cache
+  shutil.copytree(repo.parent, d / "bad", symlinks=True)
+  brepo = d / "bad" / repo.name
+  shutil.rmtree(brepo / "snapshots" / (brepo / "refs" / "step1000-tokens2M").read_text().strip())
   with pytest.raises(ValueError, match=r"revision 'step1000-tokens2M' points to snapshot .* "
                                        r"does not exist: the cache does not hold"):
-    convert_cli.import_to_workdir(str(brepo), str(work), steps="1000")
-  snap = _snapshot(brepo, "stage1-step2000-tokens4.2M")
-  blob = (snap / "model.safetensors").resolve()
-  data = blob.read_bytes()
-  blob.unlink()
-  blob.write_bytes(data[:len(data) - 100])  # a partial download
-  with pytest.raises(ValueError, match=r"revision 'stage1-step2000-tokens4.2M': weight file "
-                                       r"model.safetensors is truncated or corrupt"):
-    convert_cli.import_to_workdir(str(brepo), str(work), steps="2000:3000")
-  assert sorted(p.name for p in work.iterdir()) == ["keep.txt"]  # nothing written or lost
+    convert_cli.import_to_workdir(str(brepo), str(tmp_path / "w"), steps="1000")
+  assert not (tmp_path / "w").exists()
+
+
+def test_a_model_id_is_found_in_the_hf_cache(cache, tmp_path, monkeypatch):
+  """``--from_hf=org/name`` resolves in the hub cache (HF_HUB_CACHE, else HF_HOME/hub): the
+  snapshot of refs/main, or the repository of a series; not there, one line naming where it
+  looked. No network."""
+  d, repo, saved = cache
+  monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+  monkeypatch.setenv("HF_HOME", str(tmp_path / "home"))
+  with pytest.raises(FileNotFoundError) as e:
+    hf_cache.resolve("EleutherAI/pythia-70m")
+  looked = tmp_path / "home" / "hub" / "models--EleutherAI--pythia-70m"
+  assert str(looked) in str(e.value) and "\n" not in str(e.value), e.value
+  main = write_hf_cache(tmp_path / "home" / "hub", "EleutherAI/pythia-70m", {"main": saved[1]})
+  got = hf_cache.resolve("EleutherAI/pythia-70m")
+  assert got.startswith(str(main / "snapshots")) and import_hf(got)[0] == MC
+  assert hf_cache.model_name("EleutherAI/pythia-70m") == "pythia-70m"
+  monkeypatch.setenv("HF_HUB_CACHE", str(d / "cache"))  # wins over HF_HOME: the series
+  assert hf_cache.resolve("EleutherAI/tiny-neox") == str(repo)
+  assert hf_cache.resolve(str(saved[1])) == str(saved[1])  # a path is a path
+
+
+def test_a_single_directory_takes_its_step_from_its_name(cache, tmp_path):
+  _, _, saved = cache
+  src = tmp_path / "rev-step12"
+  shutil.copytree(saved[2], src)
+  work = tmp_path / "w"
+  assert convert_cli.import_to_workdir(str(src), str(work)) == [12]
+  assert convert_cli.import_to_workdir(str(src), str(work), step=5) == [5]
+  cfg, params, step = checkpoint.load_params(str(work))
+  assert step == 12 and cfg.name == "rev-step12"
+  np.testing.assert_array_equal(np.asarray(params["embed"]), import_hf(str(src))[1]["embed"])
+  other = exported_neox(dataclasses.replace(MC, parallel_residual=False), tmp_path / "o", 4)
+  with pytest.raises(ValueError, match="parallel_residual"):  # the workdir holds another model
+    convert_cli.import_to_workdir(str(other), str(work))

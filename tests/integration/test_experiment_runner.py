@@ -9,7 +9,7 @@ import pytest
 from sbjax.experiment import Experiment, Group, Preset
 from sbjax.experiment.runner import run
 from sbjax.analysis.table import read_csv
-from sbjax.train import preempt
+from sbjax.train import preempt, train_once
 from tests._damage import flip_one_byte, largest_data_file
 from tests._tiny import tiny_run_config
 
@@ -76,3 +76,12 @@ def test_budget_stop_resumes_to_the_same_numbers(tmp_path):
   assert read_csv(cut / "runs.csv") == read_csv(full / "runs.csv")
   kept = read_csv(full / "checkpoints.csv")  # the stop saved step 1 besides the schedule's
   assert [p for p in read_csv(cut / "checkpoints.csv") if p["step"] != 1] == kept
+
+
+def test_a_finished_run_of_another_config_is_refused(tmp_path):
+  cfg = tiny_run_config(steps=2, eval_every=2, ckpt_every=2, log_every=1, ckpt_log_spaced=False)
+  train_once(cfg, tmp_path / "run")
+  renamed = cfg.replace(name="other")  # a setting that changes no number: read back
+  assert train_once(renamed, tmp_path / "run")["step"] == 2
+  with pytest.raises(ValueError, match=r"another configuration \(train.lr: 0.003 -> 0.5\)"):
+    train_once(cfg.replace(train=dataclasses.replace(cfg.train, lr=0.5)), tmp_path / "run")

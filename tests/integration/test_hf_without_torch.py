@@ -1,23 +1,16 @@
-"""Hugging Face import and export without torch (issue 22, must-show 2).
+"""Hugging Face import and export without torch (``sbjax[hf]`` has no torch: test_packaging.py).
+In a fresh interpreter where ``import torch`` raises ImportError (a meta-path finder), a model
+exported to safetensors reads back bit for bit, the file's tensors equal what the independent
+``safetensors`` reader sees, and pickle weights are one clear error naming torch."""
 
-``sbjax[hf]`` is transformers + safetensors + tokenizers with no torch: the dependency closure
-of ``sbjax[hf]`` (pyproject.toml, then the installed packages' own requirements) holds no
-torch. In a fresh interpreter where ``import torch`` raises ImportError (a meta-path finder),
-a model exported to safetensors reads back bit for bit, the file's tensors equal what the
-independent ``safetensors`` reader sees, and pickle weights are one clear error naming torch.
-"""
-
-import importlib.metadata as md
 import json
 import os
 import subprocess
 import sys
 import textwrap
-import tomllib
 from pathlib import Path
 
-from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -75,38 +68,7 @@ CHECK = textwrap.dedent("""
 """)
 
 
-def _closure(reqs: list[str]) -> set[str]:
-  """Canonical names of every distribution ``reqs`` pull in (no extras of the dependencies),
-  from the installed packages' metadata."""
-  seen, todo = set(), [(Requirement(r), "") for r in reqs]
-  while todo:
-    r, extra = todo.pop()
-    if r.marker and not r.marker.evaluate({"extra": extra}):
-      continue
-    key = (canonicalize_name(r.name), tuple(sorted(r.extras)))
-    if key in seen:
-      continue
-    seen.add(key)
-    try:
-      deps = [Requirement(s) for s in md.requires(r.name) or []]
-    except md.PackageNotFoundError:
-      continue  # not installed here: its own requirements are unknown
-    todo += [(d, e) for d in deps for e in ("", *r.extras)]
-  return {name for name, _ in seen}
-
-
-def test_the_hf_extra_brings_no_torch():
-  proj = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-  hf = proj["optional-dependencies"]["hf"]
-  assert {canonicalize_name(Requirement(r).name) for r in hf} == {
-      "transformers", "safetensors", "tokenizers"}
-  pulled = _closure(proj["dependencies"] + hf)
-  assert {"transformers", "safetensors", "tokenizers", "jax"} <= pulled
-  assert "torch" not in pulled, sorted(pulled)
-  # the walk can find torch: transformers' own `torch` extra pulls it
-  assert "torch" in _closure(["transformers[torch]"])
-
-
+@pytest.mark.e2e  # a fresh interpreter (the e2e layer; tests/conftest.py)
 def test_hf_import_and_export_without_torch(tmp_path):
   env = {**os.environ, "JAX_PLATFORMS": "cpu"}
   r = subprocess.run([sys.executable, "-c", BLOCK_TORCH + CHECK, str(tmp_path)], cwd=REPO,

@@ -1,8 +1,8 @@
-"""The lowering suite's fast part (``sbjax.lowering_suite``; the rest is in
-tests/e2e/test_lowering_e2e.py and ``python -m sbjax.lowering_suite``): a tiny GPT-Neo-like
-model (global and local layers) in bf16 with float32 parameters: every entry point exported
-once for cpu, cuda and tpu together on the (1, 4, 2) mesh, and the kernels that lower on one
-platform only on the (2, 2, 2) mesh."""
+"""The lowering suite's fast part (``sbjax.lowering_suite``; the full matrix of presets and
+meshes: ``python -m sbjax.lowering_suite``): a tiny GPT-Neo-like model (global and local
+layers) in bf16 with float32 parameters: every entry point exported once for cpu, cuda and
+tpu together on the (1, 4, 2) mesh, and the kernels that lower on one platform only on the
+(2, 2, 2) mesh."""
 
 import jax.numpy as jnp
 import pytest

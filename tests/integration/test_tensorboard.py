@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 from tensorboardX.proto import event_pb2
 
 from sbjax.train import read_metrics
@@ -55,6 +56,7 @@ def test_tensorboard_mirror_equals_metrics_jsonl(tiny_run):
     assert tb[key] == np.float32(v), (key, tb[key], v)
 
 
+@pytest.mark.e2e  # a fresh interpreter (the e2e layer; tests/conftest.py)
 def test_mirror_loads_tensorboardx_without_torch(tmp_path):
   """tensorboardX imports torch when torch is installed (~3 s of CPU per training process);
   the mirror hides it while tensorboardX loads, restores sys.modules and still writes."""

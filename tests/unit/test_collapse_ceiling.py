@@ -1,11 +1,11 @@
-"""The collapse ceiling of a planted language (sbjax.studies.collapse_ceiling) against a direct
-numpy computation of NC1 and NC4 on a tiny planted language (issue 19)."""
+"""The collapse ceiling of a planted language (experiments.collapse.ceiling) against a direct
+numpy computation of NC1 and NC4 on a tiny planted language."""
 
 import numpy as np
 import pytest
 
+from experiments.collapse import ceiling as CC
 from sbjax.data.planted import PlantedLanguage
-from sbjax.studies import collapse_ceiling as CC
 
 
 @pytest.fixture(scope="module")

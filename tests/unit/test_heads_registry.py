@@ -1,39 +1,30 @@
-"""The head registry (sbjax.heads): each kind's matrix, factors and parameter count against
-the closed formulas, discovery by file, validation messages, frozen-trunk labels, and the
-sharding rules (every leaf of every preset model, optimizer states; unknown leaves raise)."""
+"""The head registry (sbjax.heads): each kind's matrix, factors, parameter and FLOP counts
+against the closed formulas and the traced forward, discovery by file, validation messages,
+frozen-trunk labels, the Hugging Face mapping. (Its sharding rules: test_sharding.py.)"""
 
 import dataclasses
 import math
 import pkgutil
 import re
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import AbstractMesh
-from jax.sharding import PartitionSpec as P
 
-from sbjax import heads, configs
-from sbjax import sharding as shd
-from sbjax.config import ModelConfig, TrainConfig
-from sbjax.model import Model, flops_per_token
-from sbjax.optim import make_optimizer, trainable_labels
+from sbjax import heads
+from sbjax.config import ModelConfig
 from sbjax.heads.lowrank import LowRankHead
 from sbjax.heads.mos import MoSHead
 from sbjax.heads.sigsoftmax import SigSoftmaxHead
+from sbjax.model import Model, flops_per_token
+from sbjax.optim import trainable_labels
 from sbjax.studies.head_flops import head_flops
 
-ROOT = Path(__file__).resolve().parents[2]
 BASE = ModelConfig(vocab_size=40, d_model=16, n_layers=1, n_heads=2, max_len=8)
 CFGS = {"dense": BASE, "tied": dataclasses.replace(BASE, head="tied"),
         "lowrank": dataclasses.replace(BASE, head=LowRankHead(rank=3)),
         "mos": dataclasses.replace(BASE, head=MoSHead(n_mix=2))}
-
-
-def amesh(d, f, t):
-  return AbstractMesh((d, f, t), shd.AXES)
 
 
 def _head_params(c: ModelConfig) -> dict:
@@ -59,28 +50,18 @@ def test_registered_kinds_are_the_files_of_the_package():
   assert heads.names() == ("dense", "tied", "lowrank", "mos", "sigsoftmax", "padded_lowrank")
 
 
-def test_unknown_head_and_field_messages():
-  with pytest.raises(ValueError, match=re.escape(
-      "invalid config: model.head='x'; allowed: dense | tied | lowrank | mos | sigsoftmax")):
-    heads.get("x")
-  with pytest.raises(ValueError, match=re.escape("model.head='x'; allowed: dense | tied")):
-    ModelConfig(head="x")
-  with pytest.raises(ValueError, match=re.escape(
-      "invalid config: model.head.rank=33; allowed: 1 .. d_model=32 (a lowrank head needs an "
-      "explicit rank; use head=dense for full rank without factors)")):
-    ModelConfig(d_model=32, n_heads=2, head=LowRankHead(rank=33))
-  with pytest.raises(ValueError, match=re.escape("invalid config: model.head.init='x'; "
-                                                 "allowed: scaled | godey")):
-    ModelConfig(head=LowRankHead(rank=2, init="x"))
-  with pytest.raises(ValueError, match=re.escape("invalid config: model.head.n_mix=0; allowed: "
-                                                 "an integer >= 1")):
-    ModelConfig(head=MoSHead(n_mix=0))
-  with pytest.raises(ValueError, match=re.escape("invalid config: model.head.rank=2; allowed: "
-                                                 "the fields of a mos head: n_mix | dim | act")):
-    ModelConfig(head={"kind": "mos", "rank": 2})
-  with pytest.raises(ValueError, match=re.escape("model.head={'rank': 2}; allowed: a head kind "
-                                                 'name, or a dict with its "kind"')):
-    ModelConfig(head={"rank": 2})
+def test_field_messages():
+  """(A bad rank or n_mix: the bad-input table.)"""
+  for bad, msg in ((dict(head="x"), "model.head='x'; allowed: dense | tied | lowrank | mos"),
+                   (dict(head={"kind": "lowrank", "rank": 2, "init": "x"}),
+                    "model.head.init='x'; allowed: scaled | godey"),
+                   (dict(head={"kind": "mos", "rank": 2}),
+                    "model.head.rank=2; allowed: the fields of a mos head: n_mix | dim | act"),
+                   (dict(head={"rank": 2}),
+                    'model.head={\'rank\': 2}; allowed: a head kind name, or a dict with its '
+                    '"kind"')):
+    with pytest.raises(ValueError, match="^invalid config: " + re.escape(msg)):
+      ModelConfig(**bad)
 
 
 def test_matrix_equals_the_closed_formulas(params):
@@ -108,6 +89,16 @@ def test_factors_and_scores_agree_with_the_model(params):
     x, m, w = (np.asarray(a, np.float64) for a in (x, m, heads.head_matrix(params[k], c)))
     np.testing.assert_allclose(x @ m.T, scores, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(scores, np.asarray(h, np.float64) @ w.T, rtol=1e-4, atol=1e-6)
+
+
+def test_a_tied_models_scores_are_its_kinds_scores_of_the_features():
+  """The tied head has no module: the model's scores come from its kind's ``scores``."""
+  model = Model(CFGS["tied"])
+  params = jax.jit(model.init)(jax.random.key(1))
+  tokens = jnp.arange(6, dtype=jnp.int32)[None]
+  both = jax.jit(lambda p: (model.apply(p, tokens),
+                            heads.scores_fn(p, CFGS["tied"])(model.features(p, tokens))))
+  np.testing.assert_array_equal(*both(params))
 
 
 def test_param_counts_match_the_formulas_and_the_trees(params):
@@ -142,12 +133,10 @@ def _flop_cfgs() -> dict:
   """One config per registered kind, its component/rank dimensions apart from d (16) and
   from each other so that a formula mixing them up fails."""
   out = {**CFGS, "mos": dataclasses.replace(BASE, head=MoSHead(n_mix=3, dim=5)),
-         "sigsoftmax": dataclasses.replace(BASE, head=SigSoftmaxHead(rank=6))}
-  if "padded_lowrank" in heads.names():  # its stored width pad is what the matmuls do
-    out["padded_lowrank"] = dataclasses.replace(
-        BASE, head=heads.head_config("padded_lowrank", rank=3, pad=5))
-  missing = sorted(set(heads.names()) - set(out))
-  assert not missing, f"add a config of the head kind(s) {missing} to _flop_cfgs"
+         "sigsoftmax": dataclasses.replace(BASE, head=SigSoftmaxHead(rank=6)),
+         "padded_lowrank": dataclasses.replace(  # its stored width pad is what the matmuls do
+             BASE, head=heads.head_config("padded_lowrank", rank=3, pad=5))}
+  assert set(out) == set(heads.names()), "add a config of each new head kind to _flop_cfgs"
   return out
 
 
@@ -197,63 +186,6 @@ def test_hf_mapping():
       "model.head='mos': a mixture-of-softmaxes head has no Hugging Face GPT-NeoX/GPT-Neo "
       "equivalent (only dense, tied and lowrank heads export)")
   assert all(heads.get(k).hf_problem(CFGS[k]) is None for k in ("dense", "tied", "lowrank"))
-
-
-# ----------------------------------------------------------------------------- sharding
-
-
-def _small(mc: ModelConfig, scan: bool) -> ModelConfig:
-  """The preset's structure (positions, biases, head, layer kinds) at a tiny size."""
-  n = min(mc.n_layers, 2)
-  kw = dict(vocab_size=64, d_model=32, n_heads=2, n_layers=n, max_len=16, d_ff=0,
-            attention_layers=mc.attention_layers[:n], scan_layers=scan, rotary_pct=0.25)
-  if mc.head.kind == "lowrank":
-    kw["head"] = LowRankHead(rank=4)
-  if scan and len(set(kw["attention_layers"])) > 1:
-    kw["attention_layers"] = kw["attention_layers"][:1] * n
-  return dataclasses.replace(mc, **kw)
-
-
-def _preset_models():
-  names = list(configs.NAMED) + ["neo-L4-d128"]
-  out = [configs.get(n).model for n in names]
-  out += [CFGS[k] for k in ("lowrank", "mos", "tied")]
-  return [dataclasses.replace(m, vocab_size=m.vocab_size or 64) for m in out]
-
-
-@pytest.mark.parametrize("scan", [False, True])
-def test_every_leaf_of_every_preset_has_a_rule(scan):
-  mesh = amesh(2, 2, 2)
-  for mc in _preset_models():
-    mc = _small(mc, scan)
-    abstract = Model(mc).abstract_params()
-    specs = shd.tree_specs(abstract, mesh)  # raises on an unknown leaf
-    assert jax.tree.structure(specs, is_leaf=lambda x: isinstance(x, P)) == \
-        jax.tree.structure(abstract)
-    for tc in (TrainConfig(), TrainConfig(freeze_trunk=True, init_from="x")):
-      opt = jax.eval_shape(make_optimizer(tc, mc, abstract).init, abstract)
-      shd.tree_specs(opt, mesh)
-    stacked = jax.tree.map(lambda x: jax.ShapeDtypeStruct((3,) + x.shape, x.dtype), abstract)
-    shd.tree_specs(stacked, mesh, leading=1)
-
-
-def test_unknown_leaf_raises_naming_its_path():
-  mesh = amesh(2, 2, 2)
-  leaf = jax.ShapeDtypeStruct((4, 4), jnp.float32)
-  with pytest.raises(ValueError, match=r"no sharding rule for the parameter leaf "
-                                       r"block_0/attn/mystery_kernel \(2 dims\)"):
-    shd.tree_specs({"block_0": {"attn": {"mystery_kernel": leaf}}}, mesh)
-  with pytest.raises(ValueError, match=r"parameter leaf head/zz .*leaf_specs"):
-    shd.tree_specs({"head": {"zz": leaf}}, mesh)
-  assert shd.tree_specs({"count": jax.ShapeDtypeStruct((), jnp.int32)}, mesh)["count"] == P()
-
-
-def test_head_leaf_specs_come_from_the_kinds():
-  mc = dataclasses.replace(CFGS["mos"], d_model=32, vocab_size=64)
-  specs = shd.tree_specs(Model(mc).abstract_params(), amesh(2, 2, 2))
-  for leaf, spec in heads.get("mos").leaf_specs.items():
-    ndim = len(specs["head"][leaf])
-    assert tuple(specs["head"][leaf]) == (tuple(spec) or (None,) * ndim)
 
 
 def test_a_kind_without_fields_gets_a_config_naming_it():

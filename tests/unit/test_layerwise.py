@@ -1,5 +1,5 @@
 """sbjax.analysis.layerwise: the one PER and CKA-to-reference implementation, shared by the
-run analysis (float32 device path) and the convergence study (float64 host path)."""
+run analysis (float32 device path) and the convergence experiment (float64 host path)."""
 
 import jax
 import numpy as np
@@ -38,7 +38,7 @@ def test_device_float32_and_host_float64_paths_agree():
   path is exact to float64 up to the float32 PER of its spectra."""
   rng = np.random.default_rng(0)
   params, grads = [_rand(rng) for _ in range(5)], [_rand(rng) for _ in range(5)]
-  stack = lambda ps: jax.tree.map(lambda *xs: np.stack(xs), *ps)  # noqa: E731
+  stack = lambda ps: jax.tree.map(lambda *xs: np.stack(xs), *ps)
   dev = jax.jit(jax.vmap(lambda p, g: (lw.layer_pers(p, MC), lw.layer_pers(p, MC, 5, grads=g))))(
       stack(params), stack(grads))
   for j in range(5):
@@ -51,16 +51,25 @@ def test_device_float32_and_host_float64_paths_agree():
 
 
 def test_host_path_equals_numpy_svd_of_the_explicit_matrices():
+  """Weights: fc_out and W_V,h W_O,h (r = head_dim); gradients: dL/d fc_out and G_h = gV_h
+  W_O,h + W_V,h gO_h (r = 2 head_dim), each formed explicitly (D x D) for numpy's SVD."""
   rng = np.random.default_rng(1)
-  params = _rand(rng)
-  got = lw.layer_pers(params, MC, host=True)
+  params, grads = _rand(rng), _rand(rng)
+  got, got_g = lw.layer_pers(params, MC, host=True), lw.layer_pers(params, MC, host=True,
+                                                                   grads=grads)
+  svd = lambda m: np.linalg.svd(np.float64(m), compute_uv=False)
   for i in range(MC.n_layers):
-    b = params[f"block_{i}"]
+    b, g = params[f"block_{i}"], grads[f"block_{i}"]
     wv, wo = np.float64(b["attn"]["v_kernel"]), np.float64(b["attn"]["o_kernel"])
-    heads = [_np_per(np.linalg.svd(wv[:, h] @ wo[h], compute_uv=False), 4) for h in range(3)]
+    gv, go = np.float64(g["attn"]["v_kernel"]), np.float64(g["attn"]["o_kernel"])
+    heads = [_np_per(svd(wv[:, h] @ wo[h]), 4) for h in range(3)]
     np.testing.assert_allclose(got["ov_heads"][i], heads, rtol=1e-5)
-    mlp = _np_per(np.linalg.svd(np.float64(b["mlp"]["fc_out_kernel"]), compute_uv=False), 12)
-    assert got["mlp"][i] == pytest.approx(mlp, rel=1e-5)
+    assert got["ov"][i] == pytest.approx(np.mean(heads), rel=1e-5)
+    assert got["mlp"][i] == pytest.approx(_np_per(svd(b["mlp"]["fc_out_kernel"]), 12), rel=1e-5)
+    np.testing.assert_allclose(got_g["ov_heads"][i], [
+        _np_per(svd(gv[:, h] @ wo[h] + wv[:, h] @ go[h]), 8) for h in range(3)], rtol=1e-5)
+    assert got_g["mlp"][i] == pytest.approx(_np_per(svd(g["mlp"]["fc_out_kernel"]), 12),
+                                            rel=1e-5)
 
 
 def test_scanned_layout_gives_the_same_numbers():

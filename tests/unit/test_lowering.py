@@ -1,8 +1,6 @@
 """sbjax.lowering on small functions: what a failure names (host callback, float64 on TPU, a
-primitive with no TPU lowering, a sharding that does not divide), and the spectra exported
-once for cpu, cuda and tpu, each platform with its own eigenvalue path."""
-
-import re
+primitive with no TPU lowering, a sharding that does not divide, an unknown platform). (The
+real entry points, each exported once for cpu, cuda and tpu: test_lowering_suite.py.)"""
 
 import jax
 import jax.numpy as jnp
@@ -12,7 +10,6 @@ from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from sbjax import lowering as low
-from sbjax import metrics
 
 X = jax.ShapeDtypeStruct((64, 16), jnp.float32)
 
@@ -68,27 +65,6 @@ def test_sharding_that_does_not_divide_is_named():
   with jax.sharding.use_abstract_mesh(mesh):
     with pytest.raises(low.LoweringError, match=r"IndivisibleError: .*partitioned 4 times, but the dimension size is 6"):
       low.export_checked(lambda: jax.jit(jnp.sum), (x,), low.PLATFORMS, "sum")
-
-
-def test_spectra_export_once_for_every_platform_with_its_own_path():
-  """singular_values chooses its eigen routine (sbjax.per_platform) and Gram product
-  (lax.platform_dependent) when the program is compiled: one export holds the CPU path
-  (tridiagonal + bisection, the half-Gram product), cuSOLVER syevd and the TPU Eigh, and
-  called here it runs the CPU path, equal to the jitted function and to numpy."""
-  w = jax.ShapeDtypeStruct((512, 256), jnp.float32)  # d >= 256: the CPU Gram trick too
-  exp = low.export_checked(lambda: jax.jit(jax.vmap(metrics.singular_values)),
-                           (jax.ShapeDtypeStruct((2,) + w.shape, w.dtype),), low.PLATFORMS, "sv")
-  assert exp.platforms == ("cpu", "cuda", "tpu")
-  calls = low.custom_calls(exp)
-  for target in ("lapack_ssytrd_ffi", "cusolver_syevd_ffi", "Eigh"):
-    assert target in calls, calls
-  assert "lapack_ssyevd_ffi" not in calls, calls  # the CPU never computes eigenvectors here
-  assert re.search(r"stablehlo.concatenate", exp.mlir_module())  # the CPU's half-Gram
-  x = np.random.default_rng(0).standard_normal((2, 512, 256)).astype(np.float32)
-  got = np.asarray(exp.call(x))
-  np.testing.assert_array_equal(got, np.asarray(jax.jit(jax.vmap(metrics.singular_values))(x)))
-  want = np.linalg.svd(x.astype(np.float64), compute_uv=False)
-  np.testing.assert_allclose(got, want, rtol=1e-4)  # condition ~6: Gram error ~eps·36
 
 
 def test_unknown_platform_is_refused():

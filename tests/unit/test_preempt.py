@@ -1,6 +1,6 @@
 """SIGTERM in the loop: the handler only sets a flag; ``run_loop`` then makes the
 step in flight a saving stop boundary and ends there. The real run (a subprocess given
-SIGTERM, resumed bitwise) is tests/e2e/test_lock_preempt.py."""
+SIGTERM, resumed bitwise) is tests/e2e/test_sigterm_save_resumes_bitwise.py."""
 
 import os
 import signal

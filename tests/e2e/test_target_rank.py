@@ -1,0 +1,79 @@
+"""experiments.target_rank at its test preset on generated text: the raw curve against a Counter
++ numpy SVD recomputation from the experiment's own token streams, summary.json's comparison
+with raw recomputed from the CSV, the report's table read from the CSV, a rerun that computes
+nothing, and the tpu preset's data configs."""
+
+import json
+
+import numpy as np
+import pytest
+
+from experiments import target_rank as tr
+from experiments.common import read_rows
+from sbjax.experiment.runner import run
+from tests._corpus import generated_docs, write_corpus
+from tests._ngram_reference import counter_reference, np_w_error
+
+P = tr.PRESETS["test"]
+
+
+@pytest.fixture(scope="module")
+def done(tmp_path_factory):
+  root = tmp_path_factory.mktemp("target_rank")
+  corpus = write_corpus(root / "corpus", generated_docs(3, 16))
+  run(tr.EXPERIMENT, root / "out", "test", str(corpus), verbose=False)
+  return root / "out", corpus
+
+
+def test_curves_match_counter_and_numpy_svd(done):
+  out, corpus = done
+  k, rows = P.knobs, read_rows(out / tr.CSV)
+  assert {(r["variant"], r["V"], r["n"]) for r in rows} == {
+      (a, b, c) for a in k.variants for b in k.vocab_sizes for c in k.ns}
+  assert all((out / f"fig_target_rank_{v}.png").stat().st_size > 1000 for v in k.variants)
+  v, n = k.vocab_sizes[0], 2  # one curve recomputed from the experiment's own token streams
+  ref_pairs, ref_ctx = counter_reference(tr.streams(tr.data_config(P, v, str(corpus)), v, out),
+                                         n, k.min_count)
+  index = {c: i for i, c in enumerate(sorted(ref_ctx))}
+  dense = np.zeros((len(index), v))
+  for (c, t), cnt in ref_pairs.items():
+    dense[index[c], t] = cnt
+  got = [r for r in rows if (r["variant"], r["V"], r["n"]) == ("raw", v, n)]
+  assert got[0]["C"] == len(index) and [r["d"] for r in got] == [1, 2, 4, 8, 16, 32, 64]
+  ref = np_w_error(dense / dense.sum(1, keepdims=True), [int(r["d"]) for r in got])
+  np.testing.assert_allclose([r["w_error"] for r in got], ref, atol=1e-6)
+
+
+def test_summary_and_report_read_the_csv(done):
+  out, _ = done
+  rows, s = read_rows(out / tr.CSV), json.loads((out / "summary.json").read_text())
+  raw = {(r["V"], r["n"], r["d"]): r["w_error"] for r in rows if r["variant"] == "raw"}
+  for var in P.knobs.variants[1:]:
+    d = [r["w_error"] - raw[(r["V"], r["n"], r["d"])] for r in rows
+         if r["variant"] == var and r["d"] < min(r["C"], r["V"])]
+    assert s["vs_raw"][var] == {"points": len(d), "lower_than_raw": sum(x < 0 for x in d),
+                                "mean_diff": pytest.approx(np.mean(d))}
+  text = tr.report(out, "tr")
+  assert all(f"](tr/fig_target_rank_{var}.png)" in text for var in P.knobs.variants)
+  cells = next(x for x in text.splitlines() if x.startswith(f"| {P.knobs.vocab_sizes[0]} | 2 |"))
+  assert float(cells.strip("|").split("|")[4]) == pytest.approx(
+      raw[(P.knobs.vocab_sizes[0], 2, P.knobs.d_ref)], abs=5e-5)
+
+
+def test_rerun_computes_nothing(done):
+  out, corpus = done
+  memos = sorted((out / "memo").iterdir())
+  assert len(memos) == len(P.knobs.vocab_sizes) * len(P.knobs.ns)
+  before, text = [m.stat().st_mtime_ns for m in memos], (out / tr.CSV).read_text()
+  run(tr.EXPERIMENT, out, "test", str(corpus), verbose=False)
+  assert [m.stat().st_mtime_ns for m in memos] == before and (out / tr.CSV).read_text() == text
+
+
+def test_tpu_preset_data_configs(tmp_path):
+  p = tr.PRESETS["tpu"]
+  for v in p.knobs.vocab_sizes:
+    dc = tr.data_config(p, v)
+    assert dc.source == "tfds" and dc.options.vocab_size == v and dc.options.name == "lm1b"
+  assert tr.data_config(p, 8192, "other_ds").options.name == "other_ds"
+  with pytest.raises(FileNotFoundError, match="--data=DIR"):
+    tr.data_config(tr.PRESETS["cpu"], 512, str(tmp_path / "missing"))
