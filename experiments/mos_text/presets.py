@@ -107,7 +107,9 @@ PRESETS: dict[str, Preset[Knobs]] = {
                                   "model.d_model": 32, "model.n_layers": 2, "model.n_heads": 4,
                                   "train.steps": 4000, "train.batch_size": 8,
                                   "train.warmup_steps": 100, "train.eval_batches": 64,
-                                  "train.lr": 1e-2}),
+                                  "train.lr": 1e-2, "train.skip_nonfinite_steps": 4000}),
+                     # (skip: a member that diverges keeps its last finite parameters instead of
+                     # stopping its population)
                      Knobs(arms=_arms(2, 16), lrs=(3e-3, 1e-2, 3e-2), select_fraction=0.05,
                            select_batches=64, rule=Rule())),
     "tpu": Preset(BASE, _text({"name": "mos_text-tpu", "data.options.vocab_size": 8192,

@@ -229,7 +229,10 @@ PRESETS: dict[str, Preset[Knobs]] = {
     # The rule: MoS below the rank-11 exact floor gap on all five fresh seeds.
     "cpu-e3": Preset(BASE, part1({}),
                      Knobs(ranks=(9,), measure_batches=64, select_batches=64, parts=("mix",),
-                           mix={"train.steps": 1000, "train.batch_size": 8}, mos=LINEAR_MOS,
+                           # a member that diverges at a large lr keeps its last finite
+                           # parameters (its steps skipped) instead of stopping its population
+                           mix={"train.steps": 1000, "train.batch_size": 8,
+                                "train.skip_nonfinite_steps": 1000}, mos=LINEAR_MOS,
                            mix_langs=(("mos", MOS_DATA),), mix_objectives=("sampled",),
                            mix_seeds=(0, 1, 2, 3, 4), fresh_seeds=(5, 6, 7, 8, 9),
                            mix_lrs=(0.03, 0.1, 0.3, 1.0), mix_runs=SEEDS_RUNS,
