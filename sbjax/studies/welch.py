@@ -26,6 +26,8 @@ def welch(a, b, level: float = LEVEL) -> dict:
   """{diff, lo, hi, dof, verdict} of losses ``a`` against ``b`` (module docstring)."""
   a, b = [float(x) for x in a], [float(x) for x in b]
   na, nb = len(a), len(b)
+  if not na or not nb:
+    raise ValueError(f"welch: both samples need at least one value (got {na} and {nb})")
   ma, mb = sum(a) / na, sum(b) / nb
   diff = mb - ma
   if na < 2 or nb < 2:
