@@ -1,10 +1,10 @@
 """Named configurations, and ``load``: a Config from a name or a file (the ``--config`` flag).
 
-``load`` takes a config name (``tiny``, ``planted-knee``, ``planted-mix``, ``pythia-14m`` …
-``pythia-410m``, the GPT-Neo TinyStories-like grid ``neo-L<layers>-d<width>``), a JSON file
-(e.g. a run's ``config.json``: data, never executed) or an ml_collections ``.py`` config file
-(``get_config()``) that the user chose to run. (An experiment's scale, ``test`` … ``tpu``, is a
-*preset*: ``experiments/NAME/presets.py``.)
+``load`` takes a config name (``tiny``, ``planted``, ``planted-knee``, ``planted-mix``,
+``pythia-14m`` … ``pythia-410m``, the GPT-Neo TinyStories-like grid ``neo-L<layers>-d<width>``),
+a JSON file (e.g. a run's ``config.json``: data, never executed) or an ml_collections ``.py``
+config file (``get_config()``) that the user chose to run. (An experiment's scale, ``test`` …
+``tpu``, is a *preset*: ``experiments/NAME/presets.py``.)
 """
 
 from __future__ import annotations
@@ -29,6 +29,17 @@ def tiny() -> Config:
                                                 val_tokens=8192)),
       train=TrainConfig(steps=50, batch_size=8, seq_len=32, lr=3e-3, warmup_steps=5,
                         eval_every=25, eval_batches=2, log_every=5, ckpt_every=25))
+
+
+def planted() -> Config:
+  """The planted-rank language (V=256, k=8) with a d=64 model: the main experiment's base."""
+  return Config(
+      name="planted",
+      model=ModelConfig(vocab_size=0, d_model=64, n_layers=2, n_heads=4, max_len=128),
+      data=DataConfig("planted", PlantedOptions(vocab=256, rank=8, alpha=4.0,
+                                                train_tokens=2_000_000, val_tokens=65_536)),
+      train=TrainConfig(steps=600, batch_size=32, seq_len=64, lr=3e-3, warmup_steps=50,
+                        eval_every=200, eval_batches=8, log_every=50, ckpt_every=200))
 
 
 def planted_knee() -> Config:
@@ -92,7 +103,7 @@ def neo(n_layers: int, d: int) -> Config:
       train=TrainConfig(steps=10_000, batch_size=64, seq_len=512, lr=1e-3, warmup_steps=500))
 
 
-NAMED = {"tiny": tiny, "planted-knee": planted_knee,
+NAMED = {"tiny": tiny, "planted": planted, "planted-knee": planted_knee,
          "planted-mix": planted_mixture, **{k: (lambda k=k: pythia(k)) for k in PYTHIA}}
 NEO_RE = re.compile(r"^neo-L(\d+)-d(\d+)$")
 
