@@ -5,38 +5,32 @@ r"""Linguistic collapse (Wu & Papyan 2024): neural-collapse metrics against vali
 
 A grid of GPT-Neo-like models (``sbjax.configs.neo``; a group per shape L x d, its members the
 weight decays) and seed-only groups (one shape each, members the seeds), trained on the first
-``epoch_tokens`` tokens with a constant learning rate after warm-up and checkpointed after each
-of ``Knobs.epochs`` (the 1-epoch checkpoint is the model of a shorter run); each snapshot is
-measured by the collapse pass (``stream.py``) at every ``min_count``. With ``Knobs.ceiling``: a
-planted language's collapse ceiling (``ceiling.py``) and models trained on it.
+``epoch_tokens`` tokens at a constant lr after warm-up, checkpointed after each of
+``Knobs.epochs``; each snapshot measured by the collapse pass (``stream.py``) at every
+``min_count``; with ``Knobs.ceiling``, a planted language's ceiling (``ceiling.py``).
 
-Outputs: ``collapse_models.csv`` (a row per snapshot and min_count), ``collapse_r2.csv`` (the
-grid's R², r and partial r with intervals; ``points`` last: one point per run, all: every
-snapshot), ``collapse_anchors.csv`` (against the authors' R², ``tables.py``),
-``collapse_seeds.csv``, ``collapse_tokens.csv`` (their Table 5), ``perclass/``,
-``collapse_ceiling*.csv``, ``summary.json`` (corpus, Γ = λ·Σ lr, verdicts) and two figures.
+Outputs (``tables.py``): ``collapse_models.csv``, ``collapse_r2.csv`` (per metric and points,
+last: one point per run, all: every snapshot), ``collapse_seeds.csv``,
+``collapse_ceiling*.csv``, ``summary.json`` (Γ = λ·Σ lr, verdicts, the decision of
+``Knobs.rule``) and two figures.
 """
 
 from __future__ import annotations
 
-import io
 import math
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
 
 from sbjax import overrides
-from sbjax.atomic import atomic_write_bytes
 from sbjax.config import Config
 from sbjax.data import tokens as tok_lib
 from sbjax.data.dataset import Dataset
 from sbjax.data.planted import PlantedLanguage
-from sbjax.data.tokenizer import Tokenizer
 from sbjax.experiment import Experiment, Group
 from sbjax.model import Model
 from sbjax.optim import lr_schedule
-from sbjax.paths import local_file, upath
 from sbjax.studies.corpus import corpus_overrides
 
 from ..common import write_json, write_rows
@@ -59,13 +53,12 @@ def is_token_files(data) -> bool:
 
 def token_file_corpus(data, vocab: int) -> tuple[np.ndarray, np.ndarray]:
   """(train, val) token streams of ``--data=TRAIN[,VAL]`` (a flat .bin that names its dtype,
-  e.g. ``train.uint16.bin``, or an integer
-  .npy whose rows are concatenated); without VAL, the last tenth of TRAIN."""
+  e.g. ``train.uint16.bin``, or an integer .npy, rows concatenated); without VAL, the last
+  tenth of TRAIN."""
   if not is_token_files(data):
-    raise ValueError(f"--data={data!r}: this preset trains on token files; pass "
-                     "--data=TRAIN.bin[,VAL.bin] (flat uint16 ids, or an integer .npy) of "
-                     f"token ids in [0, {vocab}), e.g. TinyStories through the GPT-Neo "
-                     "tokenizer; nothing is downloaded")
+    raise ValueError(f"--data={data!r}: this preset trains on token files; pass --data=TRAIN.bin"
+                     f"[,VAL.bin] (flat uint16 ids, or an integer .npy) of ids in [0, {vocab}), "
+                     "e.g. TinyStories through the GPT-Neo tokenizer; nothing is downloaded")
   paths = str(data).split(",")
   arrs = [tok_lib.read_tokens(q).reshape(-1) for q in paths[:2]]
   for q, a in zip(paths, arrs):
@@ -78,14 +71,11 @@ def token_file_corpus(data, vocab: int) -> tuple[np.ndarray, np.ndarray]:
 
 def corpus(ctx) -> dict:
   """{tr, va, vocab, tokenizer, data}: the preset's token streams cut to its budgets, the
-  tokenizer that gives pieces (None: ids) and the data section of the run configs."""
+  tokenizer (None: token files) and the data section of the run configs."""
   o, k = ctx.preset.overrides, ctx.knobs
   if o["data.source"] == "tokens" or is_token_files(ctx.data):
     vocab, paths = o["data.options.vocab_size"], str(ctx.data).split(",")
-    tr, va = token_file_corpus(ctx.data, vocab)
-    tok = upath(paths[0]).with_name("tokenizer.model")  # the one shipped beside the files
-    tok = str(Path(local_file(tok)).resolve()) if tok.is_file() else None
-    tok = tok if tok and Tokenizer(tok).vocab_size == vocab else None
+    (tr, va), tok = token_file_corpus(ctx.data, vocab), None
     data = {"data.source": "tokens", "data.options.path": paths[0],
             "data.options.val_path": ",".join(paths[1:2])}
   else:
@@ -159,33 +149,21 @@ def snapshots(ctx, group: Group, j: int) -> dict:
 
 def measure(ctx, group: Group, j: int, steps: list, params: list) -> list[dict]:
   """The collapse pass of member j's snapshot checkpoints, stacked (one row per step; {} for
-  a checkpoint that is no snapshot); per-class arrays of the first min_count in OUT/perclass."""
-  snaps, lab, cfg = snapshots(ctx, group, j), group.labels[j], group.configs[j]
-  at = [i for i, s in enumerate(steps) if s in snaps]
+  a checkpoint that is no snapshot)."""
+  at = [i for i, s in enumerate(steps) if s in snapshots(ctx, group, j)]
   rows = [{} for _ in steps]
   if not at:
     return rows
-  ds, ceil = group.dataset[j], lab["kind"] == "ceiling"
+  ds = group.dataset[j]
   trw, vaw = windows(ds.train_tokens, ds.seq_len), windows(ds.val_tokens, ds.seq_len)
-  mcs = (1,) if ceil else tuple(ctx.knobs.min_counts)
-  res = collapse_pass(cfg.model, stack([params[i] for i in at]), trw, vaw, chunk=ctx.knobs.chunk,
-                      min_counts=mcs, **PASS)
+  mcs = (1,) if group.labels[j]["kind"] == "ceiling" else tuple(ctx.knobs.min_counts)
+  res = collapse_pass(group.configs[j].model, stack([params[i] for i in at]), trw, vaw,
+                      chunk=ctx.knobs.chunk, min_counts=mcs, **PASS)
   for i, per in zip(at, res):
-    r0 = per[mcs[0]]
-    rows[i] = {"val_loss": r0["val_loss"], "val_tokens": r0["val_tokens"],
-               "train_tokens": r0["train_tokens"]}
+    rows[i] = {key: per[mcs[0]][key] for key in ("val_loss", "val_tokens", "train_tokens")}
     for m, r in per.items():
       rows[i].update({f"{key}@{m}": np.asarray(r.get(key, math.nan)).item() for key in
-                      T.METRICS + T.COUNT_KEYS} | {f"error@{m}": r["error"],
-                                                   f"unc3_reason@{m}": r.get("unc3_reason", "")})
-    if ceil:
-      continue
-    buf = io.BytesIO()
-    np.savez(buf, class_ids=r0["class_ids"], per_class_cdnv=r0["per_class_cdnv"],
-             per_class_interference=r0["per_class_interference"], counts=r0["class_counts"])
-    (ctx.out / "perclass").mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(ctx.out / "perclass" / f"{_run(group, j)}-e{snaps[steps[i]]}.npz",
-                       buf.getvalue())
+                      T.METRICS + T.COUNT_KEYS} | {f"error@{m}": r["error"]})
   return rows
 
 
@@ -218,7 +196,7 @@ def model_rows(ctx, points: list[dict]) -> list[dict]:
               "steps": r["step"], "train_tokens_seen": r["step"] * tc.batch_size * tc.seq_len,
               **{key: r[key] for key in ("val_loss", "val_tokens", "train_tokens")},
               **{key: r[f"{key}@{m}"] for key in T.METRICS + T.COUNT_KEYS}, **SETTINGS,
-              "unc3_reason": r[f"unc3_reason@{m}"], "error": r[f"error@{m}"]}
+              "error": r[f"error@{m}"]}
              for m in ctx.knobs.min_counts]
   return rows
 
@@ -244,15 +222,6 @@ def write_tables(ctx) -> None:
   seeds = T.seed_rows(models, k.min_counts, k.n_perm)
   if seeds:
     write_rows(ctx.out / "collapse_seeds.csv", seeds)
-  anchors = T.anchor_rows(r2)
-  write_rows(ctx.out / "collapse_anchors.csv", anchors)
-  ok = [r for r in (T.select(models, "grid", k.min_counts[0]) or
-                    T.select(models, "seeds", k.min_counts[0], "last"))
-        if math.isfinite(r["val_loss"]) and math.isfinite(r["nc1_mean_log10_cdnv"])]
-  best = min(ok, key=lambda r: r["val_loss"])["model"]
-  z = np.load(io.BytesIO((ctx.out / "perclass" / f"{best}.npz").read_bytes()))
-  piece = Tokenizer(c["tokenizer"]).id_to_piece if c["tokenizer"] else str
-  write_rows(ctx.out / "collapse_tokens.csv", T.token_rows(best, z, piece))
   if k.ceiling:
     write_rows(ctx.out / "collapse_ceiling.csv", ctx.memo("ceiling", k.ceiling,
                                                           lambda: ceiling_rows(*k.ceiling)))
@@ -262,7 +231,10 @@ def write_tables(ctx) -> None:
       "vocab_size": c["vocab"], "train_tokens": len(c["tr"]) - 1, "val_tokens": len(c["va"]) - 1,
       "tokenizer": c["tokenizer"], "settings": SETTINGS, "min_counts": list(k.min_counts),
       "n_permutations": k.n_perm, "weight_decay": gamma(ctx),
-      "anchors": {f"{r['metric']}@{r['min_count']}": r["ci_verdict"] for r in anchors},
+      "anchors": {f"{r['metric']}@{r['min_count']}": r["ci_verdict"] for r in r2
+                  if r["points"] == "last" and r["metric"] in T.ANCHORS},
+      "rule": k.rule and {"text": " ".join(k.rule.__doc__.split()), **asdict(k.rule)},
+      "decision": k.rule and T.decide(r2, k.rule),
       "seeds": {f"{r['group']}/{r['metric']}@{r['min_count']}": r["ci_verdict"] for r in seeds}})
 
 

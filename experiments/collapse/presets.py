@@ -11,6 +11,23 @@ from sbjax.experiment import Preset
 
 
 @dataclasses.dataclass(frozen=True)
+class Rule:
+  """The decision of the many-classes grid, written before its run. The
+  authors' signs of r against validation loss are - for NC3's mean cosine, + for UNC3 and +
+  for GNC2's mean log kernel (from their released results table over 230 TinyStories models:
+  r -0.56, +0.83, +0.90; NC3's mean cosine is positive in all 230). For each of the three, the
+  95% Fisher-z intervals of r and of the partial r on log(parameters) over the grid's runs
+  (their last snapshot) at min_count 1 and 20: all off 0 on the authors' side supports
+  "regime" (the disagreements belong to the regime); all off 0 on the other side: the
+  reversals are robust at small scale; anything else is undecided."""
+
+  signs: tuple = (("nc3_cos_mean", -1), ("unc3_cos_cov", +1), ("gnc2_log_kernel_mean", +1))
+  min_counts: tuple = (1, 20)
+  points: str = "last"
+  intervals: tuple = ("", "partial_")  # the column prefixes of r's and the partial r's interval
+
+
+@dataclasses.dataclass(frozen=True)
 class Knobs:
   depths: tuple
   widths: tuple
@@ -29,40 +46,35 @@ class Knobs:
   ceiling_arch: tuple = (1, 32)  # (L, d) trained on it (one member per weight decay)
   ceiling_steps: tuple = ()  # its checkpoints measured against the ceiling; () = table only
   ceiling_tokens: int = 65_536  # sampled training tokens (validation: 1/8 of it)
+  rule: Rule | None = None  # the pre-registered decision (tables.decide: summary.json)
 
 
 # every preset: constant learning rate after warm-up (min_lr_ratio=1: the 1-epoch model is the
 # 3-epoch run's checkpoint, the model of a shorter run); the weight decay is per member (Knobs)
-COMMON = {"train.min_lr_ratio": 1.0, "train.weight_decay": 0.0, "data.source": "text"}
+COMMON = {"train.min_lr_ratio": 1.0, "train.weight_decay": 0.0}
 
 
-def overrides(o: dict) -> dict:
-  """COMMON with the preset's keys ``o`` over it, and model.max_len = max(train.seq_len, 8)."""
-  o = {**COMMON, **o}
-  return {"model.max_len": max(o["train.seq_len"], 8), **o}
+def overrides(vocab: int, seq_len: int, batch: int, lr: float, warmup: int,
+              source: str = "text") -> dict:
+  """COMMON with a preset's corpus, vocabulary and training over it (model.max_len =
+  max(seq_len, 8))."""
+  return {"model.max_len": max(seq_len, 8), **COMMON, "data.source": source,
+          "data.options.vocab_size": vocab, "train.seq_len": seq_len, "train.batch_size": batch,
+          "train.lr": lr, "train.warmup_steps": warmup}
 
 
-GPU = {"data.source": "tokens", "data.options.vocab_size": 1024, "train.seq_len": 256,
-       "train.batch_size": 32, "train.lr": 2e-3, "train.warmup_steps": 60}
+GPU = overrides(1024, 256, 32, 2e-3, 60, source="tokens")
 GPU_KNOBS = {"epochs": (1, 3), "epoch_tokens": 0, "val_tokens": 0, "chunk": 16}
-GPU_TEST = {"data.source": "tokens", "data.options.vocab_size": 64, "train.seq_len": 16,
-            "train.batch_size": 8, "train.lr": 3e-3, "train.warmup_steps": 2}
-GPU_TEST_KNOBS = {"epochs": (1, 3), "epoch_tokens": 1024, "val_tokens": 512, "chunk": 16,
-                  "n_perm": 2000}
 
 PRESETS: dict[str, Preset[Knobs]] = {
     # the suite: one architecture of 3 members, seed groups of 3 of L1-d8 and L1-d16, 8 steps
     # per epoch; the ceiling's language has the grid's V = 64 and trains 24 steps
-    "test": Preset("neo", overrides({"data.options.vocab_size": 64, "train.seq_len": 16,
-                                     "train.batch_size": 8, "train.lr": 3e-3,
-                                     "train.warmup_steps": 2}),
+    "test": Preset("neo", overrides(64, 16, 8, 3e-3, 2),
                    Knobs(depths=(1,), widths=(8,), weight_decays=(0.0, 0.05, 0.1), seeds=3,
                          seed_arch=(1, 8), extra_seed_archs=((1, 16),), epoch_tokens=1024,
                          val_tokens=512, chunk=16, n_perm=2000, ceiling=(64, 7),
                          ceiling_arch=(1, 8), ceiling_steps=(8, 24), ceiling_tokens=2048)),
-    "quick": Preset("neo", overrides({"data.options.vocab_size": 128, "train.seq_len": 32,
-                                      "train.batch_size": 8, "train.lr": 3e-3,
-                                      "train.warmup_steps": 5}),
+    "quick": Preset("neo", overrides(128, 32, 8, 3e-3, 5),
                     Knobs(depths=(1, 2), widths=(16,), weight_decays=(0.0, 0.05, 0.1), seeds=3,
                           seed_arch=(1, 16), epoch_tokens=4096, val_tokens=2048,
                           ceiling=(64, 4), ceiling_arch=(1, 16), ceiling_steps=(25, 100, 400),
@@ -70,31 +82,34 @@ PRESETS: dict[str, Preset[Knobs]] = {
     # Shakespeare at V = 256, an epoch of 262,144 tokens (512 steps of 8 x 64), checkpoints
     # after 1 and 3 epochs, constant lr 3e-3 after 100 warm-up steps (Γ = λ·Σ lr ≈ 0.45 at
     # λ = 0.1); grid L {1, 2} x d {32, 64, 128} x λ {0, 0.1} and 16 seeds of L1-d32 and L2-d64
-    "cpu": Preset("neo", overrides({"data.options.vocab_size": 256, "train.seq_len": 64,
-                                    "train.batch_size": 8, "train.lr": 3e-3,
-                                    "train.warmup_steps": 100}),
+    "cpu": Preset("neo", overrides(256, 64, 8, 3e-3, 100),
                   Knobs(depths=(1, 2), widths=(32, 64, 128), epochs=(1, 3), seeds=16,
                         seed_arch=(1, 32), extra_seed_archs=((2, 64),), epoch_tokens=262_144,
                         val_tokens=32_768, ceiling=(256, 8), ceiling_arch=(1, 32),
                         ceiling_steps=(50, 100, 200, 400, 800, 1600), ceiling_tokens=262_144)),
+    # many classes per dimension: the cpu grid at V = 1024 (C/d 8-32), snapshots after 1 and 4
+    # epochs (2048 steps), no seed group or ceiling; the rule pre-registered; test-e2: the same
+    # design at V = 128, d {8, 16} (C/d 8-16), 8 steps per epoch
+    "cpu-e2": Preset("neo", overrides(1024, 64, 8, 3e-3, 100),
+                     Knobs(depths=(1, 2), widths=(32, 64, 128), epochs=(1, 4), seeds=0,
+                           epoch_tokens=262_144, val_tokens=32_768, rule=Rule())),
+    "test-e2": Preset("neo", overrides(128, 16, 8, 3e-3, 2),
+                      Knobs(depths=(1, 2), widths=(8, 16), epochs=(1, 4), seeds=0,
+                            epoch_tokens=1024, val_tokens=512, chunk=16, rule=Rule())),
     # the paper's grid (TinyStories, GPT-Neo tokenizer of 50257 ids) on token files:
     # --data=TRAIN.bin[,VAL.bin] (nothing is downloaded)
-    "tpu": Preset("neo", overrides({"data.source": "tokens", "data.options.vocab_size": 50257,
-                                   "train.seq_len": 512, "train.batch_size": 64,
-                                   "train.lr": 1e-3, "train.warmup_steps": 500}),
+    "tpu": Preset("neo", overrides(50257, 512, 64, 1e-3, 500, source="tokens"),
                   Knobs(depths=(1, 2, 4, 8, 12), widths=(64, 128, 256, 512, 768, 1024),
                         seeds=16, seed_arch=(4, 256), epoch_tokens=0, val_tokens=1 << 22,
                         chunk=16)),
     # one GPU on the shipped Shakespeare token files (benchmarks/build_device_tokens.py, V =
     # 1024, ~249 steps per epoch): gpu, 24 seeds of L2-d256 (no grid); gpu-grid, L {1, 2, 4} x
-    # d {64, 128, 256, 512} x λ {0, 0.1} (no seed group); and their test-size twins
-    "gpu": Preset("neo", overrides(GPU), Knobs(depths=(), widths=(), seeds=24,
-                                               seed_arch=(2, 256), **GPU_KNOBS)),
-    "gpu-grid": Preset("neo", overrides(GPU), Knobs(depths=(1, 2, 4), widths=(64, 128, 256, 512),
-                                                    seeds=0, **GPU_KNOBS)),
-    "gpu-test": Preset("neo", overrides(GPU_TEST), Knobs(depths=(), widths=(), seeds=3,
-                                                         seed_arch=(1, 8), **GPU_TEST_KNOBS)),
-    "gpu-grid-test": Preset("neo", overrides(GPU_TEST),
-                            Knobs(depths=(1,), widths=(8,), weight_decays=(0.0, 0.05, 0.1),
-                                  seeds=0, **GPU_TEST_KNOBS)),
+    # d {64, 128, 256, 512} x λ {0, 0.1} (no seed group); and the grid's test-size twin
+    "gpu": Preset("neo", GPU, Knobs(depths=(), widths=(), seeds=24, seed_arch=(2, 256),
+                                    **GPU_KNOBS)),
+    "gpu-grid": Preset("neo", GPU, Knobs(depths=(1, 2, 4), widths=(64, 128, 256, 512), seeds=0,
+                                         **GPU_KNOBS)),
+    "gpu-grid-test": Preset("neo", overrides(64, 16, 8, 3e-3, 2, source="tokens"), Knobs(
+        depths=(1,), widths=(8,), weight_decays=(0.0, 0.05, 0.1), seeds=0, epoch_tokens=1024,
+        val_tokens=512, chunk=16, n_perm=2000)),
 }

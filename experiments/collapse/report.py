@@ -1,8 +1,10 @@
 """The collapse report, read only from OUT's files: Fig. 1 (every metric against validation loss),
-the ceiling's figure and the markdown tables."""
+the ceiling's figure, the markdown tables, the pre-registered rule's verdict and the trend it
+rests on (``rule_lines``)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 
@@ -12,7 +14,7 @@ from sbjax.experiment import figure
 from sbjax.paths import upath
 
 from ..common import fmt, md_table, read_rows
-from .tables import METRICS, column
+from .tables import AUTHORS_NC3, METRICS, column
 
 FIG, FIG_CEIL = "fig_collapse_vs_loss", "fig_collapse_ceiling"
 SHOWN = ("nc1_log10_mean_cdnv", "nc2_norm_cov", "etf_error", "gnc2_log_kernel_mean",
@@ -27,11 +29,11 @@ def _models(out) -> list[dict]:
 
 def _fig_models(out, plt) -> None:
   """Each metric against validation loss (colour: depth, size: width, filled: last snapshot;
-  red: the seed groups, a marker per shape), titled with R² of one point per run."""
+  red: the seed groups, a marker per shape), titled with R² and n of one point per run."""
   rows = _models(out)
   grid, m0 = [r for r in rows if r["kind"] == "grid"], rows[0]["min_count"]
   seeds = [r for r in rows if r["kind"] == "seeds" and r["last_snapshot"]]
-  r2 = {r["metric"]: r["r2"] for r in read_rows(out / "collapse_r2.csv")
+  r2 = {r["metric"]: r for r in read_rows(out / "collapse_r2.csv")
         if r["min_count"] == m0 and r["points"] == "last"}
   depths = sorted({r["n_layers"] for r in grid})
   fig, axes = plt.subplots(5, 4, figsize=(16, 16))
@@ -43,7 +45,8 @@ def _fig_models(out, plt) -> None:
     for j, g in enumerate(dict.fromkeys(r["group"] for r in seeds)):
       sg = [r for r in seeds if r["group"] == g]
       ax.scatter(column(sg, k), column(sg, "val_loss"), s=12, color="red", marker="x+1"[j % 3])
-    ax.set_title(f"{k}\nR²={fmt(r2.get(k), spec='.2f')} (one point per run)", fontsize=9)
+    t = r2.get(k, {})
+    ax.set_title(f"{k}\nR²={fmt(t.get('r2'), spec='.2f')}, n={fmt(t.get('n'))} runs", fontsize=9)
   for ax in axes.ravel()[len(METRICS):]:
     ax.axis("off")
   figure.save(fig, out, FIG, f"collapse metrics vs validation loss (min_count {int(m0)})")
@@ -52,6 +55,8 @@ def _fig_models(out, plt) -> None:
 def _fig_ceiling(out, plt) -> None:
   """Each metric against the gap to the entropy, one line per run; the ceiling's variants as
   horizontal lines."""
+  from matplotlib import ticker  # noqa: PLC0415 - only the figures need matplotlib
+
   ceil, trained = (read_rows(out / f"collapse_ceiling{s}.csv") for s in ("", "_trained"))
   fig, axes = plt.subplots(2, 4, figsize=(16, 6.4))
   for ax, k in zip(axes.ravel(), SHOWN):
@@ -61,6 +66,8 @@ def _fig_ceiling(out, plt) -> None:
     for c, ls in zip(ceil, ("--", ":")):
       ax.axhline(float(c[k]), color="k", ls=ls, lw=1, label=f"ceiling ({c['variant']})")
     ax.set(xscale="log", xlabel="gap to H (nats)", title=k)
+    ax.xaxis.set_major_formatter(ticker.FormatStrFormatter("%g"))  # plain numbers, not 10^x
+    ax.xaxis.set_minor_formatter(ticker.LogFormatter(labelOnlyBase=False))  # within a decade
     ax.invert_xaxis()
   axes.ravel()[0].legend(fontsize=7)
   figure.save(fig, out, FIG_CEIL, "models trained on the planted language vs their gap to H")
@@ -78,34 +85,70 @@ def _ci(r: dict, p: str = "") -> str:
   return f"[{a:+.3f}, {b:+.3f}]" if math.isfinite(a) and math.isfinite(b) else "–"
 
 
+def _rci(r: dict, p: str = "") -> str:
+  """'+0.590 [+0.030, +0.870], n 12' of the statistic of column prefix ``p`` ('' = r)."""
+  n = f", n {fmt(r[f'{p}n'])}" + (f", {fmt(r['within_shapes'])} shapes" if p == "within_" else "")
+  return f"{fmt(r[f'{p}r' if p else 'pearson_r'], spec='+.3f')} {_ci(r, p)}{n}"
+
+
 def _tables(out) -> list[str]:
-  """The grid's R² and intervals, the comparison with the authors, the seed groups."""
-  r2 = read_rows(out / "collapse_r2.csv")
-  every = {(r["metric"], r["min_count"]): r["r2"] for r in r2 if r["points"] == "all"}
-  grid = [{"metric": r["metric"], "min_count": r["min_count"], "n": r["n"], "R²": r["r2"],
-           "r [95% CI]": f"{fmt(r['pearson_r'], spec='+.3f')} {_ci(r)}",
-           "partial r [95% CI]": f"{fmt(r['partial_r'], spec='+.3f')} {_ci(r, 'partial_')}",
-           "R² all snapshots": every[(r["metric"], r["min_count"])]}
+  """The grid's R², r, partial and within-shape r with intervals, against the authors'."""
+  r2 = read_rows(out / "collapse_r2.csv", text=("paper_sign",))
+  every = {(r["metric"], r["min_count"]): r for r in r2 if r["points"] == "all"}
+  r2n = lambda r: f"{fmt(r['r2'], spec='.3f')}, n {fmt(r['n'])}"  # noqa: E731
+  grid = [{"metric": r["metric"], "min_count": r["min_count"], "R², n": r2n(r),
+           "authors' R² (sign)": f"{fmt(r['paper_r2'], spec='.2f')} ({r['paper_sign'] or '–'})",
+           "r [95% CI], n": _rci(r), "verdict": r["ci_verdict"],
+           "partial r [95% CI], n": _rci(r, "partial_"), "partial verdict": r["partial_ci_verdict"],
+           "within-shape r [95% CI], n": _rci(r, "within_"),
+           "R² all snapshots, n": r2n(every[(r["metric"], r["min_count"])])}
           for r in r2 if r["points"] == "last"]
-  an = read_rows(out / "collapse_anchors.csv")
-  anchors = [{"metric": r["metric"], "min_count": r["min_count"], "our R²": r["r2"],
-              "authors' R²": r["authors_r2"], "authors' sign": r["authors_sign"],
-              "point verdict": r["verdict"], "interval verdict": r["ci_verdict"],
-              "partial verdict": r["partial_verdict"]} for r in an]
-  return ["", ("The grid, one point per run (its last snapshot): R², r and the partial r on "
-               "log(parameters) with their 95% Fisher-z intervals, and R² over every snapshot:"),
-          "", *md_table(grid, list(grid[0]), ".3f"), "",
-          (f"Against the authors' R² ({an[0]['authors_source']}): a claimed sign is supported "
-           "(refuted) when the 95% interval of r excludes 0 on its (the other) side:"),
-          "", *md_table(anchors, list(anchors[0]), ".3f")]
+  return ["", ("The grid, one point per run (its last snapshot): R², r, the partial r on "
+               "log(parameters) and the pooled within-shape r (x and loss centred within each "
+               "L x d) with their 95% Fisher-z intervals, R² over every snapshot, and the "
+               "authors' R² (computed from their released results): a claimed sign is "
+               "supported (refuted) when the interval excludes 0 on its (the other) side:"),
+          "", *md_table(grid, list(grid[0]), ".3f")]
+
+
+WHAT = {"nc3_cos_mean": "self-dual", "unc3_cos_cov": "uniform in duality",
+        "gnc2_log_kernel_mean": "uniform on the sphere"}
+
+
+def rule_lines(out, s: dict) -> list[str]:
+  """The pre-registered rule, its verdict, the trend it rests on (a direction where the
+  intervals of r and of the partial r are off 0 on the same side) and NC3's mean's sign."""
+  rule, d = s["rule"], s["decision"]
+  r2 = {(r["metric"], r["min_count"], r["points"]): r
+        for r in read_rows(out / "collapse_r2.csv")}
+  rows = []
+  for (k, sign), m in itertools.product(rule["signs"], rule["min_counts"]):
+    c = {d["cells"][f"{k}@{m} {p}"] for p in ("r", "partial")}
+    rows.append({"metric": k, "min_count": m, "authors' sign": "+" if sign > 0 else "-",
+                 "r [95% CI], n": _rci(r := r2[(k, m, rule["points"])]),
+                 "partial r [95% CI], n": _rci(r, "partial_"),
+                 "within-shape r [95% CI], every snapshot, n": _rci(r2[(k, m, "all")], "within_"),
+                 "lower-loss models are": f"more {WHAT[k]} (the authors' trend)" if c == {1} else
+                 f"less {WHAT[k]} (reversed)" if c == {-1} else "undecided"})
+  v = column([r for r in read_rows(out / "collapse_models.csv") if r["kind"] == "grid" and
+              r["last_snapshot"] == 1 and r["min_count"] in rule["min_counts"]], "nc3_cos_mean")
+  return ["", f"**Pre-registered rule.** {rule['text']} **Verdict: {d['verdict']}** "
+          f"({d['reason']}).",
+          "", *md_table(rows, list(rows[0])), "",
+          f"NC3's mean cosine is positive in {int((v > 0).sum())} of {v.size} runs × min_counts "
+          f"here ({fmt(v.min(), spec='+.3f')} to {fmt(v.max(), spec='+.3f')}) and in all "
+          f"{AUTHORS_NC3[0]} of the authors' models (lowest {AUTHORS_NC3[1]:+.3f}): " + (
+              "so UNC3 = std/mean keeps their meaning, and a sign of r opposite to theirs is a "
+              "reversal of the trend, not of NC3's sign." if (v > 0).all() else "where it is "
+              "negative, UNC3 = std/mean flips sign with it: UNC3's r is not comparable with "
+              "theirs.")]
 
 
 def _seed_lines(out, n_perm: int) -> list[str]:
   if not (out / "collapse_seeds.csv").exists():
     return []
-  table = [{"group": r["group"], "metric": r["metric"], "min_count": r["min_count"], "n": r["n"],
-            "r [95% CI]": f"{fmt(r['pearson_r'], spec='+.3f')} {_ci(r)}",
-            "r ≠ 0?": r["ci_verdict"], "p": r["p_perm"]}
+  table = [{"group": r["group"], "metric": r["metric"], "min_count": r["min_count"],
+            "r [95% CI], n": _rci(r), "r ≠ 0?": r["ci_verdict"], "p": r["p_perm"]}
            for r in read_rows(out / "collapse_seeds.csv")]
   return ["", f"Seed-only groups (last snapshot; permutation p over {n_perm} permutations):", "",
           *md_table(table, list(table[0]), ".3f")]
@@ -140,11 +183,6 @@ def report(out, rel: str = ".") -> str:
             f"{s['val_tokens']} validation tokens; weight-decay strength Γ = λ·Σ lr: {gam}."),
            "", f"![collapse metrics vs validation loss]({rel}/{figure.name(FIG)})"]
   lines += _tables(out) if grid else [
-      "", "No grid in this preset: the R² and anchor tables need one (`--preset=gpu-grid`)."]
-  tk = read_rows(out / "collapse_tokens.csv", text=("token",))
-  for r in tk:
-    r["token"] = "`" + str(r["token"]).replace("|", "\\|").replace("\n", "\\n") + "`"
-  lines += _seed_lines(out, s["n_permutations"])
-  lines += ["", f"The most frequent tokens of the best model `{tk[0]['model']}` (their Table 5):",
-            "", *md_table(tk, ["rank", "token", "count", "log10_cdnv", "interference"], ".3f")]
-  return "\n".join(lines + _ceiling_lines(out, rel))
+      "", "No grid in this preset: the R² table needs one (`--preset=gpu-grid`)."]
+  lines += rule_lines(out, s) if s.get("decision") else []
+  return "\n".join(lines + _seed_lines(out, s["n_permutations"]) + _ceiling_lines(out, rel))

@@ -128,8 +128,7 @@ def collapse_pass(mc: ModelConfig, stacked_params, train_windows: np.ndarray,
                   feature_cache_bytes: int = 1 << 30) -> list[dict]:
   """Per model {min_count: result}: every scalar key of ``collapse_metrics``, ``val_loss``,
   ``val_tokens``, ``train_tokens``, ``error`` ('' or why the metrics are undefined: a
-  min_count with < 2 analysed classes, non-finite features), ``unc3_reason`` and numpy
-  arrays ``class_ids``, ``per_class_cdnv``, ``per_class_interference``, ``class_counts``."""
+  min_count with < 2 analysed classes, non-finite features)."""
   fwd, fwd_loss = _forward_fn(mc, False), _forward_fn(mc, True)
   v, d = mc.vocab_size, mc.d_model
   m = int(jax.tree.leaves(stacked_params)[0].shape[0])
@@ -155,7 +154,7 @@ def collapse_pass(mc: ModelConfig, stacked_params, train_windows: np.ndarray,
     nll_sum += np.asarray(jnp.sum(jnp.where(valid[None], nll, 0.0), axis=1), np.float64)
     n_val += int(np.asarray(valid).sum())
   arrays = tuple(np.asarray(a) for a in (means, variances, w))
-  common = {"val_tokens": n_val, "train_tokens": n_train, "class_counts": counts_np}
+  common = {"val_tokens": n_val, "train_tokens": n_train}
   out = []
   for i in range(m):
     per = {}
@@ -171,23 +170,14 @@ def collapse_pass(mc: ModelConfig, stacked_params, train_windows: np.ndarray,
 
 
 def _model_metrics(i, arrays, counts_np, nc4_state, why: str, **kw) -> dict:
-  """collapse_metrics_from_stats of model i (with the per-class arrays of the analysed
-  classes, ``class_ids``), or an error row (never raises)."""
+  """collapse_metrics_from_stats of model i, or an error row (never raises)."""
   means_np, var_np, w_np = arrays
-  empty = {"class_ids": np.zeros(0, np.int64), "per_class_cdnv": np.zeros(0),
-           "per_class_interference": np.zeros(0)}
   if why:
-    return {"error": why, **empty}
+    return {"error": why}
   try:
-    res = C.collapse_metrics_from_stats(means_np[i], var_np[i], counts_np, w_np[i], nc4=nc4_state,
-                                        options=C.CollapseOptions(per_class=True, **kw))
-    r, ids = res.to_dict(), np.flatnonzero(res.class_analyzed)
-    del r["class_analyzed"]
-    r.update(class_ids=ids, per_class_cdnv=res.per_class_cdnv[ids],
-             per_class_interference=res.per_class_interference[ids])
-    r["error"] = ""
-    r["unc3_reason"] = C.unc3_reason(r["nc3_cos_mean"], r["nc3_cos_se"])
+    return {**C.collapse_metrics_from_stats(means_np[i], var_np[i], counts_np, w_np[i],
+                                            nc4=nc4_state, options=C.CollapseOptions(**kw)
+                                            ).to_dict(), "error": ""}
   except ValueError as e:  # e.g. non-finite features of a diverged model: a NaN row
     log.warning("model %d: collapse metrics undefined: %s", i, e)
-    r = {"error": str(e)[:300], **empty}
-  return r
+    return {"error": str(e)[:300]}

@@ -1,8 +1,10 @@
-"""experiments.collapse (Wu & Papyan 2024) at its test preset on a generated corpus: the stacked
+"""experiments.collapse (Wu & Papyan 2024) at its test presets on a generated corpus: the stacked
 collapse pass against a direct computation, the tables against numpy and scipy, the interval
-verdicts both ways, the planted language's ceiling and gap, the token-file presets, a rerun
-that redoes nothing, and the pass's memory at 32k classes."""
+verdicts both ways, the pre-registered rule end to end (test-e2), the planted language's
+ceiling, its gap and its figure's tick labels, the token-file presets, a rerun that redoes
+nothing, and the pass's memory at 32k classes."""
 
+import importlib
 import json
 import os
 import subprocess
@@ -18,6 +20,7 @@ from scipy import stats as sps
 from experiments import collapse
 from experiments.collapse import tables as T
 from experiments.collapse.ceiling import ceiling_metrics
+from experiments.collapse.presets import Rule
 from experiments.collapse.stream import collapse_pass, stack
 from experiments.common import read_rows
 from sbjax import checkpoint as ckpt
@@ -41,6 +44,14 @@ def out(tmp_path_factory):
   root = tmp_path_factory.mktemp("collapse")
   corpus = write_corpus(root / "corpus", generated_docs(7, 6))
   run(collapse.EXPERIMENT, root / "out", "test", str(corpus), verbose=False)
+  return root / "out"
+
+
+@pytest.fixture(scope="module")
+def out_e2(tmp_path_factory):
+  root = tmp_path_factory.mktemp("collapse_e2")
+  corpus = write_corpus(root / "corpus", generated_docs(7, 6))
+  run(collapse.EXPERIMENT, root / "out", "test-e2", str(corpus), verbose=False)
   return root / "out"
 
 
@@ -96,12 +107,11 @@ def test_models_and_r2_tables(out):
       b, a = np.polyfit(x, y, 1)
       r2 = 1 - np.sum((y - a - b * x) ** 2) / np.sum((y - y.mean()) ** 2)
       assert t["r2"] == pytest.approx(r2, rel=1e-6) and t["n"] == len(sel)
-  tok = read_rows(out / "collapse_tokens.csv", text=("token",))
-  counts = [r["count"] for r in tok[:-1]]
-  assert counts == sorted(counts, reverse=True) and tok[-1]["rank"] == "average"
   summary = json.loads((out / "summary.json").read_text())
   assert summary["anchors"] == {f"{r['metric']}@{int(r['min_count'])}": r["ci_verdict"]
-                                for r in read_rows(out / "collapse_anchors.csv")}
+                                for r in read_rows(out / "collapse_r2.csv")
+                                if r["points"] == "last" and r["metric"] in T.ANCHORS}
+  assert summary["decision"] is None  # the test preset has no rule
   md = collapse.report(out, "c")
   assert "](c/fig_collapse_vs_loss.png)" in md and "| seeds-L1-d16 | nc4_agreement |" in md
   assert (out / "fig_collapse_vs_loss.png").stat().st_size > 10_000
@@ -123,7 +133,7 @@ def test_interval_verdicts_against_scipy():
                               (-loss, "refuted", "refuted"),
                               (rng.normal(size=16), "undecided", None)):
     rows = _synthetic(16, loss, metric, np.exp(rng.uniform(7, 12, 16)))
-    an = {r["metric"]: r for r in T.anchor_rows(T.r2_rows(rows, (1,)))}
+    an = {r["metric"]: r for r in T.r2_rows(rows, (1,)) if r["points"] == "last"}
     ci = sps.pearsonr(metric, loss).confidence_interval(0.95)
     a = an["nc1_log10_mean_cdnv"]
     assert (a["ci_lo"], a["ci_hi"]) == pytest.approx((ci.low, ci.high), abs=1e-9)
@@ -134,8 +144,39 @@ def test_interval_verdicts_against_scipy():
                                                             "seeds", "s"), (1,), 200)}
     s = seeds["nc1_log10_mean_cdnv"]
     assert s["ci_verdict"] == ("r > 0" if ci.low > 0 else "r < 0" if ci.high < 0
-                               else "not distinguishable from 0")
+                               else "sign undecided")
     assert s["val_loss_sd"] == pytest.approx(np.std(loss, ddof=1)) and 0 < s["p_perm"] <= 1
+
+
+def test_rule_end_to_end(out_e2):
+  """test-e2, the many-classes design at test size (L {1, 2} x d {8, 16} x λ {0, 0.1} at V 128,
+  snapshots after 1 and 4 epochs): summary.json's decision is the rule applied to
+  collapse_r2.csv (12 intervals), and the report prints the rule and its verdict."""
+  s = json.loads((out_e2 / "summary.json").read_text())
+  want = T.decide(read_rows(out_e2 / "collapse_r2.csv"), Rule())
+  assert s["decision"] == want and len(want["cells"]) == 12 and want["verdict"] in T.VERDICTS
+  grid = [r for r in read_rows(out_e2 / "collapse_models.csv") if r["kind"] == "grid"]
+  assert {(r["n_layers"], r["d_model"], r["epochs"], r["weight_decay"]) for r in grid} == {
+      (a, b, e, w) for a in (1, 2) for b in (8, 16) for e in (1, 4) for w in (0.0, 0.1)}
+  assert {r["vocab_size"] for r in grid} == {128}
+  md = collapse.report(out_e2, ".")
+  assert s["rule"]["text"] in md and f"**Verdict: {want['verdict']}**" in md
+
+
+def test_ceiling_figure_tick_labels(out, monkeypatch):
+  """Every panel of the ceiling figure labels its log x axis (the gap) with plain numbers."""
+  rep = importlib.import_module("experiments.collapse.report")
+  labels = []
+
+  def save(fig, *args, **kw):
+    fig.canvas.draw()
+    labels.extend([t.get_text() for t in ax.get_xticklabels(which="both") if t.get_text()]
+                  for ax in fig.axes)
+
+  monkeypatch.setattr(rep.figure, "save", save)
+  rep._fig_ceiling(out, rep.figure.pyplot())
+  assert len(labels) == len(rep.SHOWN) and all(labels)
+  assert all(float(t) > 0 for a in labels for t in a)
 
 
 def test_ceiling(out):
@@ -180,9 +221,7 @@ def test_token_files(tmp_path):
       f"{tmp_path / 'val.uint16.bin'}", verbose=False)
   rows = read_rows(out / "collapse_models.csv")
   assert {r["kind"] for r in rows} == {"grid"} and not (out / "collapse_seeds.csv").exists()
-  tok = read_rows(out / "collapse_tokens.csv")
-  counts = np.bincount(ids[:1025], minlength=64)
-  assert counts[int(tok[0]["token_id"])] == max(counts[int(r["token_id"])] for r in tok[:-1])
+  assert {r["train_tokens"] for r in rows} == {1024}  # the first epoch_tokens of TRAIN
 
 
 def test_token_presets_plan_valid_runs(tmp_path):
