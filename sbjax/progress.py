@@ -6,10 +6,9 @@ that stdout carries only results.
     r.advance(3, note="step 64")         # the bar, on a terminal
     r.line("5/11 checkpoints, ETA 0m35s")  # "[analyze run] 5/11 ...", off a terminal
 
-The training loop (``sbjax.train.hooks.Progress``), the analysis over checkpoints
-(``sbjax.analysis.progress.CheckpointProgress``) and an experiment's runs
-(``sbjax.studies.progress.RunsProgress``) each say what they count and when they write a
-line; this class decides where and how it appears.
+The training loop (``sbjax.train.hooks.Progress``) and the analysis over checkpoints
+(``sbjax.analysis.analyze``) each say what they count and when they write a line; this class
+decides where and how it appears.
 """
 
 from __future__ import annotations
