@@ -49,7 +49,7 @@ from sbjax import checkpoint
 from sbjax.atomic import atomic_write_bytes, is_local
 from sbjax.config import Config
 from sbjax.data import hf_tokenizer
-from sbjax.convert import hf_export, hf_import, integrity, revisions, series
+from sbjax.convert import hf_export, hf_import, integrity, revisions
 from sbjax.paths import local_dir, staged_dir, upath
 from sbjax.train.lock import workdir_lock
 
@@ -105,23 +105,6 @@ def _check_workdir_config(workdir: str, config: Config):
                      f"{diff}. Use an empty workdir.")
 
 
-def _source_name(src: str) -> str:
-  base = os.path.basename(os.path.normpath(src))
-  repo = revisions.cache_repo(src)
-  if repo is not None:  # models--EleutherAI--pythia-70m -> pythia-70m
-    return repo.name.split("--")[-1]
-  return base
-
-
-def _series_revisions(src: str) -> list:
-  """The revisions of an HF cache or a directory of revisions; [] for one HF directory."""
-  if revisions.cache_repo(src) is not None:
-    return revisions.find(src)
-  if os.path.isdir(src) and not os.path.isfile(os.path.join(src, "config.json")):
-    return revisions.find(src)
-  return []
-
-
 def _shared_config(chosen: list, dtype: str, src: str):
   """The one ModelConfig of the chosen revisions; ValueError naming any that differ."""
   cfgs = [(r, hf_import.model_config_from_hf(hf_import.read_hf_config(r.path), param_dtype=dtype,
@@ -150,35 +133,23 @@ def _copy_tokenizer(revision_dir: str, workdir: str) -> None:
       atomic_write_bytes(dst, Path(src).read_bytes())
 
 
-def _source_label(src: str) -> str:
-  """What import.json records as the source: the absolute path, or the URL of a gs:// one."""
-  return src if not is_local(src) else os.path.abspath(src)
-
-
-def _import_series(src, workdir, revs, selection, *, allow_pickle, allow_nonfinite, dtype,
-                   name, label) -> list[int]:
-  chosen = revisions.select(revs, selection, where=f"{src}: ")
-  for r in chosen:
-    revisions.check_present(r, f"{src}: ")
-  config = hf_import.full_config(_shared_config(chosen, dtype, src), name)
-  _check_workdir_config(workdir, config)
-  # every revision is hashed and checked (truncation, blob names) before anything is written
-  records = [{"step": r.step, "name": r.name, "commit": r.commit, "tokens": r.tokens,
-              **integrity.check_revision(r.name, r.path, allow_pickle, allow_nonfinite)}
-             for r in chosen]
-  with workdir_lock(workdir):
-    check_import_target(workdir)  # again: a run may have started in the workdir meanwhile
-    for r in chosen:
-      _, params = hf_import.import_hf(r.path, dtype=dtype, allow_pickle=allow_pickle,
-                                      allow_nonfinite=True)  # (checked above)
-      checkpoint.write_params(workdir, config, params, r.step)
-      logging.info("imported %s revision %s (step %d) -> %s", src, r.name, r.step, workdir)
-    _copy_tokenizer(chosen[-1].path, workdir)
-    layout = "hf_cache" if revisions.cache_repo(src) is not None else "revision_dirs"
-    rec = integrity.merge_record(workdir, label, layout, records)
-  integrity.warn_duplicates([r for r in rec["revisions"] if r["duplicate_of"] is not None],
-                            rec["revisions"], f"{src}: ")
-  return [r.step for r in chosen]
+def _chosen(src: str, step: int | None, steps) -> tuple[list, str]:
+  """(the revisions to import, the layout): those of an HF cache or of a directory of
+  revisions that ``steps`` (else ``step``) select, or one HF directory at ``step``, else the
+  step its name gives, else 0."""
+  if not os.path.isdir(src):
+    raise FileNotFoundError(f"--from_hf={src} does not exist")
+  cache = revisions.cache_repo(src) is not None
+  if cache or not os.path.isfile(os.path.join(src, "config.json")):
+    revs = revisions.find(src)
+    if revs:
+      selection = steps if steps not in (None, "", []) else (None if step is None else [step])
+      return (revisions.select(revs, selection, where=f"{src}: "),
+              "hf_cache" if cache else "revision_dirs")
+  name = os.path.basename(os.path.normpath(src))
+  info = revisions.parse_revision(name)
+  at = step if step is not None else info["step"] if info else 0
+  return [revisions.Revision(at, name, src)], "single"
 
 
 def import_to_workdir(src: str, workdir: str, *, step: int | None = None,
@@ -190,36 +161,34 @@ def import_to_workdir(src: str, workdir: str, *, step: int | None = None,
   ``step``: one revision of a series, or the step to write a single directory at. Returns
   the steps written; WORKDIR/import.json records the hashes and duplicates. ``src`` and
   ``workdir`` may be gs:// (any ``sbjax.paths`` scheme): a remote ``src`` is read from one
-  local copy (``sbjax.paths.local_dir``; safetensors are memory-mapped)."""
+  local copy (``sbjax.paths.local_dir``). Every revision is checked before anything is
+  written."""
   check_import_target(workdir)
-  label = _source_label(src)
+  label = src if not is_local(src) else os.path.abspath(src)  # import.json's "source"
   if not is_local(src):
     if not upath(src).is_dir():
       raise FileNotFoundError(f"--from_hf={src} does not exist")
     src = local_dir(src)
-  name = name or _source_name(src)
-  revs = _series_revisions(src)
-  if revs:
-    selection = steps if steps not in (None, "", []) else (None if step is None else [step])
-    return _import_series(src, workdir, revs, selection, allow_pickle=allow_pickle,
-                          allow_nonfinite=allow_nonfinite, dtype=dtype, name=name, label=label)
-  if not os.path.isdir(src):
-    raise FileNotFoundError(f"--from_hf={src} does not exist")
-  record = {"name": os.path.basename(os.path.normpath(src)), "commit": "", "tokens": None,
-            **integrity.check_revision(src, src, allow_pickle, allow_nonfinite)}
-  model_cfg, params = hf_import.import_hf(src, dtype=dtype, allow_pickle=allow_pickle,
-                                          allow_nonfinite=True)  # (checked above)
-  if step is None:
-    step = series.parse_step(src) or 0
-  config = hf_import.full_config(model_cfg, name)
+  repo = revisions.cache_repo(src) if os.path.isdir(src) else None
+  name = name or (repo.name.split("--")[-1] if repo else os.path.basename(os.path.normpath(src)))
+  chosen, layout = _chosen(src, step, steps)
+  for r in chosen:
+    revisions.check_present(r, f"{src}: ")
+  config = hf_import.full_config(_shared_config(chosen, dtype, src), name)
   _check_workdir_config(workdir, config)
+  records = [{"step": r.step, "name": r.name, "commit": r.commit, "tokens": r.tokens,
+              **integrity.check_revision(r.name, r.path, allow_pickle, allow_nonfinite)}
+             for r in chosen]
   with workdir_lock(workdir):
-    check_import_target(workdir)
-    checkpoint.write_params(workdir, config, params, step)
-    _copy_tokenizer(src, workdir)
-    integrity.merge_record(workdir, label, "single", [{"step": step, **record}])
-  logging.info("imported %s -> %s at step %d", src, workdir, step)
-  return [step]
+    check_import_target(workdir)  # again: a run may have started in the workdir meanwhile
+    for r in chosen:
+      _, params = hf_import.import_hf(r.path, dtype=dtype, allow_pickle=allow_pickle,
+                                      allow_nonfinite=True)  # (checked above)
+      checkpoint.write_params(workdir, config, params, r.step)
+      logging.info("imported %s revision %s (step %d) -> %s", src, r.name, r.step, workdir)
+    _copy_tokenizer(chosen[-1].path, workdir)
+    integrity.merge_record(workdir, label, layout, records, where=f"{src}: ")
+  return [r.step for r in chosen]
 
 
 def export_from_workdir(workdir: str, out_dir: str, *, step: int | None = None,

@@ -29,9 +29,9 @@ import numpy as np
 
 from sbjax import heads
 from sbjax import model as model_lib
-from sbjax.atomic import atomic_write_text
+from sbjax._extras import require
+from sbjax.atomic import atomic_write_bytes, atomic_write_text
 from sbjax.config import ModelConfig
-from sbjax.convert import st_io
 from sbjax.convert.hf_import import _np_dtype
 from sbjax.paths import upath
 
@@ -231,9 +231,13 @@ def export_hf(cfg: ModelConfig, params, out_dir: str, *, dtype: str = "float32")
   check_export_target(out_dir, overwrite=True)
   tensors, info = hf_tensors(cfg, params)
   conf = hf_config(cfg, dtype, o_bias_zero=info["o_bias_zero"])
+  require("writing safetensors", "hf", ("safetensors",))
+  from safetensors.numpy import save  # noqa: PLC0415 - the [hf] extra
+
   npd = _np_dtype(dtype)
-  st_io.write_file({k: np.ascontiguousarray(v).astype(npd) for k, v in tensors.items()},
-                   os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+  atomic_write_bytes(os.path.join(out_dir, "model.safetensors"),
+                     save({k: np.ascontiguousarray(v, npd) for k, v in tensors.items()},
+                          metadata={"format": "pt"}))
   atomic_write_text(os.path.join(out_dir, "config.json"), json.dumps(conf, indent=2,
                                                                      sort_keys=True))
   return out_dir

@@ -37,8 +37,8 @@ import ml_dtypes
 import numpy as np
 
 from sbjax import heads
+from sbjax._extras import require
 from sbjax.config import Config, ModelConfig, TrainConfig
-from sbjax.convert import st_io
 from sbjax.convert.torch_pickle import load_pickle
 
 SUPPORTED_MODEL_TYPES = ("gpt_neox", "gpt_neo")
@@ -294,41 +294,61 @@ def _shards(path: str, index_name: str) -> list[str]:
   return files
 
 
+def _find(path: str, index: str, single: str, suffix: str) -> list[str]:
+  if os.path.isfile(os.path.join(path, index)):
+    return [index]
+  if os.path.isfile(os.path.join(path, single)):
+    return [single]
+  return sorted(f for f in os.listdir(path) if f.endswith(suffix))
+
+
+def weight_files(path: str, allow_pickle: bool = False) -> list[str]:
+  """The weight files of a HF model directory: the shards its index lists, else the single
+  file, else every file of the kind; safetensors first, PyTorch pickles only with
+  ``allow_pickle`` (ValueError naming them otherwise, and when there are no weights)."""
+  files = _find(path, SAFE_INDEX, SAFE_SINGLE, ".safetensors")
+  if not files:
+    files = _find(path, PICKLE_INDEX, PICKLE_SINGLE, ".bin")
+    if not files:
+      raise ValueError(f"{path}: no weights found (expected {SAFE_SINGLE}, {SAFE_INDEX} "
+                       f"or, with allow_pickle, {PICKLE_SINGLE})")
+    if not allow_pickle:
+      raise ValueError(
+          f"{path}: has only PyTorch pickle weights ({', '.join(files)}), no .safetensors. "
+          "Unpickling can run arbitrary code, so sbjax refuses it by default; if you trust "
+          "this checkpoint pass allow_pickle=True (CLI: --allow_pickle) to load it with "
+          "torch.load(weights_only=True), or convert it to safetensors first.")
+  return _shards(path, files[0]) if files[0].endswith(".index.json") else files
+
+
+def read_safetensors(path: str) -> dict[str, np.ndarray]:
+  """The tensors of a safetensors file, read by the ``safetensors`` package, which checks its
+  header as the format defines it (a JSON object, known dtypes, byte ranges that hold their
+  shapes and tile the data section: no gap, overlap or truncation); ValueError naming the
+  file."""
+  require("reading safetensors", "hf", ("safetensors",))
+  from safetensors import SafetensorError, safe_open  # noqa: PLC0415 - the [hf] extra
+
+  try:
+    with safe_open(path, framework="numpy") as f:
+      return {k: f.get_tensor(k) for k in f.keys()}
+  except SafetensorError as e:
+    raise ValueError(f"{path}: not a valid safetensors file ({e})") from None
+
+
 def load_hf_tensors(path: str, *, allow_pickle: bool = False) -> dict[str, np.ndarray]:
-  """Name -> array for the weights in a HF model directory (safetensors preferred)."""
-  if os.path.isfile(os.path.join(path, SAFE_INDEX)):
-    files = _shards(path, SAFE_INDEX)
-  elif os.path.isfile(os.path.join(path, SAFE_SINGLE)):
-    files = [SAFE_SINGLE]
-  else:
-    files = sorted(f for f in os.listdir(path) if f.endswith(".safetensors"))
-  if files:
-    out = {}
-    for f in files:
-      part = st_io.read_file(os.path.join(path, f))
-      dup = set(part) & set(out)
-      if dup:
-        raise ValueError(f"{path}: tensors appear in more than one shard: {_list(dup)}")
-      out.update(part)
-    return out
-  pickles = ([PICKLE_INDEX] if os.path.isfile(os.path.join(path, PICKLE_INDEX)) else
-             [PICKLE_SINGLE] if os.path.isfile(os.path.join(path, PICKLE_SINGLE)) else
-             sorted(f for f in os.listdir(path) if f.endswith(".bin")))
-  if not pickles:
-    raise ValueError(f"{path}: no weights found (expected {SAFE_SINGLE}, {SAFE_INDEX} "
-                     f"or, with allow_pickle, {PICKLE_SINGLE})")
-  if not allow_pickle:
-    raise ValueError(
-        f"{path}: has only PyTorch pickle weights ({', '.join(pickles)}), no .safetensors. "
-        "Unpickling can run arbitrary code, so sbjax refuses it by default; if you trust "
-        "this checkpoint pass allow_pickle=True (CLI: --allow_pickle) to load it with "
-        "torch.load(weights_only=True), or convert it to safetensors first.")
-  warnings.warn(f"{path}: loading PyTorch pickle weights ({', '.join(pickles)}) with "
-                "torch.load(weights_only=True) because allow_pickle=True", stacklevel=3)
-  files = _shards(path, PICKLE_INDEX) if pickles == [PICKLE_INDEX] else pickles
+  """Name -> array for the weights in a HF model directory (``weight_files``)."""
+  files = weight_files(path, allow_pickle)
+  if files[0].endswith(".bin"):
+    warnings.warn(f"{path}: loading PyTorch pickle weights ({', '.join(files)}) with "
+                  "torch.load(weights_only=True) because allow_pickle=True", stacklevel=3)
   out = {}
   for f in files:
-    out.update(load_pickle(os.path.join(path, f)))
+    part = (load_pickle if f.endswith(".bin") else read_safetensors)(os.path.join(path, f))
+    dup = set(part) & set(out)
+    if dup:
+      raise ValueError(f"{path}: tensors appear in more than one shard: {_list(dup)}")
+    out.update(part)
   return out
 
 
@@ -402,15 +422,10 @@ def _np_dtype(name: str) -> np.dtype:
   return np.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else np.dtype(name)
 
 
-def check_finite(tensors: dict, where: str, chunk: int = 1 << 24) -> None:
-  """Refuse weights holding NaN or inf, naming the tensors (read in chunks: memory-mapped)."""
-  bad = []
-  for name, t in tensors.items():
-    flat = np.asarray(t).reshape(-1)
-    if flat.dtype.kind == "f" or flat.dtype == ml_dtypes.bfloat16:
-      if any(not np.isfinite(flat[i:i + chunk].astype(np.float32)).all()
-             for i in range(0, flat.size, chunk)):
-        bad.append(name)
+def check_finite(tensors: dict, where: str) -> None:
+  """Refuse weights holding NaN or inf, naming the tensors."""
+  bad = [name for name, t in tensors.items()
+         if t.dtype.kind in "fV" and not np.isfinite(np.asarray(t, np.float32)).all()]
   if bad:
     raise ValueError(f"{where}weights hold NaN or inf values in {len(bad)} tensor(s): "
                      f"{_list(bad, 8)}; nothing was imported. Use an intact checkpoint, or pass "

@@ -16,10 +16,10 @@ import optax
 import pytest
 import torch
 import transformers
+from safetensors.numpy import load_file, save_file
 
 from sbjax.config import ModelConfig, TrainConfig
-from sbjax.convert import (export_hf, export_problems, import_hf, iter_series, parse_step,
-                           series_config, st_io, stack_series)
+from sbjax.convert import export_hf, export_problems, import_hf
 from sbjax.convert.hf_export import hf_tensors
 from sbjax.heads.lowrank import LowRankHead
 from sbjax.heads.mos import MoSHead
@@ -183,38 +183,14 @@ def test_sharded_and_bfloat16_checkpoints(tmp_path):
     import_hf(str(tmp_path / "sharded"))
 
 
-# ----------------------------------------------------------------------------- series
-
-
-def test_series_vmapped_forward(tmp_path):
-  root = tmp_path / "pythia-tiny"
-  names = {0: "step0", 1000: "step1000", 20: "revision-step20"}
-  models = {s: neox(root / n, seed=10 + s % 7) for s, n in names.items()}
-  (root / "notes").mkdir()  # ignored: not a revision
-  cfg = series_config(str(root))
-  steps, stacked = stack_series(iter_series(str(root)))
-  assert steps.tolist() == [0, 20, 1000]
-  assert [s for s, _ in iter_series(str(root), steps=[20])] == [20]
-  logits = jax.vmap(Model(cfg).apply, in_axes=(0, None))(stacked, tokens())
-  for i, s in enumerate(steps):
-    assert maxdiff(logits[i], hf_run(models[int(s)], tokens())[0]) <= TOL
-  neox(root / "step5", seed=2, parallel=False)
-  with pytest.raises(ValueError, match=r"step5.*parallel_residual"):
-    list(iter_series(str(root)))
-  with pytest.raises(ValueError, match="no revision directories"):
-    series_config(str(root / "step0"))
-  assert [parse_step(n) for n in ("step143000", "some/dir/revision-step20", "pythia-70m_step-7/",
-                                  "42", "pythia-70m", "xstep5")] == [143000, 20, 7, 42, None, None]
-
-
 # ----------------------------------------------------------------------------- other files
 
 
 def _rewrite(path, fn):
   f = os.path.join(path, "model.safetensors")
-  t = {k: np.array(v) for k, v in st_io.read_file(f).items()}
+  t = load_file(f)
   fn(t)
-  st_io.write_file(t, f)
+  save_file(t, f)
 
 
 def _edit_config(path, **kw):
