@@ -1,40 +1,31 @@
-r"""Convert between Hugging Face GPT-NeoX/GPT-Neo directories and sbjax workdirs.
+r"""Convert between Hugging Face GPT-NeoX/GPT-Neo directories and sbjax workdirs (no network).
 
-Import (one HF directory, a directory of ``stepN`` revisions, or the HF cache that
-``from_pretrained(..., revision=..., cache_dir=...)`` fills; no network)::
+Import one HF directory, a directory of ``stepN`` revisions, or the HF cache that
+``from_pretrained(..., revision=..., cache_dir=...)`` fills::
 
     python -m experiments.convert --from_hf=pythia-70m/step1000 --to=WORKDIR
     python -m experiments.convert --from_hf=pythia-70m --to=WORKDIR     # every revision
-    python -m experiments.convert --from_hf=DIR --to=WORKDIR --step=5 [--allow_pickle]
     python -m experiments.convert --from_hf=CACHE/models--EleutherAI--pythia-70m --to=WORKDIR \
         --revisions=0,1000:143000:10000      # revisions step1000, step1000-tokens4B, stage1-step...
 
-Every imported revision's weight files are hashed (sha256) and checked before anything is
-written; WORKDIR/import.json records the hashes and which revisions duplicate another
-(``duplicate_of``; warned, and refused by ``experiments.analyze`` unless
-``--allow_duplicates``).
+writes WORKDIR/config.json and an orbax params checkpoint per step (a single directory's step
+is --step, else the one its name gives, else 0). Every revision is checked and its weight
+files hashed before anything is written; WORKDIR/import.json records the hashes and which
+revisions duplicate another (refused by ``experiments.analyze`` unless
+``--allow_duplicates``). A training workdir is refused (a params-only step would stop it
+from resuming).
 
-writes WORKDIR/config.json and an orbax params checkpoint per step (the step is
---step, else parsed from a ``stepN`` directory name, else 0; for a series, each
-revision's own step, optionally restricted to --step). A training workdir (metrics.jsonl or
-checkpoints with optimizer state) is refused: a params-only step would stop it from resuming.
-The workdir is locked while the steps are written (``sbjax.train.lock``).
-
-Export (a dense, tied or lowrank-head checkpoint)::
+Export (a dense, tied or lowrank-head checkpoint; the latest step unless --step)::
 
     python -m experiments.convert --from_workdir=WORKDIR --step=N --to_hf=DIR
 
-refuses DIR when it is an sbjax workdir (checkpoints/, metrics.jsonl or an sbjax
-config.json), and a non-empty DIR unless ``--overwrite``; writes DIR/config.json +
-DIR/model.safetensors for
-``transformers.AutoModelForCausalLM.from_pretrained(DIR)`` (latest step if no --step), and,
-when the run has a tokenizer (WORKDIR/tokenizer.json, or a sentencepiece unigram
-tokenizer.model, converted), DIR/tokenizer.json + tokenizer_config.json for
-``AutoTokenizer.from_pretrained(DIR)`` (so ``lm-eval --model hf`` can run on it).
+writes DIR/config.json + DIR/model.safetensors for ``AutoModelForCausalLM.from_pretrained``,
+and the run's tokenizer as DIR/tokenizer.json + tokenizer_config.json for
+``AutoTokenizer``. DIR may not be an sbjax workdir, and must be new or empty unless
+``--overwrite``.
 
-Every directory may be remote (``gs://bucket/dir`` or any ``sbjax.paths`` scheme): a remote
-``--from_hf`` is read from one local copy (``$SBJAX_DATA_CACHE``), a remote ``--to_hf`` is
-written locally and uploaded, and a ``gs://`` workdir is written as a training run's is.
+Every directory may be remote (``gs://bucket/dir``, ``sbjax.paths``): a remote ``--from_hf``
+is read from one local copy, a remote ``--to_hf`` is written locally and uploaded.
 """
 
 from __future__ import annotations

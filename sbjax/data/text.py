@@ -56,10 +56,6 @@ class TextCorpus:
   skipped: tuple  # names of files skipped (non-UTF-8 or empty)
   identity: str  # hash of (name, size, content) of every .txt file
 
-  @property
-  def n_chars(self) -> int:
-    return sum(len(t) for _, t in self.docs)
-
 
 def _h(*parts) -> str:
   h = hashlib.blake2b(digest_size=16)
@@ -148,13 +144,9 @@ def slug(s: str, n: int = 32) -> str:
   return (s[:n] or "corpus")
 
 
-def token_dtype(vocab_size: int):
-  return np.uint16 if vocab_size <= np.iinfo(np.uint16).max + 1 else np.int32
-
-
 def encode_documents(tok, texts: Sequence[str], chunk: int = 256) -> np.ndarray:
   """One stream: the tokens of every document followed by the separator id."""
-  dtype = token_dtype(tok.vocab_size)
+  dtype = np.uint16 if tok.vocab_size <= np.iinfo(np.uint16).max + 1 else np.int32
   sep = tok.separator_id
   parts = []
   for i in range(0, len(texts), chunk):

@@ -22,7 +22,7 @@ the last ``max(B, round(val_fraction * n_windows))`` windows of the train file a
 name the train file itself (the analysis does this for ``--tokens=FILE``: every window is
 measured).
 
-Order (``sbjax.data.dataset.TokenWindows``): training batches follow ``Dataset`` (a permutation of the train
+Order (``sbjax.data.dataset.Dataset``): training batches follow ``Dataset`` (a permutation of the train
 windows per epoch from ``(seed, epoch)``, process p takes rows ``[p B/P, (p+1) B/P)``: a pure
 function of (seed, step, process), so a resumed run reads the same batches bit for bit).
 Evaluation windows are the FIRST ``n * B`` validation windows in file order (a fixed batch,
@@ -148,7 +148,7 @@ def file_identity(path: str | os.PathLike) -> str:
 def open_token_splits(o, seq_len: int, global_batch_size: int) -> dict:
   """The ``tokens`` source of its ``TokensOptions`` (``path``, ``val_path``, ``dtype``,
   ``vocab``: 0 = the largest id + 1, ``val_fraction``), checked: the keyword
-  arguments of ``sbjax.data.dataset.TokenWindows`` (arrays, window starts, vocab, info)."""
+  arguments of ``sbjax.data.dataset.Dataset`` (arrays, window starts, vocab, info)."""
   train = read_tokens(o.path, o.dtype)
   t_starts = window_starts(train, seq_len, f"token file {o.path}: ")
   if o.val_path:
@@ -171,6 +171,5 @@ def open_token_splits(o, seq_len: int, global_batch_size: int) -> dict:
         check_ids(arr, vocab, f"token file {path}: ")
   extra = {"tokens_path": o.path, "tokens_val_path": o.val_path,
            "tokens_shape": list(train.shape), "tokens_dtype": str(train.dtype)}
-  return dict(train_arr=train, train_starts=t_starts, val_arr=val, val_starts=v_starts,
-              vocab_size=vocab, name=Path(o.path).name, source="tokens",
-              extra_info=extra)
+  return dict(train_tokens=train, val_tokens=val, starts=(t_starts, v_starts), vocab_size=vocab,
+              name=Path(o.path).name, source="tokens", extra_info=extra)
