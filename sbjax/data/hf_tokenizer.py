@@ -4,7 +4,7 @@
 GPT-Neo's) tokenises a text corpus with that tokenizer: ``load_or_train`` copies it to
 ``WORKDIR/tokenizer.json`` and ``HFTokenizer`` gives the interface of
 ``sbjax.data.tokenizer.Tokenizer`` (``vocab_size``, ``separator_id``, ``encode``,
-``decode``, ``serialized``), so packing, caching and batching are unchanged.
+``decode``, ``serialized``, ``save``), so packing, caching and batching are unchanged.
 
 * ``vocab_size`` = ``get_vocab_size(with_added_tokens=True)``: every id the tokenizer can
   emit is below it (Pythia: 50277 ids for a 50304-row embedding; the extra rows are padding).
@@ -42,10 +42,6 @@ JSON_NAME = "tokenizer.json"
 EOS_NAMES = ("<|endoftext|>", "</s>", "<eos>", "<|end_of_text|>")
 
 
-def is_hf_tokenizer(path: str | os.PathLike) -> bool:
-  return str(path).endswith(".json")
-
-
 class HFTokenizer:
   """A loaded ``tokenizer.json`` with the interface of ``sbjax.data.tokenizer.Tokenizer``:
   the file ``path``, or (``source``) the file ``source`` read for ``path``, where ``save``
@@ -81,12 +77,7 @@ class HFTokenizer:
     special = [a for a in self.tok.get_added_tokens_decoder().items() if a[1].special]
     return int(min(special)[0]) if special else 0
 
-  @property
-  def eos_id(self) -> int:
-    return self.separator_id
-
-  def encode(self, text: str | Sequence[str], num_threads: int = -1):
-    del num_threads
+  def encode(self, text: str | Sequence[str]):
     if isinstance(text, str):
       return self.tok.encode(text, add_special_tokens=False).ids
     return [e.ids for e in self.tok.encode_batch(list(text), add_special_tokens=False)]
@@ -95,9 +86,6 @@ class HFTokenizer:
     if isinstance(ids, np.ndarray):
       ids = ids.tolist()
     return self.tok.decode(list(ids), skip_special_tokens=False)
-
-  def id_to_piece(self, i: int) -> str:
-    return self.tok.id_to_token(int(i))
 
   def serialized(self) -> bytes:
     return Path(self._source or self.path).read_bytes()

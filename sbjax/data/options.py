@@ -2,18 +2,10 @@
 
 ``SourceOptions`` is the base: a subclass names its ``source``, holds exactly the fields that
 source reads, declares what each allows (``sbjax.errors.bounded``, checked as
-``data.options.F``) and checks what spans fields in ``check``. The built-in ones are here:
-
-* ``PlantedOptions`` (``planted``: the planted-rank language), ``PlantedMixOptions``
-  (``planted_mix``: + ``mix`` components), ``PlantedMosOptions`` (``planted_mos``: + the
-  gates ``gate``, ``gate_conc``), ``PlantedTailOptions`` (``planted_tail``: the mixture with a
-  rare-token tail, V = 4096, 8 x rank 32, Zipf 1.5); their ``stream_params`` key the sampled token streams
-  (``sampler``, host or device, changes how train batches are drawn, not the streams).
-* ``TextOptions`` (``text``: a directory of .txt files), ``TfdsOptions`` (``tfds``: a catalog
-  dataset), both with the tokenizer fields of ``TokenizerOptions``.
-* ``TokensOptions`` (``tokens``: token files on disk, ``sbjax.data.tokens``).
-
-Plain Python (no jax, no numpy), so ``sbjax.config`` can validate with it.
+``data.options.F``) and checks what spans fields in ``check``. The planted options'
+``stream_params`` key the sampled token streams (``sampler``, host or device, changes how
+train batches are drawn, not the streams). Plain Python (no jax, no numpy), so
+``sbjax.config`` can validate with it.
 """
 
 from __future__ import annotations
@@ -118,17 +110,14 @@ class PlantedMosOptions(PlantedMixOptions):
 
 @dataclasses.dataclass(frozen=True)
 class PlantedTailOptions(PlantedMixOptions):
-  """The planted mixture at the rare-token tail's sizes (``sbjax.data.planted_tail``): V = 4096,
-  ``mix`` = 8 components of rank 32, Zipf 1.5. A change of ``data.source`` to it carries the
-  shared planted fields over (``sbjax.overrides``): set the sizes explicitly
-  there."""
+  """The planted mixture at the rare-token tail's sizes (``sbjax.data.planted_tail``); a change
+  of ``data.source`` to it keeps the planted fields already set (``sbjax.overrides``)."""
 
   source: ClassVar[str] = "planted_tail"
   vocab: int = 4096
   rank: int = 32
   zipf: float = 1.5
   mix: int = 8
-
 
 
 @dataclasses.dataclass(frozen=True)
