@@ -32,6 +32,7 @@ from sbjax import model as model_lib
 from sbjax._extras import require
 from sbjax.atomic import atomic_write_bytes, atomic_write_text
 from sbjax.config import ModelConfig
+from sbjax.convert import hf_import
 from sbjax.convert.hf_import import _np_dtype
 from sbjax.paths import upath
 
@@ -128,65 +129,37 @@ def _check_params(cfg: ModelConfig, params) -> dict:
   return jax.tree.map(lambda x: np.asarray(x, dtype=np.float32), params)
 
 
+def _hf_tensor(leaves: list, path: tuple, shape: tuple, leaf_shape: tuple | None):
+  """The HF tensor of its sbjax leaves (``hf_import.layout``; q, k and v for a fused one)."""
+  if "{}" in path[-1]:  # H×3×Dh(×D), rows (head, {q,k,v}, Dh)
+    return np.stack([x.transpose(1, 2, 0) if x.ndim == 3 else x for x in leaves],
+                    axis=1).reshape(shape)
+  return leaves[0] if leaf_shape is None else leaves[0].reshape(shape[::-1]).T
+
+
 def hf_tensors(cfg: ModelConfig, params) -> tuple[dict, dict]:
-  """(HF tensor dict in float32, config.json dict) for an exportable config."""
+  """(HF tensor dict in float32, {"o_bias_zero"}) for an exportable config. GPT-NeoX ties its
+  q/k/v and output biases to one ``attention_bias`` flag: without q/k/v biases they are
+  written as zeros, or left out (``o_bias_zero``) when every output bias is zero too."""
   problems = export_problems(cfg)
   if problems:
     raise ValueError("cannot export this sbjax model to Hugging Face: " + "; ".join(problems))
   p = _check_params(cfg, params)
-  d, h, k = cfg.d_model, cfg.n_heads, cfg.head_dim
+  mt = architecture(cfg)
+  o_bias_zero = mt == "gpt_neox" and not cfg.qkv_bias and all(
+      not np.any(p[f"block_{i}"]["attn"]["o_bias"]) for i in range(cfg.n_layers))
+  zero = np.zeros((cfg.n_heads, cfg.head_dim), np.float32)  # a q/k/v bias sbjax does not have
+  t = {}
+  for name, path, shape, leaf_shape in hf_import.layout(cfg, mt, biases=not o_bias_zero):
+    tree = p
+    for key in path[:-1]:
+      tree = tree[key]
+    leaves = [tree.get(path[-1].format(n), zero) for n in "qkv"]
+    t[name] = _hf_tensor(leaves, path, shape, leaf_shape)
   head_w = heads.get(cfg.head).hf_weight(p, cfg)  # None: tied to the embedding
-  t: dict = {}
-
-  def lin_in(kernel_DxHxK):  # D×H×Dh -> HF out×in
-    return kernel_DxHxK.reshape(d, h * k).T
-
-  def ln(name, tree):
-    t[name + ".weight"], t[name + ".bias"] = tree["scale"], tree["bias"]
-
-  def norms_and_mlp(pre, block, ln_names, mlp_names):  # the layout-independent part of a block
-    ln(pre + ln_names[0], block["ln1"])
-    ln(pre + ln_names[1], block["ln2"])
-    m = block["mlp"]
-    for name, kind in zip(mlp_names, ("fc_in", "fc_out")):
-      t[pre + name + ".weight"] = m[kind + "_kernel"].T
-      t[pre + name + ".bias"] = m[kind + "_bias"]
-
-  if architecture(cfg) == "gpt_neox":
-    o_bias_zero = not cfg.qkv_bias and all(
-        not np.any(p[f"block_{i}"]["attn"]["o_bias"]) for i in range(cfg.n_layers))
-    t["gpt_neox.embed_in.weight"] = p["embed"]
-    for i in range(cfg.n_layers):
-      b, pre = p[f"block_{i}"], f"gpt_neox.layers.{i}."
-      a = b["attn"]
-      w = np.stack([a[f"{n}_kernel"].transpose(1, 2, 0) for n in "qkv"], axis=1)  # H×3×Dh×D
-      t[pre + "attention.query_key_value.weight"] = w.reshape(3 * d, d)
-      if not o_bias_zero:
-        qkv_b = (np.stack([a[f"{n}_bias"] for n in "qkv"], axis=1) if cfg.qkv_bias
-                 else np.zeros((h, 3, k), np.float32))
-        t[pre + "attention.query_key_value.bias"] = qkv_b.reshape(3 * d)
-        t[pre + "attention.dense.bias"] = a["o_bias"]
-      t[pre + "attention.dense.weight"] = a["o_kernel"].reshape(d, d).T
-      norms_and_mlp(pre, b, ("input_layernorm", "post_attention_layernorm"),
-                    ("mlp.dense_h_to_4h", "mlp.dense_4h_to_h"))
-    ln("gpt_neox.final_layer_norm", p["ln_f"])
-    if head_w is not None:
-      t["embed_out.weight"] = head_w
-    return t, {"o_bias_zero": o_bias_zero}
-  t["transformer.wte.weight"] = p["embed"]
-  t["transformer.wpe.weight"] = p["pos_embed"]
-  for i in range(cfg.n_layers):
-    b, pre = p[f"block_{i}"], f"transformer.h.{i}."
-    a, ap = b["attn"], pre + "attn.attention."
-    for n in "qkv":
-      t[ap + f"{n}_proj.weight"] = lin_in(a[f"{n}_kernel"])
-    t[ap + "out_proj.weight"] = a["o_kernel"].reshape(d, d).T
-    t[ap + "out_proj.bias"] = a["o_bias"]
-    norms_and_mlp(pre, b, ("ln_1", "ln_2"), ("mlp.c_fc", "mlp.c_proj"))
-  ln("transformer.ln_f", p["ln_f"])
   if head_w is not None:
-    t["lm_head.weight"] = head_w
-  return t, {"o_bias_zero": False}
+    t[hf_import.HEAD_NAMES[mt]] = head_w
+  return t, {"o_bias_zero": o_bias_zero}
 
 
 def workdir_marks(path) -> list[str]:

@@ -33,6 +33,7 @@ import json
 import os
 import warnings
 
+import jax
 import ml_dtypes
 import numpy as np
 
@@ -196,49 +197,62 @@ def _head_tensor(cfg: ModelConfig) -> bool:  # its own V×d head tensor (an unti
   return heads.get(cfg.head).hf_imports and heads.get(cfg.head).hf_tied is False
 
 
+HEAD_NAMES = {"gpt_neox": "embed_out.weight", "gpt_neo": "lm_head.weight"}
+
+
+def layout(cfg: ModelConfig, model_type: str, biases: bool = True) -> list[tuple]:
+  """(HF name, sbjax param path, HF shape, sbjax shape) of every tensor but the head's
+  (``HEAD_NAMES``, mapped by ``sbjax.heads``). An HF tensor is its leaf as it is (sbjax shape
+  None), or the leaf reshaped to the transposed HF shape and transposed (an HF Linear weight
+  is out×in; sbjax mlp kernels are in×out, q/k/v D×H×Dh, o H×Dh×D). A path with "{}" is
+  GPT-NeoX's fused, head-major query_key_value of the q, k and v leaves: rows (head, {q,k,v},
+  Dh). ``biases``: GPT-NeoX's attention biases (its ``attention_bias``)."""
+  d, f, neox = cfg.d_model, cfg.ff_dim, model_type == "gpt_neox"
+  qkv, o = (d, cfg.n_heads, cfg.head_dim), (cfg.n_heads, cfg.head_dim, d)
+  out = [("gpt_neox.embed_in.weight" if neox else "transformer.wte.weight", ("embed",),
+          (cfg.vocab_size, d), None)]
+
+  def ln(hf, path):
+    out.extend([(hf + ".weight", path + ("scale",), (d,), None),
+                (hf + ".bias", path + ("bias",), (d,), None)])
+
+  def mlp(hf_in, hf_out, b):
+    out.extend([(hf_in + ".weight", (b, "mlp", "fc_in_kernel"), (f, d), (d, f)),
+                (hf_in + ".bias", (b, "mlp", "fc_in_bias"), (f,), None),
+                (hf_out + ".weight", (b, "mlp", "fc_out_kernel"), (d, f), (f, d)),
+                (hf_out + ".bias", (b, "mlp", "fc_out_bias"), (d,), None)])
+
+  if not neox:
+    out.append(("transformer.wpe.weight", ("pos_embed",), (cfg.max_len, d), None))
+  for i in range(cfg.n_layers):
+    b = f"block_{i}"
+    if neox:
+      p = f"gpt_neox.layers.{i}."
+      ln(p + "input_layernorm", (b, "ln1"))
+      ln(p + "post_attention_layernorm", (b, "ln2"))
+      out += [(p + "attention.query_key_value.weight", (b, "attn", "{}_kernel"), (3 * d, d), qkv),
+              (p + "attention.dense.weight", (b, "attn", "o_kernel"), (d, d), o)]
+      if biases:
+        out += [(p + "attention.query_key_value.bias", (b, "attn", "{}_bias"), (3 * d,), qkv[1:]),
+                (p + "attention.dense.bias", (b, "attn", "o_bias"), (d,), None)]
+      mlp(p + "mlp.dense_h_to_4h", p + "mlp.dense_4h_to_h", b)
+    else:
+      p, a = f"transformer.h.{i}.", f"transformer.h.{i}.attn.attention."
+      ln(p + "ln_1", (b, "ln1"))
+      ln(p + "ln_2", (b, "ln2"))
+      out += [(a + f"{n}_proj.weight", (b, "attn", f"{n}_kernel"), (d, d), qkv) for n in "qkv"]
+      out += [(a + "out_proj.weight", (b, "attn", "o_kernel"), (d, d), o),
+              (a + "out_proj.bias", (b, "attn", "o_bias"), (d,), None)]
+      mlp(p + "mlp.c_fc", p + "mlp.c_proj", b)
+  ln("gpt_neox.final_layer_norm" if neox else "transformer.ln_f", ("ln_f",))
+  return out
+
+
 def expected_shapes(cfg: ModelConfig, model_type: str) -> dict[str, tuple]:
   """HF tensor name -> shape for a model of this config (the names import needs)."""
-  d, f, v = cfg.d_model, cfg.ff_dim, cfg.vocab_size
-  s: dict[str, tuple] = {}
-  if model_type == "gpt_neox":
-    s["gpt_neox.embed_in.weight"] = (v, d)
-    for i in range(cfg.n_layers):
-      p = f"gpt_neox.layers.{i}."
-      for ln in ("input_layernorm", "post_attention_layernorm"):
-        s[p + ln + ".weight"] = (d,)
-        s[p + ln + ".bias"] = (d,)
-      s[p + "attention.query_key_value.weight"] = (3 * d, d)
-      s[p + "attention.dense.weight"] = (d, d)
-      if cfg.qkv_bias:
-        s[p + "attention.query_key_value.bias"] = (3 * d,)
-        s[p + "attention.dense.bias"] = (d,)
-      s[p + "mlp.dense_h_to_4h.weight"] = (f, d)
-      s[p + "mlp.dense_h_to_4h.bias"] = (f,)
-      s[p + "mlp.dense_4h_to_h.weight"] = (d, f)
-      s[p + "mlp.dense_4h_to_h.bias"] = (d,)
-    s["gpt_neox.final_layer_norm.weight"] = (d,)
-    s["gpt_neox.final_layer_norm.bias"] = (d,)
-    if _head_tensor(cfg):
-      s["embed_out.weight"] = (v, d)
-    return s
-  s["transformer.wte.weight"] = (v, d)
-  s["transformer.wpe.weight"] = (cfg.max_len, d)
-  for i in range(cfg.n_layers):
-    p = f"transformer.h.{i}."
-    for ln in ("ln_1", "ln_2"):
-      s[p + ln + ".weight"] = (d,)
-      s[p + ln + ".bias"] = (d,)
-    for n in ("q_proj", "k_proj", "v_proj", "out_proj"):
-      s[p + f"attn.attention.{n}.weight"] = (d, d)
-    s[p + "attn.attention.out_proj.bias"] = (d,)
-    s[p + "mlp.c_fc.weight"] = (f, d)
-    s[p + "mlp.c_fc.bias"] = (f,)
-    s[p + "mlp.c_proj.weight"] = (d, f)
-    s[p + "mlp.c_proj.bias"] = (d,)
-  s["transformer.ln_f.weight"] = (d,)
-  s["transformer.ln_f.bias"] = (d,)
+  s = {name: shape for name, _, shape, _ in layout(cfg, model_type, cfg.qkv_bias)}
   if _head_tensor(cfg):
-    s["lm_head.weight"] = (v, d)
+    s[HEAD_NAMES[model_type]] = (cfg.vocab_size, cfg.d_model)
   return s
 
 
@@ -355,67 +369,31 @@ def load_hf_tensors(path: str, *, allow_pickle: bool = False) -> dict[str, np.nd
 # ----------------------------------------------------------------------------- params
 
 
+def _leaves(x: np.ndarray, path: tuple, leaf_shape: tuple | None) -> list:
+  """The sbjax leaves of HF tensor ``x`` (``layout``; q, k and v for a fused one)."""
+  if "{}" in path[-1]:
+    w = x.reshape(leaf_shape[-2], 3, leaf_shape[-1], *x.shape[1:])  # H×3×Dh(×D)
+    return [w[:, j].transpose(2, 0, 1) if x.ndim == 2 else w[:, j] for j in range(3)]
+  return [x if leaf_shape is None else x.T.reshape(leaf_shape)]
+
+
 def params_from_hf(cfg: ModelConfig, tensors: dict, model_type: str, dtype="float32") -> dict:
-  """Build the sbjax param pytree from (checked, normalised) HF tensors."""
-  dt = np.dtype(dtype) if not isinstance(dtype, str) else _np_dtype(dtype)
-  d, h, k = cfg.d_model, cfg.n_heads, cfg.head_dim
-
-  def g(name):
-    return np.asarray(tensors[name], dtype=np.float32)
-
-  def cast(tree):
-    if isinstance(tree, dict):
-      return {kk: cast(vv) for kk, vv in tree.items()}
-    return np.ascontiguousarray(tree).astype(dt)
-
-  def ln(prefix):
-    return {"scale": g(prefix + ".weight"), "bias": g(prefix + ".bias")}
-
-  def mlp(w_in, b_in, w_out, b_out):
-    return {"fc_in_kernel": g(w_in).T, "fc_in_bias": g(b_in),
-            "fc_out_kernel": g(w_out).T, "fc_out_bias": g(b_out)}
-
+  """Build the sbjax param pytree from (checked, normalised) HF tensors (``layout``)."""
   p: dict = {}
-  if model_type == "gpt_neox":
-    p["embed"] = g("gpt_neox.embed_in.weight")
+  for name, path, _, leaf_shape in layout(cfg, model_type, cfg.qkv_bias):
+    for n, leaf in zip("qkv", _leaves(np.asarray(tensors[name], np.float32), path, leaf_shape)):
+      tree = p
+      for key in path[:-1]:
+        tree = tree.setdefault(key, {})
+      tree[path[-1].format(n)] = leaf
+  if model_type == "gpt_neox" and not cfg.qkv_bias:  # sbjax always has an output bias
     for i in range(cfg.n_layers):
-      pre = f"gpt_neox.layers.{i}."
-      w = g(pre + "attention.query_key_value.weight").reshape(h, 3, k, d)
-      attn = {}
-      for j, n in enumerate("qkv"):
-        attn[f"{n}_kernel"] = w[:, j].transpose(2, 0, 1)  # H×Dh×D -> D×H×Dh
-      if cfg.qkv_bias:
-        b = g(pre + "attention.query_key_value.bias").reshape(h, 3, k)
-        for j, n in enumerate("qkv"):
-          attn[f"{n}_bias"] = b[:, j]
-      attn["o_kernel"] = g(pre + "attention.dense.weight").T.reshape(h, k, d)
-      attn["o_bias"] = (g(pre + "attention.dense.bias") if cfg.qkv_bias
-                        else np.zeros((d,), np.float32))
-      p[f"block_{i}"] = {
-          "ln1": ln(pre + "input_layernorm"), "attn": attn,
-          "ln2": ln(pre + "post_attention_layernorm"),
-          "mlp": mlp(pre + "mlp.dense_h_to_4h.weight", pre + "mlp.dense_h_to_4h.bias",
-                     pre + "mlp.dense_4h_to_h.weight", pre + "mlp.dense_4h_to_h.bias")}
-    p["ln_f"] = ln("gpt_neox.final_layer_norm")
-    if _head_tensor(cfg):
-      p[heads.HEAD_KEY] = heads.get(cfg.head).hf_params(g("embed_out.weight"), cfg)
-    return cast(p)
-  p["embed"] = g("transformer.wte.weight")
-  p["pos_embed"] = g("transformer.wpe.weight")
-  for i in range(cfg.n_layers):
-    pre = f"transformer.h.{i}."
-    a = pre + "attn.attention."
-    attn = {f"{n}_kernel": g(a + f"{n}_proj.weight").T.reshape(d, h, k) for n in "qkv"}
-    attn["o_kernel"] = g(a + "out_proj.weight").T.reshape(h, k, d)
-    attn["o_bias"] = g(a + "out_proj.bias")
-    p[f"block_{i}"] = {
-        "ln1": ln(pre + "ln_1"), "attn": attn, "ln2": ln(pre + "ln_2"),
-        "mlp": mlp(pre + "mlp.c_fc.weight", pre + "mlp.c_fc.bias",
-                   pre + "mlp.c_proj.weight", pre + "mlp.c_proj.bias")}
-  p["ln_f"] = ln("transformer.ln_f")
+      p[f"block_{i}"]["attn"]["o_bias"] = np.zeros((cfg.d_model,), np.float32)
   if _head_tensor(cfg):
-    p[heads.HEAD_KEY] = heads.get(cfg.head).hf_params(g("lm_head.weight"), cfg)
-  return cast(p)
+    p[heads.HEAD_KEY] = heads.get(cfg.head).hf_params(
+        np.asarray(tensors[HEAD_NAMES[model_type]], np.float32), cfg)
+  dt = np.dtype(dtype) if not isinstance(dtype, str) else _np_dtype(dtype)
+  return jax.tree.map(lambda x: np.ascontiguousarray(x).astype(dt), p)
 
 
 def _np_dtype(name: str) -> np.dtype:
