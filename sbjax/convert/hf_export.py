@@ -1,21 +1,11 @@
 """Export an sbjax model as a Hugging Face directory (config.json + model.safetensors).
 
-``export_hf(cfg, params, DIR)`` picks the architecture that expresses the config
-exactly and writes a directory that ``transformers.AutoModelForCausalLM`` loads:
-
-- ``pos="rotary"`` -> ``GPTNeoXForCausalLM`` (parallel or sequential residual via
-  ``use_parallel_residual``; tied heads via ``tie_word_embeddings``). Needs
-  ``attn_scale=True`` and all-global attention. ``qkv_bias=False`` is written as
-  zero q/k/v biases (sbjax always has an output bias; GPT-NeoX ties the two to one
-  ``attention_bias`` flag), or as ``attention_bias=False`` when o_bias is zero too.
-- ``pos="learned"`` -> ``GPTNeoForCausalLM``: needs a sequential residual,
-  ``attn_scale=False`` and ``qkv_bias=False``; any head tying (dense heads are
-  written as ``lm_head`` with ``tie_word_embeddings=False``).
-
-The head follows its kind's HF mapping (``sbjax.heads``): low-rank heads are written as
-the dense product A·B (the function is identical; the factorisation is lost); MoS heads
-cannot be expressed and are refused.
-``export_problems(cfg)`` lists every reason a config cannot be exported.
+``export_hf(cfg, params, DIR)`` writes a directory that ``transformers.AutoModelForCausalLM``
+loads: ``pos="rotary"`` as ``GPTNeoXForCausalLM``, ``pos="learned"`` as ``GPTNeoForCausalLM``
+(the tensors as ``hf_import.layout`` lists them). The head follows its kind's HF mapping
+(``sbjax.heads``): low-rank heads are written as the dense product A·B (the function is
+identical; the factorisation is lost); MoS heads cannot be expressed.
+``export_problems(cfg)`` lists every reason a config has no exact equivalent.
 """
 
 from __future__ import annotations
@@ -73,15 +63,6 @@ def export_problems(cfg: ModelConfig) -> list[str]:
   return out
 
 
-def _attention_types(kinds: tuple) -> list:
-  """GPT-Neo ``attention_types`` that expands to ``kinds`` (pattern × repeats)."""
-  n = len(kinds)
-  for p in range(1, n + 1):
-    if n % p == 0 and kinds == kinds[:p] * (n // p):
-      return [[list(kinds[:p]), n // p]]
-  return [[list(kinds), 1]]
-
-
 def hf_config(cfg: ModelConfig, dtype: str = "float32", o_bias_zero: bool = False) -> dict:
   """The ``config.json`` dict for this (exportable) config."""
   common = {"vocab_size": cfg.vocab_size, "hidden_size": cfg.d_model,
@@ -103,7 +84,7 @@ def hf_config(cfg: ModelConfig, dtype: str = "float32", o_bias_zero: bool = Fals
   kinds = list(cfg.layer_kinds())
   return {"architectures": ["GPTNeoForCausalLM"], "model_type": "gpt_neo", **common,
           "num_layers": cfg.n_layers, "num_heads": cfg.n_heads,
-          "attention_types": _attention_types(tuple(kinds)), "attention_layers": kinds,
+          "attention_types": [[kinds, 1]], "attention_layers": kinds,
           "window_size": cfg.window_size, "activation_function": _GELU_NAMES[cfg.gelu],
           "layer_norm_epsilon": cfg.ln_eps, "tie_word_embeddings": _tied(cfg),
           "embed_dropout": 0.0, "attention_dropout": 0.0, "resid_dropout": 0.0}

@@ -11,17 +11,9 @@ Weights: ``model.safetensors``, or shards listed in ``model.safetensors.index.js
 PyTorch pickles (``pytorch_model.bin``, sharded or not) are refused unless
 ``allow_pickle=True``, and then loaded with ``torch.load(weights_only=True)``.
 
-Mapping (HF ``nn.Linear`` weights are out×in; sbjax kernels are in×out):
-
-- GPT-NeoX: ``query_key_value`` is head-major: its 3·D output rows are
-  (head, {q,k,v}, head_dim), so the weight is reshaped to H×3×Dh×D and split per
-  head. ``attention.dense`` -> ``o_kernel`` (H×Dh×D), ``embed_out`` (or ``lm_head``)
-  -> dense head, unless ``tie_word_embeddings``. ``attention_bias=False`` drops
-  the q/k/v biases and sets the (always present) sbjax o_bias to zero.
-- GPT-Neo: separate bias-free q/k/v, ``out_proj`` with bias, learned positions
-  ``wpe``, no 1/sqrt(head_dim) score scaling (``attn_scale=False``), per-layer
-  global/local attention with ``window_size``, head tied to ``wte`` (unless
-  ``tie_word_embeddings=False``, then ``lm_head``).
+The tensors map as ``layout`` lists them; GPT-NeoX's ``attention_bias=False`` drops the
+q/k/v biases and sets the (always present) sbjax o_bias to zero, and GPT-Neo has no
+1/sqrt(head_dim) score scaling (``attn_scale=False``) and per-layer global/local attention.
 
 Every problem (missing or unknown tensors, wrong shapes, unsupported model types,
 activations or rope variants) raises ``ValueError`` naming the offending items.
@@ -164,13 +156,7 @@ def _model_config(hf: dict, mt: str, param_dtype: str, where: str) -> ModelConfi
   if not layers:
     types = hf.get("attention_types") or [[["global", "local"], n_layers // 2]]
     layers = [a for pattern, n in types for _ in range(n) for a in pattern]
-  layers = tuple(layers)
-  bad = sorted(set(layers) - {"global", "local"})
-  if bad:
-    raise ValueError(f"{where}unsupported GPT-Neo attention types {bad}; supported: global, local")
-  if len(layers) != n_layers:
-    raise ValueError(f"{where}GPT-Neo attention_types give {len(layers)} layers, "
-                     f"num_layers={n_layers}")
+  layers = tuple(layers)  # their kinds and count: checked by ModelConfig
   ff = hf.get("intermediate_size") or 4 * d
   return ModelConfig(
       vocab_size=hf["vocab_size"], d_model=d, n_layers=n_layers,
