@@ -84,30 +84,21 @@ def check_import_target(workdir: str) -> None:
                      "--config.train.init_from=DIR)")
 
 
-def _check_workdir_config(workdir: str, config: Config):
-  if not (upath(workdir) / "config.json").is_file():
-    return
-  existing = Config.from_dict(checkpoint.read_config_dict(workdir))  # names a bad file
-  if existing.model != config.model:
-    diff = [f"{k}: {getattr(existing.model, k)!r} -> {getattr(config.model, k)!r}"
-            for k in config.model.__dataclass_fields__
-            if getattr(existing.model, k) != getattr(config.model, k)]
-    raise ValueError(f"{workdir} already holds a different model config; differing fields: "
-                     f"{diff}. Use an empty workdir.")
-
-
-def _shared_config(chosen: list, dtype: str, src: str):
-  """The one ModelConfig of the chosen revisions; ValueError naming any that differ."""
-  cfgs = [(r, hf_import.model_config_from_hf(hf_import.read_hf_config(r.path), param_dtype=dtype,
-                                             where=f"{r.name}: ")) for r in chosen]
-  r0, c0 = cfgs[0]
-  diffs = [f"{r.name}: " + ", ".join(f"{k}={getattr(c, k)!r} (vs {getattr(c0, k)!r})"
-                                     for k in c.__dataclass_fields__
-                                     if getattr(c, k) != getattr(c0, k))
-           for r, c in cfgs[1:] if c != c0]
+def _shared_config(chosen: list, dtype: str, workdir: str):
+  """The one ModelConfig of the chosen revisions and of the workdir's config.json, if it has
+  one; ValueError naming the fields that differ."""
+  cfgs = [(r.name, hf_import.model_config_from_hf(hf_import.read_hf_config(r.path),
+                                                  param_dtype=dtype, where=f"{r.name}: "))
+          for r in chosen]
+  if (upath(workdir) / "config.json").is_file():  # (a bad file is named)
+    cfgs.insert(0, (f"--to={workdir}", Config.from_dict(checkpoint.read_config_dict(workdir)).model))
+  n0, c0 = cfgs[0]
+  diffs = [f"{n}: " + ", ".join(f"{k}={getattr(c, k)!r} (vs {getattr(c0, k)!r})"
+                                for k in c.__dataclass_fields__ if getattr(c, k) != getattr(c0, k))
+           for n, c in cfgs[1:] if c != c0]
   if diffs:
-    raise ValueError(f"{src}: revisions do not share one config (reference {r0.name}): "
-                     + "; ".join(diffs))
+    raise ValueError(f"the model configs differ from that of {n0}: " + "; ".join(diffs)
+                     + ". Import the revisions of one model, into a new --to directory")
   return c0
 
 
@@ -165,8 +156,7 @@ def import_to_workdir(src: str, workdir: str, *, step: int | None = None,
   chosen, layout = _chosen(src, step, steps)
   for r in chosen:
     revisions.check_present(r, f"{src}: ")
-  config = hf_import.full_config(_shared_config(chosen, dtype, src), name)
-  _check_workdir_config(workdir, config)
+  config = hf_import.full_config(_shared_config(chosen, dtype, workdir), name)
   records = [{"step": r.step, "name": r.name, "commit": r.commit, "tokens": r.tokens,
               **integrity.check_revision(r.name, r.path, allow_pickle, allow_nonfinite)}
              for r in chosen]

@@ -28,10 +28,4 @@ __all__ = ["make_dataset", "Dataset", "PlantedLanguage", "PlantedMixture", "Data
 def __getattr__(name: str):
   if name in _LAZY:
     return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-  try:  # a submodule (sbjax.data.planted, ...) reached as an attribute
-    return importlib.import_module(f"{__name__}.{name}")
-  except ModuleNotFoundError as e:
-    if e.name != f"{__name__}.{name}":
-      raise
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-
+  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

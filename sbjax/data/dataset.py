@@ -278,7 +278,7 @@ def build_planted(cfg, lang, *, workdir=None, **common) -> Dataset:
   """A planted language ``lang`` (its source's ``language(options)``): the train and
   validation streams sampled from ``[seed, 1]`` and ``[seed, 2]``, cached when there is a
   workdir or data_dir; with ``data.options.train_tokens=0`` only the validation stream, and
-  train batches on demand (``planted_stream``, or ``planted_device``)."""
+  train batches on demand (``StreamingPlanted``, or ``planted_device``)."""
   o = cfg.options
   sizes = {"train": o.train_tokens, "validation": o.val_tokens}
   if not o.train_tokens:

@@ -1,24 +1,18 @@
 """Hugging Face ``tokenizers`` files (``tokenizer.json``) beside sentencepiece.
 
-``data.tokenizer=path/to/tokenizer.json`` (e.g. the GPT-NeoX-20B tokenizer of Pythia, or
-GPT-Neo's) tokenises a text corpus with that tokenizer: ``load_or_train`` copies it to
-``WORKDIR/tokenizer.json`` and ``HFTokenizer`` gives the interface of
-``sbjax.data.tokenizer.Tokenizer`` (``vocab_size``, ``separator_id``, ``encode``,
-``decode``, ``serialized``, ``save``), so packing, caching and batching are unchanged.
+``data.options.tokenizer=path/to/tokenizer.json`` (e.g. Pythia's GPT-NeoX-20B tokenizer)
+tokenises a text corpus with that tokenizer: ``load_or_train`` copies it to
+``WORKDIR/tokenizer.json``, and ``HFTokenizer`` has the interface of
+``sbjax.data.tokenizer.Tokenizer``. Its ``vocab_size`` counts the added tokens (every id it
+can emit is below it); ``separator_id`` is the first of ``EOS_NAMES`` present, else the first
+special added token, else 0; ``encode`` adds no special tokens (the packer adds the
+separator).
 
-* ``vocab_size`` = ``get_vocab_size(with_added_tokens=True)``: every id the tokenizer can
-  emit is below it (Pythia: 50277 ids for a 50304-row embedding; the extra rows are padding).
-* ``separator_id``: the id joining documents, the first of ``<|endoftext|>``, ``</s>``,
-  ``<eos>``, ``<|end_of_text|>`` present, else the first special added token, else 0.
-* ``encode`` adds no special tokens (the separator is added by the packer).
-
-``export_tokenizer`` writes the tokenizer of a run for transformers (``--to_hf``):
-``tokenizer.json`` (the run's own, or one built from its sentencepiece unigram model:
-``from_sentencepiece``) and ``tokenizer_config.json`` (``PreTrainedTokenizerFast``), so
-``AutoTokenizer.from_pretrained(DIR)`` gives the ids sbjax trained on.
-
-``train_bpe`` trains a byte-level BPE ``tokenizer.json`` on local text (the tests' way to
-get a GPT-NeoX-like tokenizer without a hub); deterministic for a given input.
+``export_tokenizer`` writes a run's tokenizer for transformers (``--to_hf``): its
+``tokenizer.json`` (or one built from its sentencepiece unigram model) and a
+``tokenizer_config.json``, so ``AutoTokenizer.from_pretrained(DIR)`` gives the ids sbjax
+trained on. ``train_bpe`` trains a byte-level BPE ``tokenizer.json`` on local text
+(deterministic; a GPT-NeoX-like tokenizer without a hub).
 """
 
 from __future__ import annotations

@@ -50,10 +50,10 @@ class PlantedOptions(SourceOptions):
   zipf: float = bounded(1.0, lo=0)
   context: int = bounded(1, lo=1)  # context = the last n tokens
   seed: int = bounded(0, lo=0, hi=SEED_MAX)
-  train_tokens: int = bounded(2_000_000, lo=0, note="0 = sampled on demand")  # planted_stream
+  train_tokens: int = bounded(2_000_000, lo=0, note="0 = sampled on demand")
   val_tokens: int = bounded(65_536, lo=1)
   data_dir: str = ""  # folder of the stored streams (.npy); "" = WORKDIR/tokens
-  # host: numpy batches (stored or planted_stream); device: fresh train batches drawn inside
+  # host: numpy batches (stored or streamed); device: fresh train batches drawn inside
   # the jitted step, pure in (seed, data seed, step) (sbjax.data.planted_device)
   sampler: str = bounded("host", choices=PLANTED_SAMPLERS)
 
@@ -66,15 +66,19 @@ class PlantedOptions(SourceOptions):
                          "stored train stream)")
 
   def language_kwargs(self) -> dict:
-    """The keyword arguments of the language's constructor."""
-    return dict(vocab=self.vocab, rank=self.rank, alpha=self.alpha, zipf=self.zipf,
-                context=self.context, seed=self.seed)
+    """The keyword arguments of the language's constructor: the fields but those of storing and
+    drawing the streams (``mix`` is its ``n_mix``)."""
+    kw = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+          if f.name not in ("train_tokens", "val_tokens", "data_dir", "sampler")}
+    if "mix" in kw:
+      kw["n_mix"] = kw.pop("mix")
+    return kw
 
   def stream_params(self) -> dict:
     """What determines the token streams (the key of their caches, ``sbjax.data.dataset``)."""
-    return {"kind": self.source, "vocab": self.vocab, "rank": self.rank,
-            "alpha": float(self.alpha), "zipf": float(self.zipf), "context": self.context,
-            "n_mix": 1, "seed": self.seed, "train_tokens": self.train_tokens,
+    floats = {f.name for f in dataclasses.fields(self) if f.type == "float"}
+    kw = {k: float(v) if k in floats else v for k, v in self.language_kwargs().items()}
+    return {"kind": self.source, "n_mix": 1, **kw, "train_tokens": self.train_tokens,
             "val_tokens": self.val_tokens}
 
 
@@ -85,12 +89,6 @@ class PlantedMixOptions(PlantedOptions):
   source: ClassVar[str] = "planted_mix"
   mix: int = bounded(4, lo=1)
 
-  def language_kwargs(self) -> dict:
-    return {**super().language_kwargs(), "n_mix": self.mix}
-
-  def stream_params(self) -> dict:
-    return {**super().stream_params(), "n_mix": self.mix}
-
 
 @dataclasses.dataclass(frozen=True)
 class PlantedMosOptions(PlantedMixOptions):
@@ -100,12 +98,6 @@ class PlantedMosOptions(PlantedMixOptions):
   source: ClassVar[str] = "planted_mos"
   gate: str = bounded("uniform", choices=PLANTED_GATES)
   gate_conc: float = bounded(1.0, gt=0)
-
-  def language_kwargs(self) -> dict:
-    return {**super().language_kwargs(), "gate": self.gate, "gate_conc": self.gate_conc}
-
-  def stream_params(self) -> dict:  # its mixture size and gates key the streams too
-    return {**super().stream_params(), "gate": self.gate, "gate_conc": float(self.gate_conc)}
 
 
 @dataclasses.dataclass(frozen=True)

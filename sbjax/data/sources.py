@@ -1,20 +1,12 @@
 """The data-source registry: one ``DataSource`` per value of ``data.source``; ``make_dataset``.
 
-A source says what it is (``planted``: its exact next-token distributions are known;
-``synthetic``: generated from the config alone, no text; ``needs_tokenizer``: its tokens come
-from a tokenizer, ``data.options.tokenizer``) and builds its ``Dataset``; nothing outside this registry compares
-``data.source`` by name. Its fields are a frozen ``SourceOptions`` dataclass
-(``sbjax.data.options``; ``DataConfig.options``, JSON ``"options": {field: value}``).
-
-The built-in sources are registered here: ``planted``, ``planted_mix``, ``planted_mos``,
-``planted_tail`` (the planted languages: ``language(options)``, built by
-``sbjax.data.dataset.build_planted``), ``text``, ``tfds`` and ``tokens`` (``build_text_dir``,
-``build_tfds``, ``build_tokens``). ``make_dataset`` calls the source's ``build``. A new source
-is one new file: a ``DataSource`` subclass with its own ``SourceOptions`` dataclass and a
-``build(cfg, **batching)`` returning a ``sbjax.data.Dataset``, registered with
-``register(Source())`` at import; ``DataConfig(source=NAME, options=...)`` then validates and
-``sbjax.train.train`` trains on it. A source module must not import ``sbjax.config`` (it is
-imported by it, like ``sbjax.heads.base``).
+A source says what it is (``planted``, ``synthetic``, ``needs_tokenizer``: the class
+attributes) and builds its ``Dataset``; nothing outside this registry compares ``data.source``
+by name. Its fields are a frozen ``SourceOptions`` dataclass (``sbjax.data.options``). The
+built-in ones are registered below; a new source is one new file: a ``DataSource`` subclass
+with its own ``SourceOptions`` and a ``build(cfg, **batching)`` returning a
+``sbjax.data.Dataset``, registered with ``register(Source())`` at import. A source module must
+not import ``sbjax.config`` (it is imported by it).
 
 This module is plain Python at import (no jax or numpy), so ``sbjax.config`` can validate
 with it: the built-in builds and languages are imported on first use. Inside ``sbjax.data``

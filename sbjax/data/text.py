@@ -3,25 +3,18 @@
 Policy for a directory corpus (``data.source="text"``):
 
 * every ``*.txt`` file under the directory (recursively, sorted by relative path) is one
-  document; other files (README.md, ...) are ignored;
-* a file that is not valid UTF-8 is **skipped with a warning naming the file** (a leading
-  UTF-8 BOM is dropped); empty or whitespace-only files are skipped too, and so are files
-  holding NUL characters (a zero-filled or binary file: sentencepiece would fail on it
-  without naming it), each with a warning naming the file. If no usable document remains a
-  ``DataError`` is raised naming the directory and the skipped files;
-* a missing directory, or one without ``.txt`` files, raises ``DataError`` naming the path;
+  document; other files are ignored. A file that is not valid UTF-8 (a leading BOM is
+  dropped), is empty or holds NUL characters is skipped with a warning naming it; a missing
+  directory, or one without a usable ``.txt`` file, is a ``DataError`` naming the path;
 * train/validation split by document: documents are ordered by a hash of their relative
   path and the first ``max(1, round(val_fraction * n))`` (at most ``n - 1``) go to
-  validation. This is deterministic, independent of file-system order, and mostly stable when
-  files are added. A single document is split at the line boundary nearest to
-  ``(1 - val_fraction)`` of its length (train first);
+  validation (deterministic, independent of file-system order). A single document is split
+  at the line boundary nearest to ``(1 - val_fraction)`` of its length (train first);
 * the corpus identity is a hash of every file's relative path, size and content: with
   ``val_fraction`` it keys the token caches, so a changed corpus is never silently reused.
 
 Documents are joined into one token stream with the tokenizer's separator (eos) id after
-each document. Token streams are cached as ``.npy`` files (uint16 when the vocab fits, else
-int32; loaded without pickle) in ``WORKDIR/tokens/`` (or ``data.options.data_dir``), keyed by
-the corpus identity and the tokenizer model.
+each; the streams are cached as ``.npy`` files (uint16 when the vocab fits, else int32).
 """
 
 from __future__ import annotations
