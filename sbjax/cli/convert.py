@@ -72,11 +72,9 @@ def check_import_target(workdir: str) -> None:
   found = []
   if (upath(workdir) / "metrics.jsonl").exists():
     found.append("metrics.jsonl")
-  trained = [s for s in checkpoint.list_steps(workdir)
-             if (upath(checkpoint.ckpt_dir(workdir)) / str(s) / "opt").is_dir()]
-  if trained:
-    found.append(f"training checkpoints with optimizer state (steps {trained[:6]}"
-                 f"{' ...' if len(trained) > 6 else ''})")
+  if any((upath(checkpoint.ckpt_dir(workdir)) / str(s) / "opt").is_dir()
+         for s in checkpoint.list_steps(workdir)):
+    found.append("training checkpoints with optimizer state")
   if found:
     raise ValueError(f"--to={workdir} is a training workdir (it holds {' and '.join(found)}); "
                      "an import adds params-only steps, which would stop the run from resuming. "
@@ -108,11 +106,8 @@ def _copy_tokenizer(revision_dir: str, workdir: str) -> None:
   src = os.path.join(revision_dir, hf_tokenizer.JSON_NAME)
   dst = upath(workdir) / hf_tokenizer.JSON_NAME
   if os.path.isfile(src) and not dst.exists():
-    if is_local(workdir):
-      hf_tokenizer.copy_into(src, workdir)
-    else:  # a gs:// workdir: checked, then written as one object
-      hf_tokenizer.HFTokenizer(src)
-      atomic_write_bytes(dst, Path(src).read_bytes())
+    hf_tokenizer.HFTokenizer(src)  # a readable tokenizer.json, before it is copied
+    atomic_write_bytes(dst, Path(src).read_bytes())
 
 
 def _chosen(src: str, step: int | None, steps) -> tuple[list, str]:

@@ -29,10 +29,6 @@ from sbjax.paths import upath
 _GELU_NAMES = {"exact": "gelu", "tanh": "gelu_new"}
 
 
-def _tied(cfg: ModelConfig) -> bool:
-  return heads.get(cfg.head).hf_tied is True
-
-
 def architecture(cfg: ModelConfig) -> str:
   return "gpt_neox" if cfg.pos == "rotary" else "gpt_neo"
 
@@ -79,14 +75,15 @@ def hf_config(cfg: ModelConfig, dtype: str = "float32", o_bias_zero: bool = Fals
                                 "partial_rotary_factor": cfg.rotary_pct},
             "rotary_pct": cfg.rotary_pct, "rotary_emb_base": cfg.rotary_base,
             "attention_bias": cfg.qkv_bias or not o_bias_zero,
-            "tie_word_embeddings": _tied(cfg),
+            "tie_word_embeddings": heads.get(cfg.head).hf_tied is True,
             "attention_dropout": 0.0, "hidden_dropout": 0.0}
   kinds = list(cfg.layer_kinds())
   return {"architectures": ["GPTNeoForCausalLM"], "model_type": "gpt_neo", **common,
           "num_layers": cfg.n_layers, "num_heads": cfg.n_heads,
           "attention_types": [[kinds, 1]], "attention_layers": kinds,
           "window_size": cfg.window_size, "activation_function": _GELU_NAMES[cfg.gelu],
-          "layer_norm_epsilon": cfg.ln_eps, "tie_word_embeddings": _tied(cfg),
+          "layer_norm_epsilon": cfg.ln_eps,
+          "tie_word_embeddings": heads.get(cfg.head).hf_tied is True,
           "embed_dropout": 0.0, "attention_dropout": 0.0, "resid_dropout": 0.0}
 
 

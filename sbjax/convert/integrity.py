@@ -77,18 +77,6 @@ def mark_duplicates(records: list[dict]) -> None:
     r["duplicate_of"] = None if dup == r["step"] else dup
 
 
-def _warn(r: dict, last: int, where: str) -> None:
-  if r["step"] == 0 and r["duplicate_of"] == last:
-    log.warning("%sstep 0 holds the same weights as the last step %d: the series is aliased "
-                "(CKA-to-final would read 1.0 at step 0); the analysis refuses it unless "
-                "--allow_duplicates", where, last)
-  else:
-    log.warning("%srevision %r (step %d) holds the same weights as step %d (sha256 %s…); "
-                "flagged duplicate_of=%d, refused by the analysis unless --allow_duplicates",
-                where, r["name"], r["step"], r["duplicate_of"], r["weights_sha256"][:12],
-                r["duplicate_of"])
-
-
 def read_record(workdir) -> dict | None:
   p = upath(workdir) / RECORD
   return json.loads(p.read_text()) if p.is_file() else None
@@ -103,8 +91,11 @@ def merge_record(workdir, source: str, layout: str, new: list[dict], where: str 
   revs = list(by_step.values())
   mark_duplicates(revs)
   dups = [r for r in revs if r["duplicate_of"] is not None]
-  for r in dups:
-    _warn(r, revs[-1]["step"], where)
+  for r in dups:  # (e.g. step 0 equal to the last step: CKA-to-final would read 1.0 there)
+    log.warning("%srevision %r (step %d) holds the same weights as step %d (sha256 %s…); "
+                "flagged duplicate_of=%d, refused by the analysis unless --allow_duplicates",
+                where, r["name"], r["step"], r["duplicate_of"], r["weights_sha256"][:12],
+                r["duplicate_of"])
   rec = {"source": source, "layout": layout, "revisions": revs,
          "duplicates": {str(r["step"]): r["duplicate_of"] for r in dups}}
   atomic_write_text(upath(workdir) / RECORD, json.dumps(rec, indent=1))

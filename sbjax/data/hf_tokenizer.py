@@ -23,7 +23,6 @@ import os
 from pathlib import Path
 from typing import Iterable, Sequence
 
-import numpy as np
 import sentencepiece as spm
 from sentencepiece import sentencepiece_model_pb2 as sp_pb
 from tokenizers import AddedToken, decoders, models, pre_tokenizers, trainers
@@ -45,7 +44,7 @@ class HFTokenizer:
     self.path, self._source = str(path), (None if source is None else str(source))
     read = self._source or self.path
     if not Path(read).is_file():
-      raise FileNotFoundError(f"tokenizer.json not found: {read}")
+      raise FileNotFoundError(f"tokenizer.json not found: {read} (data.options.tokenizer)")
     try:
       self.tok = _HFTok.from_file(read)
     except Exception as e:  # noqa: BLE001 - the tokenizers library raises its own exception type
@@ -77,9 +76,7 @@ class HFTokenizer:
     return [e.ids for e in self.tok.encode_batch(list(text), add_special_tokens=False)]
 
   def decode(self, ids) -> str:
-    if isinstance(ids, np.ndarray):
-      ids = ids.tolist()
-    return self.tok.decode(list(ids), skip_special_tokens=False)
+    return self.tok.decode([int(i) for i in ids], skip_special_tokens=False)
 
   def serialized(self) -> bytes:
     return Path(self._source or self.path).read_bytes()
@@ -109,9 +106,6 @@ def copy_into(src: str | os.PathLike, workdir: str | os.PathLike,
   path = Path(workdir) / JSON_NAME
   if path.is_file():
     return HFTokenizer(path)
-  if not Path(src).is_file():
-    raise FileNotFoundError(f"data.options.tokenizer={str(src)!r}: no such "
-                            "tokenizer.json")
   tok = HFTokenizer(path, source=src)
   return tok.save() if save else tok
 

@@ -16,8 +16,6 @@ from typing import ClassVar
 from sbjax.errors import SEED_MAX, bounded, check_fields, config_error
 
 PLANTED_GATES = ("uniform", "dirichlet")  # gate of source=planted_mos
-PLANTED_SAMPLERS = ("host", "device")  # sampler of the planted sources (planted_device)
-TOKENIZER_TYPES = ("unigram", "bpe")
 TOKEN_DTYPES = ("uint16", "int32", "uint32", "int64", "int16", "uint8")
 
 
@@ -55,7 +53,7 @@ class PlantedOptions(SourceOptions):
   data_dir: str = ""  # folder of the stored streams (.npy); "" = WORKDIR/tokens
   # host: numpy batches (stored or streamed); device: fresh train batches drawn inside
   # the jitted step, pure in (seed, data seed, step) (sbjax.data.planted_device)
-  sampler: str = bounded("host", choices=PLANTED_SAMPLERS)
+  sampler: str = bounded("host", choices=("host", "device"))
 
   def check(self) -> None:
     if self.rank > self.vocab:
@@ -117,7 +115,7 @@ class TokenizerOptions(SourceOptions):
   """The fields of the text sources: their tokenizer and validation split."""
 
   tokenizer: str = ""  # an existing sentencepiece .model or HF tokenizer.json; "" = train one
-  tokenizer_type: str = bounded("unigram", choices=TOKENIZER_TYPES)
+  tokenizer_type: str = bounded("unigram", choices=("unigram", "bpe"))
   vocab_size: int = bounded(1024, lo=8)  # tokenizer vocab
   val_fraction: float = bounded(0.1, gt=0.0, lt=1.0)  # fraction of documents held out
   # text: the folder of the token caches ("" = WORKDIR/tokens); tfds: the TFDS data_dir

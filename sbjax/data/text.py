@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import itertools
-import logging
 import os
 import re
 import warnings
@@ -33,8 +32,6 @@ import numpy as np
 from sbjax.atomic import atomic_path
 from sbjax.paths import files_under, local_file, upath
 
-log = logging.getLogger(__name__)
-
 
 class DataError(ValueError):
   """A problem with the data a config points at (missing, empty, too small, unreadable)."""
@@ -44,18 +41,9 @@ class DataError(ValueError):
 class TextCorpus:
   """Documents (name, text) of a directory, in sorted name order."""
 
-  path: str
   docs: tuple  # ((name, text), ...)
   skipped: tuple  # names of files skipped (non-UTF-8 or empty)
   identity: str  # hash of (name, size, content) of every .txt file
-
-
-def _h(*parts) -> str:
-  h = hashlib.blake2b(digest_size=16)
-  for p in parts:
-    h.update(p if isinstance(p, bytes) else str(p).encode())
-    h.update(b"\0")
-  return h.hexdigest()
 
 
 def _read_doc(raw: bytes) -> tuple[str, str]:
@@ -96,7 +84,6 @@ def scan_text_dir(path: str | os.PathLike) -> TextCorpus:
     text, why = _read_doc(raw)
     if why:
       warnings.warn(f"skipping {f}: {why}", stacklevel=2)
-      log.warning("skipping %s: %s", f, why)
       skipped.append(name)
     else:
       docs.append((name, text))
@@ -104,7 +91,7 @@ def scan_text_dir(path: str | os.PathLike) -> TextCorpus:
     raise DataError(f"text corpus directory {path} has no usable .txt file: skipped "
                     f"{skipped} (not valid UTF-8, empty, or holding NUL characters); fix them "
                     f"or set {flag} to another directory")
-  return TextCorpus(str(path), tuple(docs), tuple(skipped), h.hexdigest())
+  return TextCorpus(tuple(docs), tuple(skipped), h.hexdigest())
 
 
 def split_documents(docs: Sequence[tuple[str, str]], val_fraction: float
@@ -124,7 +111,8 @@ def split_documents(docs: Sequence[tuple[str, str]], val_fraction: float
     cut = min(max(cut, 1), len(text) - 1)
     return [(name, text[:cut])], [(name + "#val", text[cut:])]
   n_val = min(max(1, int(round(val_fraction * len(docs)))), len(docs) - 1)
-  order = sorted(range(len(docs)), key=lambda i: _h("split", docs[i][0]))
+  order = sorted(range(len(docs)), key=lambda i: hashlib.blake2b(
+      f"split\0{docs[i][0]}\0".encode(), digest_size=16).hexdigest())
   val_idx = set(order[:n_val])
   train = [d for i, d in enumerate(docs) if i not in val_idx]
   val = [d for i, d in enumerate(docs) if i in val_idx]

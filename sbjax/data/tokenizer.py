@@ -71,10 +71,6 @@ class Tokenizer:
     return int(self.sp.get_piece_size())
 
   @property
-  def eos_id(self) -> int:
-    return int(self.sp.eos_id())
-
-  @property
   def separator_id(self) -> int:
     """Id that joins documents in a packed stream: eos, else bos, else pad, else unk."""
     for i in (self.sp.eos_id(), self.sp.bos_id(), self.sp.pad_id(), self.sp.unk_id()):
@@ -89,9 +85,7 @@ class Tokenizer:
     return self.sp.encode(list(text), num_threads=-1)
 
   def decode(self, ids) -> str:
-    if isinstance(ids, np.ndarray):
-      ids = ids.tolist()
-    return self.sp.decode(ids)
+    return self.sp.decode([int(i) for i in ids])
 
   def id_to_piece(self, i: int) -> str:
     return self.sp.id_to_piece(int(i))
@@ -101,13 +95,6 @@ class Tokenizer:
 
   def serialized(self) -> bytes:
     return self._model if self._model is not None else Path(self.path).read_bytes()
-
-
-def _lines(texts: Iterable[str]) -> Iterator[str]:
-  for t in texts:
-    for line in t.split(NEWLINE):
-      if line.strip():
-        yield line
 
 
 # meta pieces of the trained models: unk, eos and the user-defined "\n"
@@ -203,7 +190,8 @@ def train_tokenizer(texts: Iterable[str], *, out_path: str | os.PathLike, vocab_
   """
   out_path = Path(out_path)
   lines = []
-  for line in itertools.islice(_lines(texts), input_sentence_size):
+  nonblank = (line for t in texts for line in t.split(NEWLINE) if line.strip())
+  for line in itertools.islice(nonblank, input_sentence_size):
     # sentencepiece drops lines longer than max_sentence_length; cut them instead.
     while len(line.encode("utf-8")) > MAX_SENTENCE_BYTES:
       lines.append(line[:MAX_SENTENCE_BYTES // 4])

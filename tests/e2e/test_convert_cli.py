@@ -7,7 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import jax
 import numpy as np
 import torch
 import transformers
@@ -16,6 +15,7 @@ from sbjax.cli import convert as convert_cli
 from sbjax import checkpoint
 from sbjax.convert import import_hf
 from tests._hf_cache import tiny_neox
+from tests.integration.test_convert_hf import assert_tree_equal
 
 ROOT = Path(__file__).resolve().parents[2]
 V = 61
@@ -27,13 +27,6 @@ transformers.logging.set_verbosity_error()
 def _logits(m, tok):
   with torch.no_grad():
     return m(torch.tensor(tok)).logits.numpy()
-
-
-def _assert_same(a, b):
-  la, lb = jax.tree_util.tree_flatten_with_path(a)[0], jax.tree_util.tree_flatten_with_path(b)[0]
-  assert [k for k, _ in la] == [k for k, _ in lb]
-  for (k, x), (_, y) in zip(la, lb):
-    assert np.array_equal(np.asarray(x), np.asarray(y)), jax.tree_util.keystr(k)
 
 
 def test_cli_series_import_and_export(tmp_path):
@@ -53,4 +46,4 @@ def test_cli_series_import_and_export(tmp_path):
     assert convert_cli.export_from_workdir(str(work), str(out), step=s) == s
     again = transformers.AutoModelForCausalLM.from_pretrained(str(out)).eval()
     np.testing.assert_array_equal(_logits(again, tok), _logits(m, tok))
-    _assert_same(import_hf(str(out))[1], import_hf(str(series / f"step{s}"))[1])
+    assert_tree_equal(import_hf(str(out))[1], import_hf(str(series / f"step{s}"))[1])

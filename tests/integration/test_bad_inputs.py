@@ -291,6 +291,11 @@ TRAIN_ROWS = [  # name, setup, the error line holds, exit status
     ("unknown compute dtype", over(model__dtype="float8"), R + "model.dtype='float8'; allowed: "
      "float32 | bfloat16 | float16 | float64", 2),
     ("unknown sampler", over(data__options__sampler="gpu"), R + "data.options.sampler='gpu'", 2),
+    ("device sampler with a stored train stream", over(data__options__sampler="device"),
+     R + "data.options.train_tokens=200000; allowed: 0 with data.options.sampler=device", 2),
+    ("unknown data source", over(data__source="nope"), R + "data.source='nope'; allowed: planted | ",
+     2),
+    ("token files without a path", over(data__source="tokens"), R + "data.options.path=''", 2),
     ("MoS without components", over(model__head="mos", model__head__n_mix="0"),
      R + "model.head.n_mix=0; allowed: an integer >= 1", 2),
     ("lowrank rank above d_model", over(model__head="lowrank", model__head__rank="33"),

@@ -70,6 +70,22 @@ def _missing_key(t):
   del t[sorted(k for k in t if k.endswith("attention.dense.weight"))[0]]
 
 
+def _wrong_shape(t):
+  name = sorted(k for k in t if k.endswith("dense_h_to_4h.weight"))[0]
+  t[name] = np.zeros((t[name].shape[0] + 1, t[name].shape[1]), np.float32)
+
+
+def no_weights(tmp):
+  (tmp / "hf" / ST).unlink()
+  return _import()(tmp)
+
+
+def series_snapshot_gone(tmp):
+  snap = next((tmp / "cache").glob("models--org--tiny/snapshots/*"))
+  shutil.rmtree(snap)
+  return _import("cache/models--org--tiny")(tmp)
+
+
 def pickle_only(tmp):
   (tmp / "hf" / ST).unlink()
   (tmp / "hf" / "pytorch_model.bin").write_bytes(b"not read: refused before loading")
@@ -131,6 +147,11 @@ CONVERT_ROWS = [  # name, setup, the error line holds, exit status
     ("NaN weights", _weights(_nan), "weights hold NaN or inf values in 1 tensor(s): "
      "gpt_neox.layers.0.mlp.dense_h_to_4h.weight", 2),
     ("a missing tensor", _weights(_missing_key), "missing keys (1)", 2),
+    ("a tensor of the wrong shape", _weights(_wrong_shape), "shape mismatches (1): gpt_neox.layers.0"
+     ".mlp.dense_h_to_4h.weight: got (", 2),
+    ("an unknown tensor", _weights(lambda t: t.update(extra=np.zeros(2, np.float32))),
+     "unknown keys (1): extra", 2),
+    ("no weights", no_weights, "no weights found (expected model.safetensors", 2),
     ("an HF config without hidden_size", _hf_config(lambda c: json.dumps(
         {k: v for k, v in c.items() if k != "hidden_size"})),
      "config.json lacks hidden_size, which a gpt_neox config needs", 2),
@@ -145,11 +166,19 @@ CONVERT_ROWS = [  # name, setup, the error line holds, exit status
     ("an HF config that is a list", _hf_config(lambda c: "[]"), "holds a JSON list", 2),
     ("an unsupported architecture", _set("model_type", "llama"), "unsupported model_type 'llama'",
      2),
+    ("a classification head", _set("architectures", ["GPTNeoXForSequenceClassification"]),
+     "unsupported architectures ['GPTNeoXForSequenceClassification']", 2),
+    ("an unsupported activation", _set("hidden_act", "relu"),
+     "unsupported activation hidden_act='relu'; supported: ['gelu'", 2),
+    ("rope scaling", _set("rope_parameters", {"rope_type": "linear", "factor": 2.0}),
+     "unsupported rope_type 'linear' (rope scaling)", 2),
     ("pickle weights only", pickle_only, "has only PyTorch pickle weights", 2),
     ("a shard index naming a missing shard", missing_shard,
      "shard files listed in model.safetensors.index.json are missing", 2),
     ("a series without the revision asked for", series_revision_missing,
      "requested revision step(s) [4000] not found", 2),
+    ("a series revision whose snapshot is gone", series_snapshot_gone,
+     "revision 'step0' points to snapshot", 2),
     ("a series revision whose blob is truncated", series_blob_truncated,
      "revision 'step0': ", 2),
     ("a missing source folder", _import("nowhere"), "does not exist", 2),
@@ -193,12 +222,6 @@ def _cli(*args):
   return setup
 
 
-def _cli_nan(d, ctx):
-  _inputs(d, *ctx)
-  _weights(_nan)(d)
-  return ["experiments.convert", f"--from_hf={d}/hf", f"--to={d}/new"]
-
-
 CONVERT_CLI = [
     ("import without --to", _cli("--from_hf={d}/hf"),
      "error: import needs both --from_hf and --to", 2),
@@ -206,7 +229,6 @@ CONVERT_CLI = [
      "error: give either --from_hf=DIR --to=WORKDIR (import) or", 2),
     ("an unknown dtype", _cli("--from_hf={d}/hf", "--to={d}/new", "--dtype=float8"),
      "error: flag --dtype=float8", 2),
-    ("NaN weights", _cli_nan, "weights hold NaN or inf values in 1 tensor(s)", 2),
     ("an export into a non-empty folder without --overwrite",
      _cli("--from_workdir={d}/run", "--to_hf={d}/hf"), "is not empty", 2),
 ]

@@ -177,10 +177,6 @@ def test_sharded_and_bfloat16_checkpoints(tmp_path):
   m.to(torch.bfloat16).save_pretrained(str(tmp_path / "bf16"))  # read as float32
   w = import_hf(str(tmp_path / "bf16"))[1]["block_0"]["attn"]["q_kernel"]
   assert w.dtype == np.float32 and 0 < maxdiff(w, p1["block_0"]["attn"]["q_kernel"]) < 1e-2
-  shard = sorted(f for f in os.listdir(tmp_path / "sharded") if f.endswith(".safetensors"))[1]
-  os.remove(tmp_path / "sharded" / shard)
-  with pytest.raises(ValueError, match=f"missing.*{shard}"):
-    import_hf(str(tmp_path / "sharded"))
 
 
 # ----------------------------------------------------------------------------- other files
@@ -191,13 +187,6 @@ def _rewrite(path, fn):
   t = load_file(f)
   fn(t)
   save_file(t, f)
-
-
-def _edit_config(path, **kw):
-  f = os.path.join(path, "config.json")
-  c = json.load(open(f))
-  c.update(kw)
-  json.dump(c, open(f, "w"))
 
 
 def test_pickle_weights_buffers_lm_head_and_pythia_keys_read_as_the_safetensors(tmp_path):
@@ -226,36 +215,6 @@ def test_pickle_weights_buffers_lm_head_and_pythia_keys_read_as_the_safetensors(
   cfg, p = import_hf(str(tmp_path / "ref"))
   assert_tree_equal(p, ref)
   assert (cfg.rotary_pct, cfg.rotary_base) == (0.5, 500.0)
-
-
-def test_bad_weights_and_configs_are_named(tmp_path):
-  neox(tmp_path, seed=9)
-  name = "gpt_neox.layers.1.mlp.dense_h_to_4h.weight"
-  _rewrite(tmp_path, lambda t: t.__setitem__(name, np.zeros((100, D), np.float32)))
-  with pytest.raises(ValueError, match=rf"shape mismatches.*{name}: got \(100, 64\), "
-                                       r"expected \(128, 64\)"):
-    import_hf(str(tmp_path))
-  _rewrite(tmp_path, lambda t: t.update({name: np.zeros((128, D), np.float32),
-                                         "gpt_neox.layers.0.attention.extra.weight":
-                                         np.zeros((2, 2), np.float32)}))
-  with pytest.raises(ValueError, match=r"unknown keys \(1\): gpt_neox.layers.0.attention.extra"):
-    import_hf(str(tmp_path))
-  for kw, msg in ((dict(model_type="llama", architectures=["LlamaForCausalLM"]),
-                   r"model_type 'llama'.*gpt_neox.*gpt_neo"),
-                  (dict(model_type="gpt_neox",
-                        architectures=["GPTNeoXForSequenceClassification"]),
-                   "GPTNeoXForSequenceClassification"),
-                  (dict(architectures=["GPTNeoXForCausalLM"], hidden_act="relu"),
-                   r"hidden_act='relu'.*gelu"),
-                  (dict(hidden_act="gelu", rope_parameters={"rope_type": "linear", "factor": 2.0}),
-                   "rope_type 'linear'")):
-    _edit_config(tmp_path, **kw)
-    with pytest.raises(ValueError, match=msg):
-      import_hf(str(tmp_path))
-  os.remove(tmp_path / "model.safetensors")
-  _edit_config(tmp_path, rope_parameters=None)
-  with pytest.raises(ValueError, match="no weights found"):
-    import_hf(str(tmp_path))
 
 
 # ----------------------------------------------------------------------------- export

@@ -1,7 +1,7 @@
 """Tokenizers (sbjax.data.tokenizer, hf_tokenizer): sentencepiece trained on generated text,
-on a corpus of >= 150 distinct characters with the small presets' vocabularies ("too small"
-named when it cannot work) and on Shakespeare (if present); HF tokenizer.json files (trained
-locally) tokenising a text corpus through make_dataset."""
+and on a corpus of >= 150 distinct characters with the small presets' vocabularies ("too
+small" naming a size that works); HF tokenizer.json files (trained locally) tokenising a text
+corpus through make_dataset."""
 
 import os
 from pathlib import Path
@@ -15,10 +15,6 @@ from sbjax.data import tokenizer as tok_lib
 from sbjax.train import workdir as workdir_lib
 from tests._corpus import generated_docs, write_corpus
 from tests._unicode_corpus import unicode_docs
-
-REPO = Path(__file__).resolve().parents[2]
-SHAKESPEARE = REPO.parent / "shared" / "data" / "shakespeare"
-
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
@@ -36,7 +32,7 @@ def test_generated_round_trip(trained):
     ids = tok.encode(text)
     assert max(ids) < tok.vocab_size and min(ids) >= 0
     assert tok.decode(ids) == text
-  assert tok.eos_id == 1 and tok.separator_id == 1
+  assert tok.separator_id == 1  # eos
   assert tok.id_to_piece(0) == "<unk>"
   # batched encode equals single encode; numpy ids decode too
   assert tok.encode(docs[:2]) == [tok.encode(docs[0]), tok.encode(docs[1])]
@@ -45,11 +41,7 @@ def test_generated_round_trip(trained):
   assert len(tok.encode(docs[0])) < 0.6 * len(docs[0])
   again = tok_lib.Tokenizer(tok.path)  # reloaded by path
   assert again.vocab_size == tok.vocab_size and again.encode(docs[4]) == tok.encode(docs[4])
-
-
-def test_unseen_characters_become_unk(trained):
-  tok, _ = trained
-  ids = tok.encode("kato\u00e9sa")  # no "é" in the training text
+  ids = tok.encode("kato\u00e9sa")  # no "é" in the training text: unk
   assert 0 in ids and tok.decode(ids) == "kato \u2047 sa"
 
 
@@ -103,23 +95,6 @@ def test_load_or_train_reuses_existing(tmp_path):
                           existing=str(tmp_path / "missing.model"))
 
 
-@pytest.mark.skipif(not SHAKESPEARE.is_dir(), reason="../shared/data/shakespeare not present")
-def test_shakespeare_round_trip(tmp_path):
-  files = sorted(SHAKESPEARE.glob("*.txt"))
-  assert len(files) >= 40
-  tok = tok_lib.train_tokenizer((f.read_text(encoding="utf-8") for f in files),
-                                out_path=tmp_path / "tokenizer.model",
-                                vocab_size=1024, model_type="bpe")
-  assert tok.vocab_size == 1024
-  n_chars = n_tokens = 0
-  for f in files:
-    text = f.read_text(encoding="utf-8")
-    ids = tok.encode(text)
-    assert tok.decode(ids) == text, f.name
-    n_chars, n_tokens = n_chars + len(text), n_tokens + len(ids)
-  assert n_tokens < 0.5 * n_chars  # a real subword vocabulary
-
-
 # the text vocabularies of the quick presets (target_rank 64/128, vocab_threshold 64/96,
 # head_rank/saturation 96, collapse 128): all sentencepiece unigram
 QUICK_VOCABS = (64, 96, 128)
@@ -144,14 +119,11 @@ def test_sentencepiece_small_vocab_on_a_rich_corpus(tmp_path, docs, vocab):
   assert tok.decode(tok.encode(common)) == common  # frequent characters round-trip
 
 
-def test_too_small_vocabulary_says_too_small(tmp_path, docs):
-  with pytest.raises(ValueError, match=r"vocab_size=12 is too small for this corpus: its \d+ "
-                                       r"distinct characters need at least (\d+) pieces"):
+def test_too_small_vocabulary_names_a_size_that_works(tmp_path, docs):
+  """(The refusal itself: the bad-input table of train.)"""
+  with pytest.raises(ValueError, match=r"distinct characters need at least (\d+) pieces") as e:
     tok_lib.train_tokenizer(docs, out_path=tmp_path / "x.model", vocab_size=12)
   assert not (tmp_path / "x.model").exists()
-  # the size the message names works
-  with pytest.raises(ValueError) as e:
-    tok_lib.train_tokenizer(docs, out_path=tmp_path / "x.model", vocab_size=12)
   need = int(str(e.value).split("need at least ")[1].split()[0])
   assert tok_lib.train_tokenizer(docs, out_path=tmp_path / "y.model",
                                  vocab_size=need).vocab_size == need

@@ -1,7 +1,7 @@
 """Hugging Face import and export without torch (``sbjax[hf]`` has no torch: test_packaging.py).
 In a fresh interpreter where ``import torch`` raises ImportError (a meta-path finder), a model
-exported to safetensors reads back bit for bit, the file's tensors equal what the independent
-``safetensors`` reader sees, and pickle weights are one clear error naming torch."""
+exported to safetensors reads back bit for bit, and pickle weights are one clear error naming
+torch."""
 
 import json
 import os
@@ -28,10 +28,8 @@ CHECK = textwrap.dedent("""
   from pathlib import Path
   import numpy as np
   import jax
-  import safetensors.numpy
   from sbjax.config import ModelConfig
   from sbjax.convert import export_hf, import_hf
-  from sbjax.convert.hf_export import hf_tensors
   from sbjax.model import Model
 
   out = Path(sys.argv[1])
@@ -41,15 +39,10 @@ CHECK = textwrap.dedent("""
   except ImportError:
     pass
   mc = ModelConfig(vocab_size=64, d_model=16, n_layers=2, n_heads=2, max_len=32, d_ff=32)
-  rng = np.random.default_rng(3)  # as tests/_hf_cache.py exported_neox
+  rng = np.random.default_rng(3)
   params = jax.tree.map(lambda a: (0.1 * rng.standard_normal(a.shape)).astype(np.float32),
                         Model(mc).abstract_params())
   export_hf(mc, params, str(out / "hf"))
-  theirs = safetensors.numpy.load_file(str(out / "hf" / "model.safetensors"))
-  mine, _ = hf_tensors(mc, params)
-  assert sorted(theirs) == sorted(mine), (sorted(theirs), sorted(mine))
-  for k in mine:
-    assert np.array_equal(theirs[k], np.asarray(mine[k], np.float32)), k
   cfg2, p2 = import_hf(str(out / "hf"))
   assert cfg2 == mc, (cfg2, mc)
   same = jax.tree.map(lambda a, b: bool(np.array_equal(np.asarray(a), np.asarray(b))), params, p2)
@@ -63,7 +56,7 @@ CHECK = textwrap.dedent("""
     raise SystemExit("a pickle was read without torch")
   except RuntimeError as e:
     msg = str(e)
-  print(json.dumps({"n_tensors": len(mine), "torch_loaded": "torch" in sys.modules,
+  print(json.dumps({"n_tensors": len(jax.tree.leaves(p2)), "torch_loaded": "torch" in sys.modules,
                     "pickle_error": msg}))
 """)
 

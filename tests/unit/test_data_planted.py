@@ -25,20 +25,13 @@ ALL = ["lang", "mix", "lang2"]
 
 
 @pytest.mark.parametrize("name", ALL)
-def test_rows_are_distributions(name, request):
+def test_rows_are_distributions_and_stationary_is_stationary(name, request):
   p = request.getfixturevalue(name)
   assert p.log_probs.dtype == np.float64 and p.log_probs.shape == (p.n_contexts, p.vocab)
-  assert np.allclose(p.probs.sum(1), 1.0, atol=1e-12)
-  assert np.all(p.probs > 0)
+  assert np.allclose(p.probs.sum(1), 1.0, atol=1e-12) and np.all(p.probs > 0)
   assert np.allclose(np.exp(p.log_probs), p.probs, rtol=1e-12)
-
-
-@pytest.mark.parametrize("name", ALL)
-def test_stationary_is_stationary(name, request):
-  p = request.getfixturevalue(name)
   pi = p.stationary
-  assert pi.shape == (p.n_contexts,) and np.all(pi >= 0)
-  assert abs(pi.sum() - 1) < 1e-12
+  assert pi.shape == (p.n_contexts,) and np.all(pi >= 0) and abs(pi.sum() - 1) < 1e-12
   assert np.abs(p.transition(pi) - pi).sum() < 1e-10
   if p.context == 1:  # explicit: pi P = pi for the first-order chain
     assert np.allclose(pi @ p.probs, pi, atol=1e-12)
@@ -66,19 +59,10 @@ def test_sample_starts_stationary_and_stream_shape(lang):
   first = lang.sample(0, (20_000, 1))[:, 0]
   emp = np.bincount(first, minlength=lang.vocab) / len(first)
   assert 0.5 * np.abs(emp - lang.stationary).sum() < 0.05  # total variation
-  s = lang.sample(0, 10_000)
-  assert s.shape == (10_000,) and s.dtype == np.int32
-  assert s.min() >= 0 and s.max() < lang.vocab
-  # unigram frequencies of a long stream follow the stationary distribution
-  long = lang.sample(1, 200_000)
+  long = lang.sample(1, 200_000)  # unigram frequencies of a stream: the stationary law
+  assert long.shape == (200_000,) and long.dtype == np.int32
   emp = np.bincount(long, minlength=lang.vocab) / len(long)
   assert 0.5 * np.abs(emp - lang.stationary).sum() < 0.02
-
-
-def test_zipf_order(lang):
-  # The Zipfian bias makes low ids frequent: token 0 beats the rarest half on average.
-  assert lang.stationary[0] > np.median(lang.stationary)
-  assert np.allclose(lang.b, -np.log(np.arange(1, 65)))
 
 
 def test_planted_ranks(lang):
@@ -89,6 +73,7 @@ def test_planted_ranks(lang):
   """
   k = lang.rank
   L = lang.logit_matrix()
+  assert np.allclose(lang.b, -np.log(np.arange(1, 65)))  # the Zipf bias: token id = its rank
   assert numerical_rank(L) == k + 1
   lp = lang.log_probs
   assert numerical_rank(lp) <= k + 2
@@ -127,16 +112,12 @@ def test_context_two(lang2):
 
 
 def test_determinism_by_seed():
-  a = PlantedLanguage(32, 4, seed=5)
-  b = PlantedLanguage(32, 4, seed=5)
-  c = PlantedLanguage(32, 4, seed=6)
-  assert np.array_equal(a.log_probs, b.log_probs)
-  assert not np.allclose(a.log_probs, c.log_probs)
+  a, b, c = (PlantedLanguage(32, 4, seed=s) for s in (5, 5, 6))
+  assert np.array_equal(a.log_probs, b.log_probs) and not np.allclose(a.log_probs, c.log_probs)
   assert np.array_equal(a.sample(1, 5000), b.sample(1, 5000))
   assert not np.array_equal(a.sample(1, 5000), a.sample(2, 5000))
   m1, m2 = PlantedMixture(32, 4, n_mix=3, seed=5), PlantedMixture(32, 4, n_mix=3, seed=5)
   assert np.array_equal(m1.log_probs, m2.log_probs)
-  assert np.array_equal(m1.sample(0, (3, 100)), m2.sample(0, (3, 100)))
 
 
 def test_bad_parameters():
