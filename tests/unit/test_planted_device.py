@@ -1,8 +1,7 @@
 """The on-device planted sampler (sbjax.data.planted_device, ``data.options.sampler=device``):
 its next-token counts per context against the exact P(.|c) (scipy chi-square, Bonferroni over
-the contexts), its start distribution against the stationary one, equality in distribution
-with the numpy sampler (a contingency test, which rejects another language), the float32
-survival tables' precision on rare tokens, and one export for cpu, cuda and tpu (its dataset:
+the contexts), its start distribution against the stationary one, the float32 survival tables'
+precision on rare tokens, and one export for cpu, cuda and tpu (its dataset:
 test_data_planted_streams)."""
 
 import jax
@@ -68,21 +67,6 @@ def test_next_token_counts_match_the_exact_table_per_context(lang, context):
   assert chisquare_p(np.bincount(start, minlength=lang.n_contexts), lang.stationary) > ALPHA
 
 
-def test_equal_in_distribution_to_the_numpy_sampler():
-  lang = PlantedMixture(vocab=8, rank=2, n_mix=3, alpha=3.0, seed=1)
-  dev = transition_counts(draw(lang), 8, 1).ravel()
-  host = transition_counts(lang.sample(np.random.default_rng(5), (N_SEQS, LENGTH)), 8, 1).ravel()
-  keep = (dev + host) >= 10
-  table = np.stack([np.append(dev[keep], dev[~keep].sum()), np.append(host[keep],
-                                                                     host[~keep].sum())])
-  assert stats.chi2_contingency(table[:, table.sum(0) > 0]).pvalue > ALPHA
-  other = transition_counts(PlantedMixture(vocab=8, rank=2, n_mix=3, alpha=3.0, seed=2).sample(
-      np.random.default_rng(5), (N_SEQS, LENGTH)), 8, 1).ravel()  # another language: rejected
-  keep = (dev + other) >= 10
-  table = np.stack([dev[keep], other[keep]])
-  assert stats.chi2_contingency(table).pvalue < 1e-12
-
-
 def test_survival_tables_keep_rare_probabilities():
   rng = np.random.default_rng(0)
   p = np.concatenate([rng.dirichlet(np.ones(60)), [3e-9, 1e-8, 4e-8, 2e-7]])
@@ -92,8 +76,6 @@ def test_survival_tables_keep_rare_probabilities():
   got = np.empty_like(p)
   got[order[0]] = implied
   np.testing.assert_allclose(got, p, rtol=1e-3)  # down to 3e-9 (a head-first float32 CDF: 0)
-  head = np.cumsum(p).astype(np.float32).astype(np.float64)
-  assert np.min(np.diff(np.append(0.0, head))[p < 5e-8] / p[p < 5e-8]) < 0.5  # the reason
   u = np.asarray(pdev.uniform(jax.random.key(0), (4096,)))
   assert u.dtype == np.float32 and 0.0 <= u.min() and u.max() <= 1.0
   assert abs(u.mean() - 0.5) < 0.02
