@@ -19,7 +19,7 @@ import pytest
 from absl import logging as absl_logging
 
 from sbjax import checkpoint as ckpt
-from sbjax import configs
+from sbjax import configs, lognotes
 from sbjax.cli.data_note import data_note
 from sbjax.config import Config, TrainConfig
 from sbjax.data import make_dataset
@@ -181,8 +181,10 @@ def test_bad_train_configs(kw, needle):
 
 
 def test_the_expected_notes_of_orbax_and_tfds_are_not_logged(tiny_run, tmp_path, caplog):
-  """A restore (orbax's read-only CheckpointManager) and a dataset made at run time (TFDS's
-  custom builder config) log none of their expected notes; other warnings still pass."""
+  """With the entry points' filter, a restore (orbax's read-only CheckpointManager) and a
+  dataset made at run time (TFDS's custom builder config) log none of their expected notes;
+  other warnings still pass."""
+  lognotes.install()
   caplog.set_level(logging.INFO)
   ckpt.load_params(str(tiny_run), None)
   cfg = tiny_run_config()
