@@ -1,17 +1,27 @@
 """MoS on text (Yang et al. 2018): a mixture-of-softmaxes head against the dense head (matched
 head FLOPs) and the lowrank head of matched head parameters, over init seeds.
 
-Each arm is one population (its seeds are the members; one compile). Outputs in OUT:
-``mos_text.csv`` (one row per run), ``summary.json`` (per arm the mean loss, and the two Welch
-comparisons with their verdicts: supported when the interval of (other − MoS) lies above 0,
-refuted below 0, undecided otherwise) and ``fig_mos_text``.
+Each arm is one population (its seeds, at each lr of the preset's grid, are the members; one
+compile). With a grid, each arm is reported at the lr of its smallest mean loss on the
+held-out tail of the training split (``held_out``: tokens training never sees; ``sel_loss``,
+the final checkpoint's), not on the validation stream that reports it. Outputs in OUT:
+``mos_text.csv`` (one row per run), ``summary.json`` (per arm its lr and mean loss, the two
+Welch comparisons with their verdicts: supported when the interval of (other − MoS) lies above
+0, refuted below 0, undecided otherwise, and the preset's pre-registered ``decision``,
+``presets.Rule``) and ``fig_mos_text``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import json
+import math
+
+import jax
 
 from sbjax import overrides
+from sbjax.data.dataset import Dataset
 from sbjax.experiment import Experiment, Group
 from sbjax.experiment import figure
 from sbjax.heads import head_param_count
@@ -19,6 +29,7 @@ from sbjax.model import Model
 from sbjax.studies.corpus import corpus_overrides
 from sbjax.studies.head_flops import head_flops
 from sbjax.studies.welch import welch
+from sbjax.train.step import evaluate, make_eval_step
 
 from ..common import md_table, read_rows, welch_line, write_json, write_rows
 from .presets import PRESETS
@@ -53,47 +64,115 @@ def arm_configs(p, data=None) -> list:
   return out
 
 
+def held_out(ctx, cfg) -> tuple:
+  """(the training split without its last ``select_fraction`` of tokens, cut at a window
+  boundary; a Dataset whose validation split is that tail) of ``cfg``'s corpus."""
+  ds = ctx.dataset(cfg)
+  n = len(ds.train_tokens)
+  cut = n - int(round(ctx.knobs.select_fraction * n)) // ds.seq_len * ds.seq_len
+  kw = {"seq_len": ds.seq_len, "global_batch_size": ds.global_batch_size, "seed": ds.seed,
+        "vocab_size": ds.vocab_size, "name": ds.name, "source": ds.source,
+        "tokenizer_path": ds.tokenizer_path}
+  return (Dataset(ds.train_tokens[:cut], ds.val_tokens, extra_info={"held_out_tokens": n - cut},
+                  **kw), Dataset(ds.train_tokens[cut:], ds.train_tokens[cut:], **kw))
+
+
 def plan(ctx):
+  k = ctx.knobs
+  members = [(lr, int(s)) for lr in k.lrs or (None,) for s in k.seeds]
   for arm, cfg in arm_configs(ctx.preset, ctx.data):
-    seeds = ctx.knobs.seeds
-    yield Group(arm, [dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, seed=int(s)))
-                      for s in seeds], labels=[{"arm": arm, "seed": int(s)} for s in seeds])
+    yield Group(arm, [dataclasses.replace(cfg, train=dataclasses.replace(
+        cfg.train, seed=s, lr=cfg.train.lr if lr is None else float(lr))) for lr, s in members],
+        labels=[{"arm": arm, "seed": s} for _, s in members],
+        dataset=held_out(ctx, cfg)[0] if k.select_fraction else None)
+
+
+@functools.lru_cache(maxsize=8)
+def _eval_fn(model_cfg):
+  return jax.jit(make_eval_step(Model(model_cfg)))
+
+
+def measure(ctx, group, j, steps, params) -> list:
+  """The final checkpoint's loss and accuracy on the held-out tail (sel_loss, sel_acc); nothing
+  without one."""
+  k, cfg = ctx.knobs, group.configs[j]
+  if not k.select_fraction:
+    return [{}]
+  r = evaluate(_eval_fn(cfg.model), params[0], held_out(ctx, cfg)[1].eval_batches(
+      k.select_batches))
+  return [{"sel_loss": r["eval_loss"], "sel_acc": r["eval_acc"]}]
 
 
 def tables(ctx) -> None:
+  sel = {(m["group"], m["member"]): m for ms in ctx.measured.values() for m in ms}
   rows = []
   for r in (r for rs in ctx.results.values() for r in rs):
     c = ctx.groups[r["group"]].configs[r["member"]]
+    m = sel.get((r["group"], r["member"]), {})
     rows.append({"arm": r["arm"], "head": c.model.head.kind, "seed": c.train.seed,
                  "lr": c.train.lr, "d_model": c.model.d_model, "vocab": c.model.vocab_size,
                  "rank": getattr(c.model.head, "rank", 0),
                  "n_mix": getattr(c.model.head, "n_mix", 0),
                  "head_params": head_param_count(c.model), "head_flops": head_flops(c.model),
                  "n_params": Model(c.model).param_count(), "steps": int(r["step"]),
-                 "eval_loss": float(r["eval_loss"]), "eval_acc": float(r["eval_acc"])})
+                 "eval_loss": float(r["eval_loss"]), "eval_acc": float(r["eval_acc"]),
+                 **{k: float(m[k]) for k in ("sel_loss", "sel_acc") if k in m}})
   write_rows(ctx.out / CSV, rows)
-  write_json(ctx.out / "summary.json", summarize(rows))
+  write_json(ctx.out / "summary.json", summarize(rows, ctx.knobs.rule))
+
+
+def _mean(xs) -> float:
+  return sum(xs) / len(xs)
 
 
 def arms(rows) -> dict:
-  """{arm: {head, head_params, head_flops, rank, n_mix, losses, n, mean}} in order."""
-  out: dict = {}
+  """{arm: {head, head_params, head_flops, rank, n_mix, lr, losses, n, mean, selected_on,
+  by_lr}} in order, each arm at its chosen lr: the smallest mean ``sel_loss`` (the held-out
+  tail; ties: the first lr; a non-finite mean never wins), or ``eval_loss`` without it;
+  ``by_lr``: {lr: {n, sel_mean, mean}} (selection and validation means)."""
+  on = "held_out" if rows and "sel_loss" in rows[0] else "validation"
+  by: dict = {}
   for r in rows:
-    a = out.setdefault(str(r["arm"]), {k: r[k] for k in ("head", "head_params", "head_flops",
-                                                           "rank", "n_mix")} | {"losses": []})
-    a["losses"].append(float(r["eval_loss"]))
-  for a in out.values():
-    a.update(n=len(a["losses"]), mean=sum(a["losses"]) / len(a["losses"]))
-  return out
+    a = by.setdefault(str(r["arm"]), {k: r[k] for k in ("head", "head_params", "head_flops",
+                                                          "rank", "n_mix")} | {"by_lr": {}})
+    x = a["by_lr"].setdefault(float(r["lr"]), {"losses": [], "sel": []})
+    x["losses"].append(float(r["eval_loss"]))
+    x["sel"].append(float(r["sel_loss" if on == "held_out" else "eval_loss"]))
+  for a in by.values():
+    grid = {lr: {"n": len(x["losses"]), "sel_mean": _mean(x["sel"]), "mean": _mean(x["losses"]),
+                 "losses": x["losses"]} for lr, x in a["by_lr"].items()}
+    lr = min(grid, key=lambda v: grid[v]["sel_mean"] if math.isfinite(grid[v]["sel_mean"])
+             else math.inf)
+    a.update(lr=lr, losses=grid[lr]["losses"], n=grid[lr]["n"], mean=grid[lr]["mean"],
+             selected_on=on, by_lr={v: {k: g[k] for k in ("n", "sel_mean", "mean")}
+                                     for v, g in grid.items()})
+  return by
 
 
-def summarize(rows) -> dict:
-  """Per arm the mean loss; ``params``: MoS against the matched lowrank arm, ``flops``: against
-  the dense arm (Welch over seeds; diff > 0: MoS has the lower loss)."""
+def summarize(rows, rule=None) -> dict:
+  """Per arm its lr and mean loss; ``params``: MoS against the matched lowrank arm, ``flops``:
+  against the dense arm (Welch over seeds; diff > 0: MoS has the lower loss); ``decision``:
+  ``rule``'s (``decide``), None without one."""
   a = arms(rows)
   vs = {k: welch(a["mos"]["losses"], a[o]["losses"]) if "mos" in a and o in a else None
         for k, o in (("params", "lowrank"), ("flops", "dense"))}
-  return {"arms": a, **vs}
+  return {"arms": a, **vs, "rule": None if rule is None else dataclasses.asdict(rule),
+          "decision": None if rule is None else decide(rule, a)}
+
+
+def decide(rule, a: dict) -> dict:
+  """``rule`` (``presets.Rule``) on the arms ``a`` (``arms``): its verdict and reason."""
+  hi_arm, lo_arm = rule.primary
+  if hi_arm not in a or lo_arm not in a:
+    return {"verdict": "undecided", "reason": f"no {hi_arm} or no {lo_arm} arm"}
+  w = welch(a[lo_arm]["losses"], a[hi_arm]["losses"], level=rule.level)
+  side = ("fewer than 2 seeds on a side" if math.isnan(w["lo"]) else "above 0" if w["lo"] > 0
+          else "below 0" if w["hi"] < 0 else "covering 0")
+  v = {"supported": "reproduces", "refuted": "refutes"}.get(w["verdict"], "undecided")
+  return {**w, "verdict": v, "reason": (
+      f"{hi_arm} − {lo_arm} = {w['diff']:.4f} nats, {rule.level:.0%} Welch CI "
+      f"[{w['lo']:.4f}, {w['hi']:.4f}] over {a[lo_arm]['n']} + {a[hi_arm]['n']} seeds, "
+      f"{side}")}
 
 
 def draw(out) -> None:
@@ -111,18 +190,41 @@ def draw(out) -> None:
   figure.save(fig, out, "fig_mos_text", "text: MoS vs dense vs matched lowrank")
 
 
+def rule_text(rule: dict) -> str:
+  """The rule (``presets.Rule`` as a dict) in words, for the report."""
+  (a, b), (c, d) = rule["primary"], rule["beside"]
+  return (f"each arm at the lr of its smallest mean held-out loss; the {rule['level']:.0%} "
+          f"Welch interval of {a} − {b} validation loss over seeds above 0 reproduces the "
+          f"matched-parameter claim, below 0 refutes it, else undecided; {c} − {d} (equal head "
+          "FLOPs) is reported beside it.")
+
+
+def _grid_lines(a: dict) -> list[str]:
+  grid = [{"arm": k, "lr": lr, "n": g["n"], "held_out_mean": g["sel_mean"], "val_mean": g["mean"],
+           "chosen": str(lr == v["lr"])} for k, v in a.items() for lr, g in v["by_lr"].items()]
+  return ["", "Each arm at each lr (held_out_mean: the mean loss on the held-out tail of the "
+          "training split, which chose the lr; the same seeds report it):", "",
+          *md_table(grid, list(grid[0]))]
+
+
 def report(out, rel: str = ".") -> str:
   rows = read_rows(out / CSV)
-  a, s = arms(rows), summarize(rows)
+  a, s = arms(rows), json.loads((out / "summary.json").read_text())
   table = [{"arm": k, **{c: v[c] for c in ("head", "rank", "n_mix", "head_params", "head_flops",
-                                             "n", "mean")}} for k, v in a.items()]
+                                             "lr", "n", "mean")}} for k, v in a.items()]
   lines = [f"![mos_text]({rel}/{figure.name('fig_mos_text')})", "",
            *md_table(table, list(table[0]))]
+  lines += _grid_lines(a) if any(len(v["by_lr"]) > 1 for v in a.values()) else []
+  lines.append("")
   for key, other in (("params", "lowrank"), ("flops", "dense")):
     if s[key] is not None:
       lines.append(f"- {welch_line(f'{other} − MoS', s[key], a['mos']['n'], a[other]['n'])}")
+  if s.get("decision") is not None:
+    d = s["decision"]
+    lines += [f"- Rule (pre-registered): {rule_text(s['rule'])}",
+              f"- Verdict: **{d['verdict']}**: {d['reason']}."]
   return "\n".join(lines)
 
 
-EXPERIMENT = Experiment("mos_text", PRESETS, plan, tables=tables, figures=draw, report=report,
-                        doc=__doc__)
+EXPERIMENT = Experiment("mos_text", PRESETS, plan, measure=measure, tables=tables, figures=draw,
+                        report=report, doc=__doc__)

@@ -12,11 +12,34 @@ BASE = hr.BASE
 
 
 @dataclasses.dataclass(frozen=True)
+class Rule:
+  """The pre-registered decision on text (``decide``), written before its run: each arm at the
+  lr of its smallest mean loss on the held-out tail of the training split, the ``level`` Welch
+  interval over seeds of the validation loss difference ``primary`` (lowrank − MoS: equal head
+  parameters) above 0 **reproduces** the matched-parameter claim (MoS beats the softmax head
+  of equal parameters), below 0 **refutes** it, else **undecided**; ``beside`` (dense − MoS:
+  equal head FLOPs) is reported beside it and decides nothing."""
+
+  primary: tuple = ("lowrank", "mos")
+  beside: tuple = ("dense", "mos")
+  level: float = 0.95
+
+
+@dataclasses.dataclass(frozen=True)
 class Knobs:
   # (arm, dotted head overrides): the arms, in report order. "lowrank" with model.head.rank 0
   # gets the rank whose head parameter count is closest to the "mos" arm's (run.matched_rank)
   arms: tuple
   seeds: tuple = (0, 1, 2)  # train.seed of each arm's members (one population per arm)
+  # the lr grid: every arm at each lr and seed in its one population, reported at the lr of
+  # its smallest mean held-out loss; () = train.lr alone
+  lrs: tuple = ()
+  # the held-out tail of the training split: its last select_fraction of tokens (cut at a
+  # window boundary) are taken out of training and the final checkpoint is measured on
+  # select_batches batches of them (sel_loss); 0 = the whole split trains, no sel_loss
+  select_fraction: float = 0.0
+  select_batches: int = 0
+  rule: Rule | None = None
 
 
 def _arms(n_mix: int, dim: int) -> tuple:
@@ -65,6 +88,30 @@ PRESETS: dict[str, Preset[Knobs]] = {
                                "train.warmup_steps": 100, "train.eval_batches": 16,
                                "train.lr": 1e-2}),
                   Knobs(arms=_arms(2, 16))),
+    # the pre-registered text test (Rule) at test size: 2 lrs x 2 seeds per arm, the last
+    # fifth of the training split held out for the lr choice
+    "test-e3": Preset(BASE, _text({"name": "mos_text-test-e3", "data.options.vocab_size": 96,
+                                   "model.d_model": 8, "model.n_layers": 1, "model.n_heads": 1,
+                                   "model.max_len": 16, "model.rotary_pct": 0.5,
+                                   "train.steps": 4, "train.batch_size": 4,
+                                   "train.seq_len": 16, "train.warmup_steps": 1,
+                                   "train.eval_batches": 2}),
+                      Knobs(arms=_arms(2, 4), seeds=(0, 1), lrs=(1e-2, 3e-2),
+                            select_fraction=0.2, select_batches=2, rule=Rule())),
+    # the pre-registered text test (Rule): V = 1024, d = 32 (2 layers, 4 heads), the arms of
+    # the cpu preset (dense, MoS 2 x 16 at the dense head's FLOPs, lowrank r = 17 at MoS's
+    # parameters), 4000 steps at batch 8 x 64, lr {3e-3, 1e-2, 3e-2} x seeds 0-2 (one
+    # population of 9 per arm); the last 5% of the training split (~100k tokens) is held out
+    # and each arm's lr is chosen on 64 batches of it; validation: 64 batches
+    "cpu-e3": Preset(BASE, _text({"name": "mos_text-cpu-e3", "data.options.vocab_size": 1024,
+                                  "model.d_model": 32, "model.n_layers": 2, "model.n_heads": 4,
+                                  "train.steps": 4000, "train.batch_size": 8,
+                                  "train.warmup_steps": 100, "train.eval_batches": 64,
+                                  "train.lr": 1e-2, "train.skip_nonfinite_steps": 4000}),
+                     # (skip: a member that diverges keeps its last finite parameters instead of
+                     # stopping its population)
+                     Knobs(arms=_arms(2, 16), lrs=(3e-3, 1e-2, 3e-2), select_fraction=0.05,
+                           select_batches=64, rule=Rule())),
     "tpu": Preset(BASE, _text({"name": "mos_text-tpu", "data.options.vocab_size": 8192,
                                "model.d_model": 256, "model.n_layers": 4, "model.n_heads": 4,
                                "model.max_len": 256, "train.steps": 10_000,

@@ -14,16 +14,21 @@ within ``tol``; every r ≤ k/2 above H by at least floor(r) − H − ``margin`
 
 Part 2. Arms (a head at one shape) trained on a planted mixture language, each arm one population
 of init seeds × lrs; the lowrank arm's rank matches the MoS arm's head parameters. The decisions
-(``stats``): per cell the Welch interval of (lowrank − MoS) over seeds, or (plain part 2) MoS − H
-≤ 0.03, lowrank at or above its exact floor gap, margin > 5 × the seed spread.
+(``stats``): per cell the Welch interval of (lowrank − MoS) over seeds (no verdict when the lrs
+were chosen on those seeds), or (plain part 2) MoS − H ≤ 0.03, lowrank at or above its exact
+floor gap, margin > 5 × the seed spread. With ``fresh_seeds``, each arm is trained again at the
+lr it chose, on new init seeds (planted_fresh.csv): their Welch intervals, and the preset's
+pre-registered rule (``presets.FreshRule``, ``stats.decide``: MoS below the matched lowrank
+rank's exact floor on every fresh seed).
 
-Outputs: planted.csv, planted_floor.csv, planted_mix.csv, planted_mix_floor*.csv,
-planted_fig8.csv (floor gaps against target and trained-head W-errors, Godey et al. Fig. 8),
-planted_meta.json, summary.json and the figures.
+Outputs: planted.csv, planted_floor.csv, planted_mix.csv, planted_fresh.csv,
+planted_mix_floor*.csv, planted_fig8.csv (floor gaps against target and trained-head W-errors,
+Godey et al. Fig. 8), planted_meta.json, summary.json and the figures.
 """
 
 from __future__ import annotations
 
+import json
 import math
 
 from sbjax.experiment import Experiment, Group, figure
@@ -33,12 +38,14 @@ from sbjax.studies.head_flops import head_flops
 
 from ..common import fmt, md_table, read_rows, welch_line, write_json, write_rows
 from . import fig8, stats
-from .configs import cell_of, has_rank, knee_configs, mix_configs, mix_groups, settings, validate
+from .configs import (cell_of, fresh_runs, has_rank, knee_configs, mix_configs, mix_groups,
+                      settings, validate)
 from .measure import measure as measure_run, selection_batches
 from .presets import PRESETS
 
 CSV_KNEE, CSV_FLOOR, CSV_MIX, META = ("planted.csv", "planted_floor.csv", "planted_mix.csv",
                                       "planted_meta.json")
+CSV_FRESH = "planted_fresh.csv"
 
 
 def plan(ctx):
@@ -48,9 +55,25 @@ def plan(ctx):
     for r, cfg in knee_configs(p):
       yield Group(f"r{r}", [cfg], [{"part": "knee", "rank": r}])
   if "mix" in p.knobs.parts:
-    for arm, runs in mix_groups(mix_configs(p)):
+    arms = mix_groups(mix_configs(p))
+    for arm, runs in arms:
       yield Group(f"mix-{arm}", [c for _, c in runs],
                   [{"part": "mix", "label": label, "arm": arm} for label, _ in runs])
+    for arm, runs in arms if p.knobs.fresh_seeds else ():
+      fresh = fresh_runs(p, runs, _chosen_lr(ctx, f"mix-{arm}"))
+      yield Group(f"fresh-{arm}", [c for _, c in fresh],
+                  [{"part": "fresh", "label": label, "arm": arm} for label, _ in fresh])
+
+
+def _chosen_lr(ctx, name: str) -> float:
+  """The lr that the arm trained as group ``name`` chose: ``stats.arms``'s rule (the smallest
+  mean gap on the selection stream, or on the reported one without it) on its measurements."""
+  g = ctx.groups[name]
+  h, gaps = ctx.dataset(g.configs[0]).planted.entropy, {}
+  for m in ctx.measured[name]:
+    gaps.setdefault(g.configs[m["member"]].train.lr, []).append(
+        m.get("sel_expected_loss", m["expected_loss"]) - h)
+  return stats.best_lr({lr: stats.mean(x) for lr, x in gaps.items()})
 
 
 def measure_final(ctx, group, j, steps, params):
@@ -116,9 +139,10 @@ def _mix_row(cfg, label, arm, res, lang, floors, cell) -> dict:
   return row
 
 
-def _mix_rows(ctx, groups) -> dict:
-  """planted_mix.csv and each language's lowrank floors; returns {language name: (language,
-  floor rows)} (name None for a preset without cells)."""
+def _mix_rows(ctx, groups, csv: str = CSV_MIX) -> dict:
+  """``csv`` (planted_mix.csv, or planted_fresh.csv of the fresh groups) and each language's
+  lowrank floors; returns {language name: (language, floor rows)} (name None for a preset
+  without cells)."""
   cells, langs, rows = cell_of(ctx.preset), {}, []
   for g in groups:
     cell = cells[g.labels[0]["arm"]]
@@ -132,7 +156,7 @@ def _mix_rows(ctx, groups) -> dict:
     floors = {int(r["rank"]): float(r["floor"]) for r in fl}
     for cfg, lab, res in zip(g.configs, g.labels, ctx.measured[g.name]):
       rows.append(_mix_row(cfg, lab["label"], lab["arm"], res, lang, floors, cell))
-  write_rows(ctx.out / CSV_MIX, rows)
+  write_rows(ctx.out / csv, rows)
   return langs
 
 
@@ -140,6 +164,7 @@ def tables(ctx) -> None:
   groups = list(ctx.groups.values())
   knee = [g for g in groups if g.labels[0]["part"] == "knee"]
   mix = [g for g in groups if g.labels[0]["part"] == "mix"]
+  fresh = [g for g in groups if g.labels[0]["part"] == "fresh"]
   meta, summary, f8 = {"preset": ctx.preset_name, "settings": settings(ctx.preset)}, {}, {}
   if knee:
     lang, floor_rows, rows = _knee_rows(ctx, knee)
@@ -152,6 +177,10 @@ def tables(ctx) -> None:
   if None in langs:
     f8["mixture"] = langs[None]
   summary["mix"] = stats.mix_summary(read_rows(ctx.out / CSV_MIX)) if mix else None
+  if fresh:
+    _mix_rows(ctx, fresh, CSV_FRESH)
+    summary["fresh"] = stats.fresh_summary(ctx.knobs.rule, read_rows(ctx.out / CSV_MIX),
+                                           read_rows(ctx.out / CSV_FRESH))
   write_json(ctx.out / META, meta)
   write_json(ctx.out / "summary.json", summary)
   gaps = {r["rank"]: r["gap"] for r in rows} if knee else {}
@@ -208,8 +237,6 @@ def draw(out) -> None:
 
 
 def _summary(out) -> dict:
-  import json  # noqa: PLC0415
-
   return json.loads((out / "summary.json").read_text())
 
 
@@ -234,25 +261,61 @@ def _knee_lines(out, s: dict) -> list[str]:
 
 def _mix_lines(rows) -> list[str]:
   if "lang" not in rows[0]:
-    table = [{k: a[k] for k in ("arm", "head", "rank", "head_params", "lr", "n", "mean",
-                                "spread", "floor_gap")} for a in stats.arms(rows)]
-    v = stats.verdict(rows)
+    a = stats.arms(rows)
+    table = [{k: x[k] for k in ("arm", "head", "rank", "head_params", "lr", "n", "mean",
+                                "spread", "floor_gap")} for x in a]
+    v, lrs = stats.verdict(rows), max(len(x["by_lr"]) for x in a)
+    chosen = f"; each arm's lr chosen among {lrs} on these seeds" if lrs > 1 else ""
     return md_table(table, list(table[0])) + ([] if v is None else [
         "", f"- {v['mos_arm']} − H = {fmt(v['mos_gap'], spec='.4f')} (≤ {stats.MOS_TOL}: "
         f"{v['mos_within_tol']}); {v['lowrank_arm']} − H = {fmt(v['lowrank_gap'], spec='.4f')} "
         f"(floor gap {fmt(v['lowrank_floor_gap'], spec='.4f')}; at or above: "
         f"{v['lowrank_at_or_above_floor']}); margin {fmt(v['margin'], spec='.4f')}, seed spread "
-        f"{fmt(v['spread'], spec='.4f')}, margin > 5 × spread: {v['margin_over_5_spread']}."])
+        f"{fmt(v['spread'], spec='.4f')}, margin > 5 × spread: {v['margin_over_5_spread']} "
+        f"({v['seeds']} seeds{chosen})."])
+  return _cell_lines(rows)
+
+
+def _cell_lines(rows) -> list[str]:
+  """Each cell's arms (``below_floor``: runs whose gap lies below the lowrank arm's exact floor
+  gap, of n) and its Welch lines; no verdict where an arm chose its lr on these seeds."""
   lines = []
   for (lang, obj), rs in stats.cells(rows):
     c = stats.cell_summary(rs)
     table = [{"cell": f"{lang}/{obj}", "run": run, **{k: a[k] for k in (
-        "head", "head_params", "lr", "selected_on", "n", "mean", "floor_gap")}}
-        for run, a in c["arms"].items()]
+        "head", "rank", "head_params", "lr", "selected_on", "n", "mean", "floor_gap",
+        "below_floor")}} for run, a in c["arms"].items()]
     lines += ["", *md_table(table, list(table[0]))]
+    same = any(len(a["by_lr"]) > 1 for a in c["arms"].values())
     for key, run in (("params", "mos"), ("flops", "mos-flops")):
       if c[key] is not None:
-        lines.append(f"- {welch_line(f'{lang}/{obj}: lowrank − {run} gap', c[key], c['arms'][run]['n'], c['arms']['lowrank']['n'])}")
+        w = {**c[key], "verdict": stats.SAME_SEEDS} if same else c[key]
+        what = f"{lang}/{obj}: lowrank − {run} gap"
+        lines.append(f"- {welch_line(what, w, c['arms'][run]['n'], c['arms']['lowrank']['n'])}")
+  return lines
+
+
+def _speed_lines(out) -> list[str]:
+  """Where the cells are shorter than the exact-floor test's runs: what they measure."""
+  s = json.loads((out / META).read_text())["settings"]
+  steps = s["mix"]["train.steps"] if "train.steps" in s["mix"] else s["steps"]
+  test = PRESETS["cpu-e3"].knobs.mix["train.steps"]
+  return [] if steps >= test else [
+      "", f"- These cells ran {steps} steps, fewer than the {test} of the exact-floor test on "
+      "fresh seeds (`--preset=cpu-e3`): they measure how fast each head trains, not what it "
+      "can express. What it can express is tested by MoS − H against the lowrank arm's exact "
+      f"floor gap (below_floor) at {test} steps, on fresh seeds."]
+
+
+def _fresh_lines(out, s: dict) -> list[str]:
+  rows = read_rows(out / CSV_FRESH)
+  seeds = sorted({int(r["seed"]) for r in rows})
+  lines = ["", f"Fresh seeds {seeds}, each arm at the lr it chose on the selection seeds:",
+           *_cell_lines(rows)]
+  if s["fresh"]["rule"] is not None:
+    d = s["fresh"]["decision"]
+    lines += ["", f"- Rule (pre-registered): {stats.rule_text(s['fresh']['rule'])}",
+              f"- Verdict: **{d['verdict']}**: {d['reason']}."]
   return lines
 
 
@@ -263,8 +326,11 @@ def report(out, rel: str = ".") -> str:
     lines += [f"![knee]({rel}/{figure.name('fig_planted_knee')})", "",
               *md_table(rows, list(rows[0])), "", *_knee_lines(out, s)]
   if (out / CSV_MIX).exists():
-    lines += ["", f"![mixture]({rel}/{figure.name('fig_planted_mix')})", "",
-              *_mix_lines(read_rows(out / CSV_MIX))]
+    rows = read_rows(out / CSV_MIX)
+    lines += ["", f"![mixture]({rel}/{figure.name('fig_planted_mix')})", "", *_mix_lines(rows)]
+    lines += _speed_lines(out) if "lang" in rows[0] else []
+  if (out / CSV_FRESH).exists():
+    lines += _fresh_lines(out, s)
   if (out / fig8.CSV).exists() and read_rows(out / fig8.CSV):
     rs = read_rows(out / fig8.CSV, text=("language", "kind", "head_run"))
     cols = ["language", "rank", "floor_gap", "trained_gap", "werror_raw", "werror_centred",

@@ -137,6 +137,16 @@ def _mix_arms(p: Preset, cell: dict | None = None, lang=None, objective=None) ->
   return out
 
 
+def fresh_runs(p: Preset, runs: list, lr: float) -> list:
+  """(label, Config) of one arm's fresh runs: its run at ``lr`` among ``runs`` (the arm's
+  (label, Config) of ``mix_configs``) at each seed of ``fresh_seeds`` (``run_label``)."""
+  cfg = next(c for _, c in runs if c.train.lr == lr)
+  grid = len(mix_lrs(p)) > 1
+  return [(run_label(arm_of(cfg), s, lr if grid else None),
+           dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, seed=int(s))))
+          for s in p.knobs.fresh_seeds]
+
+
 def has_rank(cfg) -> bool:
   """A head with an explicit rank (a ``rank`` field): its exact low-rank floor applies."""
   return heads.get(cfg.model.head).rank_limited and hasattr(cfg.model.head, "rank")
@@ -155,6 +165,9 @@ def validate(p) -> None:
   """Builds every config of a preset (raises ValueError on a bad one) without running."""
   knee_configs(p)
   mix_configs(p)
+  if set(p.knobs.fresh_seeds) & set(p.knobs.mix_seeds):
+    raise ValueError(f"planted preset: fresh_seeds {p.knobs.fresh_seeds} must not repeat the "
+                     f"selection seeds mix_seeds {p.knobs.mix_seeds}")
   d, ranks = p.overrides["model.d_model"], p.knobs.ranks
   if not ranks or min(ranks) < 1 or max(ranks) > d:
     raise ValueError(f"planted preset: ranks must be in 1..d_model={d}, got {ranks}")

@@ -35,6 +35,23 @@ MOS = {"model.init_std": 0.2, "model.head.dim": 0, "model.head.act": "tanh"}
 
 
 @dataclasses.dataclass(frozen=True)
+class FreshRule:
+  """The pre-registered decision of the fresh-seed MoS test (``stats.decide``), written before
+  its run. In cell ``cell`` (language/objective), on the fresh seeds, each arm at the lr it
+  chose on the selection stream of the selection seeds: **supports** when every fresh run of
+  ``mos`` ends below the exact floor gap (floor(r) − H, the floor fit's) of ``floor_of``'s
+  rank; **refutes** when none does; **undecided** when some do, with fewer than ``n_fresh``
+  fresh runs, or when a ``floor_of`` run ends more than ``floor_tol`` below that floor (the
+  fit did not find the minimum, so the floor is not exact)."""
+
+  cell: str = "mos/sampled"
+  mos: str = "mos"
+  floor_of: str = "lowrank"
+  n_fresh: int = 5
+  floor_tol: float = 1e-4  # as stats.FLOOR_TOL
+
+
+@dataclasses.dataclass(frozen=True)
 class Knobs:
   ranks: tuple  # head ranks of part 1
   measure_batches: int = 32  # validation batches of the final measurement
@@ -66,6 +83,12 @@ class Knobs:
   # independent sample of the language (run.selection_batches) and reported on the validation
   # stream; 0 = chosen on the reported batches themselves
   select_batches: int = 0
+  # fresh init seeds: after the selection populations (mix_seeds), every arm is trained
+  # again at the lr it chose, with these seeds (one population per arm; planted_fresh.csv),
+  # and the verdicts are given on them alone; () = none (the lr is then chosen on the
+  # reported seeds themselves, and the report gives no verdict on them)
+  fresh_seeds: tuple = ()
+  rule: FreshRule | None = None  # the pre-registered decision on the fresh seeds
   parts: tuple = ("knee", "mix")  # the parts ``run`` runs unless told (run.PARTS)
 
 
@@ -180,6 +203,40 @@ PRESETS: dict[str, Preset[Knobs]] = {
                                   mix_objectives=("sampled", "expected"),
                                   mix_seeds=(0, 1, 2, 3, 4), mix_lrs=SEEDS_LRS,
                                   mix_runs=SEEDS_RUNS)),
+    # the fresh-seed MoS test (FreshRule, pre-registered) at test size: the MoS language at
+    # V=32 (M=2, k=2) with sampled targets, the three arms, 2 lrs x selection seeds (0, 1),
+    # then fresh seeds (2, 3) at each arm's chosen lr
+    "test-e3": Preset(BASE, part1({"model.vocab_size": 32, "model.d_model": 16,
+                                   "model.n_heads": 2, "train.steps": 4, "train.batch_size": 4,
+                                   "train.seq_len": 8, "train.warmup_steps": 1,
+                                   "data.options.train_tokens": 4096,
+                                   "data.options.val_tokens": 2048}),
+                      Knobs(ranks=(4,), measure_batches=2, select_batches=2, floor_random=0,
+                            floor_wide=0, parts=("mix",), mix={"train.steps": 4},
+                            mos=LINEAR_MOS | {"model.head.dim": 3},
+                            mix_langs=(("mos", {**MOS_DATA, "data.options.mix": 2,
+                                                "data.options.rank": 2}),),
+                            mix_objectives=("sampled",), mix_seeds=(0, 1), fresh_seeds=(2, 3),
+                            mix_lrs=(0.03, 0.1), rule=FreshRule(n_fresh=2),
+                            mix_runs=(("mos", "mos", 16, 4), ("lowrank", "lowrank", 16, 0),
+                                      ("mos-flops", "mos", 16, 1)))),
+    # the fresh-seed MoS test (FreshRule, pre-registered before its run): the planted MoS
+    # language (V=256, M=8, k=4, alpha=8) with sampled targets, 1000 steps at batch 8 x 64
+    # (the quick preset's 1000-step size); the arms of SEEDS_RUNS (MoS 16 x 5, the matched
+    # lowrank r=11, MoS 2 x 5 at its FLOPs), each at lr {0.03, 0.1, 0.3, 1.0} x seeds 0-4 (one
+    # population of 20 per arm), its lr chosen on 64 batches of the selection stream; then
+    # seeds 5-9 at that lr (one population of 5 per arm), reported on 64 validation batches.
+    # The rule: MoS below the rank-11 exact floor gap on all five fresh seeds.
+    "cpu-e3": Preset(BASE, part1({}),
+                     Knobs(ranks=(9,), measure_batches=64, select_batches=64, parts=("mix",),
+                           # a member that diverges at a large lr keeps its last finite
+                           # parameters (its steps skipped) instead of stopping its population
+                           mix={"train.steps": 1000, "train.batch_size": 8,
+                                "train.skip_nonfinite_steps": 1000}, mos=LINEAR_MOS,
+                           mix_langs=(("mos", MOS_DATA),), mix_objectives=("sampled",),
+                           mix_seeds=(0, 1, 2, 3, 4), fresh_seeds=(5, 6, 7, 8, 9),
+                           mix_lrs=(0.03, 0.1, 0.3, 1.0), mix_runs=SEEDS_RUNS,
+                           rule=FreshRule())),
     # the paper's scale in spirit: a larger vocabulary and planted rank, a 2-layer d=256 model
     "tpu": Preset(BASE, part1({"model.vocab_size": 1024, "data.options.rank": 32,
                                "model.d_model": 256, "model.n_layers": 2, "model.n_heads": 4,

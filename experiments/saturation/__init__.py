@@ -5,8 +5,10 @@ sample corpus; one tokenizer for all widths) for the same number of steps, with 
 checkpoints, each measured on one fixed validation sample (``text_measure.py``) and summarised per
 width (``summary.py``: late-rise tests, the scaling law L = A / N^alpha + E and its gap CIs).
 Outputs in OUT: ``saturation_runs.csv`` (one row per width), ``saturation_fit.csv``,
-``saturation_train_loss.csv``, ``saturation_meta.json``, ``summary.json`` (per width: the rise
-verdict, the naive test, where each gap CI lies against 0) and the figures ``FIGS``."""
+``saturation_train_loss.csv``, ``saturation_loo.csv`` (each smaller width's gap with each fitted
+width left out), ``saturation_meta.json``, ``summary.json`` (per width: the rise verdict, the
+naive test, where each gap CI lies against 0; the scaling verdict with its leave-one-out rule)
+and the figures ``FIGS``."""
 
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ from ..common import md_table, read_rows, write_json, write_rows
 from .planted_measure import window_losses
 from .presets import PRESETS
 from .scaling import ScalingFit
-from .summary import fit_rows, gap_cis, smooth, width_row
+from .summary import GAP_FITS, fit_rows, gap_cis, loo_rows, scaling_verdict, smooth, width_row
 
 FIGS = ("fig_loss_anisotropy", "fig_spectrum_heatmap", "fig_kl_uniform", "fig_scaling")
 
@@ -80,6 +82,7 @@ def tables(ctx) -> None:
     train += [{"width": rows[-1]["width"], **x} for x in recs]
   rows, fits = fit_rows(rows, k.fit_min_width)
   gap_cis(rows, finals, k.n_boot)
+  write_rows(out / "saturation_loo.csv", loo_rows(rows))
   write_rows(out / "saturation_runs.csv", rows)
   write_rows(out / "saturation_fit.csv", fits)
   write_rows(out / "saturation_train_loss.csv", train)
@@ -93,7 +96,8 @@ def tables(ctx) -> None:
           "vocab_size": ds.vocab_size,
           "train_tokens": int(len(ds.train_tokens)), "val_tokens": int(len(ds.val_tokens)),
           "epochs": tc.steps * tc.batch_size * tc.seq_len / max(1, len(ds.train_tokens))}})
-  write_json(out / "summary.json", {"widths": [summarize(r) for r in rows]})
+  write_json(out / "summary.json", {"widths": [summarize(r) for r in rows],
+                                    "scaling": scaling_verdict(rows)})
 
 
 def _side(lo: float, hi: float) -> str:
@@ -181,7 +185,33 @@ def report(out, rel: str = ".") -> str:
       "", *[f"![{s}]({rel}/{figure.name(s)})" for s in FIGS], "",
       *md_table(rows, list(RUN_COLUMNS)), "",
       *md_table(read_rows(out / "saturation_fit.csv", text=("widths",)),
-                ["fit_on", "widths", "A", "alpha", "E", "rmse", "n_points"], ".4g")])
+                ["fit_on", "widths", "A", "alpha", "E", "rmse", "n_points"], ".4g"),
+      "", *scaling_lines(out, rows)])
+
+
+def scaling_lines(out, rows: list[dict]) -> list[str]:
+  """Each width below the fit: its gap (%) with its CI and leave-one-out range, the gaps with
+  each fitted width left out, and the verdict of ``summary.scaling_verdict``."""
+  v = json.loads((out / "summary.json").read_text())["scaling"]
+  loo = read_rows(out / "saturation_loo.csv")
+  lines = [f"Scaling verdict (the small widths lie above the law of the larger ones; supported "
+           f"(refuted) when under both N counts every width below the fit has its gap CI and "
+           f"its range over the fits leaving out one fitted width above (below) 0, else "
+           f"undecided): **{v['verdict']}** (without the head: {v['sides']['final']}, with "
+           f"it: {v['sides']['final_with_head']}; leave-one-out range crossing 0: d "
+           f"{', '.join(map(str, v['loo_crosses_0'])) or 'none'})."]
+  left = sorted({int(x["left_out"]) for x in loo})
+  table = []
+  for fit, _ in GAP_FITS:
+    for r in (r for r in rows if not r["in_fit"]):
+      w = int(r["width"])
+      table.append({"fit_on": fit, "width": w, "gap_pct": r[f"gap_{fit}_pct"],
+                    "ci": f"[{r[f'gap_{fit}_ci_lo']:+.2f}, {r[f'gap_{fit}_ci_hi']:+.2f}]",
+                    "loo range": f"[{r[f'gap_{fit}_loo_lo']:+.2f}, {r[f'gap_{fit}_loo_hi']:+.2f}]",
+                    **{f"without d{d}": x["gap_pct"] for d in left for x in loo
+                       if x["fit_on"] == fit and int(x["width"]) == w and x["left_out"] == d}})
+  cols = ["fit_on", "width", "gap_pct", "ci", "loo range", *[f"without d{d}" for d in left]]
+  return lines + ([""] + md_table(table, cols, "+.2f") if table else [])
 
 
 EXPERIMENT = Experiment("saturation", PRESETS, plan, measure=measure, measure_steps="all",

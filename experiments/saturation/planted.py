@@ -2,11 +2,12 @@
 (``planted_presets``; each its own run, or the arms of one shape one run of members) trained on
 fresh tokens of a planted mixture language, every checkpoint measured on fixed validation
 windows (``planted_measure``), each arm read out against its rank floor floor(d). Outputs in
-OUT: ``planted_checkpoints.csv``, ``planted_arms.csv`` (per arm: the rise with its CI and
-verdict, coincidence, gap to the floor, the checkpoints used), ``planted_floor<tag>.csv`` (per
-language), ``planted_meta.json`` (knobs, languages), ``summary.json`` (per arm its verdicts;
-the account: the pattern of "yes" verdicts over the seed-0 arms; per replicated arm the spread
-of its rise over seeds) and the figures ``FIGS``."""
+OUT: ``planted_checkpoints.csv``, ``planted_arms.csv`` (per arm: the rise with its CI, verdict
+and null level, the head at its peak, gap to the floor, the checkpoints used),
+``planted_floor<tag>.csv`` (per language), ``planted_meta.json`` (knobs, languages),
+``summary.json`` (per arm its verdicts; per replicated arm the seed bounds and spread of its
+rise; ``rule``: the verdict of the width-order rule, ``rise_rule``, over the float32 arms of the
+preset's language) and the figures ``FIGS``."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from sbjax.train import read_metrics
 from . import planted_measure as pm
 from ..common import fmt, md_table, read_rows, write_json, write_rows
 from .planted_presets import PRESETS, arm_config, arm_name, lang_tag
+from .rise_rule import RiseRule, decide, rule_text
 
 FIGS = ("fig_planted_loss_gamma", "fig_planted_kl_anisotropy_gamma")
 
@@ -88,7 +90,7 @@ def tables(ctx) -> None:
   points = [r for rows in ctx.measured.values() for r in rows]
   by_name = {lab["arm"]: (g, j) for g in ctx.groups.values() for j, lab in enumerate(g.labels)}
   members = {a: by_name[a.name] for a in k.arms}
-  floors, arms, ck, base = _floors(ctx, k, members), [], [], []
+  floors, arms, ck, ruled = _floors(ctx, k, members), [], [], []
   for a, (g, j) in members.items():
     rows = [r for r in points if r["arm"] == a.name]
     if not rows:  # every checkpoint set aside
@@ -102,16 +104,16 @@ def tables(ctx) -> None:
                  "checkpoints_saved": len(ckpt.checkpoint_steps(cfg.train)),
                  "last_step": rows[-1]["step"], "set_aside": "; ".join(
                      f"step {r['step']} ({r['reason']})" for r in aside) or "none"})
-    base += arms[-1:] if a.seed == 0 and not a.lang else []
+    ruled += arms[-1:] if not a.lang and a.dtype == "float32" else []  # the rule's arms
     ck += [{c: v for c, v in r.items() if c not in ("group", "member")
             and not c.startswith(pm.WINDOW)} for r in rows]
   write_rows(out / "planted_checkpoints.csv", ck)
   write_rows(out / "planted_arms.csv", arms)
   write_json(out / "planted_meta.json", _meta(ctx, members))
   write_json(out / "summary.json", {
-      "account": pm.account(base, small_d=k.small_d) if base else None,
-      "arms": {r["arm"]: {c: r[c] for c in ("rise_verdict", "coincidence")} for r in arms},
-      "replicates": replicates(arms)})
+      "arms": {r["arm"]: {c: r[c] for c in ("rise_verdict", "rise_above_null")} for r in arms},
+      "replicates": replicates(arms),
+      "rule": decide(ruled, k.rule, k.ref_weight_decay) if ruled else None})
 
 
 def _meta(ctx, members) -> dict:
@@ -128,9 +130,10 @@ def _meta(ctx, members) -> dict:
 
 
 def replicates(arms: list[dict]) -> list[dict]:
-  """Per arm trained from several seeds (same language, d, λ, dtype): the mean rise, its SD
-  over seeds and the t interval mean ± t_{0.975, n−1} SD / √n (the variance between trained
-  runs), and ``half``: the mean half-width of the seeds' bootstrap CIs (evaluation noise)."""
+  """Per arm trained from several seeds (same language, d, λ, dtype): the seed bounds (``min``,
+  ``max`` of the rises), ``n_above`` (seeds above their null level), the mean rise, its SD over
+  seeds and the t interval mean ± t_{0.975, n−1} SD / √n (the variance between trained runs),
+  and ``half``: the mean half-width of the seeds' bootstrap CIs (evaluation noise)."""
   by: dict = {}
   for a in arms:
     by.setdefault((a["vocab"], a["zipf"], a["d"], a["weight_decay"], a["dtype"]), []).append(a)
@@ -142,7 +145,9 @@ def replicates(arms: list[dict]) -> list[dict]:
     sd = float(np.std(r, ddof=1))
     t = float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
     out.append({"vocab": vocab, "zipf": zipf, "d": d, "weight_decay": lam, "dtype": dtype,
-                "seeds": [int(a["seed"]) for a in rows], "n": n, "mean": float(r.mean()),
+                "seeds": [int(a["seed"]) for a in rows], "n": n, "min": float(r.min()),
+                "max": float(r.max()), "n_above": sum(int(a["rise_above_null"]) for a in rows),
+                "mean": float(r.mean()),
                 "sd": sd, "t_lo": float(r.mean()) - t, "t_hi": float(r.mean()) + t,
                 "half": float(np.mean([(a["rise_ci_hi"] - a["rise_ci_lo"]) / 2
                                        for a in rows]))})
@@ -177,32 +182,46 @@ def draw(out) -> None:
   figure.save(fig2, out, FIGS[1], "Head spectrum and anisotropy vs Γ")
 
 
+RISE_COLUMNS = ["arm", "seed", "gamma_total", "rise", "rise_ci_lo", "rise_ci_hi", "rise_null",
+                "rise_p", "rise_above_null", "rise_verdict", "rise_start_step", "rise_peak_step",
+                "kl_centred_peak", "kl_centred_jump", "anisotropy_peak"]
+LEVEL_COLUMNS = ["arm", "final_expected_loss", "floor", "gap_to_floor", "final_kl_raw",
+                 "final_kl_centred", "final_anisotropy", "final_rare_row_norm",
+                 "final_frequent_row_norm", "train_rise", "rise_onset_step", "gamma_at_rise"]
+
+
 def report(out, rel: str = ".") -> str:
-  """The recipe, the arms' table and figures, the seed spreads and the account, from OUT."""
+  """The recipe, the arms' tables and figures, the seed bounds and the rule's verdict, from
+  OUT."""
   meta = json.loads((out / "planted_meta.json").read_text())
   summary = json.loads((out / "summary.json").read_text())
   k, lang = meta["knobs"], meta["language"]
   arms = read_rows(out / "planted_arms.csv")
-  lines = [f"Language: V = {lang['vocab']}, M = {lang.get('n_mix')}, k = {lang['rank']}, H = "
-           f"{fmt(lang['entropy_nats'])} nats; {meta['tokens_per_arm']:,} fresh tokens per arm "
-           f"({meta['steps']} steps of {k['batch']} x {k['seq_len']}), η = {k['lr']:g}. Rise: "
-           f"the expected loss ≥ {k['threshold']} nats above its running minimum after "
-           f"{k['after']:.0%} of training, CI by a paired bootstrap over {k['val_windows']} "
-           f"windows; coincidence: a KL jump ≥ {k['kl_jump']} and anisotropy ≥ "
-           f"{k['anisotropy_level']} within ±1 checkpoint of the onset.", ""]
-  cols = ["arm", "gamma_total", "rise", "rise_ci_lo", "rise_ci_hi", "rise_verdict",
-          "rise_onset_step", "gamma_at_rise", "train_rise", "coincidence", "final_expected_loss",
-          "floor", "gap_to_floor", "final_kl_raw", "final_kl_centred", "final_anisotropy",
-          "final_rare_row_norm", "final_frequent_row_norm"]
-  lines += md_table(arms, cols) + ["", *[f"![{s}]({rel}/{figure.name(s)})" for s in FIGS], ""]
+  rule = RiseRule(**k["rule"])
+  lines = [f"Language: V = {lang['vocab']}, M = {lang.get('n_mix')}, k = {lang['rank']}, Zipf "
+           f"{lang.get('zipf', 1.0):g}, H = {fmt(lang['entropy_nats'])} nats; "
+           f"{meta['tokens_per_arm']:,} fresh tokens per arm ({meta['steps']} steps of "
+           f"{k['batch']} x {k['seq_len']}), η = {k['lr']:g}. Rise R: the expected loss above "
+           f"its running minimum after {k['after']:.0%} of training (≥ 0 by construction: its "
+           f"95% CI, a paired bootstrap over {k['val_windows']} windows, is read against "
+           f"rise_null, the {rule.null_quantile:.0%} null level, with rise_p its permutation "
+           f"p; rise_verdict: the CI against {k['threshold']} nats; the onset: the first "
+           f"checkpoint {k['threshold']} nats above the running minimum). At the rise's peak: "
+           f"the centred KL(σ‖u), its jump from the rise's start, and the anisotropy.", ""]
+  lines += md_table(arms, RISE_COLUMNS) + ["", *md_table(arms, LEVEL_COLUMNS), ""]
+  lines += [f"![{s}]({rel}/{figure.name(s)})" for s in FIGS] + [""]
   lines += [f"- {a['arm']}: set aside {a['set_aside']}; its statistics use "
             f"{int(a['checkpoints_used'])} of {int(a['checkpoints_saved'])} checkpoints."
             for a in arms if a["set_aside"] != "none"]
   if summary["replicates"]:
-    lines += ["", *md_table(summary["replicates"], ["d", "weight_decay", "vocab", "zipf", "n",
-                                                    "mean", "sd", "t_lo", "t_hi", "half"])]
-  lines += ["", f"Account (the pattern of 'yes' verdicts over the seed-0 arms of the preset's "
-            f"language; small: d ≤ {k['small_d']}): **{summary['account']}**."]
+    lines += ["", "Seeds of one arm (min, max: the seed bounds; n_above: seeds above their "
+              "null level):", "", *md_table(summary["replicates"], [
+                  "d", "weight_decay", "vocab", "zipf", "n", "n_above", "min", "max", "mean",
+                  "sd", "t_lo", "t_hi", "half"])]
+  if summary.get("rule"):
+    v = summary["rule"]
+    lines += ["", rule_text(rule, k["after"], k["ref_weight_decay"]), "",
+              f"Verdict: **{v['verdict']}**: {v['reason']}."]
   return "\n".join(lines)
 
 

@@ -87,18 +87,30 @@ def measurer(cfg, windows_WxT1: np.ndarray, lang):
   return one
 
 
-def _jump(vals: np.ndarray, i: int) -> float:
-  """The largest one-checkpoint increase vals[j] − vals[j−1] for j within ±1 of i."""
-  js = [j for j in (i - 1, i, i + 1) if 1 <= j < len(vals)]
-  return float(max(vals[j] - vals[j - 1] for j in js)) if js else float("nan")
+def null_and_peak(rows: list[dict], steps: np.ndarray, total: int, k) -> dict:
+  """The rise against its null level (``rise.null_level`` with ``k.rule``'s constants) and the
+  head at the rise's peak: its start (the running minimum the peak is measured from), the
+  centred KL and anisotropy at the peak and the centred KL's jump from the start."""
+  r = k.rule
+  mean = window_losses(rows).mean(axis=1)
+  null = rise_lib.null_level(steps, mean, total, after=k.after, q=r.null_quantile,
+                             n_perm=r.n_perm, block=r.block)
+  exc = rise_lib.excess_over_running_min(mean)
+  mask = steps >= k.after * total
+  peak = int(np.nonzero(mask)[0][np.argmax(exc[mask])])
+  start = int(np.argmin(mean[:peak + 1]))
+  kl = [rows[i]["kl_centred"] for i in (start, peak)]
+  return {"rise_null": null["level"], "rise_p": null["p"],
+          "rise_above_null": int(float(exc[peak]) > null["level"]),
+          "rise_start_step": int(steps[start]), "kl_centred_peak": kl[1],
+          "anisotropy_peak": rows[peak]["anisotropy_last"], "kl_centred_jump": kl[1] - kl[0]}
 
 
 def arm_summary(rows: list[dict], train_recs: list[dict], cfg, k, floor: float,
                 entropy: float) -> dict:
-  """One arm's row of planted_arms.csv: the rise with its CI and verdict (rise.py), the train
-  loss's rise, Γ at the rise onset, the coincidence of a KL jump (``kl_jump``, raw or centred)
-  and anisotropy ≥ ``anisotropy_level`` within ±1 checkpoint of it, the final values and the
-  gap to the floor. ``k``: the preset's Knobs."""
+  """One arm's row of planted_arms.csv: the rise with its CI and verdict (rise.py), its null
+  level and the head at its peak (``null_and_peak``), the train loss's rise, Γ at the rise
+  onset, the final values and the gap to the floor. ``k``: the preset's Knobs."""
   steps, total = np.array([r["step"] for r in rows]), cfg.train.steps
   rt = rise_lib.rise_test(steps, window_losses(rows), total, threshold=k.threshold,
                           after=k.after, n_boot=k.n_boot)
@@ -111,21 +123,11 @@ def arm_summary(rows: list[dict], train_recs: list[dict], cfg, k, floor: float,
          "dtype": cfg.model.dtype, "steps": total, "gamma_total": optim.gamma_total(cfg.train),
          "rise": rt["rise"], "rise_ci_lo": rt["ci_lo"], "rise_ci_hi": rt["ci_hi"],
          "rise_verdict": rt["verdict"], "rise_onset_step": rt["onset_step"],
-         "rise_peak_step": rt["peak_step"], "train_rise": train_rise,
+         "rise_peak_step": rt["peak_step"], **null_and_peak(rows, steps, total, k),
+         "train_rise": train_rise,
          "train_rise_moves": int(train_rise >= k.threshold)}
   i = int(np.nonzero(steps == rt["onset_step"])[0][0]) if rt["onset_step"] is not None else None
-  nan = float("nan")
-  out["gamma_at_rise"] = rows[i]["gamma"] if i is not None else nan
-  for kind in ("raw", "centred"):
-    out[f"kl_jump_{kind}"] = _jump(np.array([r[f"kl_{kind}"] for r in rows]), i) \
-        if i is not None else nan
-  an = np.array([r["anisotropy_last"] for r in rows])
-  out["anisotropy_at_rise"] = float(an[max(i - 1, 0):i + 2].max()) if i is not None else nan
-  which = [kind for kind in ("raw", "centred") if out[f"kl_jump_{kind}"] >= k.kl_jump]
-  out["coincidence"] = ("n/a" if i is None else
-                        "yes" if which and out["anisotropy_at_rise"] >= k.anisotropy_level
-                        else "no")
-  out["coincidence_kl"] = "+".join(which) or "none"
+  out["gamma_at_rise"] = rows[i]["gamma"] if i is not None else float("nan")
   final = rows[-1]
   out.update(final_expected_loss=final["expected_loss"], floor=floor, H=entropy,
              floor_gap=floor - entropy, gap_to_floor=final["expected_loss"] - floor,
@@ -134,20 +136,6 @@ def arm_summary(rows: list[dict], train_recs: list[dict], cfg, k, floor: float,
              final_ln_f_bias_norm=final["ln_f_bias_norm"],
              **{f"final_{c}": final[c] for c in ROW_NORMS})
   return out
-
-
-def account(arms: list[dict], small_d: int = 16, gamma_split: float = 5.0) -> str:
-  """The pattern of "yes" verdicts: "width" (exactly the arms with d ≤ small_d), "gamma"
-  (exactly those with Γ_total ≥ gamma_split), "neither" (none), "both" (the arms do not
-  separate the two), else "mixed"; "inconclusive" when a verdict is."""
-  if any(a["rise_verdict"] == "inconclusive" for a in arms):
-    return "inconclusive"
-  rises = [a["rise_verdict"] == "yes" for a in arms]
-  if not any(rises):
-    return "neither"
-  width = all(r == (a["d"] <= small_d) for r, a in zip(rises, arms))
-  gamma = all(r == (a["gamma_total"] >= gamma_split) for r, a in zip(rises, arms))
-  return "both" if width and gamma else "width" if width else "gamma" if gamma else "mixed"
 
 
 def svd_bounds(lang, ranks) -> list[dict]:

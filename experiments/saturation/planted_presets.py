@@ -13,6 +13,8 @@ from sbjax.config import Config, TrainConfig
 from sbjax.experiment import Preset
 from sbjax.overrides import config_from
 
+from .rise_rule import RiseRule
+
 
 @dataclasses.dataclass(frozen=True)
 class Arm:
@@ -51,13 +53,11 @@ class Knobs:
   threshold: float = 0.02  # the rise: nats above the running minimum
   after: float = 0.3  # rises count after this fraction of training
   n_boot: int = 2000
-  kl_jump: float = 1.0  # coincidence: a KL jump of this many nats within ±1 checkpoint ...
-  anisotropy_level: float = 0.9  # ... and anisotropy at least this
   floor_gtol: float = 1e-6
   floor_max_iter: int = 5000
   floor_mode: str = "fit"  # "svd": an upper bound (planted_measure.svd_bounds), for large V
-  small_d: int = 16  # the "width" account: exactly the arms with d <= small_d rise
   population: bool = False  # the arms of one shape (d, dtype, language) train as one run
+  rule: RiseRule = RiseRule()  # the rise's null level and the width-order verdict (rise_rule)
 
 
 CPU = {"data.source": "planted_mix", "data.options.vocab": 256, "data.options.rank": 8,
@@ -112,6 +112,15 @@ REPLICATE_ARMS = (tuple(Arm(d, 0.1, seed=s) for s in (1, 2) for d in (8, 64))
 GPU_SEEDS = {32: (0, 1, 2), 128: (0, 1), 512: (0,)}
 
 
+# the tail language's replicated width order (the preset's language is V 1024, Zipf 1.5): d8 and
+# d32 seeds 0-2 (seed 0: the earlier one-seed runs, rerun so the preset stands alone), d64 seeds
+# 0-1 at Γ 7.9, and d32 at Γ 2.4 (λ 0.03) seeds 0-1; one population per width
+E1_LANG = {"data.options.vocab": 1024, "data.options.zipf": 1.5}
+E1_ARMS = (tuple(Arm(d, 0.1, seed=s) for d, seeds in ((8, (0, 1, 2)), (32, (0, 1, 2)),
+                                                      (64, (0, 1))) for s in seeds)
+           + tuple(Arm(32, 0.03, seed=s) for s in (0, 1)))
+
+
 def gpu_arms(dtype: str) -> tuple:
   return tuple(Arm(d, wd, dtype, seed=s) for d, seeds in GPU_SEEDS.items() for s in seeds
                for wd in (0.1, 0.03))
@@ -121,8 +130,7 @@ GPU = {"data.source": "planted_tail", "data.options.vocab": 4096, "data.options.
        "data.options.mix": 8, "data.options.zipf": 1.5, "data.options.sampler": "device",
        "model.n_layers": 2, "train.batch_size": 64, "train.seq_len": 128,
        "train.ckpt_every": 1000, "train.log_every": 100, "train.async_checkpoint": True}
-GPU_KNOBS = dict(head_dim=32, streaming=True, val_windows=64, floor_mode="svd", small_d=32,
-                 population=True)
+GPU_KNOBS = dict(head_dim=32, streaming=True, val_windows=64, floor_mode="svd", population=True)
 TINY = {"train.steps": 20, "train.batch_size": 4, "train.seq_len": 16, "train.log_every": 2,
         "data.options.vocab": 32, "data.options.rank": 2, "data.options.mix": 2}
 TINY_KNOBS = dict(val_windows=8, n_boot=200, floor_gtol=1e-4, floor_max_iter=300)
@@ -143,11 +151,20 @@ PRESETS: dict[str, Preset[Knobs]] = {
                               Knobs(arms=(Arm(8, 0.1, seed=1), Arm(8, 0.1, lang=(
                                   ("data.options.vocab", 64), ("data.options.zipf", 1.5)))),
                                     **TINY_KNOBS)),
+    # the tail language's replicated width order and its pre-registered rule (rise_rule)
+    "cpu-e1": preset(E1_LANG, Knobs(arms=E1_ARMS, floor_gtol=1e-4, floor_max_iter=1000,
+                                    population=True)),
+    "test-e1": preset({**TINY, "data.options.vocab": 64, "data.options.zipf": 1.5,
+                       "train.lr": 0.1, "train.ckpt_every": 2, "train.ckpt_log_spaced": False},
+                      Knobs(arms=tuple(Arm(d, wd, seed=s) for d, wd, seeds in (
+                          (8, 0.1, (0, 1)), (16, 0.1, (0,)), (32, 0.1, (0,)),
+                          (16, 0.03, (0,))) for s in seeds), population=True,
+                            rule=RiseRule(n_perm=200, block=2, order_perms=2000), **TINY_KNOBS)),
     "gpu": preset(GPU, Knobs(arms=gpu_arms("bfloat16"), **GPU_KNOBS)),
     "gpu-fp32": preset(GPU, Knobs(arms=gpu_arms("float32"), **GPU_KNOBS)),
     "gpu-test": preset({**GPU, **TINY, "model.n_layers": 1, "train.ckpt_every": 10},
                        Knobs(arms=tuple(Arm(8, wd, "bfloat16", seed=s) for s in (0, 1)
                                         for wd in (0.1, 0.03)),
-                             **{**GPU_KNOBS, "head_dim": 8, "val_windows": 8, "small_d": 8},
+                             **{**GPU_KNOBS, "head_dim": 8, "val_windows": 8},
                              n_boot=200)),
 }

@@ -102,3 +102,19 @@ def bootstrap_gap(n, losses_PxW, in_fit, *, n_boot: int = 300, ci: float = 0.95,
   nan = np.full(len(n), np.nan)
   lo, hi = (np.quantile(g, q, axis=0) if len(g) else nan for q in ((1 - ci) / 2, (1 + ci) / 2))
   return {"gap_pct": f0.gap_pct(mean, n), "lo": lo, "hi": hi, "n_ok": len(g)}
+
+
+def leave_one_out(n, loss, in_fit) -> dict[int, np.ndarray]:
+  """{i: every point's gap_pct to the law fitted on the points ``in_fit`` without point i}, for
+  each fitted i ({} with fewer than 4 fitted points: a fit needs 3)."""
+  n, y, infit = (np.asarray(n, np.float64), np.asarray(loss, np.float64),
+                 np.asarray(in_fit, bool))
+  fitted = np.nonzero(infit)[0]
+  if fitted.size < 4:
+    return {}
+  out = {}
+  for i in fitted:
+    keep = infit.copy()
+    keep[i] = False
+    out[int(i)] = fit_power_law(n[keep], y[keep]).gap_pct(y, n)
+  return out

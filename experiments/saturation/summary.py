@@ -3,7 +3,9 @@ per width the losses, two late-rise tests (naive: final − best > rise_tol; pai
 on the window losses, and its statistic of the train loss binned between checkpoints), the
 head's KL and anisotropy at the best and final checkpoint; the law of ``scaling.py`` fitted on
 the widths >= fit_min_width with N without the head (fits ``final``, ``best``) and with it
-(``final_with_head``), each width's gap to it and its paired-bootstrap CI."""
+(``final_with_head``), each width's gap to it and its paired-bootstrap CI; each smaller width's
+gap with each fitted width left out (``loo_rows``) and the verdict on the small widths' gaps
+(``scaling_verdict``)."""
 
 from __future__ import annotations
 
@@ -137,3 +139,53 @@ def gap_cis(rows: list[dict], finals: list[np.ndarray], n_boot: int) -> None:
     g = scaling.bootstrap_gap([r[col] for r in rows], np.stack(finals), infit, n_boot=n_boot)
     for r, lo, hi in zip(rows, g["lo"], g["hi"]):
       r[f"gap_{fit}_ci_lo"], r[f"gap_{fit}_ci_hi"] = float(lo), float(hi)
+
+
+def loo_rows(rows: list[dict]) -> list[dict]:
+  """For both N counts, each small width's gap under the law refitted with each fitted width
+  left out (``scaling.leave_one_out``): one row per (fit, width, left-out width); adds to the
+  small widths' rows ``gap_<fit>_loo_lo``/``hi`` (the range over those fits and the full one)
+  and ``gap_<fit>_loo_lo_without``/``hi_without`` (the width left out at each end; 0: none)."""
+  infit = [bool(r["in_fit"]) for r in rows]
+  out = []
+  for fit, col in GAP_FITS:
+    loo = scaling.leave_one_out([r[col] for r in rows], [r["final_eval_loss"] for r in rows],
+                                infit)
+    for j, r in enumerate(rows):
+      if infit[j]:
+        continue
+      gaps = [(0, r[f"gap_{fit}_pct"])] + [(rows[i]["width"], float(g[j])) for i, g in
+                                             loo.items()]
+      out += [{"fit_on": fit, "width": r["width"], "left_out": w, "gap_pct": g}
+              for w, g in gaps[1:]]
+      lo, hi = (min(gaps, key=lambda x: x[1]), max(gaps, key=lambda x: x[1])) if loo else (
+          (0, math.nan), (0, math.nan))
+      r.update({f"gap_{fit}_loo_lo": lo[1], f"gap_{fit}_loo_hi": hi[1],
+                f"gap_{fit}_loo_lo_without": lo[0], f"gap_{fit}_loo_hi_without": hi[0]})
+  return out
+
+
+def _count_side(small: list[dict], fit: str) -> str:
+  """"above" ("below") when every small width's CI and leave-one-out range lie above (below)
+  0, else "undecided" (NaN bounds included)."""
+  b = [(r[f"gap_{fit}_ci_lo"], r[f"gap_{fit}_ci_hi"], r.get(f"gap_{fit}_loo_lo", math.nan),
+        r.get(f"gap_{fit}_loo_hi", math.nan)) for r in small]
+  if small and all(min(x[0], x[2]) > 0 for x in b):
+    return "above"
+  return "below" if small and all(max(x[1], x[3]) < 0 for x in b) else "undecided"
+
+
+def scaling_verdict(rows: list[dict]) -> dict:
+  """The claim "the small widths lie above the law of the larger ones" (Godey Fig. 1b):
+  supported when, under both N counts, every width below the fit has its gap CI and its
+  leave-one-out range above 0; refuted when both lie below 0 under both counts; else
+  undecided (a CI or a leave-one-out range crosses 0, or the counts disagree)."""
+  small = [r for r in rows if not r["in_fit"]]
+  sides = {fit: _count_side(small, fit) for fit, _ in GAP_FITS}
+  verdict = ("supported" if set(sides.values()) == {"above"} else
+             "refuted" if set(sides.values()) == {"below"} else "undecided")
+  cross = sorted({int(r["width"]) for r in small for fit, _ in GAP_FITS
+                  if not (r.get(f"gap_{fit}_loo_lo", math.nan) > 0
+                          or r.get(f"gap_{fit}_loo_hi", math.nan) < 0)})
+  return {"verdict": verdict, "sides": sides, "small_widths": [int(r["width"]) for r in small],
+          "loo_crosses_0": cross}

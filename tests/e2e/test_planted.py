@@ -1,7 +1,9 @@
 """The planted experiment at its test presets through the suite command line: the CSVs follow
 the exact floors and the matched-rank rule, the report carries its header and tables equal to
 the CSVs with figures in the asked format, a rerun trains and measures nothing, and the
-test-mos-seeds preset's lr choice and Welch verdicts are recomputed from its CSV with scipy."""
+fresh-seed preset (test-e3): each arm's fresh seeds at the lr it chose on the selection stream,
+their Welch intervals recomputed with scipy, and the pre-registered rule's verdict in
+summary.json recomputed from the CSVs."""
 
 import json
 import re
@@ -75,23 +77,48 @@ def test_rerun_trains_and_measures_nothing(suite):
   assert len(marks) >= 8 and {p: p.stat().st_mtime_ns for p in marks} == before
 
 
-def test_mos_seeds_cells_recomputed_with_scipy(tmp_path):
-  out = tmp_path / "cells"
-  run(exp.EXPERIMENT, out, "test-mos-seeds", verbose=False)
-  rows = read_rows(out / exp.CSV_MIX, text=("label", "arm", "head", "lang", "objective", "run"))
-  assert not (out / exp.CSV_KNEE).exists()  # part 2 alone
-  cfg = dict(mix_configs(exp.PRESETS["test-mos-seeds"]))
-  assert all(r["head_flops"] == head_flops(cfg[r["label"]].model) for r in rows)
-  assert all(r["sel_expected_loss"] != r["expected_loss"] for r in rows)  # another stream
-  summary = json.loads((out / "summary.json").read_text())["mix"]
-  for (lang, obj), rs in stats.cells(rows):
-    gaps = {}
-    for name in ("mos", "lowrank", "mos-flops"):
-      sel = [r for r in rs if r["run"] == name]
-      by_lr = {lr: np.mean([r["sel_gap"] for r in sel if r["lr"] == lr]) for lr in
-               {r["lr"] for r in sel}}
-      gaps[name] = [r["gap"] for r in sel if r["lr"] == min(by_lr, key=by_lr.get)]
-    for key, name in (("params", "mos"), ("flops", "mos-flops")):
-      lo, hi = sps.ttest_ind(gaps["lowrank"], gaps[name], equal_var=False).confidence_interval()
-      want = "supported" if lo > 0 else "refuted" if hi < 0 else "undecided"
-      assert summary[f"{lang}/{obj}"][key] == want
+@pytest.fixture(scope="module")
+def e3(tmp_path_factory):
+  out = tmp_path_factory.mktemp("e3")
+  run(exp.EXPERIMENT, out, "test-e3", verbose=False)
+  text = ("label", "arm", "head", "lang", "objective", "run")
+  return out, read_rows(out / exp.CSV_MIX, text=text), read_rows(out / exp.CSV_FRESH, text=text)
+
+
+def test_fresh_seeds_at_the_chosen_lr_with_scipy_intervals(e3):
+  out, sel, fresh = e3
+  k = exp.PRESETS["test-e3"].knobs
+  cfg = dict(mix_configs(exp.PRESETS["test-e3"]))
+  assert all(r["head_flops"] == head_flops(cfg[r["label"]].model) for r in sel)
+  assert all(r["sel_expected_loss"] != r["expected_loss"] for r in sel)  # another stream
+  summary = json.loads((out / "summary.json").read_text())
+  gaps = {}
+  for name in ("mos", "lowrank", "mos-flops"):
+    rs = [r for r in sel if r["run"] == name]
+    by_lr = {lr: np.mean([r["sel_gap"] for r in rs if r["lr"] == lr]) for lr in k.mix_lrs}
+    f = [r for r in fresh if r["run"] == name]
+    assert sorted(r["seed"] for r in f) == list(k.fresh_seeds)
+    assert {r["lr"] for r in f} == {min(by_lr, key=by_lr.get)}
+    gaps[name] = [r["gap"] for r in f]
+  for key, name in (("params", "mos"), ("flops", "mos-flops")):
+    assert summary["mix"]["mos/sampled"][key] == stats.SAME_SEEDS  # lr chosen on those seeds
+    lo, hi = sps.ttest_ind(gaps["lowrank"], gaps[name], equal_var=False).confidence_interval()
+    w = summary["fresh"]["cells"]["mos/sampled"][key]
+    assert (w["lo"], w["hi"]) == pytest.approx((lo, hi), rel=1e-9)
+
+
+def test_rule_verdict_from_the_floor_fit(e3):
+  out, sel, fresh = e3
+  rule = exp.PRESETS["test-e3"].knobs.rule
+  fits = read_rows(out / "planted_mix_floor_mos.csv")
+  low = [r for r in sel + fresh if r["run"] == "lowrank"]
+  floor_gap = next(f["floor"] for f in fits if f["rank"] == low[0]["rank"]) - low[0]["H"]
+  mos = [r["gap"] for r in fresh if r["run"] == "mos"]
+  below = sum(g < floor_gap for g in mos)
+  want = ("undecided" if min(r["gap"] for r in low) < floor_gap - rule.floor_tol else
+          "supports" if below == len(mos) >= rule.n_fresh else "refutes" if below == 0
+          else "undecided")
+  d = json.loads((out / "summary.json").read_text())["fresh"]["decision"]
+  assert (d["verdict"], d["below"], d["n"]) == (want, below, len(mos))
+  assert d["floor_gap"] == pytest.approx(floor_gap, abs=1e-12)
+  assert f"Verdict: **{want}**" in exp.report(out)

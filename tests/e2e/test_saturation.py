@@ -1,8 +1,8 @@
 """experiments.saturation (the width sweep on a generated corpus) and its planted arms
 (``saturation_planted``) at their test presets, through the engine's runner: the measured
 columns against numpy on the saved checkpoints, the per-width and per-arm tables against the
-checkpoint rows, the decisions of summary.json against their CSVs, and a rerun that does
-nothing."""
+checkpoint rows, the decisions of summary.json against their CSVs (the width-order rule of
+``test-e1`` among them), and a rerun that does nothing."""
 
 import json
 import math
@@ -14,8 +14,10 @@ import pytest
 from experiments import saturation
 from experiments.common import read_rows
 from experiments.saturation import planted
-from experiments.saturation.planted_measure import W_ERROR_DIMS, account, window_losses
+from experiments.saturation import rise as R
+from experiments.saturation.planted_measure import W_ERROR_DIMS, window_losses
 from experiments.saturation.planted_presets import arm_config
+from experiments.saturation.rise_rule import decide
 from sbjax import checkpoint as ckpt
 from sbjax import heads
 from sbjax.analysis.samples import eval_sample
@@ -105,7 +107,9 @@ def test_summary_follows_the_table(text):
     assert s["rise_verdict"] == ("yes" if r["rise_ci_lo"] >= t else "no" if r["rise_ci_hi"] < t
                                  else "inconclusive")
     assert s["late_rise"] == bool(r["late_rise"]) and s["gap_final_ci"] == "n/a"
+  assert summary["scaling"]["verdict"] == "undecided"  # no width below the fit
   text_ = saturation.report(out, "sat")
+  assert "Scaling verdict" in text_
   assert "](sat/fig_scaling.png)" in text_ and f"{r['final_eval_loss']:.4f}" in text_
 
 
@@ -161,5 +165,25 @@ def test_planted_arm_table(arms):
   assert a["checkpoints_used"] == a["checkpoints_saved"] == len(points)
   summary = json.loads((arms / "summary.json").read_text())
   assert summary["arms"][a["arm"]]["rise_verdict"] == a["rise_verdict"]
-  assert summary["account"] == account([a], small_d=PLANTED.knobs.small_d)
   assert f"| {a['arm']} |" in planted.report(arms)
+
+
+def test_width_order_rule_lands_in_summary(tmp_path):
+  """``test-e1``: the arms of one width train as one population (seeds and λ as members), each
+  arm's null level is its curve's (``rise.null_level`` on the checkpoints' window losses), and
+  summary.json holds the rule's verdict on the arms' table, which the report prints."""
+  p = planted.PRESETS["test-e1"]
+  run(planted.EXPERIMENT, tmp_path, "test-e1", verbose=False)
+  assert sorted(d.name for d in (tmp_path / "runs" / "d16").iterdir()
+                if d.is_dir()) == ["member_0", "member_1"]
+  arms, points = read_rows(tmp_path / "planted_arms.csv"), read_rows(tmp_path / "checkpoints.csv")
+  total, rule = p.overrides["train.steps"], p.knobs.rule
+  for a in arms:
+    mine = [r for r in points if r["arm"] == a["arm"]]
+    null = R.null_level([r["step"] for r in mine], window_losses(mine).mean(1), total,
+                        q=rule.null_quantile, n_perm=rule.n_perm, block=rule.block)
+    assert (a["rise_null"], a["rise_p"]) == pytest.approx((null["level"], null["p"]))
+    assert a["rise_above_null"] == (a["rise"] > null["level"])
+  summary = json.loads((tmp_path / "summary.json").read_text())
+  assert summary["rule"] == json.loads(json.dumps(decide(arms, rule, p.knobs.ref_weight_decay)))
+  assert f"Verdict: **{summary['rule']['verdict']}**" in planted.report(tmp_path)

@@ -1,18 +1,22 @@
 """The saturation experiment's statistics on constructed data: the late-rise statistic with its
-paired bootstrap, the scaling-law fit and the CIs of the gaps to it, the planted arms' account
-and seed spread (against scipy) and the svd floor bound (against the fitted floors)."""
+paired bootstrap and its null level, the scaling-law fit, the CIs of the gaps to it and its
+leave-one-out verdict, the planted arms' seed spread (against scipy) and width-order rule, and
+the svd floor bound (against the fitted floors)."""
 
+import itertools
 import math
 
 import numpy as np
 import pytest
 from scipy import stats
 
+from experiments.common import read_rows, write_rows
 from experiments.saturation import planted
 from experiments.saturation import rise as R
 from experiments.saturation import scaling
-from experiments.saturation.planted_measure import account, svd_bounds
-from experiments.saturation.summary import fit_rows, gap_cis
+from experiments.saturation.planted_measure import null_and_peak, svd_bounds
+from experiments.saturation.rise_rule import RiseRule, decide, spearman
+from experiments.saturation.summary import fit_rows, gap_cis, loo_rows, scaling_verdict
 from sbjax.data.planted_tail import PlantedTail
 from sbjax.studies import floor as floor_lib
 
@@ -106,21 +110,10 @@ def test_gaps_to_the_law_and_their_cis():
   assert all(math.isnan(f["A"]) for f in fits) and math.isnan(rows[0]["gap_final_pct"])
 
 
-def test_account_rules():
-  def arm(d, g, v):
-    return {"d": d, "gamma_total": g, "rise_verdict": v}
-  grid = [(8, 7.9), (16, 7.9), (64, 7.9), (8, 2.4), (64, 2.4)]
-  assert account([arm(d, g, "yes" if d <= 16 else "no") for d, g in grid]) == "width"
-  assert account([arm(d, g, "yes" if g > 5 else "no") for d, g in grid]) == "gamma"
-  assert account([arm(d, g, "no") for d, g in grid]) == "neither"
-  assert account([arm(d, g, "yes" if d == 64 else "no") for d, g in grid]) == "mixed"
-  assert account([arm(8, 7.9, "inconclusive"), arm(64, 2.4, "no")]) == "inconclusive"
-
-
 def test_seed_spread_against_scipy():
   rises = [(0.0119, 0.0104, 0.0136), (0.0031, 0.0020, 0.0050), (0.0080, 0.0061, 0.0101)]
   arms = [{"vocab": 256, "zipf": 1.0, "d": 64, "weight_decay": 0.1, "dtype": "float32",
-           "seed": s, "rise": r, "rise_ci_lo": lo, "rise_ci_hi": hi}
+           "seed": s, "rise": r, "rise_ci_lo": lo, "rise_ci_hi": hi, "rise_above_null": s % 2}
           for s, (r, lo, hi) in enumerate(rises)]
   arms.append({**arms[0], "d": 8})  # one seed: no spread
   (s,) = planted.replicates(arms)
@@ -128,6 +121,7 @@ def test_seed_spread_against_scipy():
   ci = stats.ttest_1samp(r, 0.0).confidence_interval(0.95)
   assert (s["t_lo"], s["t_hi"]) == pytest.approx((ci.low, ci.high))
   assert s["sd"] == pytest.approx(np.std(r, ddof=1)) and s["seeds"] == [0, 1, 2]
+  assert (s["min"], s["max"], s["n_above"]) == (r.min(), r.max(), 1)
   assert s["half"] == pytest.approx(np.mean([(hi - lo) / 2 for _, lo, hi in rises]))
 
 
@@ -152,3 +146,129 @@ def test_population_presets_group_by_shape():
   assert all({a.d for a in arms} == {int(n[1:].split("-")[0])} and
              {a.weight_decay for a in arms} == {0.1, 0.03} for n, arms in gs)
   assert [len(a) for _, a in planted.groups(planted.PRESETS["cpu"].knobs)] == [1] * 6
+
+
+def test_null_level_against_every_block_order():
+  """Six checkpoints after 30% in blocks of 2: the 6 orders of the blocks of moving-mean
+  residuals around the isotonic fit, written out here; q = 1 (0) gives the largest (smallest)
+  of their rises, p their share ≥ R (within sampling)."""
+  steps, total = np.arange(8), 8
+  mean = np.array([5.0, 3.0, 2.0, 2.6, 1.5, 1.6, 1.9, 1.4])
+  fit = np.r_[2.3, 2.3, [5 / 3] * 3, 1.4]  # the pooled adjacent violators, by hand
+  y = mean[2:]
+  local = np.array([y[max(0, i - 1):i + 1].mean() for i in range(6)])  # this and the previous
+  noise = (y - local) * np.sqrt(2)
+  null = [R.rise_statistic(steps, np.r_[mean[:2], fit + noise[np.r_[tuple(
+      range(2 * b, 2 * b + 2) for b in o)]]], total) for o in itertools.permutations(range(3))]
+  r = R.rise_statistic(steps, mean, total)
+  kw = dict(after=0.25, n_perm=4000, block=2)
+  assert R.null_level(steps, mean, total, q=1.0, **kw)["level"] == pytest.approx(max(null))
+  assert R.null_level(steps, mean, total, q=0.0, **kw)["level"] == pytest.approx(min(null))
+  assert R.null_level(steps, mean, total, **kw)["p"] == pytest.approx(
+      np.mean(np.array(null) >= r - 1e-12), abs=0.03)
+
+
+def _arm_rows(ramp: float, seed: int) -> list[dict]:
+  """Checkpoint rows of ``series(0.0, seed)`` plus a climb of ``ramp`` nats over the last 40%
+  of training (a sustained rise: longer than the null's blocks)."""
+  up = ramp * np.clip((STEPS - 0.6 * TOTAL) / (0.4 * TOTAL), 0, 1)
+  return [{"step": int(s), "kl_centred": 0.7, "anisotropy_last": 0.05,
+           **{f"loss_w{w}": float(x) for w, x in enumerate(v)}}
+          for s, v in zip(STEPS, series(0.0, seed) + up[:, None])]
+
+
+def test_a_rise_against_its_null_level(tmp_path):
+  """The old sentence's trigger ("3 of 3 CIs clear 0"): three seeds of a noisy decay, read
+  from a checkpoints CSV, whose rise CIs all lie above 0 (R ≥ 0 by construction). None rises
+  above its null level, so the seed table says 0 of 3 and the rule refutes; a climb of 0.02
+  nats over the last 40% of training rises above it."""
+  k = planted.PRESETS["cpu-e1"].knobs
+  arms = []
+  for seed in range(3):
+    write_rows(tmp_path / f"ck{seed}.csv", _arm_rows(0.0, seed))
+    rows = read_rows(tmp_path / f"ck{seed}.csv")
+    ci = R.rise_test(STEPS, np.array([[r[f"loss_w{w}"] for w in range(64)] for r in rows]),
+                     TOTAL, n_boot=500)
+    assert ci["ci_lo"] > 0  # what the bare count counted
+    arms.append({"vocab": 1024, "zipf": 1.5, "d": 32, "weight_decay": 0.1, "dtype": "float32",
+                 "seed": seed, "rise": ci["rise"], "rise_ci_lo": ci["ci_lo"],
+                 "rise_ci_hi": ci["ci_hi"], **null_and_peak(rows, STEPS, TOTAL, k)})
+    assert arms[-1]["rise"] <= arms[-1]["rise_null"] and not arms[-1]["rise_above_null"]
+  (rep,) = planted.replicates(arms)
+  assert (rep["n_above"], rep["n"]) == (0, 3)
+  assert (rep["min"], rep["max"]) == (min(a["rise"] for a in arms), max(a["rise"] for a in arms))
+  assert decide(arms, k.rule, 0.1)["verdict"] == "refutes"
+  climb = null_and_peak(_arm_rows(0.02, 0), STEPS, TOTAL, k)
+  assert climb["rise_above_null"] and climb["rise_p"] < 0.01
+
+
+def test_spearman_against_every_pairing():
+  x, y = [8, 8, 8, 32, 32, 64], [0.03, 0.01, 0.02, 0.015, 0.012, 0.004]
+  rho, p = spearman(x, y, 50_000)
+  assert rho == pytest.approx(stats.spearmanr(x, y).statistic)
+  null = [stats.spearmanr(x, [y[i] for i in o]).statistic
+          for o in itertools.permutations(range(6))]
+  assert p == pytest.approx(np.mean(np.abs(null) >= abs(rho) - 1e-12))
+
+
+def _e1(rises: dict, above=lambda d, lam: True, jump: float = 1.5) -> list[dict]:
+  """Arms of the E1 design: {(d, λ): [rise of each seed]}."""
+  return [{"d": d, "weight_decay": lam, "rise": r, "rise_above_null": int(above(d, lam)),
+           "kl_centred_jump": jump} for (d, lam), rs in rises.items() for r in rs]
+
+
+def test_width_order_rule():
+  """Each verdict of the rule from the E1 cells (d8, d32 x 3 seeds, d64 x 2 at λ 0.1, d32 x 2
+  at λ 0.03)."""
+  rule = RiseRule()
+  falling = {(8, 0.1): [0.05, 0.052, 0.049], (32, 0.1): [0.03, 0.031, 0.029],
+             (64, 0.1): [0.01, 0.012], (32, 0.03): [0.02, 0.021]}
+  rising = {k: v[::-1] if k[0] != 32 else v for k, v in {
+      (8, 0.1): [0.01, 0.011, 0.012], (32, 0.1): [0.03, 0.031, 0.029],
+      (64, 0.1): [0.05, 0.052], (32, 0.03): [0.02, 0.021]}.items()}
+  flat = {k: [0.02 + 0.001 * i for i in range(len(v))] for k, v in falling.items()}
+  assert decide(_e1(falling, lambda d, lam: False), rule, 0.1)["verdict"] == "refutes"
+  v = decide(_e1(falling), rule, 0.1)
+  assert v["verdict"] == "supports" and v["falls"] and v["n"] == 8
+  assert decide(_e1(falling, jump=0.2), rule, 0.1)["verdict"] == "undecided"
+  assert decide(_e1(rising), rule, 0.1)["verdict"] == "optimiser"
+  low_quiet = lambda d, lam: lam == 0.1  # noqa: E731
+  assert decide(_e1(flat, low_quiet), rule, 0.1)["verdict"] == "optimiser"
+  both = decide(_e1(falling, low_quiet), rule, 0.1)
+  assert both["verdict"] == "undecided" and both["needs_gamma"] and both["falls"]
+
+
+# the text arm of a run on Shakespeare (V 1024, 1200 steps): N without and with the head, the
+# final eval loss and the gap CIs of the two widths below the fit
+SWEEP = ((16, 6592, 22976, 4.2835, -6.37, -0.85, -5.05, -0.35),
+         (32, 25472, 58240, 4.0964, -2.44, -0.77, -2.23, -0.66), (48, 56640, 105792, 4.0433),
+         (64, 100096, 165632, 3.9563), (96, 223872, 322176, 3.8998),
+         (128, 396800, 527872, 3.8414), (192, 890112, 1086720, 3.7416),
+         (256, 1580032, 1842176, 3.7591))
+
+
+def test_scaling_leave_one_out_verdict(tmp_path):
+  """The old "refuted" (every small width's CI below 0 under both counts of N) from a runs CSV:
+  leaving d256 out of the fit moves d16's gap above 0, so the range crosses 0 and the verdict
+  is undecided; each left-out gap is the gap to a direct refit."""
+  write_rows(tmp_path / "runs.csv", [
+      {"width": w, "n_nonembedding": n, "n_with_head": nh, "final_eval_loss": x,
+       "best_eval_loss": x, **dict(zip(("gap_final_ci_lo", "gap_final_ci_hi",
+                                        "gap_final_with_head_ci_lo",
+                                        "gap_final_with_head_ci_hi"), ci))}
+      for w, n, nh, x, *ci in SWEEP])
+  rows, _ = fit_rows(read_rows(tmp_path / "runs.csv"), fit_min_width=48)
+  loo = loo_rows(rows)
+  assert all(r["gap_final_ci_hi"] < 0 and r["gap_final_with_head_ci_hi"] < 0
+             for r in rows[:2])  # the old rule's "refuted"
+  d16 = rows[0]
+  assert d16["gap_final_loo_lo"] < d16["gap_final_pct"] < 0 < d16["gap_final_loo_hi"]
+  assert d16["gap_final_loo_hi_without"] == 256
+  keep = [r for r in rows if r["in_fit"] and r["width"] != 256]
+  law = scaling.fit_power_law([r["n_nonembedding"] for r in keep],
+                              [r["final_eval_loss"] for r in keep])
+  (x,) = [x for x in loo if (x["fit_on"], x["width"], x["left_out"]) == ("final", 16, 256)]
+  assert x["gap_pct"] == pytest.approx(float(law.gap_pct(4.2835, 6592)))
+  assert len(loo) == 2 * 2 * 6
+  v = scaling_verdict(rows)
+  assert v["verdict"] == "undecided" and v["loo_crosses_0"] == [16]

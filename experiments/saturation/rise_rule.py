@@ -1,0 +1,125 @@
+"""The decision rule of the planted arms' width order (Godey et al. 2024, G1, G3, G4), fixed in
+code before the runs it reads: ``RiseRule`` holds its constants, ``decide`` maps the arms' rows
+of ``planted_arms.csv`` to a verdict with its reason.
+
+An arm rises when its rise R exceeds its null level (``rise.null_level``: the ``null_quantile``
+of R over ``n_perm`` curves made of the non-increasing fit after 30% of training plus the noise
+around a moving mean over ``block`` checkpoints, permuted in blocks of ``block``). A cell (one
+width d and λ, its seeds) rises when more than half of its seeds rise. Over the arms at the
+reference λ (Γ 7.9):
+
+- the rises fall (grow) with width when Spearman's ρ(d, R) over the arms is < 0 (> 0) with a
+  two-sided permutation p ≤ ``alpha`` (every pairing of d and R when n! ≤ ``order_perms``, else
+  that many random ones), over ≥ ``min_widths`` widths;
+- a rise coincides with a spectrum jump when the head's centred KL(σ‖u) at the rise's peak
+  exceeds its value at the rise's start (the running minimum the peak is measured from) by ≥
+  ``kl_jump`` nats; the rises coincide when every rising arm's does;
+- the rise needs Γ 7.9 when, at every width with arms at both λ, the reference cell rises and
+  no arm at the lower λ does.
+
+Verdict, in this order: "refutes" (no arm rises: the refutation extends to this language);
+"supports" (the rises fall with width and coincide with a spectrum jump: Godey's mechanism);
+"optimiser" (they grow with width or need Γ 7.9: the optimiser's rise, not the bottleneck's);
+"undecided" when neither or both of the last two hold."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+from scipy import stats
+
+
+@dataclasses.dataclass(frozen=True)
+class RiseRule:
+  null_quantile: float = 0.95  # an arm rises when R > this quantile of its null
+  n_perm: int = 2000  # null curves per arm
+  block: int = 5  # checkpoints per moving mean and permuted block (cpu-e1: 41 after 30%, 9
+  # blocks; 1,250 steps, 9% of training: a rise must last longer to be told from noise)
+  alpha: float = 0.05  # the order: two-sided permutation p of Spearman(d, R)
+  min_widths: int = 3  # the order needs at least this many widths
+  order_perms: int = 50_000  # pairings for that p (exact for n ≤ 8)
+  kl_jump: float = 1.0  # coincide: centred KL, peak − start of the rise, in nats
+
+
+def spearman(x, y, n_resamples: int) -> tuple[float, float]:
+  """(ρ, two-sided permutation p) of the pairs (x_i, y_i); NaN for fewer than 3 pairs."""
+  x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+  if x.size < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
+    return math.nan, math.nan
+
+  rx = stats.rankdata(x)
+  rx -= rx.mean()
+
+  def rho(b, axis=-1):  # y's order against x's: one sample, its n! pairings
+    rb = stats.rankdata(b, axis=axis)
+    rb = rb - rb.mean(axis, keepdims=True)
+    return (rx * rb).sum(axis) / np.sqrt((rx ** 2).sum() * (rb ** 2).sum(axis))
+
+  res = stats.permutation_test((y,), rho, permutation_type="pairings", vectorized=True,
+                               n_resamples=n_resamples, alternative="two-sided", rng=0)
+  return float(res.statistic), float(res.pvalue)
+
+
+def _cells(arms: list[dict]) -> dict:
+  """{(d, λ): [above-null flags of its seeds]}."""
+  out: dict = {}
+  for a in arms:
+    out.setdefault((int(a["d"]), float(a["weight_decay"])), []).append(bool(a["rise_above_null"]))
+  return out
+
+
+def decide(arms: list[dict], rule: RiseRule, ref_weight_decay: float) -> dict:
+  """The verdict (module doc) from rows with d, weight_decay, rise, rise_above_null and
+  kl_centred_jump (one language, one dtype)."""
+  ref = [a for a in arms if float(a["weight_decay"]) == ref_weight_decay]
+  cells = _cells(arms)
+  rises = {k: sum(v) > len(v) / 2 for k, v in cells.items()}
+  widths = sorted({int(a["d"]) for a in ref})
+  rho, p = (spearman([a["d"] for a in ref], [a["rise"] for a in ref], rule.order_perms)
+            if len(widths) >= rule.min_widths else (math.nan, math.nan))
+  ordered = math.isfinite(p) and p <= rule.alpha
+  falls, grows = ordered and rho < 0, ordered and rho > 0
+  rising = [a for a in ref if a["rise_above_null"]]
+  coincide = bool(rising) and all(a["kl_centred_jump"] >= rule.kl_jump for a in rising)
+  both = [d for d in widths if any(k[0] == d and k[1] < ref_weight_decay for k in cells)]
+  needs_gamma = bool(both) and all(
+      rises[d, ref_weight_decay] and not any(f for k, v in cells.items()
+                                             if k[0] == d and k[1] < ref_weight_decay for f in v)
+      for d in both)
+  n_up = sum(bool(a["rise_above_null"]) for a in arms)
+  order = (f"Spearman ρ(d, R) = {rho:+.3f} (n = {len(ref)} arms, {len(widths)} widths, "
+           f"permutation p = {p:.4f})" if math.isfinite(rho) else
+           f"no order ({len(widths)} width(s) at λ {ref_weight_decay:g}, the rule needs "
+           f"{rule.min_widths})" if len(widths) < rule.min_widths else
+           f"no order (ρ undefined over n = {len(ref)} arms: the rises are all equal)")
+  facts = (f"{n_up} of {len(arms)} arms rise above their null level; {order}; "
+           f"{len(rising)} rising arm(s) at λ {ref_weight_decay:g}, coincide with a centred-KL "
+           f"jump ≥ {rule.kl_jump:g}: {'yes' if coincide else 'no'}; needs Γ of λ "
+           f"{ref_weight_decay:g} (widths {both or 'none'}): {'yes' if needs_gamma else 'no'}")
+  support, optimiser = falls and coincide, grows or needs_gamma
+  verdict = ("refutes" if n_up == 0 else "undecided" if support == optimiser
+             else "supports" if support else "optimiser")
+  return {"verdict": verdict, "reason": facts, "n_above": n_up, "n_arms": len(arms),
+          "rho": rho, "p": p, "n": len(ref), "widths": widths, "falls": falls, "grows": grows,
+          "coincide": coincide, "needs_gamma": needs_gamma}
+
+
+def rule_text(rule: RiseRule, after: float, ref_weight_decay: float) -> str:
+  """The rule in one paragraph, with its constants."""
+  r, lam = rule, f"{ref_weight_decay:g}"
+  return (f"Rule (fixed before the runs): an arm rises when its rise R exceeds the "
+          f"{r.null_quantile:.0%} quantile of its null ({r.n_perm} curves: the non-increasing "
+          f"fit after {after:.0%} of training plus the noise around a moving mean over "
+          f"{r.block} checkpoints, permuted in blocks of {r.block}; a rise shorter than a block "
+          f"is not told from noise); a cell (d, λ) rises when more than half of its seeds do. "
+          f"Over the arms at λ {lam}, the rises fall (grow) with width when Spearman ρ(d, R) "
+          f"< 0 (> 0) with a two-sided permutation p ≤ {r.alpha:g} over ≥ {r.min_widths} "
+          f"widths; they coincide with a spectrum jump when every rising arm's centred "
+          f"KL(σ‖u) gains ≥ {r.kl_jump:g} nats from the rise's start to its peak; the rise "
+          f"needs the Γ of λ {lam} when, at every width with arms at both λ, the λ {lam} cell "
+          f"rises and no arm at the lower λ does. Verdict: refutes (no arm rises: the "
+          f"refutation extends to this language), supports (they fall with width and "
+          f"coincide: Godey's mechanism), optimiser (they grow with width or need that Γ: "
+          f"the optimiser's rise, not the bottleneck's), undecided (neither or both).")
