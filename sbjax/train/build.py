@@ -33,7 +33,7 @@ from sbjax.optim import make_optimizer
 from sbjax.train.members import Varies
 from sbjax.train.population import (make_population_step, make_shared_trunk_eval,
                                     make_shared_trunk_step, shares_trunk)
-from sbjax.train.step import (TrainState, evaluate, make_eval_step, make_train_step,
+from sbjax.train.step import (TrainState, evaluate_members, make_eval_step, make_train_step,
                               members_finite, state_step)
 
 ONE = Varies(False, False, False)
@@ -136,7 +136,7 @@ def _one(cfg: Config, c: types.SimpleNamespace, nan_at_step: int) -> types.Simpl
       opt_init=jax.jit(c.tx.init, out_shardings=c.o_sh1),
       step=jax.jit(state_step(step), in_shardings=(state_sh, c.eval_batch_sh),
                    out_shardings=(state_sh, c.repl), donate_argnums=(0,)),
-      eval=ev, evaluate=lambda p, batches: evaluate(ev, p, batches),
+      eval=ev, evaluate=lambda p, batches: evaluate_members(ev, p, batches),
       finite=members_finite(1), split=lambda s: [(s.params, s.opt_state)],
       join=lambda ps, os_: (ps[0], os_[0]))
 
@@ -197,7 +197,7 @@ def _members(cfg: Config, mesh, c: types.SimpleNamespace, nan_at_step: int, n: i
       opt_init=jax.jit(jax.vmap(c.tx.init), out_shardings=o_sh),
       step=jax.jit(state_step(step), in_shardings=(state_sh, batch_sh, c.repl, c.repl),
                    out_shardings=(state_sh, c.repl), donate_argnums=(0,)),
-      eval=ev, evaluate=lambda p, batches: evaluate(ev, p, batches),
+      eval=ev, evaluate=lambda p, batches: evaluate_members(ev, p, batches),
       finite=members_finite(n),
       split=lambda s: [take(s.params, s.opt_state, np.int32(j)) for j in range(n)],
       join=lambda ps, os_: (jax.device_put(_stack(ps), p_sh), jax.device_put(_stack(os_), o_sh)))

@@ -77,10 +77,9 @@ class NanPolicy(Hook):
 
 
 class TrainLog(Hook):
-  """Train records {step, loss, acc, grad_norm, lr, gamma, tokens_per_sec} every
-  ``log_every`` steps and at the last step; tokens/s over the steps since the previous
-  record. ``lr_fns[member](step)`` gives the logged learning rate, ``gamma_fns[member](i + 1)``
-  Γ = λ Σ_{t≤i} η_t, the weight-decay timescales elapsed once step i's update is applied."""
+  """Train records {step, loss, acc, grad_norm, lr, gamma, tokens_per_sec} every ``log_every``
+  steps and at the last; ``lr_fns[member](step)`` the learning rate, ``gamma_fns[member](i + 1)``
+  Γ = λ Σ_{t≤i} η_t (the weight-decay timescales elapsed once step i's update is applied)."""
 
   def __init__(self, records: Records, log_every: int, lr_fns, tokens_per_step: int,
                gamma_fns):
@@ -163,10 +162,9 @@ class Evaluate(Hook):
 
 
 class Checkpoint(Hook):
-  """At a save boundary: refuse non-finite parameters (naming the last good checkpoint),
-  then save every member (at a stop boundary, ``Boundary.stop``, even off the schedule).
-  ``finite(params)`` -> bool per member; ``split(state)`` ->
-  [(params, opt_state)] per member; ``meta(member, step)`` -> the checkpoint's meta."""
+  """At a save boundary (a stop boundary too, off the schedule): refuse non-finite parameters
+  (``finite(params)``: bool per member), else save every member's ``split(state)`` with
+  ``meta(member, step)``."""
 
   def __init__(self, mngrs, ledger: Ledger, finite: Callable, split: Callable, meta: Callable):
     self.mngrs, self.ledger, self.finite, self.split, self.meta = mngrs, ledger, finite, split, meta

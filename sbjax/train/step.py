@@ -107,9 +107,13 @@ def make_eval_step(model: Model):
   return eval_step
 
 
-def evaluate(eval_fn, params, batches) -> list[dict]:
-  """{eval_loss, eval_acc} per member (one for a single run): the mean over ``batches`` of
-  ``eval_fn``'s loss and accuracy (per member with a leading member axis)."""
+def evaluate(eval_fn, params, batches) -> dict:
+  return evaluate_members(eval_fn, params, batches)[0]
+
+
+def evaluate_members(eval_fn, params, batches) -> list[dict]:
+  """{eval_loss, eval_acc} per member (a leading axis; one for a single run): the means over
+  ``batches`` of ``eval_fn``'s loss and accuracy."""
   outs = [eval_fn(params, b) for b in batches]
   loss = np.atleast_1d(np.mean([np.asarray(o["loss"], np.float64) for o in outs], axis=0))
   acc = np.atleast_1d(np.mean([np.asarray(o["acc"], np.float64) for o in outs], axis=0))
