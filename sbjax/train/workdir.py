@@ -45,14 +45,14 @@ def leaves(d: dict, prefix: str = "") -> dict:
 
 
 def config_diff(saved: dict, new: dict, mutable=RESUME_MUTABLE) -> tuple[list[str], list[str]]:
-  """(refused, allowed) lines ``key: saved a -> now b`` between two config dicts; a key is
-  allowed when it or its section is in ``mutable``."""
+  """(refused, allowed) lines ``key: saved -> new`` between two config dicts; a key is allowed
+  when it or its section is in ``mutable``."""
   a, b = leaves(saved), leaves(new)
   refused, allowed = [], []
   for k in sorted(set(a) | set(b)):
     if a.get(k) != b.get(k):
       ok = k in mutable or k.split(".")[0] in mutable
-      (allowed if ok else refused).append(f"{k}: saved {a.get(k)!r} -> now {b.get(k)!r}")
+      (allowed if ok else refused).append(f"{k}: {a.get(k)!r} -> {b.get(k)!r}")
   return refused, allowed
 
 
