@@ -43,7 +43,7 @@ log = logging.getLogger("sbjax")
 def make_dataset_for(cfg: Config, workdir):
   tc = cfg.train
   return data_lib.make_dataset(cfg.data, seq_len=tc.seq_len, global_batch_size=tc.batch_size,
-                               seed=tc.data_seed, workdir=str(workdir))
+                               seed=tc.data_seed, workdir=None if workdir is None else str(workdir))
 
 
 def check_eval_size(tc) -> None:
