@@ -62,7 +62,8 @@ def _files(root: Path) -> dict:
   return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
 
 
-def test_metrics_log_appends_repairs_and_reads_back(store):
+def test_the_workdir_files_on_the_store(store):
+  """metrics.jsonl appended, repaired and read back; config.json and the DONE mark."""
   path = paths.upath(RUN) / wd.METRICS
   for step in (1, 2):
     wd.append_jsonl(path, {"step": step, "loss": 3.0 - step})
@@ -70,9 +71,6 @@ def test_metrics_log_appends_repairs_and_reads_back(store):
   assert wd.repair_jsonl(path) == len(b'{"step": 3, "lo')
   wd.append_jsonl(path, {"step": 2, "loss": 0.5})  # a resumed run's later record wins
   assert wd.read_metrics(RUN) == [{"step": 1, "loss": 2.0}, {"step": 2, "loss": 0.5}]
-
-
-def test_config_and_done_mark_objects(store):
   cfg = tiny_run_config()
   wd.prepare_workdir(paths.upath(RUN), cfg, is_main=True)
   assert json.loads(paths.upath(f"{RUN}/config.json").read_text()) == json.loads(
