@@ -1,29 +1,23 @@
 r"""``planted``: the exact rank floor and the knee on a planted-rank language (part 1), and MoS
 against the parameter-matched lowrank head on a high-rank planted language (part 2).
 
-Part 1. The planted language (a bigram chain whose logits ``alpha U Vᵀ/√k + 1 bᵀ`` have rank
-k + 1, exact entropy H) is learnt by models with a bias-free rank-r head for every r of the
-preset; each is measured against the exact floor (``sbjax.studies.floor``)
+Part 1. The planted language (logits ``alpha U Vᵀ/√k + 1 bᵀ`` of rank k + 1, exact entropy H)
+is learnt with a bias-free rank-r head for every r of the preset, each measured against the
+exact floor (``sbjax.studies.floor``)
 
     floor(r) = min_{rank L ≤ r} Σ_c π_c CE(P(·|c), softmax(L_c)),   floor(r) = H for r ≥ k + 1,
 
-by ``eval_loss`` (sampled targets) and ``expected_loss`` = Σ_t Σ_w P(w|c_t)(−log q_t(w)) / n (its
-Rao-Blackwellised form: ``expected_loss − H`` is the mean KL(P ‖ q)). The decisions
-(``stats.knee_checks``): the knee (smallest r within ``tol`` of H) = k + 1 ± 1; every r ≥ k + 1
-within ``tol``; every r ≤ k/2 above H by at least floor(r) − H − ``margin``.
+by ``eval_loss`` (sampled targets) and ``expected_loss`` = Σ_t Σ_w P(w|c_t)(−log q_t(w)) / n
+(``expected_loss − H`` is the mean KL(P ‖ q)); decisions: ``stats.knee_checks``.
 
-Part 2. Arms (a head at one shape) trained on a planted mixture language, each arm one population
-of init seeds × lrs; the lowrank arm's rank matches the MoS arm's head parameters. The decisions
-(``stats``): per cell the Welch interval of (lowrank − MoS) over seeds (no verdict when the lrs
-were chosen on those seeds), or (plain part 2) MoS − H ≤ 0.03, lowrank at or above its exact
-floor gap, margin > 5 × the seed spread. With ``fresh_seeds``, each arm is trained again at the
-lr it chose, on new init seeds (planted_fresh.csv): their Welch intervals, and the preset's
-pre-registered rule (``presets.FreshRule``, ``stats.decide``: MoS below the matched lowrank
-rank's exact floor on every fresh seed).
+Part 2. Arms (a head at one shape), each one population of init seeds × lrs, on a planted
+mixture language; the lowrank arm's rank matches the MoS arm's head parameters. Decisions:
+``stats`` (per cell Welch intervals; with ``fresh_seeds`` each arm retrained at its chosen lr
+on new seeds, planted_fresh.csv, and the pre-registered ``presets.FreshRule``).
 
 Outputs: planted.csv, planted_floor.csv, planted_mix.csv, planted_fresh.csv,
-planted_mix_floor*.csv, planted_fig8.csv (floor gaps against target and trained-head W-errors,
-Godey et al. Fig. 8), planted_meta.json, summary.json and the figures.
+planted_mix_floor*.csv, planted_fig8.csv (Godey et al. Fig. 8), planted_meta.json,
+summary.json and the figures.
 """
 
 from __future__ import annotations

@@ -112,9 +112,8 @@ REPLICATE_ARMS = (tuple(Arm(d, 0.1, seed=s) for s in (1, 2) for d in (8, 64))
 GPU_SEEDS = {32: (0, 1, 2), 128: (0, 1), 512: (0,)}
 
 
-# the tail language's replicated width order (the preset's language is V 1024, Zipf 1.5): d8 and
-# d32 seeds 0-2 (seed 0: the earlier one-seed runs, rerun so the preset stands alone), d64 seeds
-# 0-1 at Γ 7.9, and d32 at Γ 2.4 (λ 0.03) seeds 0-1; one population per width
+# the tail language's replicated width order (V 1024, Zipf 1.5): d8 and d32 seeds 0-2, d64
+# seeds 0-1 at Γ 7.9, and d32 at Γ 2.4 (λ 0.03) seeds 0-1; one population per width
 E1_LANG = {"data.options.vocab": 1024, "data.options.zipf": 1.5}
 E1_ARMS = (tuple(Arm(d, 0.1, seed=s) for d, seeds in ((8, (0, 1, 2)), (32, (0, 1, 2)),
                                                       (64, (0, 1))) for s in seeds)
@@ -147,10 +146,6 @@ PRESETS: dict[str, Preset[Knobs]] = {
                   Knobs(arms=PYTHIA_ARMS, val_windows=256, streaming=True)),
     "cpu-replicates": preset({}, Knobs(arms=REPLICATE_ARMS, floor_gtol=1e-4,
                                        floor_max_iter=1000)),
-    "test-replicates": preset({**TINY, "train.ckpt_every": 10},
-                              Knobs(arms=(Arm(8, 0.1, seed=1), Arm(8, 0.1, lang=(
-                                  ("data.options.vocab", 64), ("data.options.zipf", 1.5)))),
-                                    **TINY_KNOBS)),
     # the tail language's replicated width order and its pre-registered rule (rise_rule)
     "cpu-e1": preset(E1_LANG, Knobs(arms=E1_ARMS, floor_gtol=1e-4, floor_max_iter=1000,
                                     population=True)),

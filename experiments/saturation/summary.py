@@ -28,13 +28,9 @@ GAP_FITS = (("final", "n_nonembedding"), ("final_with_head", "n_with_head"))
 
 
 def detect_rise(steps, loss, tol: float) -> dict:
-  """The naive late-rise test of one loss curve: best = argmin, rise = final − best,
+  """The naive late-rise test of one finite loss curve: best = argmin, rise = final − best,
   late_rise = rise > tol (the final checkpoint: the largest step)."""
   steps, loss = np.asarray(steps), np.asarray(loss, np.float64)
-  ok = np.isfinite(loss)
-  if not ok.any():
-    raise ValueError("no finite loss to test for a late rise (the run diverged)")
-  steps, loss = steps[ok], loss[ok]
   ib, i_f = int(np.argmin(loss)), int(np.argmax(steps))
   rise = float(loss[i_f] - loss[ib])
   return {"best_step": int(steps[ib]), "best": float(loss[ib]), "final_step": int(steps[i_f]),
