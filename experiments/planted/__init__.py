@@ -30,7 +30,7 @@ from sbjax.heads import head_param_count
 from sbjax.studies.floor import floor_curve
 from sbjax.studies.head_flops import head_flops
 
-from ..common import fmt, md_table, read_rows, welch_line, write_json, write_rows
+from ..common import best_lr, fmt, md_table, mean, read_rows, welch_line, write_json, write_rows
 from . import fig8, stats
 from .configs import (cell_of, fresh_runs, has_rank, knee_configs, mix_configs, mix_groups,
                       settings, validate)
@@ -60,14 +60,13 @@ def plan(ctx):
 
 
 def _chosen_lr(ctx, name: str) -> float:
-  """The lr that the arm trained as group ``name`` chose: ``stats.arms``'s rule (the smallest
-  mean gap on the selection stream, or on the reported one without it) on its measurements."""
+  """The lr the arm trained as group ``name`` chose (``stats.arms``'s rule)."""
   g = ctx.groups[name]
   h, gaps = ctx.dataset(g.configs[0]).planted.entropy, {}
   for m in ctx.measured[name]:
     gaps.setdefault(g.configs[m["member"]].train.lr, []).append(
         m.get("sel_expected_loss", m["expected_loss"]) - h)
-  return stats.best_lr({lr: stats.mean(x) for lr, x in gaps.items()})
+  return best_lr({lr: mean(x) for lr, x in gaps.items()})
 
 
 def measure_final(ctx, group, j, steps, params):
@@ -134,9 +133,8 @@ def _mix_row(cfg, label, arm, res, lang, floors, cell) -> dict:
 
 
 def _mix_rows(ctx, groups, csv: str = CSV_MIX) -> dict:
-  """``csv`` (planted_mix.csv, or planted_fresh.csv of the fresh groups) and each language's
-  lowrank floors; returns {language name: (language, floor rows)} (name None for a preset
-  without cells)."""
+  """Writes ``csv`` and each language's lowrank floors; returns {language name: (language,
+  floor rows)} (name None for a preset without cells)."""
   cells, langs, rows = cell_of(ctx.preset), {}, []
   for g in groups:
     cell = cells[g.labels[0]["arm"]]
@@ -183,8 +181,7 @@ def tables(ctx) -> None:
 
 
 def _draw_knee(out, rows, s) -> None:
-  """loss − H against the head rank on log axes: trained (expected and sampled) and the exact
-  floor, with k + 1 and the knee as labelled reference lines."""
+  """loss − H against the head rank: trained (expected and sampled) and the exact floor."""
   plt = figure.pyplot()
   fig, ax = plt.subplots(figsize=(5.5, 3.8))
   r, h = [x["rank"] for x in rows], s["H"]
@@ -197,7 +194,7 @@ def _draw_knee(out, rows, s) -> None:
   ax.axhline(s["tol"], color="k", ls=":", lw=0.8, label=f"tolerance {s['tol']}")
   if s["knee"] is not None:
     ax.axvline(s["knee"], color="C2", lw=1, label=f"knee r = {s['knee']}")
-  ax.set(xscale="log", yscale="log", xlabel="head rank r", ylabel="loss − H (nats)")
+  ax.set(yscale="log", xlabel="head rank r", ylabel="loss − H (nats)")
   ax.set_xscale("log", base=2)
   ax.legend(fontsize=7)
   figure.save(fig, out, "fig_planted_knee", f"planted language, k = {s['k']}")
@@ -306,11 +303,9 @@ def _fresh_lines(out, s: dict) -> list[str]:
   seeds = sorted({int(r["seed"]) for r in rows})
   lines = ["", f"Fresh seeds {seeds}, each arm at the lr it chose on the selection seeds:",
            *_cell_lines(rows)]
-  if s["fresh"]["rule"] is not None:
-    d = s["fresh"]["decision"]
-    lines += ["", f"- Rule (pre-registered): {stats.rule_text(s['fresh']['rule'])}",
-              f"- Verdict: **{d['verdict']}**: {d['reason']}."]
-  return lines
+  d = s["fresh"]["decision"]
+  return lines + ["", f"- Rule (pre-registered): {stats.rule_text(s['fresh']['rule'])}",
+                  f"- Verdict: **{d['verdict']}**: {d['reason']}."]
 
 
 def report(out, rel: str = ".") -> str:

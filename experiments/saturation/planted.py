@@ -1,13 +1,10 @@
 """The planted arms (``saturation_planted``): arms of width d and weight decay λ
-(``planted_presets``; each its own run, or the arms of one shape one run of members) trained on
-fresh tokens of a planted mixture language, every checkpoint measured on fixed validation
-windows (``planted_measure``), each arm read out against its rank floor floor(d). Outputs in
-OUT: ``planted_checkpoints.csv``, ``planted_arms.csv`` (per arm: the rise with its CI, verdict
-and null level, the head at its peak, gap to the floor, the checkpoints used),
-``planted_floor<tag>.csv`` (per language), ``planted_meta.json`` (knobs, languages),
-``summary.json`` (per arm its verdicts; per replicated arm the seed bounds and spread of its
-rise; ``rule``: the verdict of the width-order rule, ``rise_rule``, over the float32 arms of the
-preset's language) and the figures ``FIGS``."""
+(``planted_presets``) trained on fresh tokens of a planted mixture language, every checkpoint
+measured on fixed validation windows (``planted_measure``), each arm read out against its rank
+floor floor(d). Outputs in OUT: ``planted_checkpoints.csv``, ``planted_arms.csv`` (per arm),
+``planted_floor<tag>.csv`` (per language), ``planted_meta.json``, ``summary.json`` (per arm its
+verdicts; per replicated arm its seed spread; ``rule``: the width-order rule's verdict,
+``rise_rule``, over the float32 arms of the preset's language) and the figures ``FIGS``."""
 
 from __future__ import annotations
 
@@ -229,6 +226,6 @@ EXPERIMENT = Experiment("saturation_planted", PRESETS, plan, measure=measure,
                         measure_steps="all", measure_chunk=32, tables=tables, figures=draw,
                         report=report, reads_data=False, doc=__doc__)
 
-if __name__ == "__main__":  # python -m experiments.saturation.planted --preset=NAME --out=DIR
+if __name__ == "__main__":  # python -m experiments.saturation.planted
   from ..reproduce import main
   main("saturation_planted")

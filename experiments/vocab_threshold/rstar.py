@@ -1,23 +1,17 @@
 r"""vocab_threshold's trained r*(V), r_0.6(V) and their fits across V.
 
-Per V, c(V) = characters per token of the validation stream (its decoded text's length over its
-tokens) and tol_token = TOL_CHAR · c(V): every V is compared at the same precision per
-character. r*(V) = the smallest rank whose best-LR validation loss L(r) <= L_ref + tol_token,
-L_ref = the protocol-(a) rank-d head when the sweep has protocol a (the same parameterisation
-and steps as the rank-r heads), else the dense head; the dense run counts as rank d (r* = d:
-censored). The margins: L_ref + tol_token − L(r*) and L(r−) − (L_ref + tol_token) at the grid
-rank r− below r*. r_0.6(V) = the smallest k with W-error(k) <= 0.6 of the centred dense head
-W − 1 w̄ᵀ (a shift of every row adds aᵀh to every logit, which softmax ignores);
+Per V, tol_token = TOL_CHAR · c(V), c(V) the characters per validation token: every V is
+compared at the same precision per character. r*(V) = the smallest rank whose best-LR
+validation loss L(r) <= L_ref + tol_token, L_ref = the protocol-(a) rank-d head when the sweep
+has protocol a, else the dense head (r* = d: censored). r_0.6(V) = the smallest k with
+W-error(k) <= 0.6 of the centred dense head W − 1 w̄ᵀ (softmax ignores a shift of every row);
 ``r_werror06_raw``: of W itself.
 
-Fit: log r = beta log V + c by least squares, beta = S_xy / S_xx, se = sqrt(SSR / (n − 2) /
-S_xx) (NaN for n < 3). On its rank grid each r* lies in (r−, r*]; beta is linear in log r, so the
-slopes those intervals allow span [beta_lo, beta_hi], reached at corners (``slope_range``).
-
-The rule's cell of one sweep (``cell``; ``rule.py``): its margins, their validation standard
-errors (the block bootstrap of the per-window loss differences of the deciding runs against
-the reference run, on the evaluation's own windows: ``window_losses``, whose mean is the run's
-eval_loss) and its excess at every rank (the start movement compares them across seeds).
+Fit: log r = beta log V + c by least squares, se = sqrt(SSR / (n − 2) / S_xx) (NaN for n < 3).
+Each r* lies in (r−, r*] on its rank grid, so the slopes span [beta_lo, beta_hi], reached at
+corners (``slope_range``). ``cell``: the rule's cell of one sweep (``rule.py``), its standard
+errors from the per-window losses of the deciding runs against the reference (``window_losses``,
+the evaluation's own windows).
 """
 
 from __future__ import annotations
