@@ -74,30 +74,18 @@ def fit_power_law(n, loss, *, alpha_min: float = 1e-3, alpha_max: float = 3.0,
 
 def bootstrap_gap(n, losses_PxW, in_fit, *, n_boot: int = 300, ci: float = 0.95, seed: int = 0,
                   grid: int = 100) -> dict:
-  """Percentile CI of every point's gap_pct to the law fitted on the points ``in_fit``, by a
-  paired bootstrap over validation windows: ``losses_PxW[i, w]`` is model i's loss on window w
-  (the same W windows for every model); each draw resamples the windows with replacement
-  (one draw for all models), refits on the resampled means and recomputes every gap.
-  Returns {gap_pct (point estimate, P), lo (P), hi (P), n_ok (draws whose fit succeeded)}."""
-  n = np.asarray(n, np.float64)
-  L = np.asarray(losses_PxW, np.float64)
-  infit = np.asarray(in_fit, bool)
-  mean = L.mean(axis=1)
-  f0 = fit_power_law(n[infit], mean[infit], grid=grid)
-  rng = np.random.default_rng(seed)
+  """{lo, hi}: the percentile CI of every point's gap_pct to the law fitted on the points
+  ``in_fit``, by a paired bootstrap over validation windows: ``losses_PxW[i, w]`` is model i's
+  loss on window w (the same W windows for every model); each draw resamples the windows with
+  replacement (one draw for all models), refits on the resampled means and recomputes every gap."""
+  n, L, infit = (np.asarray(n, np.float64), np.asarray(losses_PxW, np.float64),
+                 np.asarray(in_fit, bool))
   w = L.shape[1]
-  counts = rng.multinomial(w, np.full(w, 1.0 / w), size=n_boot)
-  gaps = []
-  for c in counts:
-    m = L @ c / w
-    try:
-      gaps.append(fit_power_law(n[infit], m[infit], grid=grid).gap_pct(m, n))
-    except ValueError:
-      continue
-  g = np.array(gaps).reshape(-1, len(n))
-  nan = np.full(len(n), np.nan)
-  lo, hi = (np.quantile(g, q, axis=0) if len(g) else nan for q in ((1 - ci) / 2, (1 + ci) / 2))
-  return {"gap_pct": f0.gap_pct(mean, n), "lo": lo, "hi": hi, "n_ok": len(g)}
+  counts = np.random.default_rng(seed).multinomial(w, np.full(w, 1.0 / w), size=n_boot)
+  g = np.array([fit_power_law(n[infit], m[infit], grid=grid).gap_pct(m, n)
+                for m in (L @ c / w for c in counts)])
+  lo, hi = np.quantile(g, [(1 - ci) / 2, (1 + ci) / 2], axis=0)
+  return {"lo": lo, "hi": hi}
 
 
 def leave_one_out(n, loss, in_fit) -> dict[int, np.ndarray]:
@@ -108,9 +96,5 @@ def leave_one_out(n, loss, in_fit) -> dict[int, np.ndarray]:
   fitted = np.nonzero(infit)[0]
   if fitted.size < 4:
     return {}
-  out = {}
-  for i in fitted:
-    keep = infit.copy()
-    keep[i] = False
-    out[int(i)] = fit_power_law(n[keep], y[keep]).gap_pct(y, n)
-  return out
+  keep = {int(i): infit & (np.arange(infit.size) != i) for i in fitted}
+  return {i: fit_power_law(n[k], y[k]).gap_pct(y, n) for i, k in keep.items()}

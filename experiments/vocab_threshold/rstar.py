@@ -20,6 +20,7 @@ import math
 
 import jax
 import numpy as np
+from scipy.stats import linregress
 
 from sbjax import checkpoint as ckpt
 from sbjax.model import Model
@@ -60,17 +61,14 @@ def thresholds(rows: list, w, cpt: float, tol_char: float, w_level: float) -> tu
 
 
 def loglog_fit(v, r) -> dict:
-  """Least squares log r = beta log V + c; beta's standard error from the residuals."""
-  x, y = np.log(np.asarray(v, np.float64)), np.log(np.asarray(r, np.float64))
-  n = len(x)
+  """Least squares log r = beta log V + c (``scipy.stats.linregress``); beta's standard error
+  from the residuals (NaN for n < 3)."""
+  n = len(v)
   if n < 2:
     return {"beta": math.nan, "beta_se": math.nan, "log_c": math.nan, "n": n}
-  sxx = float(np.sum((x - x.mean()) ** 2))
-  beta = float(np.sum((x - x.mean()) * (y - y.mean())) / sxx)
-  c = float(y.mean() - beta * x.mean())
-  ssr = float(np.sum((y - (beta * x + c)) ** 2))
-  return {"beta": beta, "beta_se": math.sqrt(ssr / (n - 2) / sxx) if n > 2 else math.nan,
-          "log_c": c, "n": n}
+  f = linregress(np.log(np.asarray(v, np.float64)), np.log(np.asarray(r, np.float64)))
+  return {"beta": float(f.slope), "beta_se": float(f.stderr) if n > 2 else math.nan,
+          "log_c": float(f.intercept), "n": n}
 
 
 def slope_range(v, grids, r_stars) -> list[float]:
