@@ -135,11 +135,10 @@ TINY = {"train.steps": 20, "train.batch_size": 4, "train.seq_len": 16, "train.lo
 TINY_KNOBS = dict(val_windows=8, n_boot=200, floor_gtol=1e-4, floor_max_iter=300)
 TEST = preset({**TINY, "train.ckpt_every": 5, "train.ckpt_log_spaced": False},
               Knobs(arms=(Arm(8, 0.03),), **TINY_KNOBS))
-CPU_PRESET = preset({}, Knobs(arms=PYTHIA_ARMS, floor_gtol=1e-4, floor_max_iter=1000))
 
 PRESETS: dict[str, Preset[Knobs]] = {
     "test": TEST, "quick": TEST,  # one arm: no smaller size than cpu's (832 s of CPU)
-    "cpu": CPU_PRESET,
+    "cpu": preset({}, Knobs(arms=PYTHIA_ARMS, floor_gtol=1e-4, floor_max_iter=1000)),
     "tpu": preset({"train.lr": 1e-3, "train.batch_size": 32, "model.n_layers": 2,
                    "train.ckpt_every": 1000, "train.log_every": 100,
                    "train.async_checkpoint": True},
