@@ -60,13 +60,11 @@ OBJECTIVE_TAG = {"sampled": "sampled", "expected": "rb"}  # arm names: rb = Rao-
 def mix_cells(p: Preset) -> list:
   """Part 2's cells [(lang, objective, dotted overrides over ``mix_overrides``)]: every
   language of ``mix_langs`` with every objective of ``mix_objectives``; one cell (None, None,
-  {}) when the preset has neither (its arms keep their plain labels)."""
-  if not p.knobs.mix_langs and not p.knobs.mix_objectives:
+  {}) when the preset has none (its arms keep their plain labels)."""
+  if not p.knobs.mix_langs:
     return [(None, None, {})]
-  langs = p.knobs.mix_langs or (("mix", {}),)
-  objs = p.knobs.mix_objectives or (mix_overrides(p).get("train.objective", "sampled"),)
   return [(str(lang), str(obj), {**dict(o), "train.objective": str(obj)})
-          for lang, o in langs for obj in objs]
+          for lang, o in p.knobs.mix_langs for obj in p.knobs.mix_objectives]
 
 
 def cell_of(p: Preset) -> dict:

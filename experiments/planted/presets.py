@@ -61,7 +61,7 @@ class Knobs:
   mix_seeds: tuple = (0,)  # train.seed of every part-2 run (the data stream is shared)
   mix_lrs: tuple = ()  # every arm at each lr and seed, one population per arm; () = train.lr
   # the cells of part 2: languages ((name, dotted data overrides over ``mix``), ...) x
-  # objectives; () = ``mix``'s own language and objective (labels without a cell prefix)
+  # objectives; no languages: ``mix``'s own language and objective (plain labels)
   mix_langs: tuple = ()
   mix_objectives: tuple = ()
   select_batches: int = 0  # batches of the selection stream the lr is chosen on; 0: reported
