@@ -7,7 +7,7 @@ See ``sbjax.experiment.cli`` for the flags."""
 
 from __future__ import annotations
 
-from sbjax.cli import experiment
+from sbjax.cli import experiment as cli
 
 # experiment name -> module holding its EXPERIMENT, in report order
 _MODULES = (("planted", "planted"), ("head_rank", "head_rank"), ("werror_loss", "werror_loss"),
@@ -20,10 +20,10 @@ QUICK = ("planted",)
 
 def main(single: str | None = None) -> None:
   """The command line of the registry (``single``: one experiment straight into ``--out``)."""
-  experiment.main(REGISTRY, QUICK, single)
+  cli.main(REGISTRY, QUICK, single)
 
 
-def cli():
+def cli_main():
   """The ``sbjax-reproduce`` console script."""
   main()
 
