@@ -41,7 +41,7 @@ class NgramKnobs:
 def ngram_columns(train, val, vocab: int, k: NgramKnobs, tol: float) -> tuple[list, dict]:
   """(one row per rank, the n-gram columns of vocab_threshold.csv)."""
   rows = [{"V": int(vocab), **r} for r in nf.ngram_floor_rows(
-      train, val, vocab, k.ranks, n=1, add_k=k.add_k, lean=True, max_iter=k.max_iter,
+      train, val, vocab, k.ranks, n=1, add_k=k.add_k, max_iter=k.max_iter,
       gtol=k.gtol)]
   r, top = nf.r_star(rows, tol), max(int(x["rank"]) for x in rows)
   at = {int(x["rank"]): x for x in rows}[top if r is None else r]

@@ -91,8 +91,6 @@ def test_mos_with_e_equal_k_plus_1_reproduces_p_exactly(lang):
   params, h = hf.exact_mos(lang, mc)
   lp = np.asarray(hf.head_log_probs(params, h, mc))
   assert np.abs(lp - lang.log_probs).max() < 1e-5
-  with pytest.raises(ValueError, match="dim=4"):
-    hf.exact_mos(lang, dataclasses.replace(mc, head=dataclasses.replace(mc.head, dim=3)))
 
 
 def test_mos_component_dimension_and_activation():
