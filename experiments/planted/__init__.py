@@ -218,17 +218,13 @@ def _draw_mix(out, rows) -> None:
 
 
 def draw(out) -> None:
-  s = _summary(out)
+  s = json.loads((out / "summary.json").read_text())
   if (out / CSV_KNEE).exists():
     _draw_knee(out, read_rows(out / CSV_KNEE), s)
   if (out / CSV_MIX).exists():
     _draw_mix(out, read_rows(out / CSV_MIX))
   if (out / fig8.CSV).exists() and read_rows(out / fig8.CSV):
     fig8.draw(out, read_rows(out / fig8.CSV))
-
-
-def _summary(out) -> dict:
-  return json.loads((out / "summary.json").read_text())
 
 
 def _knee_lines(out, s: dict) -> list[str]:
@@ -309,7 +305,7 @@ def _fresh_lines(out, s: dict) -> list[str]:
 
 
 def report(out, rel: str = ".") -> str:
-  s, lines = _summary(out), []
+  s, lines = json.loads((out / "summary.json").read_text()), []
   if (out / CSV_KNEE).exists():
     rows = read_rows(out / CSV_KNEE)
     lines += [f"![knee]({rel}/{figure.name('fig_planted_knee')})", "",
