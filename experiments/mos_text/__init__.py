@@ -185,14 +185,6 @@ def rule_text(rule: dict) -> str:
           "FLOPs) is reported beside it.")
 
 
-def _grid_lines(a: dict) -> list[str]:
-  grid = [{"arm": k, "lr": lr, "n": g["n"], "held_out_mean": g["sel_mean"], "val_mean": g["mean"],
-           "chosen": str(lr == v["lr"])} for k, v in a.items() for lr, g in v["by_lr"].items()]
-  return ["", "Each arm at each lr (held_out_mean: the mean loss on the held-out tail of the "
-          "training split, which chose the lr; the same seeds report it):", "",
-          *md_table(grid, list(grid[0]))]
-
-
 def report(out, rel: str = ".") -> str:
   rows = read_rows(out / CSV)
   a, s = arms(rows), json.loads((out / "summary.json").read_text())
@@ -200,7 +192,10 @@ def report(out, rel: str = ".") -> str:
                                              "lr", "n", "mean")}} for k, v in a.items()]
   lines = [f"![mos_text]({rel}/{figure.name('fig_mos_text')})", "",
            *md_table(table, list(table[0]))]
-  lines += _grid_lines(a) if any(len(v["by_lr"]) > 1 for v in a.values()) else []
+  grid = [{"arm": k, "lr": lr, "n": g["n"], "held_out_mean": g["sel_mean"], "val_mean": g["mean"],
+           "chosen": str(lr == v["lr"])} for k, v in a.items() for lr, g in v["by_lr"].items()]
+  if len(grid) > len(a):  # an lr grid: each arm at each lr (held_out_mean chose the lr)
+    lines += ["", *md_table(grid, list(grid[0]))]
   lines.append("")
   for key, other in (("params", "lowrank"), ("flops", "dense")):
     if s[key] is not None:

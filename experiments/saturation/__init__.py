@@ -33,8 +33,8 @@ from . import text_measure
 from ..common import md_table, read_rows, write_json, write_rows
 from .planted_measure import window_losses
 from .presets import PRESETS
-from .scaling import ScalingFit
-from .summary import GAP_FITS, fit_rows, gap_cis, loo_rows, scaling_verdict, smooth, width_row
+from .summary import (GAP_FITS, ScalingFit, fit_rows, gap_cis, loo_rows, scaling_verdict, smooth,
+                      width_row)
 
 FIGS = ("fig_loss_anisotropy", "fig_spectrum_heatmap", "fig_kl_uniform", "fig_scaling")
 SIDES = {1.0: "above 0", -1.0: "below 0", 0.0: "covers 0"}  # where a CI lies against 0

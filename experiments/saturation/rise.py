@@ -94,11 +94,8 @@ def null_level(steps, mean_K, total: int, *, after: float = 0.3, q: float = 0.95
 
 def binned_means(record_steps, record_values, ckpt_steps) -> np.ndarray:
   """Per checkpoint s_k: the mean of the records with s_{k-1} < step ≤ s_k; NaN if none."""
-  rs, rv = np.asarray(record_steps), np.asarray(record_values, np.float64)
-  out, prev = np.full(len(ckpt_steps), np.nan), -np.inf
-  for k, s in enumerate(ckpt_steps):
-    sel = (rs > prev) & (rs <= s)
-    if sel.any():
-      out[k] = rv[sel].mean()
-    prev = s
-  return out
+  k = np.searchsorted(np.asarray(ckpt_steps), np.asarray(record_steps), side="left")
+  v, n = np.asarray(record_values, np.float64)[k < len(ckpt_steps)], len(ckpt_steps)
+  sums, counts = (np.bincount(k[k < n], weights=w, minlength=n) for w in (v, None))
+  with np.errstate(invalid="ignore"):
+    return sums / counts
