@@ -209,14 +209,6 @@ def _tokens(tmp, name, ids, item, **options):
   return lambda: make_dataset(cfg, seq_len=16, global_batch_size=2, workdir=str(tmp / "run"))
 
 
-def int32_ids_without_dtype(tmp, ctx):  # ids above 65536: read as uint16 they would be wrong
-  return _tokens(tmp, "train.bin", np.random.default_rng(0).integers(0, 70_000, 4000), "<i4")
-
-
-def dtype_against_name(tmp, ctx):
-  return _tokens(tmp, "train.int32.bin", np.arange(4000), "<i4", dtype="uint16")
-
-
 def token_rows_too_short(tmp, ctx):
   np.save(tmp / "short.npy", np.zeros((6, 9), np.int32))
   cfg = DataConfig(source="tokens", options=dict(path=str(tmp / "short.npy"), vocab=53))
@@ -285,6 +277,10 @@ CONFIG_ROWS = [  # --config.KEY=VALUE text, the error line holds (bounds declare
     ("mesh.data=0", R + "mesh=(0, 1, 1)"),
     ("model.dtype=float8", R + "model.dtype='float8'; allowed: float32 | bfloat16 | float16 | float64"),
     ("data.options.sampler=gpu", R + "data.options.sampler='gpu'"),
+    ("data.options.sampler=device", R + "data.options.train_tokens=200000; allowed: 0 with "
+     "data.options.sampler=device"),
+    ("data.source=nope", R + "data.source='nope'; allowed: planted | "),
+    ("data.source=tokens", R + "data.options.path=''"),
     ("model.head=mos model.head.n_mix=0", R + "model.head.n_mix=0; allowed: an integer >= 1"),
     ("model.head=lowrank model.head.rank=33", R + "model.head.rank=33; allowed: 1 .. d_model=32"),
     ("train.lr=fast", "config override train.lr='fast'"),
@@ -304,9 +300,11 @@ TRAIN_ROWS = [(text, over(text), want, 2) for text, want in CONFIG_ROWS] + [
     ("batch not divisible by the data axis", batch_not_divisible,
      "global batch 6 is not divisible by the data-parallel size data*fsdp=4", 2),
     # readers that validate
-    ("int32 ids in a .bin without a dtype", int32_ids_without_dtype,
+    ("int32 ids in a .bin without a dtype", lambda t, c: _tokens(  # ids above 65536: as uint16, wrong
+        t, "train.bin", np.random.default_rng(0).integers(0, 70_000, 4000), "<i4"),
      "train.bin does not say how wide its ids are", 2),
-    ("a configured dtype against the file's name", dtype_against_name,
+    ("a configured dtype against the file's name",
+     lambda t, c: _tokens(t, "train.int32.bin", np.arange(4000), "<i4", dtype="uint16"),
      "is named as int32 ids but data.options.dtype=uint16", 2),
     ("token rows shorter than T+1", token_rows_too_short,
      "rows hold 9 tokens, shorter than seq_len+1=17", 2),
@@ -318,6 +316,9 @@ TRAIN_ROWS = [(text, over(text), want, 2) for text, want in CONFIG_ROWS] + [
      "needs at least 32769 tokens", 2),
     ("vocabulary below the corpus's characters", vocab_below_characters,
      "vocab_size=12 is too small for this corpus", 2),
+    ("vocabulary above what the corpus supports", lambda t, c: _text(t, write_corpus(
+        t / "c", ["a tiny corpus\nof two lines\n", "and one more\n"]), vocab=5000),
+     "vocab_size=5000 is too large for this corpus (this corpus supports at most ", 2),
     ("tokenizer vocabulary larger than the model's",
      lambda t, c: (lambda: resolve_vocab(overrides.apply(tiny_cfg(), {"model.vocab_size": 48}),
                                          64)),
