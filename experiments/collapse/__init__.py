@@ -233,8 +233,9 @@ def write_tables(ctx) -> None:
       "n_permutations": k.n_perm, "weight_decay": gamma(ctx),
       "anchors": {f"{r['metric']}@{r['min_count']}": r["ci_verdict"] for r in r2
                   if r["points"] == "last" and r["metric"] in T.ANCHORS},
-      "rule": k.rule and {"text": " ".join(k.rule.__doc__.split()), **asdict(k.rule)},
-      "decision": k.rule and T.decide(r2, k.rule),
+      "rule": k.rule and {"text": " ".join(T.decide.__doc__.split()), **asdict(k.rule),
+                          "intervals": T.rule_intervals(r2, k.rule)},
+      "decision": k.rule and T.decide(T.rule_intervals(r2, k.rule), k.rule),
       "seeds": {f"{r['group']}/{r['metric']}@{r['min_count']}": r["ci_verdict"] for r in seeds}})
 
 

@@ -10,22 +10,20 @@ when the interval lies inside ±sqrt(0.3) (R² ≤ 0.3), refuted when outside it
 
 from __future__ import annotations
 
-import itertools
 import math
 
 import numpy as np
 
 from sbjax.studies import stats
 
-# The authors' R² against validation loss and the sign of r they imply, computed from the
-# authors' released results table over 230 TinyStories models (not figures printed in the
-# paper): our metric -> (R², sign). log CDNV: log10 of the mean CDNV, k = 2; UNC3 unguarded
-# as theirs, guarded (NaN where |mean cos| < 3 SE); NC2: the CoV of norms, raw and corrected.
+# The authors' R² against validation loss and the sign of r they imply, computed from their
+# released results table over 230 TinyStories models (not printed in the paper; None: no
+# reference number): log CDNV = log10 of the mean CDNV, k = 2; UNC3 unguarded as theirs and
+# guarded (NaN where |mean cos| < 3 SE); NC2 = the CoV of norms, raw and bias-corrected.
 ANCHORS = {"nc1_log10_mean_cdnv": (0.92, +1), "nc4_agreement": (0.89, -1),
            "unc3_cos_cov": (0.69, +1), "unc3_cos_cov_guarded": (0.69, +1),
            "nc2_norm_cov": (0.08, 0), "nc2_norm_cov_corrected": (0.08, 0),
-           "nc3_cos_mean": (0.31, -1), "gnc2_log_kernel_mean": (0.82, +1)}
-AUTHORS_NC3 = (230, 0.132)  # their NC3 mean cosines: positive in all 230 models, the lowest
+           "nc3_cos_mean": (None, None), "gnc2_log_kernel_mean": (None, None)}
 # scalar metrics fitted against the loss (nc1_log10_mean_cdnv: log10 of the mean CDNV, the
 # authors' statistic; nc1_mean_log10_cdnv: the mean over pairs of log10)
 METRICS = ("nc1_cdnv", "nc1_log10_mean_cdnv", "nc1_mean_log10_cdnv", "nc1_mean_log10_cdnv_std",
@@ -53,8 +51,8 @@ def select(rows, kind: str, min_count=None, points: str = "all") -> list[dict]:
 def r2_table(rows: list[dict], n_perm: int = 0, anchors: bool = True) -> list[dict]:
   """Per metric vs val_loss: n, R², Pearson r, the partial r with log(parameters) partialled
   out and the pooled within-shape r with their 95% intervals, the permutation p (``n_perm`` >
-  0), the authors' R² and sign (``ANCHORS``; none without ``anchors``) and the verdicts of the
-  intervals of r and the partial r on them (``ci_verdict``)."""
+  0), the authors' R² and sign (``ANCHORS``; no sign without ``anchors``) and the verdicts of
+  the intervals of r and the partial r on that sign (``ci_verdict``)."""
   y = column(rows, "val_loss")
   with np.errstate(divide="ignore", invalid="ignore"):
     z = np.log(column(rows, "n_params"))
@@ -62,9 +60,11 @@ def r2_table(rows: list[dict], n_perm: int = 0, anchors: bool = True) -> list[di
   for i, k in enumerate(METRICS):
     x = column(rows, k)
     ps = stats.partial_summary(x, y, z)
-    a, sign = ANCHORS.get(k, ("", None)) if anchors else ("", None)
+    a, sign = ANCHORS.get(k, (None, None))
+    sign = sign if anchors else None
     r = {"metric": k, **stats.correlation_summary(x, y, n_perm=n_perm, seed=i),
-         "partial_n": ps.pop("n"), **ps, **within_shape(rows, x, y), "paper_r2": a,
+         "partial_n": ps.pop("n"), **ps, **within_shape(rows, x, y),
+         "paper_r2": "" if a is None else a,
          "paper_sign": {1: "+", -1: "-", 0: "none"}.get(sign, "")}
     out.append({**r, **{f"{p}ci_verdict": ci_verdict(sign, r[f"{p}ci_lo"], r[f"{p}ci_hi"])
                         for p in ("", "partial_")}})
@@ -125,22 +125,34 @@ def ci_verdict(sign, lo, hi) -> str:
   return "undecided" if c == 0 else ("supported" if c == sign else "refuted")
 
 
-VERDICTS = ("supports regime", "reversals robust at small scale", "undecided")
+VERDICTS = ("the disagreements belong to the regime", "the reversals are robust at small scale",
+            "undecided")
 
 
-def decide(r2: list[dict], rule) -> dict:
-  """``rule`` (``presets.Rule``) on collapse_r2.csv's rows: {verdict, reason, cells}; a cell
-  "metric@min_count r|partial" is 1 (its interval off 0 on the authors' side), -1 (on the
-  other side) or 0 (spanning 0, undefined)."""
-  by = {(r["metric"], int(r["min_count"])): r for r in r2 if r["points"] == rule.points}
-  cells = {}
-  for (metric, sign), m, p in itertools.product(rule.signs, rule.min_counts, rule.intervals):
-    row = by.get((metric, m), {})
-    c = stats.ci_sign(row.get(f"{p}ci_lo", math.nan), row.get(f"{p}ci_hi", math.nan))
-    cells[f"{metric}@{m} {p.rstrip('_') or 'r'}"] = int(c * sign) if math.isfinite(c) else 0
-  side = {v: [k for k, c in cells.items() if c == v] for v in (1, -1, 0)}
-  verdict = VERDICTS[0 if len(side[1]) == len(cells) else 1 if len(side[-1]) == len(cells) else 2]
-  return {"verdict": verdict, "cells": cells, "reason": "; ".join(
-      f"{what} ({len(side[v])} of {len(cells)}): " + ", ".join(side[v]) for v, what in (
-          (1, "off 0 on the authors' side"), (-1, "off 0 on the other side"),
-          (0, "spanning 0 or undefined")) if side[v])}
+def rule_intervals(r2: list[dict], rule) -> dict:
+  """{"metric@min_count r|partial r": [lo, hi]}: the 95% intervals ``decide`` reads, of the
+  grid's r and partial r on log(parameters), one point per run (collapse_r2.csv's rows)."""
+  by = {(r["metric"], int(r["min_count"])): r for r in r2 if r["points"] == "last"}
+  return {f"{k}@{m} {p}r": [float(by[(k, m)][f"{q}ci_lo"]), float(by[(k, m)][f"{q}ci_hi"])]
+          for k, _ in rule.signs for m in rule.min_counts
+          for p, q in (("", ""), ("partial ", "partial_"))}
+
+
+def decide(intervals: dict, rule) -> dict:
+  """The pre-registered rule: for NC3's mean cosine, UNC3 and GNC2's mean log kernel, the 95%
+  Fisher-z intervals of r against validation loss and of the partial r on log(parameters),
+  one point per run, at min_count 1 and 20 (``Rule``). An interval is on the authors' side
+  when it excludes 0 on the side of their sign (NC3 -, UNC3 +, GNC2 +), on the other side when
+  it excludes 0 there. All on the authors' side: "the disagreements belong to the regime"; all
+  on the other side: "the reversals are robust at small scale"; anything else (an interval
+  spanning 0 or undefined): "undecided"."""
+  sign = dict(rule.signs)
+  sides = {c: int(np.nan_to_num(stats.ci_sign(*iv)) * sign[c.split("@")[0]])
+           for c, iv in intervals.items()}
+  on = {v: [c for c, s in sides.items() if s == v] for v in (1, -1, 0)}
+  verdict = VERDICTS[0] if len(on[1]) == len(sides) else (
+      VERDICTS[1] if len(on[-1]) == len(sides) else VERDICTS[2])
+  return {"verdict": verdict, "sides": sides, "reason": "; ".join(
+      f"{what} ({len(on[v])} of {len(sides)}): " + ", ".join(on[v]) for v, what in (
+          (1, "the authors' side"), (-1, "the other side"), (0, "spanning 0 or undefined"))
+      if on[v])}
