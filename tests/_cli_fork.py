@@ -1,13 +1,5 @@
-"""``python -m tests._cli_fork JSON``: runs each command of JSON, a list of ``[module, arg, ...]``,
-as ``python -m module arg ...`` runs it (``runpy``, as ``__main__``, with that ``sys.argv``), each
-in its own forked child, one after the other, and prints JSON: one ``{"rc", "stdout",
-"stderr"}`` per command (the child's file descriptors 1 and 2).
-
-The imports the commands share (JAX, matplotlib, sbjax, each command's package) are made once,
-before the forks; JAX's backend is not started before them (checked: importing JAX starts no
-thread), so each child starts its backend as a fresh process would. One interpreter for
-several commands of a test instead of one each: a command's interpreter and imports cost ~4 s
-of CPU. absl's flags are global: one child per command."""
+"""``python -m tests._cli_fork JSON``: runs each ``[module, arg, ...]`` of JSON as ``python -m``
+would, each in its own forked child, and prints one ``{"rc", "stdout", "stderr"}`` per command."""
 
 from __future__ import annotations
 

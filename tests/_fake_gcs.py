@@ -1,11 +1,5 @@
-"""``gs://`` offline: fsspec's in-memory file system registered as the ``gs``/``gcs``
-implementation, so ``etils.epath.Path("gs://bucket/...")`` runs its real fsspec code path with
-only the bottom storage replaced (no network, no credentials). TensorFlow must not be
-installed (epath prefers its gfile backend then); sbjax does not depend on it.
-
-    with fake_gcs() as store:        # store: {"gs://bucket/key": bytes-like}
-      atomic_write_json("gs://bucket/run/plan.json", {...})
-"""
+"""``gs://`` offline: fsspec's in-memory file system registered as ``gs``/``gcs``, so epath's
+real fsspec code path runs with only the storage replaced (TensorFlow must not be installed)."""
 
 from __future__ import annotations
 

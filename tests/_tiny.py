@@ -1,7 +1,5 @@
-"""The config of the session's shared trained run (the ``tiny_run`` fixture of
-tests/conftest.py): the tiny preset with vocab 64, 24 steps, a train record every step,
-evaluations at 0, 12, 24 and checkpoints at 0, 1, 2, 4, 8, 12, 16, 24. The tests that train
-their own run use this schedule where they can, so they share one compiled step."""
+"""The config of the session's shared trained run (the ``tiny_run`` fixture): tiny, vocab 64, 24
+steps, checkpoints at 0, 1, 2, 4, 8, 12, 16, 24; tests that train reuse it to share one compile."""
 
 import dataclasses
 

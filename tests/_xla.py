@@ -1,10 +1,5 @@
 """The platform the tests run on and the XLA flags of the CPU test suite, in one place for
-tests/conftest.py and for the tests that run a subprocess without them.
-
-``SBJAX_TEST_PLATFORM=cpu|cuda|tpu`` (default ``cpu``) chooses the platform: tests/conftest.py
-sets ``JAX_PLATFORMS`` to it, sets :data:`TEST_XLA_FLAGS` on the CPU only, and skips the tests
-marked ``only_on(...)`` that the platform is not named in (the marker gives the reason).
-"""
+tests/conftest.py and for the tests that run a subprocess without them."""
 
 import os
 import re

@@ -1,14 +1,6 @@
 """Test set-up: the platform (CPU unless ``SBJAX_TEST_PLATFORM`` says otherwise), quiet logs.
 Tests that need 8 fake devices run in a subprocess (XLA_FLAGS must be set before JAX starts),
-see tests/_multidevice.py.
-
-On an accelerator: ``SBJAX_TEST_PLATFORM=cuda python -m pytest tests -m "not e2e" -n 4``
-(or ``tpu``; a TPU is opened by one process only, so there ``-p no:xdist``) runs the unit and
-integration layers there. ``JAX_PLATFORMS`` is set to the platform, the CPU-only XLA flags
-below are not set, on a GPU each process allocates GPU memory as it needs it (several xdist
-workers share the device), and a test marked ``only_on(...)`` skips on a platform it does not
-name, with its reason (e.g. host page faults, a Pallas TPU kernel in interpret mode).
-"""
+see tests/_multidevice.py."""
 
 import os
 import sys

@@ -1,8 +1,5 @@
-"""experiments.collapse (Wu & Papyan 2024) at its test presets on a generated corpus: the stacked
-collapse pass against a direct computation, the tables against numpy and scipy, the interval
-verdicts both ways, the pre-registered rule end to end (test-e2), the planted language's
-ceiling and gap, the token-file presets, a rerun that redoes nothing, and the pass's memory at
-32k classes."""
+"""experiments.collapse at its test presets on a generated corpus: the pass against a direct
+computation, the tables against numpy and scipy, the rule (test-e2), token files, memory at 32k."""
 
 import json
 import os

@@ -1,14 +1,6 @@
 """Every code block of docs/*.md runs, so the walkthroughs cannot rot, and they run as a user's
 would: against the installed packages (``sbjax``, the experiments as ``sbjax_experiments``).
-
-Per markdown file: its ```python blocks run in order in ONE fresh Python process (later
-blocks use the variables of earlier ones), in a temporary working directory, isolated
-(``python -I``: no PYTHONPATH, no user site, the working directory not on sys.path), so the
-checkout is not on sys.path and ``from experiments...`` fails as it does after ``pip
-install``; its ```bash blocks run in that process's turn, in the same directory. Other fences
-(```text, plain ```) are prose. A failure names the file, the block number, the line where the
-block starts and the error.
-"""
+A page's ```python and ```bash blocks run in order in one fresh ``python -I`` process."""
 
 import json
 import os

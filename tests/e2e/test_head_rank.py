@@ -1,8 +1,5 @@
-"""head_rank and werror_loss at their test presets on a generated corpus, through the runner:
-the sweep's LR grids and best-LR flags against the runs' own metrics, head parameter counts by
-hand, protocol a's frozen trunk equal to the best full run's, the W-errors against numpy's SVD
-of the checkpointed head, werror_loss reading head_rank's folder or, alone, training the same
-sweep itself; every preset's configs build (protocol a on a stand-in trunk)."""
+"""head_rank and werror_loss at their test presets, through the runner: the sweep's tables, the
+frozen trunk, the W-errors against numpy's SVD, werror_loss alone, every preset builds."""
 
 import dataclasses
 import json

@@ -1,8 +1,5 @@
-"""Interrupted trainer processes (``python -m experiments.train --config=tiny``, the command of
-benchmarks/soak.py) resume to the uninterrupted run of the same command, bit for bit: the
-kill -9 soak (a checkpoint after every step, so that a kill lands mid-save; the long version is
-benchmarks/soak.py), and the SIGTERM save (paused once step 0 is saved, so the interleaving is
-fixed: it saves the step in flight and exits 75; the rerun's output is the command line's)."""
+"""Interrupted ``python -m experiments.train`` processes resume to the uninterrupted run bit for
+bit: the kill -9 soak (a save every step) and the SIGTERM save of the step in flight (exit 75)."""
 
 import json
 import os

@@ -1,8 +1,5 @@
-"""The same training on an 8-device mesh (2, 2, 2) spread over 2 ``jax.distributed`` processes
-of 4 fake CPU devices each (two ``experiments.train`` processes, gloo CPU collectives) as on
-one device in this process: equal losses, and parameters saved collectively by both
-processes that restore onto one device equal to the one-device run's. (The sharding rules
-themselves: tests/unit/test_sharding.py.)"""
+"""Training on an 8-device mesh (2, 2, 2) over 2 ``jax.distributed`` processes equals one device:
+equal losses, and the collectively saved parameters restore onto one device equal."""
 
 import json
 import subprocess

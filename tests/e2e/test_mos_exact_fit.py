@@ -1,12 +1,6 @@
 """A MoS head fitted alone on the exact distributions of a planted MoS language reaches H
 within 1e-3 nats from a random start, while every rank-r head of the same width stays at its
-exact floor >= 0.08 nats above H (sbjax.studies.floor, sbjax.studies.head_fit).
-
-V = 64, k = 3, M = 4, alpha = 8, width d = 4: a rank-r head on a width-4 input has rank <= 4,
-and floor(4) - H = 0.0966 (converged multi-start floor) bounds all of them. The over-complete
-MoS head (M' = 32 components, e = 8, linear; same width) reaches H within 1e-3: 0.00034-0.00044
-over 8 starts of 3000 steps (benchmarks/mos_exact_fit.py); here one start of 2000 steps
-(seed 0: 0.00062)."""
+exact floor >= 0.08 nats above H (sbjax.studies.floor, sbjax.studies.head_fit)."""
 
 from sbjax.config import ModelConfig
 from sbjax.data.planted_mos import PlantedMoS

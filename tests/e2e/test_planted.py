@@ -1,8 +1,5 @@
-"""The planted experiment at its test presets through the suite command line: the CSVs follow
-the exact floors and the matched-rank rule, the report carries its header and tables equal to
-the CSVs with figures in the asked format, and the fresh-seed preset (test-e3): each arm's
-fresh seeds at the lr it chose on the selection stream, their Welch intervals recomputed with
-scipy, and the pre-registered rule's verdict in summary.json recomputed from the CSVs."""
+"""The planted experiment at its test presets: the suite command line (CSVs, floors, report and
+figures) and test-e3 (fresh seeds at the chosen lr, scipy's Welch intervals, the rule's verdict)."""
 
 import json
 import re

@@ -1,8 +1,5 @@
-"""A ``gs://`` workdir end to end, offline, on a real GCS server (fake-gcs-server, see
-tests/_gcs_emulator.py): a tiny run whose trainer is killed with SIGKILL after its first
-checkpoints, the rerun that resumes it (taking over the dead holder's lock object) and
-finishes it, and the analysis of the run; every file lands in the bucket, none in a local
-``gs:`` folder. The command-line tools run as processes, as a user runs them."""
+"""A ``gs://`` workdir end to end on a real GCS server offline (tests/_gcs_emulator.py): a run killed
+with SIGKILL, resumed and analysed by the command-line tools; nothing lands in a local ``gs:``."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""experiments.saturation (the width sweep on a generated corpus) and its planted arms
-(``saturation_planted``) at their test presets, through the engine's runner: the measured
-columns against numpy on the saved checkpoints, the per-width and per-arm tables against the
-checkpoint rows, and the decisions of summary.json against their CSVs (the width-order rule of
-``test-e1`` among them)."""
+"""experiments.saturation and saturation_planted at their test presets, through the runner: the
+measured columns against numpy, the tables against the checkpoints, the rules of summary.json."""
 
 import json
 import math

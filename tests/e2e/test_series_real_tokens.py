@@ -1,15 +1,6 @@
-"""A public-suite-style series on real tokens, end to end, as a new user would run it:
-
-a 4-revision GPT-NeoX series built with transformers (random weights, one revision a
-duplicate of another) in the HF cache layout; a tokenizer.json trained on a local corpus;
-a few files tokenised to an .npy [n, T+1]; ``convert --from_hf`` -> ``analyze --tokens``.
-The CSV's eval loss of every revision equals transformers' loss on the same tokens (1e-4),
-each layer's MLP CKA to the final revision equals numpy's on transformers' hooked MLP outputs,
-and the duplicate is refused unless allowed, then flagged.
-
-Also here (sharing the torch import): ``convert --to_hf`` writes the run's tokenizer, and
-AutoTokenizer + AutoModelForCausalLM on the export give sbjax's ids and next-token
-log-probs (a sentencepiece unigram run, converted, and a run with a tokenizer.json)."""
+"""A GPT-NeoX series in the HF cache layout on real tokens, ``convert --from_hf`` then
+``analyze --tokens``: losses and MLP CKA equal transformers'; ``convert --to_hf`` with the
+run's tokenizer gives transformers the same ids and log-probs."""
 
 import csv
 import json

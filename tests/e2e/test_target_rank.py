@@ -1,7 +1,5 @@
-"""experiments.target_rank at its test preset on generated text: the raw curve against a Counter
-+ numpy SVD recomputation from the experiment's own token streams, summary.json's comparison
-with raw recomputed from the CSV, the report's table read from the CSV, a rerun that computes
-nothing, and the tpu preset's data configs."""
+"""experiments.target_rank at its test preset: the raw curve against a Counter + numpy SVD
+recomputation, summary and report from the CSV, a rerun that computes nothing, the tpu data."""
 
 import json
 

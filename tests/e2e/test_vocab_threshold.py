@@ -1,12 +1,5 @@
-"""vocab_threshold at its test presets, through the runner: on a generated corpus, r*(V), its
-margins, r_0.6 of the centred head and the log-log slope recomputed with numpy from the CSVs
-and the heads; the bigram r*(V, N) cells against a counting reference, the tolerance rule and
-the start check, the rule's reliable cells, a rerun computing nothing; the E5 twin's rule
-cells (per-window losses whose mean is the eval loss, their block standard errors, the start
-movement between the two trunk seeds, the reliable cells and the verdict in summary.json); the
-token-file twin of the accelerator preset (one
-padded population of heads per V on the trunk's best validation checkpoint) on token files
-written from generated text; every preset's configs build."""
+"""vocab_threshold at its test presets, through the runner: r*(V), its margins, r_0.6 and the slope
+against numpy; the bigram r*(V, N) cells; the E5 rule cells; the token-file twin; every preset."""
 
 import itertools
 import json

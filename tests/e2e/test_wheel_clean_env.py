@@ -1,29 +1,6 @@
-"""The built wheel in a clean environment: no checkout, no ``shared/``.
-
-The base install (no extras) is what ``sbjax.metrics`` needs: the wheel's requirements pull
-at most 12 distributions (their closure, read from this interpreter's metadata), and a venv
-that sees only those runs the "use it in your code" example of docs/metrics.md, whose numbers
-match the float64 numpy references of ``tests/_metrics_reference.py``.
-
-For the tools (the ``[train]`` extra): the wheel, built from a copy of the sources (``pip
-wheel --no-deps --no-build-isolation``, no download), is installed with ``--no-deps
---no-index`` into a fresh venv made without pip. The venv sees the third-party packages of
-this interpreter through a ``deps.pth`` whose lines are this interpreter's site-packages
-directories (path lines only: the ``.pth`` files inside them, such as a checkout's
-editable-install finder, are not processed), so nothing is
-downloaded and the repository is not on the path. Every command runs from an empty directory
-outside the repository. Then:
-
-- ``import experiments`` fails (the wheel installs the experiments as ``sbjax_experiments``),
-  ``import sbjax.metrics`` works from the venv, the sample corpus is package data there, and
-  ``sbjax-reproduce --helpshort`` lists its flags;
-- ``sbjax-train --config=tiny`` trains a few steps on the sample corpus (text, a
-  sentencepiece tokenizer trained into the workdir) and writes its checkpoint and log;
-- ``sbjax-reproduce --preset=test --only=target_rank`` runs an experiment from the installed
-  ``sbjax_experiments`` (target_rank: the cheapest at its test preset, ~6 CPU-s against the
-  planted experiment's ~60; the planted one runs from the checkout in tests/e2e/test_reproduce.py)
-  and writes ``report.md``, whose row and section are read back with the figures they name.
-"""
+"""The built wheel in a clean environment: no checkout, no ``shared/``, nothing downloaded
+(the venv sees this interpreter's site-packages through a ``deps.pth``); the base install
+runs docs/metrics.md's example, the ``[train]`` tools train and reproduce from an empty folder."""
 
 import email.parser
 import importlib.metadata

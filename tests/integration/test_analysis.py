@@ -1,10 +1,6 @@
 """The checkpoint analysis: every column for every step, the values against direct metric
 calls, the figures, each step measured once per setting, and damaged checkpoints set aside
-(the CKA reference falls back to the newest good step).
-
-One tiny run (tests/_tiny.py's config stopped after 8 steps: checkpoints 0, 1, 2, 4, 8) on
-the real data path is trained once per module and analysed once; the other tests reuse it.
-"""
+(the CKA reference falls back to the newest good step)."""
 
 import dataclasses
 import json

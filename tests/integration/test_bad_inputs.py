@@ -1,12 +1,6 @@
 """Bad inputs of ``train``: one table of rows, each a wrong input with the ``error:`` line it must
 give and its exit status; nothing may be written or changed (every file hashed and every link
-read before and after; a bad checkpoint may only move, byte for byte, to checkpoints_bad/).
-
-Most rows call what the command calls, in-process, and put the exception through the command
-line's own error boundary (``sbjax.cli.common.error_line``); the CLI rows run the command
-itself (one interpreter for the table, ``tests._cli_fork``). Also here: the helpers of the
-other commands' tables (``test_bad_inputs_analyze``, ``_convert``, ``_commands``) and the
-error boundary itself, tested with an exception type made up for it."""
+read before and after; a bad checkpoint may only move, byte for byte, to checkpoints_bad/)."""
 
 import dataclasses
 import hashlib

@@ -1,7 +1,5 @@
-"""Bad inputs of ``convert``: the table of rows (``test_bad_inputs`` says how rows are checked),
-in-process and as the command; an export with ``--overwrite`` into a Hugging Face cache
-snapshot, whose files are links to shared blobs (the links are replaced, the blobs keep their
-bytes); non-finite weights imported when asked for."""
+"""Bad inputs of ``convert`` (checked as ``test_bad_inputs`` says), an ``--overwrite`` export over
+a Hugging Face cache's links, and non-finite weights imported when asked for."""
 
 import json
 import shutil

@@ -1,7 +1,5 @@
-"""convert --from_hf: a model id found in the HF cache (refs -> snapshots), revision names with
-stage/token parts ordered by step, step selections, sha256 records, duplicates, a single
-directory's step from its name, and another model in the workdir refused (the other refusals:
-the bad-input table of convert)."""
+"""convert --from_hf: model ids in the HF cache, revision names ordered by step, sha256 records
+and duplicates, a single directory's step from its name."""
 
 import dataclasses
 import hashlib

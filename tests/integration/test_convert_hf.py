@@ -1,9 +1,4 @@
-"""Hugging Face import/export (sbjax.convert) against transformers (torch, CPU).
-
-Small random GPT-NeoX / GPT-Neo models are built from configs (no hub), saved with
-``save_pretrained`` and imported: logits and the intermediates the analysis uses match
-transformers to 1e-4 in float32, and so does a training step (loss, gradients, the AdamW
-update). Exported sbjax models load in transformers with the same logits and read back."""
+"""Hugging Face import/export (sbjax.convert) against transformers (torch, CPU)."""
 
 import dataclasses
 import json
@@ -124,12 +119,9 @@ def test_neo_parity_local_window_tied_unscaled(tmp_path):
 
 
 def test_a_train_step_equals_transformers(tmp_path):
-  """One step on a transformers-saved GPT-NeoX: sbjax's train step (next-token loss, global
-  norm clipping, AdamW with decay on matrices only) against the same step in torch; the
-  gradients and updated weights compared in the Hugging Face layout (``hf_tensors``); torch
-  decays the tensors that sbjax's ``decay_mask`` decays.
-  eps = 1e-3: the rotary-free k-bias dims have an analytic zero gradient, whose float32
-  noise Adam with eps = 1e-8 would turn into ±lr updates of random sign on both sides."""
+  """One train step on a transformers-saved GPT-NeoX equals torch's (loss, clipping, AdamW with
+  sbjax's decay mask), in the HF layout. eps = 1e-3: the analytic-zero k-bias gradients' float32
+  noise would become ±lr updates of random sign at eps = 1e-8."""
   m = neox(tmp_path, seed=2).train()
   cfg, params = import_hf(str(tmp_path))
   tc = TrainConfig(lr=1e-3, warmup_steps=0, steps=100, eps=1e-3, clip=0.5, batch_size=2,

@@ -1,7 +1,5 @@
-"""Tokenizers (sbjax.data.tokenizer, hf_tokenizer): sentencepiece trained on generated text,
-and on a corpus of >= 150 distinct characters with the small presets' vocabularies ("too
-small" naming a size that works); HF tokenizer.json files (trained locally) tokenising a text
-corpus through make_dataset."""
+"""Tokenizers (sbjax.data.tokenizer, hf_tokenizer): sentencepiece on generated and on rich
+corpora ("too small" naming a size that works), and HF tokenizer.json files through make_dataset."""
 
 from pathlib import Path
 

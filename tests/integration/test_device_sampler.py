@@ -1,8 +1,5 @@
-"""Training with the on-device planted sampler (``data.options.sampler=device``,
-sbjax.train.device_batches): the step draws its batch from (data seed, state.step): the batches
-it trains on are the ones ``DevicePlanted.train_batch`` copies to the host (the same run fed
-those on the host path gives the same parameters); members with their own data seeds draw their
-own batches."""
+"""Training with the on-device planted sampler (``data.options.sampler=device``): the step trains
+on the batches ``DevicePlanted.train_batch`` names; members draw their own data seeds' batches."""
 
 import dataclasses
 

@@ -1,8 +1,5 @@
-"""A new head kind and a new data source in one place: the toy kind (with its own
-hyper-parameter) and the toy source (with its own fields) below are written into one
-temporary module and registered there (no edit anywhere in sbjax), validated, trained one
-step through the normal ``sbjax.train.train`` path, saved and reloaded; the head is counted
-and sharded by its own rules."""
+"""A new head kind and a new data source written in one temporary module (no edit in sbjax):
+registered, validated, trained one step, saved, reloaded, counted and sharded by their rules."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""One writer per folder (``sbjax.train.lock``), on local disk and on ``gs://`` (a real GCS
-server offline, tests/_gcs_emulator.py): while another process holds a folder, a second
-writer stops with one line naming the holder; once the holder is killed (SIGKILL: no
-release), the next writer takes the folder."""
+"""One writer per folder (``sbjax.train.lock``), local and ``gs://``: a second writer stops naming
+the holder; once the holder is killed with SIGKILL, the next writer takes the folder."""
 
 import contextlib
 import json

@@ -1,7 +1,5 @@
-"""The lowering suite (``sbjax.lowering_suite``; the full matrix of presets and meshes:
-``python -m sbjax.lowering_suite``): a tiny GPT-Neo-like model (global and local layers) in
-bf16 with float32 parameters, every entry point exported once for cpu, cuda and tpu together
-on the (1, 4, 2) mesh; and what a function that does not lower raises."""
+"""``sbjax.lowering_suite``: a tiny GPT-Neo-like model's entry points exported once for cpu, cuda
+and tpu on the (1, 4, 2) mesh; what a function that does not lower raises."""
 
 import jax
 import jax.numpy as jnp

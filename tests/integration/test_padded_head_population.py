@@ -1,9 +1,5 @@
-"""Heads of different ranks as ONE population (``sbjax.heads.padded_lowrank``): frozen-trunk
-padded heads of ranks 2 and 4 (pad 4, head lrs 3e-3 and 1e-2) train in one compiled step; the
-padded rank-2 member equals the separate ``lowrank`` run (the plain single-run code path) in
-every step's loss and in the trained head product A·B, to float32 tolerance, and its padding
-stays exactly zero. Members that differ in a lowrank head's rank, or in a padded head's pad,
-are refused with the fix named."""
+"""Heads of different ranks as ONE population (``sbjax.heads.padded_lowrank``): the padded rank-2
+member equals the separate ``lowrank`` run with zero padding; mismatched members are refused."""
 
 import dataclasses
 import logging

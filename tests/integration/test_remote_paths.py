@@ -1,10 +1,5 @@
-"""``gs://`` paths through etils.epath on fsspec's in-memory file system (tests/_fake_gcs.py):
-the workdir files that do not go through TensorStore, a bad step moved aside object by
-object, token files and trees read through one local copy, uploads only on success, a text
-corpus, Hugging Face imports and exports, each equal to the same call on
-local disk; no local ``gs:`` folder appears (``pathlib.Path("gs://b/x")`` is the local
-``gs:/b/x``). A whole run, a kill -9, the analysis and its outputs, orbax's arrays, on a real
-GCS server: tests/e2e/test_remote_workdir_gcs.py."""
+"""``gs://`` paths on fsspec's in-memory file system (tests/_fake_gcs.py), each equal to the same
+call on local disk, with no local ``gs:`` folder (a real server: test_remote_workdir_gcs.py)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""A run of N = 2 members (sbjax.train.train with lists) whose members differ in seed, data
-seed, lr and weight decay: stopped and resumed, it equals the uninterrupted run bit for bit;
-each member equals its separate run; members that differ in a program field are refused.
-(Checkpoints every 8 steps: the steps the resume needs; orbax's saves are most of a tiny
-run's time.)"""
+"""A run of N = 2 members differing in seed, data seed, lr and weight decay: resumed, it equals the
+uninterrupted run bit for bit; each member equals its separate run; program fields refused."""
 
 import dataclasses
 

@@ -1,9 +1,5 @@
-"""A frozen trunk shared by a population's members runs its forward once per step
-(``sbjax.train.population.shares_trunk``): the shared step and evaluation equal the vmapped
-step that recomputes the trunk per member (trunk behind ``stop_gradient``), and the
-compiled shared step costs about one trunk forward plus N heads, not N trunk forwards. Here
-MoS heads with a chunked loss (the scores path); padded low-rank heads on a shared trunk, run
-by ``train``, equal their separate runs in test_padded_head_population.py."""
+"""A frozen trunk shared by a population runs its forward once per step: the shared step equals
+the vmapped per-member step and its compiled cost is about one trunk plus N heads."""
 
 import dataclasses
 

@@ -1,7 +1,5 @@
-"""Training one run (sbjax.train.train): the golden one-step value, gradient accumulation, a
-stopped and resumed run equal to the uninterrupted one bit for bit, NaN handling, a frozen
-trunk, what a resume accepts. (N members: test_run_members.py; the command line, killed and
-preempted processes: tests/e2e/test_interrupted_runs_resume_bitwise.py.)"""
+"""Training one run (sbjax.train.train): golden value, accumulation, bitwise resume, NaN handling,
+a frozen trunk, what a resume accepts (N members: test_run_members.py)."""
 
 import dataclasses
 

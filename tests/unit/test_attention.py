@@ -1,7 +1,5 @@
-"""sbjax.attention: the Pallas splash kernel (interpret mode on CPU) against the einsum
-reference; what attn_impl=auto picks per backend, staged as one program whose kernel each
-backend picks when it compiles (here: equal to the einsum kernel); the precision policy in
-the einsum and XLA kernels."""
+"""sbjax.attention: the splash kernel (interpret mode) against einsum, what attn_impl=auto
+stages per backend, and the precision policy of the einsum and XLA kernels."""
 
 import dataclasses
 import re

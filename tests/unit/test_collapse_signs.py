@@ -1,14 +1,5 @@
-"""The sign conventions of NC3, UNC3 and GNC2 on fixed synthetic examples
-whose values are derived by hand below from the formulas of the authors' `neural-collapse`
-metrics (docs/metrics.md section 3, the reference they were written from):
-
-* NC3: cos_c = cos(w_c, μ̃_c), μ̃_c = μ_c − μ_G, μ_G the unweighted mean of the class means;
-  NC3 = mean_c cos_c.  UNC3 = std(cos_c) / mean(cos_c) (std with ddof 1, as torch.std).
-* GNC2: κ(c, c') = log(1 / ‖u_c − u_c'‖), u_c = μ̃_c/‖μ̃_c‖ (current code; paper-era: μ_c/‖μ_c‖),
-  mean and variance over the pairs c < c'.
-
-Each expected number is written from these formulas by hand (in the comments), not from any
-implementation; sbjax's `collapse_metrics_from_stats` must give them."""
+"""The sign conventions of NC3, UNC3 and GNC2 on synthetic examples whose values are derived by
+hand (in the comments) from the authors' formulas (docs/metrics.md section 3)."""
 
 import math
 

@@ -88,11 +88,8 @@ def _vmapped(m, v, c):
 
 @pytest.mark.parametrize("n_c", [2, 10, 1000])
 def test_corrected_norms_unbiased_raw_not(n_c):
-  """Known mu_c (norms 1..2, true CoV 0.200) and sigma_c (trace 2.25) in d=256, N_c tokens per
-  class, 400 draws: each corrected squared norm is unbiased (|z| < 4.5 over the 64 classes) and
-  the corrected CoV reads the true one within 0.012 (a ratio of noisy terms: the small excess
-  at N_c=2, +0.008, is estimation noise, not count bias); the raw norms are biased by
-  sigma_c^2/N_c and their CoV is off by more than 0.015 at N_c = 2 and 10."""
+  """Known class means (CoV 0.200) and covariances in d=256, 400 draws: the corrected squared
+  norms are unbiased (|z| < 4.5) with CoV within 0.012; the raw ones are off by > 0.015."""
   rng = np.random.default_rng(1)
   mu = _population(rng, 256, np.linspace(1, 2, K // 2))
   true_sq = (mu ** 2).sum(1)

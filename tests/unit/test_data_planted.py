@@ -40,11 +40,7 @@ def test_rows_are_distributions_and_stationary_is_stationary(name, request):
 
 @pytest.mark.parametrize("name", ALL)
 def test_empirical_entropy_matches_exact(name, request):
-  """The sample's mean -log P(x_t | context) estimates the entropy rate H.
-
-  Tolerance: 5 standard errors, the standard error estimated from 40 batch means (which
-  accounts for the chain's autocorrelation); it is asserted to be small so the test has teeth.
-  """
+  """The sample's mean -log P(x_t | context) estimates the entropy rate H."""
   p = request.getfixturevalue(name)
   x = p.sample(np.random.default_rng(7), (4, 50_000))
   nll = -np.stack([p.sequence_log_probs(row) for row in x]).reshape(-1)
@@ -67,11 +63,8 @@ def test_sample_starts_stationary_and_stream_shape(lang):
 
 
 def test_planted_ranks(lang):
-  """Exact statements (k = rank):
-
-  L = alpha U V^T / sqrt(k) + 1 b^T has rank k + 1; log P = L - lse 1^T has rank <= k + 2;
-  row-centring cancels the lse term (rank k + 1); double-centring also cancels 1 b^T (rank k).
-  """
+  """L = alpha U V^T / sqrt(k) + 1 b^T has rank k + 1; row-centred log P rank k + 1,
+  double-centred rank k."""
   k = lang.rank
   L = lang.logit_matrix()
   assert np.allclose(lang.b, -np.log(np.arange(1, 65)))  # the Zipf bias: token id = its rank

@@ -1,9 +1,5 @@
-"""A planted source's dataset (sbjax.data.dataset.build_planted): its stored streams are the
-language's samples from [seed, 1] and [seed, 2], held in memory or cached as .npy files
-(WORKDIR/tokens, or data.options.data_dir) and read back equal; with train_tokens=0 train
-batches are drawn on demand (host: StreamingPlanted, device: planted_device), pure in (seeds,
-step), the processes' rows make the global batch, and evaluation reads the stored case's
-validation tokens; a stream too short for one batch is refused before anything is written."""
+"""A planted source's dataset (build_planted): stored streams in memory or cached and read back
+equal; on-demand batches (train_tokens=0) pure in (seeds, step); too-short streams refused."""
 
 import json
 

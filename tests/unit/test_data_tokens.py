@@ -1,7 +1,5 @@
-"""The ``tokens`` data source (sbjax.data.tokens, its windows in dataset.Dataset): .npy rows, flat .bin
-streams read as their dtype (the name's, else data.options.dtype), order (train: the packed
-sources' Dataset order; eval: file order), the held-out tail, and bad files refused naming the
-file and the fix (a flat .bin that does not declare its dtype among them)."""
+"""The ``tokens`` data source: .npy rows and flat .bin streams read as their dtype, train and eval
+order, the held-out tail, and bad files refused naming the file and the fix."""
 
 import numpy as np
 import pytest

@@ -1,8 +1,4 @@
-"""The exact rank floor (sbjax.studies.floor) and the planted experiment's pieces.
-
-References are written plainly here: the stationary distribution by an eigenvector, the
-entropy and the cross-entropy by their definitions, and an independent Adam optimiser on the
-factors (the floor is a minimum, so no other rank-r matrix may beat it)."""
+"""The exact rank floor (sbjax.studies.floor) and the planted experiment's pieces."""
 
 import math
 

@@ -1,7 +1,5 @@
-"""The one training loop with a fake step: metrics are read one step late, boundaries come
-from one place (Schedule), eval runs before the checkpoint of the same step, a stop makes the
-step in flight a saving last boundary, and the hooks for 1 or N members (NaN policy, train
-log, progress lines, the SIGTERM flag)."""
+"""The training loop with a fake step: metrics one step late, boundaries from Schedule, eval before
+the checkpoint, a stop saving the step in flight, and the hooks for 1 or N members."""
 
 import io
 import os

@@ -1,7 +1,5 @@
-"""Token-chunked cross-entropy (sbjax.losses, model.loss_chunk) against a plain numpy
-cross-entropy with analytic gradients, against the unchunked model loss (the matrix and the
-scores paths of the heads), and by XLA's compiled memory analysis (the B·T×V logits are
-never allocated)."""
+"""Token-chunked cross-entropy against numpy with analytic gradients, against the unchunked loss,
+and by XLA's memory analysis (the B·T×V logits are never allocated)."""
 
 import dataclasses
 

@@ -1,8 +1,5 @@
-"""The public surface of sbjax.metrics: ``jax.jit(jax.vmap(...))`` over a stack of 8
-checkpoints equals a per-checkpoint host loop; wrong shapes raise one ValueError that names the
-argument, its shape and the shape expected; every exported name is a function (with Args: and
-Returns:) or a type; importing the package changes no logging configuration and registers
-nothing with JAX (a fresh process)."""
+"""The public surface of sbjax.metrics: jit(vmap) over 8 checkpoints equals the host loop, shape
+errors name the argument, exports are documented, importing it configures nothing."""
 
 import inspect
 import json

@@ -1,7 +1,5 @@
-"""Exact n-gram floors scored on validation counts (sbjax.studies.ngram_floor) against a
-plain-Python counting reference; the gradient-stopped rank-r bigram fit (sbjax.studies.bigram_fit)
-against Gibbs' bound (a full-rank fit reaches the entropy H); the
-galloping r* search (sbjax.studies.bigram_rstar) against a brute-force scan."""
+"""Exact n-gram floors against plain-Python counting, the rank-r bigram fit against Gibbs' bound,
+and the galloping r* search against a brute-force scan."""
 
 import math
 from collections import Counter

@@ -1,10 +1,6 @@
 """Target rank (Godey E6): n-gram count matrices (sbjax.studies.ngram), implicit sparse +
 rank-one matrices and W-error curves by Gram / randomized SVD (experiments/target_rank/
-lowrank_svd.py). The experiment end to end is in tests/e2e/test_target_rank.py.
-
-References are independent: collections.Counter for the counts, dense numpy formulas and
-numpy.linalg.svd for the W-error, an analytic spectrum for the large sparse case.
-"""
+lowrank_svd.py). The experiment end to end is in tests/e2e/test_target_rank.py."""
 
 
 import numpy as np

@@ -1,13 +1,6 @@
 """What the wheel is made of, checked on the source tree (no build; the built wheel
-in a clean venv is tests/e2e/test_wheel_clean_env.py):
-
-- the experiments import each other relatively (the wheel installs ``experiments/`` as
-  ``sbjax_experiments``; an absolute ``from experiments.X import`` would break it);
-- setup.py ships every package of ``sbjax/`` and ``experiments/`` (no top-level
-  ``experiments``), and the console scripts point at functions that exist;
-- nothing in ``sbjax/`` or ``experiments/`` refers to ``../shared``; the sample corpus is
-  package data; LICENSE, CITATION.cff and CHANGELOG.md exist.
-"""
+in a clean venv is tests/e2e/test_wheel_clean_env.py): relative imports, shipped packages and
+scripts, no ../shared."""
 
 import ast
 import re

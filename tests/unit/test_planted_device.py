@@ -1,8 +1,5 @@
-"""The on-device planted sampler (sbjax.data.planted_device, ``data.options.sampler=device``):
-its next-token counts per context against the exact P(.|c) (scipy chi-square, Bonferroni over
-the contexts), its start distribution against the stationary one, the float32 survival tables'
-precision on rare tokens, and one export for cpu, cuda and tpu (its dataset:
-test_data_planted_streams)."""
+"""The on-device planted sampler: counts per context against the exact P(.|c) (chi-square), the
+start law, the survival tables on rare tokens, one export for cpu, cuda and tpu."""
 
 import jax
 import numpy as np

@@ -1,9 +1,6 @@
 """The planted MoS language (sbjax.data.planted_mos), the MoS head with its own component
 dimension e and activation, the sigsoftmax head, and the exact representation of the
-language by a MoS head with e = k + 1 (sbjax.studies.head_fit.exact_mos).
-
-References are plain numpy: the mixture in probability space, the MoS head and sigsoftmax by
-their formulas."""
+language by a MoS head with e = k + 1 (sbjax.studies.head_fit.exact_mos)."""
 
 import dataclasses
 import math

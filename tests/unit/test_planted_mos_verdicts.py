@@ -1,7 +1,5 @@
-"""The planted MoS verdicts say no more than their numbers: a comparison whose lrs were chosen on
-the seeds that report it gives no verdict, cells shorter than the exact-floor test are named a
-measure of training speed beside it, and the pre-registered rule (``stats.decide``) maps the
-fresh seeds' gaps against the exact floor to its verdicts."""
+"""The planted MoS verdicts say no more than their numbers: lrs chosen on the reporting seeds give
+no verdict, and the pre-registered rule (``stats.decide``) maps the fresh gaps to its verdicts."""
 
 import json
 import math

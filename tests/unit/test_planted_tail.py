@@ -1,7 +1,5 @@
-"""The rare-token tail language (sbjax.data.planted_tail, ``source=planted_tail``) at test size:
-the same language as PlantedMixture of its parameters; its entropy rate against a direct
-numpy computation (explicit softmaxes, the stationary law from a linear solve) and against the
-mean log-loss of a long sample; its rarest token and that token's expected count."""
+"""The rare-token tail language (sbjax.data.planted_tail): equal to PlantedMixture of its
+parameters, its entropy rate against numpy and a long sample, its rarest token."""
 
 import numpy as np
 import pytest

@@ -1,7 +1,5 @@
-"""The saturation experiment's statistics on constructed data: the late-rise statistic with its
-paired bootstrap and its null level, the scaling-law fit, the CIs of the gaps to it and its
-leave-one-out verdict, the planted arms' seed spread (against scipy) and width-order rule, and
-the svd floor bound (against the fitted floors)."""
+"""The saturation experiment's statistics on constructed data: the rise and its null level, the
+scaling-law fit and its gaps, the seed spread (scipy), the width-order rule, the svd floor bound."""
 
 import itertools
 import math
@@ -176,10 +174,8 @@ def _arm_rows(ramp: float, seed: int) -> list[dict]:
 
 
 def test_a_rise_against_its_null_level(tmp_path):
-  """The old sentence's trigger ("3 of 3 CIs clear 0"): three seeds of a noisy decay, read
-  from a checkpoints CSV, whose rise CIs all lie above 0 (R ≥ 0 by construction). None rises
-  above its null level, so the seed table says 0 of 3 and the rule refutes; a climb of 0.02
-  nats over the last 40% of training rises above it."""
+  """Three seeds of a noisy decay whose rise CIs lie above 0 do not rise above their null level
+  (the rule refutes); a climb of 0.02 nats over the last 40% does."""
   k = planted.PRESETS["cpu-e1"].knobs
   arms = []
   for seed in range(3):

@@ -1,7 +1,5 @@
-"""sbjax.sharding's rules on abstract meshes: the mesh shape, the divisibility checks, the
-PartitionSpec of each parameter (every head kind, the scan layout, optimizer states,
-populations), a rule for every leaf of every preset model. (Equal numbers on 8 devices and
-across processes: tests/e2e/test_mesh_equality.py.)"""
+"""sbjax.sharding's rules on abstract meshes: mesh shape, divisibility, every parameter's spec and
+a rule for every leaf of every preset (8 devices and processes: tests/e2e/test_mesh_equality.py)."""
 
 import dataclasses
 

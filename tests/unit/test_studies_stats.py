@@ -1,7 +1,4 @@
-"""The statistics of sbjax.studies, each against an independent reference: the Fisher-z
-interval (scipy's ``pearsonr(...).confidence_interval``), the partial correlation (Pearson r
-of numpy least-squares residuals), Welch's interval (scipy's ``ttest_ind``), Pearson, Spearman
-and R² (scipy) and the permutation p-value (an exact enumeration)."""
+"""The statistics of sbjax.studies against scipy, numpy least squares and exact enumeration."""
 
 import itertools
 import math

@@ -1,9 +1,5 @@
-"""vocab_threshold's own math and its pre-registered rule: the log-log fit of r* on V against
-numpy's least squares, the slopes a rank grid allows against every corner, the nested data
-fractions, the block standard error against explicit bootstrap resampling, the verdict from the
-reliable cells, and the two reports that overclaimed (the trained "r* = 48 at every V" and the
-bigram "REFUTED: r* moves with the data size"), each from a CSV holding the numbers behind the
-old sentence."""
+"""vocab_threshold's math and rule: the log-log fit, slope ranges, nested fractions, the block
+standard error against resampling, the verdict, and the two overclaiming reports."""
 
 import math
 from itertools import product
