@@ -86,12 +86,12 @@ PRESETS: dict[str, Preset[Knobs]] = {
                         ceiling_steps=(50, 100, 200, 400, 800, 1600), ceiling_tokens=262_144)),
     # many classes per dimension: the cpu grid at V = 1024 (C/d 8-32), snapshots after 1 and 4
     # epochs (2048 steps), no seed group or ceiling; the rule pre-registered; test-e2: the same
-    # design at V = 128, d {8, 16} (C/d 8-16), 8 steps per epoch
+    # design at V = 128, one layer, d {8, 16} (C/d 8-16), 8 steps per epoch
     "cpu-e2": Preset("neo", overrides(1024, 64, 8, 3e-3, 100),
                      Knobs(depths=(1, 2), widths=(32, 64, 128), epochs=(1, 4), seeds=0,
                            epoch_tokens=262_144, val_tokens=32_768, rule=Rule())),
     "test-e2": Preset("neo", overrides(128, 16, 8, 3e-3, 2),
-                      Knobs(depths=(1, 2), widths=(8, 16), epochs=(1, 4), seeds=0,
+                      Knobs(depths=(1,), widths=(8, 16), epochs=(1, 4), seeds=0,
                             epoch_tokens=1024, val_tokens=512, chunk=16, rule=Rule())),
     # the paper's grid (TinyStories, GPT-Neo tokenizer of 50257 ids) on token files:
     # --data=TRAIN.bin[,VAL.bin] (nothing is downloaded)

@@ -64,10 +64,10 @@ PRESETS: dict[str, Preset[Knobs]] = {
                            plan=hr.Knobs(ranks=(16, 24, 32, 48, 64, 96, 128), lrs=(3e-3,),
                                          head_lrs=(3e-3, 1e-2, 3e-2), head_steps=300,
                                          protocols=("a",)))),
-    # its test-size twin: the test trunk (d = 4) at V 96 and 128, heads of rank 2 and 4 at two
-    # head lrs, a second trunk seed at V = 128; blocks of 32 tokens (2 of the 16-token windows)
+    # its test-size twin: the test trunk (d = 4) at V = 128 with a second trunk seed, heads of
+    # rank 2 and 4 at two head lrs; blocks of 32 tokens (2 of the 16-token windows)
     "test-e5": Preset(hr.BASE, {**TEST, "train.eval_batches": 4},
-                      Knobs(vocabs=(96, 128), reseed=(128,), rule=Rule(block_tokens=32),
+                      Knobs(vocabs=(128,), reseed=(128,), rule=Rule(block_tokens=32),
                             plan=hr.Knobs(ranks=(2, 4), lrs=(3e-3,), head_lrs=(1e-2, 3e-2),
                                           head_steps=4, protocols=("a",)))),
     "tpu": Preset(hr.BASE, hr.overrides({"name": "vocab_threshold-tpu",
@@ -95,10 +95,10 @@ PRESETS: dict[str, Preset[Knobs]] = {
                         plan=hr.Knobs(ranks=(16, 32, 48, 64, 96, 128, 192, 256, 384, 512),
                                       lrs=(1e-3,), head_lrs=(1e-2, 3e-2), head_steps=400,
                                       protocols=("a",), head_population=True, trunk="best"))),
-    # its test-size twin: the test trunk (d = 4) on token files at V 96 and 128
+    # its test-size twin: the test trunk (d = 4) on token files at V = 128
     "gpu-test": Preset(hr.BASE, {**TEST, **GPU_DATA, "train.eval_every": 3,
                                  "train.ckpt_every": 3, "train.async_checkpoint": True},
-                       Knobs(vocabs=(96, 128),
+                       Knobs(vocabs=(128,),
                              plan=hr.Knobs(ranks=(2, 4), lrs=(3e-3,), head_lrs=(1e-2, 3e-2),
                                            head_steps=4, protocols=("a",),
                                            head_population=True, trunk="best"))),

@@ -145,7 +145,7 @@ def test_interval_verdicts_against_scipy():
 
 
 def test_rule_end_to_end(out_e2):
-  """test-e2, the many-classes design at test size (L {1, 2} x d {8, 16} x λ {0, 0.1} at V 128,
+  """test-e2, the many-classes design at test size (L 1 x d {8, 16} x λ {0, 0.1} at V 128,
   snapshots after 1 and 4 epochs): summary.json holds the rule's 12 intervals from
   collapse_r2.csv and decide()'s verdict on them; the report prints the rule and the verdict."""
   s = json.loads((out_e2 / "summary.json").read_text())
@@ -153,7 +153,7 @@ def test_rule_end_to_end(out_e2):
   np.testing.assert_equal(s["rule"]["intervals"], iv)
   assert len(iv) == 12 and s["decision"] == T.decide(iv, Rule())
   grid = [r for r in read_rows(out_e2 / "collapse_models.csv") if r["kind"] == "grid"]
-  shapes = [(a, b) for a in (1, 2) for b in (8, 16)]
+  shapes = [(1, 8), (1, 16)]
   assert {(r["n_layers"], r["d_model"], r["epochs"], r["weight_decay"], r["vocab_size"])
           for r in grid} == {(*ab, e, w, 128) for ab in shapes for e in (1, 4) for w in (0.0, 0.1)}
   for t in read_rows(out_e2 / "collapse_r2.csv"):  # the within-shape r: after shape dummies
@@ -179,19 +179,6 @@ def test_ceiling(out):
   assert [r["step"] for r in trained] == [s for s in k.ceiling_steps for _ in k.weight_decays]
   for r in trained:  # a 24-step model is far from the Bayes-optimal one
     assert r["gap"] == pytest.approx(r["val_loss"] - r["val_true_nll"]) and r["gap"] > 0
-
-
-def test_rerun_redoes_nothing(out):
-  """python -m experiments.collapse on the finished folder: no group trains or is measured
-  again, and the tables are the same."""
-  before = {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("*.json")}
-  models = (out / "collapse_models.csv").read_bytes()
-  r = subprocess.run([sys.executable, "-m", "experiments.collapse", "--preset=test",
-                      f"--out={out}", f"--data={out.parent / 'corpus'}"], cwd=ROOT,
-                     capture_output=True, text=True, timeout=600, check=False)
-  assert r.returncode == 0, r.stderr[-2000:]
-  assert {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("*.json")} == before
-  assert (out / "collapse_models.csv").read_bytes() == models
 
 
 def test_token_files(tmp_path):

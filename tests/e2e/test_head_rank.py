@@ -20,6 +20,7 @@ from sbjax.heads import head_param_count
 from sbjax.heads.mos import MoSHead
 from sbjax.studies import head_rank as hr
 from tests._corpus import generated_docs, write_corpus
+from tests._metrics_reference import ref_w_error
 
 K = head_rank.PRESETS["test"].knobs
 TEXT = ("protocol", "head", "run")
@@ -32,11 +33,6 @@ def outs(tmp_path_factory):
   run(head_rank.EXPERIMENT, root / "head_rank", "test", str(corpus), verbose=False)
   run(werror_loss.EXPERIMENT, root / "werror_loss", "test", str(corpus), verbose=False)
   return root, corpus
-
-
-def _w_error(s, k):
-  s2 = np.asarray(s, np.float64) ** 2
-  return math.sqrt(s2[k:].sum() / s2.sum())
 
 
 def test_sweep_csv_best_lr_and_params(outs):
@@ -83,14 +79,14 @@ def test_werror_against_numpy_svd_of_the_checkpointed_head(outs):
   table = read_rows(root / "werror_loss" / werror_loss.CSV, ("protocol", "head"))
   assert [r["protocol"] for r in table] == ["full", "a", "b"]
   for r in table:
-    assert r["w_error"] == pytest.approx(_w_error(s, int(r["rank"])), abs=2e-5)
+    assert r["w_error"] == pytest.approx(ref_w_error(s, int(r["rank"])), abs=2e-5)
     ref = [x for x in rows if x["protocol"] == r["protocol"] and x["head"] != "mos"
            and x["rank"] == r["rank"] and int(x["best"])]
     assert r["eval_loss"] == ref[0]["eval_loss"]
     assert r["rel_excess"] == pytest.approx(r["eval_loss"] / table[0]["eval_loss"] - 1, abs=1e-12)
   summary = json.loads((root / "werror_loss" / werror_loss.SUMMARY).read_text())
   assert summary["rank_at_werror_0.6"] == min(k for k in range(len(s) + 1)
-                                              if _w_error(s, k) <= 0.6)
+                                              if ref_w_error(s, k) <= 0.6)
   assert summary["head_rank_dir"] == str(root / "head_rank")
   assert not (root / "werror_loss" / "runs").exists()  # it read head_rank's sweep
 

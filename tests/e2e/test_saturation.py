@@ -7,6 +7,7 @@ import math
 import jax
 import numpy as np
 import pytest
+from scipy.special import log_softmax
 
 from experiments import saturation
 from experiments.common import read_rows
@@ -41,12 +42,6 @@ def arms(tmp_path_factory):
   return out
 
 
-def _log_softmax(z):
-  z = np.asarray(z, np.float64)
-  z = z - z.max(-1, keepdims=True)
-  return z - np.log(np.exp(z).sum(-1, keepdims=True))
-
-
 def _rise(steps, mean, total, after=0.3):  # max over s >= after·T of ℓ − its running minimum
   steps, mean = np.asarray(steps), np.asarray(mean)
   return float(np.max((mean - np.minimum.accumulate(mean))[steps >= after * total]))
@@ -60,7 +55,7 @@ def test_checkpoints_measured_against_numpy(text):
   assert [r["step"] for r in ck] == ckpt.list_steps(wd) == [0, 1, 2, 4]
   cfg, params, _ = ckpt.load_params(wd)
   win = eval_sample(group.dataset, TEXT.knobs.eval_sequences)
-  logq = _log_softmax(Model(cfg.model).apply(params, win[:, :-1]))
+  logq = log_softmax(np.asarray(Model(cfg.model).apply(params, win[:, :-1]), np.float64), -1)
   nll = -np.take_along_axis(logq, win[:, 1:, None], -1)[..., 0].mean(-1)
   np.testing.assert_allclose(window_losses(ck)[-1], nll, rtol=1e-5)
   assert ck[-1]["eval_loss"] == pytest.approx(nll.mean(), rel=1e-5)
@@ -126,7 +121,7 @@ def test_planted_checkpoints_against_numpy(arms):
   ds = make_dataset(cfg.data, seq_len=tc.seq_len, global_batch_size=tc.batch_size, seed=0)
   win = eval_sample(ds, PLANTED.knobs.val_windows)
   _, params, _ = ckpt.load_params(arms / "runs" / arm.name)
-  logq = _log_softmax(Model(cfg.model).apply(params, win[:, :-1]))
+  logq = log_softmax(np.asarray(Model(cfg.model).apply(params, win[:, :-1]), np.float64), -1)
   by_window = -(ds.planted.probs[win[:, :-1]] * logq).sum(-1).mean(-1)  # Σ_v P(v|x) −log q(v)
   points = read_rows(arms / "checkpoints.csv")
   np.testing.assert_allclose(window_losses(points)[-1], by_window, rtol=2e-5)

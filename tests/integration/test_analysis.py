@@ -22,9 +22,6 @@ from sbjax.model import Model
 from tests._damage import MANIFEST, flip_one_byte, largest_data_file
 from tests._tiny import tiny_run_config
 
-pytestmark = [pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
-              pytest.mark.filterwarnings("ignore:coroutine .* was never awaited:RuntimeWarning")]
-
 STEPS = [0, 1, 2, 4, 8]
 # 12 eval sequences in chunks of 8 (a padded chunk), groups of 3 checkpoints (a padded group)
 SMALL = dict(eval_sequences=12, cka_sequences=12, anisotropy_tokens=0, collapse_sequences=12,

@@ -17,9 +17,6 @@ from tests._hf_cache import exported_neox, write_hf_cache
 from tests.integration.test_bad_inputs import (assert_unchanged, check_cli, check_line, refusal,
                                                run_table, snapshot)
 
-pytestmark = [pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
-              pytest.mark.filterwarnings("ignore:coroutine .* was never awaited:RuntimeWarning")]
-
 QUIET = dict(progress=False, figures=False, eval_sequences=4, cka_sequences=4)
 V = 53  # the imported series' vocabulary
 MC = ModelConfig(vocab_size=V, d_model=16, n_layers=1, n_heads=2, max_len=32)

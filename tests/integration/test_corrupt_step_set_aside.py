@@ -8,16 +8,11 @@ import shutil
 
 import jax
 import numpy as np
-import pytest
 
 from sbjax import checkpoint as ckpt
 from sbjax.model import Model
 from tests._damage import MANIFEST, flip_one_byte, largest_data_file
 from tests._tiny import TINY_RUN_STEPS, tiny_run_config
-
-# orbax leaves un-awaited read coroutines behind when a restore of a damaged step fails
-pytestmark = [pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
-              pytest.mark.filterwarnings("ignore:coroutine .* was never awaited:RuntimeWarning")]
 
 
 def test_a_flipped_byte_sets_the_step_aside_and_the_previous_step_is_restored(

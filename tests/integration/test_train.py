@@ -1,5 +1,5 @@
 """Training one run (sbjax.train.train): golden value, accumulation, bitwise resume, NaN handling,
-a frozen trunk, what a resume accepts (N members: test_run_members.py)."""
+what a resume accepts (N members: test_run_members.py; a frozen trunk: test_head_rank)."""
 
 import dataclasses
 
@@ -16,7 +16,6 @@ from sbjax.data import make_dataset
 from sbjax.model import Model
 from sbjax.optim import make_optimizer
 from sbjax.train import NonFiniteLossError, make_train_step, read_metrics, train
-from sbjax.heads.lowrank import LowRankHead
 from tests._tiny import tiny_run_config
 
 
@@ -118,25 +117,6 @@ def test_skip_nonfinite_steps_skips_and_finishes(tmp_path, tiny_ds):
   out = train(cfg, tmp_path, dataset=tiny_ds, quiet=True, nan_at_step=5)
   assert out["skipped_steps"] == 1 and out["step"] == 10
   assert np.isfinite(out["eval_loss"])
-
-
-def test_frozen_trunk_trains_only_the_head(tmp_path, tiny_ds, tiny_run):
-  # the trunk: the session's shared tiny run (same model); checkpoints at 0 and 8 only
-  # (ckpt_log_spaced, a loop-only field): the test reads those two
-  base = tiny_cfg(steps=8, ckpt_log_spaced=False, ckpt_every=8)
-  cfg = base.replace(
-      model=dataclasses.replace(base.model, head=LowRankHead(rank=4)),
-      train=dataclasses.replace(base.train, freeze_trunk=True, init_from=str(tiny_run)))
-  train(cfg, tmp_path / "head", dataset=tiny_ds, quiet=True)
-  _, src, _ = ckpt.load_params(tiny_run)
-  _, p0, _ = ckpt.load_params(tmp_path / "head", 0)
-  _, p1, _ = ckpt.load_params(tmp_path / "head")
-  for k in src:
-    if k == "head":
-      continue
-    for x, y in zip(jax.tree.leaves(src[k]), jax.tree.leaves(p1[k])):
-      np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
-  assert not np.array_equal(np.asarray(p0["head"]["a"]), np.asarray(p1["head"]["a"]))
 
 
 def test_a_resume_accepts_other_optimizer_settings(tmp_path, tiny_ds):
