@@ -1,6 +1,4 @@
-"""An independent optimiser for the exact-floor tests: Adam on the factors (X, Y) of the logit
-matrix L = X Yᵀ from a random start, written plainly in numpy (nothing from sbjax.studies.floor).
-The floor is the minimum over rank-r matrices, so no such fit may end below it."""
+"""Adam on the factors of L = X Yᵀ in plain numpy: an independent fit the exact floor may not beat."""
 
 import numpy as np
 

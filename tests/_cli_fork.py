@@ -1,5 +1,4 @@
-"""``python -m tests._cli_fork JSON``: runs each ``[module, arg, ...]`` of JSON as ``python -m``
-would, each in its own forked child, and prints one ``{"rc", "stdout", "stderr"}`` per command."""
+"""``python -m tests._cli_fork JSON``: each ``[module, arg, ...]`` run as ``python -m`` in a forked child."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""``gs://`` offline: fsspec's in-memory file system registered as ``gs``/``gcs``, so epath's
-real fsspec code path runs with only the storage replaced (TensorFlow must not be installed)."""
+"""``gs://`` offline: fsspec's in-memory file system registered as ``gs``/``gcs`` (no TensorFlow)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""A real GCS server offline (fake-gcs-server, the ``[test]`` extra) on a local port, with the
-variables that point gcsfs and TensorStore at it (STORAGE_EMULATOR_HOST, TENSORSTORE_GCS_HTTP_URL)."""
+"""A real GCS server offline (fake-gcs-server) with gcsfs and TensorStore pointed at it."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Builds a Hugging Face cache directory (the layout ``from_pretrained(..., revision=R,
-cache_dir=C)`` leaves) from saved model directories, for tests (no network)."""
+"""A Hugging Face cache directory built from saved model directories (no network)."""
 
 import hashlib
 import os

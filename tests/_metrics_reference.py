@@ -1,5 +1,4 @@
-"""Independent float64 numpy references of the metrics (written from the papers' formulas,
-docs/metrics.md), shared by the metrics tests and the clean-venv check of the docs example."""
+"""Independent float64 numpy references of the metrics, from the papers' formulas (docs/metrics.md)."""
 
 import math
 

@@ -1,5 +1,4 @@
-"""Helpers for the tests that start JAX processes (JAX fixes its device count when it starts):
-their environment with fake CPU devices, and the config of the multi-device test."""
+"""The environment of JAX subprocesses with fake CPU devices, and the multi-device test's config."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Independent references for the n-gram target matrices (tests of sbjax.studies.ngram and the
-target_rank experiment): pure Python counting and numpy SVD."""
+"""Independent references for n-gram target matrices: pure Python counting and numpy SVD."""
 
 import collections
 

@@ -1,5 +1,4 @@
-"""The config of the session's shared trained run (the ``tiny_run`` fixture): tiny, vocab 64, 24
-steps, checkpoints at 0, 1, 2, 4, 8, 12, 16, 24; tests that train reuse it to share one compile."""
+"""The session's shared tiny run (24 steps, vocab 64): tests that train reuse its compiled step."""
 
 import dataclasses
 

@@ -1,5 +1,4 @@
-"""A generated corpus with >= 150 distinct characters (accents, Greek, Cyrillic, symbols),
-most of them rare: what a user's own UTF-8 text looks like to a small tokenizer."""
+"""A generated corpus of >= 150 distinct characters, most of them rare, for small tokenizers."""
 
 import numpy as np
 

@@ -1,5 +1,4 @@
-"""The platform the tests run on and the XLA flags of the CPU test suite, in one place for
-tests/conftest.py and for the tests that run a subprocess without them."""
+"""The platform under test and the CPU suite's XLA flags, for conftest.py and subprocesses."""
 
 import os
 import re

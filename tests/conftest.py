@@ -1,6 +1,4 @@
-"""Test set-up: the platform (CPU unless ``SBJAX_TEST_PLATFORM`` says otherwise), quiet logs.
-Tests that need 8 fake devices run in a subprocess (XLA_FLAGS must be set before JAX starts),
-see tests/_multidevice.py."""
+"""Test set-up: the platform (``SBJAX_TEST_PLATFORM``, default cpu), quiet logs, the shared tiny run."""
 
 import os
 import sys

@@ -1,5 +1,4 @@
-"""experiments.collapse at its test presets on a generated corpus: the pass against a direct
-computation, the tables against numpy and scipy, the rule (test-e2), token files, memory at 32k."""
+"""experiments.collapse at its test presets: the pass, the tables, the rule, token files, 32k memory."""
 
 import json
 import os

@@ -1,6 +1,4 @@
-"""Every code block of docs/*.md runs, so the walkthroughs cannot rot, and they run as a user's
-would: against the installed packages (``sbjax``, the experiments as ``sbjax_experiments``).
-A page's ```python and ```bash blocks run in order in one fresh ``python -I`` process."""
+"""Every ```python / ```bash block of docs/*.md runs, in order, in one fresh ``python -I`` per page."""
 
 import json
 import os

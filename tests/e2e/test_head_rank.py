@@ -1,5 +1,4 @@
-"""head_rank and werror_loss at their test presets, through the runner: the sweep's tables, the
-frozen trunk, the W-errors against numpy's SVD, werror_loss alone, every preset builds."""
+"""head_rank and werror_loss at their test presets: tables, frozen trunk, W-errors, every preset."""
 
 import dataclasses
 import json

@@ -1,5 +1,4 @@
-"""Interrupted ``python -m experiments.train`` processes resume to the uninterrupted run bit for
-bit: the kill -9 soak (a save every step) and the SIGTERM save of the step in flight (exit 75)."""
+"""Killed (-9) and SIGTERMed trainer processes resume to the uninterrupted run bit for bit."""
 
 import json
 import os

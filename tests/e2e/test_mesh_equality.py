@@ -1,5 +1,4 @@
-"""Training on an 8-device mesh (2, 2, 2) over 2 ``jax.distributed`` processes equals one device:
-equal losses, and the collectively saved parameters restore onto one device equal."""
+"""An 8-device mesh over 2 ``jax.distributed`` processes trains and saves as one device does."""
 
 import json
 import subprocess

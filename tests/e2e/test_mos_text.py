@@ -1,6 +1,4 @@
-"""experiments.mos_text at its test preset on a generated corpus: one population per head (the
-seeds as members), the lowrank arm matched to the MoS head's parameters, and the summary's
-verdicts recomputed from the CSV with scipy's Welch test."""
+"""experiments.mos_text at its test presets: matched arms and verdicts against scipy's Welch test."""
 
 import json
 

@@ -1,5 +1,4 @@
-"""The planted experiment at its test presets: the suite command line (CSVs, floors, report and
-figures) and test-e3 (fresh seeds at the chosen lr, scipy's Welch intervals, the rule's verdict)."""
+"""The planted experiment at its test presets: CSVs, floors, report, Fig. 8 and the test-e3 rule."""
 
 import json
 import re

@@ -1,5 +1,4 @@
-"""A ``gs://`` workdir end to end on a real GCS server offline (tests/_gcs_emulator.py): a run killed
-with SIGKILL, resumed and analysed by the command-line tools; nothing lands in a local ``gs:``."""
+"""A ``gs://`` workdir on a real GCS server offline: killed, resumed and analysed by the CLI tools."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""experiments.saturation and saturation_planted at their test presets, through the runner: the
-measured columns against numpy, the tables against the checkpoints, the rules of summary.json."""
+"""experiments.saturation and saturation_planted at their test presets, against numpy and the CSVs."""
 
 import json
 import math

@@ -1,6 +1,4 @@
-"""A GPT-NeoX series in the HF cache layout on real tokens, ``convert --from_hf`` then
-``analyze --tokens``: losses and MLP CKA equal transformers'; ``convert --to_hf`` with the
-run's tokenizer gives transformers the same ids and log-probs."""
+"""An HF GPT-NeoX series on real tokens: convert and analyze equal transformers; export with tokenizer."""
 
 import csv
 import json

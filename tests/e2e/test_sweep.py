@@ -1,6 +1,4 @@
-"""Sweeps: grid expansion and names, then the command line on a 4-run grid with one run
-interrupted beforehand: finished runs skipped, the interrupted one resumed from its checkpoint,
-the index complete; a pass as host 1 of 2 touches only its runs."""
+"""Sweeps: grid expansion and names; the command line skips finished runs and resumes the rest."""
 
 import json
 import subprocess

@@ -1,5 +1,4 @@
-"""experiments.target_rank at its test preset: the raw curve against a Counter + numpy SVD
-recomputation, summary and report from the CSV, the tpu data (a rerun: test_experiment_runner)."""
+"""experiments.target_rank at its test preset: the raw curve against Counter + numpy SVD, its tables."""
 
 import json
 

@@ -1,5 +1,4 @@
-"""vocab_threshold at its test presets, through the runner: r*(V), its margins, r_0.6 and the slope
-against numpy; the bigram r*(V, N) cells; the E5 rule cells; the token-file twin; every preset."""
+"""vocab_threshold at its test presets: r*(V), the bigram r*(V, N), the E5 rule, the token-file twin."""
 
 import itertools
 import json

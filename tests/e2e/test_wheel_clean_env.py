@@ -1,6 +1,4 @@
-"""The built wheel in a clean environment: no checkout, no ``shared/``, nothing downloaded
-(the venv sees this interpreter's site-packages through a ``deps.pth``); the base install
-runs docs/metrics.md's example, the ``[train]`` tools train and reproduce from an empty folder."""
+"""The built wheel in a clean venv (no checkout, nothing downloaded): base install and ``[train]``."""
 
 import email.parser
 import importlib.metadata

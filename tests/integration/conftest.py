@@ -1,6 +1,4 @@
-"""Fixtures of the bad-input tables (test_bad_inputs.py, test_bad_inputs_nothing_lost.py):
-the tiny data set, a workdir of three checkpoints and its Hugging Face export. Module scope:
-each test module that asks for one gets its own."""
+"""Fixtures of the bad-input tables: the tiny data set, a three-checkpoint workdir, its HF export."""
 
 import json
 

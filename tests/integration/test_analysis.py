@@ -1,6 +1,4 @@
-"""The checkpoint analysis: every column for every step, the values against direct metric
-calls, the figures, each step measured once per setting, and damaged checkpoints set aside
-(the CKA reference falls back to the newest good step)."""
+"""The checkpoint analysis: columns, values against direct metric calls, figures, damaged steps."""
 
 import dataclasses
 import json

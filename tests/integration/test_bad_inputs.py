@@ -1,6 +1,4 @@
-"""Bad inputs of ``train``: one table of rows, each a wrong input with the ``error:`` line it must
-give and its exit status; nothing may be written or changed (every file hashed and every link
-read before and after; a bad checkpoint may only move, byte for byte, to checkpoints_bad/)."""
+"""Bad inputs of ``train``: each row one ``error:`` line, nothing written or changed; the helpers."""
 
 import dataclasses
 import hashlib

@@ -1,5 +1,4 @@
-"""Bad inputs of ``analyze``: the table of rows (``test_bad_inputs`` says how rows are checked),
-in-process and as the command."""
+"""Bad inputs of ``analyze``, in-process and as the command (checked as test_bad_inputs says)."""
 
 import json
 import shutil

@@ -1,6 +1,4 @@
-"""Bad inputs of ``sweep`` and of the experiments' command line (``experiments.reproduce``,
-``experiments.NAME``): one table each (``test_bad_inputs`` says how rows are checked),
-in-process and as the commands."""
+"""Bad inputs of ``sweep`` and of the experiments' commands, in-process and as the commands."""
 
 import json
 

@@ -1,5 +1,4 @@
-"""Bad inputs of ``convert`` (checked as ``test_bad_inputs`` says), an ``--overwrite`` export over
-a Hugging Face cache's links, and non-finite weights imported when asked for."""
+"""Bad inputs of ``convert``, an export over an HF cache's links, non-finite weights on request."""
 
 import json
 import shutil

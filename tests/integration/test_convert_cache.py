@@ -1,5 +1,4 @@
-"""convert --from_hf: model ids in the HF cache, revision names ordered by step, sha256 records
-and duplicates, a single directory's step from its name."""
+"""convert --from_hf: model ids in the HF cache, revisions by step, sha256 records, duplicates."""
 
 import dataclasses
 import hashlib

@@ -1,6 +1,4 @@
-"""A corrupt checkpoint step is named and set aside at restore, and the previous good step is
-used: one flipped byte in the newest step of a real run (orbax on disk), found by the step's
-SHA-256 manifest, which every finished step carries, synchronous or asynchronous saves."""
+"""A checkpoint step with one flipped byte is named and set aside; the previous step is restored."""
 
 import json
 import logging

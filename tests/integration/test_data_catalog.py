@@ -1,5 +1,4 @@
-"""TFDS catalog datasets (sbjax.data.catalog, ``data.source=tfds``) through
-tfds.testing.mock_data, read without TensorFlow."""
+"""TFDS catalog datasets (``data.source=tfds``) through tfds.testing.mock_data, without TensorFlow."""
 
 import sys
 from pathlib import Path

@@ -1,5 +1,4 @@
-"""Tokenizers (sbjax.data.tokenizer, hf_tokenizer): sentencepiece on generated and on rich
-corpora ("too small" naming a size that works), and HF tokenizer.json files through make_dataset."""
+"""Tokenizers: sentencepiece on generated and rich corpora, HF tokenizer.json through make_dataset."""
 
 from pathlib import Path
 

@@ -1,5 +1,4 @@
-"""Training with the on-device planted sampler (``data.options.sampler=device``): the step trains
-on the batches ``DevicePlanted.train_batch`` names; members draw their own data seeds' batches."""
+"""Training with the on-device planted sampler trains on the batches the dataset names."""
 
 import dataclasses
 

@@ -1,6 +1,4 @@
-"""The experiment runner on a declared two-group experiment (one run, and a population of two):
-trained once, every checkpoint measured once, a damaged step set aside, and a time-budget stop
-that a rerun resumes to the same numbers."""
+"""The experiment runner: trained and measured once, damaged steps set aside, budget stops resumed."""
 
 import dataclasses
 import numpy as np

@@ -1,5 +1,4 @@
-"""A new head kind and a new data source written in one temporary module (no edit in sbjax):
-registered, validated, trained one step, saved, reloaded, counted and sharded by their rules."""
+"""A new head kind and data source from one temporary module train, save and reload (no sbjax edit)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""Hugging Face import and export without torch (``sbjax[hf]`` has no torch: test_packaging.py).
-In a fresh interpreter where ``import torch`` fails, a model exported to safetensors reads back
-(bit for bit: test_convert_hf.py), and pickle weights are one clear error naming torch."""
+"""HF import and export without torch; pickle weights are one error naming torch."""
 
 import os
 import subprocess

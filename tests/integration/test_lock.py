@@ -1,5 +1,4 @@
-"""One writer per folder (``sbjax.train.lock``), local and ``gs://``: a second writer stops naming
-the holder; once the holder is killed with SIGKILL, the next writer takes the folder."""
+"""One writer per folder, local and ``gs://``: a second writer stops until the holder is gone."""
 
 import contextlib
 import json

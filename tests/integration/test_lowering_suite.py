@@ -1,5 +1,4 @@
-"""``sbjax.lowering_suite``: a tiny GPT-Neo-like model's entry points exported once for cpu, cuda
-and tpu on the (1, 4, 2) mesh; what a function that does not lower raises."""
+"""``sbjax.lowering_suite``: every entry point exports for cpu, cuda and tpu; a failure is named."""
 
 import jax
 import jax.numpy as jnp

@@ -1,5 +1,4 @@
-"""Heads of different ranks as ONE population (``sbjax.heads.padded_lowrank``): the padded rank-2
-member equals the separate ``lowrank`` run with zero padding; mismatched members are refused."""
+"""Padded low-rank heads of different ranks as one population equal their separate runs."""
 
 import dataclasses
 import logging

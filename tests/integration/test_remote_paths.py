@@ -1,5 +1,4 @@
-"""``gs://`` paths on fsspec's in-memory file system (tests/_fake_gcs.py), each equal to the same
-call on local disk, with no local ``gs:`` folder (a real server: test_remote_workdir_gcs.py)."""
+"""``gs://`` paths on an in-memory file system, each equal to the same call on local disk."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""A run of N = 2 members differing in seed, data seed, lr and weight decay: resumed, it equals the
-uninterrupted run bit for bit; each member equals its separate run; program fields refused."""
+"""N = 2 members: bitwise resume, each member equal to its separate run, program fields refused."""
 
 import dataclasses
 

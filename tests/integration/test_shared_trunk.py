@@ -1,5 +1,4 @@
-"""A frozen trunk shared by a population runs its forward once per step: the shared step equals
-the vmapped per-member step and its compiled cost is about one trunk plus N heads."""
+"""A frozen trunk shared by a population runs once per step and equals the per-member step."""
 
 import dataclasses
 

@@ -1,5 +1,4 @@
-"""A training run mirrors metrics.jsonl into TensorBoard event files in WORKDIR/tb, read
-back here with tensorboardX's protos (TFRecord framing parsed by hand: no TensorFlow)."""
+"""metrics.jsonl mirrored into TensorBoard event files, read back without TensorFlow."""
 
 import struct
 from pathlib import Path

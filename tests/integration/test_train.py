@@ -1,5 +1,4 @@
-"""Training one run (sbjax.train.train): golden value, accumulation, bitwise resume, NaN handling,
-what a resume accepts (N members: test_run_members.py; a frozen trunk: test_head_rank)."""
+"""Training one run: golden value, accumulation, bitwise resume, NaN handling, resume settings."""
 
 import dataclasses
 

@@ -1,5 +1,4 @@
-"""sbjax.attention: the splash kernel (interpret mode) against einsum, what attn_impl=auto
-stages per backend, and the precision policy of the einsum and XLA kernels."""
+"""sbjax.attention: splash against einsum, what attn_impl=auto stages, the precision of the kernels."""
 
 import dataclasses
 import re

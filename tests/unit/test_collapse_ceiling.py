@@ -1,5 +1,4 @@
-"""The collapse ceiling of a planted language (experiments.collapse.ceiling) against a direct
-numpy computation of NC1 and NC4 on a tiny planted language."""
+"""The collapse ceiling of a planted language against direct numpy NC1 and NC4."""
 
 import numpy as np
 import pytest

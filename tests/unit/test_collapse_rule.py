@@ -1,6 +1,4 @@
-"""The collapse experiment's pre-registered rule (``tables.decide``) on constructed intervals,
-each branch, and the report's reading of a grid that would have triggered the old sign
-sentence (NC3's means positive, UNC3 against the authors): a trend reversal."""
+"""The collapse rule (``tables.decide``): each branch, and the report's reading of a trend reversal."""
 
 import importlib
 

@@ -1,5 +1,4 @@
-"""The sign conventions of NC3, UNC3 and GNC2 on synthetic examples whose values are derived by
-hand (in the comments) from the authors' formulas (docs/metrics.md section 3)."""
+"""NC3, UNC3 and GNC2 sign conventions on examples whose values are derived by hand."""
 
 import math
 

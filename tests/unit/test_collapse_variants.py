@@ -1,5 +1,4 @@
-"""The collapse variants of sbjax.metrics (bias-corrected norms, guarded UNC3) against numpy
-references and sampled populations of known norms."""
+"""Bias-corrected norms and guarded UNC3 against numpy and sampled populations of known norms."""
 
 import math
 

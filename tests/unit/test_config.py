@@ -1,6 +1,4 @@
-"""The config path: named configs, config.json files of earlier versions and of today, and
-command-line text through the one override path (sbjax.overrides), against Configs built by
-hand. (An unknown key's one line: tests/integration/test_first_hour.py.)"""
+"""The config path: named configs, saved config.json files and command-line text, against Configs by hand."""
 
 from __future__ import annotations
 

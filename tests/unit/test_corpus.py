@@ -1,5 +1,4 @@
-"""One rule from ``--data`` to a data config (sbjax/studies/corpus.py), checked on configs
-built by hand."""
+"""One rule from ``--data`` to a data config (sbjax/studies/corpus.py)."""
 
 import dataclasses
 

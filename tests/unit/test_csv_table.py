@@ -1,6 +1,4 @@
-"""sbjax.analysis.table: the CSV rows every experiment writes read back as the numbers written,
-numpy scalars included (numpy 2's np.float64 is a Python float whose repr is
-"np.float64(x)"; a CSV cell must hold the number)."""
+"""The experiments' CSV rows read back as the numbers written, numpy scalars included."""
 
 import math
 

@@ -1,5 +1,4 @@
-"""Packing and stateless batching (sbjax.data.dataset.Dataset) against the documented order
-written out in numpy: windows, epochs, process slices, fixed evaluation batches, refusals."""
+"""Packing and stateless batching (Dataset) against the documented order written out in numpy."""
 
 import numpy as np
 import pytest

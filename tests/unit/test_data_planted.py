@@ -1,5 +1,4 @@
-"""Planted-rank languages: exact distributions, stationarity, entropy, rank (the same seed, the
-same language: test_data_planted_streams)."""
+"""Planted-rank languages: exact distributions, stationarity, entropy and rank."""
 
 import numpy as np
 import pytest

@@ -1,5 +1,4 @@
-"""A planted source's dataset (build_planted): stored streams in memory or cached and read back
-equal; on-demand batches (train_tokens=0) pure in (seeds, step); too-short streams refused."""
+"""A planted source's dataset: stored or cached streams, on-demand batches pure in (seeds, step)."""
 
 import json
 

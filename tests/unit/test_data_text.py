@@ -1,5 +1,4 @@
-"""Directory corpora (sbjax.data.text): document split, tokenised and cached streams, unusable
-files skipped with a warning (the refusals: the bad-input table of train)."""
+"""Directory corpora (sbjax.data.text): document split, cached streams, unusable files skipped."""
 
 import os
 import re

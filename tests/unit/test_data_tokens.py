@@ -1,5 +1,4 @@
-"""The ``tokens`` data source: .npy rows and flat .bin streams read as their dtype, train and eval
-order, the held-out tail, and bad files refused naming the file and the fix."""
+"""The ``tokens`` data source: .npy rows and flat .bin streams, order, held-out tail, bad files."""
 
 import numpy as np
 import pytest

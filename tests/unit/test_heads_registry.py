@@ -1,6 +1,4 @@
-"""The head registry (sbjax.heads): each kind's matrix, factors, parameter and FLOP counts
-against the closed formulas and the traced forward, discovery by file, validation messages,
-frozen-trunk labels, the Hugging Face mapping. (Its sharding rules: test_sharding.py.)"""
+"""The head registry: each kind's matrix, factors, parameter and FLOP counts against closed formulas."""
 
 import dataclasses
 import math

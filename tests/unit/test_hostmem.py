@@ -1,6 +1,4 @@
-"""sbjax.hostmem: with the allocator set, a large block freed by a thread is reused by the next
-step without page faults; without it (SBJAX_KEEP_HOST_MEMORY=0) glibc unmaps it and every
-reuse faults its pages in again. Fresh interpreters, no JAX (ctypes malloc/memset only)."""
+"""sbjax.hostmem: a freed large block is reused without page faults (fresh interpreters, no JAX)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""sbjax.analysis.layerwise: the one PER implementation, shared by the run analysis (float32
-device path) and the convergence experiment (float64 host path). (CKA to the final checkpoint:
-tests/integration/test_analysis.py against ``linear_cka``.)"""
+"""sbjax.analysis.layerwise: the PER of the float32 device path and of the float64 host path agree."""
 
 import jax
 import numpy as np

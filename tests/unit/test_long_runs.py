@@ -1,6 +1,4 @@
-"""A long run costs nothing to schedule: the checkpoint steps are tested and counted, never
-listed (``sbjax.checkpoint.Schedule``), and the train log's Γ is summed chunk by chunk as it is
-asked for (``sbjax.optim.gamma_fn``), with the values of the whole table."""
+"""A long run costs nothing to schedule: checkpoint steps tested, not listed; Γ summed by chunks."""
 
 import itertools
 

@@ -1,5 +1,4 @@
-"""The training loop with a fake step: metrics one step late, boundaries from Schedule, eval before
-the checkpoint, a stop saving the step in flight, and the hooks for 1 or N members."""
+"""The training loop with a fake step: metrics one step late, boundaries, stops and the hooks."""
 
 import io
 import os

@@ -1,5 +1,4 @@
-"""The public surface of sbjax.metrics: jit(vmap) over 8 checkpoints equals the host loop, shape
-errors name the argument, exports are documented, importing it configures nothing."""
+"""sbjax.metrics' public surface: jit(vmap) equals the host loop, shape errors, docs, no side effects."""
 
 import inspect
 import json

@@ -1,5 +1,4 @@
-"""Neural collapse (sbjax.metrics): the host wrappers, the pure function and the accumulators against
-plain numpy full-matrix (K x K) references and analytic cases."""
+"""Neural collapse metrics against numpy K x K references and analytic cases."""
 
 import functools
 import math

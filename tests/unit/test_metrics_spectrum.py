@@ -1,6 +1,4 @@
-"""Spectra of heads (sbjax.metrics): singular values by every method and the functions of a
-spectrum against numpy references, the centred spectrum under the softmax's gauge, and
-gradients through the default eigenvalue kernel."""
+"""Head spectra: singular values by every method, their functions against numpy, the centred gauge."""
 
 import math
 

@@ -1,6 +1,4 @@
-"""sbjax.model: causality, the low-rank head's init, vmap over checkpoints, scan/remat, the
-attention kernels, the local window, intermediates, bf16 compute. (The heads' formulas:
-test_heads_registry.py, test_planted_mos.py.)"""
+"""sbjax.model: causality, init, vmap over checkpoints, scan/remat, attention kernels, bf16 compute."""
 
 import dataclasses
 

@@ -1,5 +1,4 @@
-"""Exact n-gram floors against plain-Python counting, the rank-r bigram fit against Gibbs' bound,
-and the galloping r* search against a brute-force scan."""
+"""Exact n-gram floors, the rank-r bigram fit against Gibbs' bound, the r* search against a scan."""
 
 import math
 from collections import Counter

@@ -1,6 +1,4 @@
-"""Target rank (Godey E6): n-gram count matrices (sbjax.studies.ngram), implicit sparse +
-rank-one matrices and W-error curves by Gram / randomized SVD (experiments/target_rank/
-lowrank_svd.py). The experiment end to end is in tests/e2e/test_target_rank.py."""
+"""n-gram count matrices and their W-error curves by Gram and randomized SVD (target_rank)."""
 
 
 import numpy as np

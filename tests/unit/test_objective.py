@@ -1,5 +1,4 @@
-"""train.objective=expected: the Rao-Blackwellised loss against a numpy reference, its
-context indexing, and a short training run through ``train``."""
+"""train.objective=expected: the Rao-Blackwellised loss against numpy, and a short training run."""
 
 import dataclasses
 

@@ -1,6 +1,4 @@
-"""Γ = λ Σ η (sbjax.optim): the logged weight-decay timescales against an independent numpy
-sum of the warm-up + cosine schedule, against the optimizer's own decay of a matrix with
-zero gradients (Π (1 − λ η_t)), and the step search for a target Γ."""
+"""Γ = λ Σ η against a numpy sum of the schedule and the optimizer's own decay; the Γ step search."""
 
 import dataclasses
 import math

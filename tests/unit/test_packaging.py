@@ -1,6 +1,4 @@
-"""What the wheel is made of, checked on the source tree (no build; the built wheel
-in a clean venv is tests/e2e/test_wheel_clean_env.py): relative imports, shipped packages and
-scripts, no ../shared."""
+"""What the wheel is made of, on the source tree: relative imports, packages, scripts, no ../shared."""
 
 import ast
 import re

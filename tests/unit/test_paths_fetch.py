@@ -1,6 +1,4 @@
-"""sbjax.paths' local copies of remote files are whole or absent: a fetch that fails halfway
-(a dropped connection, an interrupt) leaves nothing in the cache, and the next call fetches
-again."""
+"""A local copy of a remote file is whole or absent: a fetch failing halfway leaves nothing."""
 
 import os
 

@@ -1,5 +1,4 @@
-"""sbjax.per_platform: a primitive with one lowering per platform, for the branches that
-``jax.lax.platform_dependent`` cannot hold in a multi-platform export."""
+"""sbjax.per_platform: one lowering per platform where lax.platform_dependent cannot export."""
 
 import re
 

@@ -1,5 +1,4 @@
-"""The planted experiment's configs: every preset builds; part 1's heads are bias-free rank-r
-heads; part 2's lowrank arm has the rank whose head parameters are nearest the MoS arm's."""
+"""The planted experiment's configs: every preset builds, bias-free heads, the matched lowrank rank."""
 
 import pytest
 

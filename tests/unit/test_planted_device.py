@@ -1,5 +1,4 @@
-"""The on-device planted sampler: counts per context against the exact P(.|c) (chi-square), the
-start law, the survival tables on rare tokens, one export for cpu, cuda and tpu."""
+"""The on-device planted sampler against the exact P(.|c) (chi-square), and its export per platform."""
 
 import jax
 import numpy as np

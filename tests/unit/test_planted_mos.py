@@ -1,6 +1,4 @@
-"""The planted MoS language (sbjax.data.planted_mos), the MoS head with its own component
-dimension e and activation, the sigsoftmax head, and the exact representation of the
-language by a MoS head with e = k + 1 (sbjax.studies.head_fit.exact_mos)."""
+"""The planted MoS language, MoS and sigsoftmax heads, and the exact MoS fit with e = k + 1."""
 
 import dataclasses
 import math

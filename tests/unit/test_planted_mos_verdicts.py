@@ -1,5 +1,4 @@
-"""The planted MoS verdicts say no more than their numbers: lrs chosen on the reporting seeds give
-no verdict, and the pre-registered rule (``stats.decide``) maps the fresh gaps to its verdicts."""
+"""The planted MoS verdicts: lrs chosen on the reporting seeds give none; the rule's verdicts."""
 
 import json
 import math

@@ -1,5 +1,4 @@
-"""The rare-token tail language (sbjax.data.planted_tail): equal to PlantedMixture of its
-parameters, its entropy rate against numpy and a long sample, its rarest token."""
+"""The rare-token tail language: its mixture, entropy rate and rarest token against numpy."""
 
 import numpy as np
 import pytest

@@ -1,6 +1,4 @@
-"""The matmul precision policy (``model.matmul_precision``, ``sbjax.precision``): what each
-name means, and the dots of the real train step exported for a GPU from this CPU host
-(StableHLO ``precision_config`` of every dot_general / convolution)."""
+"""The matmul precision policy: each name's meaning and every dot of the train step exported for cuda."""
 
 import re
 from collections import Counter

@@ -1,5 +1,4 @@
-"""The saturation experiment's statistics on constructed data: the rise and its null level, the
-scaling-law fit and its gaps, the seed spread (scipy), the width-order rule, the svd floor bound."""
+"""The saturation statistics on constructed data: rise and null, scaling fit, seed spread, rule."""
 
 import itertools
 import math

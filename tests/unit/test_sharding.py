@@ -1,5 +1,4 @@
-"""sbjax.sharding's rules on abstract meshes: mesh shape, divisibility, every parameter's spec and
-a rule for every leaf of every preset (8 devices and processes: tests/e2e/test_mesh_equality.py)."""
+"""sbjax.sharding's rules on abstract meshes: mesh shape, divisibility, a spec for every leaf."""
 
 import dataclasses
 

@@ -1,5 +1,4 @@
-"""The shell scripts (tpu/*.sh, benchmarks/*.sh): shellcheck-clean, and each one's --dry-run
-prints its plan without running it (a gcloud first on PATH records any call)."""
+"""The shell scripts are shellcheck-clean and their --dry-run prints the plan without running it."""
 
 import os
 import shutil

@@ -1,6 +1,4 @@
-"""The exact Fig. 8 on cached floors: the target W-error variants of
-``sbjax.studies.target_werror`` against numpy on a small planted language (analytic ranks:
-raw ≤ k + 2, centred = k + 1)."""
+"""The target W-error variants (Fig. 8) against numpy on a small planted language."""
 
 import math
 

@@ -1,5 +1,4 @@
-"""sbjax.train.build's cache: runs that differ only in loop fields share one build, and a build
-reads no loop field (else sharing it would give a run another run's program)."""
+"""Runs differing only in loop fields share one build, and a build reads no loop field."""
 
 import dataclasses
 import types

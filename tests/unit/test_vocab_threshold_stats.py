@@ -1,5 +1,4 @@
-"""vocab_threshold's math and rule: the log-log fit, slope ranges, nested fractions, the block
-standard error against resampling, the verdict, and the two overclaiming reports."""
+"""vocab_threshold's fit, slopes, fractions, block standard error, verdict and overclaiming reports."""
 
 import math
 from itertools import product

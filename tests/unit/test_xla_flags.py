@@ -1,6 +1,4 @@
-"""tests/_xla.py: the CPU suite's XLA flags suit the installed jaxlib. jaxlib 0.11 removed
---xla_cpu_use_fusion_emitters and XLA exits at start-up on an unknown flag in XLA_FLAGS, so the
-flag is passed only to an older jaxlib."""
+"""The CPU suite's XLA flags suit the installed jaxlib (an unknown flag stops XLA at start-up)."""
 
 import jaxlib
 
