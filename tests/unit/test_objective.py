@@ -1,4 +1,4 @@
-"""train.objective=expected: the Rao-Blackwellised loss against numpy, and a short training run."""
+"""train.objective=expected: the Rao-Blackwellised loss against numpy (trained: the planted test preset)."""
 
 import dataclasses
 
@@ -11,7 +11,6 @@ from sbjax.config import Config
 from sbjax.data import sources
 from sbjax.model import Model
 from sbjax import losses
-from sbjax.train import read_metrics, train
 from sbjax.train.build import objective_loss
 
 
@@ -60,12 +59,3 @@ def test_expected_loss_equals_numpy():
   # L_RB − mean H(P(.|c_t)) is a mean KL: non-negative
   ent = -(lang.probs * lang.log_probs).sum(-1)
   assert float(value) >= ent[c[ok]].mean() - 1e-5
-
-
-def test_training_with_the_expected_loss(tmp_path):
-  cfg = _cfg(1, steps=30, eval_every=30, ckpt_every=30, log_every=10, lr=1e-2)
-  lang = sources.get(cfg.data.source).language(cfg.data.options)
-  train(cfg, tmp_path / "one", quiet=True)
-  rows = [r for r in read_metrics(tmp_path / "one") if "loss" in r]
-  assert rows[-1]["loss"] < rows[0]["loss"] - 0.3, rows
-  assert rows[-1]["loss"] >= lang.entropy - 0.05  # a batch mean of KL + H(P(.|c)) ≥ ~H
