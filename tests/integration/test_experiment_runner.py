@@ -1,6 +1,8 @@
 """The experiment runner: trained and measured once, damaged steps set aside, budget stops resumed."""
 
 import dataclasses
+import shutil
+
 import numpy as np
 import pytest
 
@@ -32,9 +34,16 @@ EXP = Experiment("toy", {"test": Preset("tiny", {}, None)}, _plan, measure=_meas
                  measure_steps="all")
 
 
-def test_trains_and_measures_once(tmp_path):
-  out = tmp_path / "out"
+@pytest.fixture(scope="module")
+def done(tmp_path_factory):
+  """A finished run of EXP (copy it before changing it)."""
+  out = tmp_path_factory.mktemp("runner") / "out"
   run(EXP, out, "test", verbose=False)
+  return out
+
+
+def test_trains_and_measures_once(done):
+  out = done
   runs, points = read_csv(out / "runs.csv"), read_csv(out / "checkpoints.csv")
   assert [(r["group"], r["member"]) for r in runs] == [("one", 0), ("pop", 0), ("pop", 1)]
   assert runs[1]["after"] == runs[0]["eval_loss"]
@@ -46,9 +55,9 @@ def test_trains_and_measures_once(tmp_path):
   assert read_csv(out / "checkpoints.csv") == points
 
 
-def test_damaged_step_set_aside(tmp_path):
+def test_damaged_step_set_aside(done, tmp_path):
   out = tmp_path / "out"
-  run(EXP, out, "test", verbose=False)
+  shutil.copytree(done, out)
   wd = out / "runs" / "one"
   (wd / "measure.json").unlink()
   flip_one_byte(largest_data_file(wd / "checkpoints" / "4"))
@@ -59,10 +68,8 @@ def test_damaged_step_set_aside(tmp_path):
   assert not (wd / "checkpoints" / "4").exists() and (wd / "checkpoints_bad").is_dir()
 
 
-def test_budget_stop_resumes_to_the_same_numbers(tmp_path):
-  full = tmp_path / "full"
-  run(EXP, full, "test", verbose=False)
-  cut = tmp_path / "cut"
+def test_budget_stop_resumes_to_the_same_numbers(done, tmp_path):
+  full, cut = done, tmp_path / "cut"
   preempt.set_deadline(0.0)  # already past: stop at the first step boundary
   try:
     with pytest.raises(preempt.Preempted) as stop:
