@@ -35,9 +35,8 @@ def write_corpus(root: Path, docs, prefix="doc") -> Path:
 
 
 def chain_tokens(path, n: int, vocab: int, seed: int) -> np.ndarray:
-  """A token file of ``n`` uint16 ids: a 4-way branching chain over ``vocab`` ids (each id's
-  4 successors fixed by seed 0, the walk by ``seed``), learnable, so a model's loss falls.
-  Returns the ids."""
+  """A token file of ``n`` uint16 ids from a learnable 4-way branching chain over ``vocab`` ids
+  (successors fixed by seed 0, the walk by ``seed``); returns the ids."""
   rng = np.random.default_rng(seed)
   nxt = np.random.default_rng(0).integers(0, vocab, (vocab, 4))
   x = np.zeros(n, np.uint16)

@@ -13,9 +13,8 @@ from sbjax.model import Model
 
 
 def write_hf_cache(cache: Path, repo_id: str, revisions: dict) -> Path:
-  """``cache/models--org--name/{blobs/<sha256>, snapshots/<commit>/<file> -> blob,
-  refs/<revision>}`` for ``revisions`` = {revision name: a save_pretrained directory}.
-  Equal files share one blob, as in the real cache; returns the repository directory."""
+  """``cache/models--org--name`` (blobs, snapshots linking to them, refs) for ``revisions`` =
+  {revision: a save_pretrained directory}, equal files sharing a blob; returns the repository."""
   repo = Path(cache) / ("models--" + repo_id.replace("/", "--"))
   (repo / "blobs").mkdir(parents=True, exist_ok=True)
   for rev, src in revisions.items():
@@ -36,9 +35,8 @@ def write_hf_cache(cache: Path, repo_id: str, revisions: dict) -> Path:
 
 
 def tiny_neox(path, seed: int, **sizes):
-  """A randomly initialised transformers GPT-NeoX (``torch.manual_seed(seed)``), saved to
-  ``path`` as ``save_pretrained`` does and returned in eval mode. ``sizes``: GPTNeoXConfig
-  fields over the small defaults below (vocab_size, hidden_size, initializer_range, ...)."""
+  """A random transformers GPT-NeoX (``torch.manual_seed(seed)``) saved to ``path``, in eval mode;
+  ``sizes`` override the small GPTNeoXConfig defaults below."""
   import torch  # deferred: only the tests that build HF models pay for torch
   import transformers  # deferred: as torch
   torch.manual_seed(seed)

@@ -119,9 +119,8 @@ def _synthetic(n, loss, metric, n_params, kind="grid", group="L1-d8"):
 
 
 def test_interval_verdicts_against_scipy():
-  """r, its interval and the verdicts follow scipy's pearsonr interval: a + relation supports
-  the authors' + sign (log CDNV) and refutes their "no relation" (norm CoV), a - one refutes
-  the + sign, noise leaves both undecided; the seed table's "r ≠ 0?" the same way."""
+  """r, its interval and the verdicts follow scipy's pearsonr interval, for a +, a - and no
+  relation, in the R² table and in the seed table."""
   rng = np.random.default_rng(0)
   loss = 4.0 + 0.2 * rng.normal(size=16)
   for metric, want, want0 in ((2 * loss + 0.05 * rng.normal(size=16), "supported", "refuted"),
@@ -144,9 +143,8 @@ def test_interval_verdicts_against_scipy():
 
 
 def test_rule_end_to_end(out_e2):
-  """test-e2, the many-classes design at test size (L 1 x d {8, 16} x λ {0, 0.1} at V 128,
-  snapshots after 1 and 4 epochs): summary.json holds the rule's 12 intervals from
-  collapse_r2.csv and decide()'s verdict on them; the report prints the rule and the verdict."""
+  """test-e2 (L 1 x d {8, 16} x λ {0, 0.1} at V 128): summary.json holds the rule's 12 intervals
+  and decide()'s verdict, the within-shape r its numpy value; the report prints both."""
   s = json.loads((out_e2 / "summary.json").read_text())
   iv = T.rule_intervals(read_rows(out_e2 / "collapse_r2.csv"), Rule())
   np.testing.assert_equal(s["rule"]["intervals"], iv)
@@ -241,9 +239,8 @@ def _pass_memory() -> dict:
 
 
 def test_32k_class_pass_stays_far_below_a_k_by_k_grid():
-  """In a fresh interpreter at XLA's default flags: the streamed pass (forward chunks, class
-  statistics, 5.1e8 class pairs in blocks) grows the RSS by < 1 GiB, a quarter of one K x K
-  float32 grid (4 GiB at K = 32,000)."""
+  """In a fresh interpreter at XLA's default flags, the streamed pass at K = 32,000 grows the RSS
+  by < 1 GiB, a quarter of one K x K float32 grid."""
   env = {**os.environ, "PYTHONPATH": str(ROOT), "XLA_FLAGS": " ".join(
       f for f in os.environ.get("XLA_FLAGS", "").split() if f not in TEST_XLA_FLAGS.split())}
   got = subprocess.run([sys.executable, __file__], env=env, cwd=ROOT, check=True,

@@ -57,9 +57,7 @@ WALKTHROUGHS = [p for p in sorted((ROOT / "docs").glob("*.md"))
 
 
 def run_blocks(name: str, blocks: list, cwd: Path) -> subprocess.CompletedProcess:
-  """Run ``blocks`` (from :func:`code_blocks`) in one fresh isolated interpreter in ``cwd``
-  (``-I``: no PYTHONPATH, the working directory not on sys.path), with the installed
-  packages only."""
+  """Run ``blocks`` in one fresh ``python -I`` interpreter in ``cwd``, with the installed packages."""
   env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
   env.update(MPLBACKEND="Agg", JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3")
   return subprocess.run([sys.executable, "-I", "-c", DRIVER, name, str(ROOT)], cwd=cwd, env=env,

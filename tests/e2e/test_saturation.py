@@ -149,9 +149,8 @@ def test_planted_arm_table(arms):
 
 
 def test_width_order_rule_lands_in_summary(tmp_path):
-  """``test-e1``: the arms of one width train as one population (seeds and λ as members), each
-  arm's null level is its curve's (``rise.null_level`` on the checkpoints' window losses), and
-  summary.json holds the rule's verdict on the arms' table, which the report prints."""
+  """``test-e1``: a width's arms train as one population, each arm's null level is its own
+  curve's, and summary.json and the report hold the rule's verdict on the arms' table."""
   p = planted.PRESETS["test-e1"]
   run(planted.EXPERIMENT, tmp_path, "test-e1", verbose=False)
   assert sorted(d.name for d in (tmp_path / "runs" / "d16").iterdir()

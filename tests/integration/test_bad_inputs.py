@@ -66,9 +66,8 @@ CACHES = ("tokens", "data")  # folders of the data layer's caches (token streams
 
 
 def assert_unchanged(root: Path, before: dict) -> None:
-  """Nothing changed, deleted or added under ``root``, except the data layer's caches (token
-  streams and their tokenizer under a ``tokens/`` or ``analysis/data/`` folder, content-keyed,
-  which the next call reuses)."""
+  """Nothing changed, deleted or added under ``root``, except the data layer's content-keyed
+  caches (``tokens/``, ``analysis/data/``)."""
   after = snapshot(root)
   assert {k: v for k, v in after.items() if k in before} == before
   added = [k for k in after if k not in before and not set(Path(k).parts[:-1]) & set(CACHES)]

@@ -66,9 +66,8 @@ def test_import_hashes_and_duplicates(cache, tmp_path, caplog):
 
 
 def test_a_model_id_is_found_in_the_hf_cache(cache, tmp_path, monkeypatch):
-  """``--from_hf=org/name`` resolves in the hub cache (HF_HUB_CACHE, else HF_HOME/hub): the
-  snapshot of refs/main, or the repository of a series; not there, one line naming where it
-  looked. No network."""
+  """``--from_hf=org/name`` resolves in the hub cache (HF_HUB_CACHE, else HF_HOME/hub), or is
+  one line naming where it looked. No network."""
   d, repo, saved = cache
   monkeypatch.delenv("HF_HUB_CACHE", raising=False)
   monkeypatch.setenv("HF_HOME", str(tmp_path / "home"))

@@ -175,9 +175,8 @@ def test_sharded_and_bfloat16_checkpoints(tmp_path):
 
 
 def test_pickle_weights_buffers_lm_head_and_pythia_keys_read_as_the_safetensors(tmp_path):
-  """(A pickle without --allow_pickle is refused: the bad-input table.) Pickle weights;
-  old checkpoints' mask/rotary buffers and transformers-5's lm_head name; Pythia's
-  rotary_pct / rotary_emb_base keys (before rope_parameters)."""
+  """Pickle weights, old checkpoints' buffers, transformers-5's lm_head name and Pythia's rotary
+  keys read as the safetensors do (a pickle without --allow_pickle: the bad-input table)."""
   m = neox(tmp_path / "ref", pct=0.5, seed=7)
   _, ref = import_hf(str(tmp_path / "ref"))
   d = tmp_path / "bin"

@@ -64,9 +64,8 @@ def test_stop_and_resume_equals_uninterrupted_run_bitwise(ref, tmp_path):
 
 
 def test_members_equal_separate_runs(ref, tiny_run, tmp_path):
-  """Member 0 equals the session's tiny_run (seed 0, data seed 0, λ 0.1), member 1 its own
-  separate run (seed 1, data seed 1, lr / 3, λ 0): float32 reassociation of the vmapped step
-  and the scaled update, 1e-5."""
+  """Member 0 equals the session's tiny_run, member 1 its own separate run (seed 1, data seed 1,
+  lr / 3, λ 0), to 1e-5 (float32 reassociation of the vmapped step)."""
   train(MEMBERS[1], tmp_path / "sep_1", dataset=_data()[1], quiet=True)
   for mem, sep in zip(_dirs(ref), (tiny_run, tmp_path / "sep_1")):
     la, lb = _losses(mem), _losses(sep)

@@ -119,9 +119,8 @@ def test_skip_nonfinite_steps_skips_and_finishes(tmp_path, tiny_ds):
 
 
 def test_a_resume_accepts_other_optimizer_settings(tmp_path, tiny_ds):
-  """(A resume with another model is refused: the bad-input table; config.json files of
-  earlier versions: test_config.py.) The tiny run's programs stopped at step 2, resumed with
-  lr / 3 and no weight decay (test_run_members.py's separate member 1: one compile)."""
+  """Stopped at step 2 and resumed with lr / 3 and no weight decay (another model: the bad-input
+  table)."""
   cfg = tiny_run_config()
   assert train(cfg, tmp_path, dataset=tiny_ds, stop_after=2, quiet=True)["step"] == 2
   more = cfg.replace(train=dataclasses.replace(cfg.train, lr=cfg.train.lr / 3, weight_decay=0.0))

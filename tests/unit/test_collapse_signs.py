@@ -55,9 +55,8 @@ def test_non_uniform_duality_sign_of_unc3_follows_nc3():
 
 
 def test_softmax_gauge_moves_nc3():
-  """Adding one vector b to every row of W changes no prediction (softmax(W h + 1 bᵀh) =
-  softmax(W h)) but changes cos(w_c, μ̃_c): NC3's mean, and its sign, are not properties of
-  the predictions alone."""
+  """Adding one b to every row of W changes no prediction but changes cos(w_c, μ̃_c): NC3's mean
+  and sign are not properties of the predictions alone."""
   # K = 3 means on a line in d = 2, μ_G = 0: μ̃ = (−2, 0), (−1, 0), (3, 0); W = μ̃ gives cos 1.
   mu = np.array([[-2.0, 0.0], [-1.0, 0.0], [3.0, 0.0]])
   assert metrics(mu, mu)["nc3_cos_mean"] == pytest.approx(1.0, abs=TOL)

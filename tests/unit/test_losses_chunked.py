@@ -66,9 +66,8 @@ def test_chunked_matrix_xent_matches_numpy(chunk, v_tile, monkeypatch):
 
 @pytest.mark.parametrize("v_tile", [None, 8, 7])
 def test_chunked_accuracy_follows_argmax_ties(v_tile):
-  """Integer logits with many ties: "correct" is argmax's first maximum, in the forward
-  (one V tile, 5 tiles, 6 tiles with padding: ties inside and across tiles) and in the
-  fused-gradient path."""
+  """Integer logits with ties inside and across V tiles: "correct" is argmax's first maximum, in
+  the forward and in the fused-gradient path."""
   rng = np.random.default_rng(3)
   n, k, v = 64, 3, 40
   x = rng.integers(-1, 2, size=(n, k)).astype(np.float32)

@@ -45,9 +45,8 @@ def _kind(line: str):
 
 
 def _train_step_dots(dtype: str) -> Counter:
-  """The precision (``_kind``) of every dot of the train step (grad accumulation, global
-  and local attention with attn_impl=auto, the chunked fused cross-entropy, AdamW with
-  clipping), exported for cuda."""
+  """The precision (``_kind``) of every dot of the train step (accumulation, global and local
+  attention, chunked cross-entropy, AdamW), exported for cuda."""
   cfg = S.suite_config("tiny", dtype=dtype, grad_accum=2, batch_size=4, seq_len=32,
                        vocab_size=64, max_len=32, d_model=32, n_heads=2, window_size=8,
                        attention_layers=("global", "local"), loss_chunk=16)
@@ -71,9 +70,8 @@ def test_the_train_step_for_cuda_asks_float32_for_float32_only(dtype, want):
 @pytest.mark.parametrize("dtype, want", [("float32", {("HIGHEST", "HIGHEST")}),
                                          ("bfloat16", {("DEFAULT", "DEFAULT")})])
 def test_direct_chunked_loss_call_defaults_to_float32_meaning_float32(dtype, want):
-  """``sbjax.losses.chunked_matrix_xent`` called from a user's own code (no config): its
-  default precision "auto" asks HIGHEST for float32 operands, in the loss and its fused
-  gradient, exported for cuda."""
+  """``chunked_matrix_xent`` called without a config asks HIGHEST for float32 operands, in the
+  loss and its fused gradient, exported for cuda."""
   def loss(x, w, y):
     return losses.chunked_matrix_xent(x, w, y, 8)[0]
 

@@ -144,9 +144,8 @@ def test_population_presets_group_by_shape():
 
 
 def test_null_level_against_every_block_order():
-  """Six checkpoints after 30% in blocks of 2: the 6 orders of the blocks of moving-mean
-  residuals around the isotonic fit, written out here; q = 1 (0) gives the largest (smallest)
-  of their rises, p their share ≥ R (within sampling)."""
+  """Six checkpoints in blocks of 2: q = 1 (0) gives the largest (smallest) rise of the 6 block
+  orders written out here, p their share ≥ R."""
   steps, total = np.arange(8), 8
   mean = np.array([5.0, 3.0, 2.0, 2.6, 1.5, 1.6, 1.9, 1.4])
   fit = np.r_[2.3, 2.3, [5 / 3] * 3, 1.4]  # the pooled adjacent violators, by hand
@@ -241,9 +240,8 @@ SWEEP = ((16, 6592, 22976, 4.2835, -6.37, -0.85, -5.05, -0.35),
 
 
 def test_scaling_leave_one_out_verdict(tmp_path):
-  """The old "refuted" (every small width's CI below 0 under both counts of N) from a runs CSV:
-  leaving d256 out of the fit moves d16's gap above 0, so the range crosses 0 and the verdict
-  is undecided; each left-out gap is the gap to a direct refit."""
+  """From a runs CSV where every small width's CI lies below 0, leaving d256 out moves d16's gap
+  above 0: undecided; each left-out gap is the gap to a direct refit."""
   write_rows(tmp_path / "runs.csv", [
       {"width": w, "n_nonembedding": n, "n_with_head": nh, "final_eval_loss": x,
        "best_eval_loss": x, **dict(zip(("gap_final_ci_lo", "gap_final_ci_hi",
