@@ -1,24 +1,23 @@
 r"""``convergence``: layer convergence against model width (Diehl Martinez, Lesci & Buttery 2024).
-One model per width, trained with dense checkpoints (log-spaced 0, 1, 2, ..., 512 and every
-``train.ckpt_every``); every checkpoint measured (``kernel``: each layer's CKA to the final
-checkpoint on fixed probe batches, PERs) into checkpoints.csv. Per layer (``stats``): the first
-step with CKA ≥ 0.9 of its final value, the step from which it stays there, and its
-stabilisation step (the first checkpoint after which CKA stays ≥ 0.9). Outputs in OUT:
-``layers.csv`` (per model, kind, layer, token mode and estimator: those steps, as fractions of
-training, and the PERs), ``bands.csv`` (percentiles 10/25/50/75/90 over layers of CKA-to-final
-per step), ``models.csv`` (per model: medians and shares by 20% of training),
-``correlations.csv`` (Pearson and Spearman of the first step with PER), ``stabilisation.csv``
-(Spearman(PER, stabilisation step) per model and kind with its exact permutation p, and
-stratified by model and kind), ``stab_levels.csv`` (every layer's stabilisation step at levels
-0.8, 0.9 and 0.95 on every probe batch), ``summary.json``, ``fig_cka_bands``,
-``fig_step_vs_per``. A checkpoint series (a Pythia import) is measured per layer by
-``experiments.analyze --tokens=F.npy --groups=loss,cka,per``.
+One model per width and seed (a width's seeds: the members of one group), trained with dense
+checkpoints; every checkpoint measured (``kernel``: each layer's CKA to the final checkpoint on
+fixed probe batches, PERs) into checkpoints.csv. Per layer (``stats``): its stabilisation step
+(the first checkpoint after which CKA stays ≥ a level). Outputs in OUT: ``layers.csv`` (that
+step at 0.9 as a fraction of training, and the PERs), ``bands.csv`` (percentiles over layers of
+CKA-to-final per step), ``models.csv`` (medians, shares by 20% of training),
+``stabilisation.csv`` (Spearman(PER, stabilisation step) per model and kind, and stratified),
+``stab_levels.csv`` (every layer's stabilisation step at levels 0.8, 0.9, 0.95 on every probe),
+``width_order.csv`` (per level and probe: Spearman(width, a model's median stabilisation
+fraction)), ``summary.json`` (with the verdicts of the pre-registered ``presets.Rule``),
+``fig_cka_bands``, ``fig_width_order``. A checkpoint series (a Pythia import) is measured per
+layer by ``experiments.analyze --tokens=F.npy --groups=loss,cka,per``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 
 import numpy as np
 
@@ -28,15 +27,15 @@ from sbjax.analysis.measure import identity
 from sbjax.data import sources
 from sbjax.experiment import Experiment, Group, digest, figure
 from sbjax.studies.corpus import corpus_overrides
-from sbjax.studies.stats import finite_pearson, spearman
 
 from ..common import md_table, read_rows, write_json, write_rows
 from . import kernel as M
 from .presets import PRESETS
-from .stats import first_step_reaching, stays_from, stratified_spearman_test
+from .stats import decide, stays_from, stratified_spearman_test
 
 KINDS, TOKEN_MODES, ESTIMATORS = M.KINDS, M.TOKEN_MODES, M.ESTIMATORS
-FRAC, STAB_LEVEL, STAB_LEVELS, PAPER_FRAC = 0.9, 0.9, (0.8, 0.9, 0.95), 0.2
+STAB_LEVEL, STAB_LEVELS, PAPER_FRAC = 0.9, (0.8, 0.9, 0.95), 0.2
+PAPER_PARAMS = 160_000_000  # the paper's larger models: 160M parameters and more
 PERCENTILES = (10, 25, 50, 75, 90)
 PER_COLUMNS = ("per_weights_final", "per_weights_mean", "per_full_final", "per_head_dim_final")
 
@@ -55,8 +54,11 @@ def configs(p, data=None) -> list:
 
 
 def plan(ctx):
+  seeds = ctx.knobs.seeds
   for w, cfg in configs(ctx.preset, ctx.data):
-    yield Group(f"d{w}", [cfg], [{"model": f"d{w}", "width": w}])
+    yield Group(f"d{w}", [overrides.apply(cfg, {"train.seed": s}) for s in seeds], [
+        {"model": f"d{w}" + (f"s{s}" if len(seeds) > 1 else ""), "width": w, "seed": s}
+        for s in seeds])
 
 
 _REFERENCE: dict = {}  # the last member's probe batches and final activations
@@ -89,11 +91,9 @@ def _layers(model, w, mc, knobs, rows) -> list[dict]:
   for kind, t, e in itertools.product(KINDS, TOKEN_MODES, ESTIMATORS):
     i = KINDS.index(kind)
     for layer, c in enumerate(_matrix(rows, f"cka0_{kind}_{t}_{e}", mc.n_layers).T):
-      fs, ss, st = (first_step_reaching(steps, c, FRAC), stays_from(steps, c, FRAC * c[-1]),
-                    stays_from(steps, c, STAB_LEVEL))
+      st = stays_from(steps, c, STAB_LEVEL)
       row = {"model": model, "width": w, "kind": kind, "layer": layer, "tokens": t,
-             "estimator": e, "final_step": final, "first_step": fs, "stable_step": ss,
-             "first_frac": frac(fs), "stable_frac": frac(ss)}
+             "estimator": e, "final_step": final}
       for src in (x for x in ("weights", "gradients") if f"per_{x}_{kind}_0" in rows[0]):
         v = [x[f"per_{src}_{kind}_{layer}"] for x in rows]
         row.update({f"per_{src}_final": v[-1], f"per_{src}_mean": float(np.mean(v)),
@@ -120,40 +120,14 @@ def _median(v) -> float:
 
 
 def _model_row(model, w, mc, layers, rows) -> dict:
-  prim = [r for r in layers if (r["tokens"], r["estimator"]) == ("last", "biased")]
-  out = {"model": model, "width": w, "n_layers": mc.n_layers, "final_step": rows[-1]["step"],
-         "n_checkpoints": len(rows), "final_loss": rows[-1]["eval_loss"]}
-  for col, share in (("first_frac", "share_by_paper_frac"),
-                     ("stabilisation_frac", "share_stabilised_by_paper_frac")):
-    v = np.array([r[col] for r in prim], float)
-    out.update({f"median_{col}": _median(v),
-                share: float(np.mean(np.nan_to_num(v, nan=2.0) <= PAPER_FRAC)),
-                **{f"median_{col}_{k}": _median([r[col] for r in prim if r["kind"] == k])
-                   for k in KINDS}})
-  return out
-
-
-def _column(rows, c) -> np.ndarray:
-  return np.array([float(r[c]) if r.get(c) is not None else np.nan for r in rows])
-
-
-def _correlations(layers, models) -> list[dict]:
-  """Pearson and Spearman of the first step (all models: its fraction) with each PER."""
-  out = []
-  for t, e in sorted({(r["tokens"], r["estimator"]) for r in layers}):
-    for scope in ["all"] + models:
-      for kind in ("all",) + KINDS:
-        sel = [r for r in layers if (r["tokens"], r["estimator"]) == (t, e)
-               and scope in ("all", r["model"]) and kind in ("all", r["kind"])]
-        xv = _column(sel, "first_frac" if scope == "all" else "first_step")
-        for y in ("per_weights_final", "per_weights_mean", "per_gradients_final"):
-          yv = _column(sel, y)
-          if not np.isnan(yv).all():
-            out.append({"model": scope, "kind": kind, "tokens": t, "estimator": e,
-                        "x": "first_frac" if scope == "all" else "first_step", "y": y,
-                        "n": int((np.isfinite(xv) & np.isfinite(yv)).sum()),
-                        "pearson": finite_pearson(xv, yv), "spearman": spearman(xv, yv)})
-  return out
+  prim = [r for r in layers if _primary(r)]
+  v = np.array([r["stabilisation_frac"] for r in prim], float)
+  share = float(np.mean(np.nan_to_num(v, nan=2.0) <= PAPER_FRAC))
+  return {"model": model, "width": w, "n_layers": mc.n_layers, "final_step": rows[-1]["step"],
+          "n_checkpoints": len(rows), "final_loss": rows[-1]["eval_loss"],
+          "median_stabilisation_frac": _median(v), "share_stabilised_by_paper_frac": share,
+          **{f"median_stabilisation_frac_{k}": _median([r["stabilisation_frac"] for r in prim
+                                                        if r["kind"] == k]) for k in KINDS}}
 
 
 def _stabilisation(layers) -> list[dict]:
@@ -161,8 +135,9 @@ def _stabilisation(layers) -> list[dict]:
   out = []
   for t, e in sorted({(r["tokens"], r["estimator"]) for r in layers}):
     sel = [r for r in layers if (r["tokens"], r["estimator"]) == (t, e)]
+    col = lambda c: np.array([np.nan if r.get(c) is None else r[c] for r in sel], float)
     for y in (y for y in PER_COLUMNS if any(r.get(y) is not None for r in sel)):
-      res = stratified_spearman_test(_column(sel, y), _column(sel, "stabilisation_step"),
+      res = stratified_spearman_test(col(y), col("stabilisation_step"),
                                      [f"{r['model']}/{r['kind']}" for r in sel])
       base = {"tokens": t, "estimator": e, "per": y}
       out += [{**base, "model": s["stratum"].split("/")[0], "kind": s["stratum"].split("/")[1],
@@ -188,31 +163,46 @@ def _levels(model, w, mc, knobs, rows) -> list[dict]:
   return out
 
 
+def _order(levels) -> list[dict]:
+  """width_order.csv: per level and probe, Spearman(width, a model's median stabilisation
+  fraction) over the models, with its exact two-sided permutation p."""
+  out, med = [], _medians(levels)
+  for lv, p in sorted({(r["level"], r["probe"]) for r in med}):
+    w = np.array([r["width"] for r in med if (r["level"], r["probe"]) == (lv, p)], float)
+    (s,) = stratified_spearman_test(w, [r["median"] for r in med if (r["level"], r["probe"]) ==
+                                        (lv, p)], [0] * len(w))["strata"]
+    out.append({"level": lv, "probe": p, "n_models": len(w), "n_widths": len(set(w)),
+                "min_seeds": int(np.unique(w, return_counts=True)[1].min()),
+                "spearman": s["rho"], "p_perm": s["p"], "exact": int(s["exact"])})
+  return out
+
+
 def tables(ctx) -> None:
   layers, bands, models, levels, gamma = [], [], [], [], {}
   for name, g in ctx.groups.items():
-    cfg, rows, w = ckpt.load_config(ctx.workdirs(g)[0]), ctx.measured[name], g.labels[0]["width"]
-    lay = _layers(name, w, cfg.model, ctx.knobs, rows)
-    layers += lay
-    bands += _bands(name, w, cfg.model, rows)
-    models.append(_model_row(name, w, cfg.model, lay, rows))
-    levels += _levels(name, w, cfg.model, ctx.knobs, rows)
-    gamma[name] = optim.gamma_total(cfg.train)
-  stab = _stabilisation(layers)
+    for j, (wd, lab) in enumerate(zip(ctx.workdirs(g), g.labels)):
+      cfg, rows, w, m = ckpt.load_config(wd), [
+          r for r in ctx.measured[name] if r["member"] == j], lab["width"], lab["model"]
+      layers += (lay := _layers(m, w, cfg.model, ctx.knobs, rows))
+      bands += _bands(m, w, cfg.model, rows)
+      models.append(_model_row(m, w, cfg.model, lay, rows))
+      levels += _levels(m, w, cfg.model, ctx.knobs, rows)
+      gamma[m] = optim.gamma_total(cfg.train)
+  stab, order, rule = _stabilisation(layers), _order(levels), ctx.knobs.rule
+  strat = [r for r in stab if r["model"] == "stratified" and _primary(r)]
   for f, rows in (("layers", layers), ("bands", bands), ("models", models),
-                  ("correlations", _correlations(layers, list(ctx.groups))),
-                  ("stabilisation", stab), ("stab_levels", levels)):
+                  ("stabilisation", stab), ("stab_levels", levels), ("width_order", order)):
     write_rows(ctx.out / f"{f}.csv", rows)
   write_json(ctx.out / "summary.json", {
-      "models": list(ctx.groups), "gamma_total": gamma, "probe_batches": 1 + max(
-          r["probe"] for r in levels), "stratified": [r for r in stab if r["model"] ==
-                                                      "stratified" and r["tokens"] == "last"
-                                                      and r["estimator"] == "biased"]})
+      "models": list(gamma), "gamma_total": gamma, "probe_batches": 1 + max(
+          r["probe"] for r in levels), "stratified": strat, "rule": dataclasses.asdict(rule),
+      "rule_text": " ".join(type(rule).__doc__.split()), "decision": decide(rule, order, strat)})
 
 
 def draw(out) -> None:
   """fig_cka_bands: percentiles over layers of the last-token biased CKA-to-final per step
-  (MLP and OV rows, a column per model); fig_step_vs_per: the first step against PER."""
+  (MLP and OV rows, a column per model); fig_width_order: each model's median stabilisation
+  fraction against its width, per level and probe."""
   plt, models = figure.pyplot(), [r["model"] for r in read_rows(out / "models.csv")]
   bands = [r for r in read_rows(out / "bands.csv") if _primary(r)]
   fig, axes = plt.subplots(2, len(models), figsize=(3.4 * len(models) + 1, 5.6), squeeze=False,
@@ -224,44 +214,65 @@ def draw(out) -> None:
     ax.fill_between(x, g[25], g[75], color="C0", alpha=0.4, lw=0, label="25–75%")
     ax.plot(x, g[50], color="C0", label="median")
     ax.axvline(PAPER_FRAC * x[-1], color="k", ls=":", lw=1, label="20% of training")
-    ax.axhline(FRAC, color="gray", ls="--", lw=0.8)
+    ax.axhline(STAB_LEVEL, color="gray", ls="--", lw=0.8)
     ax.set_xscale("symlog", linthresh=1.0, linscale=0.4)
     ax.set(xlim=(0, x[-1] * 1.15), ylim=(min(-0.05, min(g[10]) - 0.05), 1.05), xlabel="step",
            ylabel="CKA to final" if j == 0 else None, title=f"{name} {kind}")
   axes[0][0].legend(fontsize=7, loc="lower right")
   figure.save(fig, out, "fig_cka_bands", "CKA to the final checkpoint, over layers")
-  fig, ax = plt.subplots(figsize=(5.2, 3.8))
-  layers = [r for r in read_rows(out / "layers.csv") if _primary(r)]
-  for (j, name), (kind, mk) in itertools.product(enumerate(models), zip(KINDS, "o^")):
-    rr = [r for r in layers if (r["model"], r["kind"]) == (name, kind)]
-    ax.scatter([r["per_weights_final"] for r in rr], [r["first_frac"] for r in rr], marker=mk,
-               color=f"C{j}", label=f"{name} {kind}")
-  ax.set(xlabel="PER at the final checkpoint", ylabel=f"first step CKA ≥ {FRAC}·final / steps")
-  ax.legend(fontsize=7, ncol=2)
-  figure.save(fig, out, "fig_step_vs_per")
+  fig, axes = plt.subplots(1, len(STAB_LEVELS), figsize=(10, 3.4), sharey=True)
+  med = _medians(read_rows(out / "stab_levels.csv"))
+  for (ax, lv), (p, mk) in itertools.product(zip(axes, STAB_LEVELS), enumerate("ox")):
+    rr = [r for r in med if (r["level"], r["probe"]) == (lv, p)]
+    ax.scatter([r["width"] for r in rr], [r["median"] for r in rr], marker=mk, label=f"probe {p}")
+    ax.set(xscale="log", xlabel="width", title=f"level {lv:g}")
+  axes[0].set(ylabel="median stabilisation fraction")
+  axes[0].legend(fontsize=7)
+  figure.save(fig, out, "fig_width_order", "Median stabilisation fraction by width")
 
 
 def _primary(r) -> bool:
   return (r["tokens"], r["estimator"]) == ("last", "biased")
 
 
+def _medians(levels) -> list[dict]:
+  """Per model, probe and level (stab_levels.csv rows): its median stabilisation fraction."""
+  by = {}
+  for r in levels:
+    by.setdefault((r["model"], r["width"], r["probe"], r["level"]), []).append(
+        r["stabilisation_frac"])
+  return [{"model": m, "width": w, "probe": p, "level": lv, "median": _median(v)}
+          for (m, w, p, lv), v in by.items()]
+
+
+def scope(runs) -> str:
+  """The models' sizes (runs.csv rows) against the paper's larger class."""
+  n = [int(r["n_params"]) for r in runs]
+  return (f"Scope: {len(n)} models of {min(n):,}–{max(n):,} parameters, "
+          f"{sum(x >= PAPER_PARAMS for x in n)} in the paper's larger class ({PAPER_PARAMS:,}+)" + (
+              f"; claims about that class (D1: their layers stabilise within ~{PAPER_FRAC:.0%} "
+              "of training) are not tested here." if max(n) < PAPER_PARAMS else "."))
+
+
 def report(out, rel: str = ".") -> str:
   stab = [r for r in read_rows(out / "stabilisation.csv") if _primary(r)]
-  levels = {}
-  for r in read_rows(out / "stab_levels.csv"):
-    levels.setdefault((r["model"], r["probe"], r["level"]), []).append(r["stabilisation_frac"])
-  models = read_rows(out / "models.csv")
+  models, summary = read_rows(out / "models.csv"), json.loads((out / "summary.json").read_text())
+  order, med = read_rows(out / "width_order.csv"), _medians(read_rows(out / "stab_levels.csv"))
   return "\n".join([
+      scope(read_rows(out / "runs.csv")), "", "Pre-registered rule (" + ", ".join(
+          f"{k} = {v}" for k, v in summary["rule"].items()) + f"): {summary['rule_text']}", "",
+      *[f"- {k}: **{v['verdict']}** ({v['reason']})" for k, v in summary["decision"].items()],
+      "", f"![median stabilisation by width]({rel}/{figure.name('fig_width_order')})", "",
+      "Spearman(width, median stabilisation fraction) over the models (exact permutation p):",
+      "", *md_table(order, list(order[0])), "",
       f"![CKA-to-final bands]({rel}/{figure.name('fig_cka_bands')})", "",
-      f"![first step vs PER]({rel}/{figure.name('fig_step_vs_per')})", "",
       "Per model (last-token, biased CKA; fractions of training; shares by 20%):", "",
       *md_table(models, list(models[0])), "",
       ("Spearman(PER, stabilisation step) per model and kind (exact permutation p), and "
        "stratified by model and kind:"), "",
       *md_table(stab, ["per", "model", "kind", "n", "spearman", "p_perm"]), "",
       "Median stabilisation fraction at each level, per probe batch:", "",
-      *md_table([{"model": m, "probe": p, "level": lv, "median": _median(v)}
-                 for (m, p, lv), v in levels.items()], ["model", "probe", "level", "median"])])
+      *md_table(med, ["model", "probe", "level", "median"])])
 
 
 EXPERIMENT = Experiment("convergence", PRESETS, plan, measure=measure, measure_steps="all",

@@ -1,13 +1,13 @@
 """The statistics of layer convergence (Diehl Martinez et al. 2024).
 
-``first_step_reaching`` is a curve's first crossing; ``stays_from`` the first checkpoint after
-which it stays ≥ a level (NaN counts as below). ``stratified_spearman_test(x, y, strata)``:
-Spearman ρ_g (Pearson of average ranks, as scipy's) within each stratum g (a model × a kind;
-x = a layer's PER, y = its stabilisation step) where defined (≥ 3 pairs, neither side
-constant), T = mean_g ρ_g; null: y exchangeable within strata. p = #{|T*| ≥ |T|} / #perms over
-every combination of within-stratum permutations when Π_g n_g! ≤ ``exact_max``, else
-(1 + #{|T*_j| ≥ |T|}) / (n_perm + 1) over random draws (Phipson & Smyth 2010); each stratum's
-own p likewise (4 layers: 24 permutations, p ≥ 2/24; only T can reach 0.05).
+``stays_from``: the first checkpoint after which a curve stays ≥ a level (NaN: below).
+``stratified_spearman_test(x, y, strata)``: Spearman ρ_g (Pearson of average ranks, as
+scipy's) within each stratum g (a model × a kind; x = a layer's PER, y = its stabilisation
+step) where defined (≥ 3 pairs, neither side constant), T = mean_g ρ_g; null: y exchangeable
+within strata. p = #{|T*| ≥ |T|} / #perms over every combination of within-stratum
+permutations when Π_g n_g! ≤ ``exact_max``, else (1 + #{|T*_j| ≥ |T|}) / (n_perm + 1) over
+random draws (Phipson & Smyth 2010); each stratum's own p likewise (4 layers: 24
+permutations, p ≥ 2/24; only T can reach 0.05). ``decide``: ``presets.Rule`` on the numbers.
 """
 
 from __future__ import annotations
@@ -17,13 +17,6 @@ import math
 
 import numpy as np
 from scipy import stats
-
-
-def first_step_reaching(steps, values, frac: float = 0.9) -> int | None:
-  """min{s : v(s) ≥ frac · v(S)}, S = the last step (steps ascending); None if never."""
-  v = np.asarray(values, float)
-  hit = np.nonzero(v >= frac * v[-1])[0]
-  return int(np.asarray(steps)[hit[0]]) if hit.size else None
 
 
 def stays_from(steps, values, level: float) -> int | None:
@@ -96,3 +89,26 @@ def stratified_spearman_test(x, y, strata, *, n_perm: int = 10_000, exact_max: i
     t = np.mean([ry[_perms(len(rx), n_perm, False, rng)] @ rx for rx, ry in used], axis=0)
   return {"statistic": t_obs, "p": float(_p(t, t_obs, exact, n_perm)), "exact": exact,
           "n_perm": len(t), "strata": per}
+
+
+def _sign(stat: float, p: float, alpha: float, what: str) -> dict:
+  """Supports (stat < 0) or refutes (stat > 0) when p ≤ alpha, else undecided."""
+  v = "undecided" if not p <= alpha else "supports" if stat < 0 else "refutes"
+  return {"verdict": v, "reason": f"{what} {stat:+.3f}, p {p:.3g} {'≤' if p <= alpha else '>'} "
+                                  f"{alpha:g}"}
+
+
+def decide(rule, order: list[dict], stratified: list[dict]) -> dict:
+  """``presets.Rule`` on the width-order cells (width_order.csv rows) and the stratified PER
+  tests (stabilisation.csv's stratified last-token biased rows): {D2, D3: {verdict, reason}}."""
+  (c,) = [r for r in order if (r["level"], r["probe"]) == (rule.level, rule.probe)]
+  (s,) = [r for r in stratified if r["per"] == rule.per]
+  d3 = _sign(s["spearman"], s["p_perm"], rule.alpha,
+             f"stratified Spearman({rule.per}, stabilisation step), n = {s['n']} layers: T")
+  if c["n_widths"] < rule.min_order and c["min_seeds"] < rule.min_order:
+    return {"D2": {"verdict": "undecided", "reason": (
+        f"widths {c['n_widths']}, seeds per width {c['min_seeds']}: an order claim needs ≥ "
+        f"{rule.min_order} widths or seeds per width; none is made")}, "D3": d3}
+  return {"D2": _sign(c["spearman"], c["p_perm"], rule.alpha, (
+      f"level {c['level']:g}, probe {c['probe']}: Spearman(width, median stabilisation "
+      f"fraction), n = {c['n_models']} models of {c['n_widths']} widths: ρ")), "D3": d3}
