@@ -180,7 +180,7 @@ def side_sbjax(root: Path, a) -> dict:
   rows = analyze_run(work, Settings(
       groups=("loss", "anisotropy", "spectrum", "cka"), tokens=str(root / "tokens.npy"),
       eval_sequences=a.n, cka_sequences=a.n, anisotropy_tokens=0, batch_sequences=a.chunk,
-      progress=False, figures=False, use_cache=False))
+      progress=False, figures=False))
   return {r["step"]: {k: v for k, v in r.items() if k != "step"} for r in rows}
 
 

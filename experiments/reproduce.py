@@ -3,7 +3,7 @@ r"""The paper experiments' registry and their one command line (``sbjax-reproduc
   python -m experiments.reproduce --out=out --quick [--only=a,b] [--preset=test|quick|cpu|tpu]
   python -m experiments.NAME --out=out/NAME --preset=cpu     # one experiment, in OUT itself
 
-See ``sbjax.experiment.cli`` for the flags."""
+``--help`` lists the flags (``sbjax.cli.experiment``)."""
 
 from __future__ import annotations
 

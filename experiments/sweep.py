@@ -1,5 +1,4 @@
-# ``python -m experiments.sweep``: the same program as ``python -m sbjax.cli.sweep``, kept for existing
-# command lines (the console scripts point at sbjax.cli). Its --help prints the tool's docstring.
+# ``python -m experiments.sweep`` = ``python -m sbjax.cli.sweep`` (its --help: the tool's docstring)
 from sbjax.cli.sweep import __doc__, cli  # noqa: F401
 
 if __name__ == "__main__":

@@ -1,5 +1,4 @@
-# ``python -m experiments.train``: the same program as ``python -m sbjax.cli.train``, kept for existing
-# command lines (the console scripts point at sbjax.cli). Its --help prints the tool's docstring.
+# ``python -m experiments.train`` = ``python -m sbjax.cli.train`` (its --help: the tool's docstring)
 from sbjax.cli.train import __doc__, cli  # noqa: F401
 
 if __name__ == "__main__":

@@ -1,19 +1,10 @@
 """Atomic file writes: the one helper every sbjax writer goes through.
 
-A reader sees either the old file or the new one, never half of one: on a local disk the
-bytes go to a temporary file in the same directory, which then replaces the target with
-``os.replace`` (a killed process leaves at most a hidden ``.NAME.*.tmp`` beside it); on any
-other ``etils.epath`` backend (``gs://``, ...) the whole content is written as one object,
-which object stores publish atomically. New files follow the process umask.
-
-A target that is a symbolic link is replaced by the new file, never written through: the
-file the link points to (a shared blob of a Hugging Face cache, another run's file) keeps its
-bytes, and nothing is written outside the target's folder. A failed write (a full disk, no
-permission) is an ``OSError`` naming the target.
-
-    atomic_write_json(workdir / "plan.json", {"ranks": [4, 8]})
-    with atomic_path(out / "tokenizer.json") as tmp:   # for writers that want a file name
-      tok.save(str(tmp))
+A reader sees either the old file or the new one: on a local disk the bytes go to a temporary
+file in the same directory, which then replaces the target (``os.replace``; new files follow
+the umask); on any other ``etils.epath`` backend (``gs://``) the content is written as one
+object. A target that is a symbolic link is replaced, never written through. A failed write is
+an ``OSError`` naming the target.
 """
 
 from __future__ import annotations

@@ -6,41 +6,21 @@ All take q, k, v as B×T×H×Dh (compute dtype) and return B×T×H×Dh:
 
 (window = ∞ for global layers; GPT-Neo's local layers use window = ``model.window_size``).
 
-``model.attn_impl`` picks the kernel (``resolve``, per platform):
+``model.attn_impl`` picks the kernel (``resolve``, per platform): ``einsum``
+(``attention_reference``: plain einsums, float32 softmax; the reference, fastest on XLA:CPU,
+the only one with float64); ``dpa`` (``jax.nn.dot_product_attention``, JAX's choice);
+``cudnn`` (cuDNN flash attention: GPU, bf16/f16, head_dim a multiple of 8 and <= 128);
+``splash`` (JAX's Pallas TPU splash kernel, seq_len a multiple of 128, per shard under a mesh;
+interpret mode off TPU); ``auto`` (default): einsum on CPU, cuDNN on a GPU where the config and
+the device allow it (``cudnn_available``) else XLA's kernel (``xla``), ``xla`` on TPU.
 
-- ``einsum``: ``attention_reference``, plain einsums with a float32 softmax (the reference;
-  fastest on XLA:CPU; the only one with float64);
-- ``dpa``: ``jax.nn.dot_product_attention`` with JAX's own choice (``implementation=None``:
-  cuDNN on a GPU where it applies, else XLA's einsum-softmax);
-- ``cudnn``: ``jax.nn.dot_product_attention(implementation="cudnn")``, cuDNN flash
-  attention (GPU; bf16/f16, head_dim a multiple of 8 and <= 128);
-- ``splash``: the Pallas TPU splash-attention kernel shipped with JAX
-  (``jax.experimental.pallas.ops.tpu.splash_attention``), causal or local mask, forward and
-  backward kernels; seq_len a multiple of 128. Off TPU it runs in Pallas interpret mode
-  (slow, for tests). Under a (data, fsdp, tensor) mesh it runs per shard (``shard_map``):
-  batch over data×fsdp, heads over tensor, as the rest of the model is sharded;
-- ``auto`` (default): einsum on CPU; on GPU cuDNN when the config and the device allow it
-  (``cudnn_available``), else XLA's ``dot_product_attention`` (``xla``), and the choice is
-  logged once; ``xla`` on TPU (splash is opt-in until it has run on a TPU).
-
-One program for every platform: ``attend`` stages the kernels of the platforms with
-``jax.lax.platform_dependent`` (cpu, cuda, and the default for tpu and others), so a trace
-made on this machine is the right program on each backend, and ``jax.export`` of
-``attn_impl=auto`` for ("cpu", "cuda", "tpu") works from a CPU host (each backend compiles
-only its own branch). The cuda branch is cuDNN only where this process can run cuDNN
-(``cudnn_available``: a GPU is visible); traced on a machine without one it is ``xla``.
-Two kernels lower on one platform only, so a program that names them is exported for that
-platform alone: ``cudnn`` (cuda; its custom call has no CPU/TPU lowering) and ``splash``
-compiled for TPU (Mosaic; off TPU the same ``platform_dependent`` picks interpret mode).
-And so ``auto`` on a machine with a usable cuDNN exports for cuda only. Under
-differentiation the staged choice is a ``cond``, whose backward residuals are the union
-of the branches' (zero-filled for the others); the backend keeps one branch and XLA drops
-the unused ones (measured on CPU: the same compiled temp memory as the einsum kernel
-alone, and bitwise-equal losses and gradients; tracing one model costs ~0.25 s more).
+``attend`` stages the kernels of the platforms with ``jax.lax.platform_dependent``, so a trace
+made on this machine is the right program on each backend (each compiles only its own
+branch) and ``jax.export`` of ``auto`` for ("cpu", "cuda", "tpu") works from a CPU host.
 
 Precision (``model.matmul_precision``, ``sbjax.precision``): the einsum kernel's dots take
-it as ``precision=``; ``dpa``/``xla`` run under it (``precision_scope``); cuDNN (bf16/f16
-only) and splash (the Pallas kernel's own dots) keep their kernels' precision.
+it as ``precision=``; ``dpa``/``xla`` run under it (``precision_scope``); cuDNN and splash
+keep their kernels' precision.
 """
 
 from __future__ import annotations
@@ -68,11 +48,9 @@ _ASSUME_CUDNN: list = []  # a stack of overrides of cudnn_available (see assume_
 
 def attention_reference(q, k, v, *, scale: float, window: int | None, precision=None):
   """Plain einsum causal attention (float32 softmax), the reference for tests; ``precision``
-  is that of both einsums (a ``jax.lax.Precision``; None: the backend default).
-
-  The softmax is normalised after the P·V product: o = (e·V) / Σ e with e = exp(s − max s),
-  the same values as softmax(s)·V. XLA:CPU otherwise fuses the whole softmax into the P·V
-  matmul, which measured 1.5× slower for the pythia-14m forward."""
+  is that of both einsums (a ``jax.lax.Precision``; None: the backend default). The softmax
+  is normalised after the P·V product: o = (e·V) / Σ e with e = exp(s − max s) (faster on
+  XLA:CPU than softmax(s)·V, the same values)."""
   t = q.shape[1]
   s = jnp.einsum("bqhk,bshk->bhqs", q.astype(jnp.float32), k.astype(jnp.float32),
                  precision=precision) * scale
@@ -87,9 +65,6 @@ def attention_reference(q, k, v, *, scale: float, window: int | None, precision=
   return (o / jnp.moveaxis(jnp.sum(e, axis=-1), 1, 2)[..., None]).astype(q.dtype)
 
 
-# ----------------------------------------------------------------------------- choice
-
-
 def cudnn_shape_ok(c: ModelConfig) -> tuple[bool, str]:
   """(ok, why not): cuDNN flash attention needs bf16/f16 compute and head_dim % 8 == 0, <= 128."""
   if c.dtype not in ("bfloat16", "float16"):
@@ -101,9 +76,8 @@ def cudnn_shape_ok(c: ModelConfig) -> tuple[bool, str]:
 
 @contextlib.contextmanager
 def assume_cudnn(available: bool):
-  """Within the block ``cudnn_available`` answers ``available`` (``sbjax.lowering_suite``
-  traces its sharded entries with False: sharded cuDNN attention cannot be exported; and
-  tests of the choice)."""
+  """Within the block ``cudnn_available`` answers ``available`` (``sbjax.lowering_suite``:
+  sharded cuDNN attention cannot be exported)."""
   _ASSUME_CUDNN.append(bool(available))
   try:
     yield
@@ -160,9 +134,6 @@ def resolve(c: ModelConfig, backend: str | None = None, say: bool = True) -> str
   return "xla"
 
 
-# ----------------------------------------------------------------------------- splash
-
-
 @functools.lru_cache(maxsize=32)
 def _splash_kernel(t: int, heads: int, window: int | None, interpret: bool):
   if window is None:
@@ -173,8 +144,7 @@ def _splash_kernel(t: int, heads: int, window: int | None, interpret: bool):
   sizes = splash_lib.BlockSizes(block_q=b, block_kv=b, block_kv_compute=b, block_q_dkv=b,
                                 block_kv_dkv=b, block_kv_dkv_compute=b,
                                 use_fused_bwd_kernel=True)  # dq, dk, dv in one kernel
-  # built when first traced: its mask tables are made concrete (compile-time eval) and kept
-  # as numpy, so the cached kernel holds no tracer and no jax.Array constant of any trace
+  # mask tables made concrete and kept as numpy: the cached kernel holds no tracer
   with jax.ensure_compile_time_eval():
     kern = splash_lib.make_splash_mha(splash_lib.MultiHeadMask([mask] * heads),
                                       block_sizes=sizes, head_shards=1, q_seq_shards=1,
@@ -191,29 +161,22 @@ def _splash_local(q, k, v, scale: float, window: int | None, interpret: bool):
 
 
 def _splash_any(q, k, v, scale: float, window: int | None):
-  """The compiled (Mosaic) kernel on TPU, interpret mode elsewhere: ``platform_dependent``,
-  so the TPU branch is compiled only on a TPU (it has no CPU/GPU lowering, so a program with
-  splash exports for tpu alone, or for cpu/cuda alone)."""
+  """The compiled (Mosaic) kernel on TPU, interpret mode elsewhere (``platform_dependent``)."""
   return jax.lax.platform_dependent(
       q, k, v, tpu=functools.partial(_splash_local, scale=scale, window=window, interpret=False),
       default=functools.partial(_splash_local, scale=scale, window=window, interpret=True))
 
 
-def splash_attention(q, k, v, *, scale: float, window: int | None,
-                     interpret: bool | None = None):
-  """Causal (window=None) or local splash attention on B×T×H×Dh; ``interpret`` defaults to
-  True off TPU (chosen per platform, ``_splash_any``). Under a mesh with sbjax's axes it
-  runs per shard (batch over data×fsdp when they divide B, heads over tensor when it divides
-  H)."""
+def splash_attention(q, k, v, *, scale: float, window: int | None):
+  """Causal (window=None) or local splash attention on B×T×H×Dh (interpret mode off TPU).
+  Under a mesh with sbjax's axes it runs per shard (batch over data×fsdp when they divide B,
+  heads over tensor when it divides H)."""
   t = q.shape[1]
   if t % SPLASH_BLOCK:
     raise ValueError(f"attn_impl=splash needs a sequence length that is a multiple of "
                      f"{SPLASH_BLOCK}, got {t}; use train.seq_len=<multiple of "
                      f"{SPLASH_BLOCK}> or model.attn_impl=dpa")
-  if interpret is None:
-    fn = functools.partial(_splash_any, scale=scale, window=window)
-  else:
-    fn = functools.partial(_splash_local, scale=scale, window=window, interpret=interpret)
+  fn = functools.partial(_splash_any, scale=scale, window=window)
   mesh = jax.sharding.get_abstract_mesh()
   if mesh.empty or set(MESH_AXES) - set(mesh.axis_names):
     return fn(q, k, v)
@@ -222,9 +185,6 @@ def splash_attention(q, k, v, *, scale: float, window: int | None,
            "tensor" if q.shape[2] % mesh.shape["tensor"] == 0 else None, None)
   return jax.shard_map(fn, mesh=mesh, in_specs=(spec, spec, spec), out_specs=spec,
                        check_vma=False)(q, k, v)
-
-
-# ----------------------------------------------------------------------------- dispatch
 
 
 def _kernel(impl: str, c: ModelConfig, scale: float, window: int | None):

@@ -1,29 +1,22 @@
 """Orbax checkpoints of a run: schedule, save, restore (sharded), recovery.
 
-Layout of a workdir::
+Layout of a workdir: ``config.json`` (the run's Config), ``checkpoints/<step>/`` (orbax items
+params, opt and meta: the step, the data position, the data and RNG seeds; batches are a pure
+function of (data_seed, index), so resume needs no replay), ``checkpoints_bad/`` (steps that
+failed to restore, moved aside, never deleted).
 
-    WORKDIR/config.json          the run's Config (JSON)
-    WORKDIR/checkpoints/<step>/  orbax items: params, opt (training state), meta (JSON)
-    WORKDIR/checkpoints_bad/     steps that failed to restore, moved aside (never deleted)
-
-``meta`` holds the step, the data position (the index of the next batch; batches
-are a pure function of (data_seed, index), so resume needs no replay), the data
-seed and the RNG seed.
-
-Recovery at resume (``restore_latest_good``): orbax temporary directories of a killed save
-are moved to ``checkpoints_bad/`` (``cleanup_tmp``); then, newest first, a step of another
-model is refused (``CheckpointMismatchError``), and a step that is half-written, fails its
-checksums or fails to restore is named and moved aside; the first good step is used.
+Recovery at resume (``restore_latest_good``): orbax temporary directories of a killed save are
+moved aside (``cleanup_tmp``); then, newest first, a step of another model is refused
+(``CheckpointMismatchError``), and a step that is half-written, fails its checksums or fails to
+restore is named and moved aside; the first good step is used.
 
 Checksums: ``save`` writes ``checksums.json`` (``sbjax.checksums``) into each step orbax has
-finished: the step itself after a synchronous save, the previous one after an asynchronous
-save (orbax finishes it before it starts the next), the last one in ``finish``. Steps
-without one (older, or killed before it) are used unverified, with a WARNING naming them.
+finished (the previous step after an asynchronous save, the last one in ``finish``). Steps
+without one are used unverified, with a WARNING naming them.
 
-The default schedule is Pythia-like: 0, 1, 2, 4, …, 512, then every
-``ckpt_every`` steps, plus the final step. All are kept (``PreserveAll``); with
-``keep_every_n > 1`` only the log-spaced steps, every n-th regular step and the
-latest are kept.
+The schedule is Pythia-like: 0, 1, 2, 4, …, 512, then every ``ckpt_every`` steps, plus the
+final step; all are kept unless ``keep_every_n > 1`` (then the log-spaced steps, every n-th
+regular step and the latest).
 """
 
 from __future__ import annotations
@@ -73,8 +66,7 @@ class Schedule:
     return len(self.extra) + self.end // self.every
 
 
-def checkpoint_steps(tc: TrainConfig) -> Schedule:
-  return Schedule(tc)
+checkpoint_steps = Schedule
 
 
 def log_spaced_steps(tc: TrainConfig) -> list[int]:
@@ -129,8 +121,7 @@ def list_steps(workdir) -> list[int]:
 def abstract_with_shardings(tree, shardings=None):
   """ShapeDtypeStructs of a tree, carrying the target shardings (default: one device)."""
   if shardings is None:
-    dev = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=dev), tree)
+    shardings = jax.tree.map(lambda _: jax.sharding.SingleDeviceSharding(jax.devices()[0]), tree)
   return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
                       tree, shardings)
 
@@ -172,9 +163,8 @@ class CorruptCheckpointError(ValueError):
 
 
 def _aside(workdir, src, name: str) -> Path:
-  """Move the folder ``src`` to WORKDIR/checkpoints_bad/NAME_<unix time> (never delete):
-  a rename on local disk; on an object store a copy of each object, then a delete (a kill in
-  between leaves both copies, never neither)."""
+  """Move the folder ``src`` to WORKDIR/checkpoints_bad/NAME_<unix time>: a rename on local
+  disk; on an object store a copy of each object, then a delete (never neither)."""
   dst = upath(workdir) / "checkpoints_bad" / f"{name}_{time.time_ns()}"
   dst.parent.mkdir(parents=True, exist_ok=True)
   if is_local(src):
@@ -195,18 +185,15 @@ def move_aside(workdir, step: int, reason: str) -> Path:
 
 
 def verify_step(workdir, step: int, items=None) -> bool:
-  """Check a step's files (those of ``items`` and the top-level ones; all for None) against
-  its manifest: True when verified, False without a manifest (accepted unverified, with a
-  WARNING naming the step); a mismatch or a missing file is a ``CorruptCheckpointError``
-  naming the file."""
+  """Check a step's files (those of ``items`` and the top-level ones) against its manifest:
+  True when verified, False without one (a WARNING); else ``CorruptCheckpointError``."""
   try:
     verified = checksums.verify_manifest(ckpt_dir(workdir) / str(step), items)
   except checksums.ChecksumError as e:
     raise CorruptCheckpointError(f"failed its checksum check: {e}") from None
   if not verified:
     log.warning("checkpoint step %d in %s has no checksum manifest (%s): it is used "
-                "unverified (saved before manifests, or killed between its commit and its "
-                "manifest)", step, workdir, MANIFEST_FILE)
+                "unverified", step, workdir, MANIFEST_FILE)
   return verified
 
 
@@ -227,26 +214,21 @@ def restore(workdir, step: int, abstract_params, abstract_opt=None):
 
 
 class ParamsReader:
-  """Reads the params of many steps of one workdir with ONE read-only manager (the
-  analysis reads every checkpoint of a run group by group). A context manager::
-
-      with ParamsReader(workdir, abstract) as reader:
-        plist = reader.read([0, 1, 2])  # in the order asked for
-  """
+  """Reads the params of many steps of one workdir with one read-only manager (a context
+  manager): ``with ParamsReader(workdir, abstract) as r: plist = r.read([0, 1, 2])``."""
 
   def __init__(self, workdir, abstract_params):
     self.workdir, self.abstract = workdir, abstract_params
     self.mngr = make_manager(workdir, read_only=True)
 
   def read(self, steps) -> list:
-    """The params of ``steps`` (restored into the abstract targets' shardings), each
-    verified against its checksum manifest first."""
-    return [self._read_one(s) for s in steps]
-
-  def _read_one(self, step: int):
-    verify_step(self.workdir, step, ("params",))
-    return self.mngr.restore(step, args=ocp.args.Composite(
-        params=ocp.args.StandardRestore(self.abstract)))["params"]
+    """The params of ``steps`` (in the abstract targets' shardings), each verified first."""
+    out = []
+    for step in steps:
+      verify_step(self.workdir, step, ("params",))
+      out.append(self.mngr.restore(step, args=ocp.args.Composite(
+          params=ocp.args.StandardRestore(self.abstract)))["params"])
+    return out
 
   def close(self) -> None:
     self.mngr.close()
@@ -256,12 +238,6 @@ class ParamsReader:
 
   def __exit__(self, *exc) -> None:
     self.close()
-
-
-def restore_params(workdir, steps, abstract_params) -> list:
-  """The params of several ``steps`` of ``workdir`` (one read-only manager for all)."""
-  with ParamsReader(workdir, abstract_params) as reader:
-    return reader.read(steps)
 
 
 class CheckpointMismatchError(ValueError):
@@ -278,9 +254,8 @@ def saved_param_shapes(workdir, step: int) -> dict[str, tuple]:
 
 
 def check_params_match(workdir, step: int, abstract_params) -> None:
-  """Refuse a checkpoint whose parameter names or shapes differ from ``abstract_params``
-  (the model built from the config), with a diff. Unreadable metadata is not judged here
-  (the restore reports corruption)."""
+  """Refuse a checkpoint whose parameter names or shapes differ from ``abstract_params``,
+  with a diff (unreadable metadata is left to the restore)."""
   try:
     saved = saved_param_shapes(workdir, step)
   except Exception:  # noqa: BLE001 - corrupt metadata: left to the restore
@@ -300,10 +275,9 @@ def check_params_match(workdir, step: int, abstract_params) -> None:
 
 def restore_latest_good(workdir, abstract_params, abstract_opt=None, *, moved=None,
                         max_step: int | None = None):
-  """Newest restorable step (at most ``max_step``), moving aside the steps that fail
-  (half-written, truncated or missing files, a checksum mismatch) with a warning naming the
-  step and the reason. Returns (step, params, opt, meta) or None; ``moved`` (a list), if
-  given, receives the steps moved aside."""
+  """Newest restorable step (at most ``max_step``), moving aside the steps that fail with a
+  warning naming the step and the reason. Returns (step, params, opt, meta) or None;
+  ``moved`` (a list), if given, receives the steps moved aside."""
   items = ("params", "meta") + (("opt",) if abstract_opt is not None else ())
   steps = [s for s in list_steps(workdir) if max_step is None or s <= max_step]
   for step in reversed(steps):
@@ -328,22 +302,18 @@ def restore_latest_good(workdir, abstract_params, abstract_opt=None, *, moved=No
 
 def restore_latest_common(workdirs, abstract_params, abstract_opt=None, *, moved=None):
   """``restore_latest_good`` over the workdirs of one run's members, at ONE step: the newest
-  step that every workdir restores (bad steps moved aside as there). A member's steps newer
-  than it (a run killed between the members' saves, or a member whose newest step was bad)
-  are moved aside too, so that every member continues from that step; with no common step
-  every member starts over (its steps moved aside, never deleted). Returns (step, [params],
-  [opt], [meta]) or None; ``moved`` (one list per workdir) receives the moved steps."""
+  step that every workdir restores. A member's steps newer than it are moved aside too; with
+  no common step every member starts over. Returns (step, [params], [opt], [meta]) or None;
+  ``moved`` (one list per workdir) receives the moved steps."""
   moved = [[] for _ in workdirs] if moved is None else moved
-  outs = [restore_latest_good(d, abstract_params, abstract_opt, moved=m)
-          for d, m in zip(workdirs, moved)]
-  while True:  # only the members ahead of the others restore again, at most at their step
+  bound = None
+  while True:  # restore every member at most at the newest step they all reached
+    outs = [restore_latest_good(d, abstract_params, abstract_opt, moved=m, max_step=bound)
+            for d, m in zip(workdirs, moved)]
     steps = [o[0] if o is not None else -1 for o in outs]
     bound = min(steps)
     if bound < 0 or len(set(steps)) == 1:
       break
-    outs = [o if s == bound else
-            restore_latest_good(d, abstract_params, abstract_opt, moved=m, max_step=bound)
-            for o, s, d, m in zip(outs, steps, workdirs, moved)]
   if len(workdirs) > 1:
     _move_ahead(workdirs, bound, moved)
   if any(o is None for o in outs):

@@ -7,10 +7,7 @@
 
 ``verify_manifest(d, items)`` re-hashes the files it lists (those under the top-level folders
 ``items`` and the top-level files; all for ``items=None``) and raises ``ChecksumError`` naming
-the first that is missing or differs. A directory without a manifest (written before
-manifests, or killed between its commit and its manifest) is not judged: ``False``.
-SHA-256 (``hashlib``) catches every change, and is the digest the series integrity checks
-record too; files are hashed in parallel threads (``hashlib`` releases the GIL).
+the first that is missing or differs; a directory without a manifest is not judged (False).
 """
 
 from __future__ import annotations
@@ -28,11 +25,6 @@ ALGORITHM = "sha256"
 
 class ChecksumError(ValueError):
   """A file of a checkpoint directory that is not what its manifest says."""
-
-
-def file_digest(path) -> str:
-  with upath(path).open("rb") as f:
-    return hashlib.file_digest(f, ALGORITHM).hexdigest()
 
 
 def _entries(d, rels: list[str]) -> list[list]:

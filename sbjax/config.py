@@ -1,11 +1,9 @@
 """Typed, validated configuration: model, head, data and training.
 
-Configs are data, not code. The named configs (``sbjax.configs``) are built from
-the frozen dataclasses below, which validate every field and raise ``ValueError`` naming the
-field and the allowed range; dotted overrides apply to them (``sbjax.overrides``).
-``Config.to_dict`` gives the JSON that is written to ``WORKDIR/config.json``;
-``Config.from_dict`` reads it back (and the flat files of earlier versions:
-``sbjax.config_legacy``).
+Frozen dataclasses whose fields declare their bounds (``sbjax.errors.bounded``); the named
+configs are in ``sbjax.configs``, dotted overrides in ``sbjax.overrides``. ``Config.to_dict``
+is the JSON of ``WORKDIR/config.json``; ``Config.from_dict`` reads it back (also the flat files
+of earlier versions: ``sbjax.config_legacy``).
 """
 
 from __future__ import annotations
@@ -55,9 +53,8 @@ class ModelConfig:
   attn_scale: bool = True  # GPT-Neo does not scale scores by 1/sqrt(head_dim)
   attention_layers: tuple = ()  # per layer "global"/"local"; () = all global
   window_size: int = bounded(256, lo=1)  # local attention window (GPT-Neo)
-  # head: a typed config of a kind registered in sbjax.heads, with that kind's own fields,
-  # e.g. LowRankHead(rank=8) (JSON {"kind": "lowrank", "rank": 8, "init": "scaled"}); a kind
-  # name or such a dict is accepted and turned into it (sbjax.heads.head_config)
+  # a config of a head kind registered in sbjax.heads, e.g. LowRankHead(rank=8); a kind name
+  # or a {"kind": ...} dict is turned into one (sbjax.heads.head_config)
   head: HeadConfig | str | dict = "dense"
   # numerics / memory
   init_std: float = bounded(0.02, lo=0)
@@ -69,11 +66,8 @@ class ModelConfig:
   # the backend default for bf16; or highest | high | default
   matmul_precision: str = bounded("auto", choices=MATMUL_PRECISIONS)
   scan_layers: bool = False
-  # attention core: "dpa" = jax.nn.dot_product_attention (cuDNN flash on GPU, a Pallas
-  # kernel on TPU), "einsum" = the plain einsum reference, "auto" = einsum on CPU (measured
-  # 1.9-2.7x faster fwd+bwd there, benchmarks/profile_step.py) and dpa elsewhere. Same values.
-  # "cudnn" (GPU) and "splash" (the Pallas TPU kernel): see sbjax.attention, which also
-  # says what "auto" picks on a GPU.
+  # attention core (sbjax.attention): "dpa" = jax.nn.dot_product_attention, "einsum" = the
+  # plain reference, "cudnn" (GPU), "splash" (the Pallas TPU kernel); "auto" picks by backend
   attn_impl: str = bounded("auto", choices=ATTN_IMPLS)
   # tokens per chunk of the training/eval cross-entropy (sbjax.losses): the B·T×V logits
   # are never formed at once; 0 = off (full logits). Same loss and gradients either way.
@@ -122,12 +116,9 @@ class ModelConfig:
 
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
-  """Where tokens come from. ``source`` names a source registered in sbjax.data.sources:
-  planted | planted_mix | planted_mos (exact P(.|context) known) | text | tfds | tokens (token
-  files on disk, sbjax.data.tokens), or one a file registers; ``options`` holds that source's
-  own fields (a ``SourceOptions`` of ``sbjax.data.options``, e.g. ``PlantedOptions(vocab=64,
-  rank=4)``; a dict or None, its defaults, is turned into it). JSON: ``{"source": "planted",
-  "options": {"vocab": 64, ...}}``."""
+  """Where tokens come from: ``source`` names a source registered in sbjax.data.sources and
+  ``options`` holds its own fields (a ``SourceOptions``, e.g. ``PlantedOptions(vocab=64,
+  rank=4)``; a dict, or None for its defaults, is turned into it)."""
 
   source: str = "planted"
   options: SourceOptions | dict | None = None

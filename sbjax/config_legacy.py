@@ -56,13 +56,3 @@ def _fold(section: dict, name: str) -> dict:
 def typed(d: dict) -> dict:
   """The config dict ``d`` with the flat fields of earlier versions in the typed form."""
   return {k: _fold(v, k) if k in _FLAT and isinstance(v, dict) else v for k, v in d.items()}
-
-
-def typed_key(key: str) -> str | None:
-  """The typed key of a flat dotted key of earlier versions (``model.head_rank`` ->
-  ``model.head.rank``), for the message that refuses it; None for any other key."""
-  section, _, name = key.partition(".")
-  tables = HEADS if section == "model" else SOURCES if section == "data" else {}
-  fields = {t[name] for t in tables.values() if name in t}
-  return f"{section}.{'head' if section == 'model' else 'options'}.{fields.pop()}" \
-      if len(fields) == 1 else None

@@ -1,17 +1,10 @@
 """Named configurations, and ``load``: a Config from a name or a file (the ``--config`` flag).
 
-(A *preset* in sbjax is only an experiment's scale: ``test``, ``quick``, ``cpu``, ``tpu``, in
-``experiments/NAME/presets.py``; the model/data/training configurations here are *named
-configs*.)
-
-``load`` takes one of:
-- a config name (``tiny``, ``planted``, ``planted-knee``, ``planted-mix``, ``pythia-14m`` …
-  ``pythia-410m``, GPT-Neo TinyStories-like grids ``neo-L<layers>-d<width>``), see ``NAMED``;
-- a JSON file (e.g. a run's ``config.json``): data, never executed;
-- an ml_collections ``.py`` config file (``get_config()``) that the user chose to run.
-
-Any field can then be overridden with dotted keys (``sbjax.overrides``; on the command line
-``--config.model.head=lowrank --config.model.head.rank=8``).
+``load`` takes a config name (``tiny``, ``planted``, ``planted-knee``, ``planted-mix``,
+``pythia-14m`` … ``pythia-410m``, the GPT-Neo TinyStories-like grid ``neo-L<layers>-d<width>``),
+a JSON file (e.g. a run's ``config.json``: data, never executed) or an ml_collections ``.py``
+config file (``get_config()``) that the user chose to run. (An experiment's scale, ``test`` …
+``tpu``, is a *preset*: ``experiments/NAME/presets.py``.)
 """
 
 from __future__ import annotations
@@ -130,10 +123,7 @@ def load(spec: str) -> Config:
   """The Config of a config name, a JSON file (missing fields take their defaults) or a ``.py``
   file whose ``get_config(arg)`` returns a Config or its dict (``path.py`` or ``path.py:arg``)."""
   if spec.endswith(".json"):
-    path = Path(spec)
-    if not path.exists():
-      raise ValueError(f"config file {spec} does not exist")
-    return Config.from_dict(json.loads(path.read_text()))
+    return Config.from_dict(json.loads(Path(spec).read_text()))
   if spec.endswith(".py") or ".py:" in spec:
     path, _, arg = spec.partition(".py")
     mod = runpy.run_path(path + ".py")

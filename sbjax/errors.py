@@ -1,26 +1,18 @@
-"""How sbjax declares and reports invalid settings.
-
-Every invalid setting is reported the same way, in one line naming the field, the value given
-and what is allowed::
+"""How sbjax declares and reports invalid settings: one line naming the field, the value given
+and what is allowed (``what`` names a setting that is no ``Config`` field)::
 
     invalid config: train.seed=-1; allowed: an integer >= 0 and <= 4294967295
 
-``what`` names the kind of setting when it is not a ``Config`` field (``analysis setting``);
-messages name config fields as ``Config`` spells them (``train.lr``), whatever command was
-called.
-
 A dataclass field declares what it allows where it is declared, with ``bounded``::
 
-    d_model: int = bounded(64, lo=1)
     lr: float = bounded(1e-3, gt=0)                    # a finite number > 0
     seed: int = bounded(0, lo=0, hi=SEED_MAX)
     pos: str = bounded("rotary", choices=POS_KINDS)
-    d_ff: int = bounded(0, lo=0, note="0 = 4 * d_model")
 
-and the dataclass's ``__post_init__`` calls ``check_fields(self, "model")`` once, before any
-check across fields: an ``int`` field holds an integer (never a bool), a ``float`` field a
-finite number (``finite=False`` lets inf through), within ``lo <= x <= hi`` (``gt``, ``lt``:
-open ends), a ``str`` field text; one of ``choices`` when given.
+and the dataclass's ``__post_init__`` calls ``check_fields(self, "model")`` before any check
+across fields: an ``int`` field holds an integer (never a bool), a ``float`` field a finite
+number (``finite=False`` lets inf through) within ``lo <= x <= hi`` (``gt``, ``lt``: open
+ends), a ``str`` field text, one of ``choices`` when given.
 """
 
 from __future__ import annotations

@@ -1,72 +1,36 @@
 """Next-token cross-entropy, plain and token-chunked (the V-sized logits never all exist).
 
-For N = B·T tokens with features x_n (N×K) and a head matrix W (V×K), logits are
-z_n = W x_n and
+For N = B·T tokens with features x_n (N×K) and a head matrix W (V×K), logits are z_n = W x_n
+and nll_n = logsumexp_v z_nv − z_n,y_n, loss = (1/N) Σ_n nll_n.
 
-    nll_n = logsumexp_v z_nv − z_n,y_n,      loss = (1/N) Σ_n nll_n.
+``chunked_matrix_xent(x, w, y, chunk)`` never forms more than ``chunk``×V logits. Its custom
+VJP is *fused*: while the forward pass holds a chunk's logits it also forms
 
-``xent_from_scores`` is the reference: it takes the full N×V scores (logits, or
-normalised log-probs for a mixture-of-softmaxes head; log_softmax is the identity on
-those) and is what ``Model.loss`` uses with ``model.loss_chunk=0``.
-
-``chunked_matrix_xent(x, w, y, chunk)`` never forms more than ``chunk``×V logits. Its
-custom VJP is *fused*: while the forward pass holds a chunk's logits it also forms
-
-    ∂nll_sum/∂z = softmax(z) − onehot(y)          (never formed: see below)
     ∂/∂x_c = (softmax(z_c) − onehot(y_c)) W        (chunk×K, kept)
     ∂/∂W  += (softmax(z_c) − onehot(y_c))ᵀ x_c     (V×K, accumulated in float32)
 
-so the backward pass only scales these by the incoming cotangent: three matmuls of
-N·V·K like the unchunked loss (no recomputation), and O(chunk·V + V·K + N·K) memory
-instead of O(N·V). Called without differentiation (evaluation) it runs only the
-forward sweep and keeps no logits. Dense and tied heads use x = h, W = the head or
-embedding matrix; a low-rank head W = A·B uses x = h·Bᵀ (N×r, computed once) and A
-(V×r), so the V×d product is never formed either, and the gradient flows into B
-through x.
+so the backward pass only scales these by the incoming cotangent (no recomputation), in
+O(chunk·V + V·K + N·K) memory. A low-rank head W = A·B uses x = h·Bᵀ and A, so the V×d product
+is never formed either. Evaluation (no differentiation) sweeps each chunk's vocabulary in
+tiles of ``v_tile`` rows (``v_tile_for``: about 2^20 logits), transposed (v_tile × chunk) so
+that every reduction over V is a column reduction; the fused gradient takes ``TRAIN_CHUNK``
+tokens at a time, untiled, in the same column layout. ``chunked_scores_xent(score_fn, x, y,
+chunk)`` is the generic version for any head (e.g. mos), its chunks ``jax.checkpoint``-ed.
 
-Evaluation (no differentiation) sweeps each chunk's vocabulary in tiles of ``v_tile``
-rows (``v_tile_for``: about 2^20 logits, 4 MB), each tile's logits *transposed*
-(v_tile × chunk), so every reduction over V is a column reduction that XLA:CPU
-vectorises across tokens, and a tile's elementwise work (online logsumexp, target logit,
-first argmax) runs while it is in cache: 1.55× (d=512) to 2.9× (d=128) the untiled row
-layout on 2 CPU cores, at V=50304.
-The same tiled sweep inside the fused gradient measured no faster (0.94× at d=512, 1.08×
-at d=128). The fused gradient instead takes ``TRAIN_CHUNK`` (512) tokens at a
-time, untiled, in column layout (V×c logits), applies the one-hot part of ∂z outside the
-sweep (a gather and a scatter-add), and picks the fastest XLA:CPU matmul layouts; see
-``_matrix_xent_fwd``.
+The training losses (``sbjax.train.build.objective_loss`` picks one by ``train.objective``):
+``next_token_loss``, mean −log q_t(x_{t+1}) (``Model.loss``), and ``expected_loss``, its
+Rao-Blackwellised form on a planted language whose exact next-token table P(·|c) is known:
 
-``chunked_scores_xent(score_fn, x, y, chunk)`` is the generic version for any head
-(e.g. mos): a scan over token chunks whose body is ``jax.checkpoint``-ed, so the
-backward pass recomputes one chunk's scores at a time (one extra forward of the head).
+    L_RB = mean_{t : c_t defined}  Σ_w P(w | c_t) (−log q_t(w)),
 
-The training losses, the one home of the loss (``sbjax.train.build.objective_loss`` picks
-one by ``train.objective``):
+c_t = the last ``planted_context`` tokens up to t. Both losses and their gradients have the
+same expectation (tower property), each RB term without target-sampling noise; L_RB minus the
+batch's mean entropy H(P(·|c_t)) is the mean KL(P ‖ q) ≥ 0. The table (C×V float32) is a
+constant of the jitted step; ``acc`` stays the accuracy on the sampled targets.
 
-* ``next_token_loss(model, params, batch)``: the sampled objective, mean −log q_t(x_{t+1})
-  (``Model.loss``; chunked as above when ``model.loss_chunk`` > 0);
-* ``expected_loss(model, probs_CxV, context)``: its Rao-Blackwellised form
-  (``train.objective = "expected"``) on a planted language (``data.source`` planted,
-  planted_mix or planted_mos), whose exact next-token distribution P(·|c) of every context c
-  is known. The target token is replaced by its conditional expectation given the context
-  (Rao–Blackwell):
-
-      L_RB = mean_{t : c_t defined}  Σ_w P(w | c_t) (−log q_t(w)),
-
-  c_t = the last ``planted_context`` tokens up to t (positions with fewer visible tokens are
-  left out, as in the planted experiment's measurement). Per position,
-  E[−log q_t(x_{t+1}) | x_{≤t}] = Σ_w P(w|c_t)(−log q_t(w)), so (by the tower property) both
-  losses and their gradients have the same expectation, and each RB term has no
-  target-sampling noise; its value minus the batch's mean entropy H(P(·|c_t)) is the mean
-  KL(P ‖ q) ≥ 0. ``acc`` stays the accuracy on the sampled targets.
-
-  The table P (C×V, float32) is a constant of the jitted step: C·V·4 bytes (V = 256,
-  context 1: 256 KiB). Formed with the full logits, so ``model.loss_chunk`` is not used.
-
-Scores and losses are float32 whatever the compute dtype; the head matmuls run in the
-dtype of ``x`` like the unchunked model, at ``precision`` (``sbjax.precision``: the model
-passes its ``model.matmul_precision``; None = the backend default; a direct call's default,
-"auto", is HIGHEST for float32 operands).
+Scores and losses are float32 whatever the compute dtype; the head matmuls run in the dtype of
+``x`` at ``precision`` (``sbjax.precision``; a direct call's default "auto" is HIGHEST for
+float32 operands).
 """
 
 from __future__ import annotations
@@ -77,14 +41,6 @@ import jax
 import jax.numpy as jnp
 
 from sbjax.precision import for_dtype
-
-
-def xent_from_scores(scores_NxV, targets_N):
-  """(Σ nll, Σ correct) from full scores (logits or log-probs), float32."""
-  logp = jax.nn.log_softmax(scores_NxV.astype(jnp.float32), axis=-1)
-  nll = -jnp.take_along_axis(logp, targets_N[..., None], axis=-1)[..., 0]
-  correct = (jnp.argmax(logp, -1) == targets_N).astype(jnp.float32)
-  return nll.sum(), correct.sum()
 
 
 def _check_count(value, what: str, unit: str) -> int:
@@ -163,12 +119,9 @@ def _tile_logits(wt, bias, j, x_c, precision):
 def _pass1(x_c, wt, bias, t_c, precision=None):
   """One sweep over the V tiles of a token chunk: (lse, target logit, first argmax).
 
-  Online logsumexp: m ← max(m, max_v z), s ← s·e^{m_old−m} + Σ_v e^{z_v−m}. Within a tile
-  the first maximum is found without compares (which XLA:CPU does not vectorise):
-  sign(z − max) + 1 is 1 exactly at the maxima and 0 elsewhere, so
-  vb − max_v[(sign(z_v − max) + 1)·(vb − v)] is its index (exact in float32 for vb < 2^24);
-  across tiles a strictly larger maximum replaces the index, so ties keep the first, as
-  ``argmax`` does."""
+  Online logsumexp: m ← max(m, max_v z), s ← s·e^{m_old−m} + Σ_v e^{z_v−m}. Within a tile the
+  first maximum without compares: vb − max_v[(sign(z_v − max) + 1)·(vb − v)] (exact in float32
+  for vb < 2^24); across tiles only a strictly larger maximum replaces it (ties keep the first)."""
   nb, vb, _ = wt.shape
   c = x_c.shape[0]
   cols = jnp.arange(c)
@@ -227,15 +180,10 @@ def _softmax_cols(z, v):
 
 
 def _matrix_xent_fwd(x, w, targets, chunk, vb, precision):
-  """The fused forward + gradient, ``min(chunk, TRAIN_CHUNK)`` tokens at a time, in column
-  layout: each sweep forms the logits transposed, z = W·x_cᵀ (V×c), so every reduction over
-  V runs down columns (vectorised by XLA:CPU), and the softmax p = exp(z − lse) is used by
-  the two gradient matmuls in the layouts XLA:CPU runs fastest: ∂x_cᵀ = Wᵀ·p (K×c) and
-  ∂W += p·x_c. The one-hot part of ∂z = p − onehot(y) is applied once, outside the sweep:
-  ∂x −= W[y] (a gather) and ∂W[y] −= x (a scatter-add), so no V-sized one-hot is formed.
-  Padded tokens have x = 0: they add nothing to ∂W, and their ∂x rows are dropped. The
-  row layout this replaced (chunk×V logits, row reductions, (p − onehot) formed): 1.25× the
-  head time at pythia-14m shapes. ``vb`` only serves evaluation."""
+  """The fused forward + gradient, ``min(chunk, TRAIN_CHUNK)`` tokens at a time: each sweep
+  forms z = W·x_cᵀ (V×c) and p = exp(z − lse), then ∂x_cᵀ = Wᵀ·p and ∂W += p·x_c; the one-hot
+  part of ∂z = p − onehot(y) is applied once outside the sweep (∂x −= W[y], ∂W[y] −= x).
+  Padded tokens have x = 0: they add nothing to ∂W, and their ∂x rows are dropped."""
   del vb
   n, k = x.shape
   xs, ts, vs, _ = _pad_chunks(x, targets, min(chunk, TRAIN_CHUNK))

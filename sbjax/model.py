@@ -1,32 +1,26 @@
 """A functional decoder-only transformer (GPT-NeoX/Pythia and GPT-Neo styles).
 
-Parameters are a plain pytree (nested dicts of arrays) and the forward is a pure
-function, so it composes with ``jax.vmap`` over stacked checkpoints::
+Parameters are a plain pytree and the forward is a pure function, so it composes with
+``jax.vmap`` over stacked checkpoints::
 
     model = Model(cfg)
     params = model.init(jax.random.key(0))
     logits_BxLxV = model.apply(params, tokens_BxL)
     jax.vmap(model.apply, in_axes=(0, None))(stacked_params, tokens_BxL)
 
-Parameter layout (``scan_layers=False``; with scan the blocks are stacked under
-``blocks`` with a leading layer axis, see ``stack_blocks``/``unstack_blocks``)::
+Parameter layout (``scan_layers=False``; with scan the blocks are stacked under ``blocks``
+with a leading layer axis, see ``stack_blocks``/``unstack_blocks``)::
 
-    embed                          V×D
-    pos_embed                      max_len×D        (pos="learned")
-    block_i/ln1/{scale,bias}       D
-    block_i/attn/{q,k,v}_kernel    D×H×Dh; {q,k,v}_bias H×Dh (only if qkv_bias)
-    block_i/attn/o_kernel          H×Dh×D; o_bias D
-    block_i/ln2/{scale,bias}       D
+    embed V×D; pos_embed max_len×D (pos="learned"); ln_f/{scale,bias} D
+    block_i/ln1, ln2/{scale,bias} D
+    block_i/attn/{q,k,v}_kernel D×H×Dh, {q,k,v}_bias H×Dh (qkv_bias); o_kernel H×Dh×D, o_bias D
     block_i/mlp/fc_in_kernel D×F, fc_in_bias F, fc_out_kernel F×D, fc_out_bias D
-    ln_f/{scale,bias}              D
     head/...                       the head's own parameters, see sbjax.heads
 
-Intermediates (``collect=``) for analysis, each stacked over layers as L×B×T×D:
-``resid`` (residual stream after each block), ``attn`` (each block's attention
-output), ``mlp`` (each block's MLP output), ``ov`` (the OV circuit
-Σ_h (x W_V,h + b_V,h) W_O,h of the block's normalised input, no attention
-weighting; Diehl Martinez et al. 2024), and ``h`` (final-norm features, B×T×D).
-With nothing requested ``apply`` returns only the scores and does no extra work.
+Intermediates (``collect=``), each L×B×T×D: ``resid`` (after each block), ``attn``, ``mlp``
+(each block's outputs), ``ov`` (the OV circuit Σ_h (x W_V,h + b_V,h) W_O,h of the block's
+normalised input, no attention weighting; Diehl Martinez et al. 2024); and ``h`` (final-norm
+features, B×T×D).
 """
 
 from __future__ import annotations
@@ -53,10 +47,6 @@ from sbjax.precision import matmul_precision
 COLLECTABLE = ("resid", "attn", "mlp", "ov", "h")
 
 
-def _dt(name):
-  return jnp.dtype(name)
-
-
 class LayerNorm(nn.Module):
   """LayerNorm with bias, computed in float32, output in the compute dtype."""
 
@@ -65,14 +55,14 @@ class LayerNorm(nn.Module):
   @nn.compact
   def __call__(self, x):
     c = self.cfg
-    scale = self.param("scale", nn.initializers.ones, (c.d_model,), _dt(c.param_dtype))
-    bias = self.param("bias", nn.initializers.zeros, (c.d_model,), _dt(c.param_dtype))
+    scale = self.param("scale", nn.initializers.ones, (c.d_model,), jnp.dtype(c.param_dtype))
+    bias = self.param("bias", nn.initializers.zeros, (c.d_model,), jnp.dtype(c.param_dtype))
     x32 = x.astype(jnp.float32)
     mean = x32.mean(-1, keepdims=True)
     var = jnp.square(x32 - mean).mean(-1, keepdims=True)
     y = (x32 - mean) * jax.lax.rsqrt(var + c.ln_eps)
     y = y * scale.astype(jnp.float32) + bias.astype(jnp.float32)
-    return y.astype(_dt(c.dtype))
+    return y.astype(jnp.dtype(c.dtype))
 
 
 def rotary(x_BxTxHxK, positions_T, rotary_dim: int, base: float):
@@ -98,7 +88,7 @@ class Attention(nn.Module):
   @nn.compact
   def __call__(self, x_BxTxD, positions_T, want_ov: bool = False):
     c = self.cfg
-    pd, dt = _dt(c.param_dtype), _dt(c.dtype)
+    pd, dt = jnp.dtype(c.param_dtype), jnp.dtype(c.dtype)
     h, k = c.n_heads, c.head_dim
     prec = matmul_precision(c)  # sbjax.precision: HIGHEST for float32 compute
     init = nn.initializers.normal(c.init_std)
@@ -129,7 +119,7 @@ class MLP(nn.Module):
   @nn.compact
   def __call__(self, x):
     c = self.cfg
-    pd, dt = _dt(c.param_dtype), _dt(c.dtype)
+    pd, dt = jnp.dtype(c.param_dtype), jnp.dtype(c.dtype)
     init = nn.initializers.normal(c.init_std)
     out_init = nn.initializers.normal(c.init_std / math.sqrt(2 * c.n_layers))
     w1 = self.param("fc_in_kernel", init, (c.d_model, c.ff_dim), pd).astype(dt)
@@ -159,16 +149,8 @@ class Block(nn.Module):
       x = x + attn_out
       mlp_out = MLP(c, name="mlp")(LayerNorm(c, name="ln2")(x))
       x = x + mlp_out
-    extras = {}
-    if "resid" in self.collect:
-      extras["resid"] = x
-    if "attn" in self.collect:
-      extras["attn"] = attn_out
-    if "mlp" in self.collect:
-      extras["mlp"] = mlp_out
-    if want_ov:
-      extras["ov"] = ov
-    return x, extras
+    out = {"resid": x, "attn": attn_out, "mlp": mlp_out, "ov": ov}
+    return x, {k: out[k] for k in self.collect}
 
 
 def _remat(cls, cfg: ModelConfig):
@@ -192,7 +174,7 @@ class Transformer(nn.Module):
     if t > c.max_len:
       raise ValueError(f"sequence length {t} exceeds model.max_len={c.max_len}; "
                        "use shorter sequences or a larger model.max_len")
-    pd, dt = _dt(c.param_dtype), _dt(c.dtype)
+    pd, dt = jnp.dtype(c.param_dtype), jnp.dtype(c.dtype)
     emb = self.param("embed", nn.initializers.normal(c.init_std), (c.vocab_size, c.d_model), pd)
     if embeds_BxTxD is None:
       x = sharding.embed_lookup(emb, tokens_BxT).astype(dt)  # = jnp.take, mesh-aware
@@ -204,14 +186,12 @@ class Transformer(nn.Module):
       x = x + pe[:t].astype(dt)[None]
     block_collect = tuple(k for k in self.collect if k != "h")
     kinds = c.layer_kinds()
-    extras_list = []
+    extras_list, body = [], _remat(Block, c)
     if c.scan_layers:
-      body = _remat(Block, c)
       scanned = nn.scan(body, variable_axes={"params": 0}, split_rngs={"params": True},
                         in_axes=nn.broadcast, length=c.n_layers)
       x, extras = scanned(c, kinds[0] == "local", block_collect, name="blocks")(x, positions)
     else:
-      body = _remat(Block, c)
       for i in range(c.n_layers):
         x, e = body(c, kinds[i] == "local", block_collect, name=f"block_{i}")(x, positions)
         extras_list.append(e)
@@ -275,9 +255,6 @@ class Model:
     collect = _check_collect(collect)
     return Transformer(self.cfg, collect).apply({"params": params}, tokens_BxT, embeds_BxTxD)
 
-  def log_probs(self, params, tokens_BxT):
-    return jax.nn.log_softmax(self.apply(params, tokens_BxT), axis=-1)
-
   def features(self, params, tokens_BxT):
     """Final-norm features h (B×T×D, compute dtype): the forward without the head."""
     return self.trunk(params, tokens_BxT)[0]
@@ -318,12 +295,6 @@ class Model:
   def param_count(self, params=None) -> int:
     params = params if params is not None else self.abstract_params()
     return int(sum(math.prod(x.shape) for x in jax.tree.leaves(params)))
-
-
-def param_shardings(cfg: ModelConfig, mesh, seq_len: int = 8):
-  """NamedShardings of a model's parameters on ``mesh`` (e.g. the target of a restore:
-  ``checkpoint.load_params(workdir, shardings=param_shardings(cfg.model, mesh))``)."""
-  return sharding.tree_shardings(Model(cfg).abstract_params(seq_len), mesh)
 
 
 def stack_blocks(params, n_layers: int):

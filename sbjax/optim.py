@@ -1,22 +1,14 @@
 """Optimizer: AdamW with Pythia's recipe, optional frozen trunk.
 
-Defaults (``TrainConfig``): β = (0.9, 0.95), eps 1e-8, weight decay 0.1 on
-matrices only (ndim ≥ 2: no biases, no norms), global-norm clipping at 1.0, linear
-warmup then cosine decay to ``min_lr_ratio`` (10%) of the peak learning rate.
+Defaults (``TrainConfig``): β = (0.9, 0.95), eps 1e-8, weight decay 0.1 on matrices only
+(ndim ≥ 2), global-norm clipping at 1.0, linear warmup then cosine decay to ``min_lr_ratio``
+(10%) of the peak learning rate. Frozen trunk: only the head's parameters (its kind's
+``param_keys``) are trained; every other update is exactly zero.
 
-Frozen trunk (Godey et al. E5): only the head's parameters are trained (its kind's
-``param_keys``: ``head``, or the embedding for a tied head); every other update is
-exactly zero.
+Weight-decay timescales: AdamW applies p ← p − η_t (Adam(g)_t + λ p) at update t, so with zero
+gradients a decayed matrix shrinks by Π_t (1 − λ η_t) ≈ exp(−Γ). After s updates
 
-Weight-decay timescales Γ (``gamma_schedule``, ``gamma_at``, ``steps_for_gamma``): AdamW
-(optax's decoupled form) applies p ← p − η_t (Adam(g)_t + λ p) at update t = 0, 1, ...
-with η_t = ``lr_schedule(tc)(t)``, so with zero gradients a decayed matrix shrinks by
-Π_t (1 − λ η_t) ≈ exp(−Γ). After s updates
-
-    Γ(s) = λ · Σ_{t < s} η_t          (λ = ``train.weight_decay``; 0 if λ = 0)
-
-the number of weight-decay timescales elapsed (Pythia-14m/70m reach Γ ≈ 7.9, 410m ≈ 2.4).
-Γ applies to the decayed leaves (matrices); a frozen trunk is not decayed at all.
+    Γ(s) = λ · Σ_{t < s} η_t          (λ = ``train.weight_decay``; η_t = ``lr_schedule(tc)(t)``)
 """
 
 from __future__ import annotations
@@ -68,11 +60,9 @@ def scale_updates(tx: optax.GradientTransformation, scale) -> optax.GradientTran
 
 def make_optimizer(tc: TrainConfig, mc: ModelConfig, params, *, lr_scale=None,
                    weight_decay=None) -> optax.GradientTransformation:
-  """The run's AdamW (module doc). Per member of a vmapped run (``sbjax.train.population``)
-  two values may be traced scalars: ``weight_decay`` (λ; default ``train.weight_decay``) and
-  ``lr_scale`` (the member's lr / ``train.lr``; default: no scaling). The schedule, weight
-  decay and clipping are linear in the peak lr, so scaling the update by lr_i / lr is the
-  run at lr_i up to a rounding of ~1 ulp per step (exact for lr_i = lr: ``None``)."""
+  """The run's AdamW (module doc). Per member of a vmapped run two values may be traced
+  scalars: ``weight_decay`` (λ) and ``lr_scale`` (the member's lr / ``train.lr``): the
+  update is linear in the peak lr, so scaling it is the run at lr_i up to ~1 ulp a step."""
   wd = tc.weight_decay if weight_decay is None else weight_decay
   tx = optax.chain(
       optax.clip_by_global_norm(tc.clip),
@@ -85,7 +75,6 @@ def make_optimizer(tc: TrainConfig, mc: ModelConfig, params, *, lr_scale=None,
   return tx if lr_scale is None else scale_updates(tx, lr_scale)
 
 
-# ------------------------------------------------------------------ weight-decay timescales
 def gamma_schedule(tc: TrainConfig) -> np.ndarray:
   """G of length ``tc.steps + 1`` (float64): G[s] = λ Σ_{t<s} η_t, Γ after s updates, with
   η_t the optimizer's own schedule (``lr_schedule``, evaluated in float32 as the update
@@ -99,8 +88,6 @@ def gamma_at(tc: TrainConfig, steps_done, table: np.ndarray | None = None):
   at its end value η_end = lr · min_lr_ratio, so Γ grows by λ η_end per extra step."""
   g = gamma_schedule(tc) if table is None else table
   s = np.asarray(steps_done, np.int64)
-  if np.any(s < 0):
-    raise ValueError(f"gamma_at: steps_done must be >= 0, got {steps_done}")
   end = float(tc.weight_decay) * tc.lr * tc.min_lr_ratio
   out = g[np.minimum(s, tc.steps)] + end * np.maximum(s - tc.steps, 0)
   return float(out) if out.ndim == 0 else out
@@ -134,10 +121,9 @@ def gamma_total(tc: TrainConfig) -> float:
 
 
 def _gamma_total_np(tc: TrainConfig) -> float:
-  """``gamma_total`` from the closed form of ``lr_schedule`` in numpy (optax's
-  warmup_cosine_decay_schedule: η_t = lr t / w for t < w, else
-  lr (m + (1 − m) (1 + cos(π min(t − w, D) / D)) / 2), D = decay_steps − w, m = min_lr_ratio);
-  used by the step search, where a jitted schedule per candidate would cost ~0.1 s each."""
+  """``gamma_total`` from the closed form of ``lr_schedule`` in numpy: η_t = lr t / w for
+  t < w, else lr (m + (1 − m) (1 + cos(π min(t − w, D) / D)) / 2), D = decay_steps − w,
+  m = min_lr_ratio (the step search's, without a jitted schedule per candidate)."""
   warm = min(tc.warmup_steps, max(tc.steps - 1, 0))
   dsteps = max(tc.steps, warm + 1) - warm
   t = np.arange(tc.steps, dtype=np.float64)
@@ -155,8 +141,6 @@ def steps_for_gamma(tc: TrainConfig, target: float, warmup_frac: float = 0.01) -
   if tc.weight_decay <= 0:
     raise ValueError(f"steps_for_gamma: train.weight_decay={tc.weight_decay} gives Γ = 0 at "
                      "every step; set a positive weight decay to specify a run by Γ")
-  if target <= 0:
-    raise ValueError(f"steps_for_gamma: the target Γ must be > 0, got {target}")
 
   def with_steps(n: int) -> TrainConfig:
     return dataclasses.replace(tc, steps=n, warmup_steps=int(round(warmup_frac * n)))

@@ -23,7 +23,7 @@ import difflib
 import json
 from typing import Any, Mapping
 
-from sbjax import config_legacy, configs
+from sbjax import configs
 from sbjax.config import Config
 from sbjax.data import sources as data_sources
 from sbjax.heads import base as heads
@@ -42,23 +42,17 @@ def known_keys(d: Mapping, prefix: str = "") -> list[str]:
 
 
 def unknown_key_error(key: str, known: list[str]) -> ValueError:
-  """One line naming ``key`` and the nearest known key (a field's typed key for a flat key of
-  earlier versions); where the key's section exists but no field of it is near, its fields."""
+  """One line naming ``key`` and the nearest known key (a field without its section: the full
+  key); where the section exists but none of its fields is near, its fields."""
   section, _, field = key.rpartition(".")
-  fields = [k.rpartition(".")[2] for k in known if k.rpartition(".")[0] == section]
-  near = [k for k in [config_legacy.typed_key(key)] if k]
-  if not near and section and fields:  # a known section: the nearest of its own fields
-    near = [f"{section}.{m}" for m in difflib.get_close_matches(field, fields, n=1, cutoff=0.6)]
-    if not near:
-      kinds = {"model.head": "model.head=KIND", "data.options": "data.source=SOURCE"}
-      other = f" ({kinds[section]} chooses others)" if section in kinds else ""
-      return ValueError(f"invalid config key {key!r}; the fields of {section} are: "
-                        f"{', '.join(sorted(fields))}{other}")
-  near = near or difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-  if not near:  # a field without its section ('lr' -> 'train.lr')
-    last = {k.rsplit(".", 1)[-1]: k for k in reversed(known)}
-    near = [last[m] for m in difflib.get_close_matches(field or key, list(last), n=1,
-                                                       cutoff=0.8)]
+  fields = sorted(k.rpartition(".")[2] for k in known if k.rpartition(".")[0] == section)
+  near = [f"{section}.{m}" for m in difflib.get_close_matches(field, fields, n=1, cutoff=0.6)]
+  if not near and section and fields:
+    return ValueError(f"invalid config key {key!r}; the fields of {section} are: "
+                      f"{', '.join(fields)}")
+  last = {k.rsplit(".", 1)[-1]: k for k in reversed(known)}
+  near = near or difflib.get_close_matches(key, known, n=1, cutoff=0.6) or [
+      last[m] for m in difflib.get_close_matches(field or key, list(last), n=1, cutoff=0.8)]
   hint = f"did you mean {near[0]!r}?" if near else \
       "keys are section.field with section one of model, data, train, mesh (or name)"
   return ValueError(f"invalid config key {key!r}; {hint}")
@@ -130,8 +124,10 @@ def _set(d: dict, key: str, value: Any, parse: bool) -> None:
     _choose(d, key, value)
   elif not isinstance(current, dict):
     parent[last] = value
-  elif not isinstance(value, Mapping):
-    raise section_error(key, value, list(current))
+  elif not isinstance(value, Mapping):  # a section given a plain value
+    raise ValueError(f"config override {key}={value!r}: {key} is a section (fields: "
+                     f"{', '.join(sorted(current)) or 'none'}); set one field, "
+                     f"{key}.FIELD=VALUE, or the section as a JSON object")
   else:  # a section set whole: its defaults, then the fields given
     parent[last] = _fresh(d, key, value)
     for k, v in _ordered((f"{key}.{k}", v) for k, v in value.items()):
@@ -193,20 +189,3 @@ def split_assignment(item: str) -> tuple[str, str]:
     raise ValueError(f"config override {item!r}: expected KEY=VALUE, e.g. "
                      f"train.steps=50")
   return key, text
-
-
-def section_error(key: str, value: Any, fields) -> ValueError:
-  """One line for a section given a plain value (``--config.data.options=path=DIR``): its
-  fields are set one by one, ``KEY.FIELD=VALUE``, or as one JSON object."""
-  text = value if isinstance(value, str) else json.dumps(value)
-  field, eq, val = text.partition("=")
-  field = field.strip()
-  if not (eq and field and "." not in field and " " not in field):
-    field, val = (sorted(fields) or ["FIELD"])[0], "VALUE"
-  other = "" if field in fields or not key.endswith("options") else (
-      f" (with {key.rpartition('.')[0]}.source set to a source that has {field})")
-  return ValueError(
-      f"config override {key}={text!r}: {key} is a section (fields: "
-      f"{', '.join(sorted(fields)) or 'none'}), not a value; set one field of it, e.g. "
-      f"{key}.{field}={val}{other}, or give the section as a JSON object, e.g. "
-      f"{key}='{json.dumps({field: val})}'")

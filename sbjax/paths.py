@@ -1,16 +1,8 @@
 """User paths: local disk through ``pathlib``, ``gs://`` and any other scheme fsspec knows
-through ``etils.epath``.
-
-``upath(p)`` is how sbjax turns a path it was given (a workdir, an output directory, a token
-file) into something it reads or writes. A local path stays a ``pathlib.Path``;
-``gs://bucket/run`` becomes an epath bucket path (``pathlib.Path`` would collapse it to the
-local folder ``gs:/bucket/run``). A scheme whose file system is not installed (``gcsfs``
-for ``gs://``) is one ValueError naming the package.
-
-Readers and writers that need a real local file or folder use ``local_file`` / ``local_dir``
-(a remote object or tree copied once into ``cache_root()``) and ``staged_dir`` (a local
-folder whose files are uploaded when the block ends); ``files_under`` lists a tree (epath's
-``rglob`` refuses ``**`` on remote paths).
+through ``etils.epath`` (``upath``; ``pathlib.Path`` would collapse ``gs://b/run`` to the local
+folder ``gs:/b/run``). Readers and writers that need real local files use ``local_file`` /
+``local_dir`` (a remote object or tree copied once into ``cache_root()``) and ``staged_dir``
+(a local folder uploaded when the block ends); ``files_under`` lists a tree.
 """
 
 from __future__ import annotations
@@ -34,8 +26,8 @@ def scheme(path) -> str:
 
 
 def _fs(path):
-  """(fsspec file system, path on it) of a ``scheme://`` path; a scheme without its file
-  system installed (``gcsfs`` for ``gs://``), or unknown, is one ValueError naming it."""
+  """(fsspec file system, path on it); a scheme without its file system installed (``gcsfs``
+  for ``gs://``), or unknown, is one ValueError naming it."""
   try:
     return fsspec.core.url_to_fs(os.fspath(path))
   except (ImportError, ValueError) as e:
@@ -43,8 +35,7 @@ def _fs(path):
 
 
 def upath(path) -> pathlib.Path | epath.Path:
-  """``path`` (str, pathlib or epath) as a path object: a ``pathlib.Path`` on local disk, an
-  ``etils.epath.Path`` for ``scheme://`` paths (their file system checked: ``_fs``)."""
+  """``path`` as a ``pathlib.Path`` on local disk, an ``etils.epath.Path`` for ``scheme://``."""
   if not scheme(path):
     return path if type(path) is type(pathlib.Path()) else pathlib.Path(os.fspath(path))
   _fs(path)
@@ -60,8 +51,7 @@ def cache_root() -> str:
 
 def _fetch(fs, files: dict, key, name: str) -> str:
   """``cache_root()/remote/<hash of key>/NAME``: a local copy of the remote ``files`` ({path
-  on ``fs``: path relative to NAME, None for NAME itself}), fetched once, whole or not at all
-  (a failed or interrupted fetch leaves nothing)."""
+  on ``fs``: path relative to NAME, None for NAME itself}), fetched once, whole or not at all."""
   h = hashlib.sha256(repr(key).encode()).hexdigest()[:16]
   dst = os.path.join(cache_root(), "remote", h, name)
   if os.path.exists(dst):
@@ -82,9 +72,8 @@ def _fetch(fs, files: dict, key, name: str) -> str:
 
 
 def local_file(path) -> str:
-  """A local file holding the bytes of ``path``, for readers that memory-map a file or need
-  its name (token files): ``path`` itself on local disk; a remote object is fetched once
-  (``_fetch``; a changed object is a new copy). A missing one is ``FileNotFoundError``."""
+  """A local file holding the bytes of ``path``: ``path`` itself on local disk; a remote
+  object is fetched once (a changed object is a new copy)."""
   if not scheme(path):
     return os.fspath(path)
   fs, p = _fs(path)
@@ -96,10 +85,8 @@ def local_file(path) -> str:
 
 def local_dir(path, names=None) -> str:
   """A local folder holding the files of the folder ``path`` (every file under it, or only
-  the top-level ``names`` that exist), for readers that need local files (safetensors are
-  memory-mapped, tokenizers load from a file name): ``path`` itself on local disk; a remote
-  tree is fetched once (``_fetch``; a changed file is a new copy). A missing remote folder
-  is ``FileNotFoundError`` naming it."""
+  the top-level ``names`` that exist): ``path`` itself on local disk; a remote tree is
+  fetched once (a changed file is a new copy)."""
   if not scheme(path):
     return os.fspath(path)
   fs, p = _fs(path)
@@ -116,8 +103,7 @@ def local_dir(path, names=None) -> str:
 
 
 def _remote_files(d, suffix: str):
-  """The files under the remote folder ``d`` by ``iterdir`` (epath refuses ``rglob("**")`` on
-  remote paths, and its ``walk`` yields paths without their ``gs://`` on gcsfs)."""
+  """The files under the remote folder ``d`` (epath refuses ``rglob("**")`` there)."""
   for c in d.iterdir():
     if c.is_dir():
       yield from _remote_files(c, suffix)
@@ -138,9 +124,8 @@ def files_under(root, suffix: str = "") -> list:
 
 @contextlib.contextmanager
 def staged_dir(path) -> Iterator[str]:
-  """A local folder to write ``path``'s files into: ``path`` itself on local disk; for a
-  remote ``path`` a temporary folder whose files are uploaded under ``path`` (one object
-  each) when the block exits normally, and dropped otherwise."""
+  """A local folder to write ``path``'s files into: ``path`` itself on local disk, else a
+  temporary folder uploaded under ``path`` when the block exits normally."""
   if not scheme(path):
     yield os.fspath(path)
     return

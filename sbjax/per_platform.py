@@ -1,19 +1,13 @@
-"""A function whose implementation differs per platform and whose branches are lowered only
-for their own platform: for the branches ``jax.lax.platform_dependent`` cannot hold.
+"""A function whose branches are lowered only for their own platform, for the branches that
+``jax.lax.platform_dependent`` cannot hold: in JAX 0.10 a multi-platform ``jax.export`` lowers
+each of its branches for every platform, so a branch with a primitive that has no lowering
+on one of them (``lax.linalg.tridiagonal``: none on TPU) fails the export.
+``per_platform_op`` makes a primitive with one lowering rule per platform
+(``mlir.register_lowering(..., platform=)``, as JAX's own linear algebra does).
 
-``jax.lax.platform_dependent`` stages every branch as a ``cond``; a backend compiles only its
-own branch, but in JAX 0.10 a multi-platform ``jax.export`` lowers each kept branch for every
-platform of the export. A branch that uses a primitive with no lowering on one of them
-(``lax.linalg.tridiagonal``, LAPACK/cuSOLVER ``sytrd``: none on TPU) then fails the
-export, e.g. ``platforms=("cpu", "cuda", "tpu")``. ``per_platform_op`` instead makes a
-primitive with one lowering rule per platform (``jax.interpreters.mlir.register_lowering``
-with ``platform=``, as JAX's own linear algebra does): each rule is lowered for its
-platforms alone, and a multi-platform export selects among them at compile time.
-
-The branches must be pure functions of arrays to one array, of the same shape and dtype as
-the ``default`` branch's, that accept leading batch axes (``jax.vmap`` moves the mapped axis
-first, broadcasts unmapped arguments along it and calls the primitive on the batch). No
-derivative rule: use ``platform_dependent`` for differentiated code.
+The branches must be pure functions of arrays to one array, of the shape and dtype of the
+``default`` branch's, that accept leading batch axes (``jax.vmap`` moves the mapped axis
+first). No derivative rule: use ``platform_dependent`` for differentiated code.
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
 """The one progress reporter of sbjax: a tqdm bar when the stream is a terminal, plain log
 lines (never a ``\\r`` fragment) when it is a file or a job's log, on stderr by default so
-that stdout carries only results.
-
-    r = Reporter("analyze run", total=11, unit="ckpt", initial=2)
-    r.advance(3, note="step 64")         # the bar, on a terminal
-    r.line("5/11 checkpoints, ETA 0m35s")  # "[analyze run] 5/11 ...", off a terminal
-
-The training loop (``sbjax.train.hooks.Progress``), the analysis over checkpoints
-(``sbjax.analysis.progress.CheckpointProgress``) and an experiment's runs
-(``sbjax.studies.progress.RunsProgress``) each say what they count and when they write a
-line; this class decides where and how it appears.
+that stdout carries only results. Its users (the training loop, the analysis, an
+experiment's runs) say what they count and when they write a line.
 """
 
 from __future__ import annotations

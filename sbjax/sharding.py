@@ -1,36 +1,22 @@
 """The device mesh and every PartitionSpec, in one place.
 
-Mesh axes: ``data`` (pure data parallel), ``fsdp`` (data parallel + parameter
-sharding) and ``tensor`` (vocabulary / heads / MLP hidden). Sizes come from
-``MeshConfig``; one of them may be -1 (fill with the remaining devices). Rules:
+Mesh axes: ``data`` (pure data parallel), ``fsdp`` (data parallel + parameter sharding) and
+``tensor`` (vocabulary / heads / MLP hidden). Sizes come from ``MeshConfig``; one of them may
+be -1 (fill with the remaining devices). Rules (``TRUNK_SPECS``; head leaves follow the
+``leaf_specs`` of their head kind, ``sbjax.heads``; a leaf no rule names raises ValueError):
 
-- embedding and dense/mos head matrices (V×D): vocab on ``tensor``, D on ``fsdp``;
-- head leaves follow the ``leaf_specs`` of their head kind (``sbjax.heads``): low-rank
-  A (V×r) vocab on ``tensor``, r on ``fsdp``, B (r×D) D on ``fsdp`` (the B×T×r bottleneck
-  activation is tiny; the V-sized logits stay vocab-sharded); mos: the shared V×D matrix
-  as the dense head, prior P (D×M) and projections U (D×M×D) with their input D on ``fsdp``;
-- learned positions (max_len×D): D on ``fsdp``;
-- attention q/k/v (D×H×Dh): D on ``fsdp``, heads on ``tensor``; o (H×Dh×D): heads
-  on ``tensor``, D on ``fsdp``;
-- MLP fc_in (D×F): D on ``fsdp``, F on ``tensor``; fc_out (F×D): the transpose;
+- embedding and head matrices (V×D): vocab on ``tensor``, D on ``fsdp``;
+- attention q/k/v (D×H×Dh): D on ``fsdp``, heads on ``tensor``; o (H×Dh×D) the transpose;
+- MLP fc_in (D×F): D on ``fsdp``, F on ``tensor``; fc_out (F×D) the transpose;
 - vectors (biases, norms) and scalars are replicated;
-- scanned layers (``blocks``) get a leading unsharded layer axis; a population
-  (``sbjax.train.population``) gets a leading unsharded member axis (``leading=1``);
-- the batch (B×T) shards over ``data`` × ``fsdp``; eval/train metrics are replicated;
-- the optimizer state follows the parameters (same trailing tree paths inside optax
-  states, e.g. ``.../mu/block_0/attn/q_kernel``); scalars (adam's count) are replicated;
-- a leaf no rule names raises ValueError (trunk leaves: ``TRUNK_SPECS``; head leaves: the
-  ``leaf_specs`` of the head kinds in ``sbjax.heads``) instead of being replicated.
+- scanned layers (``blocks``) get a leading unsharded layer axis, a population a leading
+  unsharded member axis (``leading=1``); the optimizer state follows the parameters (same
+  trailing tree paths inside optax states);
+- the batch (B×T) shards over ``data`` × ``fsdp``; metrics are replicated.
 
-Activations: one constraint is needed, at the embedding lookup (``embed_lookup``,
-used by ``sbjax.model``): the table is gathered over ``fsdp`` and the residual stream
-constrained batch-sharded; from there XLA's sharding propagation gives batch-sharded
-activations and vocab-sharded logits (``activation_spec`` names these layouts).
-
-A parameter dimension that does not divide its axis size is left unsharded on
-that axis (it is replicated instead), except the vocabulary: ``check_divisible``
-refuses a vocab that the ``tensor`` axis does not divide, with the padded size to
-use, and a global batch that ``data × fsdp`` (× grad_accum) does not divide.
+Activations: one constraint, at the embedding lookup (``embed_lookup``); XLA's propagation
+does the rest. A parameter dimension that its axis does not divide is left unsharded on it,
+except the vocabulary and the batch (``check_divisible`` refuses them, naming the fix).
 """
 
 from __future__ import annotations
@@ -49,23 +35,16 @@ AXES = ("data", "fsdp", "tensor")
 BATCH_AXES = ("data", "fsdp")
 
 
-# ----------------------------------------------------------------------------- mesh
-
-
 def mesh_shape(mc: MeshConfig, n_devices: int) -> tuple[int, int, int]:
   """(data, fsdp, tensor) sizes for ``n_devices``; one -1 fills; a clear error otherwise."""
   sizes = [mc.data, mc.fsdp, mc.tensor]  # (checked by MeshConfig: >= 1, at most one -1)
   known = math.prod(s for s in sizes if s != -1)
-  if -1 in sizes:
-    if n_devices % known:
-      raise ValueError(f"mesh (data, fsdp, tensor)={tuple(sizes)} does not divide the "
-                       f"{n_devices} devices: {known} does not divide {n_devices}; choose sizes "
-                       f"whose product divides {n_devices}")
+  if -1 in sizes and n_devices % known == 0:
     sizes[sizes.index(-1)] = n_devices // known
   if math.prod(sizes) != n_devices:
-    raise ValueError(f"mesh (data, fsdp, tensor)={tuple(sizes)} needs {math.prod(sizes)} devices "
-                     f"but {n_devices} are available; make the product equal {n_devices} "
-                     "or use -1 for one axis")
+    raise ValueError(f"mesh (data, fsdp, tensor)={(mc.data, mc.fsdp, mc.tensor)} does not divide "
+                     f"the {n_devices} devices; make the product of the sizes {n_devices}, or "
+                     "use -1 for one axis (filled with the rest)")
   return tuple(sizes)
 
 
@@ -101,9 +80,6 @@ def check_divisible(cfg: ModelConfig, mesh, global_batch: int, grad_accum: int =
     raise ValueError(f"the data-parallel size data*fsdp={dp} is not a multiple of the "
                      f"{n_proc} processes; each process feeds its own slice of the batch, so "
                      f"make data*fsdp a multiple of {n_proc} (e.g. mesh.data=-1)")
-
-
-# ----------------------------------------------------------------------------- parameters
 
 
 # Every trunk parameter leaf by name (sbjax.model's layout); () = replicated. Head leaves
@@ -177,9 +153,6 @@ def tree_shardings(tree, mesh, leading: int = 0):
                       is_leaf=lambda x: isinstance(x, P))
 
 
-# ----------------------------------------------------------------------------- batches
-
-
 def batch_spec() -> P:
   return P(BATCH_AXES, None)
 
@@ -190,24 +163,6 @@ def batch_sharding(mesh) -> NamedSharding:
 
 def replicated(mesh) -> NamedSharding:
   return NamedSharding(mesh, P())
-
-
-def activation_spec(kind: str) -> P:
-  """Intended layouts of key activations: ``resid`` B×T×D, ``logits`` B×T×V."""
-  if kind == "resid":
-    return P(BATCH_AXES, None, None)
-  if kind == "logits":
-    return P(BATCH_AXES, None, "tensor")
-  raise ValueError(f"unknown activation kind {kind!r}; allowed: resid | logits")
-
-
-def constrain(x, kind: str):
-  """``with_sharding_constraint`` to ``activation_spec(kind)`` under the current mesh
-  (a no-op without one)."""
-  mesh = jax.sharding.get_abstract_mesh()
-  if mesh.empty or set(AXES) - set(mesh.axis_names):
-    return x
-  return jax.lax.with_sharding_constraint(x, _fit(activation_spec(kind), x.shape, mesh))
 
 
 def _fit(spec: P, shape, mesh) -> P:
@@ -231,7 +186,8 @@ def embed_lookup(table_VxD, tokens_BxT):
     return jnp.take(table_VxD, tokens_BxT, axis=0)
   table_VxD = jax.lax.with_sharding_constraint(table_VxD,
                                                _fit(P("tensor", None), table_VxD.shape, mesh))
-  return constrain(jnp.take(table_VxD, tokens_BxT, axis=0), "resid")
+  x = jnp.take(table_VxD, tokens_BxT, axis=0)
+  return jax.lax.with_sharding_constraint(x, _fit(P(BATCH_AXES, None, None), x.shape, mesh))
 
 
 def global_batch(local_batch: np.ndarray, mesh) -> jax.Array:

@@ -70,8 +70,6 @@ def load_grid(path) -> dict:
   path = upath(path)
   try:
     grid = json.loads(path.read_text())
-  except FileNotFoundError:
-    raise FileNotFoundError(f"sweep grid {path} does not exist") from None
   except json.JSONDecodeError as e:
     raise ValueError(f"sweep grid {path} is not valid JSON: {e}") from None
   if not isinstance(grid, dict):
@@ -80,11 +78,8 @@ def load_grid(path) -> dict:
 
 
 def _base(grid: dict) -> Config:
-  """The grid's base: a config dict (missing fields take their defaults), a config name, or a
-  .json config (relative to the grid file)."""
+  """The grid's base: a config name, or a .json config (relative to the grid file)."""
   base = grid.get("base", "tiny")
-  if isinstance(base, dict):
-    return Config.from_dict(base)
   if str(base).endswith(".json") and not Path(base).is_absolute():
     cand = Path(grid.get("_dir", ".")) / base
     base = str(cand) if cand.exists() else base
@@ -194,7 +189,3 @@ def run_sweep(grid, sweep_dir, *, host_index: int = 0, num_hosts: int = 1,
       default=str))
   write_csv(sweep_dir / "index.csv", rows)
   return rows
-
-
-def read_index(sweep_dir) -> dict:
-  return json.loads((upath(sweep_dir) / "index.json").read_text())

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install sbjax (the `tpu` extra: jax[tpu]) on every worker of the TPU VM.
+# Install sbjax (the `train` and `tpu` extras: training and jax[tpu]) on every worker of the TPU VM.
 set -euo pipefail
 # shellcheck source=SCRIPTDIR/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -9,7 +9,7 @@ usage() {
 Usage: $SBJAX_SCRIPT [flags]
 
 Ships the committed files of REF (git archive) to every worker, unpacks them into ~/sbjax
-(replacing it) and runs pip install -e '.[tpu]' gcsfs there (gcsfs: --workdir=gs://...).
+(replacing it) and runs pip install -e '.[train,tpu]' gcsfs there (gcsfs: --workdir=gs://...).
 
   --ref REF   the git ref to ship [default HEAD]
 
@@ -38,5 +38,5 @@ sbjax_run gcloud compute tpus tpu-vm scp "$tarball" "$SBJAX_TPU_NAME:sbjax.tar.g
   --worker=all "${LOC[@]}"
 sbjax_run gcloud compute tpus tpu-vm ssh "$SBJAX_TPU_NAME" --worker=all "${LOC[@]}" \
   --command="set -e; rm -rf ~/sbjax; mkdir ~/sbjax; tar -xzf ~/sbjax.tar.gz -C ~/sbjax; \
-cd ~/sbjax; python3 -m pip install -e '.[tpu]' gcsfs -f $libtpu; \
+cd ~/sbjax; python3 -m pip install -e '.[train,tpu]' gcsfs -f $libtpu; \
 python3 -c 'import jax, sbjax; print(jax.devices())'"

@@ -1,13 +1,11 @@
 """MoS on text (Yang et al. 2018): a mixture-of-softmaxes head against the dense head (matched
 head FLOPs) and the lowrank head of matched head parameters, over init seeds.
 
-Each arm is one population (its seeds, at each lr of the preset's grid, are the members; one
-compile). With a grid, each arm is reported at the lr of its smallest mean loss on the
-held-out tail of the training split (``held_out``: tokens training never sees; ``sel_loss``,
-the final checkpoint's), not on the validation stream that reports it. Outputs in OUT:
+Each arm is one population (its seeds x the preset's lrs). With an lr grid, each arm is
+reported at the lr of its smallest mean loss on the held-out tail of the training split
+(``held_out``; ``sel_loss``), not on the validation stream that reports it. Outputs in OUT:
 ``mos_text.csv`` (one row per run), ``summary.json`` (per arm its lr and mean loss, the two
-Welch comparisons with their verdicts: supported when the interval of (other − MoS) lies above
-0, refuted below 0, undecided otherwise, and the preset's pre-registered ``decision``,
+Welch comparisons, ``sbjax.studies.welch``, and the pre-registered ``decision``,
 ``presets.Rule``) and ``fig_mos_text``.
 """
 
@@ -31,19 +29,11 @@ from sbjax.studies.head_flops import head_flops
 from sbjax.studies.welch import welch
 from sbjax.train.step import evaluate, make_eval_step
 
-from ..common import md_table, read_rows, welch_line, write_json, write_rows
+from ..common import (best_lr, matched_rank, md_table, mean, read_rows, welch_line, write_json,
+                     write_rows)
 from .presets import PRESETS
 
 CSV = "mos_text.csv"
-
-
-def matched_rank(base, target: int) -> int:
-  """The lowrank rank in 1..d whose head parameter count is closest to ``target`` (ties: the
-  smaller rank)."""
-  def count(r):
-    return head_param_count(overrides.apply(base, {"model.head": "lowrank",
-                                                   "model.head.rank": r}).model)
-  return min(range(1, base.model.d_model + 1), key=lambda r: (abs(count(r) - target), r))
 
 
 def arm_configs(p, data=None) -> list:
@@ -57,7 +47,8 @@ def arm_configs(p, data=None) -> list:
       if mos is None:
         raise ValueError(f"mos_text preset: the matched lowrank arm {arm!r} needs a mos arm "
                          "before it")
-      o["model.head.rank"] = matched_rank(base, head_param_count(mos.model))
+      o["model.head.rank"] = matched_rank(overrides.apply(base, {**o, "model.head.rank": 1}),
+                                          head_param_count(mos.model))
     cfg = overrides.apply(base, {**o, "name": f"{base.name}-{arm}"})
     mos = cfg if cfg.model.head.kind == "mos" and mos is None else mos
     out.append((arm, cfg))
@@ -121,10 +112,6 @@ def tables(ctx) -> None:
   write_json(ctx.out / "summary.json", summarize(rows, ctx.knobs.rule))
 
 
-def _mean(xs) -> float:
-  return sum(xs) / len(xs)
-
-
 def arms(rows) -> dict:
   """{arm: {head, head_params, head_flops, rank, n_mix, lr, losses, n, mean, selected_on,
   by_lr}} in order, each arm at its chosen lr: the smallest mean ``sel_loss`` (the held-out
@@ -139,10 +126,9 @@ def arms(rows) -> dict:
     x["losses"].append(float(r["eval_loss"]))
     x["sel"].append(float(r["sel_loss" if on == "held_out" else "eval_loss"]))
   for a in by.values():
-    grid = {lr: {"n": len(x["losses"]), "sel_mean": _mean(x["sel"]), "mean": _mean(x["losses"]),
+    grid = {lr: {"n": len(x["losses"]), "sel_mean": mean(x["sel"]), "mean": mean(x["losses"]),
                  "losses": x["losses"]} for lr, x in a["by_lr"].items()}
-    lr = min(grid, key=lambda v: grid[v]["sel_mean"] if math.isfinite(grid[v]["sel_mean"])
-             else math.inf)
+    lr = best_lr({v: g["sel_mean"] for v, g in grid.items()})
     a.update(lr=lr, losses=grid[lr]["losses"], n=grid[lr]["n"], mean=grid[lr]["mean"],
              selected_on=on, by_lr={v: {k: g[k] for k in ("n", "sel_mean", "mean")}
                                      for v, g in grid.items()})
@@ -199,14 +185,6 @@ def rule_text(rule: dict) -> str:
           "FLOPs) is reported beside it.")
 
 
-def _grid_lines(a: dict) -> list[str]:
-  grid = [{"arm": k, "lr": lr, "n": g["n"], "held_out_mean": g["sel_mean"], "val_mean": g["mean"],
-           "chosen": str(lr == v["lr"])} for k, v in a.items() for lr, g in v["by_lr"].items()]
-  return ["", "Each arm at each lr (held_out_mean: the mean loss on the held-out tail of the "
-          "training split, which chose the lr; the same seeds report it):", "",
-          *md_table(grid, list(grid[0]))]
-
-
 def report(out, rel: str = ".") -> str:
   rows = read_rows(out / CSV)
   a, s = arms(rows), json.loads((out / "summary.json").read_text())
@@ -214,7 +192,10 @@ def report(out, rel: str = ".") -> str:
                                              "lr", "n", "mean")}} for k, v in a.items()]
   lines = [f"![mos_text]({rel}/{figure.name('fig_mos_text')})", "",
            *md_table(table, list(table[0]))]
-  lines += _grid_lines(a) if any(len(v["by_lr"]) > 1 for v in a.values()) else []
+  grid = [{"arm": k, "lr": lr, "n": g["n"], "held_out_mean": g["sel_mean"], "val_mean": g["mean"],
+           "chosen": str(lr == v["lr"])} for k, v in a.items() for lr, g in v["by_lr"].items()]
+  if len(grid) > len(a):  # an lr grid: each arm at each lr (held_out_mean chose the lr)
+    lines += ["", *md_table(grid, list(grid[0]))]
   lines.append("")
   for key, other in (("params", "lowrank"), ("flops", "dense")):
     if s[key] is not None:

@@ -27,18 +27,12 @@ class Rule:
 
 @dataclasses.dataclass(frozen=True)
 class Knobs:
-  # (arm, dotted head overrides): the arms, in report order. "lowrank" with model.head.rank 0
-  # gets the rank whose head parameter count is closest to the "mos" arm's (run.matched_rank)
+  # (arm, dotted head overrides) in report order; lowrank of rank 0: matched to the mos arm
   arms: tuple
   seeds: tuple = (0, 1, 2)  # train.seed of each arm's members (one population per arm)
-  # the lr grid: every arm at each lr and seed in its one population, reported at the lr of
-  # its smallest mean held-out loss; () = train.lr alone
-  lrs: tuple = ()
-  # the held-out tail of the training split: its last select_fraction of tokens (cut at a
-  # window boundary) are taken out of training and the final checkpoint is measured on
-  # select_batches batches of them (sel_loss); 0 = the whole split trains, no sel_loss
-  select_fraction: float = 0.0
-  select_batches: int = 0
+  lrs: tuple = ()  # every arm at each lr, reported at its chosen one; () = train.lr alone
+  select_fraction: float = 0.0  # the held-out tail of the training split (0: none)
+  select_batches: int = 0  # its batches the lr is chosen on (sel_loss)
   rule: Rule | None = None
 
 
@@ -52,20 +46,24 @@ def _arms(n_mix: int, dim: int) -> tuple:
 
 def _text(o: dict) -> dict:
   """The head-rank sweep's text trunk with ``o`` over it; model.vocab_size =
-  data.options.vocab_size
-  (the head's parameters and FLOPs are counted before the data is built)."""
+  data.options.vocab_size (the head is counted before the data is built)."""
   o = hr.overrides(o)
   return {**o, "model.vocab_size": o["data.options.vocab_size"]}
 
 
+# the suite's trunk: V = 96 (sentencepiece's smallest on Shakespeare's 85 characters), d = 8,
+# one layer, 4 steps
+TEST = {"data.options.vocab_size": 96, "model.d_model": 8, "model.n_layers": 1,
+        "model.n_heads": 1, "model.max_len": 16, "model.rotary_pct": 0.5, "train.steps": 4,
+        "train.batch_size": 4, "train.seq_len": 16, "train.warmup_steps": 1,
+        "train.eval_batches": 2}
+# V = 1024, d = 32, lr 1e-2 (the head-rank sweep's choice); MoS 2 x 16 has the parameters of
+# lowrank r = 17 and the FLOPs of the dense head: both comparisons in one run
+CPU = {"data.options.vocab_size": 1024, "model.d_model": 32, "model.n_layers": 2,
+       "model.n_heads": 4, "train.batch_size": 8, "train.warmup_steps": 100, "train.lr": 1e-2}
+
 PRESETS: dict[str, Preset[Knobs]] = {
-    # the suite: V = 96 (sentencepiece's smallest on Shakespeare's 85 characters), d = 8, one
-    # layer, 4 steps, MoS 2 x 4 (the cpu shape scaled down), 2 seeds
-    "test": Preset(BASE, _text({"name": "mos_text-test", "data.options.vocab_size": 96,
-                                "model.d_model": 8, "model.n_layers": 1, "model.n_heads": 1,
-                                "model.max_len": 16, "model.rotary_pct": 0.5,
-                                "train.steps": 4, "train.batch_size": 4, "train.seq_len": 16,
-                                "train.warmup_steps": 1, "train.eval_batches": 2}),
+    "test": Preset(BASE, _text({"name": "mos_text-test", **TEST}),
                    Knobs(arms=_arms(2, 4), seeds=(0, 1))),
     "quick": Preset(BASE, _text({"name": "mos_text-quick", "data.options.vocab_size": 256,
                                  "model.d_model": 16, "model.n_layers": 1, "model.n_heads": 2,
@@ -73,43 +71,19 @@ PRESETS: dict[str, Preset[Knobs]] = {
                                  "train.seq_len": 32, "train.warmup_steps": 6,
                                  "train.eval_batches": 4}),
                     Knobs(arms=_arms(2, 8))),
-    # issue 33 item 5: V = 1024, d = 32 (2 layers, 4 heads), lr 1e-2 for every arm (the
-    # head-rank sweep's cpu grid: 1e-2 won at every rank over 3e-3), 3 init seeds each. MoS:
-    # 2 linear components of e = 16 (17 506 head parameters, 67 712 head FLOPs per token):
-    # the parameters of lowrank r = 17 (17 952; 35 904 FLOPs) and the FLOPs of the dense head
-    # (32 768 parameters; 65 536 FLOPs), so one run gives both comparisons. Size for the
-    # issue's budget (45 min of CPU with the planted arm, on 2 cores shared by 7 engineers):
-    # 2000 steps at batch 8 x 64 (1M tokens per run, half an epoch of the 42-file Shakespeare
-    # corpus at V = 1024, 2.04M tokens); runs at 200 and 1000 steps took 2 and 5.4 min of CPU
-    # and left MoS 0.40 and 0.07 nats behind the matched lowrank head (BUILD_NOTES)
-    "cpu": Preset(BASE, _text({"name": "mos_text-cpu", "data.options.vocab_size": 1024,
-                               "model.d_model": 32, "model.n_layers": 2, "model.n_heads": 4,
-                               "train.steps": 2000, "train.batch_size": 8,
-                               "train.warmup_steps": 100, "train.eval_batches": 16,
-                               "train.lr": 1e-2}),
+    "cpu": Preset(BASE, _text({"name": "mos_text-cpu", **CPU, "train.steps": 2000,
+                               "train.eval_batches": 16}),
                   Knobs(arms=_arms(2, 16))),
     # the pre-registered text test (Rule) at test size: 2 lrs x 2 seeds per arm, the last
     # fifth of the training split held out for the lr choice
-    "test-e3": Preset(BASE, _text({"name": "mos_text-test-e3", "data.options.vocab_size": 96,
-                                   "model.d_model": 8, "model.n_layers": 1, "model.n_heads": 1,
-                                   "model.max_len": 16, "model.rotary_pct": 0.5,
-                                   "train.steps": 4, "train.batch_size": 4,
-                                   "train.seq_len": 16, "train.warmup_steps": 1,
-                                   "train.eval_batches": 2}),
+    "test-e3": Preset(BASE, _text({"name": "mos_text-test-e3", **TEST}),
                       Knobs(arms=_arms(2, 4), seeds=(0, 1), lrs=(1e-2, 3e-2),
                             select_fraction=0.2, select_batches=2, rule=Rule())),
-    # the pre-registered text test (Rule): V = 1024, d = 32 (2 layers, 4 heads), the arms of
-    # the cpu preset (dense, MoS 2 x 16 at the dense head's FLOPs, lowrank r = 17 at MoS's
-    # parameters), 4000 steps at batch 8 x 64, lr {3e-3, 1e-2, 3e-2} x seeds 0-2 (one
-    # population of 9 per arm); the last 5% of the training split (~100k tokens) is held out
-    # and each arm's lr is chosen on 64 batches of it; validation: 64 batches
-    "cpu-e3": Preset(BASE, _text({"name": "mos_text-cpu-e3", "data.options.vocab_size": 1024,
-                                  "model.d_model": 32, "model.n_layers": 2, "model.n_heads": 4,
-                                  "train.steps": 4000, "train.batch_size": 8,
-                                  "train.warmup_steps": 100, "train.eval_batches": 64,
-                                  "train.lr": 1e-2, "train.skip_nonfinite_steps": 4000}),
-                     # (skip: a member that diverges keeps its last finite parameters instead of
-                     # stopping its population)
+    # the pre-registered text test (Rule): the cpu preset's arms, 4000 steps, lr {3e-3, 1e-2,
+    # 3e-2} x seeds 0-2 per arm, each lr chosen on 64 batches of the held-out last 5%; a
+    # member that diverges keeps its last finite parameters instead of stopping its population
+    "cpu-e3": Preset(BASE, _text({"name": "mos_text-cpu-e3", **CPU, "train.steps": 4000,
+                                  "train.eval_batches": 64, "train.skip_nonfinite_steps": 4000}),
                      Knobs(arms=_arms(2, 16), lrs=(3e-3, 1e-2, 3e-2), select_fraction=0.05,
                            select_batches=64, rule=Rule())),
     "tpu": Preset(BASE, _text({"name": "mos_text-tpu", "data.options.vocab_size": 8192,
@@ -119,5 +93,3 @@ PRESETS: dict[str, Preset[Knobs]] = {
                                "train.warmup_steps": 500, "train.lr": 3e-3}),
                   Knobs(arms=_arms(4, 64), seeds=(0, 1, 2, 3, 4))),
 }
-
-

@@ -1,29 +1,23 @@
 r"""``planted``: the exact rank floor and the knee on a planted-rank language (part 1), and MoS
 against the parameter-matched lowrank head on a high-rank planted language (part 2).
 
-Part 1. The planted language (a bigram chain whose logits ``alpha U Vᵀ/√k + 1 bᵀ`` have rank
-k + 1, exact entropy H) is learnt by models with a bias-free rank-r head for every r of the
-preset; each is measured against the exact floor (``sbjax.studies.floor``)
+Part 1. The planted language (logits ``alpha U Vᵀ/√k + 1 bᵀ`` of rank k + 1, exact entropy H)
+is learnt with a bias-free rank-r head for every r of the preset, each measured against the
+exact floor (``sbjax.studies.floor``)
 
     floor(r) = min_{rank L ≤ r} Σ_c π_c CE(P(·|c), softmax(L_c)),   floor(r) = H for r ≥ k + 1,
 
-by ``eval_loss`` (sampled targets) and ``expected_loss`` = Σ_t Σ_w P(w|c_t)(−log q_t(w)) / n (its
-Rao-Blackwellised form: ``expected_loss − H`` is the mean KL(P ‖ q)). The decisions
-(``stats.knee_checks``): the knee (smallest r within ``tol`` of H) = k + 1 ± 1; every r ≥ k + 1
-within ``tol``; every r ≤ k/2 above H by at least floor(r) − H − ``margin``.
+by ``eval_loss`` (sampled targets) and ``expected_loss`` = Σ_t Σ_w P(w|c_t)(−log q_t(w)) / n
+(``expected_loss − H`` is the mean KL(P ‖ q)); decisions: ``stats.knee_checks``.
 
-Part 2. Arms (a head at one shape) trained on a planted mixture language, each arm one population
-of init seeds × lrs; the lowrank arm's rank matches the MoS arm's head parameters. The decisions
-(``stats``): per cell the Welch interval of (lowrank − MoS) over seeds (no verdict when the lrs
-were chosen on those seeds), or (plain part 2) MoS − H ≤ 0.03, lowrank at or above its exact
-floor gap, margin > 5 × the seed spread. With ``fresh_seeds``, each arm is trained again at the
-lr it chose, on new init seeds (planted_fresh.csv): their Welch intervals, and the preset's
-pre-registered rule (``presets.FreshRule``, ``stats.decide``: MoS below the matched lowrank
-rank's exact floor on every fresh seed).
+Part 2. Arms (a head at one shape), each one population of init seeds × lrs, on a planted
+mixture language; the lowrank arm's rank matches the MoS arm's head parameters. Decisions:
+``stats`` (per cell Welch intervals; with ``fresh_seeds`` each arm retrained at its chosen lr
+on new seeds, planted_fresh.csv, and the pre-registered ``presets.FreshRule``).
 
 Outputs: planted.csv, planted_floor.csv, planted_mix.csv, planted_fresh.csv,
-planted_mix_floor*.csv, planted_fig8.csv (floor gaps against target and trained-head W-errors,
-Godey et al. Fig. 8), planted_meta.json, summary.json and the figures.
+planted_mix_floor*.csv, planted_fig8.csv (Godey et al. Fig. 8), planted_meta.json,
+summary.json and the figures.
 """
 
 from __future__ import annotations
@@ -36,7 +30,7 @@ from sbjax.heads import head_param_count
 from sbjax.studies.floor import floor_curve
 from sbjax.studies.head_flops import head_flops
 
-from ..common import fmt, md_table, read_rows, welch_line, write_json, write_rows
+from ..common import best_lr, fmt, md_table, mean, read_rows, welch_line, write_json, write_rows
 from . import fig8, stats
 from .configs import (cell_of, fresh_runs, has_rank, knee_configs, mix_configs, mix_groups,
                       settings, validate)
@@ -66,14 +60,13 @@ def plan(ctx):
 
 
 def _chosen_lr(ctx, name: str) -> float:
-  """The lr that the arm trained as group ``name`` chose: ``stats.arms``'s rule (the smallest
-  mean gap on the selection stream, or on the reported one without it) on its measurements."""
+  """The lr the arm trained as group ``name`` chose (``stats.arms``'s rule)."""
   g = ctx.groups[name]
   h, gaps = ctx.dataset(g.configs[0]).planted.entropy, {}
   for m in ctx.measured[name]:
     gaps.setdefault(g.configs[m["member"]].train.lr, []).append(
         m.get("sel_expected_loss", m["expected_loss"]) - h)
-  return stats.best_lr({lr: stats.mean(x) for lr, x in gaps.items()})
+  return best_lr({lr: mean(x) for lr, x in gaps.items()})
 
 
 def measure_final(ctx, group, j, steps, params):
@@ -140,9 +133,8 @@ def _mix_row(cfg, label, arm, res, lang, floors, cell) -> dict:
 
 
 def _mix_rows(ctx, groups, csv: str = CSV_MIX) -> dict:
-  """``csv`` (planted_mix.csv, or planted_fresh.csv of the fresh groups) and each language's
-  lowrank floors; returns {language name: (language, floor rows)} (name None for a preset
-  without cells)."""
+  """Writes ``csv`` and each language's lowrank floors; returns {language name: (language,
+  floor rows)} (name None for a preset without cells)."""
   cells, langs, rows = cell_of(ctx.preset), {}, []
   for g in groups:
     cell = cells[g.labels[0]["arm"]]
@@ -189,8 +181,7 @@ def tables(ctx) -> None:
 
 
 def _draw_knee(out, rows, s) -> None:
-  """loss − H against the head rank on log axes: trained (expected and sampled) and the exact
-  floor, with k + 1 and the knee as labelled reference lines."""
+  """loss − H against the head rank: trained (expected and sampled) and the exact floor."""
   plt = figure.pyplot()
   fig, ax = plt.subplots(figsize=(5.5, 3.8))
   r, h = [x["rank"] for x in rows], s["H"]
@@ -203,7 +194,7 @@ def _draw_knee(out, rows, s) -> None:
   ax.axhline(s["tol"], color="k", ls=":", lw=0.8, label=f"tolerance {s['tol']}")
   if s["knee"] is not None:
     ax.axvline(s["knee"], color="C2", lw=1, label=f"knee r = {s['knee']}")
-  ax.set(xscale="log", yscale="log", xlabel="head rank r", ylabel="loss − H (nats)")
+  ax.set(yscale="log", xlabel="head rank r", ylabel="loss − H (nats)")
   ax.set_xscale("log", base=2)
   ax.legend(fontsize=7)
   figure.save(fig, out, "fig_planted_knee", f"planted language, k = {s['k']}")
@@ -227,17 +218,13 @@ def _draw_mix(out, rows) -> None:
 
 
 def draw(out) -> None:
-  s = _summary(out)
+  s = json.loads((out / "summary.json").read_text())
   if (out / CSV_KNEE).exists():
     _draw_knee(out, read_rows(out / CSV_KNEE), s)
   if (out / CSV_MIX).exists():
     _draw_mix(out, read_rows(out / CSV_MIX))
   if (out / fig8.CSV).exists() and read_rows(out / fig8.CSV):
     fig8.draw(out, read_rows(out / fig8.CSV))
-
-
-def _summary(out) -> dict:
-  return json.loads((out / "summary.json").read_text())
 
 
 def _knee_lines(out, s: dict) -> list[str]:
@@ -312,15 +299,13 @@ def _fresh_lines(out, s: dict) -> list[str]:
   seeds = sorted({int(r["seed"]) for r in rows})
   lines = ["", f"Fresh seeds {seeds}, each arm at the lr it chose on the selection seeds:",
            *_cell_lines(rows)]
-  if s["fresh"]["rule"] is not None:
-    d = s["fresh"]["decision"]
-    lines += ["", f"- Rule (pre-registered): {stats.rule_text(s['fresh']['rule'])}",
-              f"- Verdict: **{d['verdict']}**: {d['reason']}."]
-  return lines
+  d = s["fresh"]["decision"]
+  return lines + ["", f"- Rule (pre-registered): {stats.rule_text(s['fresh']['rule'])}",
+                  f"- Verdict: **{d['verdict']}**: {d['reason']}."]
 
 
 def report(out, rel: str = ".") -> str:
-  s, lines = _summary(out), []
+  s, lines = json.loads((out / "summary.json").read_text()), []
   if (out / CSV_KNEE).exists():
     rows = read_rows(out / CSV_KNEE)
     lines += [f"![knee]({rel}/{figure.name('fig_planted_knee')})", "",

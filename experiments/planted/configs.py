@@ -10,6 +10,8 @@ from sbjax.experiment import Preset
 from sbjax.heads import head_param_count
 from sbjax.overrides import config_from
 
+from ..common import matched_rank
+
 
 def knee_configs(p: Preset) -> list:
   """(rank, Config) of part 1, validated."""
@@ -26,37 +28,20 @@ def _n_heads(d_model: int, want: int) -> int:
   return 1
 
 
-def matched_rank(head_params: int, vocab: int, d_model: int) -> int:
-  """The lowrank rank r whose head (V r + r d parameters) is closest to ``head_params``."""
-  return int(min(d_model, max(1, round(head_params / (vocab + d_model)))))
-
-
 def mix_overrides(p: Preset) -> dict:
-  """Part 2's overrides: part 1's with ``Knobs.mix`` over them (the mixture language, its own
-  step count), evaluation and the checkpoint at its last step, ten log lines per run."""
+  """Part 2's overrides: part 1's with ``Knobs.mix`` over them, evaluation and the checkpoint
+  at its last step, ten log lines per run."""
   o = {**p.overrides, **p.knobs.mix}
   steps = o["train.steps"]
   return {**o, "train.eval_every": steps, "train.ckpt_every": steps,
           "train.log_every": max(1, steps // 10)}
 
 
-def _matched(base: str, o: dict, head_params: int, d_model: int) -> int:
-  """The model.head.rank in 1..d whose head parameter count (the head kind's own formula,
-  ``sbjax.heads``) is closest to ``head_params`` (ties: the smaller rank)."""
-  def count(r):
-    return head_param_count(config_from(base, {**o, "model.head.rank": r}).model)
-  return min(range(1, d_model + 1), key=lambda r: (abs(count(r) - head_params), r))
-
-
-def seed_label(label: str, seed: int) -> str:
-  """The label of run (label, seed) of part 2: ``label`` for seed 0, else ``label-s<seed>``."""
-  return label if int(seed) == 0 else f"{label}-s{int(seed)}"
-
-
 def run_label(arm: str, seed: int, lr: float | None = None) -> str:
-  """The label of run (arm, lr, seed) of part 2: ``seed_label`` of ``arm``, or of
-  ``arm-lr<lr>`` when the preset has an lr grid (``lr`` given)."""
-  return seed_label(arm if lr is None else f"{arm}-lr{float(lr):g}", seed)
+  """The label of run (arm, lr, seed) of part 2: ``arm`` (``arm-lr<lr>`` when the preset has
+  an lr grid), then ``-s<seed>`` for a seed other than 0."""
+  label = arm if lr is None else f"{arm}-lr{float(lr):g}"
+  return label if int(seed) == 0 else f"{label}-s{int(seed)}"
 
 
 def arm_of(cfg) -> str:
@@ -73,17 +58,13 @@ OBJECTIVE_TAG = {"sampled": "sampled", "expected": "rb"}  # arm names: rb = Rao-
 
 
 def mix_cells(p: Preset) -> list:
-  """Part 2's (language, objective) cells: [(lang, objective, dotted overrides over
-  ``mix_overrides``)], every language of ``mix_langs`` (name, overrides[, its own objectives])
-  with every objective of ``mix_objectives``; one cell (None, None, {}) when the preset has
-  neither ``mix_langs`` nor ``mix_objectives`` (its arms keep their plain labels)."""
-  if not p.knobs.mix_langs and not p.knobs.mix_objectives:
+  """Part 2's cells [(lang, objective, dotted overrides over ``mix_overrides``)]: every
+  language of ``mix_langs`` with every objective of ``mix_objectives``; one cell (None, None,
+  {}) when the preset has none (its arms keep their plain labels)."""
+  if not p.knobs.mix_langs:
     return [(None, None, {})]
-  langs = p.knobs.mix_langs or (("mix", {}),)
-  objs = p.knobs.mix_objectives or (mix_overrides(p).get("train.objective", "sampled"),)
-  # a language entry (name, overrides[, objectives]) may restrict the objectives
-  return [(str(lang[0]), str(obj), {**dict(lang[1]), "train.objective": str(obj)})
-          for lang in langs for obj in (lang[2] if len(lang) > 2 else objs)]
+  return [(str(lang), str(obj), {**dict(o), "train.objective": str(obj)})
+          for lang, o in p.knobs.mix_langs for obj in p.knobs.mix_objectives]
 
 
 def cell_of(p: Preset) -> dict:
@@ -99,11 +80,8 @@ def cell_arm(lang, objective, label: str) -> str:
 
 
 def mix_configs(p: Preset) -> list:
-  """(label, Config) of part 2, validated, for every cell of ``mix_cells``, run of
-  ``mix_runs``, learning rate of ``mix_lrs`` and seed of ``mix_seeds`` (``run_label``; the arm
-  is ``arm_of(cfg)``); a lowrank run with n_mix=0 gets the rank whose head parameter count
-  matches the first mos run. The seed is ``train.seed`` (the init); the data stream is shared
-  by a cell's runs (one dataset per language, as ``run`` builds it)."""
+  """(label, Config) of part 2 for every cell, run of ``mix_runs``, lr and seed of
+  ``mix_seeds`` (the seed is ``train.seed``, the init; a cell's runs share its data stream)."""
   lrs = mix_lrs(p)
   grid = len(lrs) > 1
   return [(run_label(label, s, lr if grid else None),
@@ -113,10 +91,11 @@ def mix_configs(p: Preset) -> list:
           for lr in lrs for s in p.knobs.mix_seeds]
 
 
-def _mix_arms(p: Preset, cell: dict | None = None, lang=None, objective=None) -> list:
-  """(label, Config) of part 2 at seed 0 in one cell (see ``mix_configs``)."""
+def _mix_arms(p: Preset, cell: dict, lang, objective) -> list:
+  """(label, Config) of part 2 at seed 0 in one cell; a run with n_mix 0 gets the rank whose
+  head parameter count matches the first mos run's."""
   out, mos_params = [], None
-  base = {**mix_overrides(p), **(cell or {})}
+  base = {**mix_overrides(p), **cell}
   for run, head, d_model, n in p.knobs.mix_runs:
     label = cell_arm(lang, objective, run)
     o = {**base, "model.head": head, "model.d_model": int(d_model),
@@ -128,7 +107,7 @@ def _mix_arms(p: Preset, cell: dict | None = None, lang=None, objective=None) ->
       if n == 0:
         if mos_params is None:
           raise ValueError(f"planted preset: a matched {head} run needs a mos run before it")
-        n = _matched(p.base, o, mos_params, int(d_model))
+        n = matched_rank(config_from(p.base, {**o, "model.head.rank": 1}), mos_params)
       o["model.head.rank"] = int(n)
     cfg = config_from(p.base, o)
     if head == "mos" and mos_params is None:
@@ -138,8 +117,8 @@ def _mix_arms(p: Preset, cell: dict | None = None, lang=None, objective=None) ->
 
 
 def fresh_runs(p: Preset, runs: list, lr: float) -> list:
-  """(label, Config) of one arm's fresh runs: its run at ``lr`` among ``runs`` (the arm's
-  (label, Config) of ``mix_configs``) at each seed of ``fresh_seeds`` (``run_label``)."""
+  """(label, Config) of one arm's fresh runs: its run at ``lr`` among ``runs`` at each seed of
+  ``fresh_seeds``."""
   cfg = next(c for _, c in runs if c.train.lr == lr)
   grid = len(mix_lrs(p)) > 1
   return [(run_label(arm_of(cfg), s, lr if grid else None),
@@ -153,8 +132,7 @@ def has_rank(cfg) -> bool:
 
 
 def mix_groups(mconfs) -> list:
-  """Part 2's trainings: [(arm, [(label, Config)])], one per arm in order of appearance (an
-  arm of several runs is trained as one population)."""
+  """Part 2's trainings: [(arm, [(label, Config)])], one population per arm."""
   groups: dict = {}
   for label, cfg in mconfs:
     groups.setdefault(arm_of(cfg), []).append((label, cfg))
@@ -162,21 +140,18 @@ def mix_groups(mconfs) -> list:
 
 
 def validate(p) -> None:
-  """Builds every config of a preset (raises ValueError on a bad one) without running."""
+  """Builds every config of a preset (a head rank out of 1..d among them: the config's own
+  refusal) without running; fresh seeds must be new."""
   knee_configs(p)
   mix_configs(p)
   if set(p.knobs.fresh_seeds) & set(p.knobs.mix_seeds):
     raise ValueError(f"planted preset: fresh_seeds {p.knobs.fresh_seeds} must not repeat the "
                      f"selection seeds mix_seeds {p.knobs.mix_seeds}")
-  d, ranks = p.overrides["model.d_model"], p.knobs.ranks
-  if not ranks or min(ranks) < 1 or max(ranks) > d:
-    raise ValueError(f"planted preset: ranks must be in 1..d_model={d}, got {ranks}")
 
 
 def settings(p: Preset) -> dict:
-  """The preset as one flat record for planted_meta.json (the report reads k, vocab, tol and
-  margin from it): part 1's Config fields (its first run's) under the record's names, and the
-  knobs."""
+  """The preset as one flat record for planted_meta.json: part 1's Config fields (its first
+  run's) and the knobs."""
   c = knee_configs(p)[0][1]
   m, d, t = c.model, c.data, c.train
   return {"base": p.base, "vocab": m.vocab_size, "k": d.options.rank, "alpha": d.options.alpha,

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import math
 
-import jax
 import numpy as np
 
 from sbjax import checkpoint as ckpt
 from sbjax.experiment import figure
-from sbjax.losses import context_ids
-from sbjax.model import Model
 from sbjax.studies.target_werror import VARIANTS, context_means, language_werror, model_werror
+
+from .measure import context_index, logp_fn
 
 CSV = "planted_fig8.csv"
 MAX_ENTRIES = 1 << 22
@@ -29,11 +28,9 @@ def head_werror(wd, lang, ranks) -> tuple[dict, int]:
   cfg, params, _ = ckpt.load_params(wd)
   x = np.asarray(lang.sample(np.random.default_rng([lang.seed, 7]),
                              (HEAD_WINDOWS, cfg.train.seq_len)))
-  model = Model(cfg.model)
-  logp = jax.jit(lambda p, b: jax.nn.log_softmax(model.apply(p, b), axis=-1))
-  lq = np.concatenate([np.asarray(logp(params, x[i:i + HEAD_CHUNK]), np.float64)
+  lq = np.concatenate([np.asarray(logp_fn(cfg.model)(params, x[i:i + HEAD_CHUNK]), np.float64)
                        for i in range(0, len(x), HEAD_CHUNK)])
-  c = np.asarray(context_ids(x, lang.context, lang.vocab), np.int64)
+  c = context_index(x, lang.context, lang.vocab)
   means, counts = context_means(lq.reshape(-1, lq.shape[-1]), c.reshape(-1), lang.n_contexts)
   return model_werror(means, counts, lang.stationary, ranks), int((counts > 0).sum())
 

@@ -40,9 +40,8 @@ def selection_batches(lang, n: int, batch: int, seq_len: int, seed: int) -> list
 
 
 @functools.lru_cache(maxsize=8)
-def _logp_fn(model_cfg):
-  """The jitted log-probs of a model config, compiled once for every run of that shape (a
-  population's members, the seeds of an arm)."""
+def logp_fn(model_cfg):
+  """The jitted log-probs of a model config, compiled once for every run of that shape."""
   model = Model(model_cfg)
   return jax.jit(lambda p, x: jax.nn.log_softmax(model.apply(p, x), axis=-1))
 
@@ -50,11 +49,11 @@ def _logp_fn(model_cfg):
 def measure(cfg, params, lang, batches) -> dict:
   """eval_loss, eval_acc (sampled targets) and expected_loss (Rao-Blackwellised) on batches
   [B, T+1]: expected_loss = mean over positions of Σ_w P(w|c_t) (−log q_t(w))."""
-  logp_fn = _logp_fn(cfg.model)
+  logp = logp_fn(cfg.model)
   nll, acc, rb, n_rb = [], [], 0.0, 0
   for b in batches:
     x, y = b[:, :-1], b[:, 1:]
-    lq = np.asarray(logp_fn(params, x), np.float64)
+    lq = np.asarray(logp(params, x), np.float64)
     nll.append(-np.take_along_axis(lq, y[..., None], -1)[..., 0])
     acc.append(lq.argmax(-1) == y)
     s, n = expected_nll_sum(lq, x, lang)

@@ -1,18 +1,9 @@
-"""The planted experiment's decisions, computed from its CSVs.
-
-Part 1: the knee = the smallest head rank r whose expected loss is within ``tol`` of H, and the
-checks: knee = k + 1 ± 1; every r ≥ k + 1 within ``tol`` of H; every r ≤ k/2 above H by at least
-floor(r) − H − ``margin``.
-
-Part 2, per arm (one head at one shape, several init seeds and lrs): the gaps g_s =
-expected_loss_s − H over seeds at each lr, their mean and spread (max − min); the arm is taken
-at the lr of the smallest mean gap on the selection stream (``sel_gap``, an independent sample
-of the language) when the rows have it, else of the reported stream. MoS against the
-parameter-matched lowrank arm: ``verdict`` (MoS − H ≤ ``MOS_TOL``; lowrank at or above its
-exact floor gap; margin > 5 × spread), and in (language, objective) cells the Welch interval of
-(lowrank − MoS) over seeds (``sbjax.studies.welch``): a verdict only when no arm chose its lr
-on those seeds (``SAME_SEEDS`` otherwise). Fresh seeds (each arm retrained at its chosen lr
-with new init seeds): their Welch intervals, and the pre-registered rule's ``decide``.
+"""The planted experiment's decisions, computed from its CSVs: the knee checks (part 1); per
+arm the gaps g_s = expected_loss_s − H over seeds at each lr, the arm taken at the lr of the
+smallest mean gap on the selection stream (``sel_gap``) when the rows have it, else on the
+reported one; MoS against the parameter-matched lowrank arm (``verdict``, or per (language,
+objective) cell Welch intervals, ``sbjax.studies.welch``, with no verdict when an arm chose
+its lr on those seeds); the fresh seeds' intervals and the pre-registered rule's ``decide``.
 """
 
 from __future__ import annotations
@@ -23,12 +14,16 @@ import math
 from sbjax.studies.floor import knee
 from sbjax.studies.welch import welch
 
+from ..common import best_lr, mean
+
 MOS_TOL = 0.03
 FLOOR_TOL = 1e-4
 SPREAD_FACTOR = 5.0
 
 
 def knee_checks(rows: list[dict], k: int, tol: float, margin: float) -> dict:
+  """The knee (the smallest r with expected loss − H ≤ ``tol``) and its checks: knee = k + 1 ±
+  1; every r ≥ k + 1 within ``tol``; every r ≤ k/2 above H by at least floor(r) − H − margin."""
   h, ranks = rows[0]["H"], [int(r["rank"]) for r in rows]
   kn = knee(ranks, [r["expected_loss"] for r in rows], h, tol)
   high = [r for r in rows if r["rank"] >= k + 1]
@@ -42,17 +37,6 @@ def knee_checks(rows: list[dict], k: int, tol: float, margin: float) -> dict:
           "low_min_excess": min((r["gap"] - r["floor_gap"] for r in low), default=math.nan),
           "below_floor": [int(r["rank"]) for r in rows
                           if r["expected_loss"] < r["floor"] - FLOOR_TOL]}
-
-
-def mean(xs) -> float:
-  """The mean of a list, summed in its order (the one arithmetic of every lr choice)."""
-  return sum(xs) / len(xs)
-
-
-def best_lr(means: dict):
-  """The lr of the smallest mean gap in ``means`` ({lr: mean}); a non-finite mean never wins
-  (a diverged run); ties: the first."""
-  return min(means, key=lambda lr: means[lr] if math.isfinite(means[lr]) else math.inf)
 
 
 def _by_arm_lr(rows) -> dict:
@@ -179,13 +163,11 @@ def rule_text(rule: dict) -> str:
 
 
 def fresh_summary(rule, mix_rows: list, fresh_rows: list) -> dict:
-  """The fresh seeds' Welch comparisons per cell (``cell_summary``) and ``rule``'s decision
-  (None without a rule) on its cell; the floor gap and the lowrank runs of that cell come
-  from both tables."""
+  """The fresh seeds' Welch comparisons per cell (``cell_summary``) and ``rule``'s decision on
+  its cell; the floor gap and the lowrank runs of that cell come from both tables."""
   comps = {f"{lang}/{obj}": {k: v for k, v in cell_summary(rs).items() if k != "arms"}
            for (lang, obj), rs in cells(fresh_rows)}
-  if rule is None:
-    return {"cells": comps, "rule": None, "decision": None}
+
   def of(rs, run):
     return [r for r in rs if f"{r['lang']}/{r['objective']}" == rule.cell and r["run"] == run]
   low = of(mix_rows + fresh_rows, rule.floor_of)

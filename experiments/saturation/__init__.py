@@ -26,16 +26,18 @@ from sbjax.data.dataset import local_data_dir
 from sbjax.experiment import Experiment, Group
 from sbjax.experiment import figure
 from sbjax.studies.corpus import corpus_overrides
+from sbjax.studies.stats import ci_sign
 from sbjax.train import read_metrics
 
 from . import text_measure
 from ..common import md_table, read_rows, write_json, write_rows
 from .planted_measure import window_losses
 from .presets import PRESETS
-from .scaling import ScalingFit
-from .summary import GAP_FITS, fit_rows, gap_cis, loo_rows, scaling_verdict, smooth, width_row
+from .summary import (GAP_FITS, ScalingFit, fit_rows, gap_cis, loo_rows, scaling_verdict, smooth,
+                      width_row)
 
 FIGS = ("fig_loss_anisotropy", "fig_spectrum_heatmap", "fig_kl_uniform", "fig_scaling")
+SIDES = {1.0: "above 0", -1.0: "below 0", 0.0: "covers 0"}  # where a CI lies against 0
 
 
 def data_config(p, out, data) -> DataConfig:
@@ -100,19 +102,12 @@ def tables(ctx) -> None:
                                     "scaling": scaling_verdict(rows)})
 
 
-def _side(lo: float, hi: float) -> str:
-  """Where a CI lies against 0."""
-  if not (math.isfinite(lo) and math.isfinite(hi)):
-    return "n/a"
-  return "above 0" if lo > 0 else "below 0" if hi < 0 else "covers 0"
-
-
 def summarize(r: dict) -> dict:
   """The mechanical decisions of one width: the rise verdict (its CI against the threshold),
   the naive test, and where each final-gap CI lies against 0."""
   return {"width": int(r["width"]), "rise_verdict": r["rise_verdict"],
           "late_rise": bool(r["late_rise"]), "in_fit": bool(r["in_fit"]),
-          **{f"gap_{f}_ci": _side(r[f"gap_{f}_ci_lo"], r[f"gap_{f}_ci_hi"])
+          **{f"gap_{f}_ci": SIDES.get(ci_sign(r[f"gap_{f}_ci_lo"], r[f"gap_{f}_ci_hi"]), "n/a")
              for f in ("final", "final_with_head")}}
 
 

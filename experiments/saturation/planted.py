@@ -1,13 +1,10 @@
 """The planted arms (``saturation_planted``): arms of width d and weight decay λ
-(``planted_presets``; each its own run, or the arms of one shape one run of members) trained on
-fresh tokens of a planted mixture language, every checkpoint measured on fixed validation
-windows (``planted_measure``), each arm read out against its rank floor floor(d). Outputs in
-OUT: ``planted_checkpoints.csv``, ``planted_arms.csv`` (per arm: the rise with its CI, verdict
-and null level, the head at its peak, gap to the floor, the checkpoints used),
-``planted_floor<tag>.csv`` (per language), ``planted_meta.json`` (knobs, languages),
-``summary.json`` (per arm its verdicts; per replicated arm the seed bounds and spread of its
-rise; ``rule``: the verdict of the width-order rule, ``rise_rule``, over the float32 arms of the
-preset's language) and the figures ``FIGS``."""
+(``planted_presets``) trained on fresh tokens of a planted mixture language, every checkpoint
+measured on fixed validation windows (``planted_measure``), each arm read out against its rank
+floor floor(d). Outputs in OUT: ``planted_checkpoints.csv``, ``planted_arms.csv`` (per arm),
+``planted_floor<tag>.csv`` (per language), ``planted_meta.json``, ``summary.json`` (per arm its
+verdicts; per replicated arm its seed spread; ``rule``: the width-order rule's verdict,
+``rise_rule``, over the float32 arms of the preset's language) and the figures ``FIGS``."""
 
 from __future__ import annotations
 
@@ -191,8 +188,7 @@ LEVEL_COLUMNS = ["arm", "final_expected_loss", "floor", "gap_to_floor", "final_k
 
 
 def report(out, rel: str = ".") -> str:
-  """The recipe, the arms' tables and figures, the seed bounds and the rule's verdict, from
-  OUT."""
+  """The recipe, the arms' tables and figures, the seed bounds and the rule's verdict."""
   meta = json.loads((out / "planted_meta.json").read_text())
   summary = json.loads((out / "summary.json").read_text())
   k, lang = meta["knobs"], meta["language"]
@@ -201,13 +197,9 @@ def report(out, rel: str = ".") -> str:
   lines = [f"Language: V = {lang['vocab']}, M = {lang.get('n_mix')}, k = {lang['rank']}, Zipf "
            f"{lang.get('zipf', 1.0):g}, H = {fmt(lang['entropy_nats'])} nats; "
            f"{meta['tokens_per_arm']:,} fresh tokens per arm ({meta['steps']} steps of "
-           f"{k['batch']} x {k['seq_len']}), η = {k['lr']:g}. Rise R: the expected loss above "
-           f"its running minimum after {k['after']:.0%} of training (≥ 0 by construction: its "
-           f"95% CI, a paired bootstrap over {k['val_windows']} windows, is read against "
-           f"rise_null, the {rule.null_quantile:.0%} null level, with rise_p its permutation "
-           f"p; rise_verdict: the CI against {k['threshold']} nats; the onset: the first "
-           f"checkpoint {k['threshold']} nats above the running minimum). At the rise's peak: "
-           f"the centred KL(σ‖u), its jump from the rise's start, and the anisotropy.", ""]
+           f"{k['batch']} x {k['seq_len']}), η = {k['lr']:g}. rise: after {k['after']:.0%} of "
+           f"training, with its 95% CI over {k['val_windows']} windows against {k['threshold']} "
+           f"nats (rise_verdict) and its {rule.null_quantile:.0%} null level (rise_null).", ""]
   lines += md_table(arms, RISE_COLUMNS) + ["", *md_table(arms, LEVEL_COLUMNS), ""]
   lines += [f"![{s}]({rel}/{figure.name(s)})" for s in FIGS] + [""]
   lines += [f"- {a['arm']}: set aside {a['set_aside']}; its statistics use "
@@ -229,6 +221,6 @@ EXPERIMENT = Experiment("saturation_planted", PRESETS, plan, measure=measure,
                         measure_steps="all", measure_chunk=32, tables=tables, figures=draw,
                         report=report, reads_data=False, doc=__doc__)
 
-if __name__ == "__main__":  # python -m experiments.saturation.planted --preset=NAME --out=DIR
+if __name__ == "__main__":  # python -m experiments.saturation.planted
   from ..reproduce import main
   main("saturation_planted")

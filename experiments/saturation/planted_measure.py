@@ -109,8 +109,7 @@ def null_and_peak(rows: list[dict], steps: np.ndarray, total: int, k) -> dict:
 def arm_summary(rows: list[dict], train_recs: list[dict], cfg, k, floor: float,
                 entropy: float) -> dict:
   """One arm's row of planted_arms.csv: the rise with its CI and verdict (rise.py), its null
-  level and the head at its peak (``null_and_peak``), the train loss's rise, Γ at the rise
-  onset, the final values and the gap to the floor. ``k``: the preset's Knobs."""
+  level and the head at its peak, the train loss's rise, the final values and the floor gap."""
   steps, total = np.array([r["step"] for r in rows]), cfg.train.steps
   rt = rise_lib.rise_test(steps, window_losses(rows), total, threshold=k.threshold,
                           after=k.after, n_boot=k.n_boot)
@@ -163,8 +162,6 @@ def floors(lang, ranks, k) -> list[dict]:
   starts, ``sbjax.studies.floor.floor_curve``) or "svd" (``svd_bounds``)."""
   if k.floor_mode == "svd":
     return svd_bounds(lang, ranks)
-  if k.floor_mode != "fit":
-    raise ValueError(f"floor_mode={k.floor_mode!r}; use fit or svd")
   return [r.row() for r in floor_lib.floor_curve(lang, sorted(ranks), gtol=k.floor_gtol,
                                                  max_iter=k.floor_max_iter, restarts=2,
                                                  require_converged=False)]

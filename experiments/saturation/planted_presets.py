@@ -112,9 +112,8 @@ REPLICATE_ARMS = (tuple(Arm(d, 0.1, seed=s) for s in (1, 2) for d in (8, 64))
 GPU_SEEDS = {32: (0, 1, 2), 128: (0, 1), 512: (0,)}
 
 
-# the tail language's replicated width order (the preset's language is V 1024, Zipf 1.5): d8 and
-# d32 seeds 0-2 (seed 0: the earlier one-seed runs, rerun so the preset stands alone), d64 seeds
-# 0-1 at Γ 7.9, and d32 at Γ 2.4 (λ 0.03) seeds 0-1; one population per width
+# the tail language's replicated width order (V 1024, Zipf 1.5): d8 and d32 seeds 0-2, d64
+# seeds 0-1 at Γ 7.9, and d32 at Γ 2.4 (λ 0.03) seeds 0-1; one population per width
 E1_LANG = {"data.options.vocab": 1024, "data.options.zipf": 1.5}
 E1_ARMS = (tuple(Arm(d, 0.1, seed=s) for d, seeds in ((8, (0, 1, 2)), (32, (0, 1, 2)),
                                                       (64, (0, 1))) for s in seeds)
@@ -136,21 +135,16 @@ TINY = {"train.steps": 20, "train.batch_size": 4, "train.seq_len": 16, "train.lo
 TINY_KNOBS = dict(val_windows=8, n_boot=200, floor_gtol=1e-4, floor_max_iter=300)
 TEST = preset({**TINY, "train.ckpt_every": 5, "train.ckpt_log_spaced": False},
               Knobs(arms=(Arm(8, 0.03),), **TINY_KNOBS))
-CPU_PRESET = preset({}, Knobs(arms=PYTHIA_ARMS, floor_gtol=1e-4, floor_max_iter=1000))
 
 PRESETS: dict[str, Preset[Knobs]] = {
     "test": TEST, "quick": TEST,  # one arm: no smaller size than cpu's (832 s of CPU)
-    "cpu": CPU_PRESET,
+    "cpu": preset({}, Knobs(arms=PYTHIA_ARMS, floor_gtol=1e-4, floor_max_iter=1000)),
     "tpu": preset({"train.lr": 1e-3, "train.batch_size": 32, "model.n_layers": 2,
                    "train.ckpt_every": 1000, "train.log_every": 100,
                    "train.async_checkpoint": True},
                   Knobs(arms=PYTHIA_ARMS, val_windows=256, streaming=True)),
     "cpu-replicates": preset({}, Knobs(arms=REPLICATE_ARMS, floor_gtol=1e-4,
                                        floor_max_iter=1000)),
-    "test-replicates": preset({**TINY, "train.ckpt_every": 10},
-                              Knobs(arms=(Arm(8, 0.1, seed=1), Arm(8, 0.1, lang=(
-                                  ("data.options.vocab", 64), ("data.options.zipf", 1.5)))),
-                                    **TINY_KNOBS)),
     # the tail language's replicated width order and its pre-registered rule (rise_rule)
     "cpu-e1": preset(E1_LANG, Knobs(arms=E1_ARMS, floor_gtol=1e-4, floor_max_iter=1000,
                                     population=True)),

@@ -22,9 +22,6 @@ from __future__ import annotations
 import numpy as np
 from scipy.optimize import isotonic_regression
 
-VERDICTS = ("yes", "no", "inconclusive")
-
-
 def excess_over_running_min(values_K) -> np.ndarray:
   """ℓ_k − min_{j ≤ k} ℓ_j (≥ 0), along the last axis."""
   v = np.asarray(values_K, np.float64)
@@ -32,9 +29,8 @@ def excess_over_running_min(values_K) -> np.ndarray:
 
 
 def _after_mask(steps, total: int, after: float) -> np.ndarray:
+  """The checkpoints s_k ≥ after · total of the ascending ``steps``."""
   steps = np.asarray(steps)
-  if steps.ndim != 1 or np.any(np.diff(steps) <= 0):
-    raise ValueError(f"steps must be a strictly increasing 1-D sequence, got {steps.tolist()}")
   mask = steps >= after * total
   if not mask.any():
     raise ValueError(f"no checkpoint at or after {after:.0%} of training ({after * total:g} of "
@@ -52,9 +48,6 @@ def rise_test(steps, losses_KxW, total: int, *, threshold: float = 0.02, after: 
               n_boot: int = 2000, ci: float = 0.95, seed: int = 0) -> dict:
   """{rise, ci_lo, ci_hi, verdict, onset_step, peak_step} of the window means (module doc)."""
   losses, steps = np.asarray(losses_KxW, np.float64), np.asarray(steps)
-  if losses.ndim != 2 or losses.shape[0] != steps.shape[0]:
-    raise ValueError(f"losses must be (checkpoints K={steps.shape[0]}, windows W), got "
-                     f"{losses.shape}")
   mask = _after_mask(steps, total, after)
   w_n = losses.shape[1]
   mean = losses.mean(axis=1)
@@ -101,11 +94,8 @@ def null_level(steps, mean_K, total: int, *, after: float = 0.3, q: float = 0.95
 
 def binned_means(record_steps, record_values, ckpt_steps) -> np.ndarray:
   """Per checkpoint s_k: the mean of the records with s_{k-1} < step ≤ s_k; NaN if none."""
-  rs, rv = np.asarray(record_steps), np.asarray(record_values, np.float64)
-  out, prev = np.full(len(ckpt_steps), np.nan), -np.inf
-  for k, s in enumerate(ckpt_steps):
-    sel = (rs > prev) & (rs <= s)
-    if sel.any():
-      out[k] = rv[sel].mean()
-    prev = s
-  return out
+  k = np.searchsorted(np.asarray(ckpt_steps), np.asarray(record_steps), side="left")
+  v, n = np.asarray(record_values, np.float64)[k < len(ckpt_steps)], len(ckpt_steps)
+  sums, counts = (np.bincount(k[k < n], weights=w, minlength=n) for w in (v, None))
+  with np.errstate(invalid="ignore"):
+    return sums / counts

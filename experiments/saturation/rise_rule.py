@@ -1,26 +1,8 @@
 """The decision rule of the planted arms' width order (Godey et al. 2024, G1, G3, G4), fixed in
 code before the runs it reads: ``RiseRule`` holds its constants, ``decide`` maps the arms' rows
-of ``planted_arms.csv`` to a verdict with its reason.
-
-An arm rises when its rise R exceeds its null level (``rise.null_level``: the ``null_quantile``
-of R over ``n_perm`` curves made of the non-increasing fit after 30% of training plus the noise
-around a moving mean over ``block`` checkpoints, permuted in blocks of ``block``). A cell (one
-width d and λ, its seeds) rises when more than half of its seeds rise. Over the arms at the
-reference λ (Γ 7.9):
-
-- the rises fall (grow) with width when Spearman's ρ(d, R) over the arms is < 0 (> 0) with a
-  two-sided permutation p ≤ ``alpha`` (every pairing of d and R when n! ≤ ``order_perms``, else
-  that many random ones), over ≥ ``min_widths`` widths;
-- a rise coincides with a spectrum jump when the head's centred KL(σ‖u) at the rise's peak
-  exceeds its value at the rise's start (the running minimum the peak is measured from) by ≥
-  ``kl_jump`` nats; the rises coincide when every rising arm's does;
-- the rise needs Γ 7.9 when, at every width with arms at both λ, the reference cell rises and
-  no arm at the lower λ does.
-
-Verdict, in this order: "refutes" (no arm rises: the refutation extends to this language);
-"supports" (the rises fall with width and coincide with a spectrum jump: Godey's mechanism);
-"optimiser" (they grow with width or need Γ 7.9: the optimiser's rise, not the bottleneck's);
-"undecided" when neither or both of the last two hold."""
+of ``planted_arms.csv`` to a verdict with its reason, ``rule_text`` states it (the report's).
+An arm rises when its rise R exceeds its null level (``rise.null_level``); a cell (one width d
+and λ, its seeds) rises when more than half of its seeds rise."""
 
 from __future__ import annotations
 
@@ -71,7 +53,7 @@ def _cells(arms: list[dict]) -> dict:
 
 
 def decide(arms: list[dict], rule: RiseRule, ref_weight_decay: float) -> dict:
-  """The verdict (module doc) from rows with d, weight_decay, rise, rise_above_null and
+  """The verdict (``rule_text``) from rows with d, weight_decay, rise, rise_above_null and
   kl_centred_jump (one language, one dtype)."""
   ref = [a for a in arms if float(a["weight_decay"]) == ref_weight_decay]
   cells = _cells(arms)

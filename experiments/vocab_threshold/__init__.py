@@ -1,28 +1,19 @@
 r"""Vocabulary threshold: is Godey et al.'s "about 1000 dimensions" a constant, or does the rank a
 head needs grow with the vocabulary V?
 
-For each V of the preset a sentencepiece tokenizer of V pieces is trained on the corpus
-(``--data``; the token-file presets read ``--data=DIR`` of V<V>/train.uint16.bin,
-val.uint16.bin and tokenizer.model) and a head-rank sweep (``sbjax.studies.head_rank``) trains
-into ``OUT/runs/V<V>/``. Per V (``rstar``): r*(V) against the reference head at a tolerance of
-TOL_CHAR nats per character, its margins, and r_0.6(V) of the centred dense head; with the
-preset's ``ngram`` knobs the exact bigram r*(V) beside it (``bigram``). Across V: log-log fits
-of r*, r_0.6 (and the bigram r*), the slopes the rank grid allows, and whether beta = 0 lies
-outside two standard errors. Outputs in OUT: ``vocab_threshold.csv`` (one row per V),
-``runs.csv`` (every run, with V and trunk seed), ``V<V>/head_rank.csv`` and
-``V<V>/full_head.npy`` (each V's sweep, as head_rank writes it; ``V<V>-seed1/``: the second
-trunk seed's, at the preset's ``reseed`` V), ``ngram.csv``, ``rstar_cells.csv`` (the
-pre-registered rule's cells, ``rule.py``: per V and trunk seed the margins deciding r*, their
-validation standard errors, the start movement between the trunk seeds, reliable or not),
-``summary.json`` (with the rule's verdict, ``decision``) and ``fig_vocab_threshold``.
+For each V a sentencepiece tokenizer of V pieces is trained on the corpus (``--data``; the
+token-file presets read ``--data=DIR`` of V<V>/{train,val}.uint16.bin and tokenizer.model) and
+a head-rank sweep (``sbjax.studies.head_rank``) trains into ``OUT/runs/V<V>/``. Per V
+(``rstar``): r*(V) at a tolerance of TOL_CHAR nats per character, its margins, r_0.6(V) of the
+centred dense head, with ``ngram`` the exact bigram r*(V) (``bigram``); across V the log-log
+fits and the slopes the rank grid allows; the pre-registered rule's cells and verdict
+(``rule``). Outputs in OUT: ``vocab_threshold.csv`` (one row per V), ``runs.csv``,
+``V<V>[-seed1]/head_rank.csv`` and ``full_head.npy`` (each sweep's), ``ngram.csv``,
+``rstar_cells.csv``, ``summary.json`` and ``fig_vocab_threshold``.
 
 The bigram-n presets train nothing: the exact bigram r*(V, N) at each V and data fraction
-(``bigram``; each V computed once, ``OUT/memo``): ``bigram_n_fits.csv`` (every fit of the
-searches), ``bigram_n_checks.csv`` (the start check's refits), ``bigram_n_cells.csv`` (one row
-per (V, fraction), with the margins of r* and lo to the tolerance and how far the second start
-moved them, their validation standard errors and whether the rule finds them reliable),
-``summary.json`` (per V the rule's verdict on "r* moves with N", ``decision``) and
-``fig_bigram_n``.
+(``bigram``): ``bigram_n_fits.csv``, ``bigram_n_checks.csv`` (the start check's refits),
+``bigram_n_cells.csv``, ``summary.json`` (per V the rule's verdict) and ``fig_bigram_n``.
 """
 
 from __future__ import annotations

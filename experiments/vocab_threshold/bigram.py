@@ -1,24 +1,18 @@
 r"""The exact bigram r* at each V, no training (``sbjax.studies.ngram_floor``): the add-k
 smoothed bigram of the train tokens fitted by rank-r logit matrices and scored on the validation
 counts, val(r); r* = the smallest rank with val(r) <= val_full + tol_token (val_full: the
-full-rank smoothed bigram's score; tol_token: the trained r*'s tolerance).
+full-rank smoothed bigram's score).
 
-``NgramKnobs`` (beside the trained sweeps): ``lean`` fits (svd + warm start per rank,
-``max_iter`` iterations), each an upper bound on the train floor; none within tolerance:
-censored at the largest rank.
+``NgramKnobs`` (beside the trained sweeps): ``lean`` fits, each an upper bound on the train
+floor; none within tolerance: censored at the largest rank.
 
 ``BigramNKnobs``: r*(V, N) over nested data fractions f of the train tokens (blocks of
-``block`` tokens whose index mod ``period`` < f·period, one stream each). Each rank is fitted
-to ``gtol`` (``sbjax.studies.bigram_fit``), r* searched by ``bigram_rstar.gallop`` from the
-previous fraction's r* (warm starts from that fraction's fits), so r* lies in (lo, r*]. The
-start check: the cell's decisive fits (at r* and lo) nearest the tolerance (``check`` of them)
-are fitted again from a second start (svd, or a seeded random start where the search's began
-at svd) with ``check_cap`` x the iteration cap: ``flips`` (a converged refit lands on the other
-side of the tolerance), ``unconverged``, ``agrees`` or ``off``; ``check_ok`` when its decisive
-fits converged and its check agrees or is off. ``se_at_r_star`` / ``se_at_lo``: the validation
-standard errors of the decisive excesses (``rule.block_se`` of the per-pair differences
-log P_k(v|c) − log q_r(v|c) over the validation pairs the excess averages). Whether a cell is
-reliable, and the verdict per V, is ``rule.py``'s.
+``block`` tokens whose index mod ``period`` < f·period). Each rank is fitted to ``gtol``
+(``sbjax.studies.bigram_fit``), r* searched by ``bigram_rstar.gallop`` from the previous
+fraction's r*, so r* lies in (lo, r*]. The start check: the decisive fits (at r* and lo)
+nearest the tolerance (``check`` of them) fitted again from a second start with ``check_cap`` x
+the cap: ``flips``, ``unconverged``, ``agrees`` or ``off``. ``se_at_r_star`` / ``se_at_lo``:
+``rule.block_se`` of the per-pair differences log P_k(v|c) − log q_r(v|c) (``pair_diffs``).
 """
 
 from __future__ import annotations
@@ -47,7 +41,7 @@ class NgramKnobs:
 def ngram_columns(train, val, vocab: int, k: NgramKnobs, tol: float) -> tuple[list, dict]:
   """(one row per rank, the n-gram columns of vocab_threshold.csv)."""
   rows = [{"V": int(vocab), **r} for r in nf.ngram_floor_rows(
-      train, val, vocab, k.ranks, n=1, add_k=k.add_k, lean=True, max_iter=k.max_iter,
+      train, val, vocab, k.ranks, n=1, add_k=k.add_k, max_iter=k.max_iter,
       gtol=k.gtol)]
   r, top = nf.r_star(rows, tol), max(int(x["rank"]) for x in rows)
   at = {int(x["rank"]): x for x in rows}[top if r is None else r]

@@ -36,21 +36,15 @@ TEST = hr.overrides({**hr.TINY, "name": "head_rank-test", "train.steps": 6,
                      "train.eval_batches": 1})
 # the gpu presets read token files (per V: DATA/V<V>/{train,val}.uint16.bin, tokenizer.model)
 GPU_DATA = {"data.source": "tokens"}
-# cpu-e5's trunk and head steps and its eval batches (1280 windows of 64 tokens: as many as
-# V = 2048's validation split holds, 1394)
-E5_STEPS, E5_HEAD_STEPS, E5_EVAL = 1200, 300, 40
 
 PRESETS: dict[str, Preset[Knobs]] = {
-    # the test suite: head_rank's test trunk, two vocabularies (the smallest fit: two points;
-    # sentencepiece needs V >= 89 on Shakespeare, whose text has 85 distinct characters)
+    # head_rank's test trunk at two V (sentencepiece needs V >= 89 on Shakespeare)
     "test": Preset(hr.BASE, TEST, Knobs(vocabs=(96, 128), plan=_b((1,), (3e-3, 3e-2)))),
     # the model and LR grid of head_rank's quick preset
     "quick": Preset(hr.BASE, hr.overrides({**hr.TINY, "name": "head_rank-quick",
                                            "train.steps": 12, "train.eval_batches": 2}),
                     Knobs(vocabs=(64, 96), plan=_b((1,), (3e-3, 3e-2)))),
-    # one d=64 trunk per V (protocol full, the dense head), then protocol (a) rank-r heads on
-    # it at two head lrs, r* against the protocol-(a) r = d = 64 head. One trunk seed, so no
-    # start movement: the rule leaves every cell undecided (docs/results/vocab_threshold.md).
+    # one d=64 trunk per V, protocol (a) heads at two head lrs, r* against the (a) r = d head
     "cpu": Preset(hr.BASE, hr.overrides({"name": "vocab_threshold-cpu", "train.steps": 600,
                                          "train.warmup_steps": 60}),
                   Knobs(vocabs=(256, 512, 1024, 2048),
@@ -58,17 +52,17 @@ PRESETS: dict[str, Preset[Knobs]] = {
                                       head_lrs=(1e-2, 3e-2), head_steps=300,
                                       protocols=("a",)),
                         ngram=NgramKnobs(ranks=(4, 8, 16, 32, 64, 128), max_iter=40))),
-    # the science issue's E5: is the trained r*(V) a constant when the trunk does not bind?
-    # A d=128 trunk per V (the old cpu's r* = 48 sat below its d = 64), protocol (a) heads of
-    # rank 16..128 (the reference: the rank-128 head), each rank at the head lr that won for
-    # it, and a second trunk seed at V = 1024 (the start movement of the rule, rule.py).
+    # E5: is the trained r*(V) a constant when the trunk does not bind? A d=128 trunk per V,
+    # protocol (a) heads of rank 16..128 (the reference: rank 128) at their best head lr, a
+    # second trunk seed at V = 1024 (the rule's start movement); 40 eval batches: 1280 windows
+    # of 64 tokens, as many as V = 2048's validation split holds
     "cpu-e5": Preset(hr.BASE, hr.overrides({"name": "vocab_threshold-cpu-e5",
-                                            "model.d_model": 128, "train.steps": E5_STEPS,
+                                            "model.d_model": 128, "train.steps": 1200,
                                             "train.warmup_steps": 100,
-                                            "train.eval_batches": E5_EVAL}),
+                                            "train.eval_batches": 40}),
                      Knobs(vocabs=(256, 1024, 2048), reseed=(1024,),
                            plan=hr.Knobs(ranks=(16, 24, 32, 48, 64, 96, 128), lrs=(3e-3,),
-                                         head_lrs=(3e-3, 1e-2, 3e-2), head_steps=E5_HEAD_STEPS,
+                                         head_lrs=(3e-3, 1e-2, 3e-2), head_steps=300,
                                          protocols=("a",)))),
     # its test-size twin: the test trunk (d = 4) at V 96 and 128, heads of rank 2 and 4 at two
     # head lrs, a second trunk seed at V = 128; blocks of 32 tokens (2 of the 16-token windows)
@@ -85,14 +79,9 @@ PRESETS: dict[str, Preset[Knobs]] = {
                                          "train.eval_batches": 32}),
                   Knobs(vocabs=(512, 1024, 2048, 4096, 8192, 16384, 32768),
                         plan=_b((8, 16, 32, 64, 128, 256), (3e-4, 1e-3, 3e-3)))),
-    # one H200 (docs/operations.md; --budget_s=450 stops it cleanly, a rerun resumes): the
-    # token files of the Shakespeare corpus (--data=DIR of V<V>/: train.uint16.bin,
-    # val.uint16.bin, tokenizer.model), a d=512, 6-layer trunk per V evaluated and
-    # checkpointed every 200 steps (protocol (a)'s trunk: its best validation checkpoint), then
-    # protocol (a) heads at ranks 16..512 x head lr {1e-2, 3e-2} as ONE population of 20
-    # padded heads per V (sbjax.heads.padded_lowrank); bfloat16 compute (parameters, softmax
-    # and loss float32), asynchronous checkpoints (23.6 GiB in all). Evaluation: 4 batches of
-    # 64 windows, which every V's validation split holds without repeating a window.
+    # one H200 (docs/operations.md), token files: a d=512, 6-layer bfloat16 trunk per V (its
+    # best validation checkpoint), then protocol (a) heads at ranks 16..512 x two head lrs as
+    # ONE population of padded heads per V (sbjax.heads.padded_lowrank)
     "gpu": Preset(hr.BASE, {**hr.overrides({**GPU_DATA, "name": "vocab_threshold-gpu",
                                             "model.d_model": 512, "model.n_layers": 6,
                                             "model.n_heads": 8, "model.max_len": 256,
@@ -106,9 +95,7 @@ PRESETS: dict[str, Preset[Knobs]] = {
                         plan=hr.Knobs(ranks=(16, 32, 48, 64, 96, 128, 192, 256, 384, 512),
                                       lrs=(1e-3,), head_lrs=(1e-2, 3e-2), head_steps=400,
                                       protocols=("a",), head_population=True, trunk="best"))),
-    # its test-size twin: the test trunk (d = 4) on token files at V 96 and 128, evaluated and
-    # checkpointed every 3 of its 6 steps; protocol (a) heads at ranks 2 and 4 (= d, the
-    # reference) x the two head lrs as one padded population
+    # its test-size twin: the test trunk (d = 4) on token files at V 96 and 128
     "gpu-test": Preset(hr.BASE, {**TEST, **GPU_DATA, "train.eval_every": 3,
                                  "train.ckpt_every": 3, "train.async_checkpoint": True},
                        Knobs(vocabs=(96, 128),
@@ -116,8 +103,7 @@ PRESETS: dict[str, Preset[Knobs]] = {
                                            head_steps=4, protocols=("a",),
                                            head_population=True, trunk="best"))),
     # the exact bigram r*(V, N), no training: V in {256, 1024, 2048} x the nested data
-    # fractions {1/4, 1/2, 1}; fits to gtol 1e-5 took 500-1290 L-BFGS iterations at V = 256
-    # and 1024 (2-47 s of CPU each), ~0.09 s an iteration at V = 2048, r = 32 (cap 1500)
+    # fractions {1/4, 1/2, 1}
     "cpu-bigram-n": Preset(hr.BASE, hr.overrides({"name": "vocab_threshold-bigram-n"}),
                            Knobs(vocabs=(256, 1024, 2048), plan=None,
                                  bigram_n=BigramNKnobs(fractions=(0.25, 0.5, 1.0),

@@ -1,23 +1,17 @@
 r"""vocab_threshold's trained r*(V), r_0.6(V) and their fits across V.
 
-Per V, c(V) = characters per token of the validation stream (its decoded text's length over its
-tokens) and tol_token = TOL_CHAR · c(V): every V is compared at the same precision per
-character. r*(V) = the smallest rank whose best-LR validation loss L(r) <= L_ref + tol_token,
-L_ref = the protocol-(a) rank-d head when the sweep has protocol a (the same parameterisation
-and steps as the rank-r heads), else the dense head; the dense run counts as rank d (r* = d:
-censored). The margins: L_ref + tol_token − L(r*) and L(r−) − (L_ref + tol_token) at the grid
-rank r− below r*. r_0.6(V) = the smallest k with W-error(k) <= 0.6 of the centred dense head
-W − 1 w̄ᵀ (a shift of every row adds aᵀh to every logit, which softmax ignores);
+Per V, tol_token = TOL_CHAR · c(V), c(V) the characters per validation token: every V is
+compared at the same precision per character. r*(V) = the smallest rank whose best-LR
+validation loss L(r) <= L_ref + tol_token, L_ref = the protocol-(a) rank-d head when the sweep
+has protocol a, else the dense head (r* = d: censored). r_0.6(V) = the smallest k with
+W-error(k) <= 0.6 of the centred dense head W − 1 w̄ᵀ (softmax ignores a shift of every row);
 ``r_werror06_raw``: of W itself.
 
-Fit: log r = beta log V + c by least squares, beta = S_xy / S_xx, se = sqrt(SSR / (n − 2) /
-S_xx) (NaN for n < 3). On its rank grid each r* lies in (r−, r*]; beta is linear in log r, so the
-slopes those intervals allow span [beta_lo, beta_hi], reached at corners (``slope_range``).
-
-The rule's cell of one sweep (``cell``; ``rule.py``): its margins, their validation standard
-errors (the block bootstrap of the per-window loss differences of the deciding runs against
-the reference run, on the evaluation's own windows: ``window_losses``, whose mean is the run's
-eval_loss) and its excess at every rank (the start movement compares them across seeds).
+Fit: log r = beta log V + c by least squares, se = sqrt(SSR / (n − 2) / S_xx) (NaN for n < 3).
+Each r* lies in (r−, r*] on its rank grid, so the slopes span [beta_lo, beta_hi], reached at
+corners (``slope_range``). ``cell``: the rule's cell of one sweep (``rule.py``), its standard
+errors from the per-window losses of the deciding runs against the reference (``window_losses``,
+the evaluation's own windows).
 """
 
 from __future__ import annotations
@@ -26,6 +20,7 @@ import math
 
 import jax
 import numpy as np
+from scipy.stats import linregress
 
 from sbjax import checkpoint as ckpt
 from sbjax.model import Model
@@ -66,17 +61,14 @@ def thresholds(rows: list, w, cpt: float, tol_char: float, w_level: float) -> tu
 
 
 def loglog_fit(v, r) -> dict:
-  """Least squares log r = beta log V + c; beta's standard error from the residuals."""
-  x, y = np.log(np.asarray(v, np.float64)), np.log(np.asarray(r, np.float64))
-  n = len(x)
+  """Least squares log r = beta log V + c (``scipy.stats.linregress``); beta's standard error
+  from the residuals (NaN for n < 3)."""
+  n = len(v)
   if n < 2:
     return {"beta": math.nan, "beta_se": math.nan, "log_c": math.nan, "n": n}
-  sxx = float(np.sum((x - x.mean()) ** 2))
-  beta = float(np.sum((x - x.mean()) * (y - y.mean())) / sxx)
-  c = float(y.mean() - beta * x.mean())
-  ssr = float(np.sum((y - (beta * x + c)) ** 2))
-  return {"beta": beta, "beta_se": math.sqrt(ssr / (n - 2) / sxx) if n > 2 else math.nan,
-          "log_c": c, "n": n}
+  f = linregress(np.log(np.asarray(v, np.float64)), np.log(np.asarray(r, np.float64)))
+  return {"beta": float(f.slope), "beta_se": float(f.stderr) if n > 2 else math.nan,
+          "log_c": float(f.intercept), "n": n}
 
 
 def slope_range(v, grids, r_stars) -> list[float]:

@@ -1,33 +1,20 @@
-r"""The pre-registered rule: when an r* is reliable, and what the reliable cells say about
-"r* moves" (with V for the trained r*, with the data size N for the exact bigram r*).
+r"""The pre-registered rule (``Rule``, its words ``Rule.text``): when an r* is reliable, and
+what the reliable cells say about "r* moves" (with V for the trained r*, with the data size N
+for the exact bigram r*).
 
 A cell (one V and trunk seed; one V and data fraction for the bigram) reads r* on a rank grid
-as the interval (r_below, r*]. Two gaps to the tolerance decide it, each a **margin**:
-margin_at_r_star = tol − excess(r*) (r* passes) and margin_below = excess(r_below) − tol
-(the rank below fails), excess(r) = loss(r) − the reference's loss. A margin is clear when
+as the interval (r_below, r*], decided by two margins, margin_at_r_star = tol − excess(r*) and
+margin_below = excess(r_below) − tol (excess(r) = loss(r) − the reference's loss). A margin is
+clear when margin > n_se · se and margin > moved (se: its validation standard error,
+``block_se``; moved: the start movement, the largest change of a deciding excess between two
+starts); NaN is not clear. A cell is reliable when every margin it has is clear and, for the
+bigram, its start check agreed (``check_ok``). ``decide``: supports when two reliable cells at
+different V (N) have disjoint intervals, refutes when every cell is reliable and uncensored
+with one r*, else undecided.
 
-    margin > n_se · se   and   margin > moved,
-
-se: its excess's validation standard error (``block_se``), moved: the **start movement**, the
-largest change of a deciding excess between two starts (the trained r*: the two trunk seeds
-at the V that has both, over the ranks that decide either seed's r*; the bigram: a second
-optimiser start, the largest over the study's cells). A NaN (no second start, fewer than two
-bootstrap blocks) is not clear. A cell is **reliable** when every margin it has is clear
-(no margin below when r* is the grid's smallest rank; none at r* when r* is censored, i.e.
-the reference rank itself or above the grid) and, for the bigram, its fits converged and its
-start check agreed (``check_ok``).
-
-The verdict (``decide``), from the reliable cells only: **supports** "r* moves" when two of
-them at different V (N) have disjoint intervals (direction: grows / shrinks / mixed);
-**refutes** it when every cell is reliable and uncensored with one r*; otherwise
-**undecided**. ``rests_on`` names the cells the verdict rests on: the disjoint pair, the
-tightest cell (smallest margin over its threshold), or the cells that are not reliable.
-
-``block_se``: the block bootstrap over the validation stream. The per-unit paired differences
-(per token for the bigram, per evaluation window for a trained head, both in stream order)
-are cut into consecutive blocks of about ``block_tokens`` tokens (the remainder dropped); the
-standard error of their mean under resampling nb blocks with replacement is, exactly (the
-bootstrap's limit of infinitely many resamples), sd(block means; ddof 0) / sqrt(nb).
+``block_se``: the per-unit paired differences (in stream order) cut into consecutive blocks of
+about ``block_tokens`` tokens (the remainder dropped); the block bootstrap's standard error of
+their mean in its limit of infinitely many resamples, sd(block means; ddof 0) / sqrt(nb).
 """
 
 from __future__ import annotations

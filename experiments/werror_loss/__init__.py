@@ -3,9 +3,8 @@ runs against the W-error of the sweep's full-rank (dense) head W (``full_head.np
 
     W-error(r) = sqrt(sum_{i>r} sigma_i^2) / ||W||_F   (sigma: the singular values of W).
 
-The sweep (``experiments.head_rank``) is read from the preset's ``head_rank_dir``, else from
-OUT/../head_rank when that holds head_rank's finished run at the same preset (the suite runs it
-first), else its groups are trained into OUT itself. Per protocol, r* = the smallest rank whose
+The sweep (``experiments.head_rank``) is read from OUT/../head_rank when that holds head_rank's
+finished run at the same preset (the suite runs it first), else trained into OUT itself. Per protocol, r* = the smallest rank whose
 loss is within ``tol`` (relative) of the full-rank loss and r- the next smaller rank: the
 threshold (0.6) is consistent with the runs when W-error(r*) <= 0.6 <= W-error(r-). Outputs in
 OUT: ``werror_loss.csv`` (protocol, rank, w_error, eval_loss, eval_acc, lr, rel_excess =
@@ -33,8 +32,6 @@ CSV, CURVE, SUMMARY = "werror_loss.csv", "werror_curve.csv", "summary.json"
 
 def source(ctx):
   """The folder of the sweep this reads (module doc); ``ctx.out``: trained here."""
-  if ctx.knobs.head_rank_dir:
-    return upath(ctx.knobs.head_rank_dir)
   sib = ctx.out.parent / "head_rank"
   ran = json.loads((sib / "run.json").read_text()) if (sib / "run.json").exists() else {}
   same = ran.get("experiment") == "head_rank" and ran.get("preset") == ctx.preset_name

@@ -1,5 +1,5 @@
 """werror_loss's presets: head_rank's (the sweep it reads, or trains when it finds none), with
-the W-error threshold, the loss tolerance and the folder of the sweep to read."""
+the W-error threshold and the loss tolerance."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from ..head_rank.presets import PRESETS as SWEEPS
 class Knobs(SweepKnobs):
   threshold: float = 0.6  # Godey et al. (2024), Fig. 8: the W-error level
   tol: float = 0.02  # r* = the smallest rank with loss <= (1 + tol) * full-rank loss
-  head_rank_dir: str = ""  # the sweep's folder; "": OUT/../head_rank (module doc) or OUT
 
 
 PRESETS: dict[str, Preset[Knobs]] = {

@@ -1,56 +1,37 @@
 """The data an analysis measures on: the run's own, or tokens / data overrides, never
 synthetic data silently.
 
-* ``--tokens=FILE`` (``Settings.tokens``): the evaluation sample (and the collapse train
-  sample) are windows of FILE (``sbjax.data.tokens``: an integer ``.npy`` [n, T+1], whose
-  rows set T, or a flat ``.bin``/``[N]`` stream cut at the run's train.seq_len), in file
-  order. Ids must lie below model.vocab_size.
-* ``--data.KEY=VALUE`` (``Settings.data``): ``--data.source``, ``--data.seq_len`` and the
-  fields of the source's options, e.g. ``--data.source=text --data.path=DIR
-  --data.tokenizer=tokenizer.json`` (``--data.path`` is ``data.options.path``: a text corpus
-  tokenised with the model's tokenizer), applied by the one override path.
-* An **imported** workdir (``experiments.convert --from_hf``: ``WORKDIR/import.json``, or a
-  params-only checkpoint) whose config still holds synthetic data (a source that says it is
-  ``synthetic``: the planted languages) is refused when a metric group reads data (loss,
-  anisotropy, collapse, cka): a pretrained model measured on planted tokens gives
-  plausible, meaningless numbers. Weight-only groups (spectrum, per) need no data. A text
-  corpus for an import is tokenised with the model's tokenizer: ``--data.tokenizer``, else
-  the ``WORKDIR/tokenizer.json`` the import copied from the series; never a new one.
+* ``--tokens=FILE`` (``Settings.tokens``): the samples are windows of FILE in file order (an
+  integer ``.npy`` [n, T+1], whose rows set T, or a flat ``.bin`` cut at train.seq_len).
+* ``--data.KEY=VALUE`` (``Settings.data``): ``source``, ``seq_len`` and the fields of the
+  source's options (``--data.path`` is ``data.options.path``), by the one override path.
+* An imported workdir whose config still holds synthetic data is refused when a metric group
+  reads data (a pretrained model on planted tokens gives meaningless numbers); a text corpus
+  for an import is tokenised with the model's own tokenizer, never a new one.
 
-With overrides, data files (tokenizer copy, token caches) go to ``OUT/data``, not the
-workdir; the effective config (and the token file's content hash) enter the cache key.
+With overrides, data files (tokenizer copy, token caches) go to ``OUT/data``, not the workdir.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from sbjax import checkpoint as ckpt
 from sbjax import overrides
 from sbjax.config import Config
+from sbjax.convert import integrity
 from sbjax.data import sources as data_sources
 from sbjax.data import tokens as tokens_lib
 from sbjax.paths import upath
 
 
 def is_import(workdir) -> bool:
-  """True for a workdir written by ``experiments.convert --from_hf`` (an import record,
-  or a finished checkpoint without optimizer state)."""
-  workdir = upath(workdir)
-  if (workdir / "import.json").is_file():
-    return True
-  steps = ckpt.list_steps(workdir)
-  if not steps:
-    return False
-  d = ckpt.ckpt_dir(workdir) / str(steps[-1])
-  return (d / ckpt.COMMIT_FILE).is_file() and not (d / "opt").exists()
+  """True for a workdir written by ``experiments.convert --from_hf`` (its import record)."""
+  return (upath(workdir) / integrity.RECORD).is_file()
 
 
 def parse_overrides(items) -> dict:
-  """{"data": {dotted key: text}, "seq_len": int | None} of ``KEY=VALUE`` strings
-  (``--data.KEY=VALUE``): KEY ``source``, ``seq_len``, or a field of the source's options,
-  ``path`` or ``options.path`` alike; the one override path types and checks them
-  (``sbjax.overrides``: an unknown key names the nearest one)."""
+  """{"data": {dotted key: text}, "seq_len": int | None} of ``KEY=VALUE`` strings: KEY
+  ``source``, ``seq_len``, or a field of the source's options (``path`` or ``options.path``)."""
   data, seq_len = {}, None
   for item in items:
     key, sep, value = str(item).partition("=")

@@ -1,29 +1,20 @@
-"""Figures drawn from the analysis outputs (metrics.csv, spectrum.npz), matplotlib Agg.
+"""Figures of analysis rows (metrics.csv, spectrum.npz), matplotlib Agg.
 
-Every function takes ONE run or a LIST of runs (to overlay widths, e.g. the
-saturation experiment). A run is any of:
-
-* a path to ``metrics.csv``, to an analysis directory (holding metrics.csv and
-  spectrum.npz), or to a workdir (its ``analysis/`` is used);
-* a list of row dicts (as returned by ``analyze_run`` / ``read_csv``);
-* for the heat-map: a dict with ``steps`` and ``normalized_top`` arrays.
-
-Steps are plotted on a symmetric-log x axis (linear below 1), so step 0 is shown.
+Every function takes a LIST of runs (one, or several to overlay widths, e.g. the saturation
+experiment) and their labels. A run is a list of row dicts (as returned by ``analyze_run`` /
+``read_csv``); for the heat-map a dict with ``steps`` and ``normalized_top`` arrays. Steps are
+plotted on a symmetric-log x axis (linear below 1), so step 0 is shown.
 
 * :func:`plot_loss_anisotropy` - eval loss vs step, points coloured by the
   last-layer anisotropy (Godey et al. 2024, Fig. 3).
 * :func:`plot_spectrum_heatmap` - sigma_i / sigma_1 of the head over steps (Fig. 4).
 * :func:`plot_kl_uniform` - KL(sigma || uniform) of the head vs step (Fig. 5).
-* :func:`draw_run` - the three figures of one analysis directory.
+* :func:`draw_run` - the three figures of one analysis.
 """
 
 from __future__ import annotations
 
-import io
 import math
-import os
-from pathlib import Path
-from typing import Sequence
 
 import matplotlib
 
@@ -32,8 +23,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib import colors as mcolors  # noqa: E402
 
-from sbjax.analysis.table import read_csv  # noqa: E402
-from sbjax.atomic import atomic_path, is_local  # noqa: E402
+from sbjax.atomic import atomic_path  # noqa: E402
 from sbjax.paths import upath  # noqa: E402
 
 FIGURES = {"loss_anisotropy": "fig_loss_anisotropy.png",
@@ -47,62 +37,6 @@ def _save(fig, path, **kwargs):
   with atomic_path(path) as tmp:
     fig.savefig(tmp, format="png", **kwargs)
   plt.close(fig)
-  return Path(path) if is_local(path) else upath(path)
-
-
-def _analysis_dir(p: Path) -> Path:
-  if p.is_file():
-    return p.parent
-  if (p / "metrics.csv").exists():
-    return p
-  return p / "analysis"
-
-
-def _is_run(x) -> bool:
-  if isinstance(x, (str, os.PathLike)):
-    return True
-  if isinstance(x, dict):
-    return True
-  return isinstance(x, list) and (not x or isinstance(x[0], dict))
-
-
-def _as_list(runs):
-  return [runs] if _is_run(runs) else list(runs)
-
-
-def _labels(runs, labels):
-  if labels is not None:
-    labels = list(labels)
-    if len(labels) != len(runs):
-      raise ValueError(f"{len(labels)} labels for {len(runs)} runs")
-    return labels
-  out = []
-  for i, r in enumerate(runs):
-    if isinstance(r, (str, os.PathLike)):
-      d = _analysis_dir(upath(r))
-      out.append(d.parent.name if d.name == "analysis" else d.name)
-    else:
-      out.append(f"run {i}")
-  return out
-
-
-def load_rows(run) -> list[dict]:
-  if isinstance(run, (str, os.PathLike)):
-    p = upath(run)
-    return read_csv(p if p.suffix == ".csv" else _analysis_dir(p) / "metrics.csv")
-  return list(run)
-
-
-def load_spectrum(run) -> dict:
-  if isinstance(run, dict):
-    return {"steps": np.asarray(run["steps"]), "normalized_top": np.asarray(run["normalized_top"])}
-  p = upath(run)
-  f = p if p.suffix == ".npz" else _analysis_dir(p) / "spectrum.npz"
-  if not f.exists():
-    raise FileNotFoundError(f"no spectrum.npz for {run}: {f} does not exist "
-                            "(run the analysis with the 'spectrum' group)")
-  with np.load(io.BytesIO(f.read_bytes())) as z:
-    return {"steps": z["steps"], "normalized_top": z["normalized_top"]}
 
 
 def _col(rows, key):
@@ -116,11 +50,9 @@ def _step_axis(ax, steps):
   ax.set_xlabel("training step (symlog)")
 
 
-def plot_loss_anisotropy(runs, path, labels=None, title="Loss vs step, coloured by anisotropy"):
+def plot_loss_anisotropy(runs, path, labels, title="Loss vs step, coloured by anisotropy"):
   """Godey Fig. 3: eval loss vs step, the colour of each checkpoint = anisotropy_last."""
-  runs = _as_list(runs)
-  labels = _labels(runs, labels)
-  data = [load_rows(r) for r in runs]
+  data = list(runs)
   an_all = np.concatenate([_col(r, "anisotropy_last") for r in data])
   finite = an_all[np.isfinite(an_all)]
   norm = mcolors.Normalize(vmin=float(finite.min()) if finite.size else 0.0,
@@ -142,16 +74,15 @@ def plot_loss_anisotropy(runs, path, labels=None, title="Loss vs step, coloured 
   if len(runs) > 1:
     ax.legend(fontsize=8)
   fig.tight_layout()
-  return _save(fig, path, dpi=110)
+  _save(fig, path, dpi=110)
 
 
-def plot_kl_uniform(runs, path, labels=None, title="Head spectrum: KL(sigma || uniform)"):
+def plot_kl_uniform(runs, path, labels, title="Head spectrum: KL(sigma || uniform)"):
   """Godey Fig. 5: KL(p || u) of the head's normalised singular values vs step."""
-  runs = _as_list(runs)
-  labels = _labels(runs, labels)
+  runs = list(runs)
   fig, ax = plt.subplots(figsize=(6.4, 4.2))
   all_steps = []
-  for rows, lab in zip((load_rows(r) for r in runs), labels):
+  for rows, lab in zip(runs, labels):
     steps, kl = _col(rows, "step"), _col(rows, "head_kl_uniform")
     all_steps.append(steps)
     ax.plot(steps, kl, "o-", ms=3, label=lab)
@@ -161,16 +92,14 @@ def plot_kl_uniform(runs, path, labels=None, title="Head spectrum: KL(sigma || u
   if len(runs) > 1:
     ax.legend(fontsize=8)
   fig.tight_layout()
-  return _save(fig, path, dpi=110)
+  _save(fig, path, dpi=110)
 
 
-def plot_spectrum_heatmap(runs, path, labels=None, title="sigma_i / sigma_1 of the head"):
+def plot_spectrum_heatmap(runs, path, labels, title="sigma_i / sigma_1 of the head"):
   """Godey Fig. 4: heat-map of sigma_i/sigma_1 (top k) over checkpoints, one panel per run.
 
   x = checkpoint (labelled by step; checkpoints are roughly log-spaced), y = index i."""
-  runs = _as_list(runs)
-  labels = _labels(runs, labels)
-  specs = [load_spectrum(r) for r in runs]
+  specs = list(runs)
   fig, axes = plt.subplots(1, len(specs), figsize=(5.2 * len(specs) + 0.8, 4.2), squeeze=False)
   im = None
   for ax, sp, lab in zip(axes[0], specs, labels):
@@ -189,23 +118,15 @@ def plot_spectrum_heatmap(runs, path, labels=None, title="sigma_i / sigma_1 of t
     ax.set_title(f"{title}\n{lab}" if len(specs) > 1 else title, fontsize=10)
   if im is not None:
     fig.colorbar(im, ax=axes[0].tolist(), label="sigma_i / sigma_1")
-  return _save(fig, path, dpi=110, bbox_inches="tight")
+  _save(fig, path, dpi=110, bbox_inches="tight")
 
 
-def draw_run(analysis_dir, names: Sequence[str] = tuple(FIGURES)) -> dict:
-  """Draw the figures of one analysis directory from its CSV / npz; returns {name: path}.
-
-  Figures whose columns are absent (a metric group was not run) are skipped."""
-  d = upath(analysis_dir)
-  rows = read_csv(d / "metrics.csv")
-  have = set(rows[0]) if rows else set()
-  out = {}
-  if "loss_anisotropy" in names and {"eval_loss", "anisotropy_last"} <= have:
-    out["loss_anisotropy"] = plot_loss_anisotropy(rows, d / FIGURES["loss_anisotropy"],
-                                                  labels=[d.parent.name])
-  if "kl_uniform" in names and "head_kl_uniform" in have:
-    out["kl_uniform"] = plot_kl_uniform(rows, d / FIGURES["kl_uniform"], labels=[d.parent.name])
-  if "spectrum_heatmap" in names and (d / "spectrum.npz").exists():
-    out["spectrum_heatmap"] = plot_spectrum_heatmap(d, d / FIGURES["spectrum_heatmap"],
-                                                    labels=[d.parent.name])
-  return out
+def draw_run(out, rows: list, spectrum: dict | None) -> None:
+  """The figures of one analysis into ``out`` (those whose columns the rows have)."""
+  out, label = upath(out), [upath(out).parent.name]
+  if rows and {"eval_loss", "anisotropy_last"} <= set(rows[0]):
+    plot_loss_anisotropy([rows], out / FIGURES["loss_anisotropy"], label)
+  if rows and "head_kl_uniform" in rows[0]:
+    plot_kl_uniform([rows], out / FIGURES["kl_uniform"], label)
+  if spectrum is not None:
+    plot_spectrum_heatmap([spectrum], out / FIGURES["spectrum_heatmap"], label)

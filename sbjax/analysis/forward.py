@@ -1,20 +1,12 @@
 """The compute kernels of the analysis: grouped (vmapped) forwards, the chunked passes
-over the fixed samples, and the weight metrics.
-
-Everything here is jitted once per model config and shape and shared between
-``analyze_run`` calls (``cached_forward``, ``cached_weight_metrics``), so a rerun or a
-resumed analysis in the same process does not recompile.
-
-PER definitions (``per_mlp``, ``per_ov``): ``sbjax.analysis.layerwise.layer_pers`` (the
-float32 device path), with r = len(sigma) = min(F, D) for the MLP when ``per_mlp_r=0``
-(pico-analyze) else the top ``per_mlp_r``, and r = head_dim for the OV circuit.
-"""
+over the fixed samples, and the weight metrics, each jitted once per model config and shape
+(``cached_forward``, ``cached_weight_metrics``). PER: ``sbjax.analysis.layerwise.layer_pers``
+(the float32 device path)."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -28,42 +20,36 @@ from sbjax.analysis.settings import Settings
 from sbjax.model import Model
 
 
-def grouped_apply(model: Model, collect: Sequence[str] = ()):
-  """``jax.jit(jax.vmap(model.forward, in_axes=(0, None)))`` with ``collect``: the raw grouped
-  forward (scores, extras) over stacked params; the pipeline's reduced forward shares it."""
-  collect = tuple(collect)
-  return jax.jit(jax.vmap(lambda p, x: model.forward(p, x, collect), in_axes=(0, None)))
+EVAL_LOSS_CHUNK = 2048  # tokens per chunk of the analysis's loss when the model sets none
+
+
+def eval_model_config(mc):
+  """The model config the analysis's forwards run: ``mc`` with the token-chunked loss
+  (``loss_chunk = EVAL_LOSS_CHUNK``, ``Model.head_loss_sums``) when it has none: the same
+  float32 NLL and argmax sums as the full B·T×V log-softmax, without forming it."""
+  return mc if mc.loss_chunk else dataclasses.replace(mc, loss_chunk=EVAL_LOSS_CHUNK)
 
 
 def make_group_forward(model: Model, take: tuple, loss_rows: int):
-  """Grouped forward that returns only what the analysis keeps.
+  """Grouped forward that returns only what the analysis keeps, on ``eval_model_config``.
 
   ``take``: static tuple of (name, n_seq, last): intermediate ``name`` of the first
   ``n_seq`` sequences (all positions, or the last one). With ``loss_rows`` > 0: the sums
   of the next-token NLL and of correct argmax predictions over the first ``loss_rows``
-  sequences ("nll", "correct"). With ``model.loss_chunk`` > 0 these come from the
-  token-chunked loss (``Model.head_loss_sums``) and the K×B×T×V scores are never formed;
-  otherwise from the full log-softmax. Returns a jitted
-  ``f(stacked_params, inputs_BxT, targets_BxT) -> dict`` of arrays with a leading K axis.
+  sequences ("nll", "correct"), from the token-chunked loss (the K×B×T×V scores are never
+  formed). Returns a jitted ``f(stacked_params, inputs_BxT, targets_BxT) -> dict`` of arrays
+  with a leading K axis.
   """
+  model = Model(eval_model_config(model.cfg))
   collect = tuple(dict.fromkeys(t[0] for t in take))
-  chunked = bool(model.cfg.loss_chunk)
 
   def one(params, inputs, targets):
     out = {}
-    if chunked:
-      h, ex = model.trunk(params, inputs, collect)
-      if loss_rows:
-        y = targets[:loss_rows].reshape(-1)
-        out["nll"], out["correct"] = model.head_loss_sums(
-            params, h[:loss_rows].reshape(y.shape[0], -1), y)
-    else:
-      scores, ex = model.forward(params, inputs, collect)
-      if loss_rows:
-        logp = jax.nn.log_softmax(scores[:loss_rows].astype(jnp.float32), axis=-1)
-        t = targets[:loss_rows]
-        out["nll"] = -jnp.take_along_axis(logp, t[..., None], axis=-1).sum()
-        out["correct"] = (jnp.argmax(logp, -1) == t).astype(jnp.float32).sum()
+    h, ex = model.trunk(params, inputs, collect)
+    if loss_rows:
+      y = targets[:loss_rows].reshape(-1)
+      out["nll"], out["correct"] = model.head_loss_sums(
+          params, h[:loss_rows].reshape(y.shape[0], -1), y)
     for name, n, last in take:
       a = ex[name][..., :n, :, :]  # batch axis is -3 for L×B×T×D and B×T×D
       out[f"{name}_last" if last else name] = a[..., -1, :] if last else a
@@ -76,23 +62,10 @@ aniso_layers = jax.jit(jax.vmap(M.anisotropy_by_layer))  # K×L×N×D -> K×L
 aniso_last = jax.jit(jax.vmap(M.anisotropy))  # K×N×D -> K
 
 
-EVAL_LOSS_CHUNK = 2048  # tokens per chunk of the analysis's loss when the model sets none
-
-
-def eval_model_config(mc):
-  """The model config the analysis's forwards run: ``mc`` with the token-chunked loss
-  (``loss_chunk = EVAL_LOSS_CHUNK``, ``Model.head_loss_sums``) when it has none. The same
-  float32 NLL and argmax sums as the full B·T×V log-softmax, without forming it (1.65 GB per
-  32×256 chunk at V = 50304); on the pythia-70m grouped forward on 2 CPU cores it was also
-  ~1.5x faster (BUILD_NOTES, series analysis)."""
-  return mc if mc.loss_chunk else dataclasses.replace(mc, loss_chunk=EVAL_LOSS_CHUNK)
-
-
 @functools.lru_cache(maxsize=32)
 def cached_forward(mc, take, loss_rows: int):
-  """Jitted group forwards shared by analyze_run calls (no recompilation on reruns), on
-  ``eval_model_config(mc)``."""
-  return make_group_forward(Model(eval_model_config(mc)), take, loss_rows)
+  """``make_group_forward`` of ``mc``, shared by every caller."""
+  return make_group_forward(Model(mc), take, loss_rows)
 
 
 def weight_settings(settings: Settings) -> Settings:
@@ -107,19 +80,9 @@ def cached_weight_metrics(mc, settings: Settings):
   return make_weight_metrics(mc, settings)
 
 
-def _on_host(x) -> bool:
-  """``x`` is a host (numpy) array or a jax.Array on CPU devices only."""
-  return not isinstance(x, jax.Array) or all(d.platform == "cpu" for d in x.devices())
-
-
 def stack_params(params_list):
-  """K params pytrees stacked on a new leading axis. Checkpoints on the host or on CPU
-  devices are stacked with numpy and placed once (``jnp.stack`` compiled one small program
-  per distinct leaf shape and group size: ~2 s of a run's first group); checkpoints on an
-  accelerator are stacked there with ``jnp.stack``. Host code (no trace): the choice follows
-  where the arrays are, not ``jax.default_backend()``."""
-  if not all(_on_host(x) for x in jax.tree.leaves(params_list[0])):
-    return jax.tree.map(lambda *xs: jnp.stack(xs), *params_list)
+  """K params pytrees stacked on a new leading axis (with numpy: ``jnp.stack`` compiles one
+  small program per leaf shape and group size) and placed on the default device."""
   return jax.device_put(jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]),
                                      *params_list))
 

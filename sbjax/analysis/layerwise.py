@@ -1,9 +1,8 @@
-"""Per-layer measures over checkpoints, the one implementation shared by the run analysis
-(``analyze_run``: the ``per`` and ``cka`` groups) and the convergence experiment.
+"""Per-layer measures over checkpoints, shared by the run analysis (the ``per`` and ``cka``
+groups) and the convergence experiment.
 
-PER (proportional effective rank, ``sbjax.metrics.proportional_effective_rank``;
-``docs/metrics.md`` sections 4.2 and 4.3): with
-sigma the singular values (descending) and p_i = sigma_i / sum_{j<=r} sigma_j over the top r,
+PER (proportional effective rank, ``sbjax.metrics.proportional_effective_rank``): with sigma
+the singular values (descending) and p_i = sigma_i / sum_{j<=r} sigma_j over the top r,
 
     PER = exp(-sum_{i<=r} p_i log p_i) / r.
 
@@ -15,27 +14,16 @@ sigma the singular values (descending) and p_i = sigma_i / sum_{j<=r} sigma_j ov
   first-order change of M_h, G_h = gV_h W_O,h + W_V,h gO_h (rank <= 2 head_dim; r =
   min(2 head_dim, D) by default).
 
-One definition, two precisions (``host``):
+One definition, two precisions (``host``), equal to the float32 Gram's accuracy:
 
-* ``host=False`` (default): jax.numpy in float32 on the device, pure and vmappable (the
-  analysis runs it in one ``jit(vmap)`` over a group of checkpoints). sigma from
-  ``sbjax.metrics.singular_values`` (float32 Gram; values below ~1.4e-3 sigma_1 are its
-  noise floor, reported as 0), each D x D M_h / G_h formed explicitly.
-* ``host=True``: float64 numpy on the host, one matrix at a time: sigma(fc_out) by LAPACK
-  SVD; sigma of a product A B^T (D x D, rank <= k) as sigma(R_a R_b^T) from reduced QRs
-  A = Q_a R_a, B = Q_b R_b (exact, k x k), so no D x D matrix is decomposed. (LAPACK
-  calls inside a jitted, vmapped program, many independent SVDs XLA may run concurrently,
-  were seen to deadlock in the bundled OpenBLAS on 2-core CPUs; this path avoids them.)
-  The PER of the float64 spectra is taken in float32 with the same metric function.
+* ``host=False`` (default): jax.numpy in float32 on the device, pure and vmappable; sigma
+  from ``sbjax.metrics.singular_values`` (float32 Gram), each D x D M_h / G_h formed.
+* ``host=True``: float64 numpy on the host, one matrix at a time (no LAPACK inside a jitted
+  program): sigma(fc_out) by SVD; sigma of a product A B^T as sigma(R_a R_b^T) from reduced
+  QRs A = Q_a R_a, B = Q_b R_b (exact, k x k). The PER of the spectra is taken in float32.
 
-The two agree to the float32 Gram's accuracy (tests/unit/test_layerwise.py).
-
-CKA to a reference checkpoint (``cka_to_reference``): for K checkpoints and L layers,
-c(k, l) = CKA(A_k,l, R_l) with ``sbjax.metrics.cka_to_reference_by_layer`` (linear CKA,
-biased or debiased HSIC), A = n x D activations of the same fixed samples; the reference
-R = the final checkpoint's. ``layer_activations`` reads them from the analysis's grouped
-forward (``forward.cached_forward``) output: block l's MLP output (``mlp``) or OV-circuit
-output (``ov``), at the last position of each sequence or at all positions.
+CKA to a reference checkpoint (``cka_to_reference``): c(k, l) = linear CKA (biased or
+debiased HSIC) of checkpoint k's layer-l activations on the fixed samples and the reference's.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """The files an analysis writes: OUT/metrics.csv, spectrum.npz, metrics.json, the figures.
 
-``metrics.json`` records the settings, the cache key, the samples, the metric variants,
-the column definitions (``COLUMN_DOCS``), how the work was scheduled, the damaged
-checkpoints that were set aside (``set_aside``) and the steps read without a checksum manifest
-to verify them (``unverified_steps``).
+``metrics.json`` records the settings, the cache key, the samples, the metric variants, the
+column definitions (``COLUMN_DOCS``), how the work was scheduled, the damaged checkpoints set
+aside (``set_aside``) and the steps without a checksum manifest (``unverified_steps``).
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ import numpy as np
 import sbjax
 from sbjax import checkpoint as ckpt
 from sbjax.analysis import figures, table
+from sbjax.atomic import atomic_write_bytes, atomic_write_json
 from sbjax.analysis.settings import Settings
 
 COLUMN_DOCS = {
@@ -43,7 +43,7 @@ COLUMN_DOCS = {
 }
 
 
-def write_spectrum(out: Path, cfg, settings: Settings, tops: dict, steps) -> None:
+def write_spectrum(out: Path, cfg, settings: Settings, tops: dict, steps) -> dict:
   """OUT/spectrum.npz: steps, normalized_top (S x spectrum_top, NaN where unknown)."""
   k = settings.spectrum_top
   top = np.array([tops[s] if tops.get(s) is not None else [np.nan] * k for s in steps],
@@ -52,7 +52,8 @@ def write_spectrum(out: Path, cfg, settings: Settings, tops: dict, steps) -> Non
   n_sv = min(cfg.model.vocab_size, cfg.model.d_model)
   np.savez(buf, steps=np.asarray(steps, np.int64), normalized_top=top,
            n_singular_values=np.asarray(n_sv))
-  table.atomic_write_bytes(out / "spectrum.npz", buf.getvalue())
+  atomic_write_bytes(out / "spectrum.npz", buf.getvalue())
+  return {"steps": np.asarray(steps, np.int64), "normalized_top": top}
 
 
 def variants(cfg, settings: Settings, n_coll_failed: int) -> dict:
@@ -84,10 +85,9 @@ def write_outputs(out: Path, workdir, cfg, settings: Settings, rows, tops, steps
                   set_aside: list | None = None) -> None:
   """metrics.csv, spectrum.npz (spectrum group), metrics.json and the figures.
   ``schedule``: group_size, param_bytes_per_checkpoint, computed_checkpoints, seconds;
-  ``set_aside``: the damaged steps left out ({step, reason, moved_to}, sbjax.analysis.damaged)."""
+  ``set_aside``: the damaged steps left out ({step, reason, moved_to})."""
   table.write_csv(out / "metrics.csv", rows)
-  if settings.has("spectrum"):
-    write_spectrum(out, cfg, settings, tops, steps)
+  spectrum = write_spectrum(out, cfg, settings, tops, steps) if settings.has("spectrum") else None
   meta = {
       "sbjax_version": sbjax.__version__,
       "workdir": str(workdir),
@@ -104,6 +104,6 @@ def write_outputs(out: Path, workdir, cfg, settings: Settings, rows, tops, steps
       "unverified_steps": ckpt.unverified_steps(workdir, steps),  # no checksum manifest
       **schedule,
   }
-  table.atomic_write_json(out / "metrics.json", meta)
+  atomic_write_json(out / "metrics.json", meta)
   if settings.figures:
-    figures.draw_run(out)
+    figures.draw_run(out, rows, spectrum)

@@ -1,12 +1,5 @@
-"""One CSV row per checkpoint from a computed group (the columns of ``analyze.COLUMN_DOCS``).
-
-Column order (the CSV keeps first-seen order): step; gamma (``with_gamma``); eval_loss, eval_acc;
-anisotropy_layer_<i>, anisotropy_last; head_kl_uniform, head_erank, head_per,
-head_stable_rank, head_sigma_max, head_w_error_<d>; the collapse keys;
-cka_to_final_mlp_<i>, cka_to_final_attn_<i>; per_mlp_<i>, per_ov_<i>.
-Centred head spectra (``head_kl_uniform_centred``, ``head_erank_centred``,
-``head_w_error_centred_<d>``) follow the raw ones.
-"""
+"""One CSV row per checkpoint from a computed group (the columns of ``outputs.COLUMN_DOCS``,
+in that order; the centred head spectra follow the raw ones)."""
 
 from __future__ import annotations
 

@@ -43,12 +43,6 @@ def anisotropy_positions(n_positions: int, n: int, seed: int) -> np.ndarray:
   return np.sort(np.random.default_rng(seed).choice(n_positions, size=n, replace=False))
 
 
-def open_dataset(cfg, workdir):
-  tc = cfg.train
-  return make_dataset(cfg.data, seq_len=tc.seq_len, global_batch_size=tc.batch_size,
-                      seed=tc.data_seed, workdir=str(workdir), process_index=0, process_count=1)
-
-
 @dataclasses.dataclass
 class Samples:
   """The fixed samples of one analysis: ``ev`` (evaluation windows [N_s, T+1] or None),
@@ -73,12 +67,17 @@ class Samples:
     return None if self.tr is None else self.tr[:, 1:].reshape(-1)
 
 
-def build(cfg, workdir, settings: Settings, dataset=None, needed: bool = True) -> Samples:
-  """The samples of ``settings`` (data is read only when ``needed`` and a group needs it)."""
+def build(cfg, workdir, settings: Settings, dataset=None) -> Samples:
+  """The samples of ``settings`` (data is read only when a group needs it); ``dataset``: an
+  object with ``eval_batches(n)``, ``train_batch(i)`` and ``vocab_size`` instead of the run's
+  data config."""
   ev = tr = None
   mc = cfg.model
-  if settings.needs_data and needed:
-    ds = dataset if dataset is not None else open_dataset(cfg, workdir)
+  if settings.needs_data:
+    tc = cfg.train
+    ds = dataset if dataset is not None else make_dataset(
+        cfg.data, seq_len=tc.seq_len, global_batch_size=tc.batch_size, seed=tc.data_seed,
+        workdir=str(workdir), process_index=0, process_count=1)
     if ds.vocab_size > mc.vocab_size:
       tok = getattr(ds, "tokenizer_path", None)
       raise ValueError(

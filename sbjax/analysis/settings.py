@@ -1,8 +1,7 @@
 """Analysis settings: which metric groups, sample sizes and metric variants.
 
-Fields that change a number go into the cache key (``Settings.cache_fields``);
-fields that only change how the work is scheduled (group size, chunking, which
-steps, output place, progress, figures) do not.
+Fields that change a number go into the cache key (``Settings.cache_fields``); fields that
+only schedule the work or place its outputs do not.
 """
 
 from __future__ import annotations
@@ -13,13 +12,10 @@ from sbjax.errors import SEED_MAX, bounded, check_fields, config_error
 
 ALL_GROUPS = ("loss", "anisotropy", "spectrum", "collapse", "cka", "per")
 DEFAULT_W_ERROR_DIMS = (1, 2, 4, 8, 16, 32, 64)
-# scheduling-only fields, excluded from the cache key
-EXEC_FIELDS = ("batch_sequences", "group_size", "max_group_bytes", "steps", "out_dir", "use_cache",
-               "progress", "figures")
-EXEC_FIELDS += ("allow_duplicates", "join_evals")
-# the data measured on: part of the cache key through the effective config (and the token
-# file's content hash, sbjax.analysis.data_source), so not repeated in cache_fields
-DATA_FIELDS = ("tokens", "data")
+# not in the cache key: scheduling and outputs, and the data (keyed through the effective
+# config and the token file's content hash, sbjax.analysis.data_source)
+EXEC_FIELDS = ("batch_sequences", "group_size", "max_group_bytes", "steps", "out_dir",
+               "progress", "figures", "allow_duplicates", "tokens", "data")
 
 
 def _err(field, value, allowed) -> ValueError:
@@ -59,22 +55,15 @@ class Settings:
   max_group_bytes: int = bounded(1 << 30, lo=1)
   steps: tuple = ()  # analyse only these steps; () = all
   out_dir: str = ""  # "" = WORKDIR/analysis
-  use_cache: bool = True
   progress: bool = True
   figures: bool = True
   # the data (sbjax.analysis.data_source): a token file, DataConfig overrides "KEY=VALUE"
   tokens: str = ""
   data: tuple = ()
   allow_duplicates: bool = False  # analyse revisions that duplicate another's weights
-  join_evals: str = ""  # lm-eval results JSON(s) joined onto the rows by step (analysis.evals)
 
   def __post_init__(self):
     object.__setattr__(self, "data", tuple(str(x) for x in self.data))
-    for f in ("groups", "w_error_dims", "steps"):
-      v = getattr(self, f)
-      if isinstance(v, str):
-        v = tuple(x.strip() for x in v.split(",") if x.strip())
-      object.__setattr__(self, f, tuple(v))
     object.__setattr__(self, "w_error_dims", tuple(int(d) for d in self.w_error_dims))
     object.__setattr__(self, "steps", tuple(int(s) for s in self.steps))
     bad = [g for g in self.groups if g not in ALL_GROUPS]
@@ -110,26 +99,5 @@ class Settings:
     return {k: (list(v) if isinstance(v, tuple) else v) for k, v in d.items()}
 
   def cache_fields(self) -> dict:
-    """The settings that change results (the cache key); unused groups' knobs are dropped."""
-    d = {k: v for k, v in self.to_dict().items() if k not in EXEC_FIELDS + DATA_FIELDS}
-    if not self.needs_data:
-      for k in ("eval_sequences", "cka_sequences"):
-        d.pop(k)
-    if not self.has("anisotropy"):
-      d.pop("anisotropy_tokens", None)
-      d.pop("seed", None)
-    if not self.has("collapse"):
-      for k in ("collapse_sequences", "min_count", "cdnv_exponent", "weighted_mean", "nc4_search"):
-        d.pop(k)
-    if not self.has("cka"):
-      d.pop("cka_tokens")
-      d.pop("cka_debiased")
-    if not self.has("spectrum"):
-      d.pop("w_error_dims")
-      d.pop("spectrum_top")
-    if not self.has("per"):
-      d.pop("per_mlp_r")
-    return d
-
-  def replace(self, **kw) -> "Settings":
-    return dataclasses.replace(self, **kw)
+    """The settings that change results (the cache key)."""
+    return {k: v for k, v in self.to_dict().items() if k not in EXEC_FIELDS}

@@ -1,14 +1,10 @@
-"""Plain-CSV tables of per-checkpoint rows, and atomic file writes (no pandas).
+"""Plain-CSV tables of per-checkpoint rows (no pandas), written atomically.
 
 ``write_csv(path, rows)`` writes the union of the rows' keys as columns (in
 first-seen order; ``step`` first), empty cells for missing values, floats with
 ``repr`` (round-trips exactly; ``nan``/``inf`` as Python spells them).
 ``read_csv(path)`` gives back a list of dicts: ``step`` as int, every other
 numeric cell as float, empty cells as NaN, and non-numeric text unchanged.
-
-Every writer here goes through ``sbjax.atomic`` (re-exported here for the callers that import
-it from this module), so a killed process leaves either the old file or the new one, never
-half of one.
 """
 
 from __future__ import annotations
@@ -16,23 +12,12 @@ from __future__ import annotations
 import csv
 import io
 import math
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import numpy as np
 
-from sbjax.atomic import atomic_write_bytes, atomic_write_json, atomic_write_text  # noqa: F401
+from sbjax.atomic import atomic_write_text
 from sbjax.paths import upath
-
-
-def columns_of(rows: Iterable[dict], first: Sequence[str] = ("step",)) -> list[str]:
-  cols: list[str] = [c for c in first if any(c in r for r in rows)]
-  seen = set(cols)
-  for r in rows:
-    for k in r:
-      if k not in seen:
-        seen.add(k)
-        cols.append(k)
-  return cols
 
 
 def _fmt(v) -> str:
@@ -47,17 +32,16 @@ def _fmt(v) -> str:
   return str(v)
 
 
-def write_csv(path, rows: Sequence[dict], columns: Sequence[str] | None = None) -> list[str]:
-  """Write rows atomically; returns the columns written."""
-  rows = list(rows)
-  cols = list(columns) if columns is not None else columns_of(rows)
+def write_csv(path, rows: Sequence[dict]) -> None:
+  """Write rows atomically (module doc)."""
+  seen = dict.fromkeys(k for r in rows for k in r)
+  cols = (["step"] if "step" in seen else []) + [k for k in seen if k != "step"]
   buf = io.StringIO()
   w = csv.writer(buf, lineterminator="\n")
   w.writerow(cols)
   for r in rows:
     w.writerow([_fmt(r.get(c)) for c in cols])
   atomic_write_text(path, buf.getvalue())
-  return cols
 
 
 def _parse(key: str, s: str):

@@ -135,7 +135,7 @@ def run(main):
   def wrapped(argv):
     # orbax logs every save at INFO through absl
     absl_logging.set_verbosity(absl_logging.WARNING)
-    lognotes.install()  # (import sbjax did it; absl's logger may have been replaced since)
+    lognotes.install()
     logging.getLogger("sbjax").setLevel(logging.INFO)  # resume / recovery notes stay visible
     return guarded(main, argv)
 

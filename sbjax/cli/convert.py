@@ -1,40 +1,31 @@
-r"""Convert between Hugging Face GPT-NeoX/GPT-Neo directories and sbjax workdirs.
+r"""Convert between Hugging Face GPT-NeoX/GPT-Neo directories and sbjax workdirs (no network).
 
-Import (one HF directory, a directory of ``stepN`` revisions, or the HF cache that
-``from_pretrained(..., revision=..., cache_dir=...)`` fills; no network)::
+Import one HF directory, a directory of ``stepN`` revisions, or the HF cache that
+``from_pretrained(..., revision=..., cache_dir=...)`` fills::
 
     python -m experiments.convert --from_hf=pythia-70m/step1000 --to=WORKDIR
     python -m experiments.convert --from_hf=pythia-70m --to=WORKDIR     # every revision
-    python -m experiments.convert --from_hf=DIR --to=WORKDIR --step=5 [--allow_pickle]
     python -m experiments.convert --from_hf=CACHE/models--EleutherAI--pythia-70m --to=WORKDIR \
         --revisions=0,1000:143000:10000      # revisions step1000, step1000-tokens4B, stage1-step...
 
-Every imported revision's weight files are hashed (sha256) and checked before anything is
-written; WORKDIR/import.json records the hashes and which revisions duplicate another
-(``duplicate_of``; warned, and refused by ``experiments.analyze`` unless
-``--allow_duplicates``).
+writes WORKDIR/config.json and an orbax params checkpoint per step (a single directory's step
+is --step, else the one its name gives, else 0). Every revision is checked and its weight
+files hashed before anything is written; WORKDIR/import.json records the hashes and which
+revisions duplicate another (refused by ``experiments.analyze`` unless
+``--allow_duplicates``). A training workdir is refused (a params-only step would stop it
+from resuming).
 
-writes WORKDIR/config.json and an orbax params checkpoint per step (the step is
---step, else parsed from a ``stepN`` directory name, else 0; for a series, each
-revision's own step, optionally restricted to --step). A training workdir (metrics.jsonl or
-checkpoints with optimizer state) is refused: a params-only step would stop it from resuming.
-The workdir is locked while the steps are written (``sbjax.train.lock``).
-
-Export (a dense, tied or lowrank-head checkpoint)::
+Export (a dense, tied or lowrank-head checkpoint; the latest step unless --step)::
 
     python -m experiments.convert --from_workdir=WORKDIR --step=N --to_hf=DIR
 
-refuses DIR when it is an sbjax workdir (checkpoints/, metrics.jsonl or an sbjax
-config.json), and a non-empty DIR unless ``--overwrite``; writes DIR/config.json +
-DIR/model.safetensors for
-``transformers.AutoModelForCausalLM.from_pretrained(DIR)`` (latest step if no --step), and,
-when the run has a tokenizer (WORKDIR/tokenizer.json, or a sentencepiece unigram
-tokenizer.model, converted), DIR/tokenizer.json + tokenizer_config.json for
-``AutoTokenizer.from_pretrained(DIR)`` (so ``lm-eval --model hf`` can run on it).
+writes DIR/config.json + DIR/model.safetensors for ``AutoModelForCausalLM.from_pretrained``,
+and the run's tokenizer as DIR/tokenizer.json + tokenizer_config.json for
+``AutoTokenizer``. DIR may not be an sbjax workdir, and must be new or empty unless
+``--overwrite``.
 
-Every directory may be remote (``gs://bucket/dir`` or any ``sbjax.paths`` scheme): a remote
-``--from_hf`` is read from one local copy (``$SBJAX_DATA_CACHE``), a remote ``--to_hf`` is
-written locally and uploaded, and a ``gs://`` workdir is written as a training run's is.
+Every directory may be remote (``gs://bucket/dir``, ``sbjax.paths``): a remote ``--from_hf``
+is read from one local copy, a remote ``--to_hf`` is written locally and uploaded.
 """
 
 from __future__ import annotations
@@ -49,7 +40,7 @@ from sbjax import checkpoint
 from sbjax.atomic import atomic_write_bytes, is_local
 from sbjax.config import Config
 from sbjax.data import hf_tokenizer
-from sbjax.convert import hf_export, hf_import, integrity, revisions, series
+from sbjax.convert import hf_export, hf_import, integrity, revisions
 from sbjax.paths import local_dir, staged_dir, upath
 from sbjax.train.lock import workdir_lock
 
@@ -81,11 +72,9 @@ def check_import_target(workdir: str) -> None:
   found = []
   if (upath(workdir) / "metrics.jsonl").exists():
     found.append("metrics.jsonl")
-  trained = [s for s in checkpoint.list_steps(workdir)
-             if (upath(checkpoint.ckpt_dir(workdir)) / str(s) / "opt").is_dir()]
-  if trained:
-    found.append(f"training checkpoints with optimizer state (steps {trained[:6]}"
-                 f"{' ...' if len(trained) > 6 else ''})")
+  if any((upath(checkpoint.ckpt_dir(workdir)) / str(s) / "opt").is_dir()
+         for s in checkpoint.list_steps(workdir)):
+    found.append("training checkpoints with optimizer state")
   if found:
     raise ValueError(f"--to={workdir} is a training workdir (it holds {' and '.join(found)}); "
                      "an import adds params-only steps, which would stop the run from resuming. "
@@ -93,47 +82,21 @@ def check_import_target(workdir: str) -> None:
                      "--config.train.init_from=DIR)")
 
 
-def _check_workdir_config(workdir: str, config: Config):
-  if not (upath(workdir) / "config.json").is_file():
-    return
-  existing = Config.from_dict(checkpoint.read_config_dict(workdir))  # names a bad file
-  if existing.model != config.model:
-    diff = [f"{k}: {getattr(existing.model, k)!r} -> {getattr(config.model, k)!r}"
-            for k in config.model.__dataclass_fields__
-            if getattr(existing.model, k) != getattr(config.model, k)]
-    raise ValueError(f"{workdir} already holds a different model config; differing fields: "
-                     f"{diff}. Use an empty workdir.")
-
-
-def _source_name(src: str) -> str:
-  base = os.path.basename(os.path.normpath(src))
-  repo = revisions.cache_repo(src)
-  if repo is not None:  # models--EleutherAI--pythia-70m -> pythia-70m
-    return repo.name.split("--")[-1]
-  return base
-
-
-def _series_revisions(src: str) -> list:
-  """The revisions of an HF cache or a directory of revisions; [] for one HF directory."""
-  if revisions.cache_repo(src) is not None:
-    return revisions.find(src)
-  if os.path.isdir(src) and not os.path.isfile(os.path.join(src, "config.json")):
-    return revisions.find(src)
-  return []
-
-
-def _shared_config(chosen: list, dtype: str, src: str):
-  """The one ModelConfig of the chosen revisions; ValueError naming any that differ."""
-  cfgs = [(r, hf_import.model_config_from_hf(hf_import.read_hf_config(r.path), param_dtype=dtype,
-                                             where=f"{r.name}: ")) for r in chosen]
-  r0, c0 = cfgs[0]
-  diffs = [f"{r.name}: " + ", ".join(f"{k}={getattr(c, k)!r} (vs {getattr(c0, k)!r})"
-                                     for k in c.__dataclass_fields__
-                                     if getattr(c, k) != getattr(c0, k))
-           for r, c in cfgs[1:] if c != c0]
+def _shared_config(chosen: list, dtype: str, workdir: str):
+  """The one ModelConfig of the chosen revisions and of the workdir's config.json, if it has
+  one; ValueError naming the fields that differ."""
+  cfgs = [(r.name, hf_import.model_config_from_hf(hf_import.read_hf_config(r.path),
+                                                  param_dtype=dtype, where=f"{r.name}: "))
+          for r in chosen]
+  if (upath(workdir) / "config.json").is_file():  # (a bad file is named)
+    cfgs.insert(0, (f"--to={workdir}", Config.from_dict(checkpoint.read_config_dict(workdir)).model))
+  n0, c0 = cfgs[0]
+  diffs = [f"{n}: " + ", ".join(f"{k}={getattr(c, k)!r} (vs {getattr(c0, k)!r})"
+                                for k in c.__dataclass_fields__ if getattr(c, k) != getattr(c0, k))
+           for n, c in cfgs[1:] if c != c0]
   if diffs:
-    raise ValueError(f"{src}: revisions do not share one config (reference {r0.name}): "
-                     + "; ".join(diffs))
+    raise ValueError(f"the model configs differ from that of {n0}: " + "; ".join(diffs)
+                     + ". Import the revisions of one model, into a new --to directory")
   return c0
 
 
@@ -143,42 +106,27 @@ def _copy_tokenizer(revision_dir: str, workdir: str) -> None:
   src = os.path.join(revision_dir, hf_tokenizer.JSON_NAME)
   dst = upath(workdir) / hf_tokenizer.JSON_NAME
   if os.path.isfile(src) and not dst.exists():
-    if is_local(workdir):
-      hf_tokenizer.copy_into(src, workdir)
-    else:  # a gs:// workdir: checked, then written as one object
-      hf_tokenizer.HFTokenizer(src)
-      atomic_write_bytes(dst, Path(src).read_bytes())
+    hf_tokenizer.HFTokenizer(src)  # a readable tokenizer.json, before it is copied
+    atomic_write_bytes(dst, Path(src).read_bytes())
 
 
-def _source_label(src: str) -> str:
-  """What import.json records as the source: the absolute path, or the URL of a gs:// one."""
-  return src if not is_local(src) else os.path.abspath(src)
-
-
-def _import_series(src, workdir, revs, selection, *, allow_pickle, allow_nonfinite, dtype,
-                   name, label) -> list[int]:
-  chosen = revisions.select(revs, selection, where=f"{src}: ")
-  for r in chosen:
-    revisions.check_present(r, f"{src}: ")
-  config = hf_import.full_config(_shared_config(chosen, dtype, src), name)
-  _check_workdir_config(workdir, config)
-  # every revision is hashed and checked (truncation, blob names) before anything is written
-  records = [{"step": r.step, "name": r.name, "commit": r.commit, "tokens": r.tokens,
-              **integrity.check_revision(r.name, r.path, allow_pickle, allow_nonfinite)}
-             for r in chosen]
-  with workdir_lock(workdir):
-    check_import_target(workdir)  # again: a run may have started in the workdir meanwhile
-    for r in chosen:
-      _, params = hf_import.import_hf(r.path, dtype=dtype, allow_pickle=allow_pickle,
-                                      allow_nonfinite=True)  # (checked above)
-      checkpoint.write_params(workdir, config, params, r.step)
-      logging.info("imported %s revision %s (step %d) -> %s", src, r.name, r.step, workdir)
-    _copy_tokenizer(chosen[-1].path, workdir)
-    layout = "hf_cache" if revisions.cache_repo(src) is not None else "revision_dirs"
-    rec = integrity.merge_record(workdir, label, layout, records)
-  integrity.warn_duplicates([r for r in rec["revisions"] if r["duplicate_of"] is not None],
-                            rec["revisions"], f"{src}: ")
-  return [r.step for r in chosen]
+def _chosen(src: str, step: int | None, steps) -> tuple[list, str]:
+  """(the revisions to import, the layout): those of an HF cache or of a directory of
+  revisions that ``steps`` (else ``step``) select, or one HF directory at ``step``, else the
+  step its name gives, else 0."""
+  if not os.path.isdir(src):
+    raise FileNotFoundError(f"--from_hf={src} does not exist")
+  cache = revisions.cache_repo(src) is not None
+  if cache or not os.path.isfile(os.path.join(src, "config.json")):
+    revs = revisions.find(src)
+    if revs:
+      selection = steps if steps not in (None, "", []) else (None if step is None else [step])
+      return (revisions.select(revs, selection, where=f"{src}: "),
+              "hf_cache" if cache else "revision_dirs")
+  name = os.path.basename(os.path.normpath(src))
+  info = revisions.parse_revision(name)
+  at = step if step is not None else info["step"] if info else 0
+  return [revisions.Revision(at, name, src)], "single"
 
 
 def import_to_workdir(src: str, workdir: str, *, step: int | None = None,
@@ -190,36 +138,33 @@ def import_to_workdir(src: str, workdir: str, *, step: int | None = None,
   ``step``: one revision of a series, or the step to write a single directory at. Returns
   the steps written; WORKDIR/import.json records the hashes and duplicates. ``src`` and
   ``workdir`` may be gs:// (any ``sbjax.paths`` scheme): a remote ``src`` is read from one
-  local copy (``sbjax.paths.local_dir``; safetensors are memory-mapped)."""
+  local copy (``sbjax.paths.local_dir``). Every revision is checked before anything is
+  written."""
   check_import_target(workdir)
-  label = _source_label(src)
+  label = src if not is_local(src) else os.path.abspath(src)  # import.json's "source"
   if not is_local(src):
     if not upath(src).is_dir():
       raise FileNotFoundError(f"--from_hf={src} does not exist")
     src = local_dir(src)
-  name = name or _source_name(src)
-  revs = _series_revisions(src)
-  if revs:
-    selection = steps if steps not in (None, "", []) else (None if step is None else [step])
-    return _import_series(src, workdir, revs, selection, allow_pickle=allow_pickle,
-                          allow_nonfinite=allow_nonfinite, dtype=dtype, name=name, label=label)
-  if not os.path.isdir(src):
-    raise FileNotFoundError(f"--from_hf={src} does not exist")
-  record = {"name": os.path.basename(os.path.normpath(src)), "commit": "", "tokens": None,
-            **integrity.check_revision(src, src, allow_pickle, allow_nonfinite)}
-  model_cfg, params = hf_import.import_hf(src, dtype=dtype, allow_pickle=allow_pickle,
-                                          allow_nonfinite=True)  # (checked above)
-  if step is None:
-    step = series.parse_step(src) or 0
-  config = hf_import.full_config(model_cfg, name)
-  _check_workdir_config(workdir, config)
+  repo = revisions.cache_repo(src) if os.path.isdir(src) else None
+  name = name or (repo.name.split("--")[-1] if repo else os.path.basename(os.path.normpath(src)))
+  chosen, layout = _chosen(src, step, steps)
+  for r in chosen:
+    revisions.check_present(r, f"{src}: ")
+  config = hf_import.full_config(_shared_config(chosen, dtype, workdir), name)
+  records = [{"step": r.step, "name": r.name, "commit": r.commit, "tokens": r.tokens,
+              **integrity.check_revision(r.name, r.path, allow_pickle, allow_nonfinite)}
+             for r in chosen]
   with workdir_lock(workdir):
-    check_import_target(workdir)
-    checkpoint.write_params(workdir, config, params, step)
-    _copy_tokenizer(src, workdir)
-    integrity.merge_record(workdir, label, "single", [{"step": step, **record}])
-  logging.info("imported %s -> %s at step %d", src, workdir, step)
-  return [step]
+    check_import_target(workdir)  # again: a run may have started in the workdir meanwhile
+    for r in chosen:
+      _, params = hf_import.import_hf(r.path, dtype=dtype, allow_pickle=allow_pickle,
+                                      allow_nonfinite=True)  # (checked above)
+      checkpoint.write_params(workdir, config, params, r.step)
+      logging.info("imported %s revision %s (step %d) -> %s", src, r.name, r.step, workdir)
+    _copy_tokenizer(chosen[-1].path, workdir)
+    integrity.merge_record(workdir, label, layout, records, where=f"{src}: ")
+  return [r.step for r in chosen]
 
 
 def export_from_workdir(workdir: str, out_dir: str, *, step: int | None = None,

@@ -1,7 +1,5 @@
 """The one stderr line that says what data a run trains on when the command line did not
-choose it: a named config (``--config=pythia-70m``, or the default ``tiny``) without any
-``--config.data.*`` override trains on that config's data section, for every named config a
-planted (synthetic) language, which nothing else would say."""
+choose it (a named config without any ``--config.data.*`` override: its data section)."""
 
 from __future__ import annotations
 

@@ -12,6 +12,7 @@ step and exits with status 75; the same command again resumes where it stopped.
 from __future__ import annotations
 
 import json
+import sys
 import time
 
 from absl import flags
@@ -25,18 +26,20 @@ PRESETS = ("test", "quick", "cpu", "tpu")
 
 
 def _define(registry: dict, single: str | None):
+  # registered as the main module's own flags, so that --help lists them under a console script
+  main = {"module_name": sys.argv[0]}
   flags.DEFINE_string("out", f"out/{single}" if single else "out",
-                      "output folder (local, or gs://bucket/dir)")
-  flags.DEFINE_string("preset", "cpu", f"the size: {', '.join(PRESETS)} (or an experiment's own)")
+                      "output folder (local, or gs://bucket/dir)", **main)
+  flags.DEFINE_string("preset", "cpu", f"the size: {', '.join(PRESETS)} (or an experiment's own)", **main)
   flags.DEFINE_string("data", "", "a directory of .txt files for the text experiments "
-                      "(default: the sample corpus shipped in sbjax/data/sample_text)")
+                      "(default: the sample corpus shipped in sbjax/data/sample_text)", **main)
   flags.DEFINE_float("budget_s", 0, "stop training cleanly after this many seconds (exit 75; "
-                     "rerun to resume); 0: no budget", lower_bound=0)
-  flags.DEFINE_enum("fig_format", "png", list(figure.FORMATS), "format of the figures")
+                     "rerun to resume); 0: no budget", lower_bound=0, **main)
+  flags.DEFINE_enum("fig_format", "png", list(figure.FORMATS), "format of the figures", **main)
   if single is None:
     flags.DEFINE_bool("quick", False, "the README's main job: the quick preset of the quick "
-                      "experiments unless --only is given")
-    flags.DEFINE_list("only", [], "experiments to run; known: " + ", ".join(registry))
+                      "experiments unless --only is given", **main)
+    flags.DEFINE_list("only", [], "experiments to run; known: " + ", ".join(registry), **main)
 
 
 def _main(registry: dict, quick_default: tuple, single: str | None):

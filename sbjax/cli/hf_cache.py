@@ -1,11 +1,7 @@
-"""``--from_hf=org/name``: a model of the Hugging Face cache, found as ``from_pretrained`` would.
-
-The hub cache is ``$HF_HUB_CACHE``, else ``$HF_HOME/hub``, else ``~/.cache/huggingface/hub``;
-a model is its directory ``models--org--name`` there (``snapshots/<commit>/``, ``refs/<rev>``).
-A model with step revisions (``refs/step1000``, ...) is a series: the repository directory is
-imported (``sbjax.convert.revisions``); otherwise the snapshot that ``refs/main`` names. A path
-that exists is used as it is. No network: a model not in the cache is one error saying where
-it looked."""
+"""``--from_hf=org/name``: a model of the Hugging Face cache (``models--org--name`` in the hub
+cache), found as ``from_pretrained`` would, without the network. A model with step revisions
+(``refs/step1000``, ...) is a series: its repository directory is imported; otherwise the
+snapshot that ``refs/main`` names. A path that exists is used as it is."""
 
 from __future__ import annotations
 

@@ -1,15 +1,7 @@
-"""``define_number_list``: an absl list flag of numbers, typed when the command line is parsed.
-
-A bad item is refused there, before anything runs, in one line that absl prefixes with the
-flag and its value, e.g. ``flag --w_error_dims=16,abc: 'abc' is not an integer; expected a
-comma-separated list of integers, e.g. 16,64`` (``sbjax.cli.common.run`` prints it as the
-command's one ``error:`` line, exit 2). A ``DEFINE_list`` read with ``int()`` later said only
-``invalid literal for int()``, naming neither the flag nor the form.
-
-This module defines no flag of its own: it disclaims them (``flags.disclaim_key_flags``), so a
-flag defined through it belongs to the module that calls ``define_number_list`` (its
-``--helpshort``, and absl's tolerance of a module run again as ``__main__`` after an import).
-"""
+"""``define_number_list``: an absl list flag of numbers, typed when the command line is parsed,
+so a bad item is one line before anything runs: ``flag --w_error_dims=16,abc: 'abc' is not an
+integer; expected a comma-separated list of integers, e.g. 16,64``. The flags defined through
+it belong to the calling module (``flags.disclaim_key_flags``)."""
 
 from __future__ import annotations
 

@@ -3,21 +3,12 @@ r"""Run a sweep: a JSON grid over config keys (format: see sbjax/sweep.py).
   python -m experiments.sweep --grid=grids/head_rank.json --sweep_dir=runs/head_rank
   python -m experiments.sweep --grid=FILE --sweep_dir=DIR --dry_run     # list runs + state
 
-Runs go one after the other; rerunning the same command skips finished runs and
-resumes interrupted ones. SWEEP_DIR gets one workdir per run (``runs/<name>``) plus
-``index.json``/``index.csv`` (swept values, status, final loss, eval_loss, eval_acc,
-steps).
-
-Several hosts:
-- independent runs per host (e.g. each TPU VM worker, or machines sharing a file
-  system): ``--num_hosts=N --host_index=i`` (default from $SBJAX_NUM_HOSTS /
-  $SBJAX_HOST_INDEX); host i takes runs i, i+N, ... on its local devices, and
-  jax.distributed is not initialised. ``--num_hosts=auto`` reads the TPU VM
-  environment (TPU_WORKER_ID, TPU_WORKER_HOSTNAMES); each worker must then see only
-  its own chips.
-- each run over the whole pod: leave --num_hosts at 1 and start the same command on
-  every host (jax.distributed is initialised from the flags or the TPU environment,
-  as in experiments.train); process 0 writes the index.
+Rerunning skips finished runs and resumes interrupted ones. Several hosts: either each takes
+its own share of the runs on its local devices (``--num_hosts=N --host_index=i``, default
+$SBJAX_NUM_HOSTS / $SBJAX_HOST_INDEX; ``--num_hosts=auto`` reads the TPU VM environment and
+each worker must see only its own chips), or every run spans the pod (leave --num_hosts at 1
+and start the same command on every host; jax.distributed is initialised as in
+experiments.train, process 0 writes the index).
 """
 
 from __future__ import annotations

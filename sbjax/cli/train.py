@@ -2,30 +2,18 @@ r"""Train (or resume) one sbjax run.
 
   python -m experiments.train --config=tiny --workdir=runs/tiny --config.train.steps=50
 
-``--config`` is a config name (see sbjax/configs.py), a JSON file, or an
-ml_collections .py file; ``--config.section.key=value`` overrides any field, e.g.
-``--config.model.head=lowrank --config.model.head.rank=8`` (the one override path,
-``sbjax.overrides``: an unknown key is one line with the nearest known key).
-Rerunning the same command on an existing workdir continues from its latest
-checkpoint; the run may be killed at any moment (even mid-save) and the continued run
-equals an uninterrupted one bit for bit (tests/e2e/test_soak.py, benchmarks/soak.py).
-Unreadable checkpoints are moved to WORKDIR/checkpoints_bad/ with a warning naming the
-step; a workdir of another model configuration is refused with a diff. WORKDIR receives
-config.json, metrics.jsonl, its TensorBoard mirror tb/, checkpoints/ and the tokenizer
-where one was trained. Progress goes to stderr: a bar on a terminal, log lines when
-stderr is a file.
+``--config`` is a config name (sbjax/configs.py), a JSON file or an ml_collections .py file;
+``--config.section.key=value`` overrides any field, e.g. ``--config.model.head=lowrank
+--config.model.head.rank=8`` (``sbjax.overrides``). Rerunning the command on a workdir
+continues from its latest checkpoint, bit for bit, even after a kill mid-save; unreadable
+checkpoints move to WORKDIR/checkpoints_bad/ with a warning. WORKDIR gets config.json,
+metrics.jsonl, tb/, checkpoints/ and any trained tokenizer. One run per workdir
+(WORKDIR/LOCK). SIGTERM saves the step in flight and exits with status 75; rerunning resumes.
 
-One run per workdir: WORKDIR/LOCK names the holder (host, pid) and a second trainer stops
-with one line naming it (sbjax/train/lock.py).
-SIGTERM (a preempted Cloud TPU VM) saves the step in flight, says so on stderr and exits
-with status 75 (EX_TEMPFAIL); rerunning the command resumes bit for bit
-(sbjax/train/preempt.py).
-
-``--population=N`` (optionally ``--population_lrs=a,b,..`` / ``--population_seeds=..``)
-trains N members in one vmapped step into WORKDIR/member_<i> (sbjax/train/members.py), listed
-in WORKDIR/population.json; rerunning resumes every member from their newest common step.
-Multi-process: ``--coordinator_address=host:port --num_processes=N --process_id=i``
-(on TPU VMs jax.distributed is initialised from the environment).
+``--population=N`` (or ``--population_lrs=a,b,..`` / ``--population_seeds=..``) trains N
+members in one vmapped step into WORKDIR/member_<i> (sbjax/train/members.py). Multi-process:
+``--coordinator_address=host:port --num_processes=N --process_id=i`` (on TPU VMs
+jax.distributed is initialised from the environment).
 """
 
 from __future__ import annotations

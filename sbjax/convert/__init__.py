@@ -5,8 +5,8 @@
 - ``export_hf(cfg, params, dir)`` writes config.json + model.safetensors that
   ``transformers.AutoModelForCausalLM.from_pretrained`` loads (GPT-NeoX for rotary
   configs, GPT-Neo for learned-position ones; ``export_problems`` says why not).
-- ``iter_series(dir)`` / ``stack_series(...)`` load a directory of ``stepN``
-  revisions as a sorted sequence of (step, params) and stack it for ``jax.vmap``.
+- A series of revisions (``stepN`` directories, or an HF cache) is found and selected by
+  ``revisions`` and checked by ``integrity``; ``sbjax.cli.convert`` imports it into a workdir.
 
 Nothing here imports torch or transformers (torch only for allowed pickles, in
 ``torch_pickle``: without torch that is one error naming the package to install).
@@ -19,11 +19,6 @@ require("sbjax.convert")
 from sbjax.convert.hf_export import export_hf, export_problems, hf_config, hf_tensors
 from sbjax.convert.hf_import import (full_config, import_hf, load_hf_tensors,
                                      model_config_from_hf, read_hf_config)
-from sbjax.convert.series import (find_revisions, is_series, iter_series, parse_step,
-                                  series_config, stack_series)
 
-__all__ = [
-    "export_hf", "export_problems", "hf_config", "hf_tensors", "full_config", "import_hf",
-    "load_hf_tensors", "model_config_from_hf", "read_hf_config", "find_revisions",
-    "is_series", "iter_series", "parse_step", "series_config", "stack_series",
-]
+__all__ = ["export_hf", "export_problems", "hf_config", "hf_tensors", "full_config", "import_hf",
+           "load_hf_tensors", "model_config_from_hf", "read_hf_config"]

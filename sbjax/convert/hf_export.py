@@ -1,21 +1,11 @@
 """Export an sbjax model as a Hugging Face directory (config.json + model.safetensors).
 
-``export_hf(cfg, params, DIR)`` picks the architecture that expresses the config
-exactly and writes a directory that ``transformers.AutoModelForCausalLM`` loads:
-
-- ``pos="rotary"`` -> ``GPTNeoXForCausalLM`` (parallel or sequential residual via
-  ``use_parallel_residual``; tied heads via ``tie_word_embeddings``). Needs
-  ``attn_scale=True`` and all-global attention. ``qkv_bias=False`` is written as
-  zero q/k/v biases (sbjax always has an output bias; GPT-NeoX ties the two to one
-  ``attention_bias`` flag), or as ``attention_bias=False`` when o_bias is zero too.
-- ``pos="learned"`` -> ``GPTNeoForCausalLM``: needs a sequential residual,
-  ``attn_scale=False`` and ``qkv_bias=False``; any head tying (dense heads are
-  written as ``lm_head`` with ``tie_word_embeddings=False``).
-
-The head follows its kind's HF mapping (``sbjax.heads``): low-rank heads are written as
-the dense product A·B (the function is identical; the factorisation is lost); MoS heads
-cannot be expressed and are refused.
-``export_problems(cfg)`` lists every reason a config cannot be exported.
+``export_hf(cfg, params, DIR)`` writes a directory that ``transformers.AutoModelForCausalLM``
+loads: ``pos="rotary"`` as ``GPTNeoXForCausalLM``, ``pos="learned"`` as ``GPTNeoForCausalLM``
+(the tensors as ``hf_import.layout`` lists them). The head follows its kind's HF mapping
+(``sbjax.heads``): low-rank heads are written as the dense product A·B (the function is
+identical; the factorisation is lost); MoS heads cannot be expressed.
+``export_problems(cfg)`` lists every reason a config has no exact equivalent.
 """
 
 from __future__ import annotations
@@ -29,17 +19,14 @@ import numpy as np
 
 from sbjax import heads
 from sbjax import model as model_lib
-from sbjax.atomic import atomic_write_text
+from sbjax._extras import require
+from sbjax.atomic import atomic_write_bytes, atomic_write_text
 from sbjax.config import ModelConfig
-from sbjax.convert import st_io
+from sbjax.convert import hf_import
 from sbjax.convert.hf_import import _np_dtype
 from sbjax.paths import upath
 
 _GELU_NAMES = {"exact": "gelu", "tanh": "gelu_new"}
-
-
-def _tied(cfg: ModelConfig) -> bool:
-  return heads.get(cfg.head).hf_tied is True
 
 
 def architecture(cfg: ModelConfig) -> str:
@@ -72,15 +59,6 @@ def export_problems(cfg: ModelConfig) -> list[str]:
   return out
 
 
-def _attention_types(kinds: tuple) -> list:
-  """GPT-Neo ``attention_types`` that expands to ``kinds`` (pattern × repeats)."""
-  n = len(kinds)
-  for p in range(1, n + 1):
-    if n % p == 0 and kinds == kinds[:p] * (n // p):
-      return [[list(kinds[:p]), n // p]]
-  return [[list(kinds), 1]]
-
-
 def hf_config(cfg: ModelConfig, dtype: str = "float32", o_bias_zero: bool = False) -> dict:
   """The ``config.json`` dict for this (exportable) config."""
   common = {"vocab_size": cfg.vocab_size, "hidden_size": cfg.d_model,
@@ -97,14 +75,15 @@ def hf_config(cfg: ModelConfig, dtype: str = "float32", o_bias_zero: bool = Fals
                                 "partial_rotary_factor": cfg.rotary_pct},
             "rotary_pct": cfg.rotary_pct, "rotary_emb_base": cfg.rotary_base,
             "attention_bias": cfg.qkv_bias or not o_bias_zero,
-            "tie_word_embeddings": _tied(cfg),
+            "tie_word_embeddings": heads.get(cfg.head).hf_tied is True,
             "attention_dropout": 0.0, "hidden_dropout": 0.0}
   kinds = list(cfg.layer_kinds())
   return {"architectures": ["GPTNeoForCausalLM"], "model_type": "gpt_neo", **common,
           "num_layers": cfg.n_layers, "num_heads": cfg.n_heads,
-          "attention_types": _attention_types(tuple(kinds)), "attention_layers": kinds,
+          "attention_types": [[kinds, 1]], "attention_layers": kinds,
           "window_size": cfg.window_size, "activation_function": _GELU_NAMES[cfg.gelu],
-          "layer_norm_epsilon": cfg.ln_eps, "tie_word_embeddings": _tied(cfg),
+          "layer_norm_epsilon": cfg.ln_eps,
+          "tie_word_embeddings": heads.get(cfg.head).hf_tied is True,
           "embed_dropout": 0.0, "attention_dropout": 0.0, "resid_dropout": 0.0}
 
 
@@ -128,65 +107,37 @@ def _check_params(cfg: ModelConfig, params) -> dict:
   return jax.tree.map(lambda x: np.asarray(x, dtype=np.float32), params)
 
 
+def _hf_tensor(leaves: list, path: tuple, shape: tuple, leaf_shape: tuple | None):
+  """The HF tensor of its sbjax leaves (``hf_import.layout``; q, k and v for a fused one)."""
+  if "{}" in path[-1]:  # H×3×Dh(×D), rows (head, {q,k,v}, Dh)
+    return np.stack([x.transpose(1, 2, 0) if x.ndim == 3 else x for x in leaves],
+                    axis=1).reshape(shape)
+  return leaves[0] if leaf_shape is None else leaves[0].reshape(shape[::-1]).T
+
+
 def hf_tensors(cfg: ModelConfig, params) -> tuple[dict, dict]:
-  """(HF tensor dict in float32, config.json dict) for an exportable config."""
+  """(HF tensor dict in float32, {"o_bias_zero"}) for an exportable config. GPT-NeoX ties its
+  q/k/v and output biases to one ``attention_bias`` flag: without q/k/v biases they are
+  written as zeros, or left out (``o_bias_zero``) when every output bias is zero too."""
   problems = export_problems(cfg)
   if problems:
     raise ValueError("cannot export this sbjax model to Hugging Face: " + "; ".join(problems))
   p = _check_params(cfg, params)
-  d, h, k = cfg.d_model, cfg.n_heads, cfg.head_dim
+  mt = architecture(cfg)
+  o_bias_zero = mt == "gpt_neox" and not cfg.qkv_bias and all(
+      not np.any(p[f"block_{i}"]["attn"]["o_bias"]) for i in range(cfg.n_layers))
+  zero = np.zeros((cfg.n_heads, cfg.head_dim), np.float32)  # a q/k/v bias sbjax does not have
+  t = {}
+  for name, path, shape, leaf_shape in hf_import.layout(cfg, mt, biases=not o_bias_zero):
+    tree = p
+    for key in path[:-1]:
+      tree = tree[key]
+    leaves = [tree.get(path[-1].format(n), zero) for n in "qkv"]
+    t[name] = _hf_tensor(leaves, path, shape, leaf_shape)
   head_w = heads.get(cfg.head).hf_weight(p, cfg)  # None: tied to the embedding
-  t: dict = {}
-
-  def lin_in(kernel_DxHxK):  # D×H×Dh -> HF out×in
-    return kernel_DxHxK.reshape(d, h * k).T
-
-  def ln(name, tree):
-    t[name + ".weight"], t[name + ".bias"] = tree["scale"], tree["bias"]
-
-  def norms_and_mlp(pre, block, ln_names, mlp_names):  # the layout-independent part of a block
-    ln(pre + ln_names[0], block["ln1"])
-    ln(pre + ln_names[1], block["ln2"])
-    m = block["mlp"]
-    for name, kind in zip(mlp_names, ("fc_in", "fc_out")):
-      t[pre + name + ".weight"] = m[kind + "_kernel"].T
-      t[pre + name + ".bias"] = m[kind + "_bias"]
-
-  if architecture(cfg) == "gpt_neox":
-    o_bias_zero = not cfg.qkv_bias and all(
-        not np.any(p[f"block_{i}"]["attn"]["o_bias"]) for i in range(cfg.n_layers))
-    t["gpt_neox.embed_in.weight"] = p["embed"]
-    for i in range(cfg.n_layers):
-      b, pre = p[f"block_{i}"], f"gpt_neox.layers.{i}."
-      a = b["attn"]
-      w = np.stack([a[f"{n}_kernel"].transpose(1, 2, 0) for n in "qkv"], axis=1)  # H×3×Dh×D
-      t[pre + "attention.query_key_value.weight"] = w.reshape(3 * d, d)
-      if not o_bias_zero:
-        qkv_b = (np.stack([a[f"{n}_bias"] for n in "qkv"], axis=1) if cfg.qkv_bias
-                 else np.zeros((h, 3, k), np.float32))
-        t[pre + "attention.query_key_value.bias"] = qkv_b.reshape(3 * d)
-        t[pre + "attention.dense.bias"] = a["o_bias"]
-      t[pre + "attention.dense.weight"] = a["o_kernel"].reshape(d, d).T
-      norms_and_mlp(pre, b, ("input_layernorm", "post_attention_layernorm"),
-                    ("mlp.dense_h_to_4h", "mlp.dense_4h_to_h"))
-    ln("gpt_neox.final_layer_norm", p["ln_f"])
-    if head_w is not None:
-      t["embed_out.weight"] = head_w
-    return t, {"o_bias_zero": o_bias_zero}
-  t["transformer.wte.weight"] = p["embed"]
-  t["transformer.wpe.weight"] = p["pos_embed"]
-  for i in range(cfg.n_layers):
-    b, pre = p[f"block_{i}"], f"transformer.h.{i}."
-    a, ap = b["attn"], pre + "attn.attention."
-    for n in "qkv":
-      t[ap + f"{n}_proj.weight"] = lin_in(a[f"{n}_kernel"])
-    t[ap + "out_proj.weight"] = a["o_kernel"].reshape(d, d).T
-    t[ap + "out_proj.bias"] = a["o_bias"]
-    norms_and_mlp(pre, b, ("ln_1", "ln_2"), ("mlp.c_fc", "mlp.c_proj"))
-  ln("transformer.ln_f", p["ln_f"])
   if head_w is not None:
-    t["lm_head.weight"] = head_w
-  return t, {"o_bias_zero": False}
+    t[hf_import.HEAD_NAMES[mt]] = head_w
+  return t, {"o_bias_zero": o_bias_zero}
 
 
 def workdir_marks(path) -> list[str]:
@@ -231,9 +182,13 @@ def export_hf(cfg: ModelConfig, params, out_dir: str, *, dtype: str = "float32")
   check_export_target(out_dir, overwrite=True)
   tensors, info = hf_tensors(cfg, params)
   conf = hf_config(cfg, dtype, o_bias_zero=info["o_bias_zero"])
+  require("writing safetensors", "hf", ("safetensors",))
+  from safetensors.numpy import save  # noqa: PLC0415 - the [hf] extra
+
   npd = _np_dtype(dtype)
-  st_io.write_file({k: np.ascontiguousarray(v).astype(npd) for k, v in tensors.items()},
-                   os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+  atomic_write_bytes(os.path.join(out_dir, "model.safetensors"),
+                     save({k: np.ascontiguousarray(v, npd) for k, v in tensors.items()},
+                          metadata={"format": "pt"}))
   atomic_write_text(os.path.join(out_dir, "config.json"), json.dumps(conf, indent=2,
                                                                      sort_keys=True))
   return out_dir

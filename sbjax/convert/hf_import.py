@@ -11,17 +11,9 @@ Weights: ``model.safetensors``, or shards listed in ``model.safetensors.index.js
 PyTorch pickles (``pytorch_model.bin``, sharded or not) are refused unless
 ``allow_pickle=True``, and then loaded with ``torch.load(weights_only=True)``.
 
-Mapping (HF ``nn.Linear`` weights are out×in; sbjax kernels are in×out):
-
-- GPT-NeoX: ``query_key_value`` is head-major: its 3·D output rows are
-  (head, {q,k,v}, head_dim), so the weight is reshaped to H×3×Dh×D and split per
-  head. ``attention.dense`` -> ``o_kernel`` (H×Dh×D), ``embed_out`` (or ``lm_head``)
-  -> dense head, unless ``tie_word_embeddings``. ``attention_bias=False`` drops
-  the q/k/v biases and sets the (always present) sbjax o_bias to zero.
-- GPT-Neo: separate bias-free q/k/v, ``out_proj`` with bias, learned positions
-  ``wpe``, no 1/sqrt(head_dim) score scaling (``attn_scale=False``), per-layer
-  global/local attention with ``window_size``, head tied to ``wte`` (unless
-  ``tie_word_embeddings=False``, then ``lm_head``).
+The tensors map as ``layout`` lists them; GPT-NeoX's ``attention_bias=False`` drops the
+q/k/v biases and sets the (always present) sbjax o_bias to zero, and GPT-Neo has no
+1/sqrt(head_dim) score scaling (``attn_scale=False``) and per-layer global/local attention.
 
 Every problem (missing or unknown tensors, wrong shapes, unsupported model types,
 activations or rope variants) raises ``ValueError`` naming the offending items.
@@ -33,12 +25,13 @@ import json
 import os
 import warnings
 
+import jax
 import ml_dtypes
 import numpy as np
 
 from sbjax import heads
+from sbjax._extras import require
 from sbjax.config import Config, ModelConfig, TrainConfig
-from sbjax.convert import st_io
 from sbjax.convert.torch_pickle import load_pickle
 
 SUPPORTED_MODEL_TYPES = ("gpt_neox", "gpt_neo")
@@ -163,13 +156,7 @@ def _model_config(hf: dict, mt: str, param_dtype: str, where: str) -> ModelConfi
   if not layers:
     types = hf.get("attention_types") or [[["global", "local"], n_layers // 2]]
     layers = [a for pattern, n in types for _ in range(n) for a in pattern]
-  layers = tuple(layers)
-  bad = sorted(set(layers) - {"global", "local"})
-  if bad:
-    raise ValueError(f"{where}unsupported GPT-Neo attention types {bad}; supported: global, local")
-  if len(layers) != n_layers:
-    raise ValueError(f"{where}GPT-Neo attention_types give {len(layers)} layers, "
-                     f"num_layers={n_layers}")
+  layers = tuple(layers)  # their kinds and count: checked by ModelConfig
   ff = hf.get("intermediate_size") or 4 * d
   return ModelConfig(
       vocab_size=hf["vocab_size"], d_model=d, n_layers=n_layers,
@@ -196,49 +183,62 @@ def _head_tensor(cfg: ModelConfig) -> bool:  # its own V×d head tensor (an unti
   return heads.get(cfg.head).hf_imports and heads.get(cfg.head).hf_tied is False
 
 
+HEAD_NAMES = {"gpt_neox": "embed_out.weight", "gpt_neo": "lm_head.weight"}
+
+
+def layout(cfg: ModelConfig, model_type: str, biases: bool = True) -> list[tuple]:
+  """(HF name, sbjax param path, HF shape, sbjax shape) of every tensor but the head's
+  (``HEAD_NAMES``, mapped by ``sbjax.heads``). An HF tensor is its leaf as it is (sbjax shape
+  None), or the leaf reshaped to the transposed HF shape and transposed (an HF Linear weight
+  is out×in; sbjax mlp kernels are in×out, q/k/v D×H×Dh, o H×Dh×D). A path with "{}" is
+  GPT-NeoX's fused, head-major query_key_value of the q, k and v leaves: rows (head, {q,k,v},
+  Dh). ``biases``: GPT-NeoX's attention biases (its ``attention_bias``)."""
+  d, f, neox = cfg.d_model, cfg.ff_dim, model_type == "gpt_neox"
+  qkv, o = (d, cfg.n_heads, cfg.head_dim), (cfg.n_heads, cfg.head_dim, d)
+  out = [("gpt_neox.embed_in.weight" if neox else "transformer.wte.weight", ("embed",),
+          (cfg.vocab_size, d), None)]
+
+  def ln(hf, path):
+    out.extend([(hf + ".weight", path + ("scale",), (d,), None),
+                (hf + ".bias", path + ("bias",), (d,), None)])
+
+  def mlp(hf_in, hf_out, b):
+    out.extend([(hf_in + ".weight", (b, "mlp", "fc_in_kernel"), (f, d), (d, f)),
+                (hf_in + ".bias", (b, "mlp", "fc_in_bias"), (f,), None),
+                (hf_out + ".weight", (b, "mlp", "fc_out_kernel"), (d, f), (f, d)),
+                (hf_out + ".bias", (b, "mlp", "fc_out_bias"), (d,), None)])
+
+  if not neox:
+    out.append(("transformer.wpe.weight", ("pos_embed",), (cfg.max_len, d), None))
+  for i in range(cfg.n_layers):
+    b = f"block_{i}"
+    if neox:
+      p = f"gpt_neox.layers.{i}."
+      ln(p + "input_layernorm", (b, "ln1"))
+      ln(p + "post_attention_layernorm", (b, "ln2"))
+      out += [(p + "attention.query_key_value.weight", (b, "attn", "{}_kernel"), (3 * d, d), qkv),
+              (p + "attention.dense.weight", (b, "attn", "o_kernel"), (d, d), o)]
+      if biases:
+        out += [(p + "attention.query_key_value.bias", (b, "attn", "{}_bias"), (3 * d,), qkv[1:]),
+                (p + "attention.dense.bias", (b, "attn", "o_bias"), (d,), None)]
+      mlp(p + "mlp.dense_h_to_4h", p + "mlp.dense_4h_to_h", b)
+    else:
+      p, a = f"transformer.h.{i}.", f"transformer.h.{i}.attn.attention."
+      ln(p + "ln_1", (b, "ln1"))
+      ln(p + "ln_2", (b, "ln2"))
+      out += [(a + f"{n}_proj.weight", (b, "attn", f"{n}_kernel"), (d, d), qkv) for n in "qkv"]
+      out += [(a + "out_proj.weight", (b, "attn", "o_kernel"), (d, d), o),
+              (a + "out_proj.bias", (b, "attn", "o_bias"), (d,), None)]
+      mlp(p + "mlp.c_fc", p + "mlp.c_proj", b)
+  ln("gpt_neox.final_layer_norm" if neox else "transformer.ln_f", ("ln_f",))
+  return out
+
+
 def expected_shapes(cfg: ModelConfig, model_type: str) -> dict[str, tuple]:
   """HF tensor name -> shape for a model of this config (the names import needs)."""
-  d, f, v = cfg.d_model, cfg.ff_dim, cfg.vocab_size
-  s: dict[str, tuple] = {}
-  if model_type == "gpt_neox":
-    s["gpt_neox.embed_in.weight"] = (v, d)
-    for i in range(cfg.n_layers):
-      p = f"gpt_neox.layers.{i}."
-      for ln in ("input_layernorm", "post_attention_layernorm"):
-        s[p + ln + ".weight"] = (d,)
-        s[p + ln + ".bias"] = (d,)
-      s[p + "attention.query_key_value.weight"] = (3 * d, d)
-      s[p + "attention.dense.weight"] = (d, d)
-      if cfg.qkv_bias:
-        s[p + "attention.query_key_value.bias"] = (3 * d,)
-        s[p + "attention.dense.bias"] = (d,)
-      s[p + "mlp.dense_h_to_4h.weight"] = (f, d)
-      s[p + "mlp.dense_h_to_4h.bias"] = (f,)
-      s[p + "mlp.dense_4h_to_h.weight"] = (d, f)
-      s[p + "mlp.dense_4h_to_h.bias"] = (d,)
-    s["gpt_neox.final_layer_norm.weight"] = (d,)
-    s["gpt_neox.final_layer_norm.bias"] = (d,)
-    if _head_tensor(cfg):
-      s["embed_out.weight"] = (v, d)
-    return s
-  s["transformer.wte.weight"] = (v, d)
-  s["transformer.wpe.weight"] = (cfg.max_len, d)
-  for i in range(cfg.n_layers):
-    p = f"transformer.h.{i}."
-    for ln in ("ln_1", "ln_2"):
-      s[p + ln + ".weight"] = (d,)
-      s[p + ln + ".bias"] = (d,)
-    for n in ("q_proj", "k_proj", "v_proj", "out_proj"):
-      s[p + f"attn.attention.{n}.weight"] = (d, d)
-    s[p + "attn.attention.out_proj.bias"] = (d,)
-    s[p + "mlp.c_fc.weight"] = (f, d)
-    s[p + "mlp.c_fc.bias"] = (f,)
-    s[p + "mlp.c_proj.weight"] = (d, f)
-    s[p + "mlp.c_proj.bias"] = (d,)
-  s["transformer.ln_f.weight"] = (d,)
-  s["transformer.ln_f.bias"] = (d,)
+  s = {name: shape for name, _, shape, _ in layout(cfg, model_type, cfg.qkv_bias)}
   if _head_tensor(cfg):
-    s["lm_head.weight"] = (v, d)
+    s[HEAD_NAMES[model_type]] = (cfg.vocab_size, cfg.d_model)
   return s
 
 
@@ -294,123 +294,102 @@ def _shards(path: str, index_name: str) -> list[str]:
   return files
 
 
+def _find(path: str, index: str, single: str, suffix: str) -> list[str]:
+  if os.path.isfile(os.path.join(path, index)):
+    return [index]
+  if os.path.isfile(os.path.join(path, single)):
+    return [single]
+  return sorted(f for f in os.listdir(path) if f.endswith(suffix))
+
+
+def weight_files(path: str, allow_pickle: bool = False) -> list[str]:
+  """The weight files of a HF model directory: the shards its index lists, else the single
+  file, else every file of the kind; safetensors first, PyTorch pickles only with
+  ``allow_pickle`` (ValueError naming them otherwise, and when there are no weights)."""
+  files = _find(path, SAFE_INDEX, SAFE_SINGLE, ".safetensors")
+  if not files:
+    files = _find(path, PICKLE_INDEX, PICKLE_SINGLE, ".bin")
+    if not files:
+      raise ValueError(f"{path}: no weights found (expected {SAFE_SINGLE}, {SAFE_INDEX} "
+                       f"or, with allow_pickle, {PICKLE_SINGLE})")
+    if not allow_pickle:
+      raise ValueError(
+          f"{path}: has only PyTorch pickle weights ({', '.join(files)}), no .safetensors. "
+          "Unpickling can run arbitrary code, so sbjax refuses it by default; if you trust "
+          "this checkpoint pass allow_pickle=True (CLI: --allow_pickle) to load it with "
+          "torch.load(weights_only=True), or convert it to safetensors first.")
+  return _shards(path, files[0]) if files[0].endswith(".index.json") else files
+
+
+def read_safetensors(path: str) -> dict[str, np.ndarray]:
+  """The tensors of a safetensors file, read by the ``safetensors`` package, which checks its
+  header as the format defines it (a JSON object, known dtypes, byte ranges that hold their
+  shapes and tile the data section: no gap, overlap or truncation); ValueError naming the
+  file."""
+  require("reading safetensors", "hf", ("safetensors",))
+  from safetensors import SafetensorError, safe_open  # noqa: PLC0415 - the [hf] extra
+
+  try:
+    with safe_open(path, framework="numpy") as f:
+      return {k: f.get_tensor(k) for k in f.keys()}
+  except SafetensorError as e:
+    raise ValueError(f"{path}: not a valid safetensors file ({e})") from None
+
+
 def load_hf_tensors(path: str, *, allow_pickle: bool = False) -> dict[str, np.ndarray]:
-  """Name -> array for the weights in a HF model directory (safetensors preferred)."""
-  if os.path.isfile(os.path.join(path, SAFE_INDEX)):
-    files = _shards(path, SAFE_INDEX)
-  elif os.path.isfile(os.path.join(path, SAFE_SINGLE)):
-    files = [SAFE_SINGLE]
-  else:
-    files = sorted(f for f in os.listdir(path) if f.endswith(".safetensors"))
-  if files:
-    out = {}
-    for f in files:
-      part = st_io.read_file(os.path.join(path, f))
-      dup = set(part) & set(out)
-      if dup:
-        raise ValueError(f"{path}: tensors appear in more than one shard: {_list(dup)}")
-      out.update(part)
-    return out
-  pickles = ([PICKLE_INDEX] if os.path.isfile(os.path.join(path, PICKLE_INDEX)) else
-             [PICKLE_SINGLE] if os.path.isfile(os.path.join(path, PICKLE_SINGLE)) else
-             sorted(f for f in os.listdir(path) if f.endswith(".bin")))
-  if not pickles:
-    raise ValueError(f"{path}: no weights found (expected {SAFE_SINGLE}, {SAFE_INDEX} "
-                     f"or, with allow_pickle, {PICKLE_SINGLE})")
-  if not allow_pickle:
-    raise ValueError(
-        f"{path}: has only PyTorch pickle weights ({', '.join(pickles)}), no .safetensors. "
-        "Unpickling can run arbitrary code, so sbjax refuses it by default; if you trust "
-        "this checkpoint pass allow_pickle=True (CLI: --allow_pickle) to load it with "
-        "torch.load(weights_only=True), or convert it to safetensors first.")
-  warnings.warn(f"{path}: loading PyTorch pickle weights ({', '.join(pickles)}) with "
-                "torch.load(weights_only=True) because allow_pickle=True", stacklevel=3)
-  files = _shards(path, PICKLE_INDEX) if pickles == [PICKLE_INDEX] else pickles
+  """Name -> array for the weights in a HF model directory (``weight_files``)."""
+  files = weight_files(path, allow_pickle)
+  if files[0].endswith(".bin"):
+    warnings.warn(f"{path}: loading PyTorch pickle weights ({', '.join(files)}) with "
+                  "torch.load(weights_only=True) because allow_pickle=True", stacklevel=3)
   out = {}
   for f in files:
-    out.update(load_pickle(os.path.join(path, f)))
+    part = (load_pickle if f.endswith(".bin") else read_safetensors)(os.path.join(path, f))
+    dup = set(part) & set(out)
+    if dup:
+      raise ValueError(f"{path}: tensors appear in more than one shard: {_list(dup)}")
+    out.update(part)
   return out
 
 
 # ----------------------------------------------------------------------------- params
 
 
+def _leaves(x: np.ndarray, path: tuple, leaf_shape: tuple | None) -> list:
+  """The sbjax leaves of HF tensor ``x`` (``layout``; q, k and v for a fused one)."""
+  if "{}" in path[-1]:
+    w = x.reshape(leaf_shape[-2], 3, leaf_shape[-1], *x.shape[1:])  # H×3×Dh(×D)
+    return [w[:, j].transpose(2, 0, 1) if x.ndim == 2 else w[:, j] for j in range(3)]
+  return [x if leaf_shape is None else x.T.reshape(leaf_shape)]
+
+
 def params_from_hf(cfg: ModelConfig, tensors: dict, model_type: str, dtype="float32") -> dict:
-  """Build the sbjax param pytree from (checked, normalised) HF tensors."""
-  dt = np.dtype(dtype) if not isinstance(dtype, str) else _np_dtype(dtype)
-  d, h, k = cfg.d_model, cfg.n_heads, cfg.head_dim
-
-  def g(name):
-    return np.asarray(tensors[name], dtype=np.float32)
-
-  def cast(tree):
-    if isinstance(tree, dict):
-      return {kk: cast(vv) for kk, vv in tree.items()}
-    return np.ascontiguousarray(tree).astype(dt)
-
-  def ln(prefix):
-    return {"scale": g(prefix + ".weight"), "bias": g(prefix + ".bias")}
-
-  def mlp(w_in, b_in, w_out, b_out):
-    return {"fc_in_kernel": g(w_in).T, "fc_in_bias": g(b_in),
-            "fc_out_kernel": g(w_out).T, "fc_out_bias": g(b_out)}
-
+  """Build the sbjax param pytree from (checked, normalised) HF tensors (``layout``)."""
   p: dict = {}
-  if model_type == "gpt_neox":
-    p["embed"] = g("gpt_neox.embed_in.weight")
+  for name, path, _, leaf_shape in layout(cfg, model_type, cfg.qkv_bias):
+    for n, leaf in zip("qkv", _leaves(np.asarray(tensors[name], np.float32), path, leaf_shape)):
+      tree = p
+      for key in path[:-1]:
+        tree = tree.setdefault(key, {})
+      tree[path[-1].format(n)] = leaf
+  if model_type == "gpt_neox" and not cfg.qkv_bias:  # sbjax always has an output bias
     for i in range(cfg.n_layers):
-      pre = f"gpt_neox.layers.{i}."
-      w = g(pre + "attention.query_key_value.weight").reshape(h, 3, k, d)
-      attn = {}
-      for j, n in enumerate("qkv"):
-        attn[f"{n}_kernel"] = w[:, j].transpose(2, 0, 1)  # H×Dh×D -> D×H×Dh
-      if cfg.qkv_bias:
-        b = g(pre + "attention.query_key_value.bias").reshape(h, 3, k)
-        for j, n in enumerate("qkv"):
-          attn[f"{n}_bias"] = b[:, j]
-      attn["o_kernel"] = g(pre + "attention.dense.weight").T.reshape(h, k, d)
-      attn["o_bias"] = (g(pre + "attention.dense.bias") if cfg.qkv_bias
-                        else np.zeros((d,), np.float32))
-      p[f"block_{i}"] = {
-          "ln1": ln(pre + "input_layernorm"), "attn": attn,
-          "ln2": ln(pre + "post_attention_layernorm"),
-          "mlp": mlp(pre + "mlp.dense_h_to_4h.weight", pre + "mlp.dense_h_to_4h.bias",
-                     pre + "mlp.dense_4h_to_h.weight", pre + "mlp.dense_4h_to_h.bias")}
-    p["ln_f"] = ln("gpt_neox.final_layer_norm")
-    if _head_tensor(cfg):
-      p[heads.HEAD_KEY] = heads.get(cfg.head).hf_params(g("embed_out.weight"), cfg)
-    return cast(p)
-  p["embed"] = g("transformer.wte.weight")
-  p["pos_embed"] = g("transformer.wpe.weight")
-  for i in range(cfg.n_layers):
-    pre = f"transformer.h.{i}."
-    a = pre + "attn.attention."
-    attn = {f"{n}_kernel": g(a + f"{n}_proj.weight").T.reshape(d, h, k) for n in "qkv"}
-    attn["o_kernel"] = g(a + "out_proj.weight").T.reshape(h, k, d)
-    attn["o_bias"] = g(a + "out_proj.bias")
-    p[f"block_{i}"] = {
-        "ln1": ln(pre + "ln_1"), "attn": attn, "ln2": ln(pre + "ln_2"),
-        "mlp": mlp(pre + "mlp.c_fc.weight", pre + "mlp.c_fc.bias",
-                   pre + "mlp.c_proj.weight", pre + "mlp.c_proj.bias")}
-  p["ln_f"] = ln("transformer.ln_f")
+      p[f"block_{i}"]["attn"]["o_bias"] = np.zeros((cfg.d_model,), np.float32)
   if _head_tensor(cfg):
-    p[heads.HEAD_KEY] = heads.get(cfg.head).hf_params(g("lm_head.weight"), cfg)
-  return cast(p)
+    p[heads.HEAD_KEY] = heads.get(cfg.head).hf_params(
+        np.asarray(tensors[HEAD_NAMES[model_type]], np.float32), cfg)
+  dt = np.dtype(dtype) if not isinstance(dtype, str) else _np_dtype(dtype)
+  return jax.tree.map(lambda x: np.ascontiguousarray(x).astype(dt), p)
 
 
 def _np_dtype(name: str) -> np.dtype:
   return np.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else np.dtype(name)
 
 
-def check_finite(tensors: dict, where: str, chunk: int = 1 << 24) -> None:
-  """Refuse weights holding NaN or inf, naming the tensors (read in chunks: memory-mapped)."""
-  bad = []
-  for name, t in tensors.items():
-    flat = np.asarray(t).reshape(-1)
-    if flat.dtype.kind == "f" or flat.dtype == ml_dtypes.bfloat16:
-      if any(not np.isfinite(flat[i:i + chunk].astype(np.float32)).all()
-             for i in range(0, flat.size, chunk)):
-        bad.append(name)
+def check_finite(tensors: dict, where: str) -> None:
+  """Refuse weights holding NaN or inf, naming the tensors."""
+  bad = [name for name, t in tensors.items()
+         if t.dtype.kind in "fV" and not np.isfinite(np.asarray(t, np.float32)).all()]
   if bad:
     raise ValueError(f"{where}weights hold NaN or inf values in {len(bad)} tensor(s): "
                      f"{_list(bad, 8)}; nothing was imported. Use an intact checkpoint, or pass "

@@ -1,25 +1,18 @@
-"""Where the revisions of a checkpoint series are on disk, and which ones to import.
+"""Where the revisions of a checkpoint series are on disk, and which ones to import (no network).
 
-Two layouts, read with no network:
+Two layouts: the Hugging Face cache that ``from_pretrained(name, revision=R, cache_dir=C)``
+leaves (``C/models--org--name/refs/<revision>`` holds the commit of
+``snapshots/<commit>/{config.json, model.safetensors -> ../../blobs/<sha256>}``; ``path`` is
+that repository, or a cache holding exactly one), or a directory of revision directories.
 
-* the Hugging Face cache that ``from_pretrained(name, revision=R, cache_dir=C)`` leaves::
+Revision names: ``step1000``, ``step-1000``, ``1000``, ``pythia-70m_step1000``, and names with
+stage / token parts such as ``step1000-tokens4B`` or ``stage1-step101000-tokens424B``
+(``parse_revision``), ordered by (stage, step); refs without a step (``main``) are skipped.
 
-      C/models--EleutherAI--pythia-70m/refs/step1000          (a file holding a commit sha)
-      C/models--EleutherAI--pythia-70m/snapshots/<sha>/{config.json, model.safetensors -> ../../blobs/<sha256>}
-
-  ``path`` is the repository directory ``models--org--name`` or a cache directory holding
-  exactly one of them; each ``refs/<revision>`` resolves to ``snapshots/<sha>``;
-* a directory of revision directories (``step1000/``, ``pythia-70m_step1000/``, ...).
-
-Revision names: ``step1000``, ``step-1000``, ``1000``, and names with stage / token parts
-such as ``step1000-tokens4B`` (Pythia-style suites) or ``stage1-step101000-tokens424B``
-(``parse_revision``). Revisions are ordered by (stage, step); refs without a step (``main``)
-are not imported (``main`` is reported in the import record when it matches a revision).
-
-Selection (``select``): ``None`` = all; else a list of steps, or a spec string
-``"0,1000,5000"``, ``"0:10000"`` (every revision with 0 <= step <= 10000) or ``"0:143000:10000"``
-(those with (step - 0) % 10000 == 0) and combinations ``"0,1000:5000"``. A requested step
-that is not in the series is an error naming the available steps.
+Selection (``select``): ``None`` = all; else a list of steps, or a spec ``"0,1000,5000"``,
+``"0:10000"`` (every revision with 0 <= step <= 10000), ``"0:143000:10000"`` (those with
+step % 10000 == 0 from 0) and combinations ``"0,1000:5000"``. A requested step that is not in
+the series is an error naming the available steps.
 """
 
 from __future__ import annotations
@@ -120,8 +113,6 @@ def find(path: str | os.PathLike) -> list[Revision]:
 
 def parse_spec(spec) -> tuple[set, list]:
   """(explicit steps, [(lo, hi, every)] ranges) of a selection (see the module doc)."""
-  if spec is None:
-    return set(), []
   items = [str(s) for s in spec] if not isinstance(spec, str) else spec.split(",")
   steps, ranges = set(), []
   for item in (i.strip() for i in items if i.strip()):

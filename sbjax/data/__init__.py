@@ -1,22 +1,14 @@
-"""The data layer: planted-rank languages, local text, TFDS catalog datasets.
+"""The data layer: planted-rank languages, local text, TFDS catalog datasets, token files.
 
     from sbjax.data import make_dataset, Dataset
     ds = make_dataset(cfg.data, seq_len=..., global_batch_size=..., seed=..., workdir=...)
     ds.train_batch(i)      # int32 [B / process_count, seq_len + 1], pure in (seed, i, process)
     ds.eval_batches(n)     # n fixed validation batches
 
-Modules, in the one-way order of their imports: ``options`` (each built-in source's typed
-fields, ``DataConfig.options``); the generators ``planted`` (PlantedLanguage, PlantedMixture),
-``planted_mos``, ``planted_tail`` (the rare-token tail language), ``planted_stream`` (host
-batches on demand), ``planted_device`` (the on-device sampler), ``text`` (directory corpora,
-document split, token caches), ``tokens`` (token files on disk), ``tokenizer``
-(sentencepiece), ``hf_tokenizer`` (HF ``tokenizer.json`` files), ``catalog`` (TFDS catalog
-datasets, read without TensorFlow); ``dataset`` (packing, batching, each source's build);
-``sources`` (the registry of ``data.source`` values, ``make_dataset``; a new source is one
-file).
-
-The names below are loaded on first use, so that ``sbjax.config`` can import the plain-Python
-``sbjax.data.sources`` and ``options`` without importing jax, numpy or TFDS.
+``sources`` is the registry of ``data.source`` values (module doc there: the modules and the
+one-way order of their imports). The names below are loaded on first use, so that
+``sbjax.config`` can import the plain-Python ``sources`` and ``options`` without importing
+jax, numpy or TFDS.
 """
 
 from sbjax._extras import require
@@ -36,10 +28,4 @@ __all__ = ["make_dataset", "Dataset", "PlantedLanguage", "PlantedMixture", "Data
 def __getattr__(name: str):
   if name in _LAZY:
     return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-  try:  # a submodule (sbjax.data.planted, ...) reached as an attribute
-    return importlib.import_module(f"{__name__}.{name}")
-  except ModuleNotFoundError as e:
-    if e.name != f"{__name__}.{name}":
-      raise
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-
+  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

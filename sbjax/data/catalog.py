@@ -63,7 +63,6 @@ def read_catalog(name: str, data_dir: str | None, text_key: str = "text",
       break
     except Exception:  # noqa: BLE001 - an absent split
       continue
-  train_n = len(train_src)
   try:
     train = [_text(t) for t in _read_all(train_src, text_key, max_docs)]
   except KeyError as e:
@@ -79,5 +78,4 @@ def read_catalog(name: str, data_dir: str | None, text_key: str = "text",
     val = [_text(t) for t in _read_all(val_src, text_key, max_docs)]
   info = getattr(train_src, "dataset_info", None)
   full_name = getattr(info, "full_name", None) or name
-  return {"train": train, "validation": val, "val_split": val_split, "full_name": full_name,
-          "n_train_docs_available": train_n}
+  return {"train": train, "validation": val, "val_split": val_split, "full_name": full_name}

@@ -39,7 +39,6 @@ import numpy as np
 from sbjax.atomic import is_local
 from sbjax.data import catalog
 from sbjax.data import planted_device
-from sbjax.data import planted_stream
 from sbjax.data import tokenizer as tokenizer_lib
 from sbjax.data import tokens as tokens_source
 from sbjax.data.text import (DataError, cached_array, encode_documents, scan_text_dir, slug,
@@ -48,6 +47,7 @@ from sbjax.paths import cache_root, upath
 
 log = logging.getLogger(__name__)
 SPLITS = ("train", "validation")
+STREAM_TAG = 3  # the stored streams use 1 (train) and 2 (validation) in the same seed slot
 
 
 def check_fits(name: str, streams: dict, seq_len: int, batch: int) -> None:
@@ -64,21 +64,24 @@ def check_fits(name: str, streams: dict, seq_len: int, batch: int) -> None:
 
 
 class Dataset:
-  """Packed train/validation token streams with stateless, sharded batching."""
+  """Packed train/validation token streams with stateless, sharded batching. ``starts``: the
+  (train, validation) window starts of token files (``sbjax.data.tokens``, whose reader has
+  checked their ids), in place of windows every ``seq_len`` tokens; their evaluation windows
+  are the first ``n * B`` in file order."""
 
   def __init__(self, train_tokens: np.ndarray, val_tokens: np.ndarray, *, seq_len: int,
                global_batch_size: int, seed: int = 0, process_index: int = 0,
                process_count: int = 1, vocab_size: int, name: str = "tokens",
                source: str = "tokens", tokenizer_path: str | None = None, planted=None,
-               extra_info: dict | None = None):
+               extra_info: dict | None = None, starts: tuple | None = None):
     if process_count < 1 or not 0 <= process_index < process_count:
       raise ValueError(
           f"process_index={process_index} must be in [0, process_count={process_count})")
     if global_batch_size % process_count:
       raise ValueError(f"global batch size {global_batch_size} is not divisible by the "
                        f"process count {process_count}")
-    self.train_tokens = np.asarray(train_tokens)
-    self.val_tokens = np.asarray(val_tokens)
+    self.train_tokens = np.asarray(train_tokens).reshape(-1)
+    self.val_tokens = np.asarray(val_tokens).reshape(-1)
     self.seq_len, self.global_batch_size = int(seq_len), int(global_batch_size)
     self.seed = int(seed)
     self.process_index, self.process_count = int(process_index), int(process_count)
@@ -86,16 +89,24 @@ class Dataset:
     self.vocab_size, self.name, self.source = int(vocab_size), name, source
     self.tokenizer_path, self.planted = tokenizer_path, planted
     self._extra = dict(extra_info or {})
-    check_fits(name, {"train": self.train_tokens, "validation": self.val_tokens}, self.seq_len,
-               self.global_batch_size)
-    for split, toks in (("train", self.train_tokens), ("validation", self.val_tokens)):
-      if toks.size and (int(toks.max()) >= self.vocab_size or int(toks.min()) < 0):
-        raise DataError(f"corpus {name!r}, split {split!r}: token ids outside [0, {vocab_size})")
-    self.n_train_windows = (len(self.train_tokens) - 1) // self.seq_len
-    self.n_val_windows = (len(self.val_tokens) - 1) // self.seq_len
+    self._in_order = starts is not None
+    if starts is None:
+      streams = {"train": self.train_tokens, "validation": self.val_tokens}
+      check_fits(name, streams, self.seq_len, self.global_batch_size)
+      for split, toks in streams.items():
+        if toks.size and (int(toks.max()) >= self.vocab_size or int(toks.min()) < 0):
+          raise DataError(f"corpus {name!r}, split {split!r}: token ids outside [0, {vocab_size})")
+      starts = [np.arange((len(t) - 1) // self.seq_len, dtype=np.int64) * self.seq_len
+                for t in streams.values()]
+    for split, st in zip(SPLITS, starts):
+      if len(st) < global_batch_size:
+        raise DataError(
+            f"token data {name!r}, split {split!r}: {len(st)} windows of seq_len+1="
+            f"{seq_len + 1} tokens, fewer than one global batch of {global_batch_size}. Use a "
+            "smaller train.batch_size or train.seq_len, or more tokens")
+    self._train_starts, self._val_starts = (np.asarray(st, np.int64) for st in starts)
+    self.n_train_windows, self.n_val_windows = len(self._train_starts), len(self._val_starts)
     self._offsets = np.arange(self.seq_len + 1, dtype=np.int64)
-    self._train_starts = np.arange(self.n_train_windows, dtype=np.int64) * self.seq_len
-    self._val_starts = np.arange(self.n_val_windows, dtype=np.int64) * self.seq_len
     self._perm = functools.lru_cache(maxsize=4)(self._permutation)
 
   def _permutation(self, epoch: int) -> np.ndarray:
@@ -122,15 +133,19 @@ class Dataset:
     return self._gather(self.train_tokens, self._train_starts[self.train_windows(i)])
 
   def eval_windows(self, n: int) -> np.ndarray:
-    """Global validation window indices, [n, global_batch]."""
+    """Global validation window indices, [n, global_batch]: evenly spaced over the split (in
+    file order for token files); cycling, with a warning, when it has fewer (the analysis
+    refuses that: sbjax.analysis.samples)."""
     total = int(n) * self.global_batch_size
-    if total <= self.n_val_windows:
-      idx = (np.arange(total, dtype=np.int64) * self.n_val_windows) // max(total, 1)
-    else:
+    repeat = total > self.n_val_windows
+    if repeat:
       warnings.warn(f"{n} eval batches need {total} validation windows but the validation "
                     f"split of {self.name!r} has {self.n_val_windows}: windows repeat",
                     stacklevel=3)
+    if repeat or self._in_order:
       idx = np.arange(total, dtype=np.int64) % self.n_val_windows
+    else:
+      idx = (np.arange(total, dtype=np.int64) * self.n_val_windows) // max(total, 1)
     return idx.reshape(int(n), self.global_batch_size)
 
   def eval_batches(self, n: int) -> list[np.ndarray]:
@@ -139,10 +154,6 @@ class Dataset:
     return [self._gather(self.val_tokens, self._val_starts[w[lo:lo + self.batch_size]])
             for w in self.eval_windows(n)]
 
-  @property
-  def steps_per_epoch(self) -> float:
-    return self.n_train_windows / self.global_batch_size
-
   def info(self) -> dict[str, Any]:
     d = {"source": self.source, "name": self.name, "vocab_size": self.vocab_size,
          "n_train_tokens": int(len(self.train_tokens)), "n_val_tokens": int(len(self.val_tokens)),
@@ -150,15 +161,18 @@ class Dataset:
          "seq_len": self.seq_len, "global_batch_size": self.global_batch_size,
          "process_batch_size": self.batch_size, "process_index": self.process_index,
          "process_count": self.process_count, "data_seed": self.seed,
-         "steps_per_epoch": float(self.steps_per_epoch), "tokenizer_path": self.tokenizer_path}
+         "steps_per_epoch": self.n_train_windows / self.global_batch_size,
+         "tokenizer_path": self.tokenizer_path}
     d.update(self._extra)
     return d
 
 
 class StreamingPlanted(Dataset):
-  """A planted source with ``data.options.train_tokens = 0``: train batches sampled on demand,
-  pure in (planted_seed, data_seed, i) (``sbjax.data.planted_stream``); no stored train
-  stream, no epochs. The validation split is stored as usual."""
+  """A planted source with ``data.options.train_tokens = 0``: nothing stored, global train batch
+  ``i`` is ``lang.sample(default_rng([planted_seed, STREAM_TAG, data_seed, i]), (B, T + 1))``,
+  B independent chains each started from the stationary distribution (fresh tokens every
+  step), pure in (seeds, i); every process samples the global batch and keeps its rows. The
+  validation split is stored as usual."""
 
   def __init__(self, lang, val_tokens: np.ndarray, *, planted_seed: int, **kw):
     n = kw["global_batch_size"] * kw["seq_len"] + 1  # a placeholder for Dataset's checks
@@ -166,20 +180,17 @@ class StreamingPlanted(Dataset):
     self.planted_seed = int(planted_seed)
     self._extra.update(streaming=True)
 
-  def train_windows(self, i: int) -> np.ndarray:
-    raise ValueError(f"{self.name}: a streaming planted source (data.options.train_tokens=0) "
-                     "has no stored train windows; use train_batch(i)")
+  def global_batch(self, i: int) -> np.ndarray:
+    """int32 [global_batch, seq_len + 1]: global train batch ``i``."""
+    rng = np.random.default_rng([self.planted_seed, STREAM_TAG, self.seed, int(i)])
+    return self.planted.sample(rng, (self.global_batch_size, self.seq_len + 1))
 
   def train_batch(self, i: int) -> np.ndarray:
     """int32 [global_batch / process_count, seq_len + 1]; pure in (seeds, i)."""
-    full = planted_stream.global_train_batch(self.planted, self.planted_seed, self.seed, i,
-                                             self.global_batch_size, self.seq_len)
+    if i < 0:
+      raise ValueError(f"batch index must be >= 0, got {i}")
     lo = self.process_index * self.batch_size
-    return full[lo:lo + self.batch_size]
-
-  @property
-  def steps_per_epoch(self) -> float:
-    return float("inf")  # fresh tokens every step
+    return self.global_batch(i)[lo:lo + self.batch_size]
 
   def info(self) -> dict[str, Any]:
     d = super().info()
@@ -205,17 +216,12 @@ class DevicePlanted(StreamingPlanted):
       self._tables = planted_device.tables(self.planted, self.planted_seed, self.seed)
     return self._tables
 
-  def train_batch(self, i: int) -> np.ndarray:
-    """int32 [global_batch / process_count, seq_len + 1]: this process's rows of the batch
-    the device step draws at step ``i``."""
-    if i < 0:
-      raise ValueError(f"batch index must be >= 0, got {i}")
+  def global_batch(self, i: int) -> np.ndarray:
+    """int32 [global_batch, seq_len + 1]: the batch the device step draws at step ``i``."""
     if self._on_device is None:
       self._on_device = jax.device_put(self.device_tables())
-    full = np.asarray(_device_batch(self._on_device, np.uint32(i), self.global_batch_size,
+    return np.asarray(_device_batch(self._on_device, np.uint32(i), self.global_batch_size,
                                     self.seq_len, self.planted.context))
-    lo = self.process_index * self.batch_size
-    return full[lo:lo + self.batch_size]
 
 
 _device_batch = jax.jit(planted_device.train_batch, static_argnums=(2, 3, 4))
@@ -246,8 +252,8 @@ def local_data_dir(workdir) -> Path:
 
 def build_tokens(cfg, *, workdir=None, **common) -> Dataset:
   """``data.source=tokens``: token files on disk (sbjax.data.tokens)."""
-  return TokenWindows(**tokens_source.open_token_splits(cfg.options, common["seq_len"],
-                                                        common["global_batch_size"]), **common)
+  return Dataset(**tokens_source.open_token_splits(cfg.options, common["seq_len"],
+                                                   common["global_batch_size"]), **common)
 
 
 def _streams(paths: dict, make, check) -> dict:
@@ -272,7 +278,7 @@ def build_planted(cfg, lang, *, workdir=None, **common) -> Dataset:
   """A planted language ``lang`` (its source's ``language(options)``): the train and
   validation streams sampled from ``[seed, 1]`` and ``[seed, 2]``, cached when there is a
   workdir or data_dir; with ``data.options.train_tokens=0`` only the validation stream, and
-  train batches on demand (``planted_stream``, or ``planted_device``)."""
+  train batches on demand (``StreamingPlanted``, or ``planted_device``)."""
   o = cfg.options
   sizes = {"train": o.train_tokens, "validation": o.val_tokens}
   if not o.train_tokens:
@@ -354,47 +360,3 @@ def build_text_dir(cfg, *, workdir=None, **common) -> Dataset:
 def build_tfds(cfg, *, workdir=None, **common) -> Dataset:
   """``data.source=tfds``: a catalog dataset."""
   return _build_text(cfg, _tfds_docs, workdir, common)
-
-
-class TokenWindows(Dataset):
-  """A ``Dataset`` over windows of token files (flat arrays + window start offsets)."""
-
-  def __init__(self, train_arr, train_starts, val_arr, val_starts, *, seq_len: int,
-               global_batch_size: int, vocab_size: int, name: str, seed: int = 0,
-               process_index: int = 0, process_count: int = 1, source: str = "tokens",
-               extra_info: dict | None = None):
-    for split, starts in (("train", train_starts), ("validation", val_starts)):
-      if len(starts) < global_batch_size:
-        raise DataError(
-            f"token data {name!r}, split {split!r}: {len(starts)} windows of seq_len+1="
-            f"{seq_len + 1} tokens, fewer than one global batch of {global_batch_size}. Use a "
-            "smaller train.batch_size or train.seq_len, or more tokens")
-    # Dataset's argument checks on a stand-in of exactly one batch of tokens; the real
-    # (memory-mapped) arrays and window starts replace it below
-    need = global_batch_size * seq_len + 1
-    super().__init__(np.zeros(need, np.int32), np.zeros(need, np.int32), seq_len=seq_len,
-                     global_batch_size=global_batch_size, seed=seed,
-                     process_index=process_index, process_count=process_count,
-                     vocab_size=vocab_size, name=name, source=source, extra_info=extra_info)
-    self.train_tokens = np.asarray(train_arr).reshape(-1)
-    self.val_tokens = np.asarray(val_arr).reshape(-1)
-    self._train_starts = np.asarray(train_starts, np.int64)
-    self._val_starts = np.asarray(val_starts, np.int64)
-    self.n_train_windows, self.n_val_windows = len(self._train_starts), len(self._val_starts)
-
-  def eval_windows(self, n: int) -> np.ndarray:
-    """The first n * B validation windows in file order, [n, B] (cycling, with a warning, when
-    the file has fewer; the analysis refuses that: sbjax.analysis.samples)."""
-    total = int(n) * self.global_batch_size
-    if total > self.n_val_windows:
-      warnings.warn(f"{n} eval batches need {total} validation windows but the validation "
-                    f"split of {self.name!r} has {self.n_val_windows}: windows repeat",
-                    stacklevel=3)
-    return (np.arange(total, dtype=np.int64) % self.n_val_windows).reshape(
-        int(n), self.global_batch_size)
-
-  def info(self) -> dict:
-    d = super().info()
-    d["n_train_tokens"] = int(self.train_tokens.shape[0])
-    d["n_val_tokens"] = int(self.val_tokens.shape[0])
-    return d

@@ -1,24 +1,18 @@
 """Hugging Face ``tokenizers`` files (``tokenizer.json``) beside sentencepiece.
 
-``data.tokenizer=path/to/tokenizer.json`` (e.g. the GPT-NeoX-20B tokenizer of Pythia, or
-GPT-Neo's) tokenises a text corpus with that tokenizer: ``load_or_train`` copies it to
-``WORKDIR/tokenizer.json`` and ``HFTokenizer`` gives the interface of
-``sbjax.data.tokenizer.Tokenizer`` (``vocab_size``, ``separator_id``, ``encode``,
-``decode``, ``serialized``), so packing, caching and batching are unchanged.
+``data.options.tokenizer=path/to/tokenizer.json`` (e.g. Pythia's GPT-NeoX-20B tokenizer)
+tokenises a text corpus with that tokenizer: ``load_or_train`` copies it to
+``WORKDIR/tokenizer.json``, and ``HFTokenizer`` has the interface of
+``sbjax.data.tokenizer.Tokenizer``. Its ``vocab_size`` counts the added tokens (every id it
+can emit is below it); ``separator_id`` is the first of ``EOS_NAMES`` present, else the first
+special added token, else 0; ``encode`` adds no special tokens (the packer adds the
+separator).
 
-* ``vocab_size`` = ``get_vocab_size(with_added_tokens=True)``: every id the tokenizer can
-  emit is below it (Pythia: 50277 ids for a 50304-row embedding; the extra rows are padding).
-* ``separator_id``: the id joining documents, the first of ``<|endoftext|>``, ``</s>``,
-  ``<eos>``, ``<|end_of_text|>`` present, else the first special added token, else 0.
-* ``encode`` adds no special tokens (the separator is added by the packer).
-
-``export_tokenizer`` writes the tokenizer of a run for transformers (``--to_hf``):
-``tokenizer.json`` (the run's own, or one built from its sentencepiece unigram model:
-``from_sentencepiece``) and ``tokenizer_config.json`` (``PreTrainedTokenizerFast``), so
-``AutoTokenizer.from_pretrained(DIR)`` gives the ids sbjax trained on.
-
-``train_bpe`` trains a byte-level BPE ``tokenizer.json`` on local text (the tests' way to
-get a GPT-NeoX-like tokenizer without a hub); deterministic for a given input.
+``export_tokenizer`` writes a run's tokenizer for transformers (``--to_hf``): its
+``tokenizer.json`` (or one built from its sentencepiece unigram model) and a
+``tokenizer_config.json``, so ``AutoTokenizer.from_pretrained(DIR)`` gives the ids sbjax
+trained on. ``train_bpe`` trains a byte-level BPE ``tokenizer.json`` on local text
+(deterministic; a GPT-NeoX-like tokenizer without a hub).
 """
 
 from __future__ import annotations
@@ -29,7 +23,6 @@ import os
 from pathlib import Path
 from typing import Iterable, Sequence
 
-import numpy as np
 import sentencepiece as spm
 from sentencepiece import sentencepiece_model_pb2 as sp_pb
 from tokenizers import AddedToken, decoders, models, pre_tokenizers, trainers
@@ -42,10 +35,6 @@ JSON_NAME = "tokenizer.json"
 EOS_NAMES = ("<|endoftext|>", "</s>", "<eos>", "<|end_of_text|>")
 
 
-def is_hf_tokenizer(path: str | os.PathLike) -> bool:
-  return str(path).endswith(".json")
-
-
 class HFTokenizer:
   """A loaded ``tokenizer.json`` with the interface of ``sbjax.data.tokenizer.Tokenizer``:
   the file ``path``, or (``source``) the file ``source`` read for ``path``, where ``save``
@@ -55,7 +44,7 @@ class HFTokenizer:
     self.path, self._source = str(path), (None if source is None else str(source))
     read = self._source or self.path
     if not Path(read).is_file():
-      raise FileNotFoundError(f"tokenizer.json not found: {read}")
+      raise FileNotFoundError(f"tokenizer.json not found: {read} (data.options.tokenizer)")
     try:
       self.tok = _HFTok.from_file(read)
     except Exception as e:  # noqa: BLE001 - the tokenizers library raises its own exception type
@@ -81,23 +70,13 @@ class HFTokenizer:
     special = [a for a in self.tok.get_added_tokens_decoder().items() if a[1].special]
     return int(min(special)[0]) if special else 0
 
-  @property
-  def eos_id(self) -> int:
-    return self.separator_id
-
-  def encode(self, text: str | Sequence[str], num_threads: int = -1):
-    del num_threads
+  def encode(self, text: str | Sequence[str]):
     if isinstance(text, str):
       return self.tok.encode(text, add_special_tokens=False).ids
     return [e.ids for e in self.tok.encode_batch(list(text), add_special_tokens=False)]
 
   def decode(self, ids) -> str:
-    if isinstance(ids, np.ndarray):
-      ids = ids.tolist()
-    return self.tok.decode(list(ids), skip_special_tokens=False)
-
-  def id_to_piece(self, i: int) -> str:
-    return self.tok.id_to_token(int(i))
+    return self.tok.decode([int(i) for i in ids], skip_special_tokens=False)
 
   def serialized(self) -> bytes:
     return Path(self._source or self.path).read_bytes()
@@ -127,9 +106,6 @@ def copy_into(src: str | os.PathLike, workdir: str | os.PathLike,
   path = Path(workdir) / JSON_NAME
   if path.is_file():
     return HFTokenizer(path)
-  if not Path(src).is_file():
-    raise FileNotFoundError(f"data.options.tokenizer={str(src)!r}: no such "
-                            "tokenizer.json")
   tok = HFTokenizer(path, source=src)
   return tok.save() if save else tok
 

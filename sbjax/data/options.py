@@ -2,18 +2,10 @@
 
 ``SourceOptions`` is the base: a subclass names its ``source``, holds exactly the fields that
 source reads, declares what each allows (``sbjax.errors.bounded``, checked as
-``data.options.F``) and checks what spans fields in ``check``. The built-in ones are here:
-
-* ``PlantedOptions`` (``planted``: the planted-rank language), ``PlantedMixOptions``
-  (``planted_mix``: + ``mix`` components), ``PlantedMosOptions`` (``planted_mos``: + the
-  gates ``gate``, ``gate_conc``), ``PlantedTailOptions`` (``planted_tail``: the mixture with a
-  rare-token tail, V = 4096, 8 x rank 32, Zipf 1.5); their ``stream_params`` key the sampled token streams
-  (``sampler``, host or device, changes how train batches are drawn, not the streams).
-* ``TextOptions`` (``text``: a directory of .txt files), ``TfdsOptions`` (``tfds``: a catalog
-  dataset), both with the tokenizer fields of ``TokenizerOptions``.
-* ``TokensOptions`` (``tokens``: token files on disk, ``sbjax.data.tokens``).
-
-Plain Python (no jax, no numpy), so ``sbjax.config`` can validate with it.
+``data.options.F``) and checks what spans fields in ``check``. The planted options'
+``stream_params`` key the sampled token streams (``sampler``, host or device, changes how
+train batches are drawn, not the streams). Plain Python (no jax, no numpy), so
+``sbjax.config`` can validate with it.
 """
 
 from __future__ import annotations
@@ -24,8 +16,6 @@ from typing import ClassVar
 from sbjax.errors import SEED_MAX, bounded, check_fields, config_error
 
 PLANTED_GATES = ("uniform", "dirichlet")  # gate of source=planted_mos
-PLANTED_SAMPLERS = ("host", "device")  # sampler of the planted sources (planted_device)
-TOKENIZER_TYPES = ("unigram", "bpe")
 TOKEN_DTYPES = ("uint16", "int32", "uint32", "int64", "int16", "uint8")
 
 
@@ -58,12 +48,12 @@ class PlantedOptions(SourceOptions):
   zipf: float = bounded(1.0, lo=0)
   context: int = bounded(1, lo=1)  # context = the last n tokens
   seed: int = bounded(0, lo=0, hi=SEED_MAX)
-  train_tokens: int = bounded(2_000_000, lo=0, note="0 = sampled on demand")  # planted_stream
+  train_tokens: int = bounded(2_000_000, lo=0, note="0 = sampled on demand")
   val_tokens: int = bounded(65_536, lo=1)
   data_dir: str = ""  # folder of the stored streams (.npy); "" = WORKDIR/tokens
-  # host: numpy batches (stored or planted_stream); device: fresh train batches drawn inside
+  # host: numpy batches (stored or streamed); device: fresh train batches drawn inside
   # the jitted step, pure in (seed, data seed, step) (sbjax.data.planted_device)
-  sampler: str = bounded("host", choices=PLANTED_SAMPLERS)
+  sampler: str = bounded("host", choices=("host", "device"))
 
   def check(self) -> None:
     if self.rank > self.vocab:
@@ -74,15 +64,19 @@ class PlantedOptions(SourceOptions):
                          "stored train stream)")
 
   def language_kwargs(self) -> dict:
-    """The keyword arguments of the language's constructor."""
-    return dict(vocab=self.vocab, rank=self.rank, alpha=self.alpha, zipf=self.zipf,
-                context=self.context, seed=self.seed)
+    """The keyword arguments of the language's constructor: the fields but those of storing and
+    drawing the streams (``mix`` is its ``n_mix``)."""
+    kw = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+          if f.name not in ("train_tokens", "val_tokens", "data_dir", "sampler")}
+    if "mix" in kw:
+      kw["n_mix"] = kw.pop("mix")
+    return kw
 
   def stream_params(self) -> dict:
     """What determines the token streams (the key of their caches, ``sbjax.data.dataset``)."""
-    return {"kind": self.source, "vocab": self.vocab, "rank": self.rank,
-            "alpha": float(self.alpha), "zipf": float(self.zipf), "context": self.context,
-            "n_mix": 1, "seed": self.seed, "train_tokens": self.train_tokens,
+    floats = {f.name for f in dataclasses.fields(self) if f.type == "float"}
+    kw = {k: float(v) if k in floats else v for k, v in self.language_kwargs().items()}
+    return {"kind": self.source, "n_mix": 1, **kw, "train_tokens": self.train_tokens,
             "val_tokens": self.val_tokens}
 
 
@@ -92,12 +86,6 @@ class PlantedMixOptions(PlantedOptions):
 
   source: ClassVar[str] = "planted_mix"
   mix: int = bounded(4, lo=1)
-
-  def language_kwargs(self) -> dict:
-    return {**super().language_kwargs(), "n_mix": self.mix}
-
-  def stream_params(self) -> dict:
-    return {**super().stream_params(), "n_mix": self.mix}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,19 +97,11 @@ class PlantedMosOptions(PlantedMixOptions):
   gate: str = bounded("uniform", choices=PLANTED_GATES)
   gate_conc: float = bounded(1.0, gt=0)
 
-  def language_kwargs(self) -> dict:
-    return {**super().language_kwargs(), "gate": self.gate, "gate_conc": self.gate_conc}
-
-  def stream_params(self) -> dict:  # its mixture size and gates key the streams too
-    return {**super().stream_params(), "gate": self.gate, "gate_conc": float(self.gate_conc)}
-
 
 @dataclasses.dataclass(frozen=True)
 class PlantedTailOptions(PlantedMixOptions):
-  """The planted mixture at the rare-token tail's sizes (``sbjax.data.planted_tail``): V = 4096,
-  ``mix`` = 8 components of rank 32, Zipf 1.5. A change of ``data.source`` to it carries the
-  shared planted fields over (``sbjax.overrides``): set the sizes explicitly
-  there."""
+  """The planted mixture at the rare-token tail's sizes (``sbjax.data.planted_tail``); a change
+  of ``data.source`` to it keeps the planted fields already set (``sbjax.overrides``)."""
 
   source: ClassVar[str] = "planted_tail"
   vocab: int = 4096
@@ -130,13 +110,12 @@ class PlantedTailOptions(PlantedMixOptions):
   mix: int = 8
 
 
-
 @dataclasses.dataclass(frozen=True)
 class TokenizerOptions(SourceOptions):
   """The fields of the text sources: their tokenizer and validation split."""
 
   tokenizer: str = ""  # an existing sentencepiece .model or HF tokenizer.json; "" = train one
-  tokenizer_type: str = bounded("unigram", choices=TOKENIZER_TYPES)
+  tokenizer_type: str = bounded("unigram", choices=("unigram", "bpe"))
   vocab_size: int = bounded(1024, lo=8)  # tokenizer vocab
   val_fraction: float = bounded(0.1, gt=0.0, lt=1.0)  # fraction of documents held out
   # text: the folder of the token caches ("" = WORKDIR/tokens); tfds: the TFDS data_dir

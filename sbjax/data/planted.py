@@ -227,10 +227,13 @@ class PlantedMixture(_MarkovLanguage):
     self.V = rng.standard_normal((M, self.vocab, self.rank))
     self.gate = rng.standard_normal((C, M))
     self.b = _zipf_bias(self.vocab, self.zipf)
-    log_pi = _log_softmax(self.gate)  # [C, M]
-    comp = _log_softmax(self.component_logits())  # [M, C, V]
-    self.log_probs = _logsumexp(comp + log_pi.T[:, :, None], axis=0)
+    self.log_probs = self._mixture_log_probs(_log_softmax(self.gate))
     self._finish()
+
+  def _mixture_log_probs(self, log_pi: np.ndarray) -> np.ndarray:
+    """log P [C, V] of the mixture with log-weights ``log_pi`` [C, M]."""
+    comp = _log_softmax(self.component_logits())  # [M, C, V]
+    return _logsumexp(comp + log_pi.T[:, :, None], axis=0)
 
   def component_logits(self) -> np.ndarray:
     return (self.alpha * np.einsum("mck,mvk->mcv", self.U, self.V) / math.sqrt(self.rank)

@@ -1,33 +1,25 @@
 r"""The on-device planted sampler: ``data.options.sampler = "device"``.
 
-Train batch ``s`` of a planted language is drawn on the accelerator, inside the jitted train
-step (``sbjax.train.device_batches``), from the language's exact ``P(·|c)``: B independent
-chains of T + 1 tokens, each started from the stationary distribution, as the host sampler
-(``planted_stream.global_train_batch``) draws them, so the two are equal in distribution
-(tests: a chi-square test per context). The tables are built once on the host and put on
-the devices once; each step reads nothing from the host.
+Train batch ``s`` of a planted language is drawn inside the jitted train step
+(``sbjax.train.device_batches``) from the language's exact ``P(·|c)``: B independent chains of
+T + 1 tokens, each started from the stationary distribution, equal in distribution to the
+host sampler's (``sbjax.data.dataset.StreamingPlanted``). The tables are put on the devices
+once; each step reads nothing from the host.
 
 **Key.** Batch ``s`` uses ``fold_in(fold_in(fold_in(key(planted_seed), DEVICE_TAG),
-data_seed), s)`` with the step ``s`` the train state's own counter: the batch is a pure
-function of (planted seed, data seed, s), so a resumed run draws the same batches (bitwise
-resume), and members with their own data seeds draw their own batches (vmapped over the seeds).
+data_seed), s)`` with ``s`` the train state's own step: pure in (planted seed, data seed, s),
+so a resumed run draws the same batches, and members with their own data seeds draw their own.
 
 **Inverse CDF, searched from the tail.** Per context ``c`` the probabilities are sorted in
-decreasing order (``order[c]``, the token of each sorted position) and stored as the float32
-survival function ``S[c, j] = Σ_{i ≥ j} p_sorted[c, i]`` (summed in float64). With a
-uniform ``u``, the sampled position is ``J = #{j ≥ 1 : S[c, j] > u}`` (``search``: blocks of
-⌈√V⌉ positions, two gathers of ⌈√V⌉ values per token, a few operations per step of the chain
-on any backend), so ``P(J = j) = S[c, j] − S[c, j+1] = p_sorted[c, j]``. The rare tokens
-sit at the end, where ``S`` is small and float32 keeps it to a relative 6e-8, and ``u`` is a
-uint32 draw times 2⁻³² (exact near 0, steps of 2.3e-10), so a token of probability 1e-8
-keeps its probability to about 1% (a cumulative table from the head in float32 would round
-every probability below 6e-8 to 0 or 6e-8). The start context is drawn the same way from the
-stationary distribution.
-
-**Evaluation** uses the host's fixed validation tokens (``data.options.val_tokens``, drawn
-once by the numpy sampler from ``[seed, 2]``): the same tokens as a host-sampler run, so
-evaluation losses of the two samplers are comparable.
+decreasing order (``order[c]``) and stored as the float32 survival function
+``S[c, j] = Σ_{i ≥ j} p_sorted[c, i]`` (summed in float64). With a uniform ``u`` (a uint32
+draw times 2⁻³²), the sampled position is ``J = #{j ≥ 1 : S[c, j] > u}`` (``search``), so
+``P(J = j) = p_sorted[c, j]``. The rare tokens sit at the end, where float32 keeps ``S`` to a
+relative 6e-8: a token of probability 1e-8 keeps its probability to about 1% (a float32
+cumulative table from the head would round every probability below 6e-8 to 0 or 6e-8).
+Evaluation uses the host's validation tokens, as a host-sampler run does.
 """
+
 
 from __future__ import annotations
 
@@ -37,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-DEVICE_TAG = 4  # planted_stream's host batches use 3 in the same seed slot
+DEVICE_TAG = 4  # the host's streamed batches use 3 in the same seed slot
 
 
 class Tables(NamedTuple):

@@ -1,26 +1,17 @@
 """The data-source registry: one ``DataSource`` per value of ``data.source``; ``make_dataset``.
 
-A source says what it is (``planted``: its exact next-token distributions are known;
-``synthetic``: generated from the config alone, no text; ``needs_tokenizer``: its tokens come
-from a tokenizer, ``data.options.tokenizer``; ``shareable``: one dataset may serve several runs
-of the same data config) and builds its ``Dataset``; nothing outside this registry compares
-``data.source`` by name. Its fields are a frozen ``SourceOptions`` dataclass
-(``sbjax.data.options``; ``DataConfig.options``, JSON ``"options": {field: value}``).
-
-The built-in sources are registered here: ``planted``, ``planted_mix``, ``planted_mos``,
-``planted_tail`` (the planted languages: ``language(options)``, built by
-``sbjax.data.dataset.build_planted``), ``text``, ``tfds`` and ``tokens`` (``build_text_dir``,
-``build_tfds``, ``build_tokens``). ``make_dataset`` calls the source's ``build``. A new source
-is one new file: a ``DataSource`` subclass with its own ``SourceOptions`` dataclass and a
-``build(cfg, **batching)`` returning a ``sbjax.data.Dataset``, registered with
-``register(Source())`` at import; ``DataConfig(source=NAME, options=...)`` then validates and
-``sbjax.train.train`` trains on it. A source module must not import ``sbjax.config`` (it is
-imported by it, like ``sbjax.heads.base``).
+A source says what it is (``planted``, ``synthetic``, ``needs_tokenizer``: the class
+attributes) and builds its ``Dataset``; nothing outside this registry compares ``data.source``
+by name. Its fields are a frozen ``SourceOptions`` dataclass (``sbjax.data.options``). The
+built-in ones are registered below; a new source is one new file: a ``DataSource`` subclass
+with its own ``SourceOptions`` and a ``build(cfg, **batching)`` returning a
+``sbjax.data.Dataset``, registered with ``register(Source())`` at import. A source module must
+not import ``sbjax.config`` (it is imported by it).
 
 This module is plain Python at import (no jax or numpy), so ``sbjax.config`` can validate
 with it: the built-in builds and languages are imported on first use. Inside ``sbjax.data``
 imports flow one way: ``options`` -> the generators (``planted*``, ``text``, ``tokens``,
-``tokenizer``, ``hf_tokenizer``, ``catalog``) -> ``dataset`` -> this registry -> ``_legacy``.
+``tokenizer``, ``hf_tokenizer``, ``catalog``) -> ``dataset`` -> this registry.
 """
 
 from __future__ import annotations
@@ -34,7 +25,7 @@ from sbjax.data.options import SourceOptions
 from sbjax.errors import config_error
 
 __all__ = ["DataSource", "SourceOptions", "register", "unregister", "names", "get", "options_for",
-           "language_of", "make_dataset"]
+           "make_dataset"]
 
 
 class DataSource:
@@ -58,11 +49,6 @@ class DataSource:
   def validate(self, cfg) -> None:
     """Checks of a ``DataConfig`` beyond its options' own (ValueError naming the field)."""
     return None
-
-  def shareable(self, options) -> bool:
-    """True when one dataset of these options may serve several runs (a sweep prepares it
-    once); False by default."""
-    return False
 
 
 class _Builtin(DataSource):
@@ -93,9 +79,6 @@ class _Planted(_Builtin):
 
   def build(self, cfg, **batching):
     return super().build(cfg, lang=self.language(cfg.options), **batching)
-
-  def shareable(self, options) -> bool:
-    return not options.data_dir  # stored streams in a data_dir of their own are not shared
 
 
 _SOURCES: dict[str, DataSource] = {}
@@ -152,16 +135,6 @@ for _s in (_Planted("planted", opts.PlantedOptions, "sbjax.data.planted:PlantedL
            _Builtin("tfds", opts.TfdsOptions, "build_tfds", needs_tokenizer=True),
            _Builtin("tokens", opts.TokensOptions, "build_tokens")):
   register(_s)
-
-
-def language_of(params: dict):
-  """The planted language of recorded parameters (``SourceOptions.stream_params`` or a
-  language's ``info()``): its ``kind``'s ``language`` of the options they hold (``n_mix`` is
-  the options' ``mix``)."""
-  source = get(params["kind"])
-  names_ = {f.name for f in dataclasses.fields(source.options)}
-  fields = {("mix" if k == "n_mix" else k): v for k, v in params.items() if k != "kind"}
-  return source.language(source.options(**{k: v for k, v in fields.items() if k in names_}))
 
 
 def make_dataset(cfg, *, seq_len: int, global_batch_size: int, seed: int = 0,

@@ -3,25 +3,18 @@
 Policy for a directory corpus (``data.source="text"``):
 
 * every ``*.txt`` file under the directory (recursively, sorted by relative path) is one
-  document; other files (README.md, ...) are ignored;
-* a file that is not valid UTF-8 is **skipped with a warning naming the file** (a leading
-  UTF-8 BOM is dropped); empty or whitespace-only files are skipped too, and so are files
-  holding NUL characters (a zero-filled or binary file: sentencepiece would fail on it
-  without naming it), each with a warning naming the file. If no usable document remains a
-  ``DataError`` is raised naming the directory and the skipped files;
-* a missing directory, or one without ``.txt`` files, raises ``DataError`` naming the path;
+  document; other files are ignored. A file that is not valid UTF-8 (a leading BOM is
+  dropped), is empty or holds NUL characters is skipped with a warning naming it; a missing
+  directory, or one without a usable ``.txt`` file, is a ``DataError`` naming the path;
 * train/validation split by document: documents are ordered by a hash of their relative
   path and the first ``max(1, round(val_fraction * n))`` (at most ``n - 1``) go to
-  validation. This is deterministic, independent of file-system order, and mostly stable when
-  files are added. A single document is split at the line boundary nearest to
-  ``(1 - val_fraction)`` of its length (train first);
+  validation (deterministic, independent of file-system order). A single document is split
+  at the line boundary nearest to ``(1 - val_fraction)`` of its length (train first);
 * the corpus identity is a hash of every file's relative path, size and content: with
   ``val_fraction`` it keys the token caches, so a changed corpus is never silently reused.
 
 Documents are joined into one token stream with the tokenizer's separator (eos) id after
-each document. Token streams are cached as ``.npy`` files (uint16 when the vocab fits, else
-int32; loaded without pickle) in ``WORKDIR/tokens/`` (or ``data.options.data_dir``), keyed by
-the corpus identity and the tokenizer model.
+each; the streams are cached as ``.npy`` files (uint16 when the vocab fits, else int32).
 """
 
 from __future__ import annotations
@@ -29,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import itertools
-import logging
 import os
 import re
 import warnings
@@ -40,8 +32,6 @@ import numpy as np
 from sbjax.atomic import atomic_path
 from sbjax.paths import files_under, local_file, upath
 
-log = logging.getLogger(__name__)
-
 
 class DataError(ValueError):
   """A problem with the data a config points at (missing, empty, too small, unreadable)."""
@@ -51,22 +41,9 @@ class DataError(ValueError):
 class TextCorpus:
   """Documents (name, text) of a directory, in sorted name order."""
 
-  path: str
   docs: tuple  # ((name, text), ...)
   skipped: tuple  # names of files skipped (non-UTF-8 or empty)
   identity: str  # hash of (name, size, content) of every .txt file
-
-  @property
-  def n_chars(self) -> int:
-    return sum(len(t) for _, t in self.docs)
-
-
-def _h(*parts) -> str:
-  h = hashlib.blake2b(digest_size=16)
-  for p in parts:
-    h.update(p if isinstance(p, bytes) else str(p).encode())
-    h.update(b"\0")
-  return h.hexdigest()
 
 
 def _read_doc(raw: bytes) -> tuple[str, str]:
@@ -107,7 +84,6 @@ def scan_text_dir(path: str | os.PathLike) -> TextCorpus:
     text, why = _read_doc(raw)
     if why:
       warnings.warn(f"skipping {f}: {why}", stacklevel=2)
-      log.warning("skipping %s: %s", f, why)
       skipped.append(name)
     else:
       docs.append((name, text))
@@ -115,7 +91,7 @@ def scan_text_dir(path: str | os.PathLike) -> TextCorpus:
     raise DataError(f"text corpus directory {path} has no usable .txt file: skipped "
                     f"{skipped} (not valid UTF-8, empty, or holding NUL characters); fix them "
                     f"or set {flag} to another directory")
-  return TextCorpus(str(path), tuple(docs), tuple(skipped), h.hexdigest())
+  return TextCorpus(tuple(docs), tuple(skipped), h.hexdigest())
 
 
 def split_documents(docs: Sequence[tuple[str, str]], val_fraction: float
@@ -135,7 +111,8 @@ def split_documents(docs: Sequence[tuple[str, str]], val_fraction: float
     cut = min(max(cut, 1), len(text) - 1)
     return [(name, text[:cut])], [(name + "#val", text[cut:])]
   n_val = min(max(1, int(round(val_fraction * len(docs)))), len(docs) - 1)
-  order = sorted(range(len(docs)), key=lambda i: _h("split", docs[i][0]))
+  order = sorted(range(len(docs)), key=lambda i: hashlib.blake2b(
+      f"split\0{docs[i][0]}\0".encode(), digest_size=16).hexdigest())
   val_idx = set(order[:n_val])
   train = [d for i, d in enumerate(docs) if i not in val_idx]
   val = [d for i, d in enumerate(docs) if i in val_idx]
@@ -148,13 +125,9 @@ def slug(s: str, n: int = 32) -> str:
   return (s[:n] or "corpus")
 
 
-def token_dtype(vocab_size: int):
-  return np.uint16 if vocab_size <= np.iinfo(np.uint16).max + 1 else np.int32
-
-
 def encode_documents(tok, texts: Sequence[str], chunk: int = 256) -> np.ndarray:
   """One stream: the tokens of every document followed by the separator id."""
-  dtype = token_dtype(tok.vocab_size)
+  dtype = np.uint16 if tok.vocab_size <= np.iinfo(np.uint16).max + 1 else np.int32
   sep = tok.separator_id
   parts = []
   for i in range(0, len(texts), chunk):

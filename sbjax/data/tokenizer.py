@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import io
+import itertools
 import logging
 import os
 import re
@@ -70,10 +71,6 @@ class Tokenizer:
     return int(self.sp.get_piece_size())
 
   @property
-  def eos_id(self) -> int:
-    return int(self.sp.eos_id())
-
-  @property
   def separator_id(self) -> int:
     """Id that joins documents in a packed stream: eos, else bos, else pad, else unk."""
     for i in (self.sp.eos_id(), self.sp.bos_id(), self.sp.pad_id(), self.sp.unk_id()):
@@ -81,16 +78,14 @@ class Tokenizer:
         return int(i)
     return 0
 
-  def encode(self, text: str | Sequence[str], num_threads: int = -1):
+  def encode(self, text: str | Sequence[str]):
     """Token ids (list of int, or a list of lists for a list of strings)."""
     if isinstance(text, str):
       return self.sp.encode(text)
-    return self.sp.encode(list(text), num_threads=num_threads)
+    return self.sp.encode(list(text), num_threads=-1)
 
   def decode(self, ids) -> str:
-    if isinstance(ids, np.ndarray):
-      ids = ids.tolist()
-    return self.sp.decode(ids)
+    return self.sp.decode([int(i) for i in ids])
 
   def id_to_piece(self, i: int) -> str:
     return self.sp.id_to_piece(int(i))
@@ -100,13 +95,6 @@ class Tokenizer:
 
   def serialized(self) -> bytes:
     return self._model if self._model is not None else Path(self.path).read_bytes()
-
-
-def _lines(texts: Iterable[str]) -> Iterator[str]:
-  for t in texts:
-    for line in t.split(NEWLINE):
-      if line.strip():
-        yield line
 
 
 # meta pieces of the trained models: unk, eos and the user-defined "\n"
@@ -200,46 +188,26 @@ def train_tokenizer(texts: Iterable[str], *, out_path: str | os.PathLike, vocab_
   ``save=False`` nothing is written: the model stays in memory until ``Tokenizer.save``.
   Raises ``ValueError`` if the corpus is empty or cannot support ``vocab_size`` pieces.
   """
-  if model_type not in ("unigram", "bpe"):
-    raise ValueError(f"tokenizer model_type must be unigram or bpe, got {model_type!r}")
   out_path = Path(out_path)
-
-  def sentences() -> Iterator[str]:
-    n = 0
-    for line in _lines(texts):
-      if n >= input_sentence_size:
-        return
-      # sentencepiece drops lines longer than max_sentence_length; cut them instead.
-      while len(line.encode("utf-8")) > MAX_SENTENCE_BYTES:
-        yield line[:MAX_SENTENCE_BYTES // 4]
-        line = line[MAX_SENTENCE_BYTES // 4:]
-      yield line
-      n += 1
-
-  # Peek so an empty corpus gives a clear error rather than a sentencepiece abort.
-  it = sentences()
-  first = next(it, None)
-  if first is None:
+  lines = []
+  nonblank = (line for t in texts for line in t.split(NEWLINE) if line.strip())
+  for line in itertools.islice(nonblank, input_sentence_size):
+    # sentencepiece drops lines longer than max_sentence_length; cut them instead.
+    while len(line.encode("utf-8")) > MAX_SENTENCE_BYTES:
+      lines.append(line[:MAX_SENTENCE_BYTES // 4])
+      line = line[MAX_SENTENCE_BYTES // 4:]
+    lines.append(line)
+  if not lines:  # a clear error rather than a sentencepiece abort
     raise ValueError(f"cannot train a tokenizer for {out_path}: the corpus has no text")
-
-  seen: list[str] = []
-
-  def chained() -> Iterator[str]:
-    yield first
-    for line in it:
-      seen.append(line)
-      yield line
-
   opts = dict(vocab_size=int(vocab_size), model_type=model_type,
               input_sentence_size=int(input_sentence_size))
   try:
-    model = _train_sp(chained(), character_coverage, **opts)
+    model = _train_sp(iter(lines), character_coverage, **opts)
   except RuntimeError as e:
     msg = str(e)
     if "smaller than required_chars" not in msg:
       raise _vocab_error(vocab_size, msg) from e
     # the rarest characters do not fit: cover fewer (they become unk), never silently too few
-    lines = [first] + seen
     model, coverage = _train_covering(lines, vocab_size, character_coverage, opts)
     log.warning("tokenizer vocab_size=%d cannot hold every character of the corpus; trained "
                 "with character_coverage=%.6f (the rarest characters map to unk)",
@@ -261,7 +229,7 @@ def load_or_train(workdir: str | os.PathLike, texts_fn, *, vocab_size: int, mode
   workdir (the caller checks the data first, so a refused call leaves nothing behind).
   """
   existing = local_file(existing) if existing else existing
-  if existing and hf_tokenizer.is_hf_tokenizer(existing):  # a tokenizer.json (HF tokenizers)
+  if str(existing).endswith(".json"):  # a tokenizer.json (HF tokenizers)
     return hf_tokenizer.copy_into(existing, workdir, save=save)
   path = Path(workdir) / MODEL_NAME
   if path.is_file():

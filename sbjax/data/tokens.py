@@ -2,36 +2,22 @@
 
 Two file kinds (``data.options.path``, and ``data.options.val_path`` for validation):
 
-* an integer ``.npy`` (loaded memory-mapped, never unpickled). Shape ``[n, W]``: rows of
-  W >= T+1 tokens, e.g. Pythia's batch-viewer output ``[n, 2049]``; each row gives
-  ``(W - 1) // T`` windows starting at columns ``0, T, 2T, ...`` (consecutive windows share
-  one token, as in packed streams), rows in file order. Shape ``[N]``: one flat stream;
-* a flat binary token file (any other suffix, e.g. ``.bin``), read with ``np.memmap``; a
-  stream cut like the packed text streams (windows every T tokens). Raw bytes do not say how
-  wide an id is, so the file declares it: by its name, ``x.uint16.bin``, ``x.int32.bin`` (any
-  of ``DTYPES``; ``uint16`` for vocabularies up to 65536, as GPT-NeoX/Megatron files), or by
-  ``data.options.dtype`` (the caller's ``dtype``). A file that declares none is refused with
-  the fix, and so is a configured dtype that its name contradicts.
+* an integer ``.npy`` (memory-mapped, never unpickled): ``[n, W]`` rows of W >= T+1 tokens
+  (e.g. Pythia's batch-viewer ``[n, 2049]``), each giving ``(W - 1) // T`` windows at columns
+  ``0, T, 2T, ...``, rows in file order; or ``[N]``, one flat stream;
+* a flat binary file (any other suffix, e.g. ``.bin``, ``np.memmap``), a stream cut every T
+  tokens. Raw bytes do not say how wide an id is, so the file declares it: by its name
+  (``x.uint16.bin``, ``x.int32.bin``: any of ``DTYPES``) or by ``data.options.dtype``; a file
+  that declares none, or a dtype its name contradicts, is refused with the fix.
 
-Window ``k`` of a file is ``flat[start_k : start_k + T + 1]`` with ``flat`` the file's tokens
-in C order and ``start_k = r * W + c * T`` (row r, window c of the row) or ``k * T`` (stream).
+Window ``k`` is ``flat[start_k : start_k + T + 1]`` of the file's tokens in C order, with
+``start_k = r * W + c * T`` (row r, window c of the row) or ``k * T`` (stream).
 
-Splits: with ``data.options.val_path`` the validation windows are that file's; without it,
-the last ``max(B, round(val_fraction * n_windows))`` windows of the train file are held out
-(a contiguous tail, so no window of one split overlaps the other). ``val_path`` may
-name the train file itself (the analysis does this for ``--tokens=FILE``: every window is
-measured).
-
-Order (``sbjax.data.dataset.TokenWindows``): training batches follow ``Dataset`` (a permutation of the train
-windows per epoch from ``(seed, epoch)``, process p takes rows ``[p B/P, (p+1) B/P)``: a pure
-function of (seed, step, process), so a resumed run reads the same batches bit for bit).
-Evaluation windows are the FIRST ``n * B`` validation windows in file order (a fixed batch,
-as the papers' ``[n, T+1]`` batches), not spread over the split; with fewer windows they
-repeat, with a warning (the analysis refuses that instead: ``sbjax.analysis.samples``).
-
-Checks (``DataError``, naming the file and what to do): a row shorter than T+1, fewer
-windows than one global batch, token ids outside [0, vocab) (``check_ids``: the first bad
-position is named), a non-integer or unsupported array.
+Splits: with ``val_path`` the validation windows are that file's (it may be the train file
+itself: the analysis measures every window of ``--tokens=FILE``); without it, the last
+``max(B, round(val_fraction * n_windows))`` windows are held out (a contiguous tail).
+Training batches follow ``sbjax.data.dataset.Dataset``; evaluation windows are the first
+``n * B`` in file order (as the papers' ``[n, T+1]`` batches).
 """
 
 from __future__ import annotations
@@ -46,16 +32,12 @@ from sbjax.data.options import TOKEN_DTYPES as DTYPES
 from sbjax.data.text import DataError
 from sbjax.paths import local_file
 
-def dtype_in_name(path) -> str | None:
-  """The dtype a flat token file's name carries (``x.int32.bin`` -> ``"int32"``), or None."""
-  parts = Path(path).name.split(".")
-  return parts[-2] if len(parts) >= 3 and parts[-2] in DTYPES else None
-
 
 def declared_dtype(path, dtype: str = "") -> str:
   """The item type a flat token file declares: its name's (``x.int32.bin``), else ``dtype``
   (``data.options.dtype``); DataError with the fix when it declares none or two."""
-  named = dtype_in_name(path)
+  parts = Path(path).name.split(".")
+  named = parts[-2] if len(parts) >= 3 and parts[-2] in DTYPES else None
   if named and dtype and dtype != named:
     raise DataError(f"token file {path} is named as {named} ids but data.options.dtype={dtype}; "
                     f"drop data.options.dtype (the name's {named} is used) or rename the file "
@@ -148,7 +130,7 @@ def file_identity(path: str | os.PathLike) -> str:
 def open_token_splits(o, seq_len: int, global_batch_size: int) -> dict:
   """The ``tokens`` source of its ``TokensOptions`` (``path``, ``val_path``, ``dtype``,
   ``vocab``: 0 = the largest id + 1, ``val_fraction``), checked: the keyword
-  arguments of ``sbjax.data.dataset.TokenWindows`` (arrays, window starts, vocab, info)."""
+  arguments of ``sbjax.data.dataset.Dataset`` (arrays, window starts, vocab, info)."""
   train = read_tokens(o.path, o.dtype)
   t_starts = window_starts(train, seq_len, f"token file {o.path}: ")
   if o.val_path:
@@ -171,6 +153,5 @@ def open_token_splits(o, seq_len: int, global_batch_size: int) -> dict:
         check_ids(arr, vocab, f"token file {path}: ")
   extra = {"tokens_path": o.path, "tokens_val_path": o.val_path,
            "tokens_shape": list(train.shape), "tokens_dtype": str(train.dtype)}
-  return dict(train_arr=train, train_starts=t_starts, val_arr=val, val_starts=v_starts,
-              vocab_size=vocab, name=Path(o.path).name, source="tokens",
-              extra_info=extra)
+  return dict(train_tokens=train, val_tokens=val, starts=(t_starts, v_starts), vocab_size=vocab,
+              name=Path(o.path).name, source="tokens", extra_info=extra)

@@ -1,45 +1,31 @@
 """The head registry: one ``HeadKind`` object per kind of LM head, found by file.
 
 Every module of the ``sbjax.heads`` package (other than this one and names starting with
-``_``) defines one head kind and registers it with ``register(Kind())`` at import; the
-package is scanned on the first look-up (``get``, ``names``, ``leaf_spec``), so a new head
-is one new file in ``sbjax/heads/`` plus its tests and needs no edit elsewhere. A head
-module imports only this module, ``sbjax.precision`` (the dots' precision), jax and flax:
-``sbjax.config`` validates through the registry, so a head module that imported it would be
-scanned while half-imported (annotate with ``ModelConfig`` under ``TYPE_CHECKING``).
+``_``) defines one head kind and registers it with ``register(Kind())`` at import; the package
+is scanned on the first look-up, so a new head is one new file plus its tests. A head module
+imports only this module, ``sbjax.errors``, ``sbjax.precision``, jax and flax (``sbjax.config``
+validates through the registry; annotate with ``ModelConfig`` under ``TYPE_CHECKING``). This
+module is plain Python, so ``sbjax.config`` can import it.
 
-A head's hyper-parameters are its own: each kind declares a frozen ``HeadConfig`` dataclass
-(``config``), e.g. ``LowRankHead(rank=8, init="scaled")``, and ``ModelConfig.head`` holds one
-(JSON ``{"head": {"kind": "lowrank", "rank": 8, "init": "scaled"}}``); ``head_config`` builds
-one from a kind name, a ``{"kind": ...}`` dict or a config.
+A head's hyper-parameters are its own frozen ``HeadConfig`` dataclass (``HeadKind.config``,
+e.g. ``LowRankHead(rank=8)``, JSON ``{"kind": "lowrank", "rank": 8, "init": "scaled"}``), whose
+fields declare their bounds (``sbjax.errors.bounded``); ``head_config`` builds one.
 
-This module is plain Python (no jax/flax imports), so ``sbjax.config`` can import it to
-validate ``model.head`` and the head's own fields when a ``ModelConfig`` is built; the
-first validation then imports the head modules (and with them jax/flax).
+A ``HeadKind`` answers, for a ``ModelConfig`` ``cfg`` whose head is of its kind:
 
-A ``HeadKind`` answers, for a ``ModelConfig`` ``cfg`` whose head is ``kind.name``:
-
-- ``module(cfg)``: its flax module (named ``"head"``), or None when it owns no parameters
-  (tied: the scores come from the input embedding);
-- ``scores(params, h, cfg)``: h (…×d) -> scores (…×V): logits, or normalised log-probs
-  (mos); either way ``log_softmax(scores)`` gives the model's log-probabilities;
+- ``module(cfg)``: its flax module (named ``"head"``), or None when it owns no parameters;
+- ``scores(params, h, cfg)``: h (…×d) -> scores (…×V) with ``log_softmax(scores)`` the
+  model's log-probabilities (logits, or normalised log-probs for mos);
 - ``factors(params, h, cfg)``: (x, M) with scores = x·Mᵀ, for the chunked losses, or None;
 - ``matrix(params, cfg)``: the effective V×d matrix W whose rank limits the logits;
 - ``param_count(cfg)``; ``flop_params(cfg)``: the multiply-adds per token of the scores'
-  matmuls (the one count of a head's FLOPs: ``sbjax.model.flops_per_token`` takes 6× it
-  for training, ``sbjax.studies.head_flops`` 2× for the forward; biases and softmaxes are
-  not counted). The default is ``param_count``, right when every parameter is used once
-  per token in one matmul (dense, lowrank); a kind that applies a matrix several times
-  (mos), has biases (sigsoftmax) or borrows one (tied) overrides it;
-- ``param_keys``: the top-level parameter keys that are the head (trainable in frozen-trunk
-  mode); ``leaf_specs``: the sharding of its own leaves under ``params["head"]``, as tuples
-  of mesh axis names (``sbjax.sharding``);
-- ``config``: its ``HeadConfig`` dataclass (``cfg.head``), whose fields declare their bounds; ``validate(cfg)``: the checks against the model (e.g. rank <= d_model);
-  ``rank(cfg)``;
-- Hugging Face mapping: ``hf_tied`` (True: ``tie_word_embeddings``; False: a separate
-  ``lm_head``/``embed_out`` V×d tensor; None: no HF equivalent, ``hf_problem`` says why),
-  ``hf_imports`` (an HF checkpoint with that tying imports as this kind), ``hf_weight``
-  (the V×d tensor written on export) and ``hf_params`` (the head params of an imported one).
+  matmuls (default ``param_count``: every parameter used once per token in one matmul);
+- ``param_keys``: the top-level parameter keys that are the head (trained in frozen-trunk
+  mode); ``leaf_specs``: the sharding of its leaves under ``params["head"]`` (mesh axes);
+- ``validate(cfg)``: the checks against the model (e.g. rank <= d_model); ``rank(cfg)``;
+- Hugging Face: ``hf_tied`` (True: ``tie_word_embeddings``; False: a separate V×d head
+  tensor; None: no HF equivalent), ``hf_imports`` (an HF checkpoint with that tying imports as
+  this kind), ``hf_weight`` (the V×d tensor written on export), ``hf_params`` (on import).
 """
 
 from __future__ import annotations
@@ -58,25 +44,15 @@ _KINDS: dict[str, "HeadKind"] = {}
 _scanned = False
 
 
-
-
 @dataclasses.dataclass(frozen=True)
 class HeadConfig:
-  """Base of the head kinds' configs: a frozen dataclass of one kind's own fields (none here).
-
-  A subclass is ``@dataclasses.dataclass(frozen=True)``, sets ``kind`` to its kind's name and
-  declares what each field allows (``sbjax.errors.bounded``, checked as ``model.head.FIELD``),
-  checks what spans its fields in ``check``, and what involves the model in its kind's
-  ``validate``."""
+  """Base of the head kinds' configs: a subclass is a frozen dataclass that sets ``kind`` to
+  its kind's name and declares its fields' bounds (checked as ``model.head.FIELD``)."""
 
   kind: ClassVar[str] = ""
 
   def __post_init__(self):
     check_fields(self, "model.head")
-    self.check()
-
-  def check(self) -> None:
-    return None
 
   def to_dict(self) -> dict:
     """The JSON form: {"kind": name, field: value, ...}."""
@@ -91,7 +67,7 @@ class HeadKind:
   order: int = 100  # place in listings and error messages (dense | tied | lowrank | mos)
   param_keys: tuple = (HEAD_KEY,)
   leaf_specs: dict = {}
-  config: type = HeadConfig  # the kind's own fields (a HeadConfig dataclass; none: made for it)
+  config: type = HeadConfig  # the kind's own HeadConfig dataclass
   hf_tied: bool | None = None
   hf_imports: bool = False
   # True: log-probs = log_softmax(x·Mᵀ) with M of rank ``rank(cfg)``, so the exact rank-r
@@ -126,7 +102,7 @@ class HeadKind:
     """Why a model with this head cannot be exported to Hugging Face (None: it can)."""
     if self.hf_tied is not None:
       return None
-    ok = hf_exportable()
+    ok = [k.name for k in kinds() if k.hf_tied is not None]
     return (f"model.head={self.name!r}: {self.description} has no Hugging Face "
             f"GPT-NeoX/GPT-Neo equivalent (only {', '.join(ok[:-1])} and {ok[-1]} heads export)")
 
@@ -139,14 +115,6 @@ class HeadKind:
 
 def register(kind: HeadKind) -> HeadKind:
   """Add a head kind (a module-level call in its file). Re-registering a name replaces it."""
-  if not kind.name or not isinstance(kind.name, str):
-    raise ValueError(f"head kind {kind!r} needs a non-empty name")
-  if kind.config is HeadConfig:  # a kind without fields of its own: a config naming it
-    kind.config = dataclasses.make_dataclass(f"{type(kind).__name__}Head", [], frozen=True,
-                                             bases=(HeadConfig,), namespace={"kind": kind.name})
-  if kind.config.kind != kind.name:
-    raise ValueError(f"head kind {kind.name!r}: its config {kind.config.__name__} says "
-                     f"kind={kind.config.kind!r}; set the config's kind to {kind.name!r}")
   _KINDS[kind.name] = kind
   return kind
 
@@ -178,8 +146,7 @@ def names() -> tuple[str, ...]:
 
 
 def get(name: "str | HeadConfig") -> HeadKind:
-  """The head kind called ``name`` (or of a head config); ValueError listing the known kinds
-  otherwise."""
+  """The head kind called ``name`` (or of a head config); the known kinds listed otherwise."""
   _scan()
   if isinstance(name, HeadConfig):
     name = name.kind
@@ -197,14 +164,14 @@ def head_config(spec: Any, **fields) -> HeadConfig:
     spec = {"kind": spec}
   if not isinstance(spec, dict) or not isinstance(spec.get("kind"), str):
     raise config_error("model.head", spec, 'a head kind name, or a dict with its "kind", e.g. '
-                  '{"kind": "lowrank", "rank": 8}')
+                       '{"kind": "lowrank", "rank": 8}')
   spec = {**spec, **fields}
   kind = get(spec.pop("kind"))
   known = [f.name for f in dataclasses.fields(kind.config)]
   unknown = sorted(set(spec) - set(known))
   if unknown:
     raise config_error(f"model.head.{unknown[0]}", spec[unknown[0]],
-                  f"the fields of a {kind.name} head: {' | '.join(known) or 'none'}")
+                       f"the fields of a {kind.name} head: {' | '.join(known) or 'none'}")
   return kind.config(**spec)
 
 
@@ -213,17 +180,9 @@ def validate(cfg) -> None:
   get(cfg.head).validate(cfg)
 
 
-def hf_exportable() -> tuple[str, ...]:
-  return tuple(k.name for k in kinds() if k.hf_tied is not None)
-
-
 def for_hf(tied: bool) -> HeadKind:
   """The head kind an HF checkpoint imports as: tied or untied (``tie_word_embeddings``)."""
-  found = [k for k in kinds() if k.hf_imports and k.hf_tied is tied]
-  if len(found) != 1:
-    raise ValueError(f"expected one head kind importing Hugging Face heads with "
-                     f"tie_word_embeddings={tied}, found {[k.name for k in found]}")
-  return found[0]
+  return next(k for k in kinds() if k.hf_imports and k.hf_tied is tied)
 
 
 def leaf_spec(leaf: str):

@@ -1,7 +1,6 @@
 """The low-rank head: W = A·B with A (V×r) and B (r×d), scores = (h·Bᵀ)·Aᵀ.
 
-Config ``LowRankHead(rank, init)`` (JSON ``{"kind": "lowrank", "rank": 8, "init": "scaled"}``;
-earlier versions: ``model.head_rank``, ``model.head_init``). Inits (``init``):
+Config ``LowRankHead(rank, init)``. Inits (``init``):
 - ``godey``: A and B entries i.i.d. N(0, 1), as in Godey et al. (2024) E5. Trains
   poorly from scratch (logits of size ~sqrt(r·d)) but is what the paper used.
 - ``scaled``: B ~ N(0, 1/d) (so h·Bᵀ has unit-scale coordinates) and

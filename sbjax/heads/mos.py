@@ -6,9 +6,7 @@ g_m(h) = act(h U_m + c_m), U_m (d×e), act = tanh (``act``, default) or the iden
 component dimension (0, the default, means e = d: the original head of Yang et al.). Computed
 in log space: log p = logsumexp_m [log π_m + log_softmax(W g_m)], in float32; the scores are
 these normalised log-probabilities. Parameters: V e + M d e + M e + M d + M
-(e = d: V d + M d² + 2 M d + M). Config ``MoSHead(n_mix, dim, act)`` (JSON
-``{"kind": "mos", "n_mix": 4, "dim": 0, "act": "tanh"}``; earlier versions: ``model.n_mix``,
-``model.mos_dim``, ``model.mos_act``).
+(e = d: V d + M d² + 2 M d + M). Config ``MoSHead(n_mix, dim, act)``.
 
 With e = k + 1 and linear components the head represents a ``PlantedMoS`` language exactly
 (``sbjax.data.planted_mos``: W = [αY/√k, b], U_m, c_m giving g_m = [R_m u_c, 1]).

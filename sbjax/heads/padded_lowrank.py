@@ -1,29 +1,15 @@
 """The padded low-rank head: a rank-``rank`` head W = A·B stored in factors of width ``pad``,
-A (V×pad) and B (pad×d), whose columns of A and rows of B at index ≥ ``rank`` are zero.
+A (V×pad) and B (pad×d), whose columns of A and rows of B at index ≥ ``rank`` are zero, so that
+heads of different ranks have one shape and train as the members of ONE vmapped run
+(``sbjax.train.members``: the members may differ in ``rank``; pad = the largest rank).
 
-Config ``PaddedLowRankHead(rank, pad, init)`` (JSON ``{"kind": "padded_lowrank", "rank": 8,
-"pad": 16, "init": "scaled"}``), 1 ≤ rank ≤ pad ≤ d_model. It exists so that heads of
-different ranks have one shape and can train as the members of ONE vmapped run
-(``sbjax.train.members``: ``rank`` is the field its members may vary, ``pad`` is shared;
-a study sets pad = the largest rank of the population).
-
-Equal to the ``lowrank`` head of rank r = ``rank``:
-
-- init: A[:, :r] and B[:r] are drawn exactly as a rank-r ``lowrank`` head draws A and B
-  (the same initializers, shapes (V, r) and (r, d) and parameter keys, so the same values
-  for the same seed); the padding A[:, r:] and B[r:] is zero;
-- forward: scores = (h·Bᵀ)·Aᵀ = Σ_{j<pad} (h·B_jᵀ) A_j, and the terms j ≥ r are exact zeros,
-  so the scores are the rank-r head's up to the order of the float32 sums;
-- training: with A_j = 0 and B_j = 0 the gradients of both are exactly zero
-  (∂L/∂A_j = Σ g (h·B_jᵀ), ∂L/∂B_j = Σ (g·A_j) h), and the project's AdamW maps a zero
-  gradient with zero moments to a zero update (m/(√v + eps) with eps > 0, clipping scales
-  it, decoupled weight decay λ·0): the padding is a fixed point, so it stays exactly zero
-  and the first r columns follow the rank-r head's trajectory. No explicit mask is needed;
-  ``padding_is_zero`` checks the invariant (the studies check it on every trained head).
-
-``param_count`` counts the stored factors (V·pad + pad·d: the memory and the FLOPs the
-matmuls do); ``rank`` is the active rank r. Not exported to Hugging Face (a run of it is a
-rank-r lowrank run: export that).
+Equal to the ``lowrank`` head of rank r = ``rank``: A[:, :r] and B[:r] are drawn as a rank-r
+``lowrank`` head draws A and B (same initializers, shapes and keys, so the same values), the
+padding is zero; the padding's terms of the scores are exact zeros; and with A_j = B_j = 0
+both gradients are exactly zero (∂L/∂A_j = Σ g (h·B_jᵀ), ∂L/∂B_j = Σ (g·A_j) h), which AdamW
+maps to a zero update: the padding stays exactly zero (``padding_is_zero``) and the first r
+columns follow the rank-r head's trajectory. ``param_count`` counts the stored factors
+(V·pad + pad·d); ``rank`` is r. Not exported to Hugging Face (export the rank-r lowrank run).
 """
 
 from __future__ import annotations

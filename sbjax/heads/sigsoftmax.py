@@ -1,7 +1,6 @@
 """Sigsoftmax (Kanai et al., 2018): a non-mixture head whose log-probs are not low rank.
 
-z = A (B h) + c (A: V×r, B: r×d, c: V; config ``SigSoftmaxHead(rank)`` = r, 0 means r = d;
-earlier versions: ``model.head_rank``), and
+z = A (B h) + c (A: V×r, B: r×d, c: V; config ``SigSoftmaxHead(rank)`` = r, 0 means r = d), and
 
     p(w|h) ∝ exp(z_w) σ(z_w),   scores = z + log σ(z) = z − softplus(−z),
 
@@ -25,7 +24,7 @@ from jax import lax
 
 from sbjax.errors import bounded, config_error
 from sbjax.heads.base import HEAD_KEY, HeadConfig, HeadKind, register
-from sbjax.precision import matmul_precision
+from sbjax.heads.lowrank import factor_scores
 
 if TYPE_CHECKING:  # only for annotations: a head module must not import sbjax.config (base.py)
   from sbjax.config import ModelConfig
@@ -55,10 +54,7 @@ class _SigSoftmaxModule(nn.Module):
                    (c.vocab_size, r), pd)
     b = self.param("b", nn.initializers.normal(1.0 / math.sqrt(c.d_model)), (r, c.d_model), pd)
     bias = self.param("bias", nn.initializers.zeros, (c.vocab_size,), pd)
-    prec = matmul_precision(c)
-    z = jnp.einsum("...d,rd->...r", h, b.astype(h.dtype), precision=prec)
-    z = (jnp.einsum("...r,vr->...v", z, a.astype(h.dtype), precision=prec) + bias.astype(h.dtype))
-    z = z.astype(jnp.float32)
+    z = (factor_scores(h, a, b, c) + bias.astype(h.dtype)).astype(jnp.float32)  # A (B h) + c
     return z + jax.nn.log_sigmoid(z)
 
 

@@ -1,30 +1,11 @@
-"""Streaming accumulators for neural-collapse statistics (Wu & Papyan 2024).
+"""Streaming accumulators of the authors' three passes over tokens (``docs/metrics.md`` section
+3.1): class means (:class:`MeanState`), two-pass class variances (:class:`VarState`) and NC4
+hits on validation tokens (:class:`NC4State`).
 
-Every accumulator is a ``NamedTuple`` (hence a pytree) with pure
-``*_init`` / ``*_update`` functions and ``merge = leaf-wise add``, so it can be
-carried through ``jax.jit``/``lax.scan``, combined across batches and hosts
-(``merge`` or ``jax.lax.psum``) and vmapped over a leading checkpoint axis::
-
-    st = jax.vmap(lambda _: mean_init(V, d))(jnp.arange(K))        # K checkpoints
-    upd = jax.jit(jax.vmap(mean_update, in_axes=(0, 0, None)))
-    st = upd(st, feats_KxBxd, labels_B)                             # same tokens
-
-The three passes of the authors (``docs/metrics.md`` section 3.1):
-
-1. :class:`MeanState` -- per-class sums, counts (via ``jax.ops.segment_sum``,
-   no one-hot) and per-class sums of ||h||^2 (for the float64-only one-pass
-   variance);
-2. :class:`VarState` -- per-class sums of ||h - mu_c||^2 for *given* means
-   (two-pass, the default), sigma_c^2 = (1/N_c) sum ||h_i - mu_c||^2 (biased
-   trace of the class covariance);
-3. :class:`NC4State` -- per-class hit counts of argmax_c <w_c, h> ==
-   argmin_c ||h - mu_c||^2 on validation tokens, chunked over classes.
-
-Accumulators are float32 (float64 when x64 is enabled) and counts are int32
-(int64 under x64); bf16/f16/f32 features are accepted and upcast.  Labels
-outside [0, V) are *dropped* by ``segment_sum`` inside jit; the convenience
-:func:`sbjax.metrics.collapse_metrics` checks labels outside jit and
-raises ``ValueError`` instead.
+Each is a NamedTuple (a pytree) with pure ``*_init`` / ``*_update`` functions that merge by
+addition (:func:`merge`, or ``jax.lax.psum`` across hosts) and vmap over a leading checkpoint
+axis. Sums are float32 (float64 under x64), counts int32 (int64 under x64); features of any
+float dtype are upcast. Labels outside [0, V) are dropped (``jax.ops.segment_sum``).
 """
 
 from __future__ import annotations
@@ -35,7 +16,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from ._util import acc_dtype, check_shapes, int_acc_dtype, tree_add
+from ._util import acc_dtype, check_shapes, int_acc_dtype
 
 _HI = lax.Precision.HIGHEST
 
@@ -72,7 +53,7 @@ def merge(a, b):
   Returns:
     The accumulator of both batches, of that type.
   """
-  return type(a)(*tree_add(tuple(a), tuple(b)))
+  return jax.tree_util.tree_map(jnp.add, a, b)
 
 
 def _labels(labels, valid, num_classes):
@@ -82,19 +63,18 @@ def _labels(labels, valid, num_classes):
   return labels
 
 
-def mean_init(num_classes: int, dim: int, dtype=None) -> MeanState:
+def mean_init(num_classes: int, dim: int) -> MeanState:
   """An empty :class:`MeanState`.
 
   Args:
     num_classes: V (static).
     dim: d (static).
-    dtype: of the sums; default float32 (float64 under x64).
 
   Returns:
-    A :class:`MeanState` of zeros: sums (V, d), counts (V,) int32 (int64 under x64),
-    sq_norms (V,).
+    A :class:`MeanState` of zeros: sums (V, d) and sq_norms (V,) float32 (float64 under x64),
+    counts (V,) int32 (int64 under x64).
   """
-  dt = dtype or acc_dtype()
+  dt = acc_dtype()
   return MeanState(
       jnp.zeros((num_classes, dim), dt),
       jnp.zeros((num_classes,), int_acc_dtype()),
@@ -138,18 +118,17 @@ def class_means(state: MeanState):
   return state.sums / jnp.maximum(c, 1)[..., None], state.counts
 
 
-def var_init(num_classes: int, dtype=None) -> VarState:
+def var_init(num_classes: int) -> VarState:
   """An empty :class:`VarState`.
 
   Args:
     num_classes: V (static).
-    dtype: of the sums; default float32 (float64 under x64).
 
   Returns:
-    A :class:`VarState` of zeros: sq_dev (V,), counts (V,) int32 (int64 under x64).
+    A :class:`VarState` of zeros: sq_dev (V,) float32 (float64 under x64), counts (V,) int32
+    (int64 under x64).
   """
-  dt = dtype or acc_dtype()
-  return VarState(jnp.zeros((num_classes,), dt), jnp.zeros((num_classes,), int_acc_dtype()))
+  return VarState(jnp.zeros((num_classes,), acc_dtype()), jnp.zeros((num_classes,), int_acc_dtype()))
 
 
 def var_update(state: VarState, feats, labels, means, valid=None) -> VarState:
@@ -191,10 +170,8 @@ def class_variances(state: VarState):
 
 
 def one_pass_variances(state: MeanState):
-  """One-pass sigma_c^2 = sum ||h||^2 / N_c - ||mu_c||^2, clamped at 0.
-
-  Only allowed for float64 accumulators (x64 enabled): in float32 the
-  cancellation destroys small variances.  Raises ``ValueError`` otherwise.
+  """One-pass sigma_c^2 = sum ||h||^2 / N_c - ||mu_c||^2, clamped at 0; float64 only (in float32
+  the cancellation destroys small variances: ``ValueError``).
 
   Args:
     state: a float64 :class:`MeanState`.
@@ -225,53 +202,43 @@ def nc4_init(num_classes: int) -> NC4State:
   return NC4State(z, z)
 
 
-def _nc4_predict(h, w, means, w_valid, mean_valid, chunk_size):
-  """Chunked argmax_c <w_c,h> and argmin_c ||h-mu_c||^2 over rows of w / means."""
-  s, d = w.shape
+def _chunked_argmax(h, rows, valid, chunk_size, score):
+  """argmax over the valid rows r of score(h, r) for each token of h, ``chunk_size`` rows at a
+  time with a running best (the first index on ties, like argmax)."""
+  s, d = rows.shape
   c = int(min(chunk_size, s))
   nchunk = -(-s // c)
-  pad = nchunk * c - s
-  dt = h.dtype
-  w = jnp.pad(w.astype(dt), ((0, pad), (0, 0))).reshape(nchunk, c, d)
-  mu = jnp.pad(means.astype(dt), ((0, pad), (0, 0))).reshape(nchunk, c, d)
-  wv = jnp.pad(w_valid, (0, pad)).reshape(nchunk, c)
-  mv = jnp.pad(mean_valid, (0, pad)).reshape(nchunk, c)
-  b = h.shape[0]
-  neg = jnp.array(-jnp.inf, dt)
+  rows = jnp.pad(rows.astype(h.dtype), ((0, nchunk * c - s), (0, 0))).reshape(nchunk, c, d)
+  valid = jnp.pad(valid, (0, nchunk * c - s)).reshape(nchunk, c)
 
   def body(carry, xs):
-    bw, iw, bm, im = carry
-    k, wc, mc, wvc, mvc = xs
-    sw = jnp.where(wvc[None, :], jnp.matmul(h, wc.T, precision=_HI), neg)
-    # argmin ||h - mu||^2 == argmax (<h, mu> - ||mu||^2 / 2)
-    sm = jnp.matmul(h, mc.T, precision=_HI) - 0.5 * jnp.sum(mc * mc, axis=-1)[None, :]
-    sm = jnp.where(mvc[None, :], sm, neg)
-    aw, am = jnp.argmax(sw, axis=1).astype(jnp.int32), jnp.argmax(sm, axis=1).astype(jnp.int32)
-    vw, vm = jnp.take_along_axis(sw, aw[:, None], 1)[:, 0], jnp.take_along_axis(sm, am[:, None], 1)[:, 0]
-    uw, um = vw > bw, vm > bm  # strict: keep the first index on ties (like argmax)
-    carry = (
-        jnp.where(uw, vw, bw),
-        jnp.where(uw, aw + k * c, iw),
-        jnp.where(um, vm, bm),
-        jnp.where(um, am + k * c, im),
-    )
-    return carry, None
+    best, idx = carry
+    k, rc, vc = xs
+    sc = jnp.where(vc[None, :], score(h, rc), -jnp.inf)
+    a = jnp.argmax(sc, axis=1).astype(jnp.int32)
+    val = jnp.take_along_axis(sc, a[:, None], 1)[:, 0]
+    up = val > best  # strict: an earlier chunk wins a tie
+    return (jnp.where(up, val, best), jnp.where(up, a + k * c, idx)), None
 
-  init = (jnp.full((b,), -jnp.inf, dt), jnp.zeros((b,), jnp.int32), jnp.full((b,), -jnp.inf, dt),
-          jnp.zeros((b,), jnp.int32))
-  (_, iw, _, im), _ = lax.scan(body, init, (jnp.arange(nchunk, dtype=jnp.int32), w, mu, wv, mv))
-  return iw, im
+  init = (jnp.full((h.shape[0],), -jnp.inf, h.dtype), jnp.zeros((h.shape[0],), jnp.int32))
+  return lax.scan(body, init, (jnp.arange(nchunk, dtype=jnp.int32), rows, valid))[0][1]
+
+
+def _inner(h, r):
+  return jnp.matmul(h, r.T, precision=_HI)
+
+
+def _neg_half_dist(h, r):
+  """<h, mu> - ||mu||^2 / 2: its argmax is argmin ||h - mu||^2."""
+  return jnp.matmul(h, r.T, precision=_HI) - 0.5 * jnp.sum(r * r, axis=-1)[None, :]
 
 
 def nc4_update(
     state: NC4State, feats, labels, w, means, *, w_valid=None, mean_valid=None, valid=None,
     chunk_size: int = 4096, token_chunk: int = 8192,
 ) -> NC4State:
-  """Add NC4 hits of a validation batch: a hit is argmax_s <w_s, h> == argmin_s ||h - mu_s||^2.
-
-  The search is chunked over S (``chunk_size`` classes at a time) and over tokens
-  (``token_chunk`` at a time), so the score matrices are O(token_chunk * chunk_size),
-  never O(B * S).
+  """Add NC4 hits of a validation batch: a hit is argmax_s <w_s, h> == argmin_s ||h - mu_s||^2,
+  searched ``chunk_size`` classes and ``token_chunk`` tokens at a time (never B x S scores).
 
   Args:
     state: an :class:`NC4State` of V classes.
@@ -303,7 +270,8 @@ def nc4_update(
   tb = int(min(token_chunk, b))
   nt = -(-b // tb)
   hp = jnp.pad(h, ((0, nt * tb - b), (0, 0))).reshape(nt, tb, h.shape[1])
-  iw, im = lax.map(lambda hb: _nc4_predict(hb, w, means, w_valid, mean_valid, chunk_size), hp)
+  iw, im = lax.map(lambda hb: (_chunked_argmax(hb, w, w_valid, chunk_size, _inner),
+                               _chunked_argmax(hb, means, mean_valid, chunk_size, _neg_half_dist)), hp)
   iw, im = iw.reshape(-1)[:b], im.reshape(-1)[:b]
   y = _labels(labels, valid, v)
   hit = (iw == im).astype(state.hits.dtype)

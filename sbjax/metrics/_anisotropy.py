@@ -1,13 +1,7 @@
-"""Anisotropy of token representations (Godey et al. 2024, Sec. 4.1).
-
-A(H) = 1 / (N^2 - N) * sum_{i != j} cos(h_i, h_j), computed in O(N d) without
-the N x N cosine matrix: with unit vectors hhat_i and s = sum_i hhat_i,
-
-    A = (||s||^2 - sum_i ||hhat_i||^2) / (N^2 - N)
-
-(sum_i ||hhat_i||^2 = N up to rounding; subtracting the computed value removes
-the diagonal exactly).  The paper does not state the number of sampled token
-positions; pass your sample in and report N yourself.  (``docs/metrics.md`` section 2.)
+"""Anisotropy of token representations (Godey et al. 2024, Sec. 4.1; ``docs/metrics.md``
+section 2): A(H) = 1 / (N^2 - N) sum_{i != j} cos(h_i, h_j), in O(N d) without the N x N
+matrix, as (||s||^2 - sum_i ||hhat_i||^2) / (N^2 - N) with unit rows hhat_i and
+s = sum_i hhat_i (subtracting the computed diagonal, not N, removes it exactly).
 """
 
 from __future__ import annotations
@@ -52,15 +46,10 @@ def anisotropy_by_layer(h, mask=None):
 
   Args:
     h: (L, N, d) representations, any float dtype.
-    mask: optional bool, (N,) for every layer or (L, N).
+    mask: optional (N,) bool, the same for every layer.
 
   Returns:
     (L,) float32 array (float64 under x64).
   """
-  check_shapes("anisotropy_by_layer", h=(h, "L N d"), mask=(mask, "N" if mask is None or jnp.ndim(mask) < 2 else "L N"))
-  if mask is None:
-    return jax.vmap(anisotropy)(h)
-  mask = jnp.asarray(mask, bool)
-  if mask.ndim == 1:
-    return jax.vmap(anisotropy, in_axes=(0, None))(h, mask)
-  return jax.vmap(anisotropy)(h, mask)
+  check_shapes("anisotropy_by_layer", h=(h, "L N d"), mask=(mask, "N"))
+  return jax.vmap(anisotropy, in_axes=(0, None))(h, mask)

@@ -1,9 +1,5 @@
-"""Host wrappers of the neural-collapse statistics: they check concrete inputs on the host
-(``ValueError``: NaN/inf features, labels outside [0, V), fewer than 2 analysed classes, all
-class means identical), make one call of the jitted function of ``_neural_collapse`` and
-return a :class:`CollapseStats` of Python numbers (formulas: the module doc of
-``_neural_collapse``).  Under ``jax.jit`` or ``jax.vmap`` they say in one line to use
-:func:`neural_collapse` or :func:`neural_collapse_from_stats`, which trace."""
+"""Host wrappers of the neural-collapse statistics: checks of concrete inputs, one call of the
+jitted pure function, Python numbers out (under ``jax.jit`` they name the pure function)."""
 
 from __future__ import annotations
 
@@ -28,11 +24,9 @@ def analyzed_classes(counts, min_count: int = 1) -> np.ndarray:
     min_count: >= 1.
 
   Returns:
-    (K,) int64 numpy array of class indices.  Raises ``ValueError`` if min_count < 1 or
-    fewer than 2 classes qualify.
+    (K,) int64 numpy array of class indices.  Raises ``ValueError`` if fewer than 2 classes
+    qualify.
   """
-  if min_count < 1:
-    raise ValueError(f"min_count must be >= 1 (classes without tokens have no mean), got {min_count}")
   counts = np.asarray(counts)
   idx = np.flatnonzero(counts >= min_count)
   if idx.size < 2:
@@ -85,10 +79,10 @@ def check_labels(name, feats, labels, v):
   check_finite(f"{name} features", np.asarray(feats, np.float32) if feats.dtype.itemsize < 4 else feats)
 
 
-def to_host(out: CollapseStats, aux, idx) -> CollapseStats:
+def to_host(out: CollapseStats, max_norm, idx) -> CollapseStats:
   """The statistics as Python floats/ints (per-class arrays as numpy)."""
-  out, aux = jax.device_get((out, aux))
-  if float(aux["max_norm"]) == 0.0:
+  out, max_norm = jax.device_get((out, max_norm))
+  if float(max_norm) == 0.0:
     raise ValueError("all analysed class means are identical (every centred mean is zero); collapse metrics are "
                      "undefined")
   res = {key: (x if key in _PER_CLASS else int(x) if np.issubdtype(np.asarray(x).dtype, np.integer) else float(x))
@@ -124,8 +118,7 @@ def collapse_metrics_from_stats(means, variances, counts, w, *, nc4: NC4State | 
   check_finite("class means", means[idx])
   check_finite("class variances", variances[idx])
   check_finite("W (analysed rows)", w[idx])
-  out, aux = jit_stats_aux(means, variances, counts, w, nc4, opts=options)
-  return to_host(out, aux, idx)
+  return to_host(*jit_stats_aux(means, variances, counts, w, nc4, opts=options), idx)
 
 
 def collapse_metrics(feats, labels, w, val_feats=None, val_labels=None, *,
@@ -153,5 +146,4 @@ def collapse_metrics(feats, labels, w, val_feats=None, val_labels=None, *,
   if val_feats is not None:
     val_feats, val_labels = np.asarray(val_feats), np.asarray(val_labels)
     check_labels("validation", val_feats, val_labels, v)
-  out, aux = jit_features_aux(feats_np, labels_np, w_np, val_feats, val_labels, None, None, opts=options)
-  return to_host(out, aux, idx)
+  return to_host(*jit_features_aux(feats_np, labels_np, w_np, val_feats, val_labels, None, None, opts=options), idx)

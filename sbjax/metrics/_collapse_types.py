@@ -1,7 +1,6 @@
 """The options and the result of the neural-collapse statistics: a frozen (hashable, static
-under ``jax.jit``) options dataclass, checked when it is made, and a NamedTuple of the
-statistics whose field names are the columns that reports and CSVs use (each one's formula:
-the module doc of ``_neural_collapse`` and ``docs/metrics.md`` section 3)."""
+under ``jax.jit``) options dataclass, checked when it is made, and a NamedTuple whose field
+names are the columns that reports and CSVs use."""
 
 from __future__ import annotations
 
@@ -19,7 +18,7 @@ _POSITIVE = ("min_count", "block_size", "batch_size", "nc4_chunk_size")
 class CollapseOptions:
   """The static options of :func:`neural_collapse` and the collapse host wrappers.
 
-  Statistics (their variants: the module doc of ``_neural_collapse``):
+  Statistics (the authors' defaults unless noted; ``docs/metrics.md`` section 6):
     min_count: classes with N_c >= min_count are analysed (>= 1; the authors: 1).
     cdnv_exponent: k of the CDNV's ||mu_c - mu_c'||^(2k) (the authors: 2; Galanti: 1).
     weighted_mean: the global mean token-weighted (default: unweighted, the authors).
@@ -70,16 +69,22 @@ class CollapseOptions:
 
 
 class CollapseStats(NamedTuple):
-  """NC1-NC4 of one checkpoint (a leading axis per ``jax.vmap``).
+  """NC1-NC4 of one checkpoint (a leading axis per ``jax.vmap``), in the CSVs' column order:
+  jax scalars from :func:`neural_collapse` (float32, float64 under x64; counts integers),
+  Python numbers from the host wrappers. ``docs/metrics.md`` section 3 gives each formula.
 
-  From :func:`neural_collapse` (jax scalars, float32 or float64 under x64; the counts
-  integers) or the host wrappers (Python floats and ints, numpy per-class arrays). The fields
-  are the CSV columns: ``docs/metrics.md`` section 3 gives each formula.
-  ``nc1_log10_cdnv`` / ``_std`` are the old names of ``nc1_mean_log10_cdnv`` / ``_std``.
-  ``nc4_agreement`` is None without validation tokens; ``class_analyzed`` (V,) bool,
-  ``per_class_cdnv`` and ``per_class_interference`` (V,) are None unless
-  ``CollapseOptions.per_class`` (meaningful where ``class_analyzed``).  The fields are in
-  alphabetical order, the order of the CSVs' columns.
+  Over the K analysed classes, with mu~_c = mu_c - mu_G and pairs c < c': ``nc1_cdnv`` =
+  mean ((sigma_c^2 + sigma_c'^2) / 2) / ||mu_c - mu_c'||^(2k), ``nc1_log10_mean_cdnv`` its
+  log10 (the authors' "log CDNV"), ``nc1_mean_log10_cdnv`` (``_std``) the mean (std) of the
+  pairs' log10 (old names ``nc1_log10_cdnv``, ``_std``); ``nc2_norm_cov`` = std / mean of
+  ||mu~_c|| (``_log_`` of its log, ``_corrected`` of :func:`corrected_sq_norms`);
+  ``nc2_cos_mean`` / ``_std`` of cos(mu~_c, mu~_c'); ``etf_error`` and ``dual_error``: the
+  distances of G = M~ M~^T and of W M~^T to the simplex ETF; ``gnc2_*``: the log and Riesz
+  kernels of ||u_c - u_c'||, u_c = mu~_c / ||mu~_c||; ``nc3_cos_mean`` = mean cos(w_c, mu~_c),
+  ``unc3_cos_cov`` its std / mean (``_guarded``: :func:`unc3_guarded`); ``nc4_agreement`` =
+  the fraction of validation tokens with argmax_c <w_c, h> == argmin_c ||h - mu_c||^2 (None
+  without them); ``*_n_*``: counts of pairs and classes. With ``per_class``: ``class_analyzed``
+  (V,) bool and the (V,) mean CDNV and cosine of each class over its partners.
   """
 
   class_analyzed: jax.Array | None

@@ -1,28 +1,13 @@
-"""Functions of a singular-value spectrum (Godey et al. 2024; Diehl Martinez et al. 2024).
-
-All are pure ``jax.numpy`` on one spectrum and compose with ``jax.vmap`` over a leading
-checkpoint or head axis, e.g.::
+"""Functions of one singular-value spectrum (Godey et al. 2024; Diehl Martinez et al. 2024;
+``docs/metrics.md`` section 1), each composing with ``jax.vmap`` over checkpoints or heads::
 
   s = jax.jit(jax.vmap(singular_values))(heads_HxVxd)      # (H, min(V, d))
   m = jax.vmap(spectrum_metrics)(s)                          # SpectrumMetrics of (H,) arrays
 
-Conventions (``docs/metrics.md`` section 1):
-
-* ``s`` is a 1-D array of singular values in *descending* order, all >= 0
-  (as :func:`singular_values` returns them).  n = len(s) = min(V, d).
-* p_i = s_i / sum_j s_j is an L1 normalisation of sigma (not of sigma^2).
-* Natural log throughout; p_i = 0 contributes 0 to the entropy.
-* Centred spectra (:func:`center_vocab`): the softmax over the vocabulary is unchanged
-  by W -> W + 1 a^T (every logit of a context shifts by the same a.h), so the mean row of
-  W is a gauge direction. Wc = (I - 11^T/V) W removes it; the centred metrics are the
-  same functions of sigma(Wc) (:func:`head_spectra` gives both sets).
-* Degenerate input: an all-zero spectrum (zero matrix) gives
-  KL = log n, erank = 0, PER = 0, stable rank = 0, W-error = 0,
-  condition number = inf, normalized_top = 0.  Nothing returns NaN for a
-  rank-deficient (or zero) matrix.
-
-Each function returns float32 (float64 for a float64 spectrum under x64); bf16/f16 spectra
-are upcast to float32.
+``s`` is (n,) singular values, descending, >= 0 (as :func:`singular_values` returns them), and
+p_i = s_i / sum_j s_j (an L1 normalisation of sigma, not sigma^2); natural logs; 0 log 0 = 0.
+A zero spectrum gives KL = log n, erank = PER = stable rank = W-error = 0, condition number
+inf: nothing is NaN. Results are float32 (float64 for a float64 spectrum under x64).
 """
 
 from __future__ import annotations
@@ -60,11 +45,8 @@ def singular_entropy(s):
 
 
 def kl_to_uniform(s):
-  """KL(p || u) = sum_i p_i log(n p_i) = log n - H(p), p = s / sum(s).
-
-  Godey et al. 2024, Fig. 5 ("singular entropy").  0 for a perfectly isotropic spectrum
-  (all sigma equal), log n for rank 1.  A zero spectrum is treated as maximally
-  degenerate: log n.
+  """KL(p || u) = sum_i p_i log(n p_i) = log n - H(p) (Godey et al. 2024, Fig. 5): 0 for all
+  sigma equal, log n for rank 1 and for a zero spectrum.
 
   Args:
     s: (n,) singular values, descending, >= 0.
@@ -77,7 +59,7 @@ def kl_to_uniform(s):
 
 
 def effective_rank(s):
-  """erank = exp(H(p)), p = s / sum(s) (Roy & Vetterli 2007).
+  """erank = exp(H(p)) (Roy & Vetterli 2007).
 
   Args:
     s: (n,) singular values, descending, >= 0.
@@ -112,10 +94,8 @@ def proportional_effective_rank(s, r: int | None = None):
 
 
 def w_error(s, d):
-  """W-error(d) = sqrt(sum_{i>d} sigma_i^2) / ||W||_F (Godey et al. 2024, Sec. 5.1).
-
-  The relative Frobenius error of the best rank-d approximation (Eckart-Young).  Tail sums
-  are accumulated from the small end (reverse cumsum) for accuracy.
+  """W-error(d) = sqrt(sum_{i>d} sigma_i^2) / ||W||_F (Godey et al. 2024, Sec. 5.1): the relative
+  Frobenius error of the best rank-d approximation, tail sums accumulated from the small end.
 
   Args:
     s: (n,) singular values, descending, >= 0.
@@ -152,39 +132,33 @@ def stable_rank(s):
   return jnp.where(s1 > 0, jnp.sum(jnp.square(s)) / jnp.where(s1 > 0, s1 * s1, 1.0), 0.0)
 
 
-def condition_number(s, tol: float = 0.0):
-  """sigma_1 / sigma_n with sigma_n the smallest value in ``s``.
-
-  With float32 ``method="gram"`` spectra sigma_n below ~3e-4 sigma_1 is noise, so condition
-  numbers above ~1e3 need ``method="gram64"``, ``"gram_refine"`` or ``"svd"``.
+def condition_number(s):
+  """sigma_1 / sigma_n with sigma_n the smallest value in ``s`` (above ~1e3 it needs a
+  ``"gram64"`` or ``"svd"`` spectrum: :func:`singular_values`).
 
   Args:
     s: (n,) singular values, descending, >= 0.
-    tol: sigma_n <= tol * sigma_1 counts as rank-deficient (default 0: only exact zeros,
-      which :func:`singular_values` produces by clamping).
 
   Returns:
-    Scalar >= 1; +inf when rank-deficient and for a zero matrix.
+    Scalar >= 1; +inf when sigma_n = 0 and for a zero matrix.
   """
   check_shapes("condition_number", s=(s, "n"))
   s = at_least_f32(s)
   s1 = jnp.max(s)
   sn = jnp.min(s)
-  bad = (sn <= tol * s1) | (s1 <= 0)
+  bad = (sn <= 0) | (s1 <= 0)
   return jnp.where(bad, jnp.inf, s1 / jnp.where(bad, 1.0, sn))
 
 
-def normalized_top(s, k: int = 100, pad_value: float = float("nan")):
+def normalized_top(s, k: int = 100):
   """sigma_i / sigma_1 for the top k (Godey et al. 2024, Fig. 4 heat-map).
 
   Args:
     s: (n,) singular values, descending, >= 0.
     k: static length of the result.
-    pad_value: fills entries past n when n < k (default NaN, so that padded entries cannot
-      be mistaken for real values; pass 0.0 for plotting).
 
   Returns:
-    (k,) array; zeros for a zero matrix.
+    (k,) array, NaN past n (no padded entry can pass for a value); zeros for a zero matrix.
   """
   check_shapes("normalized_top", s=(s, "n"))
   s = at_least_f32(s)
@@ -192,7 +166,7 @@ def normalized_top(s, k: int = 100, pad_value: float = float("nan")):
   s1 = s[0]
   top = jnp.where(s1 > 0, s[: min(k, n)] / jnp.where(s1 > 0, s1, 1.0), 0.0)
   if n < k:
-    top = jnp.concatenate([top, jnp.full((k - n,), pad_value, top.dtype)])
+    top = jnp.concatenate([top, jnp.full((k - n,), jnp.nan, top.dtype)])
   return top
 
 
@@ -238,11 +212,7 @@ class HeadSpectra(NamedTuple):
 
 
 def head_spectra(w, d=None, method: str = "auto") -> HeadSpectra:
-  """Raw and centred spectrum metrics of a head (jit- and vmap-able).
-
-  KL(p || u) = log n - H(p), erank = exp H(p), p = sigma / sum sigma, n = min(V, d), and
-  W-error(d) = sqrt(sum_{i>d} sigma_i^2) / sqrt(sum_i sigma_i^2), of sigma(W) and of
-  sigma((I - 11^T/V) W).
+  """:func:`spectrum_metrics` of sigma(W) and of sigma((I - 11^T/V) W) (jit- and vmap-able).
 
   Args:
     w: (V, d) head, any float dtype.

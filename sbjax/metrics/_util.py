@@ -30,25 +30,24 @@ def at_least_f32(x):
   return x
 
 
-def masked_mean_std(x, mask, ddof: int = 1):
-  """(mean, std, n) of x over mask: mean = sum_m x / n, std = sqrt(sum_m (x - mean)^2 /
-  max(n - ddof, 1)), n = number of True entries (0 entries give mean 0)."""
-  m = jnp.asarray(mask, bool)
+def moments(x, m):
+  """(n, mean, M2) of x over the bool mask m: n True entries, M2 = sum_m (x - mean)^2 (an empty
+  mask gives mean 0). Merged across blocks by ``_pairs.moments_merge`` (Chan et al.)."""
   n = jnp.sum(m).astype(x.dtype)
-  mean = jnp.sum(jnp.where(m, x, 0.0)) / jnp.maximum(n, 1.0)
-  var = jnp.sum(jnp.where(m, jnp.square(x - mean), 0.0)) / jnp.maximum(n - ddof, 1.0)
-  return mean, jnp.sqrt(var), n
+  mean = jnp.sum(jnp.where(m, x, 0.0)) / jnp.maximum(n, 1)
+  return n, mean, jnp.sum(jnp.where(m, jnp.square(x - mean), 0.0))
+
+
+def mean_std(mom, ddof):
+  """(mean, std, n) of :func:`moments`: std = sqrt(M2 / max(n - ddof, 1))."""
+  n, mean, m2 = mom
+  return mean, jnp.sqrt(jnp.maximum(m2 / jnp.maximum(n - ddof, 1), 0.0)), n
 
 
 def xlogx_safe(p):
   """p * log(p) with the convention 0 * log 0 = 0 (no NaN, no -inf)."""
   pos = p > 0
   return jnp.where(pos, p * jnp.log(jnp.where(pos, p, 1.0)), 0.0)
-
-
-def tree_add(a, b):
-  """Leaf-wise sum of two pytrees with the same structure (merge = add)."""
-  return jax.tree_util.tree_map(jnp.add, a, b)
 
 
 def check_shapes(fn: str, **args) -> dict:

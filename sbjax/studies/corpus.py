@@ -1,24 +1,16 @@
-"""The corpus an experiment runs on, set on its config by one rule (``--data``).
-
-``--data`` is a directory of UTF-8 .txt files (default: the public-domain sample corpus
-shipped in the package, ``sbjax/data/sample_text``) or, for a config whose data source is
-``tfds``, a TFDS dataset name (default: the config's). ``corpus_overrides`` gives the dotted
-overrides (``sbjax.overrides``) and ``with_corpus`` applies them to a Config. Token files
-(``--data=TRAIN.bin[,VAL.bin]``) are the collapse experiment's own streams, not a config."""
+"""The corpus an experiment runs on, set on its config by one rule (``--data``): a directory of
+UTF-8 .txt files (default: the sample corpus shipped in the package) or, for a config whose
+data source is ``tfds``, a TFDS dataset name (default: the config's)."""
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
 
-from sbjax import overrides
-from sbjax.config import Config
 from sbjax.data.sample_corpus import sample_corpus_dir
 from sbjax.paths import upath
 
 log = logging.getLogger("sbjax")
-# The default corpus of every preset: the public-domain sample shipped in the package
-# (sbjax/data/sample_text: five Shakespeare plays, ~590 KB); larger corpora: --data=DIR.
 DEFAULT_TEXT = sample_corpus_dir()
 
 
@@ -29,10 +21,10 @@ def text_corpus(data: str | Path | None = "") -> Path:
     log.info("no --data given: using the sample corpus shipped with sbjax (%s; 5 plays, ~590 "
              "KB); published cpu-preset numbers used a larger corpus, pass --data=DIR",
              DEFAULT_TEXT)
-  path = upath(data) if data else DEFAULT_TEXT  # gs://b/corpus: read through etils.epath
+    return DEFAULT_TEXT
+  path = upath(data)  # gs://b/corpus: read through etils.epath
   if not path.is_dir():
-    where = f"--data={data}" if data else f"the default corpus {DEFAULT_TEXT}"
-    raise FileNotFoundError(f"corpus directory not found ({where}); pass --data=DIR, a "
+    raise FileNotFoundError(f"corpus directory not found (--data={data}); pass --data=DIR, a "
                             "directory of UTF-8 .txt files")
   return path
 
@@ -49,9 +41,3 @@ def corpus_overrides(source: str, data: str | Path | None = "",
   if tfds_dir is not None:
     out["data.options.data_dir"] = str(tfds_dir)
   return out
-
-
-def with_corpus(cfg: Config, data: str | Path | None = "",
-                tfds_dir: str | Path | None = None) -> Config:
-  """``cfg`` on the corpus ``data`` (see ``corpus_overrides``), validated."""
-  return overrides.apply(cfg, corpus_overrides(cfg.data.source, data, tfds_dir))

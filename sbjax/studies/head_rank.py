@@ -1,6 +1,5 @@
-r"""The head-rank sweep (Godey et al. 2024, E5) as groups for the experiment runner: head_rank
-reports it, werror_loss reads (or trains) it, vocab_threshold runs one per vocabulary size;
-mos_text and target_rank take its text trunk (``BASE``, ``TEXT_DATA``, ``overrides``).
+r"""The head-rank sweep (Godey et al. 2024, E5) as groups for the experiment runner (the
+head_rank, werror_loss and vocab_threshold experiments; mos_text takes its text trunk).
 
 A sweep is a base Config (trunk, data, schedule) and :class:`Knobs`. Its groups, in training
 order (``sweep``), each named ``<protocol>-<head>-lr<lr>[_<lr>...]``:
@@ -18,11 +17,9 @@ step (``trunk="last"``) or its checkpointed eval step > 0 of the smallest valida
 (``"best"``; ties: the earliest). In each (protocol, head, rank, n_mix) the run of the smallest
 validation loss is flagged ``best`` = 1:  best(g) = argmin_{lr in grid} eval_loss(g, lr).
 
-Head parameters (``sbjax.heads.head_param_count``): lowrank(r) = V r + r d, mos(m) = V d +
-m d^2 + 2 m d + m; ``matched_rank`` is the sweep rank whose lowrank head has the nearest count
-and ``param_ratio`` = params / lowrank_params(matched_rank). ``head_rank.csv`` (``COLUMNS``):
-protocol, head, rank, n_mix, matched_rank, lr, steps, params, param_ratio, n_params (whole
-model), eval_loss, eval_acc, best, run (the workdir under ``OUT/runs``); ``full_head.npy``: the
+``head_rank.csv`` (``COLUMNS``): ``matched_rank`` is the sweep rank whose lowrank head has
+the nearest parameter count, ``param_ratio`` = params / lowrank_params(matched_rank),
+``n_params`` the whole model's, ``run`` the workdir under ``OUT/runs``; ``full_head.npy``: the
 V x d head matrix of the best full run at the trunk's step.
 """
 
@@ -115,14 +112,10 @@ class Trunk(NamedTuple):
   eval_loss: float
 
 
-def _full(ctx, prefix: str) -> Group:
-  return next(g for n, g in ctx.groups.items()
-              if n.startswith(prefix) and g.labels[0]["protocol"] == "full")
-
-
 def trunk(ctx, prefix: str = "", how: str = "last") -> Trunk:
   """The trunk of the best full run among the groups named ``prefix...`` (module doc)."""
-  g = _full(ctx, prefix)
+  g = next(g for n, g in ctx.groups.items()
+           if n.startswith(prefix) and g.labels[0]["protocol"] == "full")
   loss = [float(r["eval_loss"]) for r in ctx.results[g.name]]
   finite = [j for j, x in enumerate(loss) if math.isfinite(x)]
   if not finite:

@@ -11,13 +11,7 @@ Only contexts seen at least ``min_count`` times (n_c >= m) are kept. Rows are or
 decreasing n_c, ties by the context tokens (lexicographically), so the result is a pure
 function of the tokens. Several streams (e.g. documents) may be given as a list: pairs
 never cross from one stream into the next. Nothing of size C x V is ever dense: the pairs
-are reduced with ``numpy.unique`` on int64 keys (context id * V + target).
-
-    from sbjax.studies.ngram import context_counts
-    m = context_counts(tokens, n=2, min_count=10, vocab_size=1024)
-    m.counts            # CSR C x V
-    m.contexts          # C x n token ids of each row's context
-    m.probabilities()   # CSR, rows sum to 1
+are reduced with ``numpy.unique`` on int64 keys (the context's tokens in radix V).
 """
 
 from __future__ import annotations
@@ -50,11 +44,6 @@ class NgramCounts:
   def kept_pairs(self) -> int:
     return int(self.context_counts.sum())
 
-  def probabilities(self) -> sp.csr_matrix:
-    """P = diag(1 / n_c) N, float64 CSR (each row sums to 1)."""
-    inv = 1.0 / np.maximum(self.context_counts, 1).astype(np.float64)
-    return sp.csr_matrix(sp.diags(inv) @ self.counts.astype(np.float64))
-
   def info(self) -> dict:
     return {"n": self.n, "vocab_size": self.vocab_size, "min_count": self.min_count,
             "n_pairs": self.n_pairs, "n_contexts_seen": self.n_contexts_seen,
@@ -63,24 +52,11 @@ class NgramCounts:
 
 
 def _as_streams(tokens) -> list[np.ndarray]:
+  """One stream (a 1-D array of ids) or a list of them, as int64 arrays."""
   if isinstance(tokens, np.ndarray) or (isinstance(tokens, Sequence) and tokens
                                         and np.isscalar(tokens[0])):
-    streams = [np.asarray(tokens)]
-  else:
-    streams = [np.asarray(t) for t in tokens]
-  out = []
-  for s in streams:
-    if s.ndim != 1:
-      raise ValueError(f"token streams must be 1-D arrays of ids, got shape {s.shape}")
-    if s.size and not np.issubdtype(s.dtype, np.integer):
-      raise ValueError(f"token ids must be integers, got dtype {s.dtype}")
-    out.append(s.astype(np.int64, copy=False))
-  return out
-
-
-def _windows(s: np.ndarray, n: int) -> np.ndarray:
-  """(T - n) x (n + 1): rows (x_{t-n}, .., x_{t-1}, x_t) for t = n .. T-1."""
-  return np.lib.stride_tricks.sliding_window_view(s, n + 1)
+    tokens = [tokens]
+  return [np.asarray(t).astype(np.int64, copy=False) for t in tokens]
 
 
 def context_counts(tokens, n: int, min_count: int = 1, vocab_size: int | None = None
@@ -90,19 +66,13 @@ def context_counts(tokens, n: int, min_count: int = 1, vocab_size: int | None = 
   ``tokens``: a 1-D array of ids (one stream) or a list of them (pairs do not cross
   streams). ``vocab_size``: V (default: max id + 1); ids must lie in [0, V).
   """
-  if not isinstance(n, (int, np.integer)) or n < 1:
-    raise ValueError(f"context length n={n!r} must be an integer >= 1")
-  if not isinstance(min_count, (int, np.integer)) or min_count < 1:
-    raise ValueError(f"min_count={min_count!r} must be an integer >= 1")
   streams = _as_streams(tokens)
   hi = max((int(s.max()) for s in streams if s.size), default=-1)
   lo = min((int(s.min()) for s in streams if s.size), default=0)
   v = int(vocab_size) if vocab_size is not None else hi + 1
-  if v < 1:
-    raise ValueError("no tokens given: the streams are empty and vocab_size is not set")
   if lo < 0 or hi >= v:
     raise ValueError(f"token ids must lie in [0, vocab_size={v}); found ids in [{lo}, {hi}]")
-  wins = [_windows(s, n) for s in streams if s.size > n]
+  wins = [np.lib.stride_tricks.sliding_window_view(s, n + 1) for s in streams if s.size > n]
   if not wins:
     raise ValueError(f"no (context, target) pairs: every stream is shorter than n+1={n + 1} "
                      "tokens; use a smaller n or more text")

@@ -1,27 +1,21 @@
 r"""Exact rank-r floors of smoothed n-gram next-token distributions, no training.
 
 From a train token stream, the add-k smoothed next-token distribution of every n-token context
-seen at least ``min_count`` times (``sbjax.studies.ngram.context_counts``),
+seen (``sbjax.studies.ngram.context_counts``),
 
     P_k(v | c) = (N[c, v] + k) / (n_c + k V),      weights π_c = n_c / Σ n_c,
 
-is fitted at every rank r by ``sbjax.studies.floor.floor_curve`` (X_r, Y_r). The fitted
-logit matrix is then **scored on validation counts**, so that rank spent on train sampling
-noise does not count:
+is fitted at every rank r (``floor.rank_floor``: the svd, warm-from-the-rank-below and wide
+starts, no random starts, no memory restarts: an upper bound on the train floor; ``converged``
+says whether it met ``gtol``). The fitted logits are **scored on validation counts**, so that
+rank spent on train sampling noise does not count:
 
     val(r) = Σ_c π'_c CE(P'(·|c), softmax(X_r Y_rᵀ)_c),
     P'(v|c) = N'[c, v] / n'_c,  π'_c = n'_c / Σ n'_c   (validation counts, same contexts),
 
-beside ``val_full`` = the same score of the full-rank smoothed model log P_k, and the train
-floor. Validation pairs whose context was not kept are left out (``val_coverage`` = their
-complement's share). ``r_star(rows, tol)``: the smallest rank with val(r) ≤ val_full + tol
-(nats per token), or None (censored).
-
-``lean=True`` (large V, e.g. vocab_threshold's cpu preset at V = 2048, where one L-BFGS
-iteration on the dense C×V problem costs ~0.3 s): per rank only the svd start and the warm
-start from the rank below (``floor.rank_floor`` with ``n_random=0``), no memory restarts,
-``require_converged`` off: each value is the best of those two fits, an upper bound on the
-train floor, and ``converged`` says whether it met ``gtol``.
+beside ``val_full``, the same score of the full-rank smoothed model log P_k. Validation pairs
+whose context was not kept are left out (``coverage``: the share kept). ``r_star(rows, tol)``:
+the smallest rank with val(r) ≤ val_full + tol (nats per token), or None (censored).
 """
 
 from __future__ import annotations
@@ -32,20 +26,9 @@ from sbjax.studies import floor as floor_lib
 from sbjax.studies.ngram import context_counts
 
 
-def _keys(contexts: np.ndarray, vocab: int) -> np.ndarray:
-  k = np.zeros(len(contexts), np.int64)
-  for i in range(contexts.shape[1]):
-    k = k * vocab + contexts[:, i]
-  return k
-
-
-def smoothed(train_tokens, vocab_size: int, n: int = 1, add_k: float = 0.1,
-             min_count: int = 1):
+def smoothed(train_tokens, vocab_size: int, n: int = 1, add_k: float = 0.1):
   """(P_k [C, V] dense float64, π [C], contexts [C, n]) of the train stream."""
-  if add_k <= 0:
-    raise ValueError(f"ngram floor: add_k must be > 0 (a log-probability of 0 has no floor), "
-                     f"got {add_k}")
-  m = context_counts(train_tokens, n=n, min_count=min_count, vocab_size=vocab_size)
+  m = context_counts(train_tokens, n=n, vocab_size=vocab_size)
   N = m.counts.toarray().astype(np.float64)
   p = (N + add_k) / (m.context_counts[:, None] + add_k * vocab_size)
   return p, m.context_counts / m.context_counts.sum(), m.contexts
@@ -54,11 +37,11 @@ def smoothed(train_tokens, vocab_size: int, n: int = 1, add_k: float = 0.1,
 def validation_targets(val_tokens, contexts: np.ndarray, vocab_size: int, n: int = 1):
   """(P' [C, V], π' [C], coverage): validation counts on the train contexts' rows."""
   m = context_counts(val_tokens, n=n, min_count=1, vocab_size=vocab_size)
-  rows = {int(k): i for i, k in enumerate(_keys(contexts, vocab_size))}
+  rows = {tuple(c): i for i, c in enumerate(np.asarray(contexts).tolist())}
   N = np.zeros((len(contexts), vocab_size))
   vc = m.counts.toarray()
-  for j, k in enumerate(_keys(m.contexts, vocab_size)):
-    i = rows.get(int(k))
+  for j, c in enumerate(m.contexts.tolist()):
+    i = rows.get(tuple(c))
     if i is not None:
       N[i] += vc[j]
   nc = N.sum(1)
@@ -72,29 +55,17 @@ def score(L: np.ndarray, p: np.ndarray, pi: np.ndarray) -> float:
   return floor_lib.objective(L, p, pi)[0]
 
 
-def lean_curve(p: np.ndarray, pi: np.ndarray, ranks, *, max_iter: int = 200,
-               gtol: float = 1e-5, seed: int = 0) -> list:
-  """floor(r) at each rank from the svd start and the warm start of the rank below only."""
+def ngram_floor_rows(train_tokens, val_tokens, vocab_size: int, ranks, *, n: int = 1,
+                     add_k: float = 0.1, max_iter: int = 200, gtol: float = 1e-5) -> list[dict]:
+  """One row per rank: train floor, val(r), val_full, val(r) − val_full, coverage."""
+  p, pi, ctx = smoothed(train_tokens, vocab_size, n, add_k)
+  pv, piv, cov = validation_targets(val_tokens, ctx, vocab_size, n)
+  full = score(np.log(p), pv, piv)
   out, prev = [], None
   for r in sorted({int(r) for r in ranks}):
     res = floor_lib.rank_floor(p, r, weights=pi, gtol=gtol, max_iter=max_iter, restarts=0,
-                               warm=prev, n_random=0, seed=seed)
+                               warm=prev, n_random=0)
     prev = (res.X, res.Y)
-    out.append(res)
-  return out
-
-
-def ngram_floor_rows(train_tokens, val_tokens, vocab_size: int, ranks, *, n: int = 1,
-                     add_k: float = 0.1, min_count: int = 1, lean: bool = False,
-                     **floor_kw) -> list[dict]:
-  """One row per rank: train floor, val(r), val_full, val(r) − val_full, coverage."""
-  p, pi, ctx = smoothed(train_tokens, vocab_size, n, add_k, min_count)
-  pv, piv, cov = validation_targets(val_tokens, ctx, vocab_size, n)
-  full = score(np.log(p), pv, piv)
-  out = []
-  fits = (lean_curve(p, pi, ranks, **floor_kw) if lean
-          else floor_lib.floor_curve(p, ranks, weights=pi, **floor_kw))
-  for res in fits:
     v = score(res.X @ res.Y.T, pv, piv)
     out.append({"rank": res.rank, "train_floor": res.value, "train_H": res.entropy,
                 "val": v, "val_full": full, "val_excess": v - full, "coverage": cov,

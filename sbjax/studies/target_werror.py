@@ -1,29 +1,17 @@
 """The W-error of a planted language's target logits, for the exact Fig. 8 / Theorem 5.3 of
-Godey et al. (2024): the exact rank-r loss floor floor(r) − H (``sbjax.studies.floor``) set
-against how far the target is from rank r.
+Godey et al. (2024): the exact rank-r floor (``sbjax.studies.floor``) set against how far the
+target is from rank r.
 
 The target is the C × V matrix L of log P(w|c) with the stationary context weights π_c. Three
 variants, each as W-error(r) = sqrt(Σ_{i>r} σ_i²) / ‖A‖_F of its matrix A:
 
 * ``raw``: A = L;
-* ``centred``: A = L (I − 11ᵀ/V), each row minus its mean over the vocabulary (the softmax's
-  per-row constant removed: log P and its centred form give the same distributions, and the
-  floor is taken over logits, so this is the matrix a rank-r head must approximate);
-* ``weighted``: A = diag(√π) L (I − 11ᵀ/V), the centred target with each context weighted as
-  the loss weights it (floor(r) = min over rank-r logits of Σ_c π_c KL(P_c ‖ Q_c)).
+* ``centred``: A = L (I − 11ᵀ/V) (the softmax's per-row constant removed);
+* ``weighted``: A = diag(√π) L (I − 11ᵀ/V) (each context weighted as the loss weighs it).
 
-A planted language of rank k (Zipf bias b) has L = α U Y/√k + 1 bᵀ − (log Z_c) 1ᵀ: the raw
-target has rank ≤ k + 2, the centred ones rank ≤ k + 1, where the floor reaches H.
-
-The same three variants of a trained model (``model_werror``): its matrix M of mean log q(w|c)
-over the positions whose context is c (``context_means``; a model's prediction also depends on
-the tokens before the context, so M is its average prediction in context c), in place of L,
-over the contexts seen, with π restricted to them and renormalised. For a model of width d,
-centred M has rank ≤ d (logits h·Wᵀ), so its W-error is 0 from r = d on.
-
-``gap_opens(werr, gaps, tol)``: the W-error interval where the floor gap opens: the largest
-W-error with floor − H ≤ tol and the smallest with floor − H > tol (the two ranks around the
-knee); NaN on a side with no rank.
+A planted language of rank k has a raw target of rank ≤ k + 2 and centred ones of rank ≤ k + 1.
+``model_werror``: the same of a trained model's mean log q(w|c) over the positions whose
+context is c (``context_means``), over the contexts seen, with π restricted to them.
 """
 
 from __future__ import annotations
@@ -37,12 +25,6 @@ def target_matrices(log_probs, pi) -> dict:
   """{variant: A} of the module doc from log P [C, V] and π [C] (float64)."""
   lp = np.asarray(log_probs, np.float64)
   pi = np.asarray(pi, np.float64)
-  if lp.ndim != 2 or pi.shape != (lp.shape[0],):
-    raise ValueError(f"target W-error: log_probs must be [C, V] and pi [C]; got {lp.shape} and "
-                     f"{pi.shape}")
-  if not np.all(np.isfinite(lp)):
-    raise ValueError("target W-error: log_probs has non-finite entries (a zero probability); "
-                     "the logit target of a planted language is finite everywhere")
   cen = lp - lp.mean(1, keepdims=True)
   return {"raw": lp, "centred": cen, "weighted": np.sqrt(pi / pi.sum())[:, None] * cen}
 
@@ -68,8 +50,6 @@ def context_means(logq, contexts, n_contexts: int) -> tuple[np.ndarray, np.ndarr
   rows of unseen contexts are NaN."""
   lq = np.asarray(logq, np.float64).reshape(-1, np.shape(logq)[-1])
   c = np.asarray(contexts, np.int64).reshape(-1)
-  if c.shape[0] != lq.shape[0]:
-    raise ValueError(f"context_means: {lq.shape[0]} rows of log-probs but {c.shape[0]} contexts")
   ok = c >= 0
   counts = np.bincount(c[ok], minlength=n_contexts).astype(np.int64)
   sums = np.zeros((n_contexts, lq.shape[1]))
@@ -86,11 +66,3 @@ def model_werror(means, counts, pi, ranks) -> dict:
     raise ValueError(f"model W-error: {int(seen.sum())} context(s) seen; sample more positions")
   return {k: werror(a, ranks) for k, a in
           target_matrices(np.asarray(means)[seen], np.asarray(pi, np.float64)[seen]).items()}
-
-
-def gap_opens(werr, gaps, tol: float) -> tuple[float, float]:
-  """(largest W-error with gap ≤ tol, smallest W-error with gap > tol); NaN where none."""
-  werr, gaps = np.asarray(werr, np.float64), np.asarray(gaps, np.float64)
-  closed, open_ = werr[gaps <= tol], werr[gaps > tol]
-  return (float(closed.max()) if closed.size else float("nan"),
-          float(open_.min()) if open_.size else float("nan"))

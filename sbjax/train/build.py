@@ -1,23 +1,21 @@
-"""The jitted programs of a run of N members, built once per process for the runs that
-share them (``sbjax.train.programs``): N = 1 is the plain run's step; N > 1 is the members'
+"""The jitted programs of a run of N members: N = 1 is the plain run's step; N > 1 the members'
 step (``sbjax.train.population``), vmapped over a leading member axis.
 
-``build(cfg, mesh, nan_at_step, n, varies)`` (called under ``set_mesh``) returns a namespace
-with the model and its abstract trees, the shardings (``p_sh``/``o_sh`` of the state,
-``p_sh1``/``o_sh1`` of one member, ``batch_sh``, ``repl``), and the functions the run uses
-for any N: ``keys(seeds)``, ``init(keys)``, ``opt_init``, ``step(state, batch, *per_member)``, ``eval``,
-``evaluate(params, batches)`` -> one {eval_loss, eval_acc} per member, ``finite(params)``,
-``split(state)`` -> [(params, opt_state)] per member and ``join(params, opts)`` (per-member
-lists to the state's trees). ``cfg`` is member 0's config: the members share every program field
-(``sbjax.train.members``); their lr scales and weight decays are arguments of the step, and
-members whose head configs differ (``varies.heads``: a padded head's rank) are initialised
-by the models of their own heads (``members_init``; one program, one vmapped init per head).
-Members that share a frozen trunk run its forward once per step and per evaluation batch
-(``sbjax.train.population.shares_trunk``).
+``build(cfg, mesh, nan_at_step, n, varies)`` (under ``set_mesh``) returns a namespace: the
+model, its abstract trees, the shardings (``p_sh``/``o_sh`` of the state, ``p_sh1``/``o_sh1``
+of one member, ``batch_sh``, ``repl``), ``keys(seeds)``, ``init(keys)``, ``opt_init``,
+``step(state, batch, *per_member)``, ``eval``, ``evaluate(params, batches)`` (one {eval_loss,
+eval_acc} per member), ``finite(params)``, ``split(state)`` and ``join(params, opts)``. ``cfg``
+is member 0's config; the members' lr scales and weight decays are arguments of the step.
+
+One build per process serves every run that differs only in ``LOOP_ONLY`` fields (read by the
+loop, never by a program): ``build`` is memoised on ``program_key``, the mesh and its extra
+arguments (the ``MAX_BUILDS`` most recently used).
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import types
 
@@ -35,18 +33,50 @@ from sbjax.optim import make_optimizer
 from sbjax.train.members import Varies
 from sbjax.train.population import (make_population_step, make_shared_trunk_eval,
                                     make_shared_trunk_step, shares_trunk)
-from sbjax.train.programs import cached
-from sbjax.train.step import (TrainState, all_finite_jit, evaluate, evaluate_members,
-                              make_eval_step, make_train_step, members_finite, state_step)
+from sbjax.train.step import (TrainState, evaluate_members, make_eval_step, make_train_step,
+                              members_finite, state_step)
 
 ONE = Varies(False, False, False)
+# TrainConfig fields read only by the loop, its hooks or the start (never by a jitted program)
+LOOP_ONLY = frozenset({"seed", "data_seed", "eval_every", "eval_batches", "log_every",
+                       "ckpt_every", "ckpt_log_spaced", "keep_every_n", "async_checkpoint",
+                       "init_from", "init_step"})
+MAX_BUILDS = 8
+
+
+def program_key(cfg: Config) -> tuple:
+  """What a run's programs depend on: the model config, every train field outside
+  ``LOOP_ONLY`` (``skip_nonfinite_steps`` only as on/off), and the data config under
+  ``train.objective=expected`` (its step holds the language's table)."""
+  tc = cfg.train
+  fields = tuple((f.name, getattr(tc, f.name)) for f in dataclasses.fields(tc)
+                 if f.name not in LOOP_ONLY and f.name != "skip_nonfinite_steps")
+  data = cfg.data if tc.objective == "expected" else None
+  return cfg.model, fields, tc.skip_nonfinite_steps > 0, data
+
+
+def cached(build):
+  """``build(cfg, mesh, *extra)`` memoised on ``(program_key(cfg), mesh, extra)``."""
+  cache: collections.OrderedDict = collections.OrderedDict()
+
+  def get(cfg: Config, mesh, *extra):
+    key = (program_key(cfg), mesh, extra)
+    if key in cache:
+      cache.move_to_end(key)
+      return cache[key]
+    fns = cache[key] = build(cfg, mesh, *extra)
+    while len(cache) > MAX_BUILDS:
+      cache.popitem(last=False)
+    return fns
+
+  get.uncached = build
+  return get
 
 
 def frozen_trunk(loss, cfg: Config):
   """``loss`` with, under ``train.freeze_trunk``, every non-head parameter behind
-  ``stop_gradient``: their updates are zero anyway (``sbjax.optim``), so the backward pass
-  stops at the head's input and a frozen trunk costs its forward only. The updates are
-  unchanged; the step's ``grad_norm`` is then the norm of the head's gradient."""
+  ``stop_gradient`` (their updates are zero anyway): the backward pass stops at the head's
+  input. The step's ``grad_norm`` is then the norm of the head's gradient."""
   if not cfg.train.freeze_trunk:
     return loss
   keys = set(heads.get(cfg.model.head).param_keys)
@@ -106,8 +136,8 @@ def _one(cfg: Config, c: types.SimpleNamespace, nan_at_step: int) -> types.Simpl
       opt_init=jax.jit(c.tx.init, out_shardings=c.o_sh1),
       step=jax.jit(state_step(step), in_shardings=(state_sh, c.eval_batch_sh),
                    out_shardings=(state_sh, c.repl), donate_argnums=(0,)),
-      eval=ev, evaluate=lambda p, batches: [evaluate(ev, p, batches)],
-      finite=all_finite_jit, split=lambda s: [(s.params, s.opt_state)],
+      eval=ev, evaluate=lambda p, batches: evaluate_members(ev, p, batches),
+      finite=members_finite(1), split=lambda s: [(s.params, s.opt_state)],
       join=lambda ps, os_: (ps[0], os_[0]))
 
 
@@ -178,7 +208,7 @@ def build(cfg: Config, mesh, nan_at_step: int, n: int = 1, varies: Varies = ONE,
           share_trunk: bool = True) -> types.SimpleNamespace:
   """The programs of a run of ``n`` members (module doc); ``nan_at_step``: the test hook of
   ``sbjax.train.train``; ``share_trunk=False``: members on one frozen trunk recompute its
-  forward each (the reference the shared step is measured and tested against)."""
+  forward each (the reference of the shared step's test)."""
   c = _common(cfg, mesh)
   return _one(cfg, c, nan_at_step) if n == 1 else _members(cfg, mesh, c, nan_at_step, n,
                                                            varies, share_trunk)

@@ -1,14 +1,9 @@
-"""Train batches drawn inside the jitted step: ``data.options.sampler = "device"``.
-
-A run whose datasets are ``sbjax.data.dataset.DevicePlanted`` (a planted source with the
-device sampler) trains with ``fused(fns, datasets)``: ONE jitted program
-``step(state, tables, *extra)`` that draws the global batch of step ``state.step`` from the
-device tables (``sbjax.data.planted_device.train_batch``) and runs the build's step on it.
-The loop's per-step "batch" is then the tables themselves, the same device arrays every step,
-so nothing crosses from the host. The batch is a pure function of (planted seed, data seed,
-state.step): a resumed run draws the batches of the uninterrupted one. Members with their own
-data seeds draw their own batches (the tables hold their seeds, [N]); members sharing one
-data seed share one batch, as on the host path.
+"""Train batches drawn inside the jitted step (``data.options.sampler = "device"``): a run whose
+datasets have ``device_tables`` (``sbjax.data.dataset.DevicePlanted``) trains with ONE jitted
+program ``step(state, tables, *extra)`` that draws the batch of step ``state.step`` from the
+device tables (``sbjax.data.planted_device.train_batch``), a pure function of (planted seed,
+data seed, step), so a resumed run draws the uninterrupted run's batches. Members with their
+own data seeds draw their own batches.
 """
 
 from __future__ import annotations
@@ -20,16 +15,10 @@ from sbjax.data import planted_device
 from sbjax.train.step import TrainState
 
 
-def on_device(datasets) -> bool:
-  """True when the run's datasets draw their train batches on the device."""
-  return all(hasattr(d, "device_tables") for d in datasets)
-
-
 def fused(fns, datasets):
   """(step, tables) of a run whose batches are drawn on the device (module doc), or None
-  when its datasets are read on the host. ``fns``: the run's build
-  (``sbjax.train.build``); the fused programs are kept on it, one per batch shape."""
-  if not datasets or not on_device(datasets):
+  when its datasets are read on the host. The fused programs are kept on the build ``fns``."""
+  if not all(hasattr(d, "device_tables") for d in datasets):
     return None
   d0 = datasets[0]
   tables = d0.device_tables()

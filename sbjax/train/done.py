@@ -1,17 +1,19 @@
 """The one "already trained?" rule: a run is finished when ``WORKDIR/DONE`` exists.
 
-``DONE`` is written (atomically) after a run reached its last step with a final evaluation;
-it holds the run's summary and config. Finished runs are read back, never retrained; a
-run with checkpoints short of its steps is resumed by training it again. A finished run asked
-for with another config (another corpus, lr, model, ...) is refused in one line
-(``check_same``): only settings that change no number may differ.
+``DONE`` (written atomically after the last step and its evaluation) holds the run's summary
+and config. Finished runs are read back, never retrained; a finished run asked for with
+another config is refused in one line (``check_same``): only settings that change no number
+may differ.
 """
 
 from __future__ import annotations
 
 import json
+
 from sbjax.atomic import atomic_write_text
+from sbjax.config import Config
 from sbjax.paths import upath
+from sbjax.train.workdir import config_diff
 
 DONE = "DONE"
 SUMMARY_KEYS = ("step", "eval_loss", "eval_acc", "n_params", "loss")
@@ -30,26 +32,16 @@ SAME_RESULTS = {"name", "mesh", "model.loss_chunk", "model.attn_impl", "train.lo
                 "train.async_checkpoint"}
 
 
-def _leaves(d: dict, prefix: str = "") -> dict:
-  out = {}
-  for k, v in d.items():
-    key = f"{prefix}{k}"
-    out.update(_leaves(v, key + ".") if isinstance(v, dict) else {key: v})
-  return out
-
-
 def check_same(workdir, config: dict) -> None:
   """Refuse a finished run whose DONE config differs from ``config`` in a setting that changes
   its numbers (``model.vocab_size`` 0 means "from the data" and matches any)."""
-  from sbjax.config import Config  # noqa: PLC0415 - deferred: done is read by the config's callers
-
   saved = json.loads((upath(workdir) / DONE).read_text()).get("config")
   if saved is None:
     return
-  a, b = _leaves(Config.from_dict(saved).to_dict()), _leaves(config)
-  diff = [f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(set(a) | set(b))
-          if a.get(k) != b.get(k) and k.split(".")[0] not in SAME_RESULTS and k not in SAME_RESULTS
-          and not (k == "model.vocab_size" and b.get(k) == 0)]
+  saved = Config.from_dict(saved).to_dict()
+  if config["model"]["vocab_size"] == 0:  # "from the data": matches any
+    config = {**config, "model": {**config["model"], "vocab_size": saved["model"]["vocab_size"]}}
+  diff, _ = config_diff(saved, config, SAME_RESULTS)
   if diff:
     raise ValueError(f"{workdir} holds a finished run of another configuration ({'; '.join(diff)});"
                      " use another output folder, or delete its DONE to train it again")

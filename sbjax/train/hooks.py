@@ -1,13 +1,5 @@
 """Hooks of ``sbjax.train.loop.run_loop``; each works for one run (scalar metrics) or N
 members (metrics with a leading member axis, one workdir per member).
-
-``Records``: the metrics sinks (metrics.jsonl and its TensorBoard mirror, process 0 only).
-``NanPolicy``: stop at a non-finite step naming it and the last good checkpoint, or skip up
-to ``limit`` bad steps per member. ``TrainLog``: train records every ``log_every`` steps and
-at the last. ``Progress``: a bar on a terminal, periodic log lines otherwise (``sbjax.progress``).
-``Evaluate``: eval records at eval boundaries. ``Checkpoint``: the finite check and the
-save. ``Snapshots``: host copies of the parameters at save boundaries. ``LossWindow``: the
-last losses.
 """
 
 from __future__ import annotations
@@ -18,7 +10,6 @@ import sys
 import time
 from typing import Callable, Sequence
 
-import jax
 import numpy as np
 
 from sbjax import checkpoint as ckpt
@@ -34,35 +25,29 @@ log = logging.getLogger("sbjax")
 class Ledger:
   """Per-member counters the hooks share: skipped steps and the last saved step."""
 
-  def __init__(self, n: int, skipped: Sequence[int] | None = None, last_saved=None):
-    self.n = n
-    self.skipped = list(skipped) if skipped is not None else [0] * n
-    self.last_saved = [last_saved] * n
+  def __init__(self, skipped: Sequence[int], last_saved=None):
+    self.skipped, self.last_saved = list(skipped), [last_saved] * len(skipped)
 
 
 class Records(Hook):
   """``write(member, rec)`` appends to ``dirs[member]/metrics.jsonl`` and mirrors it to
   TensorBoard (``dirs[member]/tb``); a no-op unless ``enabled`` (process 0)."""
 
-  def __init__(self, dirs, *, enabled: bool = True, tensorboard: bool = True):
+  def __init__(self, dirs, *, enabled: bool = True):
     self.paths = [upath(d) / METRICS for d in dirs]
     self.enabled = enabled
-    self.tb = TensorBoardMirror(dirs) if enabled and tensorboard else None
+    self.tb = TensorBoardMirror(dirs if enabled else [])
 
   def write(self, member: int, rec: dict) -> None:
     if self.enabled:
       append_jsonl(self.paths[member], rec)
-      if self.tb is not None:
-        self.tb.write(member, rec)
+      self.tb.write(member, rec)
 
   def on_boundary(self, b: Boundary, state) -> None:
-    if self.tb is not None:
-      self.tb.flush()
+    self.tb.flush()
 
   def close(self) -> None:
-    if self.tb is not None:
-      self.tb.close()
-      self.tb = None
+    self.tb.close()
 
 
 class NanPolicy(Hook):
@@ -70,9 +55,8 @@ class NanPolicy(Hook):
   skipped fewer than ``limit`` steps (``metrics["skip"]`` set, a warning), else
   ``NonFiniteLossError(stop_message(member, step, metrics_of_member))``."""
 
-  def __init__(self, limit: int, ledger: Ledger, stop_message: Callable, prefix=None):
+  def __init__(self, limit: int, ledger: Ledger, stop_message: Callable):
     self.limit, self.ledger, self.stop_message = limit, ledger, stop_message
-    self.prefix = prefix  # member -> log prefix, for N members
 
   def on_step(self, i: int, m: dict) -> None:
     loss, ok = np.atleast_1d(m["loss"]), np.atleast_1d(m["ok"])
@@ -84,7 +68,8 @@ class NanPolicy(Hook):
         self.ledger.skipped[j] += 1
         skip[j] = True
         log.warning("%snon-finite loss or update at step %d: skipped (%d/%d)",
-                    self.prefix(j) if self.prefix else "", i, self.ledger.skipped[j], self.limit)
+                    f"member {j}: " if np.ndim(m["loss"]) else "", i, self.ledger.skipped[j],
+                    self.limit)
         continue
       raise NonFiniteLossError(self.stop_message(j, i, {k: np.atleast_1d(v)[j]
                                                         for k, v in m.items()}))
@@ -92,17 +77,14 @@ class NanPolicy(Hook):
 
 
 class TrainLog(Hook):
-  """Train records {step, loss, acc, grad_norm, lr, tokens_per_sec} every ``log_every``
-  steps and at the last step; tokens/s over the steps since the previous record.
-  ``lr_fns[member](step)`` gives the logged learning rate. With ``gamma_fns`` the record
-  also has ``gamma`` = ``gamma_fns[member](i + 1)``: Γ = λ Σ_{t≤i} η_t, the weight-decay
-  timescales elapsed once step i's update is applied (``sbjax.optim.gamma_at``)."""
+  """Train records {step, loss, acc, grad_norm, lr, gamma, tokens_per_sec} every ``log_every``
+  steps and at the last; ``lr_fns[member](step)`` the learning rate, ``gamma_fns[member](i + 1)``
+  Γ = λ Σ_{t≤i} η_t (the weight-decay timescales elapsed once step i's update is applied)."""
 
   def __init__(self, records: Records, log_every: int, lr_fns, tokens_per_step: int,
-               gamma_fns=None):
+               gamma_fns):
     self.records, self.every, self.lr_fns = records, log_every, lr_fns
-    self.tokens_per_step = tokens_per_step
-    self.gamma_fns = gamma_fns
+    self.tokens_per_step, self.gamma_fns = tokens_per_step, gamma_fns
 
   def begin(self, state, start: int, end: int) -> None:
     self.end, self.t_last, self.tokens = end, time.perf_counter(), 0
@@ -122,17 +104,13 @@ class TrainLog(Hook):
       if not skip[j if len(skip) > 1 else 0]:
         self.records.write(j, {"step": i, "loss": float(loss[j]), "acc": float(acc[j]),
                                "grad_norm": float(gnorm[j]), "lr": float(self.lr_fns[j](i)),
-                               "tokens_per_sec": tps, **self._gamma(j, i)})
-
-  def _gamma(self, j: int, i: int) -> dict:
-    return {"gamma": float(self.gamma_fns[j](i + 1))} if self.gamma_fns else {}
+                               "tokens_per_sec": tps, "gamma": float(self.gamma_fns[j](i + 1))})
 
 
 class Progress(Hook):
-  """Progress of one loop (``sbjax.progress.Reporter``): a bar on a terminal, else a log
-  line (no ``\\r``) every ``every`` steps, at most one per ``min_interval`` seconds, and at the
-  last step. The rate and ETA count from the end of the first step, so they exclude
-  compilation."""
+  """Progress of one loop (``sbjax.progress.Reporter``): a bar on a terminal, else a log line
+  every ``every`` steps, at most one per ``min_interval`` seconds, and at the last step; the
+  rate and ETA count from the end of the first step (no compilation)."""
 
   def __init__(self, name: str, total: int, every: int, *, tokens_per_step: int = 0,
                min_interval: float = 5.0, stream=None):
@@ -143,9 +121,6 @@ class Progress(Hook):
 
   def begin(self, state, start: int, end: int) -> None:
     self.end = end
-
-  def _rate(self, i: int, now: float) -> float:
-    return (i + 1 - self.n1) / (now - self.t1) if now > self.t1 and i + 1 > self.n1 else 0.0
 
   def on_step(self, i: int, m: dict) -> None:
     now, loss = time.perf_counter(), float(np.mean(m["loss"]))
@@ -159,9 +134,8 @@ class Progress(Hook):
     if not (last or (i % self.every == 0 and now - self.t_line >= self.min_interval)):
       return
     self.t_line = now
-    rate = self._rate(i, now)
-    speed = f"{rate * self.tokens_per_step:,.0f} tok/s" if self.tokens_per_step else \
-        f"{rate:.2f} step/s"
+    rate = (i + 1 - self.n1) / (now - self.t1) if now > self.t1 and i + 1 > self.n1 else 0.0
+    speed = f"{rate * self.tokens_per_step:,.0f} tok/s"
     eta = fmt_time((self.end - i - 1) / rate) if rate > 0 else "?"
     self.report.line(f"step {i + 1}/{self.total} loss {loss:.4f} "
                      f"{speed if rate > 0 else '(compiled)'} ETA {eta}")
@@ -188,28 +162,22 @@ class Evaluate(Hook):
 
 
 class Checkpoint(Hook):
-  """At a save boundary: refuse non-finite parameters (naming the last good checkpoint),
-  then save every member (at a stop boundary, ``Boundary.stop``, even off the schedule).
-  ``finite(params)`` -> bool per member; ``split(state)`` ->
-  [(params, opt_state)] per member; ``meta(member, step)`` -> the checkpoint's meta."""
+  """At a save boundary (a stop boundary too, off the schedule): refuse non-finite parameters
+  (``finite(params)``: bool per member), else save every member's ``split(state)`` with
+  ``meta(member, step)``."""
 
-  def __init__(self, mngrs, ledger: Ledger, finite: Callable, split: Callable, meta: Callable,
-               members: bool = False):
+  def __init__(self, mngrs, ledger: Ledger, finite: Callable, split: Callable, meta: Callable):
     self.mngrs, self.ledger, self.finite, self.split, self.meta = mngrs, ledger, finite, split, meta
-    self.members = members
 
   def on_boundary(self, b: Boundary, state) -> None:
     if not b.save:
       return
     ok = np.atleast_1d(np.asarray(self.finite(state.params)))
     bad = [j for j in range(len(ok)) if not ok[j]]
-    if bad and self.members:
+    if bad:
       raise NonFiniteLossError(
           f"parameters of members {bad} became non-finite before step {b.step}; not saving. "
           f"Last good checkpoints: {[self.ledger.last_saved[j] for j in bad]}.")
-    if bad:
-      raise NonFiniteLossError(f"parameters became non-finite before step {b.step}; not saving. "
-                               f"The last good checkpoint is step {self.ledger.last_saved[0]}.")
     for j, (params, opt_state) in enumerate(self.split(state)):
       ckpt.save(self.mngrs[j], b.step, params, opt_state, self.meta(j, b.step), force=b.stop)
       self.ledger.last_saved[j] = b.step
@@ -217,27 +185,3 @@ class Checkpoint(Hook):
   def close(self) -> None:
     for mngr in self.mngrs:
       ckpt.finish(mngr)
-
-
-class Snapshots(Hook):
-  """In-memory checkpoints: ``snaps[step]`` = host copy of the parameters at each save
-  boundary."""
-
-  def __init__(self):
-    self.snaps: dict[int, object] = {}
-
-  def on_boundary(self, b: Boundary, state) -> None:
-    if b.save:
-      self.snaps[b.step] = jax.device_get(state.params)
-
-
-class LossWindow(Hook):
-  """The losses of the last ``size`` steps (host arrays, per member)."""
-
-  def __init__(self, size: int = 100):
-    self.size, self.losses = size, []
-
-  def on_step(self, i: int, m: dict) -> None:
-    self.losses.append(np.asarray(m["loss"]))
-    if len(self.losses) > self.size:
-      self.losses.pop(0)

@@ -2,21 +2,15 @@
 
 ``FOLDER/LOCK`` records its holder (host, pid, start time); a second writer stops with one
 line naming it (``WorkdirLockedError``). Callers validate their inputs before they take the
-lock, which creates the folder: a refused call creates nothing.
+lock, which creates the folder.
 
-- Local disk: the file is held with ``fcntl.flock``, which the kernel releases when the
-  holder exits, however it exits (even SIGKILL), so a lock is never stale.
-- Remote storage (``gs://``): the object is the lock, deleted at release. An object store
-  has no flock and no compare-and-swap here, so the rule there is one writer per job: the
-  lock catches a second run started later, and one left by a killed run is taken over only
-  from the host it names, when its pid is gone; elsewhere the message says to delete it.
-
-Re-entrant within a process (``train_once`` holds it around ``train``).
+- Local disk: ``fcntl.flock``, released by the kernel however the holder exits (even SIGKILL).
+- Remote storage (``gs://``): the object is the lock, deleted at release. One left by a killed
+  run is taken over only from the host it names, when its pid is gone.
 """
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import fcntl
 import json
@@ -32,7 +26,6 @@ from sbjax.paths import upath
 log = logging.getLogger("sbjax")
 
 LOCK = "LOCK"
-_HELD: collections.Counter = collections.Counter()  # the folders this process holds
 
 
 class WorkdirLockedError(RuntimeError):
@@ -82,13 +75,12 @@ def _gone(text: str) -> bool:
   """The holder was a process of this host that no longer runs."""
   try:
     info = json.loads(text)
-    if info["host"] != socket.gethostname():
-      return False
-    os.kill(int(info["pid"]), 0)
+    if info["host"] == socket.gethostname():
+      os.kill(int(info["pid"]), 0)
   except ProcessLookupError:
     return True
   except (ValueError, KeyError, TypeError, OSError):
-    return False
+    pass
   return False
 
 
@@ -114,19 +106,12 @@ def workdir_lock(folder, *, enabled: bool = True) -> Iterator[None]:
   if not enabled:
     yield
     return
-  key = os.path.realpath(folder) if is_local(folder) else os.fspath(folder)
-  with contextlib.ExitStack() as stack:
-    if not _HELD[key]:
-      try:
-        upath(folder).mkdir(parents=True, exist_ok=True)
-      except OSError as e:
-        raise OSError(f"cannot create {folder}: {e.strerror}; choose a writable folder") from None
-      stack.enter_context(_flock(folder) if is_local(folder) else _object(folder))
-    _HELD[key] += 1
-    try:
-      yield
-    finally:
-      _HELD[key] -= 1
+  try:
+    upath(folder).mkdir(parents=True, exist_ok=True)
+  except OSError as e:
+    raise OSError(f"cannot create {folder}: {e.strerror}; choose a writable folder") from None
+  with _flock(folder) if is_local(folder) else _object(folder):
+    yield
 
 
 @contextlib.contextmanager

@@ -1,18 +1,14 @@
 """The one training loop: ``run_loop(state, step_fn, batches, start, end, hooks)``.
 
-Each step ``i`` is dispatched asynchronously; its metrics are read on the host one step
-late (after step ``i + 1`` is dispatched), so the device never waits for Python, except at
-a *boundary*. ``Schedule.boundary`` is the one place that decides boundaries: after step
-``s = i + 1`` when ``s`` is a save step (checkpoint or snapshot), an eval step (every
-``eval_every`` and ``final_step``) or the last step ``end``. At a boundary the pending
-metrics are read first, then every hook's ``on_boundary`` runs in order (evaluation before
-the checkpoint: a run killed in between redoes both). ``stop(s)`` (optional; the SIGTERM flag
-of ``sbjax.train.preempt``) true after step ``s`` makes ``s`` the last boundary, a save
-(``Boundary.stop``), and ends the loop there.
+Each step ``i`` is dispatched asynchronously; its metrics are read on the host one step late
+(after step ``i + 1`` is dispatched), except at a *boundary*: after step ``s = i + 1`` when
+``Schedule.boundary`` (the one place that decides them) says ``s`` is a save step, an eval
+step or the last step. There the pending metrics are read first, then every hook's
+``on_boundary`` runs in order (evaluation before the checkpoint). ``stop(s)`` (optional; the
+SIGTERM flag of ``sbjax.train.preempt``) true makes ``s`` the last boundary, a save.
 
-Hooks (``sbjax.train.hooks``) see host metrics as numpy: scalars for one run, arrays with a
-leading member axis for N members. A hook may set ``metrics["skip"]`` (per member) to keep
-the hooks after it from logging a skipped step.
+Hooks see host metrics as numpy: scalars for one run, arrays with a leading member axis for N
+members. A hook may set ``metrics["skip"]`` (per member) to keep later hooks from logging it.
 """
 
 from __future__ import annotations
@@ -33,22 +29,18 @@ class Boundary(NamedTuple):
 
 @dataclasses.dataclass(frozen=True)
 class Schedule:
-  """Which steps are boundaries. ``save_steps``: checkpoint (or snapshot) steps (a set, or
-  ``sbjax.checkpoint.Schedule``: tested, never listed);
-  ``eval_every``: evaluate every that many steps (0: never); ``final_step``: evaluated too
-  (the configured ``train.steps``); ``at_start``: a boundary before the first step (a fresh
-  run evaluates and saves step 0)."""
+  """Which steps are boundaries. ``save_steps``: checkpoint steps (a container: tested, never
+  listed); ``eval_every``: evaluate every that many steps (0: never); ``final_step``:
+  evaluated too; ``at_start``: a boundary before the first step (a fresh run's step 0)."""
 
   save_steps: Container[int] = frozenset()
   eval_every: int = 0
   final_step: int | None = None
   at_start: bool = False
 
-  def is_eval(self, s: int) -> bool:
-    return (self.eval_every > 0 and s % self.eval_every == 0) or s == self.final_step
-
   def boundary(self, s: int, end: int) -> Boundary | None:
-    ev, save = self.is_eval(s), s in self.save_steps
+    ev = (self.eval_every > 0 and s % self.eval_every == 0) or s == self.final_step
+    save = s in self.save_steps
     if ev or save or s == end:
       return Boundary(s, ev, save, s == end)
     return None
@@ -86,10 +78,6 @@ def _boundary(hooks, b: Boundary | None, state) -> None:
       h.on_boundary(b, state)
 
 
-def _stop_boundary(b: Boundary | None, s: int) -> Boundary:
-  return Boundary(s, b.eval if b is not None else False, True, True, stop=True)
-
-
 def run_loop(state, step_fn: Callable, batches: Callable[[int], object], start: int, end: int,
              hooks: Sequence[Hook], schedule: Schedule = Schedule(),
              stop: Callable[[int], bool] | None = None):
@@ -108,7 +96,7 @@ def run_loop(state, step_fn: Callable, batches: Callable[[int], object], start: 
       pending = (i, m)
       b = schedule.boundary(i + 1, end)
       if stop is not None and stop(i + 1):
-        b = _stop_boundary(b, i + 1)
+        b = Boundary(i + 1, b is not None and b.eval, True, True, stop=True)
       if b is not None:
         _report(hooks, pending)
         pending = None

@@ -1,24 +1,12 @@
 """The members of a run: N configs that differ only in what a vmapped step can vary.
 
-A run of N members (``sbjax.train.train(cfgs, workdirs)``) trains them in one jitted step
-vmapped over a leading member axis; N = 1 is the plain run. Members may differ in
-``VARYING`` = the init seed, the data-order seed, the peak learning rate and the weight
-decay (and the run's ``name``); every other field is one program for all of them, so a
-difference there is refused (``check_members``). How each varying field enters the step:
-
-- ``train.seed``: the member's init key (``Model.init`` vmapped over the keys);
-- ``train.data_seed``: equal seeds share one batch (broadcast to every member); different
-  seeds give every member its own batch (a leading member axis, one dataset per member);
-- ``train.lr``: the update of the optimizer built with member 0's lr is scaled by
-  lr_i / lr_0 (``sbjax.optim.make_optimizer(lr_scale=...)``; exact for lr_i = lr_0);
-- ``train.weight_decay``: the member's decoupled λ_i, a traced value of its optimizer;
-- ``model.head``'s fields that its kind lists in ``member_varying`` (the ``padded_lowrank``
-  head's ``rank``: every member has the same parameter shapes): the member's init only
-  (each member is initialised by the model of its own head config, ``sbjax.train.build``);
-  the step is member 0's program.
-
-Layout of a population on disk: ``W/member_<i>/`` (``member_dir``) is a normal workdir per
-member; ``W/population.json`` (``write_population``) lists them.
+Members may differ in ``VARYING`` (and the run's ``name``); any other difference is refused
+(``check_members``): ``train.seed`` (the member's init key), ``train.data_seed`` (equal seeds
+share one batch, different ones give every member its own), ``train.lr`` (member 0's update
+scaled by lr_i / lr_0), ``train.weight_decay`` (a traced λ_i), and ``model.head``'s fields its
+kind lists in ``member_varying`` (``padded_lowrank``'s ``rank``: the member's init only).
+On disk ``W/member_<i>/`` (``member_dir``) is a normal workdir per member;
+``W/population.json`` (``write_population``) lists them.
 """
 
 from __future__ import annotations
@@ -32,6 +20,7 @@ from sbjax import heads
 from sbjax.atomic import atomic_write_text
 from sbjax.config import Config
 from sbjax.paths import upath
+from sbjax.train.workdir import leaves
 
 VARYING = ("seed", "data_seed", "lr", "weight_decay")
 
@@ -51,44 +40,27 @@ def member_dir(workdir, i: int) -> Path:
 
 def member_configs(cfg: Config, n: int | None = None, seeds=None, lrs=None) -> list[Config]:
   """The members' configs: seeds default to ``train.seed + i``, lrs to ``train.lr``."""
-  sizes = {len(x) for x in (seeds, lrs) if x is not None}
-  if n is not None and n > 0:
-    sizes.add(n)
-  if len(sizes) != 1:
-    raise ValueError(f"population size is ambiguous: population={n}, "
-                     f"seeds={list(seeds) if seeds is not None else None}, "
-                     f"lrs={list(lrs) if lrs is not None else None}; give N and/or lists of "
-                     "length N")
+  sizes = {len(x) for x in (seeds, lrs) if x is not None} | ({n} if n else set())
+  if len(sizes) != 1 or min(sizes) < 1:
+    raise ValueError(f"population size is ambiguous: population={n}, seeds={seeds}, lrs={lrs}; "
+                     "give N >= 1 and/or lists of length N")
   (n,) = sizes
-  if n < 1:
-    raise ValueError(f"population size must be >= 1, got {n}")
   seeds = list(seeds) if seeds is not None else [cfg.train.seed + i for i in range(n)]
   lrs = list(lrs) if lrs is not None else [cfg.train.lr] * n
-  out = []
-  for s, lr in zip(seeds, lrs):
-    tc = dataclasses.replace(cfg.train, seed=int(s), lr=float(lr))  # validates lr > 0
-    out.append(cfg.replace(train=tc))
-  return out
+  return [cfg.replace(train=dataclasses.replace(cfg.train, seed=int(s), lr=float(lr)))
+          for s, lr in zip(seeds, lrs)]  # (replace validates lr > 0)
 
 
 def _shared(cfg: Config) -> dict:
   """{dotted key: value} of every field the members must share."""
-  flat = {}
-  for sec, v in cfg.to_dict().items():
-    if isinstance(v, dict):
-      flat.update({f"{sec}.{k}": x for k, x in v.items()
-                   if not (sec == "train" and k in VARYING)})
-    elif sec != "name":
-      flat[sec] = v
-  head = cfg.model.head
-  free = getattr(heads.get(head), "member_varying", ())
-  flat["model.head"] = {k: x for k, x in head.to_dict().items() if k not in free}
-  return flat
+  free = {"name", *(f"train.{k}" for k in VARYING),
+          *(f"model.head.{k}" for k in getattr(heads.get(cfg.model.head), "member_varying", ()))}
+  return {k: v for k, v in leaves(cfg.to_dict()).items() if k not in free}
 
 
 def _hint(diff: list, cfgs: Sequence[Config]) -> str:
   """What to do about members that differ in ``diff``."""
-  if diff == ["model.head"] and all(c.model.head.kind == "lowrank" for c in cfgs):
+  if diff == ["model.head.rank"] and all(c.model.head.kind == "lowrank" for c in cfgs):
     pad = max(c.model.head.rank for c in cfgs)
     return (f"lowrank heads of different ranks: use head padded_lowrank with pad={pad} (the "
             "largest rank) and each member's rank, or train them as separate runs")
@@ -97,8 +69,6 @@ def _hint(diff: list, cfgs: Sequence[Config]) -> str:
 
 def check_members(cfgs: Sequence[Config]) -> Varies:
   """Refuse members that differ outside ``VARYING``; say which varying fields differ."""
-  if not cfgs:
-    raise ValueError("a run needs at least one member config; got none")
   first = _shared(cfgs[0]) if len(cfgs) > 1 else {}  # (one run: nothing to compare)
   for i, cfg in enumerate(cfgs[1:], 1):
     other = _shared(cfg)

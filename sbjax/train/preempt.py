@@ -1,16 +1,11 @@
 """Preemption: SIGTERM saves a checkpoint at the next step boundary, then the process exits.
 
-A preempted Cloud TPU VM (or a scheduler ending a job) sends SIGTERM, and SIGKILL later.
-While a run is in its loop, ``Preemption`` (a loop hook and the loop's ``stop`` test) only
-sets a flag; ``run_loop`` makes the step in flight a save boundary, the checkpoint hook saves
-it (off the schedule), the hooks close, and ``sbjax.train.train`` raises ``Preempted``: a
-``SystemExit`` with status 75 (``EX_TEMPFAIL``: "try again"), so a scheduler retries it and an
-in-process caller stops. The rerun resumes from that step bit for bit.
-
-Multi-process runs must stop at the same step on every host: there the decision is JAX's
-preemption sync point (``multihost_utils.reached_preemption_sync_point``) and no handler is
-installed. A handler is installed only from the main thread, and the old one comes back at
-the end of the loop.
+``Preemption`` (a loop hook and the loop's ``stop`` test) only sets a flag; ``run_loop`` makes
+the step in flight a save boundary, the hooks close, and ``sbjax.train.train`` raises
+``Preempted``: a ``SystemExit`` with status 75 (``EX_TEMPFAIL``), so a scheduler retries it and
+the rerun resumes bit for bit. A time budget (``set_deadline``) stops the same way. Multi-process
+runs must stop at the same step on every host: there the decision is JAX's preemption sync
+point and no handler is installed. The old handler comes back at the end of the loop.
 """
 
 from __future__ import annotations
@@ -26,7 +21,6 @@ from sbjax.train.loop import Boundary, Hook
 
 log = logging.getLogger("sbjax")
 
-EXIT_PREEMPTED = 75  # sysexits.h EX_TEMPFAIL
 _deadline: list = [None]  # a time budget (``set_deadline``): the same stop as SIGTERM
 
 
@@ -40,7 +34,7 @@ class Preempted(SystemExit):
   """The run saved its checkpoint after SIGTERM and stops (exit status 75)."""
 
   def __init__(self, step: int, where: str):
-    super().__init__(EXIT_PREEMPTED)
+    super().__init__(75)  # sysexits.h EX_TEMPFAIL
     self.step, self.where = step, where
     budget = _deadline[0] is not None and time.time() >= _deadline[0]
     self.why = "time budget reached" if budget else "preempted (SIGTERM)"

@@ -1,21 +1,11 @@
 """``train(cfgs, workdirs)``: a run of N members as ONE composition of the loop and its hooks.
 
-N = 1 (a Config and a workdir) is the plain run and returns its summary; N members (lists)
-train in one vmapped step (``sbjax.train.members`` says what may vary between them: seed,
-data seed, lr, weight decay) and return one summary per member. Every member's workdir is a
-normal run directory (config.json, metrics.jsonl, its TensorBoard mirror, orbax checkpoints),
-readable by ``sbjax.checkpoint.load_params`` and resumable as a single run.
-
-Resume: rerunning on existing workdirs restores every member at the newest step all of them
-restore (``sbjax.checkpoint.restore_latest_common``: bad steps moved aside, shape and meta
-checks); since batch i is a pure function of (data_seed, i), the continued run's losses equal
-those of an uninterrupted run bit for bit on CPU. Host syncs: the step is dispatched
-asynchronously and its metrics are read one step late, except at boundaries
-(``sbjax.train.loop``), where the parameters are checked to be finite before they are saved.
-
-In memory (``workdirs=None``): no workdir, checkpoint, log or evaluation; ``snapshot_steps``
-are the loop's save boundaries and the caller's ``hooks`` see them (``hooks.Snapshots``);
-a non-finite member is not stopped.
+N = 1 (a Config and a workdir) is the plain run; N members (lists) train in one vmapped step
+(``sbjax.train.members``). Every member's workdir is a normal run directory (config.json,
+metrics.jsonl, its TensorBoard mirror, orbax checkpoints). Rerunning on existing workdirs
+resumes every member at the newest step all of them restore
+(``sbjax.checkpoint.restore_latest_common``); since batch i is a pure function of
+(data_seed, i), the continued run equals an uninterrupted run bit for bit on CPU.
 """
 
 from __future__ import annotations
@@ -24,7 +14,6 @@ import functools
 import logging
 import os
 from pathlib import Path
-from typing import Sequence
 
 import jax
 import numpy as np
@@ -45,9 +34,8 @@ from sbjax.train.loop import Schedule, run_loop
 from sbjax.train.members import check_members
 from sbjax.train.preempt import Preempted, Preemption
 from sbjax.train.step import TrainState
-from sbjax.train.workdir import (check_not_past, check_stop_after, clean_for_resume,
-                                 init_trunk_from, prepare_workdir, resolve_vocab,
-                                 summary_from_metrics)
+from sbjax.train.workdir import (check_not_past, clean_for_resume, init_trunk_from,
+                                 prepare_workdir, resolve_vocab, summary_from_metrics)
 
 log = logging.getLogger("sbjax")
 
@@ -59,8 +47,7 @@ def make_dataset_for(cfg: Config, workdir):
 
 
 def check_eval_size(tc) -> None:
-  """The evaluation batches stay in memory for the whole run: refuse, before anything is
-  written, a number of them that would take more than a quarter of this machine's memory."""
+  """Refuse evaluation batches (kept in memory) beyond a quarter of this machine's memory."""
   need = tc.eval_batches * tc.batch_size * (tc.seq_len + 1) * 4  # int32 tokens
   have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
   if need > have // 4:
@@ -70,14 +57,16 @@ def check_eval_size(tc) -> None:
                      f"{max(1, have // 4 // (need // tc.eval_batches))}")
 
 
-def _lists(cfgs, workdirs) -> tuple[list[Config], list[Path] | None]:
+def _lists(cfgs, workdirs) -> tuple[list[Config], list[Path]]:
+  """(configs, workdirs) as lists, checked before anything is written."""
   if isinstance(cfgs, Config):
-    return [cfgs], None if workdirs is None else [upath(workdirs)]
-  cfgs = list(cfgs)
-  dirs = None if workdirs is None else [upath(d) for d in workdirs]
-  if dirs is not None and len(dirs) != len(cfgs):
+    cfgs, dirs = [cfgs], [upath(workdirs)]
+  else:
+    cfgs, dirs = list(cfgs), [upath(d) for d in workdirs]
+  if len(dirs) != len(cfgs):
     raise ValueError(f"train: {len(cfgs)} member configs but {len(dirs)} workdirs; give one "
                      "workdir per member (sbjax.train.members.member_dir)")
+  check_eval_size(cfgs[0].train)
   return cfgs, dirs
 
 
@@ -85,8 +74,8 @@ def _datasets(cfgs, dirs, dataset, data_varies: bool) -> list:
   """One dataset (a batch shared by every member) or one per member (its own batches)."""
   if dataset is None:
     if data_varies:
-      return [make_dataset_for(c, d) for c, d in zip(cfgs, dirs or [None] * len(cfgs))]
-    return [make_dataset_for(cfgs[0], dirs[0] if dirs else None)]
+      return [make_dataset_for(c, d) for c, d in zip(cfgs, dirs)]
+    return [make_dataset_for(cfgs[0], dirs[0])]
   ds = list(dataset) if isinstance(dataset, (list, tuple)) else [dataset]
   if len(ds) not in {1, len(cfgs)} or (data_varies and len(ds) == 1 < len(cfgs)):
     raise ValueError(f"train: {len(ds)} datasets for {len(cfgs)} members whose train.data_seed "
@@ -96,8 +85,7 @@ def _datasets(cfgs, dirs, dataset, data_varies: bool) -> list:
 
 
 def _batches(datasets, fns, mesh):
-  """``batches(i)``: the global batch of step i (with a leading member axis when each
-  member has its own dataset)."""
+  """``batches(i)``: the global batch of step i (a leading member axis: one per dataset)."""
   if len(datasets) == 1:
     return lambda i: shd.global_batch(datasets[0].train_batch(i), mesh)
   sh: NamedSharding = fns.batch_sh
@@ -113,8 +101,8 @@ def _batches(datasets, fns, mesh):
 
 
 def _step_fn(cfgs, fns, step=None):
-  """``(state, batch) -> (state, metrics)``: the build's step (or ``step``, the same program
-  with the batch drawn inside it) with the members' lr scales and weight decays."""
+  """``(state, batch) -> (state, metrics)``: ``step`` (default the build's) with the members'
+  lr scales and weight decays."""
   step = fns.step if step is None else step
   if len(cfgs) == 1:
     return step
@@ -125,9 +113,8 @@ def _step_fn(cfgs, fns, step=None):
 
 
 def _loop_inputs(cfgs, datasets, fns, mesh):
-  """(step_fn, batches) of the loop. With ``data.options.sampler=device`` the step draws its
-  own batch from device tables, which are then the loop's per-step input
-  (``sbjax.train.device_batches``); else batches come from the host."""
+  """(step_fn, batches) of the loop: host batches, or the device tables of a step that draws
+  its own batch (``sbjax.train.device_batches``)."""
   fused = device_batches.fused(fns, datasets)
   if fused is None:
     return _step_fn(cfgs, fns), _batches(datasets, fns, mesh)
@@ -145,7 +132,7 @@ def _start(cfgs, dirs, fns, quiet: bool, summary: dict):
   n = len(cfgs)
   moved = [[] for _ in cfgs]
   restored = None
-  if dirs and any(ckpt.list_steps(d) for d in dirs):
+  if any(ckpt.list_steps(d) for d in dirs):
     restored = ckpt.restore_latest_common(
         dirs, ckpt.abstract_with_shardings(fns.abstract, fns.p_sh1),
         ckpt.abstract_with_shardings(fns.abstract_opt, fns.o_sh1), moved=moved)
@@ -186,30 +173,26 @@ def _stop_message(cfgs, dirs, ledger):
   return stop
 
 
-def _hooks(cfgs, dirs, fns, mngrs, ledger, eval_batches, *, quiet: bool, tensorboard: bool,
-           extra: Sequence[H.Hook]):
-  """NaN policy, train log, progress, evaluation, checkpoint, the records' sinks (in order),
-  then ``extra``; in memory (no ``dirs``): progress and ``extra``."""
+def _hooks(cfgs, dirs, fns, mngrs, ledger, eval_batches, *, quiet: bool):
+  """NaN policy, train log, progress, evaluation, checkpoint, the records' sinks, the
+  preemption flag (in order)."""
   tc, n = cfgs[0].train, len(cfgs)
   tokens = tc.batch_size * tc.seq_len
-  name = cfgs[0].name if not dirs else dirs[0].name if n == 1 else f"{dirs[0].parent.name} x{n}"
+  name = dirs[0].name if n == 1 else f"{dirs[0].parent.name} x{n}"
   progress = ([H.Progress(name, tc.steps, tc.log_every, tokens_per_step=tokens * n)]
               if not quiet and jax.process_index() == 0 else [])
-  if not dirs:
-    return progress + list(extra), None
-  records = H.Records(dirs, enabled=jax.process_index() == 0, tensorboard=tensorboard)
+  records = H.Records(dirs, enabled=jax.process_index() == 0)
 
   def meta(j, step):
     return {"step": step, "data_position": step, "data_seed": cfgs[j].train.data_seed,
             "seed": cfgs[j].train.seed, "skipped_steps": ledger.skipped[j]}
 
-  prefix = (lambda j: f"member {j}: ") if n > 1 else None
-  hooks = [H.NanPolicy(tc.skip_nonfinite_steps, ledger, _stop_message(cfgs, dirs, ledger), prefix),
+  hooks = [H.NanPolicy(tc.skip_nonfinite_steps, ledger, _stop_message(cfgs, dirs, ledger)),
            H.TrainLog(records, tc.log_every, [_lr_fn(c.train) for c in cfgs], tokens,
                       [gamma_fn(c.train) for c in cfgs])]
   ev = H.Evaluate(lambda p: fns.evaluate(p, eval_batches), records, n)
-  hooks += progress + [ev, H.Checkpoint(mngrs, ledger, fns.finite, fns.split, meta,
-                                        members=n > 1), records, Preemption(), *extra]
+  hooks += progress + [ev, H.Checkpoint(mngrs, ledger, fns.finite, fns.split, meta), records,
+                       Preemption()]
   return hooks, ev
 
 
@@ -218,111 +201,87 @@ def _summaries(cfgs, dirs, fns, summary: dict, ev, ledger, end: int) -> list[dic
   out = []
   for j, cfg in enumerate(cfgs):
     s = {k: v[j] if k in ("moved_aside", "tmp_moved_aside") else v for k, v in summary.items()}
-    if ev is not None and ev.last[j].get("step", 0) > 0:
+    if ev.last[j].get("step", 0) > 0:
       s.update(ev.last[j])
-    s.update({"step": end, **({"workdir": str(dirs[j])} if dirs else {}),
-              "skipped_steps": ledger.skipped[j], "n_params": n_params})
+    s.update({"step": end, "workdir": str(dirs[j]), "skipped_steps": ledger.skipped[j],
+              "n_params": n_params})
     if n > 1:
       s.update({k: getattr(cfg.train, k) for k in ("seed", "lr", "data_seed", "weight_decay")})
-    out.append(summary_from_metrics(dirs[j], s) if dirs else s)
+    out.append(summary_from_metrics(dirs[j], s))
   return out
 
 
-def _run(cfgs, dirs, datasets, fns, mesh, *, stop_after, quiet, tensorboard, snapshot_steps,
-         extra) -> list[dict]:
+def _run(cfgs, dirs, datasets, fns, mesh, *, stop_after, quiet) -> list[dict]:
   """The loop of a built run (under ``set_mesh``): start, hooks, ``run_loop``, summaries."""
   tc, is_main = cfgs[0].train, jax.process_index() == 0
   mngrs = [ckpt.make_manager(d, c.train, async_save=tc.async_checkpoint)
-           for d, c in zip(dirs or (), cfgs)]
+           for d, c in zip(dirs, cfgs)]
   prefix = (lambda d: f"{d.name}/") if len(cfgs) > 1 else (lambda d: "")
-  tmp = [len(clean_for_resume(d, prefix(d))) if is_main else 0 for d in dirs or ()]
+  tmp = [len(clean_for_resume(d, prefix(d))) if is_main else 0 for d in dirs]
   summary: dict = {}
   state, metas, restored = _start(cfgs, dirs, fns, quiet, summary)
   for mngr in mngrs:
     mngr.reload()  # it may have listed steps that were moved aside
   start = int(state.step)
-  summary.update({"start_step": start, **({"tmp_moved_aside": tmp} if dirs else {})})
+  summary.update({"start_step": start, "tmp_moved_aside": tmp})
   end = tc.steps if stop_after is None else min(tc.steps, stop_after)
-  ledger = H.Ledger(len(cfgs), [int(m.get("skipped_steps", 0)) for m in metas],
-                    start if restored else None)
-  eval_batches = ([shd.global_batch(b, mesh) for b in datasets[0].eval_batches(tc.eval_batches)]
-                  if dirs else [])
-  hooks, ev = _hooks(cfgs, dirs, fns, mngrs, ledger, eval_batches, quiet=quiet,
-                     tensorboard=tensorboard, extra=extra)
-  schedule = (Schedule(ckpt.checkpoint_steps(tc), tc.eval_every, tc.steps,
-                       at_start=not restored) if dirs else
-              Schedule(save_steps=frozenset(int(s) for s in snapshot_steps)))
-  if dirs and end <= start and not quiet:
+  ledger = H.Ledger([int(m.get("skipped_steps", 0)) for m in metas], start if restored else None)
+  eval_batches = [shd.global_batch(b, mesh) for b in datasets[0].eval_batches(tc.eval_batches)]
+  hooks, ev = _hooks(cfgs, dirs, fns, mngrs, ledger, eval_batches, quiet=quiet)
+  schedule = Schedule(ckpt.checkpoint_steps(tc), tc.eval_every, tc.steps, at_start=not restored)
+  if end <= start and not quiet:
     log.info("%s is already at step %d (stop at %d): nothing to train", _where(dirs), start, end)
-  pre = next((h for h in hooks if isinstance(h, Preemption)), None)
+  pre = hooks[-1]
   state = run_loop(state, *_loop_inputs(cfgs, datasets, fns, mesh), start, end, hooks,
                    schedule, stop=pre)
   reached = int(jax.device_get(state.step))  # the real step: never the asked-for one
-  if pre is not None and pre.saved_step is not None and reached < tc.steps:
-    summary["preempted"] = True
+  if pre.saved_step is not None and reached < tc.steps:
+    stop = Preempted(reached, _where(dirs))
+    log.warning("%s", stop)
+    raise stop
   return _summaries(cfgs, dirs, fns, summary, ev, ledger, reached)
 
 
-def train(cfgs, workdirs, *, dataset=None, stop_after: int | None = None, mesh=None,
-          quiet: bool = False, tensorboard: bool = True, nan_at_step: int = -1,
-          snapshot_steps: Sequence[int] = (), hooks: Sequence[H.Hook] = ()):
+def train(cfgs, workdirs, *, dataset=None, stop_after: int | None = None, quiet: bool = False,
+          nan_at_step: int = -1):
   """Train (or resume) a run: ``cfgs`` a Config and ``workdirs`` its workdir (returns its
-  summary dict), or lists of N member configs and workdirs (returns N summaries), or
-  ``workdirs=None`` (in memory, module doc). ``dataset``: one dataset (shared batches) or one
-  per member; None builds them from the configs. ``stop_after`` stops early at that step
-  (used by tests to simulate an interruption); ``nan_at_step`` (a test hook) makes the
-  gradients of that step infinite; ``hooks`` run after the run's own.
-
-  Each workdir is locked for the run (``sbjax.train.lock``: a second run on it stops with
-  one line naming the holder). The summary's ``step`` is the step the parameters reached; a
-  workdir already past ``train.steps`` is refused. SIGTERM saves the current step and
+  summary dict), or lists of N member configs and workdirs (returns N summaries).
+  ``dataset``: one dataset (shared batches) or one per member; None builds them from the
+  configs. ``stop_after`` stops early at that step; ``nan_at_step`` (a test hook) makes the
+  gradients of that step infinite. Each workdir is locked for the run (``sbjax.train.lock``);
+  a workdir already past ``train.steps`` is refused. SIGTERM saves the current step and
   raises ``sbjax.train.preempt.Preempted`` (exit status 75; a rerun resumes)."""
   one = isinstance(cfgs, Config)
   cfgs, dirs = _lists(cfgs, workdirs)
-  check_stop_after(stop_after)
-  check_eval_size(cfgs[0].train)  # before a workdir is made
-  if dirs and len(snapshot_steps):
-    raise ValueError("train: snapshot_steps are for a run in memory (workdirs=None); a run in "
-                     "workdirs keeps checkpoints (sbjax.checkpoint.checkpoint_steps)")
-  with workdir_locks(dirs or (), enabled=jax.process_index() == 0):
-    out = _train_locked(cfgs, dirs, dataset=dataset, stop_after=stop_after, mesh=mesh,
-                        quiet=quiet, tensorboard=tensorboard, nan_at_step=nan_at_step,
-                        snapshot_steps=snapshot_steps, hooks=hooks)
+  with workdir_locks(dirs, enabled=jax.process_index() == 0):
+    out = _train_locked(cfgs, dirs, dataset=dataset, stop_after=stop_after, quiet=quiet,
+                        nan_at_step=nan_at_step)
   return out[0] if one else out
 
 
-def _train_locked(cfgs, dirs, *, dataset, stop_after, mesh, quiet, tensorboard, nan_at_step,
-                  snapshot_steps, hooks) -> list[dict]:
-  """``train`` once its workdirs are locked: data, config.json, build, loop; raises
-  ``Preempted`` after a SIGTERM save."""
-  for d, c in zip(dirs or (), cfgs):
+def _train_locked(cfgs, dirs, *, dataset, stop_after=None, quiet=True, nan_at_step=-1):
+  """``train`` once its workdirs are locked: data, config.json, build, loop."""
+  for d, c in zip(dirs, cfgs):
     steps = ckpt.list_steps(d)
     check_not_past(d, steps[-1] if steps else 0, c.train.steps)
   varies = check_members(cfgs)
   datasets = _datasets(cfgs, dirs, dataset, varies.data)
   cfgs = [resolve_vocab(c, datasets[0].vocab_size) for c in cfgs]
   varies = varies._replace(data=len(datasets) > 1)
-  for d, c in zip(dirs or (), cfgs):
+  for d, c in zip(dirs, cfgs):
     prepare_workdir(d, c, jax.process_index() == 0)
   tc = cfgs[0].train
-  mesh = mesh if mesh is not None else shd.make_mesh(cfgs[0].mesh)
+  mesh = shd.make_mesh(cfgs[0].mesh)
   shd.check_divisible(cfgs[0].model, mesh, tc.batch_size, tc.grad_accum)
   with jax.set_mesh(mesh):
     fns = build(cfgs[0], mesh, nan_at_step, len(cfgs), varies)
-    out = _run(cfgs, dirs, datasets, fns, mesh, stop_after=stop_after, quiet=quiet,
-               tensorboard=tensorboard, snapshot_steps=snapshot_steps, extra=hooks)
-  if out and out[0].get("preempted"):
-    stop = Preempted(out[0]["step"], _where(dirs))
-    log.warning("%s", stop)
-    raise stop
-  return out
+    return _run(cfgs, dirs, datasets, fns, mesh, stop_after=stop_after, quiet=quiet)
 
 
-def train_once(cfgs, workdirs, *, dataset=None, quiet: bool = True,
-               hooks: Sequence[H.Hook] = ()):
+def train_once(cfgs, workdirs, *, dataset=None, quiet: bool = True):
   """Train (or resume) a run unless every member is finished (``sbjax.train.done``); marks
   each member finished and returns its summary (a list for lists, as ``train``). A run that
-  stops short of ``train.steps`` raises. ``hooks``: as ``train``."""
+  stops short of ``train.steps`` raises."""
   one = isinstance(cfgs, Config)
   cfgs, dirs = _lists(cfgs, workdirs)
   done = [finished(d) for d in dirs]
@@ -331,7 +290,7 @@ def train_once(cfgs, workdirs, *, dataset=None, quiet: bool = True,
       check_same(d, c.to_dict())
   if any(x is None for x in done):
     with workdir_locks(dirs, enabled=jax.process_index() == 0):  # the run and its DONE mark
-      sums = train(cfgs, dirs, dataset=dataset, quiet=quiet, hooks=hooks)
+      sums = _train_locked(cfgs, dirs, dataset=dataset, quiet=quiet)
       done = []
       for cfg, d, s in zip(cfgs, dirs, sums):
         if s.get("step") != cfg.train.steps or "eval_loss" not in s:

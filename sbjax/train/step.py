@@ -1,11 +1,7 @@
-"""The train state and the jitted pure step: state in, state and metrics out (as nanodo).
-
-``TrainState(step, params, opt_state)`` is one pytree; ``state_step(step)`` turns a
-``make_train_step`` function (params, opt_state, batch, step, ...) into
-``(state, batch, ...) -> (state', metrics)`` with ``state'.step = state.step + 1``. The
-same function serves one run, a population (vmapped over a leading member axis of params
-and optimizer state) and a collapse group (vmapped over per-member batches too).
-"""
+"""The train state and the pure step: state in, state and metrics out (as nanodo).
+``state_step(step)`` turns a ``make_train_step`` function into
+``(TrainState, batch, ...) -> (TrainState with step + 1, metrics)``; vmapped, the same
+function serves N members (``sbjax.train.population``)."""
 
 from __future__ import annotations
 
@@ -31,9 +27,6 @@ class TrainState(NamedTuple):
 def all_finite(tree) -> jax.Array:
   """True iff every element of every leaf of ``tree`` is finite."""
   return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]))
-
-
-all_finite_jit = jax.jit(all_finite)
 
 
 def members_finite(n: int):
@@ -106,12 +99,6 @@ def state_step(step):
   return train_step
 
 
-def initial_state(start: int, params, opt_state, step_sharding=None) -> TrainState:
-  step = np.int32(start)
-  return TrainState(jax.device_put(step, step_sharding) if step_sharding is not None else
-                    jnp.asarray(step), params, opt_state)
-
-
 def make_eval_step(model: Model):
   def eval_step(params, batch):  # the program's name: jit(eval_step)
     _, aux = model.loss(params, batch)
@@ -121,14 +108,13 @@ def make_eval_step(model: Model):
 
 
 def evaluate(eval_fn, params, batches) -> dict:
-  outs = [eval_fn(params, b) for b in batches]
-  return {"eval_loss": float(np.mean([float(o["loss"]) for o in outs])),
-          "eval_acc": float(np.mean([float(o["acc"]) for o in outs]))}
+  return evaluate_members(eval_fn, params, batches)[0]
 
 
 def evaluate_members(eval_fn, params, batches) -> list[dict]:
-  """``evaluate`` of a vmapped ``eval_fn`` (leading member axis): one dict per member."""
+  """{eval_loss, eval_acc} per member (a leading axis; one for a single run): the means over
+  ``batches`` of ``eval_fn``'s loss and accuracy."""
   outs = [eval_fn(params, b) for b in batches]
-  loss = np.mean([np.asarray(o["loss"], np.float64) for o in outs], axis=0)
-  acc = np.mean([np.asarray(o["acc"], np.float64) for o in outs], axis=0)
+  loss = np.atleast_1d(np.mean([np.asarray(o["loss"], np.float64) for o in outs], axis=0))
+  acc = np.atleast_1d(np.mean([np.asarray(o["acc"], np.float64) for o in outs], axis=0))
   return [{"eval_loss": float(loss[i]), "eval_acc": float(acc[i])} for i in range(len(loss))]

@@ -1,9 +1,9 @@
 """A TensorBoard mirror of the metrics records: ``<workdir>/tb/`` event files next to
 metrics.jsonl, one scalar per numeric key (``loss``, ``acc``, ``grad_norm``, ``lr``,
-``tokens_per_sec``, ``eval_loss``, ``eval_acc``) at the record's step. Written with
-tensorboardX (no TensorFlow) by a background thread, so the training loop never waits
-on it; ``tensorboard --logdir WORKDIR`` shows the runs. On remote storage (``gs://``) the
-event files are written through ``etils.epath`` like the rest of the workdir.
+``tokens_per_sec``, ``gamma``, ``eval_loss``, ``eval_acc``) at the record's step. Written with
+tensorboardX (no TensorFlow), whose own thread writes the files; ``tensorboard --logdir
+WORKDIR`` shows the runs. On remote storage (``gs://``) the event files are written through
+``etils.epath`` like the rest of the workdir.
 """
 
 from __future__ import annotations
@@ -11,26 +11,22 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-import queue
 import sys
-import threading
 
 from sbjax.paths import scheme, upath
 
 log = logging.getLogger("sbjax")
 
-TB_DIR = "tb"
-_FLUSH = object()
 _WRITERS = itertools.count()  # event file names: time and host, plus pid and this count
 
 
 def tb_dir(workdir):
-  return upath(workdir) / TB_DIR
+  return upath(workdir) / "tb"
 
 
 class _EpathEventFile:
-  """An event file on remote storage, written through ``etils.epath`` (so through the same
-  fsspec file system as the rest of the workdir): each flush rewrites the one object whole."""
+  """An event file on remote storage, written through ``etils.epath``: each flush rewrites
+  the one object whole."""
 
   def __init__(self, path: str):
     self.path, self.buffer = upath(path), bytearray()
@@ -41,8 +37,7 @@ class _EpathEventFile:
   def flush(self) -> None:
     self.path.write_bytes(bytes(self.buffer))
 
-  def close(self) -> None:
-    self.flush()
+  close = flush
 
 
 class _EpathEventFiles:
@@ -55,30 +50,16 @@ class _EpathEventFiles:
     upath(path).mkdir(parents=True, exist_ok=True)
 
 
-def route_remote_event_files(dirs) -> None:
-  """Event files of remote ``dirs`` go through epath, not tensorboardX's own GCS/S3 clients."""
-  from tensorboardX import record_writer  # noqa: PLC0415 - deferred: loaded by import_tensorboardx
-
-  for d in dirs:
-    name = scheme(d)
-    if name:
-      record_writer.register_writer_factory(name, _EpathEventFiles())
-
-
-def import_tensorboardx():
-  """tensorboardX, imported without torch unless torch is already loaded.
-
-  tensorboardX's package imports torch when it is installed, only so that torch tensors are
-  accepted as values; that costs ~3 s of CPU in every training process (measured: `import
-  jax` 2.7 s, plus tensorboardX 5.6 s with torch, 3.0 s without). The mirror logs Python
-  floats, so torch is hidden while tensorboardX loads (its own `try: import torch` then falls
-  back to numpy) and restored at once; a later `import torch` works as usual."""
+def _tensorboardx():
+  """tensorboardX, imported without torch unless torch is already loaded: its package imports
+  torch when it is installed, only to accept torch tensors (~3 s of CPU per training process);
+  the mirror logs Python floats, so torch is hidden while it loads (``sys.modules`` restored)."""
   if "torch" in sys.modules:
     import tensorboardX  # noqa: PLC0415 - deferred: only runs that write TensorBoard need it
     return tensorboardX
   sys.modules["torch"] = None  # makes `import torch` raise ImportError
   try:
-    import tensorboardX  # noqa: PLC0415 - deferred: only runs that write TensorBoard need it
+    import tensorboardX  # noqa: PLC0415
   finally:
     if "torch" in sys.modules and sys.modules["torch"] is None:
       del sys.modules["torch"]
@@ -86,50 +67,34 @@ def import_tensorboardx():
 
 
 class TensorBoardMirror:
-  """Writes records ``write(member, rec)`` to ``tb_dir(dirs[member])``."""
+  """Writes records ``write(member, rec)`` to ``tb_dir(dirs[member])``; a mirror: if
+  tensorboardX cannot start, training goes on without it (a warning)."""
 
   def __init__(self, dirs):
-    self._dirs = [upath(d) for d in dirs]
-    self._suffix = f".{os.getpid()}.{next(_WRITERS)}"  # a resume in the same second: a new file
-    self._q: queue.SimpleQueue = queue.SimpleQueue()
-    try:  # in the calling thread: it briefly hides torch from sys.modules (~0.3 s)
-      self._tbx = import_tensorboardx()
-    except Exception as e:  # noqa: BLE001 - a mirror: training goes on without it
-      self._tbx = e
-    self._thread = threading.Thread(target=self._run, name="sbjax-tensorboard", daemon=True)
-    self._thread.start()
-
-  def write(self, member: int, rec: dict) -> None:
-    self._q.put((member, rec))
-
-  def flush(self) -> None:
-    self._q.put(_FLUSH)
-
-  def close(self) -> None:
-    self._q.put(None)
-    self._thread.join()
-
-  def _run(self) -> None:
+    suffix = f".{os.getpid()}.{next(_WRITERS)}"  # a resume in the same second: a new file
     try:
-      if isinstance(self._tbx, Exception):
-        raise self._tbx
-      tensorboardX = self._tbx
-      route_remote_event_files(self._dirs)
-      writers = [tensorboardX.SummaryWriter(logdir=str(tb_dir(d)), flush_secs=30,
-                                            filename_suffix=self._suffix) for d in self._dirs]
+      tbx = _tensorboardx() if dirs else None  # (none on processes other than 0)
+      for d in dirs:
+        if scheme(d):  # through epath, not tensorboardX's own GCS/S3 clients
+          tbx.record_writer.register_writer_factory(scheme(d), _EpathEventFiles())
+      self._writers = [tbx.SummaryWriter(logdir=str(tb_dir(d)), flush_secs=30,
+                                         filename_suffix=suffix) for d in dirs]
     except Exception as e:  # noqa: BLE001 - a mirror: training goes on without it
       log.warning("TensorBoard mirror disabled: %s: %s", type(e).__name__, e)
-      while self._q.get() is not None:
-        pass
+      self._writers = []
+
+  def write(self, member: int, rec: dict) -> None:
+    if not self._writers:
       return
-    while (item := self._q.get()) is not None:
-      if item is _FLUSH:
-        for w in writers:
-          w.flush()
-        continue
-      member, rec = item
-      for key, value in rec.items():
-        if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
-          writers[member].add_scalar(key, value, int(rec["step"]))
-    for w in writers:
+    for key, value in rec.items():
+      if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
+        self._writers[member].add_scalar(key, value, int(rec["step"]))
+
+  def flush(self) -> None:
+    for w in self._writers:
+      w.flush()
+
+  def close(self) -> None:
+    for w in self._writers:
       w.close()
+    self._writers = []

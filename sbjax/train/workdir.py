@@ -21,19 +21,11 @@ log = logging.getLogger("sbjax")
 
 METRICS = "metrics.jsonl"
 
-# Keys that may differ between a workdir's saved config and a resuming command.
-RESUME_MUTABLE = {
-    "train": {"steps", "lr", "warmup_steps", "min_lr_ratio", "b1", "b2", "eps", "weight_decay",
-              "clip", "eval_every", "eval_batches", "log_every", "async_checkpoint",
-              "skip_nonfinite_steps", "keep_every_n"},
-    "mesh": {"data", "fsdp", "tensor"},
-    # same loss and gradients (kernels, not values); absent from older config.json files
-    "model": {"loss_chunk", "attn_impl"},
-    "name": None,
-}
-# Keys that older config.json files hold and Config no longer has (dropped before comparing):
-# train.nan_at_step was a test hook, now a keyword of sbjax.train.train.
-REMOVED_KEYS = {"train": ("nan_at_step",)}
+# Keys (or sections) that may differ between a workdir's saved config and a resuming command.
+RESUME_MUTABLE = {"name", "mesh", "model.loss_chunk", "model.attn_impl"} | {
+    f"train.{k}" for k in ("steps", "lr", "warmup_steps", "min_lr_ratio", "b1", "b2", "eps",
+                           "weight_decay", "clip", "eval_every", "eval_batches", "log_every",
+                           "async_checkpoint", "skip_nonfinite_steps", "keep_every_n")}
 
 
 class NonFiniteLossError(RuntimeError):
@@ -44,52 +36,30 @@ class ConfigMismatchError(ValueError):
   pass
 
 
-def _leaves(d: dict, prefix: str = "") -> dict:
-  """{dotted key: value} of a section; a nested dict (the typed head) gives one per field."""
+def leaves(d: dict, prefix: str = "") -> dict:
+  """{dotted key: value} of a nested dict (a config's sections, the typed head's fields)."""
   out = {}
   for k, v in d.items():
-    if isinstance(v, dict):
-      out.update(_leaves(v, f"{prefix}{k}."))
-    else:
-      out[f"{prefix}{k}"] = v
+    out.update(leaves(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
   return out
 
 
-def config_diff(saved: dict, new: dict) -> tuple[list[str], list[str]]:
-  """(refused, allowed) differences between a saved and a new config dict (both typed:
-  ``check_workdir_config`` reads a saved config.json of any version through Config)."""
+def config_diff(saved: dict, new: dict, mutable=RESUME_MUTABLE) -> tuple[list[str], list[str]]:
+  """(refused, allowed) lines ``key: saved -> new`` between two config dicts; a key is allowed
+  when it or its section is in ``mutable``."""
+  a, b = leaves(saved), leaves(new)
   refused, allowed = [], []
-  for section in sorted(set(saved) | set(new)):
-    a, b = saved.get(section), new.get(section)
-    if isinstance(a, dict) or isinstance(b, dict):
-      a, b = _leaves(a or {}), _leaves(b or {})
-      for k in sorted(set(a) | set(b)):
-        if a.get(k) != b.get(k):
-          line = f"{section}.{k}: saved {a.get(k)!r} -> now {b.get(k)!r}"
-          ok = section in RESUME_MUTABLE and k in (RESUME_MUTABLE[section] or ())
-          (allowed if ok else refused).append(line)
-    elif a != b:
-      line = f"{section}: saved {a!r} -> now {b!r}"
-      (allowed if section in RESUME_MUTABLE else refused).append(line)
+  for k in sorted(set(a) | set(b)):
+    if a.get(k) != b.get(k):
+      ok = k in mutable or k.split(".")[0] in mutable
+      (allowed if ok else refused).append(f"{k}: {a.get(k)!r} -> {b.get(k)!r}")
   return refused, allowed
 
 
-def _without_removed(saved: dict) -> dict:
-  saved = dict(saved)
-  for section, keys in REMOVED_KEYS.items():
-    if isinstance(saved.get(section), dict):
-      saved[section] = {k: v for k, v in saved[section].items() if k not in keys}
-  return saved
-
-
 def check_workdir_config(workdir: Path, cfg: Config) -> None:
-  path = upath(workdir) / "config.json"
-  if not path.exists():
-    if ckpt.list_steps(workdir):
-      raise ConfigMismatchError(f"{workdir} holds checkpoints but no config.json; "
-                                "refusing to resume into an unknown run; use a new --workdir")
+  if not (upath(workdir) / "config.json").exists():
     return
-  saved = _without_removed(ckpt.read_config_dict(workdir))  # errors name the file
+  saved = ckpt.read_config_dict(workdir)  # errors name the file
   try:  # a field added to sbjax after the run started takes its default, so it is no difference
     saved = Config.from_dict(saved).to_dict()
   except (TypeError, ValueError, KeyError):
@@ -110,13 +80,6 @@ def prepare_workdir(workdir: Path, cfg: Config, is_main: bool) -> None:
   check_workdir_config(workdir, cfg)
   if is_main and not (workdir / "config.json").exists():
     atomic_write_text(workdir / "config.json", json.dumps(cfg.to_dict(), indent=2))
-
-
-def check_stop_after(stop_after) -> None:
-  """``stop_after`` is None or a step count >= 0 (checked before anything is written)."""
-  if stop_after is not None and not (isinstance(stop_after, int) and stop_after >= 0):
-    raise ValueError(f"invalid --stop_after={stop_after!r}; allowed: a step >= 0 (or omit it "
-                     "to train to train.steps)")
 
 
 def check_not_past(workdir, step: int, steps: int) -> None:

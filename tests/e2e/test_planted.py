@@ -1,9 +1,8 @@
 """The planted experiment at its test presets through the suite command line: the CSVs follow
 the exact floors and the matched-rank rule, the report carries its header and tables equal to
-the CSVs with figures in the asked format, a rerun trains and measures nothing, and the
-fresh-seed preset (test-e3): each arm's fresh seeds at the lr it chose on the selection stream,
-their Welch intervals recomputed with scipy, and the pre-registered rule's verdict in
-summary.json recomputed from the CSVs."""
+the CSVs with figures in the asked format, and the fresh-seed preset (test-e3): each arm's
+fresh seeds at the lr it chose on the selection stream, their Welch intervals recomputed with
+scipy, and the pre-registered rule's verdict in summary.json recomputed from the CSVs."""
 
 import json
 import re
@@ -17,7 +16,7 @@ from scipy import stats as sps
 from experiments import planted as exp
 from experiments.common import read_rows
 from experiments.planted import stats
-from experiments.planted.configs import matched_rank, mix_configs
+from experiments.planted.configs import mix_configs
 from sbjax.experiment.runner import run
 from sbjax.studies.head_flops import head_flops
 from tests import _multidevice as md
@@ -49,7 +48,8 @@ def test_knee_and_mixture_csvs(suite):
   assert [v["label"] for v in m] == [label for label, _ in mix_configs(P)]
   mos, low = m[0], m[-1]
   v, r, d = P.overrides["model.vocab_size"], int(low["rank"]), int(low["d_model"])
-  assert r == matched_rank(int(mos["head_params"]), v, d) and low["head_params"] == v * r + r * d
+  assert r == min(d, max(1, round(mos["head_params"] / (v + d))))  # V r + r d nearest MoS's
+  assert low["head_params"] == v * r + r * d
   summary = json.loads((out / "summary.json").read_text())
   assert summary["knee"] == stats.knee_checks(rows, summary["k"], P.knobs.tol, P.knobs.margin)[
       "knee"]
@@ -67,14 +67,6 @@ def test_report_header_tables_and_figures(suite):
   figs = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md_text)
   assert len(figs) == 3 and all(f.endswith(".pdf") for f in figs)
   assert all((root / f).read_bytes()[:4] == b"%PDF" for f in figs)
-
-
-def test_rerun_trains_and_measures_nothing(suite):
-  out = suite[0] / "planted"
-  marks = [p for p in (out / "runs").rglob("*") if p.name in ("DONE", "measure.json")]
-  before = {p: p.stat().st_mtime_ns for p in marks}
-  run(exp.EXPERIMENT, out, "test", verbose=False)
-  assert len(marks) >= 8 and {p: p.stat().st_mtime_ns for p in marks} == before
 
 
 @pytest.fixture(scope="module")

@@ -22,14 +22,12 @@ pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = "bkt/run"
-STEPS, KILL_AT = 60, 15
-# 60 steps (was 120), evaluated at 30 and 60, with checkpoints at 0, 15, 30, 45 and 60 only
-# (not tiny's log-spaced 1, 2, 4, ... and every 25: 13 of them at 120 steps): each is an orbax
-# save to the server and a step of the analysis, ~1 s of CPU, and nothing here depends on how
-# many there are or how long the run is. The kill comes after step 15's; the saves of 30, 45
-# and 60 still ahead keep the trainer running while the test sees it and kills it.
+STEPS, KILL_AT = 40, 10
+# checkpoints at 0, 10, 20, 30 and 40 only (each an orbax save to the server and a step of the
+# analysis): the kill comes after step 10's; the saves still ahead keep the trainer running
+# while the test sees it and kills it.
 TRAIN = [sys.executable, "-m", "sbjax.cli.train", "--config=tiny", f"--workdir=gs://{RUN}",
-         f"--config.train.steps={STEPS}", "--config.train.eval_every=30",
+         f"--config.train.steps={STEPS}", "--config.train.eval_every=20",
          "--config.train.ckpt_log_spaced=false", f"--config.train.ckpt_every={KILL_AT}",
          "--config.data.options.train_tokens=0"]
 

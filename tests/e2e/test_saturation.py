@@ -1,8 +1,8 @@
 """experiments.saturation (the width sweep on a generated corpus) and its planted arms
 (``saturation_planted``) at their test presets, through the engine's runner: the measured
 columns against numpy on the saved checkpoints, the per-width and per-arm tables against the
-checkpoint rows, the decisions of summary.json against their CSVs (the width-order rule of
-``test-e1`` among them), and a rerun that does nothing."""
+checkpoint rows, and the decisions of summary.json against their CSVs (the width-order rule of
+``test-e1`` among them)."""
 
 import json
 import math
@@ -111,17 +111,6 @@ def test_summary_follows_the_table(text):
   text_ = saturation.report(out, "sat")
   assert "Scaling verdict" in text_
   assert "](sat/fig_scaling.png)" in text_ and f"{r['final_eval_loss']:.4f}" in text_
-
-
-def test_a_rerun_trains_and_measures_nothing(text):
-  out, _ = text
-  wd = out / "runs" / "d8"
-  before = {p: p.stat().st_mtime_ns for p in (wd / "measure.json", *wd.glob("checkpoints/*"))}
-  rows = (out / "saturation_runs.csv").read_text()
-  run(saturation.EXPERIMENT, out, "test", json.loads((out / "run.json").read_text())["data"],
-      verbose=False)
-  assert {p: p.stat().st_mtime_ns for p in before} == before
-  assert (out / "saturation_runs.csv").read_text() == rows
 
 
 def test_planted_checkpoints_against_numpy(arms):

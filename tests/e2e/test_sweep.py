@@ -61,7 +61,7 @@ def test_sweep_resumes_and_skips(tmp_path, tmp_path_factory):
   second = _sweep(grid_file, out, cache)
   assert second.returncode == 0, second.stderr[-3000:]
   assert "4 done" in second.stdout and "resuming" in second.stderr
-  rows = {r["name"]: r for r in sweep.read_index(out)["runs"]}
+  rows = {r["name"]: r for r in json.loads((out / "index.json").read_text())["runs"]}
   assert all(rows[n]["status"] == "done" and rows[n]["step"] == 6 for n in NAMES)
   assert rows[NAMES[2]]["train.lr"] == 0.001 and rows[NAMES[2]]["train.seed"] == 0
   steps = [r["step"] for r in train_lib.read_metrics(out / "runs" / NAMES[1]) if "loss" in r]

@@ -1,15 +1,14 @@
-"""The checkpoint analysis pipeline: CSV columns, values against direct metric calls,
-CKA-to-final, figures, the resumable cache, the grouped and chunked forward, bad inputs.
-(The command line: tests/e2e/test_remote_workdir_gcs.py, on a gs:// workdir.)
+"""The checkpoint analysis: every column for every step, the values against direct metric
+calls, the figures, each step measured once per setting, and damaged checkpoints set aside
+(the CKA reference falls back to the newest good step).
 
 One tiny run (tests/_tiny.py's config stopped after 8 steps: checkpoints 0, 1, 2, 4, 8) on
-the real data path is trained once per module and analysed once; the other tests reuse it
-(compiled functions are shared).
+the real data path is trained once per module and analysed once; the other tests reuse it.
 """
 
 import dataclasses
 import json
-import re
+import logging
 import shutil
 
 import jax
@@ -22,9 +21,13 @@ from sbjax import heads
 from sbjax import metrics as M
 from sbjax import optim
 from sbjax import train as train_lib
-from sbjax.analysis import Settings, analyze_run, forward, grouped_apply, read_csv
+from sbjax.analysis import Settings, analyze_run, figures, read_csv
 from sbjax.model import Model
+from tests._damage import MANIFEST, flip_one_byte, largest_data_file
 from tests._tiny import tiny_run_config
+
+pytestmark = [pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
+              pytest.mark.filterwarnings("ignore:coroutine .* was never awaited:RuntimeWarning")]
 
 STEPS = [0, 1, 2, 4, 8]
 # 12 eval sequences in chunks of 8 (a padded chunk), groups of 3 checkpoints (a padded group)
@@ -48,22 +51,18 @@ def run_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def analysed(run_dir):
-  calls = []
-  rows = analyze_run(run_dir, Settings(**SMALL), on_computed=calls.append)
-  return rows, calls
-
-
-ALL_COLLECT = ("resid", "attn", "mlp", "ov", "h")
-_APPLY = {}
-
-
-def _jit_apply(mc):
-  """One jitted per-checkpoint forward collecting everything, shared by the tests."""
-  if mc not in _APPLY:
-    model = Model(mc)
-    _APPLY[mc] = jax.jit(lambda p, x: model.forward(p, x, ALL_COLLECT))
-  return _APPLY[mc]
+def analysed(run_dir, tmp_path_factory):
+  """The analysis of ``run_dir``, whose step 2 has no checksum manifest, into an OUT whose
+  metrics.csv is a link to a file elsewhere (replaced, its target left as it was)."""
+  (run_dir / "checkpoints" / "2" / MANIFEST).unlink()
+  elsewhere = tmp_path_factory.mktemp("elsewhere") / "metrics.csv"
+  elsewhere.write_text("someone else's\n")
+  (run_dir / "analysis").mkdir()
+  (run_dir / "analysis" / "metrics.csv").symlink_to(elsewhere)
+  rows = analyze_run(run_dir, Settings(**SMALL))
+  assert elsewhere.read_text() == "someone else's\n"
+  assert not (run_dir / "analysis" / "metrics.csv").is_symlink()
+  return rows
 
 
 def _required_columns(cfg):
@@ -79,7 +78,7 @@ def _required_columns(cfg):
 
 
 def test_csv_has_every_column_for_every_step(run_dir, analysed):
-  rows, _ = analysed
+  rows = analysed
   cfg = ckpt.load_config(run_dir)
   csv_rows = read_csv(run_dir / "analysis" / "metrics.csv")
   assert [r["step"] for r in csv_rows] == STEPS == [r["step"] for r in rows]
@@ -95,7 +94,7 @@ def test_csv_has_every_column_for_every_step(run_dir, analysed):
   assert meta["samples"]["eval_tokens"] == 12 * 32 and meta["samples"]["cka_samples_per_layer"] == 12
   assert meta["samples"]["collapse_train_tokens"] == 12 * 32
   assert meta["settings"]["min_count"] == 1 and meta["variants"]["collapse"]["cdnv_exponent"] == 2.0
-  assert "r = head_dim = 16" in meta["variants"]["per"]["ov"]
+  assert "r = head_dim = 16" in meta["variants"]["per"]["ov"] and meta["unverified_steps"] == [2]
   with np.load(run_dir / "analysis" / "spectrum.npz") as z:
     assert z["steps"].tolist() == STEPS and z["normalized_top"].shape == (5, 100)
     top = z["normalized_top"]
@@ -113,7 +112,7 @@ def test_values_equal_direct_metric_calls(run_dir, analysed):
   """Recompute one checkpoint's row by hand (documented samples, sbjax.metrics calls)."""
   from sbjax.data import make_dataset
 
-  rows, _ = analysed
+  rows = analysed
   step = 4
   row = next(r for r in rows if r["step"] == step)
   cfg, params, _ = ckpt.load_params(run_dir, step)
@@ -123,7 +122,8 @@ def test_values_equal_direct_metric_calls(run_dir, analysed):
                     seed=tc.data_seed, workdir=str(run_dir), process_index=0, process_count=1)
   ev = np.concatenate(ds.eval_batches(2))[:12]  # ceil(12 / B=8) = 2 batches
   tr = np.concatenate([ds.train_batch(0), ds.train_batch(1)])[:12]
-  apply = _jit_apply(mc)
+  model = Model(mc)
+  apply = jax.jit(lambda p, x: model.forward(p, x, ("resid", "mlp", "ov", "h")))
   scores, ex = apply(params, ev[:, :-1])
   _, ex_final = apply(final, ev[:, :-1])
   d = mc.d_model
@@ -177,134 +177,56 @@ def test_values_equal_direct_metric_calls(run_dir, analysed):
   _close(row["nc4_agreement"], cm["nc4_agreement"], rtol=0, atol=3 / (12 * 32))
 
 
-def test_figures_are_valid_pngs(run_dir, analysed, tmp_path):
+def test_figures_are_valid_pngs(run_dir, analysed):
   import matplotlib.image as mpimg
 
-  from sbjax.analysis import figures
-
-  out = run_dir / "analysis"
   for name in figures.FIGURES.values():
-    img = mpimg.imread(out / name)
+    img = mpimg.imread(run_dir / "analysis" / name)
     assert img.ndim == 3 and img.shape[0] > 100 and img.shape[1] > 100, name
-  # several runs overlaid (a path and a list of rows)
-  rows = read_csv(out / "metrics.csv")
-  p1 = figures.plot_loss_anisotropy([out / "metrics.csv", rows], tmp_path / "a.png",
-                                    labels=["w32", "w32 again"])
-  p2 = figures.plot_kl_uniform([out, rows], tmp_path / "b.png")
-  p3 = figures.plot_spectrum_heatmap([out, out / "spectrum.npz"], tmp_path / "c.png")
-  for p in (p1, p2, p3):
-    assert mpimg.imread(p).ndim == 3
 
 
-def _same_rows(a, b) -> bool:
-  """Rows equal exactly, NaN equal to NaN (a guarded UNC3 is NaN by design)."""
-  return [r.keys() for r in a] == [r.keys() for r in b] and all(
-      x[k] == y[k] or (x[k] != x[k] and y[k] != y[k]) for x, y in zip(a, b) for k in x)
+def _computed(out) -> int:
+  return json.loads((out / "metrics.json").read_text())["computed_checkpoints"]
 
 
-def test_cache_resume_and_invalidation(run_dir, analysed, tmp_path):
-  rows, calls = analysed
-  assert sorted(s for c in calls for s in c) == STEPS
-  assert calls[0][0] == STEPS[-1]  # the final checkpoint (CKA reference) is computed first
-  cache_dir = run_dir / "analysis" / "cache"
-  mt = {p.name: p.stat().st_mtime_ns for p in cache_dir.iterdir()}
-  # same settings (scheduling-only fields may differ): everything comes from the cache
-  again = []
-  rows2 = analyze_run(run_dir, Settings(**{**SMALL, "group_size": 2, "batch_sequences": 4}),
-                      on_computed=again.append)
-  assert again == [] and _same_rows(rows2, rows)
-  assert {p.name: p.stat().st_mtime_ns for p in cache_dir.iterdir()} == mt
-
-  # a killed analysis resumes: stop after the first group, then rerun
-  out = tmp_path / "killed"
-  st = Settings(**{**SMALL, "out_dir": str(out), "figures": False})
-
-  def kill(steps):
-    raise KeyboardInterrupt("killed")
-
-  with pytest.raises(KeyboardInterrupt):
-    analyze_run(run_dir, st, on_computed=kill)
-  assert not (out / "metrics.csv").exists() and len(list((out / "cache").glob("step_*.json"))) == 3
-  resumed = []
-  rows3 = analyze_run(run_dir, st, on_computed=resumed.append)
-  assert sorted(s for c in resumed for s in c) == [2, 4]  # [8, 0, 1] were done
-  for a, b in zip(rows3, rows):
-    assert a.keys() == b.keys()
-    np.testing.assert_allclose([a[k] for k in a], [b[k] for k in a], rtol=1e-5, atol=1e-6)
-
-  # a changed setting invalidates the cache (cheap spectrum-only runs on a copy)
-  out2 = tmp_path / "changed"
-  shutil.copytree(run_dir / "analysis", out2)
-  spec = Settings(groups=("spectrum",), out_dir=str(out2), progress=False, figures=False,
-                  group_size=5)
-  n = []
-  analyze_run(run_dir, spec, on_computed=lambda s: n.append(len(s)))
-  assert sum(n) == 5  # the copied entries have another key (other groups)
-  n.clear()
-  analyze_run(run_dir, spec, on_computed=lambda s: n.append(len(s)))
-  assert sum(n) == 0
-  r4 = analyze_run(run_dir, spec.replace(w_error_dims=(1, 2)), on_computed=lambda s: n.append(len(s)))
-  assert sum(n) == 5 and "head_w_error_4" not in r4[0] and "head_w_error_2" in r4[0]
+def test_each_step_is_measured_once_per_setting(run_dir, analysed, tmp_path):
+  cache = run_dir / "analysis" / "measure.json"
+  mtime = cache.stat().st_mtime_ns
+  # scheduling-only settings differ: every row comes from the cache, exactly
+  again = analyze_run(run_dir, Settings(**{**SMALL, "group_size": 2, "batch_sequences": 4,
+                                           "figures": False}))
+  assert cache.stat().st_mtime_ns == mtime and _computed(run_dir / "analysis") == 0
+  assert [r.keys() for r in again] == [r.keys() for r in analysed] and all(
+      x[k] == y[k] or (x[k] != x[k] and y[k] != y[k]) for x, y in zip(again, analysed) for k in x)
+  # a setting that changes a number recomputes every step
+  spec = Settings(groups=("spectrum",), out_dir=str(tmp_path), progress=False, figures=False)
+  analyze_run(run_dir, spec)
+  r = analyze_run(run_dir, dataclasses.replace(spec, w_error_dims=(1, 2)))
+  assert _computed(tmp_path) == 5 and "head_w_error_4" not in r[0] and "head_w_error_2" in r[0]
 
 
-def test_grouped_forward_equals_per_checkpoint_forward(run_dir):
-  cfg = ckpt.load_config(run_dir)
-  model = Model(cfg.model)
-  plist = [ckpt.load_params(run_dir, s)[1] for s in (0, 4, 8)]
-  stacked = forward.stack_params(plist)
-  x = jax.random.randint(jax.random.key(0), (12, 32), 0, cfg.model.vocab_size)  # as the samples
-  coll = ALL_COLLECT
-  scores_g, ex_g = grouped_apply(model, coll)(stacked, x)
-  apply = _jit_apply(cfg.model)
-  for k, p in enumerate(plist):
-    scores, ex = apply(p, x)
-    np.testing.assert_allclose(scores_g[k], scores, rtol=1e-5, atol=1e-5)
-    for name in coll:
-      np.testing.assert_allclose(ex_g[name][k], ex[name], rtol=1e-5, atol=1e-5)
-  # the pipeline's reduced forward: NLL / correct sums over the first 5 sequences and the
-  # sliced intermediates, from full logits and from the token-chunked loss (no K×B×T×V)
-  y = jnp.roll(x, -1, axis=1)
-  take = (("h", 2, False), ("mlp", 3, True))
-  outs = [forward.make_group_forward(model, take, 5)(stacked, x, y),
-          forward.make_group_forward(Model(dataclasses.replace(cfg.model, loss_chunk=7)), take,
-                                     5)(stacked, x, y)]
-  for k, p in enumerate(plist):
-    scores, ex = apply(p, x)
-    logp = jax.nn.log_softmax(scores, -1)
-    nll = -jnp.take_along_axis(logp, y[..., None], -1)[..., 0]
-    correct = (jnp.argmax(logp, -1) == y).astype(jnp.float32)
-    for o in outs:
-      np.testing.assert_allclose(o["nll"][k], nll[:5].sum(), rtol=1e-5)
-      assert float(o["correct"][k]) == float(correct[:5].sum())
-      np.testing.assert_allclose(o["h"][k], ex["h"][:2], rtol=1e-5, atol=1e-6)
-      np.testing.assert_allclose(o["mlp_last"][k], ex["mlp"][:, :3, -1], rtol=1e-5, atol=1e-6)
-
-
-def test_forward_chunks_pad_only_the_last_and_a_small_sample_is_one_chunk():
-  rows = np.arange(12 * 2).reshape(12, 2)
-  out = list(forward.padded_chunks(rows, 8))
-  assert [(c0, r.shape[0], real) for c0, r, real in out] == [(0, 8, 8), (8, 8, 4)]
-  np.testing.assert_array_equal(out[1][1], np.concatenate([rows[8:], np.repeat(rows[8:9], 4, 0)]))
-  # fewer rows than a chunk (or n_rows below it): one forward of their own size, unpadded
-  assert [(c0, r.shape[0], real) for c0, r, real in forward.padded_chunks(rows, 32)] == [
-      (0, 12, 12)]
-  assert [(c0, r.shape[0], real) for c0, r, real in forward.padded_chunks(rows, 8, n_rows=5)] == [
-      (0, 5, 5)]
-  assert forward.chunk_size(32, 8) == 8 and forward.chunk_size(32, 0) == 1
-
-
-def test_bad_inputs(run_dir, tmp_path):
-  """(A missing workdir and an output folder that cannot be written: the bad-input table.)"""
-  empty = tmp_path / "empty"
-  empty.mkdir()
-  with pytest.raises(FileNotFoundError, match=re.escape(str(empty / "config.json"))):
-    analyze_run(empty)
-  shutil.copy(run_dir / "config.json", empty / "config.json")
-  with pytest.raises(FileNotFoundError, match="no checkpoints"):
-    analyze_run(empty)
-  with pytest.raises(ValueError, match="not checkpointed"):
-    analyze_run(run_dir, Settings(**{**SMALL, "steps": (3,)}))
-  with pytest.raises(ValueError, match="groups"):
-    Settings(groups=("loss", "bogus"))
-  with pytest.raises(ValueError, match="cka_tokens"):
-    Settings(cka_tokens="first")
+def test_damaged_steps_are_set_aside_and_the_others_analysed(run_dir, tmp_path, caplog):
+  wd = tmp_path / "run"
+  shutil.copytree(run_dir, wd, ignore=shutil.ignore_patterns("analysis"))
+  flip_one_byte(largest_data_file(wd / "checkpoints" / "4"))
+  final = wd / "checkpoints" / "8"  # the CKA reference: truncated, in a step without a
+  (final / MANIFEST).unlink()  # manifest (found by the read, not the checksums)
+  f = largest_data_file(final)
+  f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
+  with caplog.at_level(logging.WARNING, logger="sbjax"):
+    rows = analyze_run(wd, Settings(**SMALL, figures=False, out_dir=str(tmp_path / "out")))
+  assert [r["step"] for r in rows] == [0, 1, 2]
+  assert abs(rows[-1]["cka_to_final_mlp_0"] - 1.0) < 1e-5  # against the newest good step
+  for bad in (4, 8):
+    assert any(f"checkpoint step {bad} in {wd} is bad" in r.getMessage() and "moved it aside"
+               in r.getMessage() for r in caplog.records), bad
+  moved = sorted((wd / "checkpoints_bad").iterdir())
+  assert [p.name.split("_")[0] for p in moved] == ["4", "8"] and ckpt.list_steps(wd) == [0, 1, 2]
+  meta = json.loads((tmp_path / "out" / "metrics.json").read_text())
+  assert meta["final_step"] == 2 and {d["moved_to"] for d in meta["set_aside"]} == {
+      str(p) for p in moved}
+  flip_one_byte(largest_data_file(wd / "checkpoints" / "1"))
+  with pytest.raises(ckpt.CorruptCheckpointError, match=rf"no checkpoint of {wd} could be "
+                     r"analysed: step\(s\) \[1\] are damaged .*checksum mismatch"):
+    analyze_run(wd, Settings(groups=("spectrum",), steps=(1,), out_dir=str(tmp_path / "none")))
+  assert not (tmp_path / "none" / "metrics.csv").exists()

@@ -1,10 +1,7 @@
 """Bad inputs of ``analyze``: the table of rows (``test_bad_inputs`` says how rows are checked),
-in-process and as the command; the analysis of a run whose outputs are links (replaced, their
-targets untouched) and whose last step has no checksum manifest (a WARNING, and named in
-metrics.json)."""
+in-process and as the command."""
 
 import json
-import logging
 import shutil
 
 import numpy as np
@@ -74,12 +71,25 @@ def out_not_writable(tmp):
   return _analyse(groups=("spectrum",), out_dir=str(tmp / "a_file" / "o"))(tmp)
 
 
-def tokenizer_beyond_model(tmp):
-  docs = generated_docs(3, 4, 20)
-  corpus = write_corpus(tmp / "corpus", docs)
-  tok = hf_tokenizer.train_bpe(docs, tmp / "tokenizer.json", vocab_size=300)
-  over = ("source=text", f"path={corpus}", f"tokenizer={tok.path}", "seq_len=8")
-  return _analyse("series", data=over)(tmp)
+def _text(with_tokenizer: bool):
+  def setup(tmp):
+    docs = generated_docs(3, 4, 20)
+    over = ("source=text", f"path={write_corpus(tmp / 'corpus', docs)}", "seq_len=8")
+    if with_tokenizer:
+      tok = hf_tokenizer.train_bpe(docs, tmp / "tokenizer.json", vocab_size=300)
+      over += (f"tokenizer={tok.path}",)
+    return _analyse("series", data=over)(tmp)
+  return setup
+
+
+def no_checkpoints(tmp):
+  shutil.rmtree(tmp / "run" / "checkpoints")
+  return _analyse()(tmp)
+
+
+def no_config(tmp):
+  (tmp / "run" / "config.json").unlink()
+  return _analyse()(tmp)
 
 
 def _collapse(feats=None, labels=None):
@@ -139,8 +149,10 @@ ANALYZE_ROWS = [  # name, setup, the error line holds, exit status
      "invalid config key 'data.options.nope'", 2),
     ("an imported series on synthetic data", _analyse("series"),
      "is an imported checkpoint series", 2),
-    ("a tokenizer larger than the imported model", tokenizer_beyond_model,
+    ("a tokenizer larger than the imported model", _text(True),
      "the data's vocabulary (300 tokens", 2),
+    ("a text corpus without the imported model's tokenizer", _text(False),
+     "a text corpus must be tokenised with the model's own tokenizer", 2),
     ("features holding NaN", _collapse(feats=_with(np.zeros((64, 4), np.float32), (3, 1), np.nan)),
      "contains 1 non-finite value(s)", 2),
     ("labels beyond the classes", _collapse(labels=_with(np.zeros(64, int), 5, 8)),
@@ -148,8 +160,10 @@ ANALYZE_ROWS = [  # name, setup, the error line holds, exit status
     ("one class only", _collapse(labels=np.full(64, 3)), "need at least 2 analysed classes", 2),
     # folders and steps
     ("missing workdir", _analyse("nowhere"), "does not exist", 2),
+    ("a folder that is no workdir", no_config, "config.json not found", 2),
+    ("a workdir without checkpoints", no_checkpoints, "no checkpoints to analyse", 2),
     ("steps that are not checkpointed", _analyse(steps=(7,)), "steps [7] are not checkpointed", 2),
-    ("output folder not writable", out_not_writable, "is not writable", 2),
+    ("output folder not writable", out_not_writable, "a_file/o: Not a directory", 2),
 ]
 
 
@@ -193,26 +207,3 @@ def test_analyze_cli_refuses(name, setup, expected, code, analyze_cli):
   result, before, d = analyze_cli[name]
   check_cli(result, expected, code)
   assert_unchanged(d, before)
-
-
-def test_outputs_replace_links_and_unverified_steps_are_named(tmp_path, run_dir, caplog):
-  """OUT's files given as links to files elsewhere: the analysis replaces the links and leaves
-  their targets as they were; a step without a manifest is warned about and listed."""
-  shutil.copytree(run_dir, tmp_path / "run")
-  (tmp_path / "run" / "checkpoints" / "2" / "checksums.json").unlink()
-  out, elsewhere = tmp_path / "run" / "analysis", tmp_path / "elsewhere"
-  out.mkdir()
-  elsewhere.mkdir()
-  names = ("metrics.csv", "metrics.json", "spectrum.npz", "fig_kl_uniform.png")
-  for n in names:
-    (elsewhere / n).write_text(f"someone else's {n}\n")
-    (out / n).symlink_to(elsewhere / n)
-  before = snapshot(elsewhere)
-  with caplog.at_level(logging.WARNING, logger="sbjax"):
-    analyze_run(tmp_path / "run", Settings(groups=("spectrum",), progress=False))
-  assert snapshot(elsewhere) == before
-  assert not any((out / n).is_symlink() for n in names)
-  meta = json.loads((out / "metrics.json").read_text())
-  assert meta["steps"] == [0, 1, 2] and meta["unverified_steps"] == [2]
-  assert any("checkpoint step 2 in" in r.getMessage() and "no checksum manifest" in
-             r.getMessage() for r in caplog.records if r.levelname == "WARNING")

@@ -28,7 +28,7 @@ def _tiny_grid(**grid):
 
 SWEEP_ROWS = [  # name, setup, the error line holds, exit status
     ("a missing grid file", lambda tmp: (lambda: sweep.run_sweep(str(tmp / "no.json"), tmp / "s")),
-     "no.json does not exist", 2),
+     "no.json: No such file or directory", 2),
     ("a grid file that is no JSON", _grid("{"), "grid.json is not valid JSON", 2),
     ("a grid file that is a list", _grid("[]"), "expected a JSON object", 2),
     ("an unknown grid key", _grid({"base": "tiny", "gird": {}}), "unknown top-level keys ['gird']",

@@ -16,10 +16,10 @@ import optax
 import pytest
 import torch
 import transformers
+from safetensors.numpy import load_file, save_file
 
 from sbjax.config import ModelConfig, TrainConfig
-from sbjax.convert import (export_hf, export_problems, import_hf, iter_series, parse_step,
-                           series_config, st_io, stack_series)
+from sbjax.convert import export_hf, export_problems, import_hf
 from sbjax.convert.hf_export import hf_tensors
 from sbjax.heads.lowrank import LowRankHead
 from sbjax.heads.mos import MoSHead
@@ -177,51 +177,9 @@ def test_sharded_and_bfloat16_checkpoints(tmp_path):
   m.to(torch.bfloat16).save_pretrained(str(tmp_path / "bf16"))  # read as float32
   w = import_hf(str(tmp_path / "bf16"))[1]["block_0"]["attn"]["q_kernel"]
   assert w.dtype == np.float32 and 0 < maxdiff(w, p1["block_0"]["attn"]["q_kernel"]) < 1e-2
-  shard = sorted(f for f in os.listdir(tmp_path / "sharded") if f.endswith(".safetensors"))[1]
-  os.remove(tmp_path / "sharded" / shard)
-  with pytest.raises(ValueError, match=f"missing.*{shard}"):
-    import_hf(str(tmp_path / "sharded"))
-
-
-# ----------------------------------------------------------------------------- series
-
-
-def test_series_vmapped_forward(tmp_path):
-  root = tmp_path / "pythia-tiny"
-  names = {0: "step0", 1000: "step1000", 20: "revision-step20"}
-  models = {s: neox(root / n, seed=10 + s % 7) for s, n in names.items()}
-  (root / "notes").mkdir()  # ignored: not a revision
-  cfg = series_config(str(root))
-  steps, stacked = stack_series(iter_series(str(root)))
-  assert steps.tolist() == [0, 20, 1000]
-  assert [s for s, _ in iter_series(str(root), steps=[20])] == [20]
-  logits = jax.vmap(Model(cfg).apply, in_axes=(0, None))(stacked, tokens())
-  for i, s in enumerate(steps):
-    assert maxdiff(logits[i], hf_run(models[int(s)], tokens())[0]) <= TOL
-  neox(root / "step5", seed=2, parallel=False)
-  with pytest.raises(ValueError, match=r"step5.*parallel_residual"):
-    list(iter_series(str(root)))
-  with pytest.raises(ValueError, match="no revision directories"):
-    series_config(str(root / "step0"))
-  assert [parse_step(n) for n in ("step143000", "some/dir/revision-step20", "pythia-70m_step-7/",
-                                  "42", "pythia-70m", "xstep5")] == [143000, 20, 7, 42, None, None]
 
 
 # ----------------------------------------------------------------------------- other files
-
-
-def _rewrite(path, fn):
-  f = os.path.join(path, "model.safetensors")
-  t = {k: np.array(v) for k, v in st_io.read_file(f).items()}
-  fn(t)
-  st_io.write_file(t, f)
-
-
-def _edit_config(path, **kw):
-  f = os.path.join(path, "config.json")
-  c = json.load(open(f))
-  c.update(kw)
-  json.dump(c, open(f, "w"))
 
 
 def test_pickle_weights_buffers_lm_head_and_pythia_keys_read_as_the_safetensors(tmp_path):
@@ -237,12 +195,12 @@ def test_pickle_weights_buffers_lm_head_and_pythia_keys_read_as_the_safetensors(
   with pytest.warns(UserWarning, match="weights_only=True"):
     assert_tree_equal(import_hf(str(d), allow_pickle=True)[1], ref)
 
-  def edit(t):
-    t["gpt_neox.layers.0.attention.bias"] = np.tril(np.ones((1, 1, 8, 8), bool))
-    t["gpt_neox.layers.0.attention.masked_bias"] = np.array(-1e9, np.float32)
-    t["gpt_neox.layers.1.attention.rotary_emb.inv_freq"] = np.ones((4,), np.float32)
-    t["lm_head.weight"] = t.pop("embed_out.weight")
-  _rewrite(tmp_path / "ref", edit)
+  t = load_file(tmp_path / "ref" / "model.safetensors")
+  t["gpt_neox.layers.0.attention.bias"] = np.tril(np.ones((1, 1, 8, 8), bool))
+  t["gpt_neox.layers.0.attention.masked_bias"] = np.array(-1e9, np.float32)
+  t["gpt_neox.layers.1.attention.rotary_emb.inv_freq"] = np.ones((4,), np.float32)
+  t["lm_head.weight"] = t.pop("embed_out.weight")
+  save_file(t, tmp_path / "ref" / "model.safetensors")
   c = json.loads((tmp_path / "ref" / "config.json").read_text())
   c.pop("rope_parameters")
   c.update(rotary_pct=0.5, rotary_emb_base=500, rope_scaling=None)
@@ -250,36 +208,6 @@ def test_pickle_weights_buffers_lm_head_and_pythia_keys_read_as_the_safetensors(
   cfg, p = import_hf(str(tmp_path / "ref"))
   assert_tree_equal(p, ref)
   assert (cfg.rotary_pct, cfg.rotary_base) == (0.5, 500.0)
-
-
-def test_bad_weights_and_configs_are_named(tmp_path):
-  neox(tmp_path, seed=9)
-  name = "gpt_neox.layers.1.mlp.dense_h_to_4h.weight"
-  _rewrite(tmp_path, lambda t: t.__setitem__(name, np.zeros((100, D), np.float32)))
-  with pytest.raises(ValueError, match=rf"shape mismatches.*{name}: got \(100, 64\), "
-                                       r"expected \(128, 64\)"):
-    import_hf(str(tmp_path))
-  _rewrite(tmp_path, lambda t: t.update({name: np.zeros((128, D), np.float32),
-                                         "gpt_neox.layers.0.attention.extra.weight":
-                                         np.zeros((2, 2), np.float32)}))
-  with pytest.raises(ValueError, match=r"unknown keys \(1\): gpt_neox.layers.0.attention.extra"):
-    import_hf(str(tmp_path))
-  for kw, msg in ((dict(model_type="llama", architectures=["LlamaForCausalLM"]),
-                   r"model_type 'llama'.*gpt_neox.*gpt_neo"),
-                  (dict(model_type="gpt_neox",
-                        architectures=["GPTNeoXForSequenceClassification"]),
-                   "GPTNeoXForSequenceClassification"),
-                  (dict(architectures=["GPTNeoXForCausalLM"], hidden_act="relu"),
-                   r"hidden_act='relu'.*gelu"),
-                  (dict(hidden_act="gelu", rope_parameters={"rope_type": "linear", "factor": 2.0}),
-                   "rope_type 'linear'")):
-    _edit_config(tmp_path, **kw)
-    with pytest.raises(ValueError, match=msg):
-      import_hf(str(tmp_path))
-  os.remove(tmp_path / "model.safetensors")
-  _edit_config(tmp_path, rope_parameters=None)
-  with pytest.raises(ValueError, match="no weights found"):
-    import_hf(str(tmp_path))
 
 
 # ----------------------------------------------------------------------------- export
@@ -299,6 +227,7 @@ NEO_LIKE = dict(pos="learned", parallel_residual=False, attn_scale=False, qkv_bi
 @pytest.mark.parametrize("kind,kw", [
     ("neox_dense", dict(head="dense", rotary_pct=0.5)),
     ("neox_no_qkv_bias", dict(head="dense", qkv_bias=False, parallel_residual=False)),
+    ("neox_scan_no_bias", dict(head="dense", qkv_bias=False, scan_layers=True)),
     ("neo_tied", dict(head="tied", **NEO_LIKE)),
     ("neox_lowrank", dict(head=LowRankHead(rank=8))),
 ])
@@ -306,6 +235,8 @@ def test_export_loads_in_transformers_with_the_same_logits_and_reads_back(tmp_pa
   cfg = ModelConfig(vocab_size=V, d_model=D, n_layers=3, n_heads=4, max_len=32, d_ff=96,
                     init_std=0.2, **kw)
   params = _sbjax_params(cfg)
+  if cfg.scan_layers:  # no output biases either: written as attention_bias=False
+    params["blocks"]["attn"]["o_bias"] = np.zeros((3, D), np.float32)
   export_hf(cfg, params, str(tmp_path))
   hf = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path)).eval()
   assert type(hf).__name__ == ("GPTNeoForCausalLM" if cfg.pos == "learned"
@@ -323,28 +254,19 @@ def test_export_loads_in_transformers_with_the_same_logits_and_reads_back(tmp_pa
   elif kind == "neox_no_qkv_bias":  # o_bias is not 0: GPT-NeoX's one flag writes 0 q/k/v biases
     assert cfg2.qkv_bias and not np.any(params2["block_0"]["attn"]["q_bias"])
   else:
-    assert cfg2 == cfg
-    assert_tree_equal(params2, params)
+    assert cfg2 == dataclasses.replace(cfg, scan_layers=False)
+    assert_tree_equal(params2, unstack_blocks(params, 3) if cfg.scan_layers else params)
 
 
-def test_export_scan_layout_zero_bias_and_bfloat16(tmp_path):
-  cfg = ModelConfig(vocab_size=V, d_model=D, n_layers=2, n_heads=4, max_len=32, qkv_bias=False,
-                    scan_layers=True)
-  params = _sbjax_params(cfg)
-  params["blocks"]["attn"]["o_bias"] = np.zeros((2, D), np.float32)
-  export_hf(cfg, params, str(tmp_path / "scan"))
-  assert json.load(open(tmp_path / "scan" / "config.json"))["attention_bias"] is False
-  cfg2, params2 = import_hf(str(tmp_path / "scan"))
-  assert not cfg2.qkv_bias and not cfg2.scan_layers
-  assert_tree_equal(params2, unstack_blocks(params, 2))
+def test_a_bfloat16_export(tmp_path):
   neo = ModelConfig(vocab_size=V, d_model=D, n_layers=2, n_heads=4, max_len=32, head="tied",
                     **{**NEO_LIKE, "attention_layers": ("global", "local")})
   params = _sbjax_params(neo)
-  export_hf(neo, params, str(tmp_path / "bf16"), dtype="bfloat16")
-  hf = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "bf16"))
+  export_hf(neo, params, str(tmp_path), dtype="bfloat16")
+  hf = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path))
   w = hf.transformer.h[0].attn.attention.q_proj.weight.detach().float().numpy()
   assert 0 < maxdiff(w, params["block_0"]["attn"]["q_kernel"].reshape(D, D).T) < 1e-2
-  cfg2, p2 = import_hf(str(tmp_path / "bf16"))
+  cfg2, p2 = import_hf(str(tmp_path))
   assert cfg2 == neo and p2["embed"].dtype == np.float32
 
 
@@ -353,12 +275,12 @@ def test_export_refusals(tmp_path):
   with pytest.raises(ValueError, match="mixture-of-softmaxes"):
     export_hf(mos, _sbjax_params(mos), str(tmp_path))
   assert not os.path.exists(tmp_path / "config.json")
-  probs = " ".join(export_problems(ModelConfig(pos="learned", parallel_residual=True,
-                                               attn_scale=True, qkv_bias=True)))
-  assert "parallel_residual" in probs and "attn_scale" in probs and "qkv_bias" in probs
-  assert "local" in " ".join(export_problems(ModelConfig(n_layers=2,
-                                                         attention_layers=("global", "local"))))
-  assert "attn_scale" in " ".join(export_problems(ModelConfig(attn_scale=False)))
+  probs = [export_problems(ModelConfig(pos="learned", parallel_residual=True, attn_scale=True,
+                                       qkv_bias=True)), export_problems(ModelConfig(
+      n_layers=2, attention_layers=("global", "local"), attn_scale=False))]
+  assert [[p.split("=")[0] for p in ps] for ps in probs] == [
+      ["model.parallel_residual", "model.attn_scale", "model.qkv_bias"],
+      ["model.attn_scale", "model.attention_layers has local layers with pos"]]
   cfg = ModelConfig(vocab_size=V, d_model=D, n_layers=1, n_heads=4)
   p = _sbjax_params(cfg)
   p["head"]["w"] = np.zeros((V + 1, D), np.float32)

@@ -1,24 +1,18 @@
 """Tokenizers (sbjax.data.tokenizer, hf_tokenizer): sentencepiece trained on generated text,
-on a corpus of >= 150 distinct characters with the small presets' vocabularies ("too small"
-named when it cannot work) and on Shakespeare (if present); HF tokenizer.json files (trained
-locally) tokenising a text corpus through make_dataset."""
+and on a corpus of >= 150 distinct characters with the small presets' vocabularies ("too
+small" naming a size that works); HF tokenizer.json files (trained locally) tokenising a text
+corpus through make_dataset."""
 
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from sbjax.config import Config, DataConfig, ModelConfig
+from sbjax.config import DataConfig
 from sbjax.data import hf_tokenizer, make_dataset
 from sbjax.data import tokenizer as tok_lib
-from sbjax.train import workdir as workdir_lib
 from tests._corpus import generated_docs, write_corpus
 from tests._unicode_corpus import unicode_docs
-
-REPO = Path(__file__).resolve().parents[2]
-SHAKESPEARE = REPO.parent / "shared" / "data" / "shakespeare"
-
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
@@ -36,7 +30,7 @@ def test_generated_round_trip(trained):
     ids = tok.encode(text)
     assert max(ids) < tok.vocab_size and min(ids) >= 0
     assert tok.decode(ids) == text
-  assert tok.eos_id == 1 and tok.separator_id == 1
+  assert tok.separator_id == 1  # eos
   assert tok.id_to_piece(0) == "<unk>"
   # batched encode equals single encode; numpy ids decode too
   assert tok.encode(docs[:2]) == [tok.encode(docs[0]), tok.encode(docs[1])]
@@ -45,11 +39,7 @@ def test_generated_round_trip(trained):
   assert len(tok.encode(docs[0])) < 0.6 * len(docs[0])
   again = tok_lib.Tokenizer(tok.path)  # reloaded by path
   assert again.vocab_size == tok.vocab_size and again.encode(docs[4]) == tok.encode(docs[4])
-
-
-def test_unseen_characters_become_unk(trained):
-  tok, _ = trained
-  ids = tok.encode("kato\u00e9sa")  # no "é" in the training text
+  ids = tok.encode("kato\u00e9sa")  # no "é" in the training text: unk
   assert 0 in ids and tok.decode(ids) == "kato \u2047 sa"
 
 
@@ -64,60 +54,27 @@ def test_training_is_deterministic(tmp_path, model_type):
   assert a.serialized() == b.serialized()
 
 
-def test_vocab_too_large_is_a_clear_error(tmp_path):
-  with pytest.raises(ValueError, match=r"vocab_size=5000 is too large for this corpus "
-                                       r"\(this corpus supports at most \d+\).*smaller"):
-    tok_lib.train_tokenizer(["a tiny corpus\nof two lines"], out_path=tmp_path / "x.model",
-                            vocab_size=5000)
-  assert not (tmp_path / "x.model").exists()
-
-
 def test_empty_corpus_error(tmp_path):
   with pytest.raises(ValueError, match="no text"):
     tok_lib.train_tokenizer(["", "\n  \n"], out_path=tmp_path / "x.model", vocab_size=50)
 
 
-def test_load_or_train_reuses_existing(tmp_path):
+def test_load_or_train_reloads_or_copies_a_model(tmp_path):
+  """(A workdir's tokenizer reused without retraining: test_data_text.)"""
   docs = generated_docs(4, 6)
-  calls = []
-
-  def texts():
-    calls.append(1)
-    return docs
-
-  a = tok_lib.load_or_train(tmp_path, texts, vocab_size=120, model_type="unigram")
-  mtime = os.stat(a.path).st_mtime_ns
-  b = tok_lib.load_or_train(tmp_path, texts, vocab_size=120, model_type="unigram")
-  assert len(calls) == 1 and os.stat(b.path).st_mtime_ns == mtime
-  assert a.path == b.path == str(tmp_path / "tokenizer.model")
+  a = tok_lib.load_or_train(tmp_path, lambda: docs, vocab_size=120, model_type="unigram")
+  assert a.path == str(tmp_path / "tokenizer.model")
   with pytest.raises(ValueError, match=r"has 120 pieces but the vocabulary size asked for is "
                                        r"64: set the vocabulary size to 120 "
                                        r"\(data\.options\.vocab_size\)"):
-    tok_lib.load_or_train(tmp_path, texts, vocab_size=64, model_type="unigram")
+    tok_lib.load_or_train(tmp_path, lambda: docs, vocab_size=64, model_type="unigram")
   # an existing model given by path is copied into a (new) workdir
   wd = tmp_path / "other"
-  c = tok_lib.load_or_train(wd, texts, vocab_size=999, model_type="bpe", existing=a.path)
+  c = tok_lib.load_or_train(wd, None, vocab_size=999, model_type="bpe", existing=a.path)
   assert c.path == str(wd / "tokenizer.model") and c.pieces() == a.pieces()
   with pytest.raises(FileNotFoundError, match="no such sentencepiece model"):
-    tok_lib.load_or_train(tmp_path / "third", texts, vocab_size=8, model_type="bpe",
+    tok_lib.load_or_train(tmp_path / "third", None, vocab_size=8, model_type="bpe",
                           existing=str(tmp_path / "missing.model"))
-
-
-@pytest.mark.skipif(not SHAKESPEARE.is_dir(), reason="../shared/data/shakespeare not present")
-def test_shakespeare_round_trip(tmp_path):
-  files = sorted(SHAKESPEARE.glob("*.txt"))
-  assert len(files) >= 40
-  tok = tok_lib.train_tokenizer((f.read_text(encoding="utf-8") for f in files),
-                                out_path=tmp_path / "tokenizer.model",
-                                vocab_size=1024, model_type="bpe")
-  assert tok.vocab_size == 1024
-  n_chars = n_tokens = 0
-  for f in files:
-    text = f.read_text(encoding="utf-8")
-    ids = tok.encode(text)
-    assert tok.decode(ids) == text, f.name
-    n_chars, n_tokens = n_chars + len(text), n_tokens + len(ids)
-  assert n_tokens < 0.5 * n_chars  # a real subword vocabulary
 
 
 # the text vocabularies of the quick presets (target_rank 64/128, vocab_threshold 64/96,
@@ -144,14 +101,11 @@ def test_sentencepiece_small_vocab_on_a_rich_corpus(tmp_path, docs, vocab):
   assert tok.decode(tok.encode(common)) == common  # frequent characters round-trip
 
 
-def test_too_small_vocabulary_says_too_small(tmp_path, docs):
-  with pytest.raises(ValueError, match=r"vocab_size=12 is too small for this corpus: its \d+ "
-                                       r"distinct characters need at least (\d+) pieces"):
+def test_too_small_vocabulary_names_a_size_that_works(tmp_path, docs):
+  """(The refusal itself: the bad-input table of train.)"""
+  with pytest.raises(ValueError, match=r"distinct characters need at least (\d+) pieces") as e:
     tok_lib.train_tokenizer(docs, out_path=tmp_path / "x.model", vocab_size=12)
   assert not (tmp_path / "x.model").exists()
-  # the size the message names works
-  with pytest.raises(ValueError) as e:
-    tok_lib.train_tokenizer(docs, out_path=tmp_path / "x.model", vocab_size=12)
   need = int(str(e.value).split("need at least ")[1].split()[0])
   assert tok_lib.train_tokenizer(docs, out_path=tmp_path / "y.model",
                                  vocab_size=need).vocab_size == need
@@ -178,8 +132,3 @@ def test_hf_tokenizer_json_tokenises_a_text_corpus(tmp_path, docs, hf_json):
     ref += hf_json.tok.encode(d, add_special_tokens=False).ids + [0]
   np.testing.assert_array_equal(np.asarray(ds.val_tokens), ref)
   assert hf_json.decode(hf_json.encode(docs[1])) == docs[1]  # byte-level: lossless
-  # a model vocabulary smaller than the tokenizer's is refused with the sizes named
-  small = Config(model=ModelConfig(vocab_size=300))
-  with pytest.raises(ValueError, match=r"model.vocab_size=300 is smaller than the data's "
-                                       r"vocabulary \(400 tokens\)"):
-    workdir_lib.resolve_vocab(small, ds.vocab_size)

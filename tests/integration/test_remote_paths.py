@@ -1,7 +1,7 @@
 """``gs://`` paths through etils.epath on fsspec's in-memory file system (tests/_fake_gcs.py):
 the workdir files that do not go through TensorStore, a bad step moved aside object by
-object, token files and trees read through one local copy, uploads only on success, lm-eval
-results, a text corpus, Hugging Face imports and exports, each equal to the same call on
+object, token files and trees read through one local copy, uploads only on success, a text
+corpus, Hugging Face imports and exports, each equal to the same call on
 local disk; no local ``gs:`` folder appears (``pathlib.Path("gs://b/x")`` is the local
 ``gs:/b/x``). A whole run, a kill -9, the analysis and its outputs, orbax's arrays, on a real
 GCS server: tests/e2e/test_remote_workdir_gcs.py."""
@@ -19,7 +19,6 @@ from fsspec.registry import known_implementations
 
 from sbjax import checkpoint as ckpt
 from sbjax import paths
-from sbjax.analysis import evals
 from sbjax.cli import convert as convert_cli
 from sbjax.config import ModelConfig
 from sbjax.data import tokens
@@ -63,7 +62,8 @@ def _files(root: Path) -> dict:
   return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
 
 
-def test_metrics_log_appends_repairs_and_reads_back(store):
+def test_the_workdir_files_on_the_store(store):
+  """metrics.jsonl appended, repaired and read back; config.json and the DONE mark."""
   path = paths.upath(RUN) / wd.METRICS
   for step in (1, 2):
     wd.append_jsonl(path, {"step": step, "loss": 3.0 - step})
@@ -71,9 +71,6 @@ def test_metrics_log_appends_repairs_and_reads_back(store):
   assert wd.repair_jsonl(path) == len(b'{"step": 3, "lo')
   wd.append_jsonl(path, {"step": 2, "loss": 0.5})  # a resumed run's later record wins
   assert wd.read_metrics(RUN) == [{"step": 1, "loss": 2.0}, {"step": 2, "loss": 0.5}]
-
-
-def test_config_and_done_mark_objects(store):
   cfg = tiny_run_config()
   wd.prepare_workdir(paths.upath(RUN), cfg, is_main=True)
   assert json.loads(paths.upath(f"{RUN}/config.json").read_text()) == json.loads(
@@ -159,26 +156,14 @@ def test_local_dir_copies_a_tree_once_and_staged_dir_uploads_only_on_success(sto
   assert _objects(store, f"{B}/staged") == {"q/y.txt": b"y"}
 
 
-def test_a_text_corpus_and_evaluations_on_the_store_read_as_their_local_copies(store, tmp_path):
+def test_a_text_corpus_on_the_store_reads_as_its_local_copy(store, tmp_path):
   local = write_corpus(tmp_path / "corpus", generated_docs(3, 3, n_lines=20))
   write_corpus(local / "more", generated_docs(4, 2, n_lines=5), prefix="sub")
   (local / "notes.md").write_text("not a .txt file")
-  ev = {"step1000/results_2026-01-01.json": {"lambada": {"acc,none": 0.25}},
-        "any/name.json": {"lambada": {"acc,none": 0.5}}}
-  for name, res in ev.items():
-    args = "pretrained=x" + (",revision=step2000-tokens4B" if name.startswith("any") else "")
-    (local / "ev" / name).parent.mkdir(parents=True, exist_ok=True)
-    (local / "ev" / name).write_text(json.dumps({"results": res,
-                                                 "config": {"model_args": args}}))
   _upload(local, f"{B}/corpus")
   remote, here = scan_text_dir(f"{B}/corpus"), scan_text_dir(local)
   assert remote.docs == here.docs and remote.identity == here.identity
   assert [n for n, _ in remote.docs][-2:] == ["more/sub00.txt", "more/sub01.txt"]
-  got = evals.read_all(f"{B}/corpus/ev")
-  assert got == evals.read_all(local / "ev") == {1000: {"lmeval_lambada_acc": 0.25},
-                                                 2000: {"lmeval_lambada_acc": 0.5}}
-  with pytest.raises(FileNotFoundError, match="--join_evals=gs://bkt/none does not exist"):
-    evals.read_all(f"{B}/none")
 
 
 def test_hf_imports_from_and_exports_to_the_store_equal_the_local_ones(store, tmp_path):

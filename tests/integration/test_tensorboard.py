@@ -2,18 +2,13 @@
 back here with tensorboardX's protos (TFRecord framing parsed by hand: no TensorFlow)."""
 
 import struct
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
-import pytest
 from tensorboardX.proto import event_pb2
 
 from sbjax.train import read_metrics
 from sbjax.train.tensorboard import tb_dir
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def read_events(logdir: Path) -> list:
@@ -54,18 +49,3 @@ def test_tensorboard_mirror_equals_metrics_jsonl(tiny_run):
   assert set(tb) == set(want)
   for key, v in want.items():  # TensorBoard stores float32
     assert tb[key] == np.float32(v), (key, tb[key], v)
-
-
-@pytest.mark.e2e  # a fresh interpreter (the e2e layer; tests/conftest.py)
-def test_mirror_loads_tensorboardx_without_torch(tmp_path):
-  """tensorboardX imports torch when torch is installed (~3 s of CPU per training process);
-  the mirror hides it while tensorboardX loads, restores sys.modules and still writes."""
-  code = (
-      "import sys\n"
-      "from sbjax.train.tensorboard import TensorBoardMirror\n"
-      f"m = TensorBoardMirror([{str(tmp_path)!r}])\n"
-      "m.write(0, {'step': 3, 'loss': 1.5})\n"
-      "m.close()\n"
-      "assert 'torch' not in sys.modules, sys.modules.get('torch')\n")
-  subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=300)
-  assert scalars(tb_dir(tmp_path)) == {("loss", 3): 1.5}

@@ -1,36 +1,25 @@
 """Training one run (sbjax.train.train): the golden one-step value, gradient accumulation, a
 stopped and resumed run equal to the uninterrupted one bit for bit, NaN handling, a frozen
-trunk, what a resume accepts, the dependencies' expected notes kept out of the log, and the
-command line. (N members: test_run_members.py.)"""
+trunk, what a resume accepts. (N members: test_run_members.py; the command line, killed and
+preempted processes: tests/e2e/test_interrupted_runs_resume_bitwise.py.)"""
 
 import dataclasses
-import json
-import logging
-import re
-import subprocess
-import sys
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from absl import logging as absl_logging
-
 from sbjax import checkpoint as ckpt
 from sbjax import configs
 from sbjax.cli.data_note import data_note
-from sbjax.config import Config, TrainConfig
+from sbjax.config import Config
 from sbjax.data import make_dataset
 from sbjax.model import Model
 from sbjax.optim import make_optimizer
-from sbjax.train import (NonFiniteLossError, check_workdir_config, make_train_step, read_metrics,
-                         train)
+from sbjax.train import NonFiniteLossError, make_train_step, read_metrics, train
 from sbjax.heads.lowrank import LowRankHead
 from tests._tiny import tiny_run_config
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def tiny_cfg(**train_kw) -> Config:
@@ -152,47 +141,15 @@ def test_frozen_trunk_trains_only_the_head(tmp_path, tiny_ds, tiny_run):
   assert not np.array_equal(np.asarray(p0["head"]["a"]), np.asarray(p1["head"]["a"]))
 
 
-def test_a_resume_accepts_other_optimizer_settings_and_old_config_files(tmp_path, tiny_ds):
-  """(A resume with another model is refused: the bad-input table.) The tiny run's programs
-  stopped at step 2, resumed with lr / 3 and no weight decay (test_run_members.py's separate
-  member 1: one compile per session); a config.json written before a field existed, or with
-  the removed train.nan_at_step, still resumes."""
+def test_a_resume_accepts_other_optimizer_settings(tmp_path, tiny_ds):
+  """(A resume with another model is refused: the bad-input table; config.json files of
+  earlier versions: test_config.py.) The tiny run's programs stopped at step 2, resumed with
+  lr / 3 and no weight decay (test_run_members.py's separate member 1: one compile)."""
   cfg = tiny_run_config()
   assert train(cfg, tmp_path, dataset=tiny_ds, stop_after=2, quiet=True)["step"] == 2
   more = cfg.replace(train=dataclasses.replace(cfg.train, lr=cfg.train.lr / 3, weight_decay=0.0))
   out = train(more, tmp_path, dataset=tiny_ds, stop_after=3, quiet=True)
   assert out["start_step"] == 2 and out["step"] == 3
-  saved = configs.load("tiny").to_dict()
-  del saved["model"]["loss_chunk"]
-  saved["train"]["nan_at_step"] = -1
-  (tmp_path / "old" / "config.json").parent.mkdir()
-  (tmp_path / "old" / "config.json").write_text(json.dumps(saved))
-  check_workdir_config(tmp_path / "old", configs.load("tiny"))  # no error
-
-
-@pytest.mark.parametrize("kw,needle", [
-    (dict(grad_accum=3), "train.grad_accum=3; allowed: a divisor of train.batch_size=8"),
-    (dict(steps=0), "train.steps=0"),
-    (dict(freeze_trunk=True), "train.init_from=''"),
-])
-def test_bad_train_configs(kw, needle):
-  with pytest.raises(ValueError, match=re.escape(needle)):
-    TrainConfig(**{**dataclasses.asdict(TrainConfig(batch_size=8)), **kw})
-
-
-def test_the_expected_notes_of_orbax_and_tfds_are_not_logged(tiny_run, tmp_path, caplog):
-  """A restore (orbax's read-only CheckpointManager) and a dataset made at run time (TFDS's
-  custom builder config) log none of their expected notes; other warnings still pass."""
-  caplog.set_level(logging.INFO)
-  ckpt.load_params(str(tiny_run), None)
-  cfg = tiny_run_config()
-  make_dataset(cfg.data, seq_len=cfg.train.seq_len, global_batch_size=cfg.train.batch_size,
-               seed=cfg.train.data_seed, workdir=str(tmp_path / "data"))
-  absl_logging.warning("another note of a dependency")
-  for note in ("Given directory is read only", "setting save_interval_steps=0",
-               "Using custom data configuration"):
-    assert note not in caplog.text, caplog.text[-2000:]
-  assert "another note of a dependency" in caplog.text
 
 
 def test_the_data_note_only_when_the_data_was_not_chosen():
@@ -204,26 +161,3 @@ def test_the_data_note_only_when_the_data_was_not_chosen():
   for chosen in (["data.source"], ["data.options.vocab"]):  # on the command line
     assert data_note("pythia-70m", cfg, chosen) is None
   assert data_note("my_config.json", cfg, []) is None  # in the user's own file
-
-
-@pytest.mark.e2e  # starts a CLI process (the e2e layer; tests/conftest.py)
-def test_cli_run_prints_its_result_says_its_data_and_saves_log_spaced_checkpoints(tmp_path):
-  wd = tmp_path / "w"
-  with open(tmp_path / "stderr.log", "w") as err:  # as `... 2>stderr.log`: not a terminal
-    r = subprocess.run([sys.executable, "-m", "experiments.train", "--config=tiny",
-                        f"--workdir={wd}", "--config.train.steps=10"],
-                       cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True, timeout=240)
-  stderr = (tmp_path / "stderr.log").read_text()
-  assert r.returncode == 0, stderr[-2000:]
-  assert json.loads(r.stdout)["step"] == 10  # stdout is the JSON result alone
-  assert "\r" not in stderr and "Using custom data configuration" not in stderr
-  notes = [ln for ln in stderr.splitlines() if ln.startswith("data: ")]
-  assert len(notes) == 1 and "data.source=planted" in notes[0] \
-      and "--config.data.source=text" in notes[0], stderr[-2000:]
-  progress = [ln for ln in stderr.splitlines() if ln.startswith("[w] step ")]
-  assert progress[0].startswith("[w] step 1/10 loss ") and "(compiled)" in progress[0]
-  assert progress[-1].startswith("[w] step 10/10 loss ") and " tok/s ETA 0m00s" in progress[-1]
-  recs = read_metrics(wd)
-  assert {"step", "loss", "lr", "tokens_per_sec"} <= set(recs[1])
-  assert any("eval_loss" in x for x in recs)
-  assert ckpt.list_steps(wd) == [0, 1, 2, 4, 8, 10]

@@ -1,4 +1,4 @@
-"""The sign conventions of NC3, UNC3 and GNC2 (issue 33, item 4) on fixed synthetic examples
+"""The sign conventions of NC3, UNC3 and GNC2 on fixed synthetic examples
 whose values are derived by hand below from the formulas of the authors' `neural-collapse`
 metrics (docs/metrics.md section 3, the reference they were written from):
 

@@ -9,18 +9,18 @@ from sbjax import overrides
 from sbjax.config import DataConfig
 from sbjax.data.options import TextOptions
 from sbjax.data.sample_corpus import sample_corpus_dir
-from sbjax.studies.corpus import corpus_overrides, with_corpus
+from sbjax.studies.corpus import corpus_overrides
 
 
 def test_text_corpus_given_or_the_packaged_sample(tmp_path):
   cfg = overrides.config_from("tiny")
-  got = with_corpus(cfg, str(tmp_path), tfds_dir=tmp_path / "tfds")
+  got = overrides.apply(cfg, corpus_overrides("text", str(tmp_path), tmp_path / "tfds"))
   want = DataConfig("text", TextOptions(path=str(tmp_path), data_dir=str(tmp_path / "tfds")))
   assert got == dataclasses.replace(cfg, data=want)
-  assert with_corpus(cfg).data.options.path == str(sample_corpus_dir())
-  assert with_corpus(cfg).data.options.data_dir == ""  # left as it is
+  assert corpus_overrides("text") == {"data.source": "text",
+                                      "data.options.path": str(sample_corpus_dir())}
   with pytest.raises(FileNotFoundError, match="--data=.*nope.*pass --data=DIR"):
-    with_corpus(cfg, str(tmp_path / "nope"))
+    corpus_overrides("text", str(tmp_path / "nope"))
 
 
 def test_tfds_data_names_the_dataset():

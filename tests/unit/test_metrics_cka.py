@@ -4,13 +4,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from sbjax.metrics import cka_to_reference, cka_to_reference_by_layer, linear_cka
 from tests._metrics_reference import ref_cka_biased, ref_cka_debiased
-
-_jcka = jax.jit(linear_cka, static_argnums=2)
 
 SHAPES = [(8, 3, 5), (20, 30, 4), (40, 6, 50), (16, 16, 16)]
 
@@ -45,23 +41,6 @@ def test_debiased_less_than_biased_for_independent_wide_features():
   assert abs(u) < 0.2
 
 
-@settings(max_examples=10, deadline=None)
-@given(n=st.sampled_from([6, 13]), d=st.sampled_from([2, 5]), seed=st.integers(0, 2**31 - 1), debiased=st.booleans())
-def test_identity_orthogonal_and_scale_invariance(n, d, seed, debiased):
-  rng = np.random.default_rng(seed)
-  x = rng.normal(size=(n, d))
-  y = rng.normal(size=(n, d + 2))
-  q, _ = np.linalg.qr(rng.normal(size=(d, d)))
-  f = _jcka
-  with jax.enable_x64(True):
-    assert float(f(x, x, debiased)) == pytest.approx(1.0, abs=1e-9)
-    base = float(f(x, y, debiased))
-    assert float(f(3.7 * x @ q, y, debiased)) == pytest.approx(base, abs=1e-9)
-    assert float(f(y, x, debiased)) == pytest.approx(base, abs=1e-9)
-    ref = (ref_cka_debiased if debiased else ref_cka_biased)(x, y)
-    assert base == pytest.approx(ref, abs=1e-8)
-
-
 def test_to_reference_and_by_layer_match_pairwise_calls():
   rng = np.random.default_rng(2)
   acts = rng.normal(size=(5, 3, 10, 7)).astype(np.float32)
@@ -78,8 +57,3 @@ def test_to_reference_and_by_layer_match_pairwise_calls():
   # feature-space path (n > d) also covered
   a2, r2 = rng.normal(size=(4, 30, 3)), rng.normal(size=(30, 2))
   np.testing.assert_allclose(np.asarray(cka_to_reference(a2, r2)), [ref_cka_biased(a, r2) for a in a2], atol=1e-5)
-
-
-def test_debiased_needs_four_samples():
-  with pytest.raises(ValueError, match="at least 4 samples"):
-    linear_cka(np.ones((3, 2)), np.ones((3, 2)), debiased=True)

@@ -1,6 +1,7 @@
 """Neural collapse (sbjax.metrics): the host wrappers, the pure function and the accumulators against
 plain numpy full-matrix (K x K) references and analytic cases."""
 
+import functools
 import math
 
 import jax
@@ -25,7 +26,7 @@ def make_data(seed, v=30, d=8, n=600, n_used=None, spread=1.0, sep=3.0, zipf=Tru
   return feats, labels, w
 
 
-KEYS = ["nc1_cdnv", "nc1_log10_cdnv", "nc2_norm_cov", "nc2_log_norm_cov", "nc2_cos_mean", "nc2_cos_std",
+KEYS = ["nc1_cdnv", "nc1_log10_mean_cdnv", "nc1_log10_cdnv", "nc2_norm_cov", "nc2_log_norm_cov", "nc2_cos_mean", "nc2_cos_std",
         "etf_error", "gnc2_log_kernel_mean", "gnc2_log_kernel_var", "gnc2_riesz_mean", "nc3_cos_mean", "unc3_cos_cov",
         "dual_error"]
 
@@ -59,7 +60,7 @@ VARIANTS = [
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_collapse_metrics_match_reference_float64(variant):
   feats, labels, w = make_data(0, v=40, d=6, n=500, n_used=33)
-  vfe, vla, _ = make_data(1, v=40, d=6, n=120, n_used=33)
+  vla = make_data(1, v=40, d=6, n=120, n_used=33)[1]
   vfe = feats[:120] + 0.8 * np.random.default_rng(2).normal(size=(120, 6))
   v = w.shape[0]
   kw = dict(variant)
@@ -83,6 +84,7 @@ def test_collapse_metrics_match_reference_float64(variant):
   assert 0.0 < want_nc4 < 1.0  # non-trivial
   assert got["nc1_n_pairs"] == len(idx) * (len(idx) - 1) // 2
   assert got["nc1_n_coincident_pairs"] == 0
+  assert got["nc1_mean_log10_cdnv"] == got["nc1_log10_cdnv"]  # the old name of the mean of logs
 
 
 def test_collapse_metrics_float32_bf16_tolerance():
@@ -138,32 +140,6 @@ def test_block_sizes_match_full_matrix_reference(block):
   np.testing.assert_allclose(per_class(got, "per_class_interference"), want["per_class_interference"], atol=1e-9)
 
 
-# ---------------------------------------------------------------- analytic cases
-def test_simplex_etf_with_zero_spread():
-  k = 6
-  m = (np.eye(k) - np.ones((k, k)) / k) * 3.0  # centred simplex ETF in R^k
-  labels = np.repeat(np.arange(k), 5)
-  feats = m[labels]
-  vf, vl = feats + 0.01, labels
-  with jax.enable_x64(True):
-    r = host(feats, labels, m, vf, vl, block_size=4)
-  assert r["nc1_cdnv"] == 0.0
-  assert r["nc1_log10_cdnv"] == -math.inf and r["nc1_n_zero_pairs"] == k * (k - 1) // 2
-  assert r["etf_error"] == pytest.approx(0.0, abs=1e-6)
-  assert r["dual_error"] == pytest.approx(0.0, abs=1e-6)
-  assert r["nc2_norm_cov"] == pytest.approx(0.0, abs=1e-12)
-  assert r["nc2_cos_mean"] == pytest.approx(-1.0 / (k - 1), abs=1e-12)
-  assert r["nc2_cos_std"] == pytest.approx(0.0, abs=1e-7)
-  assert r["nc3_cos_mean"] == pytest.approx(1.0, abs=1e-12)
-  assert r["nc4_agreement"] == 1.0
-  # same in float32 within the documented sqrt(eps) accuracy of the error norms
-  r32 = host(feats.astype(np.float32), labels, m.astype(np.float32), vf, vl)
-  assert r32["etf_error"] < 2e-3 and r32["dual_error"] < 2e-3 and r32["nc4_agreement"] == 1.0
-  # a non-ETF configuration is detected
-  r2 = host(feats.astype(np.float32), labels, (m + np.eye(k)[0]).astype(np.float32))
-  assert r2["dual_error"] > 0.05
-
-
 # ---------------------------------------------------------------- robustness
 def test_input_errors():
   feats, labels, w = make_data(6, v=10, d=4, n=50)
@@ -173,14 +149,8 @@ def test_input_errors():
     host(bad, labels, w)
   with pytest.raises(ValueError, match=r"labels must lie in \[0, V=10\)"):
     host(feats, np.where(labels == 0, 10, labels), w)
-  with pytest.raises(ValueError, match=r"labels must lie in"):
-    host(feats, labels - 1, w)
   with pytest.raises(ValueError, match="at least 2 analysed classes.*lower min_count"):
     host(feats, np.zeros_like(labels), w)
-  with pytest.raises(ValueError, match="at least 2 analysed classes"):
-    host(feats, labels, w, min_count=10_000)
-  with pytest.raises(ValueError, match="min_count must be >= 1"):
-    host(feats, labels, w, min_count=0)
   with pytest.raises(ValueError, match="validation labels must lie"):
     host(feats, labels, w, feats[:5], np.full(5, 99))
   with pytest.raises(ValueError, match="one_pass_variances needs float64"):
@@ -206,13 +176,9 @@ def test_identical_means_single_token_classes_rank_deficient():
   assert r["gnc2_n_coincident_pairs"] == 1
   means, var, counts = ref_stats(feats, labels, 8)
   assert var[7] == 0.0
-  keep = np.arange(8) != 5  # reference without the coincident pair: drop the pair (2, 5) only
-  idx = np.arange(8)
-  mu_g = means.mean(0)
-  s = [((var[i] + var[j]) / 2) / np.sum((means[i] - means[j]) ** 2) ** 2
-       for i in idx for j in idx if i < j and not (i == 2 and j == 5)]
+  s = [((var[i] + var[j]) / 2) / np.sum((means[i] - means[j]) ** 2) ** 2  # without the coincident pair
+       for i in range(8) for j in range(8) if i < j and (i, j) != (2, 5)]
   assert r["nc1_cdnv"] == pytest.approx(np.mean(s), rel=1e-3)
-  assert keep.sum() == 7 and np.isfinite(mu_g).all()
 
 
 def test_float32_overflow_in_cdnv_is_handled():
@@ -274,76 +240,19 @@ def test_one_pass_matches_two_pass_float64():
 @settings(max_examples=8, deadline=None)
 @given(seed=st.integers(0, 2**31 - 1), cuts=st.lists(st.integers(0, 120), min_size=0, max_size=4))
 def test_streaming_any_batching_equals_one_shot(seed, cuts):
+  """Each batch accumulated into its own state (one per host), then merged: the one-shot state."""
   feats, labels, w = make_data(seed % 1000, v=12, d=4, n=120)
-  means_ref, _, _ = ref_stats(feats, labels, 12)
   bounds = [0] + sorted(cuts) + [120]
-  upd = jax.jit(C.mean_update)
-  vupd = jax.jit(C.var_update)
-  nupd = jax.jit(C.nc4_update)
   with jax.enable_x64(True):
-    one = C.mean_update(C.mean_init(12, 4), feats, labels)
-    means, _ = C.class_means(one)
-    v_one = C.var_update(C.var_init(12), feats, labels, means)
-    n_one = C.nc4_update(C.nc4_init(12), feats, labels, w, means)
-    # each batch accumulated into its own state ("host"), then merged
-    parts, vparts, nparts = [], [], []
-    for a, b in zip(bounds[:-1], bounds[1:]):
-      pad = np.zeros(120, bool)
-      pad[a:b] = True  # fixed shapes: mask instead of slicing
-      parts.append(upd(C.mean_init(12, 4), feats, labels, pad))
-      vparts.append(vupd(C.var_init(12), feats, labels, means, pad))
-      nparts.append(nupd(C.nc4_init(12), feats, labels, w, means, valid=pad))
-    tot, vtot, ntot = parts[0], vparts[0], nparts[0]
-    for p, vp, np_ in zip(parts[1:], vparts[1:], nparts[1:]):
-      tot, vtot, ntot = C.merge(tot, p), C.merge(vtot, vp), C.merge(ntot, np_)
-    for a_, b_ in zip(tot, one):
-      np.testing.assert_allclose(np.asarray(a_), np.asarray(b_), rtol=1e-12, atol=1e-12)
-    for a_, b_ in zip(vtot, v_one):
-      np.testing.assert_allclose(np.asarray(a_), np.asarray(b_), rtol=1e-12, atol=1e-12)
-    for a_, b_ in zip(ntot, n_one):
-      np.testing.assert_array_equal(np.asarray(a_), np.asarray(b_))
-    np.testing.assert_allclose(np.asarray(C.class_means(tot)[0]), means_ref, rtol=1e-12, atol=1e-12)
-
-
-@settings(max_examples=5, deadline=None)
-@given(seed=st.integers(0, 2**31 - 1))
-def test_invariant_to_global_rotation(seed):
-  feats, labels, w = make_data(seed % 997, v=14, d=5, n=200)
-  q, _ = np.linalg.qr(np.random.default_rng(seed).normal(size=(5, 5)))
-  with jax.enable_x64(True):
-    a = host(feats, labels, w, feats[:60], labels[:60], block_size=8)
-    b = host(feats @ q, labels, w @ q, feats[:60] @ q, labels[:60], block_size=8)
-  assert_close(a, b, rtol=1e-7, atol=1e-10, keys=KEYS + ["nc4_agreement"])
-
-
-def test_accumulators_vmap_over_checkpoint_axis():
-  kc, v, d, b = 3, 9, 4, 64
-  rng = np.random.default_rng(10)
-  labels = rng.integers(0, v, size=b)
-  feats = rng.normal(size=(kc, b, d)).astype(np.float32) + np.arange(kc)[:, None, None]
-  w = rng.normal(size=(kc, v, d)).astype(np.float32)
-  init = jax.vmap(lambda _: C.mean_init(v, d))(jnp.arange(kc))
-  st_k = jax.jit(jax.vmap(C.mean_update, in_axes=(0, 0, None)))(init, feats, labels)
-  means_k = jax.vmap(lambda s: C.class_means(s)[0])(st_k)
-  vinit = jax.vmap(lambda _: C.var_init(v))(jnp.arange(kc))
-  vs_k = jax.jit(jax.vmap(C.var_update, in_axes=(0, 0, None, 0)))(vinit, feats, labels, means_k)
-  ninit = jax.vmap(lambda _: C.nc4_init(v))(jnp.arange(kc))
-  nc4 = jax.vmap(lambda s, h, y, ww, mu: C.nc4_update(s, h, y, ww, mu, chunk_size=4), in_axes=(0, 0, None, 0, 0))
-  nc_k = jax.jit(nc4)(ninit, feats, labels, w, means_k)
-  assert st_k.sums.shape == (kc, v, d) and vs_k.sq_dev.shape == (kc, v)
-  for i in range(kc):
-    s1 = C.mean_update(C.mean_init(v, d), feats[i], labels)
-    m1 = C.class_means(s1)[0]
-    v1 = C.var_update(C.var_init(v), feats[i], labels, m1)
-    n1 = C.nc4_update(C.nc4_init(v), feats[i], labels, w[i], m1)
-    for a_, b_ in zip(s1, jax.tree_util.tree_map(lambda x: x[i], st_k)):
-      np.testing.assert_allclose(np.asarray(a_), np.asarray(b_), rtol=1e-6)
-    np.testing.assert_allclose(np.asarray(v1.sq_dev), np.asarray(vs_k.sq_dev[i]), rtol=1e-5)
-    np.testing.assert_array_equal(np.asarray(n1.hits), np.asarray(nc_k.hits[i]))
-    mr, vr, _ = ref_stats(feats[i], labels, v)
-    np.testing.assert_allclose(np.asarray(m1), mr, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(np.asarray(C.class_variances(v1)), vr, rtol=1e-4)
-  assert not np.allclose(np.asarray(means_k[0]), np.asarray(means_k[1]))  # checkpoints really differ
+    means = C.class_means(C.mean_update(C.mean_init(12, 4), feats, labels))[0]
+    np.testing.assert_allclose(np.asarray(means), ref_stats(feats, labels, 12)[0], rtol=1e-12, atol=1e-12)
+    passes = [(C.mean_init(12, 4), jax.jit(lambda s, m: C.mean_update(s, feats, labels, m))),
+              (C.var_init(12), jax.jit(lambda s, m: C.var_update(s, feats, labels, means, m))),
+              (C.nc4_init(12), jax.jit(lambda s, m: C.nc4_update(s, feats, labels, w, means, valid=m)))]
+    for init, update in passes:
+      parts = [update(init, (np.arange(120) >= a) & (np.arange(120) < b)) for a, b in zip(bounds[:-1], bounds[1:])]
+      for got, want in zip(functools.reduce(C.merge, parts), update(init, np.ones(120, bool))):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-12, atol=1e-12)
 
 
 # ---------------------------------------------------------------- the pure function

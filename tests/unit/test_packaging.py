@@ -69,19 +69,6 @@ def test_console_scripts_and_extras():
   assert not any(re.match(r"torch\b", r) for r in proj["optional-dependencies"]["hf"])
 
 
-def test_the_cli_package_never_imports_the_experiments():
-  """``sbjax.cli`` sits after ``studies`` in the one-way flow: the experiments may use it, not
-  the other way round (the reproduce registry lives in ``experiments/reproduce.py``)."""
-  bad = []
-  for p in _py("sbjax"):
-    for node in ast.walk(ast.parse(p.read_text())):
-      names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
-               [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
-      bad += [f"{p.relative_to(REPO)}:{node.lineno} {n}" for n in names
-              if n.split(".")[0] in ("experiments", "sbjax_experiments")]
-  assert bad == [], bad
-
-
 def test_no_shared_path_and_the_files_a_library_ships():
   hits = [f"{p.relative_to(REPO)}:{i}" for top in ("sbjax", "experiments") for p in _py(top)
           for i, line in enumerate(p.read_text().splitlines(), 1) if "../shared" in line]

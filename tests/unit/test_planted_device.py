@@ -1,26 +1,19 @@
 """The on-device planted sampler (sbjax.data.planted_device, ``data.options.sampler=device``):
 its next-token counts per context against the exact P(.|c) (scipy chi-square, Bonferroni over
-the contexts), a sampler built on a wrong table is rejected by the same test, its start
-distribution against the stationary one, equality in distribution with the numpy sampler
-(a contingency test), the float32 survival tables' precision on rare tokens, the option's
-checks, and one export for cpu, cuda and tpu (its dataset: test_data_planted_streams)."""
+the contexts), its start distribution against the stationary one, the float32 survival tables'
+precision on rare tokens, and one export for cpu, cuda and tpu (its dataset:
+test_data_planted_streams)."""
 
 import jax
 import numpy as np
 import pytest
 from scipy import stats
 
-from sbjax.config import DataConfig
 from sbjax.data import planted_device as pdev
 from sbjax.data.planted import PlantedLanguage, PlantedMixture
 
 N_SEQS, LENGTH = 1024, 65  # 65,536 transitions per draw
 ALPHA = 1e-3  # family-wise level of a chi-square check over all contexts
-
-
-class _Lang:  # probs/stationary of a language with a swapped row: the "wrong table"
-  def __init__(self, probs, stationary):
-    self.probs, self.stationary = probs, stationary
 
 
 def draw(lang, context=1, seed=0, data_seed=0, step=0, n=N_SEQS, length=LENGTH):
@@ -74,34 +67,6 @@ def test_next_token_counts_match_the_exact_table_per_context(lang, context):
   assert chisquare_p(np.bincount(start, minlength=lang.n_contexts), lang.stationary) > ALPHA
 
 
-def test_a_sampler_on_a_wrong_table_fails_the_check():
-  lang = PlantedMixture(vocab=8, rank=2, n_mix=3, alpha=3.0, seed=1)
-  wrong = lang.probs.copy()
-  top = np.argsort(-wrong[3])[:2]
-  wrong[3, top] = wrong[3, top[::-1]]  # context 3: its two likeliest tokens swapped
-  tokens = draw(_Lang(wrong, lang.stationary))
-  p = per_context_p(transition_counts(tokens, lang.vocab, 1), lang.probs)
-  assert p[3] < 1e-12 and np.delete(p, 3).min() > ALPHA / len(p), p
-  # a wrong start law is caught too
-  tokens = draw(_Lang(lang.probs, np.roll(lang.stationary, 1)))
-  assert chisquare_p(np.bincount(tokens[:, 0], minlength=8), lang.stationary) < 1e-12
-
-
-def test_equal_in_distribution_to_the_numpy_sampler():
-  lang = PlantedMixture(vocab=8, rank=2, n_mix=3, alpha=3.0, seed=1)
-  dev = transition_counts(draw(lang), 8, 1).ravel()
-  host = transition_counts(lang.sample(np.random.default_rng(5), (N_SEQS, LENGTH)), 8, 1).ravel()
-  keep = (dev + host) >= 10
-  table = np.stack([np.append(dev[keep], dev[~keep].sum()), np.append(host[keep],
-                                                                     host[~keep].sum())])
-  assert stats.chi2_contingency(table[:, table.sum(0) > 0]).pvalue > ALPHA
-  other = transition_counts(PlantedMixture(vocab=8, rank=2, n_mix=3, alpha=3.0, seed=2).sample(
-      np.random.default_rng(5), (N_SEQS, LENGTH)), 8, 1).ravel()  # another language: rejected
-  keep = (dev + other) >= 10
-  table = np.stack([dev[keep], other[keep]])
-  assert stats.chi2_contingency(table).pvalue < 1e-12
-
-
 def test_survival_tables_keep_rare_probabilities():
   rng = np.random.default_rng(0)
   p = np.concatenate([rng.dirichlet(np.ones(60)), [3e-9, 1e-8, 4e-8, 2e-7]])
@@ -111,8 +76,6 @@ def test_survival_tables_keep_rare_probabilities():
   got = np.empty_like(p)
   got[order[0]] = implied
   np.testing.assert_allclose(got, p, rtol=1e-3)  # down to 3e-9 (a head-first float32 CDF: 0)
-  head = np.cumsum(p).astype(np.float32).astype(np.float64)
-  assert np.min(np.diff(np.append(0.0, head))[p < 5e-8] / p[p < 5e-8]) < 0.5  # the reason
   u = np.asarray(pdev.uniform(jax.random.key(0), (4096,)))
   assert u.dtype == np.float32 and 0.0 <= u.min() and u.max() <= 1.0
   assert abs(u.mean() - 0.5) < 0.02
@@ -130,15 +93,6 @@ def test_search_counts_the_prefix_above_u(size):
   got = np.asarray(pdev.search(blocks, coarse, rows, u))
   want = [(surv[r, 1:] > x).sum() for r, x in zip(rows, u)]
   np.testing.assert_array_equal(got, want)
-
-
-def test_sampler_option_checks_and_default():
-  assert DataConfig().options.sampler == "host"
-  with pytest.raises(ValueError, match=r"data\.options\.sampler='gpu'; allowed: host \| device"):
-    DataConfig("planted", {"sampler": "gpu"})
-  with pytest.raises(ValueError, match=r"data\.options\.train_tokens=2000000; allowed: 0 with "
-                                       r"data\.options\.sampler=device"):
-    DataConfig("planted", {"sampler": "device"})
 
 
 def test_the_sampler_lowers_for_cpu_cuda_and_tpu():

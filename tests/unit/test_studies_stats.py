@@ -31,8 +31,6 @@ def test_fisher_interval_equals_scipy():
   assert stats.fisher_ci(1.0, 10) == (1.0, 1.0)
   assert stats.ci_sign(0.1, 0.5) == 1 and stats.ci_sign(-0.5, -0.1) == -1
   assert stats.ci_sign(-0.83, 0.12) == 0  # an interval that spans 0 is undecided
-  with pytest.raises(ValueError, match="level must lie in"):
-    stats.fisher_ci(0.5, 10, level=95)
   with warnings.catch_warnings():  # no finite pair: NaN, and numpy is not asked for an empty mean
     warnings.simplefilter("error")
     assert np.isnan(stats.finite_pearson([np.nan, 1.0], [1.0, np.nan]))
@@ -59,11 +57,9 @@ def test_partial_correlation_equals_the_residuals_correlation():
       (math.tanh(math.atanh(ref) - h), math.tanh(math.atanh(ref) + h)), abs=1e-12)
   x[2] = np.nan  # the triple is dropped
   keep = np.isfinite(x)
-  assert stats.partial_correlation(x, y, z) == pytest.approx(
+  assert stats.partial_summary(x, y, z)["partial_r"] == pytest.approx(
       _residual_r(x[keep], y[keep], z[keep]), abs=1e-12)
-  assert math.isnan(stats.partial_correlation(x, y, np.ones(15)))  # a constant control
-  with pytest.raises(ValueError, match="same length"):
-    stats.partial_correlation(x, y, z[:3])
+  assert math.isnan(stats.partial_summary(x, y, np.ones(15))["partial_r"])  # a constant control
 
 
 def test_welch_interval_equals_scipy():
@@ -82,23 +78,15 @@ def test_welch_interval_equals_scipy():
   assert same["lo"] == same["hi"] == 1.0 and same["verdict"] == "supported"
 
 
-def test_pearson_r2_match_scipy():
+def test_pearson_spearman_r2_match_scipy_with_one_nan_rule():
   rng = np.random.default_rng(0)
   x = rng.normal(size=(5, 12))
   y = 0.7 * x + rng.normal(size=(5, 12))
-  r, r2 = stats.pearson(x, y), stats.r_squared(x, y)
+  r, r2 = stats.pearson(x, y), stats.r_squared(x, y)  # over the last axis
   for i in range(5):
-    lr = sps.linregress(x[i], y[i])
     assert r[i] == pytest.approx(sps.pearsonr(x[i], y[i])[0], abs=1e-12)
-    assert r2[i] == pytest.approx(lr.rvalue ** 2, abs=1e-12)
-  xf, _ = stats.finite_pairs([1.0, np.nan, 3.0, 4.0, 5.0], [2.0, 1.0, np.inf, 3.0, 7.0])
-  np.testing.assert_array_equal(xf, [1.0, 4.0, 5.0])
-  assert math.isnan(float(stats.pearson([1.0, 1.0, 1.0], [1.0, 2.0, 3.0])))
-
-
-def test_finite_pearson_and_spearman_match_scipy_with_one_nan_rule():
-  """The one Pearson of sbjax (collapse tables and convergence summaries alike)."""
-  x = np.array([3.0, 1.0, np.nan, 4.0, 1.0, 5.0, 9.0, 2.0])
+    assert r2[i] == pytest.approx(sps.linregress(x[i], y[i]).rvalue ** 2, abs=1e-12)
+  x = np.array([3.0, 1.0, np.nan, 4.0, 1.0, 5.0, 9.0, 2.0])  # the finite pairs only
   y = np.array([2.0, 7.0, 1.0, 1.0, 8.0, np.inf, 2.0, 8.0])
   ok = np.isfinite(x) & np.isfinite(y)
   assert stats.finite_pearson(x, y) == pytest.approx(sps.pearsonr(x[ok], y[ok])[0], abs=1e-12)
@@ -118,18 +106,5 @@ def test_permutation_pvalue_exact_small_n():
                  for p in itertools.permutations(range(7))])
   p_exact = np.mean(rs >= r0 - 1e-12)
   n = 10_000
-  p = float(stats.permutation_pvalue(x, y, n, seed=3))
+  p = stats.permutation_pvalue(x, y, n, seed=3)
   assert abs(p - p_exact) < 4 * math.sqrt(p_exact * (1 - p_exact) / n) + 2 / n
-
-
-def test_permutation_uniform_under_null_and_small_for_strong_correlation():
-  rng = np.random.default_rng(2)
-  x = rng.normal(size=(400, 10))
-  y = rng.normal(size=(400, 10))  # independent: the null holds
-  p = stats.permutation_pvalue(x, y, n_perm=199, seed=4)
-  assert p.shape == (400,)
-  assert sps.kstest(p, "uniform").pvalue > 0.01
-  assert 0.4 < p.mean() < 0.6
-  y_strong = x[:8] + 0.1 * rng.normal(size=(8, 10))
-  p_strong = stats.permutation_pvalue(x[:8], y_strong, n_perm=10_000, seed=5)
-  assert np.all(p_strong <= 2e-3)

@@ -35,19 +35,6 @@ def test_variants_against_numpy(lang):
   assert we["raw"][0] == we["centred"][0] == 1.0
 
 
-def test_bad_target_is_refused():
-  with pytest.raises(ValueError, match="log_probs must be"):
-    T.target_matrices(np.zeros((3, 4)), np.ones(4))
-  with pytest.raises(ValueError, match="non-finite"):
-    T.target_matrices(np.array([[0.0, -np.inf], [-1.0, -1.0]]), np.ones(2))
-
-
-def test_gap_opens():
-  assert T.gap_opens([0.9, 0.6, 0.2, 0.0], [1.0, 0.4, 0.01, 0.0], 0.05) == (0.2, 0.6)
-  lo, hi = T.gap_opens([0.2, 0.1], [0.01, 0.0], 0.05)
-  assert lo == 0.2 and math.isnan(hi)
-
-
 def test_model_werror_of_the_exact_model_is_the_target(lang):
   """A model that predicts log P exactly has the target's W-errors; context_means is the
   per-context mean (numpy loop), unseen contexts are dropped with their π renormalised."""

@@ -1,4 +1,4 @@
-"""sbjax.train.programs: runs that differ only in loop fields share one build, and a build
+"""sbjax.train.build's cache: runs that differ only in loop fields share one build, and a build
 reads no loop field (else sharing it would give a run another run's program)."""
 
 import dataclasses
@@ -6,7 +6,7 @@ import types
 
 from sbjax import sharding as shd
 from sbjax.config import TrainConfig
-from sbjax.train import build, programs
+from sbjax.train import build
 from tests._tiny import tiny_run_config
 
 
@@ -29,8 +29,8 @@ def test_a_build_reads_no_loop_only_field():
   mesh = shd.make_mesh(cfg.mesh)
   build.build.uncached(fake, mesh, -1)
   assert spy.read, "the spy saw no field: the build no longer reads cfg.train through it"
-  assert not spy.read & programs.LOOP_ONLY, sorted(spy.read & programs.LOOP_ONLY)
-  assert programs.LOOP_ONLY <= {f.name for f in dataclasses.fields(TrainConfig)}
+  assert not spy.read & build.LOOP_ONLY, sorted(spy.read & build.LOOP_ONLY)
+  assert build.LOOP_ONLY <= {f.name for f in dataclasses.fields(TrainConfig)}
 
 
 def test_runs_differing_in_loop_fields_share_a_build_and_others_do_not():
