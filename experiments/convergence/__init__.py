@@ -1,16 +1,16 @@
 r"""``convergence``: layer convergence against model width (Diehl Martinez, Lesci & Buttery 2024).
-One model per width and seed (a width's seeds: the members of one group), trained with dense
-checkpoints; every checkpoint measured (``kernel``: each layer's CKA to the final checkpoint on
-fixed probe batches, PERs) into checkpoints.csv. Per layer (``stats``): its stabilisation step
-(the first checkpoint after which CKA stays ≥ a level). Outputs in OUT: ``layers.csv`` (that
-step at 0.9 as a fraction of training, and the PERs), ``bands.csv`` (percentiles over layers of
-CKA-to-final per step), ``models.csv`` (medians, shares by 20% of training),
-``stabilisation.csv`` (Spearman(PER, stabilisation step) per model and kind, and stratified),
-``stab_levels.csv`` (every layer's stabilisation step at levels 0.8, 0.9, 0.95 on every probe),
-``width_order.csv`` (per level and probe: Spearman(width, a model's median stabilisation
-fraction)), ``summary.json`` (with the verdicts of the pre-registered ``presets.Rule``),
-``fig_cka_bands``, ``fig_width_order``. A checkpoint series (a Pythia import) is measured per
-layer by ``experiments.analyze --tokens=F.npy --groups=loss,cka,per``.
+One model per width (and per seed of ``seeds``), trained with dense checkpoints (log-spaced 0, 1, 2, ..., 512 and every
+``train.ckpt_every``); every checkpoint measured (``kernel``: each layer's CKA to the final
+checkpoint on fixed probe batches, PERs) into checkpoints.csv. Per layer (``stats``): its
+stabilisation step (the first checkpoint after which CKA stays ≥ 0.9). Outputs in OUT:
+``layers.csv`` (per model, kind, layer, token mode and estimator: that step, as a fraction of
+training, and the PERs), ``bands.csv`` (percentiles 10/25/50/75/90 over layers of CKA-to-final
+per step), ``models.csv`` (per model: medians and shares by 20% of training), ``stabilisation.csv``
+(Spearman(PER, stabilisation step) per model and kind with its exact permutation p, and
+stratified by model and kind), ``stab_levels.csv`` (every layer's stabilisation step at levels
+0.8, 0.9 and 0.95 on every probe batch), ``summary.json`` (with a ``rule``: its text and the
+decision), ``fig_cka_bands``. A checkpoint series (a Pythia import) is measured per layer by
+``experiments.analyze --tokens=F.npy --groups=loss,cka,per``.
 """
 
 from __future__ import annotations
@@ -35,8 +35,7 @@ from .stats import decide, stays_from, stratified_spearman_test
 
 KINDS, TOKEN_MODES, ESTIMATORS = M.KINDS, M.TOKEN_MODES, M.ESTIMATORS
 STAB_LEVEL, STAB_LEVELS, PAPER_FRAC = 0.9, (0.8, 0.9, 0.95), 0.2
-PAPER_PARAMS = 160_000_000  # the paper's larger models: 160M parameters and more
-PERCENTILES = (10, 25, 50, 75, 90)
+PAPER_PARAMS, PERCENTILES = 160_000_000, (10, 25, 50, 75, 90)  # the paper's larger class
 PER_COLUMNS = ("per_weights_final", "per_weights_mean", "per_full_final", "per_head_dim_final")
 
 
@@ -54,11 +53,10 @@ def configs(p, data=None) -> list:
 
 
 def plan(ctx):
-  seeds = ctx.knobs.seeds
-  for w, cfg in configs(ctx.preset, ctx.data):
-    yield Group(f"d{w}", [overrides.apply(cfg, {"train.seed": s}) for s in seeds], [
-        {"model": f"d{w}" + (f"s{s}" if len(seeds) > 1 else ""), "width": w, "seed": s}
-        for s in seeds])
+  for (w, cfg), s in itertools.product(configs(ctx.preset, ctx.data), ctx.knobs.seeds or [None]):
+    m, seed = (f"d{w}", {}) if s is None else (f"d{w}s{s}", {"seed": s})
+    yield Group(m, [overrides.apply(cfg, {f"train.{k}": v for k, v in seed.items()})],
+                [{"model": m, "width": w, **seed}])
 
 
 _REFERENCE: dict = {}  # the last member's probe batches and final activations
@@ -122,12 +120,16 @@ def _median(v) -> float:
 def _model_row(model, w, mc, layers, rows) -> dict:
   prim = [r for r in layers if _primary(r)]
   v = np.array([r["stabilisation_frac"] for r in prim], float)
-  share = float(np.mean(np.nan_to_num(v, nan=2.0) <= PAPER_FRAC))
   return {"model": model, "width": w, "n_layers": mc.n_layers, "final_step": rows[-1]["step"],
           "n_checkpoints": len(rows), "final_loss": rows[-1]["eval_loss"],
-          "median_stabilisation_frac": _median(v), "share_stabilised_by_paper_frac": share,
-          **{f"median_stabilisation_frac_{k}": _median([r["stabilisation_frac"] for r in prim
-                                                        if r["kind"] == k]) for k in KINDS}}
+          "median_stabilisation_frac": _median(v), "share_stabilised_by_paper_frac": float(
+              np.mean(np.nan_to_num(v, nan=2.0) <= PAPER_FRAC)),
+          **{f"median_stabilisation_frac_{k}": _median(
+              [r["stabilisation_frac"] for r in prim if r["kind"] == k]) for k in KINDS}}
+
+
+def _column(rows, c) -> np.ndarray:
+  return np.array([float(r[c]) if r.get(c) is not None else np.nan for r in rows])
 
 
 def _stabilisation(layers) -> list[dict]:
@@ -135,9 +137,8 @@ def _stabilisation(layers) -> list[dict]:
   out = []
   for t, e in sorted({(r["tokens"], r["estimator"]) for r in layers}):
     sel = [r for r in layers if (r["tokens"], r["estimator"]) == (t, e)]
-    col = lambda c: np.array([np.nan if r.get(c) is None else r[c] for r in sel], float)
     for y in (y for y in PER_COLUMNS if any(r.get(y) is not None for r in sel)):
-      res = stratified_spearman_test(col(y), col("stabilisation_step"),
+      res = stratified_spearman_test(_column(sel, y), _column(sel, "stabilisation_step"),
                                      [f"{r['model']}/{r['kind']}" for r in sel])
       base = {"tokens": t, "estimator": e, "per": y}
       out += [{**base, "model": s["stratum"].split("/")[0], "kind": s["stratum"].split("/")[1],
@@ -163,46 +164,32 @@ def _levels(model, w, mc, knobs, rows) -> list[dict]:
   return out
 
 
-def _order(levels) -> list[dict]:
-  """width_order.csv: per level and probe, Spearman(width, a model's median stabilisation
-  fraction) over the models, with its exact two-sided permutation p."""
-  out, med = [], _medians(levels)
-  for lv, p in sorted({(r["level"], r["probe"]) for r in med}):
-    w = np.array([r["width"] for r in med if (r["level"], r["probe"]) == (lv, p)], float)
-    (s,) = stratified_spearman_test(w, [r["median"] for r in med if (r["level"], r["probe"]) ==
-                                        (lv, p)], [0] * len(w))["strata"]
-    out.append({"level": lv, "probe": p, "n_models": len(w), "n_widths": len(set(w)),
-                "min_seeds": int(np.unique(w, return_counts=True)[1].min()),
-                "spearman": s["rho"], "p_perm": s["p"], "exact": int(s["exact"])})
-  return out
-
-
 def tables(ctx) -> None:
   layers, bands, models, levels, gamma = [], [], [], [], {}
   for name, g in ctx.groups.items():
-    for j, (wd, lab) in enumerate(zip(ctx.workdirs(g), g.labels)):
-      cfg, rows, w, m = ckpt.load_config(wd), [
-          r for r in ctx.measured[name] if r["member"] == j], lab["width"], lab["model"]
-      layers += (lay := _layers(m, w, cfg.model, ctx.knobs, rows))
-      bands += _bands(m, w, cfg.model, rows)
-      models.append(_model_row(m, w, cfg.model, lay, rows))
-      levels += _levels(m, w, cfg.model, ctx.knobs, rows)
-      gamma[m] = optim.gamma_total(cfg.train)
-  stab, order, rule = _stabilisation(layers), _order(levels), ctx.knobs.rule
-  strat = [r for r in stab if r["model"] == "stratified" and _primary(r)]
+    cfg, rows, w = ckpt.load_config(ctx.workdirs(g)[0]), ctx.measured[name], g.labels[0]["width"]
+    lay = _layers(name, w, cfg.model, ctx.knobs, rows)
+    layers += lay
+    bands += _bands(name, w, cfg.model, rows)
+    models.append(_model_row(name, w, cfg.model, lay, rows))
+    levels += _levels(name, w, cfg.model, ctx.knobs, rows)
+    gamma[name] = optim.gamma_total(cfg.train)
+  stab, rule = _stabilisation(layers), ctx.knobs.rule
   for f, rows in (("layers", layers), ("bands", bands), ("models", models),
-                  ("stabilisation", stab), ("stab_levels", levels), ("width_order", order)):
+                  ("stabilisation", stab), ("stab_levels", levels)):
     write_rows(ctx.out / f"{f}.csv", rows)
   write_json(ctx.out / "summary.json", {
-      "models": list(gamma), "gamma_total": gamma, "probe_batches": 1 + max(
-          r["probe"] for r in levels), "stratified": strat, "rule": dataclasses.asdict(rule),
-      "rule_text": " ".join(type(rule).__doc__.split()), "decision": decide(rule, order, strat)})
+      "models": list(ctx.groups), "gamma_total": gamma, "probe_batches": 1 + max(
+          r["probe"] for r in levels), "stratified": [r for r in stab if r["model"] ==
+                                                      "stratified" and r["tokens"] == "last"
+                                                      and r["estimator"] == "biased"],
+      **({} if rule is None else {"rule": " ".join(type(rule).__doc__.split()),
+                                  "decision": decide(rule, levels)})})
 
 
 def draw(out) -> None:
   """fig_cka_bands: percentiles over layers of the last-token biased CKA-to-final per step
-  (MLP and OV rows, a column per model); fig_width_order: each model's median stabilisation
-  fraction against its width, per level and probe."""
+  (MLP and OV rows, a column per model)."""
   plt, models = figure.pyplot(), [r["model"] for r in read_rows(out / "models.csv")]
   bands = [r for r in read_rows(out / "bands.csv") if _primary(r)]
   fig, axes = plt.subplots(2, len(models), figsize=(3.4 * len(models) + 1, 5.6), squeeze=False,
@@ -220,51 +207,25 @@ def draw(out) -> None:
            ylabel="CKA to final" if j == 0 else None, title=f"{name} {kind}")
   axes[0][0].legend(fontsize=7, loc="lower right")
   figure.save(fig, out, "fig_cka_bands", "CKA to the final checkpoint, over layers")
-  fig, axes = plt.subplots(1, len(STAB_LEVELS), figsize=(10, 3.4), sharey=True)
-  med = _medians(read_rows(out / "stab_levels.csv"))
-  for (ax, lv), (p, mk) in itertools.product(zip(axes, STAB_LEVELS), enumerate("ox")):
-    rr = [r for r in med if (r["level"], r["probe"]) == (lv, p)]
-    ax.scatter([r["width"] for r in rr], [r["median"] for r in rr], marker=mk, label=f"probe {p}")
-    ax.set(xscale="log", xlabel="width", title=f"level {lv:g}")
-  axes[0].set(ylabel="median stabilisation fraction")
-  axes[0].legend(fontsize=7)
-  figure.save(fig, out, "fig_width_order", "Median stabilisation fraction by width")
 
 
 def _primary(r) -> bool:
   return (r["tokens"], r["estimator"]) == ("last", "biased")
 
 
-def _medians(levels) -> list[dict]:
-  """Per model, probe and level (stab_levels.csv rows): its median stabilisation fraction."""
-  by = {}
-  for r in levels:
-    by.setdefault((r["model"], r["width"], r["probe"], r["level"]), []).append(
-        r["stabilisation_frac"])
-  return [{"model": m, "width": w, "probe": p, "level": lv, "median": _median(v)}
-          for (m, w, p, lv), v in by.items()]
-
-
-def scope(runs) -> str:
-  """The models' sizes (runs.csv rows) against the paper's larger class."""
-  n = [int(r["n_params"]) for r in runs]
-  return (f"Scope: {len(n)} models of {min(n):,}–{max(n):,} parameters, "
-          f"{sum(x >= PAPER_PARAMS for x in n)} in the paper's larger class ({PAPER_PARAMS:,}+)" + (
-              f"; claims about that class (D1: their layers stabilise within ~{PAPER_FRAC:.0%} "
-              "of training) are not tested here." if max(n) < PAPER_PARAMS else "."))
-
-
 def report(out, rel: str = ".") -> str:
   stab = [r for r in read_rows(out / "stabilisation.csv") if _primary(r)]
-  models, summary = read_rows(out / "models.csv"), json.loads((out / "summary.json").read_text())
-  order, med = read_rows(out / "width_order.csv"), _medians(read_rows(out / "stab_levels.csv"))
+  levels = {}
+  for r in read_rows(out / "stab_levels.csv"):
+    levels.setdefault((r["model"], r["probe"], r["level"]), []).append(r["stabilisation_frac"])
+  models, s = read_rows(out / "models.csv"), json.loads((out / "summary.json").read_text())
+  big, d = max(r["n_params"] for r in read_rows(out / "runs.csv")), s.get("decision")
+  rule = [] if d is None else [f"Pre-registered rule: {s['rule']}", "",
+                               f"**{d['verdict']}** ({d['reason']}).", ""]
   return "\n".join([
-      scope(read_rows(out / "runs.csv")), "", "Pre-registered rule (" + ", ".join(
-          f"{k} = {v}" for k, v in summary["rule"].items()) + f"): {summary['rule_text']}", "",
-      *[f"- {k}: **{v['verdict']}** ({v['reason']})" for k, v in summary["decision"].items()],
-      "", f"![median stabilisation by width]({rel}/{figure.name('fig_width_order')})", "",
-      "Spearman(width, median stabilisation fraction) over the models (exact permutation p):",
-      "", *md_table(order, list(order[0])), "",
+      f"The paper's larger class (≥ {PAPER_PARAMS:,} parameters; its layers stabilise within "
+      f"{PAPER_FRAC:.0%} of training): {'not tested here' if big < PAPER_PARAMS else 'in scope'}"
+      f" (the largest model here: {big:,} parameters).", "", *rule,
       f"![CKA-to-final bands]({rel}/{figure.name('fig_cka_bands')})", "",
       "Per model (last-token, biased CKA; fractions of training; shares by 20%):", "",
       *md_table(models, list(models[0])), "",
@@ -272,7 +233,8 @@ def report(out, rel: str = ".") -> str:
        "stratified by model and kind:"), "",
       *md_table(stab, ["per", "model", "kind", "n", "spearman", "p_perm"]), "",
       "Median stabilisation fraction at each level, per probe batch:", "",
-      *md_table(med, ["model", "probe", "level", "median"])])
+      *md_table([{"model": m, "probe": p, "level": lv, "median": _median(v)}
+                 for (m, p, lv), v in levels.items()], ["model", "probe", "level", "median"])])
 
 
 EXPERIMENT = Experiment("convergence", PRESETS, plan, measure=measure, measure_steps="all",

@@ -8,7 +8,7 @@ authors' protocol) or at every position of the first ``all_sequences`` (``all``)
 CKA to the final checkpoint's, biased (Kornblith et al. 2019) or debiased (Song et al. 2012)
 HSIC (probe 0: both token modes and estimators; further probes: last, biased); the PER of
 block l's ``fc_out_kernel`` and the mean over heads of PER(W_V,h W_O,h) (float64 host spectra,
-``sbjax.analysis.layerwise``) at the r of ``ranks``: ``weights`` (MLP: all;
+``sbjax.analysis.layerwise``) at the r of ``ranks``: ``weights`` (MLP: ``per_mlp_r`` or all;
 OV: head_dim), ``full`` (every singular value), ``head_dim`` (the authors' notebook) and, with
 ``grad_per``, ``gradients`` (of the fixed batch's mean NLL: dL/d fc_out and G_h = gV_h W_O,h +
 W_V,h gO_h, r = 2 head_dim). A row per checkpoint: ``eval_loss`` (on the fixed batch),
@@ -99,8 +99,8 @@ def references(mc, final_params, batches, knobs) -> list[dict]:
 
 def ranks(mc, knobs) -> dict:
   """{source: (r of the MLP PER, r of the OV PER)} (module doc)."""
-  return {"weights": layerwise.default_ranks(mc),
-          "gradients": layerwise.default_ranks(mc, grads=True),
+  return {"weights": layerwise.default_ranks(mc, knobs.per_mlp_r),
+          "gradients": layerwise.default_ranks(mc, knobs.per_mlp_r, grads=True),
           "full": (min(mc.ff_dim, mc.d_model), mc.d_model),
           "head_dim": (min(mc.head_dim, mc.ff_dim, mc.d_model), mc.head_dim)}
 

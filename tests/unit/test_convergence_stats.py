@@ -1,7 +1,6 @@
 """experiments/convergence/stats.py: the step from which a curve stays above a level, the
-stratified permutation test of Spearman(PER, step) (against constructed series and a
-brute-force enumeration with scipy.stats.spearmanr), and the pre-registered rule with the
-report's scope line on small CSVs that made the old reports overclaim."""
+stratified test of Spearman(PER, step) and the width-order rule, against constructed series and
+brute-force enumerations with scipy.stats.spearmanr."""
 
 import itertools
 
@@ -9,8 +8,6 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from experiments import convergence as exp
-from experiments.common import read_rows, write_rows
 from experiments.convergence.presets import Rule
 from experiments.convergence.stats import decide, stays_from, stratified_spearman_test
 
@@ -55,45 +52,19 @@ def test_stratified_permutation_test_matches_brute_force():
       stats.spearmanr(x[:4], y[:4])[0])
 
 
-def _decide(tmp_path, fracs: dict) -> dict:
-  """D2 of the rule on a stab_levels.csv of one layer per model: fracs[(width, seed, probe)]
-  at level 0.9 (written and read back as the experiment's CSV), D3 on a null stratified row."""
-  write_rows(tmp_path / "stab_levels.csv", [
-      {"model": f"d{w}s{s}", "width": w, "probe": p, "kind": "mlp", "layer": 0, "level": 0.9,
-       "stabilisation_frac": f} for (w, s, p), f in fracs.items()])
-  null = {"per": Rule().per, "n": 8, "spearman": 0.1, "p_perm": 0.6}
-  return decide(Rule(), exp._order(read_rows(tmp_path / "stab_levels.csv")), [null])
-
-
-def test_no_order_claim_from_two_widths_on_one_seed(tmp_path):
-  """The old report said "larger models stabilise earlier: supported" from d32 0.64 vs d128
-  0.56 on probe 0, though probe 1 said the opposite (0.68 vs 0.70)."""
-  d = _decide(tmp_path, {(32, 0, 0): 0.64, (128, 0, 0): 0.56, (32, 0, 1): 0.68,
-                         (128, 0, 1): 0.70})
-  assert d["D2"]["verdict"] == "undecided" and "none is made" in d["D2"]["reason"]
-  assert d["D3"]["verdict"] == "undecided" and "n = 8" in d["D3"]["reason"]
-
-
-def test_width_order_verdicts_against_an_exact_enumeration(tmp_path):
-  """3 widths x 2 seeds: a perfect order decides (p = 16/720, scipy's exact pairing test),
-  one swap across widths does not (48/720)."""
-  w = np.repeat([32, 64, 128], 2)
-  for fr, verdict in (([0.9, 0.8, 0.7, 0.6, 0.5, 0.4], "supports"),
-                      ([0.4, 0.5, 0.6, 0.7, 0.8, 0.9], "refutes"),
-                      ([0.9, 0.7, 0.8, 0.6, 0.5, 0.4], "undecided")):
-    d = _decide(tmp_path, {(int(x), i % 2, 0): f for i, (x, f) in enumerate(zip(w, fr))})
-    ref = stats.permutation_test((w, fr), lambda a, b: stats.spearmanr(a, b)[0],
-                                 permutation_type="pairings", n_resamples=np.inf)
-    assert d["D2"]["verdict"] == verdict and f"p {ref.pvalue:.3g}" in d["D2"]["reason"]
-    assert f"{ref.statistic:+.3f}" in d["D2"]["reason"] and "n = 6 models" in d["D2"]["reason"]
-
-
-def test_scope_makes_no_claim_about_the_larger_class(tmp_path):
-  """The old report said "the layers of the largest model stabilise within 20%: refuted" of
-  4-layer models of d <= 128."""
-  write_rows(tmp_path / "runs.csv", [{"model": f"d{w}", "width": w, "n_params": n}
-                                     for w, n in ((32, 119_000), (128, 1_050_000))])
-  line = exp.scope(read_rows(tmp_path / "runs.csv"))
-  assert "2 models of 119,000–1,050,000 parameters, 0 in" in line and "not tested here" in line
-  assert not {"refuted", "supported", "reproduced"} & set(line.replace(".", " ").split())
-  assert "not tested" not in exp.scope([{"n_params": 162_000_000}])
+def test_width_rule_each_branch_against_an_enumeration():
+  """3 widths x 2 seeds, two layers a run (median f): ρ is scipy's Spearman of the widths and
+  medians, p the share of all 720 pairings with |ρ*| ≥ |ρ|; a perfect order decides either way,
+  one swap across widths (p 48/720) or a constant side does not; another level decides nothing."""
+  w = [32, 32, 64, 64, 128, 128]
+  for f, v in (([.9, .8, .7, .6, .5, .4], "supported"), ([.4, .5, .6, .7, .8, .9], "refuted"),
+               ([.9, .7, .8, .6, .5, .4], "undecided at this size")):
+    rows = [{"model": f"m{i}", "width": x, "probe": 0, "level": lv, "stabilisation_frac": y + e}
+            for i, x in enumerate(w) for lv, y in ((0.9, f[i]), (0.8, 0.1 * i))
+            for e in (-0.05, 0.05)]
+    d, rho = decide(Rule(), rows), stats.spearmanr(w, f)[0]
+    null = [stats.spearmanr(w, np.array(f)[list(q)])[0] for q in itertools.permutations(range(6))]
+    assert (d["verdict"], d["n_runs"]) == (f"larger models stabilise earlier: {v}", 6)
+    assert (d["rho"], d["p"]) == pytest.approx((rho, np.mean(np.abs(null) >= abs(rho) - 1e-12)))
+  d = decide(Rule(), [dict(r, stabilisation_frac=0.5) for r in rows])
+  assert d["verdict"].endswith("undecided at this size") and np.isnan(d["rho"])
