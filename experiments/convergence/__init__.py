@@ -1,17 +1,15 @@
 r"""``convergence``: layer convergence against model width (Diehl Martinez, Lesci & Buttery 2024).
-One model per width, trained with dense checkpoints (log-spaced 0, 1, 2, ..., 512 and every
+One model per width (and per seed of ``seeds``), trained with dense checkpoints (log-spaced 0, 1, 2, ..., 512 and every
 ``train.ckpt_every``); every checkpoint measured (``kernel``: each layer's CKA to the final
-checkpoint on fixed probe batches, PERs) into checkpoints.csv. Per layer (``stats``): the first
-step with CKA ≥ 0.9 of its final value, the step from which it stays there, and its
+checkpoint on fixed probe batches, PERs) into checkpoints.csv. Per layer (``stats``): its
 stabilisation step (the first checkpoint after which CKA stays ≥ 0.9). Outputs in OUT:
-``layers.csv`` (per model, kind, layer, token mode and estimator: those steps, as fractions of
+``layers.csv`` (per model, kind, layer, token mode and estimator: that step, as a fraction of
 training, and the PERs), ``bands.csv`` (percentiles 10/25/50/75/90 over layers of CKA-to-final
-per step), ``models.csv`` (per model: medians and shares by 20% of training),
-``correlations.csv`` (Pearson and Spearman of the first step with PER), ``stabilisation.csv``
+per step), ``models.csv`` (per model: medians and shares by 20% of training), ``stabilisation.csv``
 (Spearman(PER, stabilisation step) per model and kind with its exact permutation p, and
 stratified by model and kind), ``stab_levels.csv`` (every layer's stabilisation step at levels
-0.8, 0.9 and 0.95 on every probe batch), ``summary.json``, ``fig_cka_bands``,
-``fig_step_vs_per``. A checkpoint series (a Pythia import) is measured per layer by
+0.8, 0.9 and 0.95 on every probe batch), ``summary.json`` (with a ``rule``: its text and the
+decision), ``fig_cka_bands``. A checkpoint series (a Pythia import) is measured per layer by
 ``experiments.analyze --tokens=F.npy --groups=loss,cka,per``.
 """
 
@@ -19,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 
 import numpy as np
 
@@ -28,16 +27,15 @@ from sbjax.analysis.measure import identity
 from sbjax.data import sources
 from sbjax.experiment import Experiment, Group, digest, figure
 from sbjax.studies.corpus import corpus_overrides
-from sbjax.studies.stats import finite_pearson, spearman
 
 from ..common import md_table, read_rows, write_json, write_rows
 from . import kernel as M
 from .presets import PRESETS
-from .stats import first_step_reaching, stays_from, stratified_spearman_test
+from .stats import decide, stays_from, stratified_spearman_test
 
 KINDS, TOKEN_MODES, ESTIMATORS = M.KINDS, M.TOKEN_MODES, M.ESTIMATORS
-FRAC, STAB_LEVEL, STAB_LEVELS, PAPER_FRAC = 0.9, 0.9, (0.8, 0.9, 0.95), 0.2
-PERCENTILES = (10, 25, 50, 75, 90)
+STAB_LEVEL, STAB_LEVELS, PAPER_FRAC = 0.9, (0.8, 0.9, 0.95), 0.2
+PAPER_PARAMS, PERCENTILES = 160_000_000, (10, 25, 50, 75, 90)  # the paper's larger class
 PER_COLUMNS = ("per_weights_final", "per_weights_mean", "per_full_final", "per_head_dim_final")
 
 
@@ -55,8 +53,10 @@ def configs(p, data=None) -> list:
 
 
 def plan(ctx):
-  for w, cfg in configs(ctx.preset, ctx.data):
-    yield Group(f"d{w}", [cfg], [{"model": f"d{w}", "width": w}])
+  for (w, cfg), s in itertools.product(configs(ctx.preset, ctx.data), ctx.knobs.seeds or [None]):
+    m, seed = (f"d{w}", {}) if s is None else (f"d{w}s{s}", {"seed": s})
+    yield Group(m, [overrides.apply(cfg, {f"train.{k}": v for k, v in seed.items()})],
+                [{"model": m, "width": w, **seed}])
 
 
 _REFERENCE: dict = {}  # the last member's probe batches and final activations
@@ -89,11 +89,9 @@ def _layers(model, w, mc, knobs, rows) -> list[dict]:
   for kind, t, e in itertools.product(KINDS, TOKEN_MODES, ESTIMATORS):
     i = KINDS.index(kind)
     for layer, c in enumerate(_matrix(rows, f"cka0_{kind}_{t}_{e}", mc.n_layers).T):
-      fs, ss, st = (first_step_reaching(steps, c, FRAC), stays_from(steps, c, FRAC * c[-1]),
-                    stays_from(steps, c, STAB_LEVEL))
+      st = stays_from(steps, c, STAB_LEVEL)
       row = {"model": model, "width": w, "kind": kind, "layer": layer, "tokens": t,
-             "estimator": e, "final_step": final, "first_step": fs, "stable_step": ss,
-             "first_frac": frac(fs), "stable_frac": frac(ss)}
+             "estimator": e, "final_step": final}
       for src in (x for x in ("weights", "gradients") if f"per_{x}_{kind}_0" in rows[0]):
         v = [x[f"per_{src}_{kind}_{layer}"] for x in rows]
         row.update({f"per_{src}_final": v[-1], f"per_{src}_mean": float(np.mean(v)),
@@ -120,40 +118,18 @@ def _median(v) -> float:
 
 
 def _model_row(model, w, mc, layers, rows) -> dict:
-  prim = [r for r in layers if (r["tokens"], r["estimator"]) == ("last", "biased")]
-  out = {"model": model, "width": w, "n_layers": mc.n_layers, "final_step": rows[-1]["step"],
-         "n_checkpoints": len(rows), "final_loss": rows[-1]["eval_loss"]}
-  for col, share in (("first_frac", "share_by_paper_frac"),
-                     ("stabilisation_frac", "share_stabilised_by_paper_frac")):
-    v = np.array([r[col] for r in prim], float)
-    out.update({f"median_{col}": _median(v),
-                share: float(np.mean(np.nan_to_num(v, nan=2.0) <= PAPER_FRAC)),
-                **{f"median_{col}_{k}": _median([r[col] for r in prim if r["kind"] == k])
-                   for k in KINDS}})
-  return out
+  prim = [r for r in layers if _primary(r)]
+  v = np.array([r["stabilisation_frac"] for r in prim], float)
+  return {"model": model, "width": w, "n_layers": mc.n_layers, "final_step": rows[-1]["step"],
+          "n_checkpoints": len(rows), "final_loss": rows[-1]["eval_loss"],
+          "median_stabilisation_frac": _median(v), "share_stabilised_by_paper_frac": float(
+              np.mean(np.nan_to_num(v, nan=2.0) <= PAPER_FRAC)),
+          **{f"median_stabilisation_frac_{k}": _median(
+              [r["stabilisation_frac"] for r in prim if r["kind"] == k]) for k in KINDS}}
 
 
 def _column(rows, c) -> np.ndarray:
   return np.array([float(r[c]) if r.get(c) is not None else np.nan for r in rows])
-
-
-def _correlations(layers, models) -> list[dict]:
-  """Pearson and Spearman of the first step (all models: its fraction) with each PER."""
-  out = []
-  for t, e in sorted({(r["tokens"], r["estimator"]) for r in layers}):
-    for scope in ["all"] + models:
-      for kind in ("all",) + KINDS:
-        sel = [r for r in layers if (r["tokens"], r["estimator"]) == (t, e)
-               and scope in ("all", r["model"]) and kind in ("all", r["kind"])]
-        xv = _column(sel, "first_frac" if scope == "all" else "first_step")
-        for y in ("per_weights_final", "per_weights_mean", "per_gradients_final"):
-          yv = _column(sel, y)
-          if not np.isnan(yv).all():
-            out.append({"model": scope, "kind": kind, "tokens": t, "estimator": e,
-                        "x": "first_frac" if scope == "all" else "first_step", "y": y,
-                        "n": int((np.isfinite(xv) & np.isfinite(yv)).sum()),
-                        "pearson": finite_pearson(xv, yv), "spearman": spearman(xv, yv)})
-  return out
 
 
 def _stabilisation(layers) -> list[dict]:
@@ -198,21 +174,22 @@ def tables(ctx) -> None:
     models.append(_model_row(name, w, cfg.model, lay, rows))
     levels += _levels(name, w, cfg.model, ctx.knobs, rows)
     gamma[name] = optim.gamma_total(cfg.train)
-  stab = _stabilisation(layers)
+  stab, rule = _stabilisation(layers), ctx.knobs.rule
   for f, rows in (("layers", layers), ("bands", bands), ("models", models),
-                  ("correlations", _correlations(layers, list(ctx.groups))),
                   ("stabilisation", stab), ("stab_levels", levels)):
     write_rows(ctx.out / f"{f}.csv", rows)
   write_json(ctx.out / "summary.json", {
       "models": list(ctx.groups), "gamma_total": gamma, "probe_batches": 1 + max(
           r["probe"] for r in levels), "stratified": [r for r in stab if r["model"] ==
                                                       "stratified" and r["tokens"] == "last"
-                                                      and r["estimator"] == "biased"]})
+                                                      and r["estimator"] == "biased"],
+      **({} if rule is None else {"rule": " ".join(type(rule).__doc__.split()),
+                                  "decision": decide(rule, levels)})})
 
 
 def draw(out) -> None:
   """fig_cka_bands: percentiles over layers of the last-token biased CKA-to-final per step
-  (MLP and OV rows, a column per model); fig_step_vs_per: the first step against PER."""
+  (MLP and OV rows, a column per model)."""
   plt, models = figure.pyplot(), [r["model"] for r in read_rows(out / "models.csv")]
   bands = [r for r in read_rows(out / "bands.csv") if _primary(r)]
   fig, axes = plt.subplots(2, len(models), figsize=(3.4 * len(models) + 1, 5.6), squeeze=False,
@@ -224,21 +201,12 @@ def draw(out) -> None:
     ax.fill_between(x, g[25], g[75], color="C0", alpha=0.4, lw=0, label="25–75%")
     ax.plot(x, g[50], color="C0", label="median")
     ax.axvline(PAPER_FRAC * x[-1], color="k", ls=":", lw=1, label="20% of training")
-    ax.axhline(FRAC, color="gray", ls="--", lw=0.8)
+    ax.axhline(STAB_LEVEL, color="gray", ls="--", lw=0.8)
     ax.set_xscale("symlog", linthresh=1.0, linscale=0.4)
     ax.set(xlim=(0, x[-1] * 1.15), ylim=(min(-0.05, min(g[10]) - 0.05), 1.05), xlabel="step",
            ylabel="CKA to final" if j == 0 else None, title=f"{name} {kind}")
   axes[0][0].legend(fontsize=7, loc="lower right")
   figure.save(fig, out, "fig_cka_bands", "CKA to the final checkpoint, over layers")
-  fig, ax = plt.subplots(figsize=(5.2, 3.8))
-  layers = [r for r in read_rows(out / "layers.csv") if _primary(r)]
-  for (j, name), (kind, mk) in itertools.product(enumerate(models), zip(KINDS, "o^")):
-    rr = [r for r in layers if (r["model"], r["kind"]) == (name, kind)]
-    ax.scatter([r["per_weights_final"] for r in rr], [r["first_frac"] for r in rr], marker=mk,
-               color=f"C{j}", label=f"{name} {kind}")
-  ax.set(xlabel="PER at the final checkpoint", ylabel=f"first step CKA ≥ {FRAC}·final / steps")
-  ax.legend(fontsize=7, ncol=2)
-  figure.save(fig, out, "fig_step_vs_per")
 
 
 def _primary(r) -> bool:
@@ -250,10 +218,15 @@ def report(out, rel: str = ".") -> str:
   levels = {}
   for r in read_rows(out / "stab_levels.csv"):
     levels.setdefault((r["model"], r["probe"], r["level"]), []).append(r["stabilisation_frac"])
-  models = read_rows(out / "models.csv")
+  models, s = read_rows(out / "models.csv"), json.loads((out / "summary.json").read_text())
+  big, d = max(r["n_params"] for r in read_rows(out / "runs.csv")), s.get("decision")
+  rule = [] if d is None else [f"Pre-registered rule: {s['rule']}", "",
+                               f"**{d['verdict']}** ({d['reason']}).", ""]
   return "\n".join([
+      f"The paper's larger class (≥ {PAPER_PARAMS:,} parameters; its layers stabilise within "
+      f"{PAPER_FRAC:.0%} of training): {'not tested here' if big < PAPER_PARAMS else 'in scope'}"
+      f" (the largest model here: {big:,} parameters).", "", *rule,
       f"![CKA-to-final bands]({rel}/{figure.name('fig_cka_bands')})", "",
-      f"![first step vs PER]({rel}/{figure.name('fig_step_vs_per')})", "",
       "Per model (last-token, biased CKA; fractions of training; shares by 20%):", "",
       *md_table(models, list(models[0])), "",
       ("Spearman(PER, stabilisation step) per model and kind (exact permutation p), and "

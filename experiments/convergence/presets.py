@@ -12,8 +12,25 @@ from sbjax.optim import steps_for_gamma
 
 
 @dataclasses.dataclass(frozen=True)
+class Rule:
+  """Pre-registered before the cpu-e4 run (``stats.decide``). Primary cell: level ``level``,
+  probe batch ``probe``; a run's number there is the median over its layers (MLP and OV;
+  last-token, biased CKA) of the fraction of training after which the layer's CKA to the final
+  checkpoint stays ≥ the level. Spearman ρ(width, that number) over the runs, two-sided exact
+  permutation p (every pairing): "larger models stabilise earlier" is supported if ρ < 0 and
+  p < ``alpha``, refuted if ρ > 0 and p < alpha, else undecided at this size. The other levels
+  and probes are reported and decide nothing."""
+
+  level: float = 0.9
+  probe: int = 0
+  alpha: float = 0.05
+
+
+@dataclasses.dataclass(frozen=True)
 class Knobs:
   widths: tuple
+  seeds: tuple = ()  # train.seed of a width's runs (none: one run at the config's seed)
+  rule: Rule | None = None  # the decision summary.json carries
   per_width: dict = dataclasses.field(default_factory=dict)  # override key -> one value per width
   n_sequences: int = 128  # the fixed batch (last-token CKA)
   all_sequences: int = 32  # sequences of the all-token CKA (0: all n_sequences)
@@ -21,9 +38,8 @@ class Knobs:
   group_size: int = 4  # checkpoints per compiled forward
   chunk: int = 32  # sequences per forward call
   per_mlp_r: int = 0  # MLP PER over the top r singular values (0: all; head_dim: the authors')
-  # stabilisation is also measured on further disjoint probe batches of n_sequences (the next
-  # validation windows; last-token, biased CKA only), at every level of stats.STAB_LEVELS
-  # (stab_levels.csv), so a step that moves with the batch shows
+  # disjoint probe batches of n_sequences (the next validation windows; beyond the first,
+  # last-token biased CKA only; stab_levels.csv), so a step that moves with the batch shows
   probe_batches: int = 2
 
 
@@ -42,9 +58,8 @@ def overrides(o: dict) -> dict:
   model.max_len = train.seq_len, one eval at the end, 20 log lines. Checkpoints: log-spaced
   0, 1, 2, ..., 512 plus one every train.ckpt_every steps."""
   o = {**CPU, **o}
-  steps = o["train.steps"]
-  return {**o, "model.max_len": o["train.seq_len"], "train.eval_every": steps,
-          "train.log_every": max(1, steps // 20)}
+  return {**o, "model.max_len": o["train.seq_len"], "train.eval_every": o["train.steps"],
+          "train.log_every": max(1, o["train.steps"] // 20)}
 
 
 def gamma_overrides(o: dict, target: float) -> dict:
@@ -97,41 +112,35 @@ PRESETS: dict[str, Preset[Knobs]] = {
 }
 
 
-# Stabilisation where depth matters. 4 layers (4 heads), Pythia's recipe by Γ
-# at η = 1e-2 (λ 0.1, 1% warm-up, cosine to 10%; the cpu-gamma preset's η), 8 x 64 tokens a
-# step. Γ fixes the number of steps at a given η (Γ 2.4: 4,368 steps; 7.9: 14,377), so the
-# CPU budget (45 min of CPU for the four runs and their measurement) is met by the smallest
-# batch and models that keep the design, not by fewer steps. Checkpoints: log-spaced 0..512
-# plus every 100 steps (44 at Γ 2.4, 153 at Γ 7.9: every 250 there), so a stabilisation
-# fraction is resolved to ~2% of training.
-_DEPTH = {"model.n_layers": 4, "model.n_heads": 4, "train.lr": 1e-2, "train.batch_size": 8,
-          "train.seq_len": 64, "train.ckpt_every": 100, "train.eval_batches": 2}
-# (b) a planted language of context 2: V = 64, 64^2 = 4096 contexts, each with its own random
-# rank-8 logit vector, so the next token depends on the last TWO tokens (attention must move
-# the previous token, the MLPs combine the pair); 32,768 validation tokens hold the two probe
-# batches (2 x 128 windows of 65)
+# Stabilisation where depth matters: CPU's 4 layers (4 heads), Pythia's recipe by Γ at η 1e-2
+# (cpu-gamma's), 8 x 64 tokens a step (Γ 2.4: 4,368 steps; 7.9: 14,377): the CPU budget is met
+# by small batches and models, not by fewer steps. Checkpoints: log-spaced 0..512 plus every
+# 100 steps (every 250 at Γ 7.9), so a stabilisation fraction is resolved to ~2% of training.
+_DEPTH = {"train.lr": 1e-2, "train.batch_size": 8, "train.ckpt_every": 100}
+# (b) a planted language of context 2: V = 64, 4096 contexts, each with its own random rank-8
+# logit vector (attention must move the previous token, the MLPs combine the pair); 32,768
+# validation tokens hold the two probe batches (2 x 128 windows of 65)
 _CTX2 = {**_DEPTH, "data.source": "planted", "data.options.vocab": 64, "data.options.rank": 8,
          "data.options.context": 2, "data.options.val_tokens": 32_768}
 _DEPTH_KNOBS = dict(grad_per=False, all_sequences=32, probe_batches=2)
-# depth-text at test size (seconds): 4 layers of width 16, 48 steps, a 64-piece tokenizer,
-# checkpoints 0, 16, 32, 48 (no log-spaced ones)
-_TINY_DEPTH = {"model.n_layers": 4, "model.n_heads": 2, "train.steps": 48, "train.ckpt_every": 16,
-               "train.ckpt_log_spaced": False, "train.batch_size": 8, "train.seq_len": 16,
-               "train.lr": 3e-3, "train.warmup_steps": 4}
-
+_DEPTH_TEXT = gamma_overrides(_DEPTH, target=2.4)  # on CPU's text source at V 1024
 PRESETS.update({
     # (a) Shakespeare (--data=DIR; default the packaged sample), V = 1024, d in {32, 128}, Γ 2.4
-    "depth-text": Preset("tiny", gamma_overrides({**_DEPTH, "data.source": "text",
-                                                  "data.options.vocab_size": 1024}, target=2.4),
-                         Knobs(widths=(32, 128), **_DEPTH_KNOBS)),
+    "depth-text": Preset("tiny", _DEPTH_TEXT, Knobs(widths=(32, 128), **_DEPTH_KNOBS)),
+    # stabilisation by width (``Rule``): depth-text at d in {32, 64, 128} x seeds {0, 1}
+    "cpu-e4": Preset("tiny", _DEPTH_TEXT, Knobs(widths=(32, 64, 128), seeds=(0, 1), rule=Rule(),
+                                                **_DEPTH_KNOBS)),
     # (b) the context-2 planted language at the larger Pythias' Γ (2.4) and the small ones' (7.9)
     "depth-planted-g2.4": Preset("tiny", gamma_overrides(_CTX2, target=2.4),
                                  Knobs(widths=(32,), **_DEPTH_KNOBS)),
     "depth-planted-g7.9": Preset("tiny", gamma_overrides({**_CTX2, "train.ckpt_every": 250},
                                                          target=7.9),
                                  Knobs(widths=(32,), **_DEPTH_KNOBS)),
-    "test-depth-text": Preset("tiny", overrides({**_TINY_DEPTH, "data.source": "text",
-                                                 "data.options.vocab_size": 64}),
-                              Knobs(widths=(16,), **_TINY_KNOBS)),
+    # cpu-e4 at test size (seconds): 2 layers, 48 steps, a 64-piece tokenizer, checkpoints 0, 16,
+    # 32, 48
+    "test-e4": Preset("tiny", overrides({
+        "model.n_layers": 2, "model.n_heads": 2, "train.steps": 48, "train.ckpt_every": 16,
+        "train.ckpt_log_spaced": False, "train.batch_size": 8, "train.seq_len": 16,
+        "train.lr": 3e-3, "train.warmup_steps": 4, "data.options.vocab_size": 64}),
+        Knobs(widths=(16, 32, 48), seeds=(0, 1), rule=Rule(), **_TINY_KNOBS)),
 })
-

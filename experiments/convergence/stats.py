@@ -1,13 +1,13 @@
 """The statistics of layer convergence (Diehl Martinez et al. 2024).
 
-``first_step_reaching`` is a curve's first crossing; ``stays_from`` the first checkpoint after
-which it stays ≥ a level (NaN counts as below). ``stratified_spearman_test(x, y, strata)``:
+``stays_from``: the first checkpoint after which a curve stays ≥ a level (NaN counts as below). ``stratified_spearman_test(x, y, strata)``:
 Spearman ρ_g (Pearson of average ranks, as scipy's) within each stratum g (a model × a kind;
 x = a layer's PER, y = its stabilisation step) where defined (≥ 3 pairs, neither side
 constant), T = mean_g ρ_g; null: y exchangeable within strata. p = #{|T*| ≥ |T|} / #perms over
 every combination of within-stratum permutations when Π_g n_g! ≤ ``exact_max``, else
 (1 + #{|T*_j| ≥ |T|}) / (n_perm + 1) over random draws (Phipson & Smyth 2010); each stratum's
-own p likewise (4 layers: 24 permutations, p ≥ 2/24; only T can reach 0.05).
+own p likewise (4 layers: 24 permutations, p ≥ 2/24; only T can reach 0.05). ``decide``:
+``presets.Rule`` on stab_levels.csv.
 """
 
 from __future__ import annotations
@@ -17,13 +17,6 @@ import math
 
 import numpy as np
 from scipy import stats
-
-
-def first_step_reaching(steps, values, frac: float = 0.9) -> int | None:
-  """min{s : v(s) ≥ frac · v(S)}, S = the last step (steps ascending); None if never."""
-  v = np.asarray(values, float)
-  hit = np.nonzero(v >= frac * v[-1])[0]
-  return int(np.asarray(steps)[hit[0]]) if hit.size else None
 
 
 def stays_from(steps, values, level: float) -> int | None:
@@ -65,9 +58,6 @@ def stratified_spearman_test(x, y, strata, *, n_perm: int = 10_000, exact_max: i
   """The stratified permutation test of the module doc: {statistic (T), p, exact, n_perm,
   strata: [{stratum, n, rho, p, exact}]}."""
   x, y, g = np.asarray(x, np.float64), np.asarray(y, np.float64), np.asarray(strata)
-  if not x.shape == y.shape == g.shape or x.ndim != 1:
-    raise ValueError(f"x, y and strata must be 1-D of one length, got {x.shape}, {y.shape}, "
-                     f"{g.shape}")
   rng = np.random.default_rng(seed)
   per, used = [], []
   for s in dict.fromkeys(g.tolist()):
@@ -96,3 +86,22 @@ def stratified_spearman_test(x, y, strata, *, n_perm: int = 10_000, exact_max: i
     t = np.mean([ry[_perms(len(rx), n_perm, False, rng)] @ rx for rx, ry in used], axis=0)
   return {"statistic": t_obs, "p": float(_p(t, t_obs, exact, n_perm)), "exact": exact,
           "n_perm": len(t), "strata": per}
+
+
+def decide(rule, levels) -> dict:
+  """``rule`` (``presets.Rule``) on stab_levels.csv rows: its primary cell (ρ, p NaN when a side
+  is constant or a fraction undefined) and the verdict with its reason."""
+  runs = {}
+  for r in (r for r in levels if (r["level"], r["probe"]) == (rule.level, rule.probe)):
+    runs.setdefault((r["model"], r["width"]), []).append(r["stabilisation_frac"])
+  w, f = np.array([k[1] for k in runs], float), np.array([np.median(v) for v in runs.values()])
+  rho = p = math.nan
+  if len(set(w)) > 1 and len(set(f)) > 1 and np.isfinite(f).all():
+    res = stats.permutation_test((f,), lambda a: stats.spearmanr(w, a)[0],
+                                 permutation_type="pairings", n_resamples=np.inf)
+    rho, p = float(res.statistic), float(res.pvalue)
+  v = ("supported" if rho < 0 else "refuted") if p < rule.alpha else "undecided at this size"
+  return {"n_runs": len(w), "rho": rho, "p": p, "verdict": f"larger models stabilise earlier: {v}",
+          "reason": f"Spearman(width, median stabilisation fraction at level {rule.level:g}, probe "
+                    f"{rule.probe}) over {len(w)} runs of {len(set(w))} widths: ρ {rho:+.3f}, "
+                    f"permutation p {p:.3g} (α {rule.alpha:g})"}

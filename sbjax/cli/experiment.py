@@ -36,6 +36,10 @@ def _define(registry: dict, single: str | None):
   flags.DEFINE_float("budget_s", 0, "stop training cleanly after this many seconds (exit 75; "
                      "rerun to resume); 0: no budget", lower_bound=0, **main)
   flags.DEFINE_enum("fig_format", "png", list(figure.FORMATS), "format of the figures", **main)
+  flags.register_validator("out", lambda v: not upath(v).exists() or upath(v).is_dir(),
+                           "--out names a file; give a folder (new or an earlier output)")
+  flags.register_validator("data", lambda v: not v or upath(v).is_dir(),
+                           "--data is not a folder; give a folder of UTF-8 .txt files")
   if single is None:
     flags.DEFINE_bool("quick", False, "the README's main job: the quick preset of the quick "
                       "experiments unless --only is given", **main)
