@@ -101,6 +101,8 @@ def test_wrong_dtype_and_options_raise_one_value_error_too():
     M.CollapseOptions(norm_variant="l2")
   with pytest.raises(ValueError, match=r"linear_cka\(debiased=True\) needs at least 4 samples, got n=3"):
     M.linear_cka(np.ones((3, 2)), np.ones((3, 2)), debiased=True)
+  with pytest.raises(TypeError, match=r"collapse_metrics .*cannot be traced.*use sbjax.metrics.neural_collapse there"):
+    jax.jit(M.collapse_metrics)(H, Y, W)
 
 
 def test_every_exported_name_is_a_documented_function_or_a_type():
