@@ -111,7 +111,7 @@ CLI = [  # "PREFIX: name" (the command experiments.PREFIX), setup, the error lin
      "error: unknown planted preset 'huge'", 2),
     ("mos_text: a missing corpus", _reproduce("experiments.mos_text", "--out={d}/o",
                                               "--preset=test", "--data={d}/nowhere"),
-     "corpus directory not found (--data=", 2),
+     "--data is not a folder; give a folder of UTF-8 .txt files", 2),
     ("planted: an output folder under a file",
      _reproduce("experiments.planted", "--out={d}/a_file/o", "--preset=test"),
      "a_file/o: Not a directory", 2),
