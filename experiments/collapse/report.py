@@ -55,6 +55,8 @@ def _fig_ceiling(out, plt) -> None:
   """Each metric against the gap to the entropy, one line per run; the ceiling's variants as
   horizontal lines."""
   ceil, trained = (read_rows(out / f"collapse_ceiling{s}.csv") for s in ("", "_trained"))
+  from matplotlib.ticker import LogFormatter  # noqa: PLC0415 - matplotlib loads with the figures
+
   fig, axes = plt.subplots(2, 4, figsize=(16, 6.4))
   for ax, k in zip(axes.ravel(), SHOWN):
     for run in sorted({r["run"] for r in trained}):
@@ -63,6 +65,8 @@ def _fig_ceiling(out, plt) -> None:
     for c, ls in zip(ceil, ("--", ":")):
       ax.axhline(float(c[k]), color="k", ls=ls, lw=1, label=f"ceiling ({c['variant']})")
     ax.set(xscale="log", xlabel="gap to H (nats)", title=k)
+    for set_formatter in (ax.xaxis.set_major_formatter, ax.xaxis.set_minor_formatter):
+      set_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(1, 0.4)))
     ax.invert_xaxis()
   axes.ravel()[0].legend(fontsize=7)
   figure.save(fig, out, FIG_CEIL, "models trained on the planted language vs their gap to H")
