@@ -104,11 +104,10 @@ def _run(wd, data):
   params = jax.tree.map(lambda a: (0.3 * rng.standard_normal(a.shape)).astype(np.float32),
                         Model(cfg.model).abstract_params())
   checkpoint.write_params(wd, cfg, params, 3)
-  return cfg, params
 
 
 @pytest.mark.parametrize("kind", ["sentencepiece", "tokenizer.json"])
-def test_export_with_tokenizer_loads_in_transformers_with_the_same_log_probs(tmp_path, kind):
+def test_export_with_tokenizer_loads_in_transformers_and_encodes_the_same(tmp_path, kind):
   docs = unicode_docs()
   wd = tmp_path / "run"
   if kind == "sentencepiece":
@@ -116,7 +115,7 @@ def test_export_with_tokenizer_loads_in_transformers_with_the_same_log_probs(tmp
   else:
     src = hf_tokenizer.train_bpe(docs, tmp_path / "tokenizer.json", vocab_size=300)
     tok = hf_tokenizer.copy_into(src.path, wd)
-  cfg, params = _run(wd, DataConfig(source="text", options=dict(path="corpus")))
+  _run(wd, DataConfig(source="text", options=dict(path="corpus")))
   out = tmp_path / "hf"
   assert convert_cli.export_from_workdir(str(wd), str(out)) == 3
   hf_tok = transformers.AutoTokenizer.from_pretrained(str(out))
@@ -124,12 +123,6 @@ def test_export_with_tokenizer_loads_in_transformers_with_the_same_log_probs(tmp
   ids = tok.encode(text)
   assert hf_tok(text, add_special_tokens=False)["input_ids"] == ids
   assert hf_tok.eos_token_id == tok.separator_id
-  ids = [i for i in ids if i < V_EXPORT][:32]
-  model = transformers.AutoModelForCausalLM.from_pretrained(str(out)).eval()
-  with torch.no_grad():
-    hf_lp = torch.log_softmax(model(torch.tensor([ids])).logits.double(), -1).numpy()
-  ours = np.asarray(jax.nn.log_softmax(Model(cfg.model).apply(params, np.asarray([ids])), -1))
-  np.testing.assert_allclose(ours, hf_lp, atol=1e-4)
 
 
 def _hf_mlp_last(m, windows):
