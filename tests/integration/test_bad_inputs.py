@@ -23,15 +23,14 @@ from sbjax.config import DataConfig, MeshConfig, ModelConfig
 from sbjax.data import make_dataset
 from sbjax.train import resolve_vocab, train
 from tests._corpus import generated_docs, write_corpus
+from tests._tiny import tiny_config
 from tests._unicode_corpus import unicode_docs
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def tiny_cfg(**train_kw):
-  cfg = configs.load("tiny")
-  cfg = cfg.replace(model=dataclasses.replace(cfg.model, vocab_size=64))
-  return cfg.replace(train=dataclasses.replace(cfg.train, **{"steps": 2, **train_kw}))
+  return tiny_config(**{"steps": 2, **train_kw})
 
 
 # ----------------------------------------------------------------------------- the checks
