@@ -23,6 +23,7 @@ from sbjax.data import tokenizer as tok_lib
 from sbjax.model import Model
 from tests._corpus import generated_docs, write_corpus
 from tests._hf_cache import tiny_neox, write_hf_cache
+from tests._metrics_reference import ref_cka_biased
 from tests._unicode_corpus import unicode_docs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -88,7 +89,7 @@ def test_convert_analyze_on_tokens_matches_transformers(series):
   for s, m in ref.items():
     for layer, x in enumerate(_hf_mlp_last(m, rows)):
       assert float(got[s][f"cka_to_final_mlp_{layer}"]) == pytest.approx(
-          _np_cka(x, final[layer]), abs=1e-4), (s, layer)
+          ref_cka_biased(x, final[layer]), abs=1e-4), (s, layer)
   assert float(got[3000]["cka_to_final_mlp_1"]) == pytest.approx(1.0, abs=1e-5)
   assert float(got[0]["cka_to_final_mlp_1"]) < 0.99  # the revisions differ
   info = json.loads((work / "analysis" / "metrics.json").read_text())
@@ -136,7 +137,3 @@ def _hf_mlp_last(m, windows):
     h.remove()
   return outs
 
-
-def _np_cka(x, y):
-  x, y = x - x.mean(0), y - y.mean(0)
-  return np.linalg.norm(x.T @ y) ** 2 / (np.linalg.norm(x.T @ x) * np.linalg.norm(y.T @ y))
