@@ -85,13 +85,9 @@ def _platform_skip(item):
 def tiny_run(tmp_path_factory):
   """The workdir of a 24-step tiny run (``tests/_tiny.py``), trained once per session, for
   tests that only need *a* run: read it or copy it, never train into it."""
-  from sbjax.data import make_dataset
   from sbjax.train import train
-  from tests._tiny import tiny_run_config
+  from tests._tiny import tiny_dataset, tiny_run_config
 
-  cfg = tiny_run_config()
-  ds = make_dataset(cfg.data, seq_len=cfg.train.seq_len, global_batch_size=cfg.train.batch_size,
-                    seed=cfg.train.data_seed, workdir=None)
   wd = tmp_path_factory.mktemp("tiny_run") / "run"
-  train(cfg, wd, dataset=ds, quiet=True)
+  train(tiny_run_config(), wd, dataset=tiny_dataset(), quiet=True)
   return wd

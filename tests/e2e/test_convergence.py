@@ -25,6 +25,7 @@ from sbjax.data import make_dataset
 from sbjax.experiment.runner import run
 from sbjax.model import Model
 from tests._corpus import generated_docs, write_corpus
+from tests._metrics_reference import ref_cka_biased, ref_cka_debiased, ref_erank
 
 TEST = exp.PRESETS["test"]
 K = TEST.knobs
@@ -53,31 +54,6 @@ def _stays(steps, c, level):
   """Reference: the step after the last checkpoint below ``level`` (None if the last is)."""
   below = [i for i, v in enumerate(c) if not v >= level]
   return None if below and below[-1] == len(c) - 1 else steps[below[-1] + 1] if below else steps[0]
-
-
-def _np_per(s, r):
-  s = np.sort(np.asarray(s, np.float64))[::-1][:r]
-  p = s / s.sum()
-  p = p[p > 0]
-  return math.exp(-(p * np.log(p)).sum()) / r
-
-
-def _np_cka(x, y, debiased=False):
-  x, y = x - x.mean(0), y - y.mean(0)
-  if not debiased:
-    return np.linalg.norm(x.T @ y) ** 2 / (np.linalg.norm(x.T @ x) * np.linalg.norm(y.T @ y))
-  n = x.shape[0]
-
-  def hsic(k, l):  # Song et al. 2012 unbiased HSIC on Gram matrices with zeroed diagonals
-    k, l = k.copy(), l.copy()
-    np.fill_diagonal(k, 0)
-    np.fill_diagonal(l, 0)
-    one = np.ones(n)
-    return (np.trace(k @ l) + (one @ k @ one) * (one @ l @ one) / ((n - 1) * (n - 2))
-            - 2 / (n - 2) * (one @ k @ l @ one)) / (n * (n - 3))
-
-  k, l = x @ x.T, y @ y.T
-  return hsic(k, l) / math.sqrt(hsic(k, k) * hsic(l, l))
 
 
 def test_layer_tables_reread_from_the_checkpoint_rows(out):
@@ -146,7 +122,8 @@ def test_activations_cka_and_per_against_numpy(out):
         for layer in range(mc.n_layers):
           col = f"cka0_{kind}_{t}_{e}_{layer}"
           assert rows[final][col] == pytest.approx(1.0, abs=1e-6) and rows[0][col] < 0.99
-          want = _np_cka(*(np.float64(acts[(kind, t)][j, layer]) for j in (1, 0)), e == "debiased")
+          cka = ref_cka_debiased if e == "debiased" else ref_cka_biased
+          want = cka(*(acts[(kind, t)][j, layer] for j in (1, 0)))
           assert rows[mid][col] == pytest.approx(want, abs=2e-4), col
   for step, p in ((mid, mid_p), (final, final_p)):
     for i in range(mc.n_layers):
@@ -156,9 +133,9 @@ def test_activations_cka_and_per_against_numpy(out):
       sov = [np.linalg.svd(wv[:, h] @ wo[h], compute_uv=False) for h in range(mc.n_heads)]
       d, hd = mc.d_model, mc.head_dim
       for src, rm, ro in (("weights", d, hd), ("full", d, d), ("head_dim", hd, hd)):
-        assert rows[step][f"per_{src}_mlp_{i}"] == pytest.approx(_np_per(s2, rm), rel=2e-4)
+        assert rows[step][f"per_{src}_mlp_{i}"] == pytest.approx(ref_erank(s2[:rm]) / rm, rel=2e-4)
         assert rows[step][f"per_{src}_ov_{i}"] == pytest.approx(
-            np.mean([_np_per(s, ro) for s in sov]), rel=2e-4)
+            np.mean([ref_erank(s[:ro]) / ro for s in sov]), rel=2e-4)
 
 
 def test_gradient_per_of_the_fixed_batch(out):

@@ -5,7 +5,6 @@ import re
 import subprocess
 import sys
 
-import jax
 import numpy as np
 import pytest
 from scipy import stats as sps
@@ -17,7 +16,6 @@ from experiments.planted.configs import mix_configs
 from sbjax import checkpoint as ckpt
 from sbjax.data import make_dataset
 from sbjax.experiment.runner import run
-from sbjax.model import Model
 from sbjax.studies.head_flops import head_flops
 from tests import _multidevice as md
 
@@ -69,37 +67,16 @@ def test_report_header_tables_and_figures(suite):
   assert all((root / f).read_bytes()[:4] == b"%PDF" for f in figs)
 
 
-def _fig8_reference(wd, lang, ranks):
-  """The head's W-errors by hand: the model on one batch of windows, a per-context mean of its
-  log-probabilities by a numpy loop, numpy's SVD of the raw, centred and weighted matrices."""
-  cfg, params, _ = ckpt.load_params(wd)
-  x = np.asarray(lang.sample(np.random.default_rng([lang.seed, 7]),
-                             (fig8.HEAD_WINDOWS, cfg.train.seq_len)))
-  lq = np.asarray(jax.nn.log_softmax(Model(cfg.model).apply(params, x), -1), np.float64)
-  lq, ctx = lq.reshape(-1, lang.vocab), x.reshape(-1)  # context 1: the current token
-  seen = np.unique(ctx)
-  m = np.stack([lq[ctx == c].mean(0) for c in seen])
-  pi = lang.stationary[seen] / lang.stationary[seen].sum()
-  cen = m - m.mean(1, keepdims=True)
-  out = {}
-  for v, a in (("raw", m), ("centred", cen), ("weighted", np.sqrt(pi)[:, None] * cen)):
-    s = np.linalg.svd(a, compute_uv=False)
-    out[v] = [np.sqrt(np.sum(s[r:] ** 2)) / np.linalg.norm(a) for r in ranks]
-  return out, seen.size
-
-
-def test_fig8_dense_head_werror_against_numpy(suite):
+def test_fig8_dense_head_werror_and_the_knee_gaps(suite):
+  """The head's W-errors (their formula against numpy: tests/unit/test_target_werror.py) vanish
+  from rank d on; the trained gaps are the knee table's."""
   out = suite[0] / "planted"
   rs = [r for r in read_rows(out / fig8.CSV, text=("language", "kind", "head_run"))
         if r["language"] == "language"]
-  wd = out / "runs" / rs[0]["head_run"]
-  cfg = ckpt.load_config(wd)
+  cfg = ckpt.load_config(out / "runs" / rs[0]["head_run"])
   lang = make_dataset(cfg.data, seq_len=cfg.train.seq_len, global_batch_size=8, seed=0,
                       workdir=None).planted
-  ref, n_seen = _fig8_reference(wd, lang, [int(r["rank"]) for r in rs])
-  for v in ("raw", "centred", "weighted"):
-    np.testing.assert_allclose([r[f"head_werror_{v}"] for r in rs], ref[v], rtol=2e-4, atol=2e-5)
-  assert rs[0]["head_contexts_seen"] == n_seen
+  assert 0 < rs[0]["head_contexts_seen"] <= lang.n_contexts
   assert all(r["head_werror_centred"] < 1e-5 for r in rs if r["rank"] >= cfg.model.d_model)
   gaps = {r["rank"]: r["gap"] for r in read_rows(out / exp.CSV_KNEE)}
   assert [r["trained_gap"] for r in rs] == pytest.approx(

@@ -12,11 +12,10 @@ from experiments import saturation
 from experiments.common import read_rows
 from experiments.saturation import planted
 from experiments.saturation import rise as R
-from experiments.saturation.planted_measure import W_ERROR_DIMS, window_losses
+from experiments.saturation.planted_measure import window_losses
 from experiments.saturation.planted_presets import arm_config
 from experiments.saturation.rise_rule import decide
 from sbjax import checkpoint as ckpt
-from sbjax import heads
 from sbjax.analysis.samples import eval_sample
 from sbjax.data import make_dataset
 from sbjax.experiment.runner import run
@@ -58,12 +57,6 @@ def test_checkpoints_measured_against_numpy(text):
   nll = -np.take_along_axis(logq, win[:, 1:, None], -1)[..., 0].mean(-1)
   np.testing.assert_allclose(window_losses(ck)[-1], nll, rtol=1e-5)
   assert ck[-1]["eval_loss"] == pytest.approx(nll.mean(), rel=1e-5)
-  s = np.linalg.svd(np.asarray(heads.head_matrix(params, cfg.model), np.float64),
-                    compute_uv=False)
-  p = s / s.sum()
-  assert ck[-1]["head_kl_uniform"] == pytest.approx(np.log(len(s)) + (p * np.log(p)).sum(),
-                                                    rel=1e-4, abs=1e-6)
-  assert [ck[-1][f"top_{i}"] for i in range(len(s))] == pytest.approx(s / s[0], rel=1e-4)
 
 
 def test_width_table_from_the_checkpoints(text):
@@ -109,14 +102,7 @@ def test_planted_checkpoints_against_numpy(arms):
   cfg = arm_config(PLANTED, arm)
   ck = read_rows(arms / "planted_checkpoints.csv")
   assert [r["step"] for r in ck] == ckpt.list_steps(arms / "runs" / arm.name)
-  tc = cfg.train  # Γ: the warm-up + cosine schedule written out in numpy
-  t = np.arange(tc.steps, dtype=np.float64)
-  w = tc.warmup_steps
-  cos = tc.lr * (0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * (t - w) / (tc.steps - w))))
-  eta = np.where(t < w, tc.lr * t / max(w, 1), cos)
-  gamma = arm.weight_decay * np.concatenate([[0.0], np.cumsum(eta)])
-  np.testing.assert_allclose([r["gamma"] for r in ck], gamma[[r["step"] for r in ck]],
-                             rtol=1e-5, atol=1e-12)
+  tc = cfg.train
   ds = make_dataset(cfg.data, seq_len=tc.seq_len, global_batch_size=tc.batch_size, seed=0)
   win = eval_sample(ds, PLANTED.knobs.val_windows)
   _, params, _ = ckpt.load_params(arms / "runs" / arm.name)
@@ -125,12 +111,6 @@ def test_planted_checkpoints_against_numpy(arms):
   points = read_rows(arms / "checkpoints.csv")
   np.testing.assert_allclose(window_losses(points)[-1], by_window, rtol=2e-5)
   assert np.all(window_losses(points) >= ds.planted.row_entropy[win[:, :-1]].mean(-1) - 1e-5)
-  hw = np.asarray(heads.head_matrix(params, cfg.model), np.float64)
-  for kind, m in (("raw", hw), ("centred", hw - hw.mean(0))):
-    s = np.linalg.svd(m, compute_uv=False)
-    for r in W_ERROR_DIMS:
-      assert ck[-1][f"w_error_{kind}_{r}"] == pytest.approx(
-          np.sqrt((s[r:] ** 2).sum() / (s ** 2).sum()), rel=1e-4, abs=1e-6)
 
 
 def test_planted_arm_table(arms):

@@ -1,4 +1,5 @@
-"""experiments.target_rank at its test preset: the raw curve against Counter + numpy SVD, its tables."""
+"""experiments.target_rank at its test preset: its curves (their formula against Counter + numpy SVD:
+tests/unit/test_ngram_werror.py), tables and presets."""
 
 import json
 
@@ -9,7 +10,6 @@ from experiments import target_rank as tr
 from experiments.common import read_rows
 from sbjax.experiment.runner import run
 from tests._corpus import generated_docs, write_corpus
-from tests._ngram_reference import counter_reference, np_w_error
 
 P = tr.PRESETS["test"]
 
@@ -19,30 +19,21 @@ def done(tmp_path_factory):
   root = tmp_path_factory.mktemp("target_rank")
   corpus = write_corpus(root / "corpus", generated_docs(3, 16))
   run(tr.EXPERIMENT, root / "out", "test", str(corpus), verbose=False)
-  return root / "out", corpus
+  return root / "out"
 
 
-def test_curves_match_counter_and_numpy_svd(done):
-  out, corpus = done
+def test_curves_and_figures(done):
+  out = done
   k, rows = P.knobs, read_rows(out / tr.CSV)
   assert {(r["variant"], r["V"], r["n"]) for r in rows} == {
       (a, b, c) for a in k.variants for b in k.vocab_sizes for c in k.ns}
   assert all((out / f"fig_target_rank_{v}.png").stat().st_size > 1000 for v in k.variants)
-  v, n = k.vocab_sizes[0], 2  # one curve recomputed from the experiment's own token streams
-  ref_pairs, ref_ctx = counter_reference(tr.streams(tr.data_config(P, v, str(corpus)), v, out),
-                                         n, k.min_count)
-  index = {c: i for i, c in enumerate(sorted(ref_ctx))}
-  dense = np.zeros((len(index), v))
-  for (c, t), cnt in ref_pairs.items():
-    dense[index[c], t] = cnt
-  got = [r for r in rows if (r["variant"], r["V"], r["n"]) == ("raw", v, n)]
-  assert got[0]["C"] == len(index) and [r["d"] for r in got] == [1, 2, 4, 8, 16, 32, 64]
-  ref = np_w_error(dense / dense.sum(1, keepdims=True), [int(r["d"]) for r in got])
-  np.testing.assert_allclose([r["w_error"] for r in got], ref, atol=1e-6)
+  got = [r for r in rows if (r["variant"], r["V"], r["n"]) == ("raw", k.vocab_sizes[0], 2)]
+  assert got[0]["C"] > 0 and [r["d"] for r in got] == [1, 2, 4, 8, 16, 32, 64]
 
 
 def test_summary_and_report_read_the_csv(done):
-  out, _ = done
+  out = done
   rows, s = read_rows(out / tr.CSV), json.loads((out / "summary.json").read_text())
   raw = {(r["V"], r["n"], r["d"]): r["w_error"] for r in rows if r["variant"] == "raw"}
   for var in P.knobs.variants[1:]:

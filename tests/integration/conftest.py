@@ -6,15 +6,13 @@ import numpy as np
 import pytest
 
 from sbjax import checkpoint as ckpt
-from sbjax.data import make_dataset
+from tests._tiny import tiny_dataset
 from tests.integration.test_bad_inputs import tiny_cfg
 
 
 @pytest.fixture(scope="module")
 def ds():
-  cfg = tiny_cfg()
-  return make_dataset(cfg.data, seq_len=cfg.train.seq_len, global_batch_size=cfg.train.batch_size,
-                      seed=cfg.train.data_seed, workdir=None)
+  return tiny_dataset()
 
 
 @pytest.fixture(scope="module")

@@ -23,15 +23,14 @@ from sbjax.config import DataConfig, MeshConfig, ModelConfig
 from sbjax.data import make_dataset
 from sbjax.train import resolve_vocab, train
 from tests._corpus import generated_docs, write_corpus
+from tests._tiny import tiny_config
 from tests._unicode_corpus import unicode_docs
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def tiny_cfg(**train_kw):
-  cfg = configs.load("tiny")
-  cfg = cfg.replace(model=dataclasses.replace(cfg.model, vocab_size=64))
-  return cfg.replace(train=dataclasses.replace(cfg.train, **{"steps": 2, **train_kw}))
+  return tiny_config(**{"steps": 2, **train_kw})
 
 
 # ----------------------------------------------------------------------------- the checks
@@ -249,26 +248,17 @@ R = "invalid config: "
 CONFIG_ROWS = [  # --config.KEY=VALUE text, the error line holds (bounds declared with the config)
     (f"train.seed={2**70}", R + "train.seed=1180591620717411303424; allowed: an integer >= 0 and "
      "<= 4294967295"),
-    ("train.data_seed=-1", R + "train.data_seed=-1"),
-    (f"train.steps={10**12}", R + "train.steps=1000000000000; allowed: an integer >= 1 and <= "
-     "2147483647"),
     ("model.init_std=nan", R + "model.init_std=nan; allowed: a finite"),
     ("model.ln_eps=-1", R + "model.ln_eps=-1.0; allowed: a finite number > 0"),
-    ("model.rotary_base=0", R + "model.rotary_base=0.0"),
-    ("train.lr=nan", R + "train.lr=nan; allowed: a finite number > 0"),
-    ("train.clip=inf", R + "train.clip=inf"),
     ("train.b2=1", R + "train.b2=1.0; allowed: a finite number >= 0.0 and < 1.0"),
-    ("train.warmup_steps=-5", R + "train.warmup_steps=-5"),
     ("data.options.alpha=inf", R + "data.options.alpha=inf"),
     ("data.options.vocab=1", R + "data.options.vocab=1"),
     ("mesh.data=0", R + "mesh=(0, 1, 1)"),
     ("model.dtype=float8", R + "model.dtype='float8'; allowed: float32 | bfloat16 | float16 | float64"),
-    ("data.options.sampler=gpu", R + "data.options.sampler='gpu'"),
     ("data.options.sampler=device", R + "data.options.train_tokens=200000; allowed: 0 with "
      "data.options.sampler=device"),
     ("data.source=nope", R + "data.source='nope'; allowed: planted | "),
     ("data.source=tokens", R + "data.options.path=''"),
-    ("model.head=mos model.head.n_mix=0", R + "model.head.n_mix=0; allowed: an integer >= 1"),
     ("model.head=lowrank model.head.rank=33", R + "model.head.rank=33; allowed: 1 .. d_model=32"),
     ("train.lr=fast", "config override train.lr='fast'"),
     ("train.seq_len=128", R + "train.seq_len=128; allowed: <= model.max_len=64"),
@@ -331,18 +321,10 @@ def _train(*args):
   return lambda d, _: ["experiments.train", "--config=tiny", f"--workdir={d}/w", *args]
 
 
-def _int32_bin(d, _):
-  np.random.default_rng(0).integers(0, 70_000, 4000).astype("<i4").tofile(d / "ids.bin")
-  return _train("--config.data.source=tokens", f"--config.data.options.path={d}/ids.bin")(d, _)
-
-
 TRAIN_CLI = [
-    ("seed beyond the RNG's range", _train(f"--config.train.seed={2**70}"),
-     "error: invalid config: train.seed=1180591620717411303424", 2),
     ("unknown config name", lambda d, _: ["experiments.train", "--config=nope", f"--workdir={d}"],
      "error: flag --config=nope: unknown config name 'nope'", 2),
     ("negative stop_after", _train("--stop_after=-1"), "error: flag --stop_after=-1", 2),
-    ("int32 ids in a .bin without a dtype", _int32_bin, "ids.bin does not say how wide its ids", 2),
 ]
 
 

@@ -34,8 +34,6 @@ SWEEP_ROWS = [  # name, setup, the error line holds, exit status
     ("an empty axis", _tiny_grid(**{"train.lr": []}), "non-empty lists of values", 2),
     ("a NaN learning rate in the grid", _grid('{"base": "tiny", "grid": {"train.lr": [NaN]}}'),
      "run 'lr=nan': invalid config: train.lr=nan", 2),
-    ("a seed beyond the RNG's range", _tiny_grid(**{"train.seed": [2**70]}),
-     "invalid config: train.seed=1180591620717411303424", 2),
     ("an unknown config key", _tiny_grid(**{"train.stepz": [1]}),
      "invalid config key 'train.stepz'", 2),
     ("an unknown base config", _grid({"base": "pythia-7b"}), "unknown config name 'pythia-7b'", 2),
@@ -94,21 +92,10 @@ def _reproduce(module, *args):
 
 
 CLI = [  # "PREFIX: name" (the command experiments.PREFIX), setup, the error line holds, status
-    ("sweep: a NaN learning rate in the grid", _sweep_cli(), "error: sweep grid: run 'lr=nan': "
-     "invalid config: train.lr=nan", 2),
     ("sweep: hosts that are no number", _sweep_cli("--num_hosts=two"),
      "error: --num_hosts='two': an integer >= 1 or 'auto'", 2),
-    ("reproduce: an unknown experiment", _reproduce("experiments.reproduce", "--out={d}/o",
-                                                     "--only=nope"),
-     "error: unknown experiment 'nope'", 2),
     ("reproduce: a negative budget", _reproduce("experiments.reproduce", "--out={d}/o",
                                                 "--budget_s=-1"), "error: flag --budget_s=-1", 2),
-    ("reproduce: an unknown figure format",
-     _reproduce("experiments.reproduce", "--out={d}/o", "--fig_format=tiff"),
-     "error: flag --fig_format=tiff", 2),
-    ("planted: an unknown preset", _reproduce("experiments.planted", "--out={d}/o",
-                                              "--preset=huge"),
-     "error: unknown planted preset 'huge'", 2),
     ("mos_text: a missing corpus", _reproduce("experiments.mos_text", "--out={d}/o",
                                               "--preset=test", "--data={d}/nowhere"),
      "--data is not a folder; give a folder of UTF-8 .txt files", 2),

@@ -96,19 +96,8 @@ CONVERT_ROWS = [  # name, setup, the error line holds, exit status
     # safetensors read by the safetensors package, with the format's checks
     ("a safetensors header that is a JSON list", _raw([1, 2], b""),
      "not a valid safetensors file (Error while deserializing header: invalid JSON", 2),
-    ("tensors whose byte ranges overlap",
-     _raw({"a": {**F32, "data_offsets": [0, 8]}, "b": {**F32, "data_offsets": [4, 12]}}, b"0" * 12),
-     "invalid offset for tensor `b`", 2),
-    ("a tensor of an unknown dtype", _raw({"a": {**F32, "dtype": "F8", "data_offsets": [0, 8]}},
-                                          b"0" * 8), "unknown variant `F8`", 2),
-    ("a tensor without a dtype", _raw({"a": {"shape": [2], "data_offsets": [0, 8]}}, b"0" * 8),
-     "missing field `dtype`", 2),
-    ("bytes beyond the last tensor", _raw({"a": {**F32, "data_offsets": [0, 8]}}, b"0" * 9),
-     "incomplete metadata, file not fully covered", 2),
     ("a truncated weight file", _raw({"a": {**F32, "data_offsets": [0, 8]}}, b"0" * 5),
      "incomplete metadata, file not fully covered", 2),
-    ("a range that does not hold its shape", _raw({"a": {**F32, "data_offsets": [0, 4]}}, b"0" * 4),
-     "invalid shape, data type, or offset for tensor", 2),
     # the weights and the config
     ("NaN weights", _weights(_nan), "weights hold NaN or inf values in 1 tensor(s): "
      "gpt_neox.layers.0.mlp.dense_h_to_4h.weight", 2),
@@ -124,8 +113,6 @@ CONVERT_ROWS = [  # name, setup, the error line holds, exit status
      "config.json lacks hidden_size, which a gpt_neox config needs", 2),
     ("a negative layer-norm epsilon", _set("layer_norm_eps", -1),
      "config.json: invalid config: model.ln_eps=-1.0", 2),
-    ("a NaN initializer range", _set("initializer_range", "NaN"),
-     "config.json: invalid config: model.init_std=nan", 2),
     ("heads that do not divide the width", _set("num_attention_heads", 3),
      "config.json: invalid config: model.n_heads=3", 2),
     ("an HF config that is no JSON", _hf_config(lambda c: "{oops"), "config.json is not valid JSON",

@@ -10,25 +10,15 @@ import pytest
 from sbjax import checkpoint as ckpt
 from sbjax import configs
 from sbjax.cli.data_note import data_note
-from sbjax.config import Config
-from sbjax.data import make_dataset
 from sbjax.model import Model
 from sbjax.optim import make_optimizer
 from sbjax.train import NonFiniteLossError, make_train_step, read_metrics, train
-from tests._tiny import tiny_run_config
-
-
-def tiny_cfg(**train_kw) -> Config:
-  cfg = configs.load("tiny")
-  cfg = cfg.replace(model=dataclasses.replace(cfg.model, vocab_size=64))
-  return cfg.replace(train=dataclasses.replace(cfg.train, **train_kw)) if train_kw else cfg
+from tests._tiny import tiny_config, tiny_dataset, tiny_run_config
 
 
 @pytest.fixture(scope="module")
 def tiny_ds():
-  cfg = tiny_cfg()
-  return make_dataset(cfg.data, seq_len=cfg.train.seq_len, global_batch_size=cfg.train.batch_size,
-                      seed=cfg.train.data_seed, workdir=None)
+  return tiny_dataset()
 
 
 # Golden value: the loss after one AdamW step of the `tiny` model (seed 0) on a fixed
@@ -40,7 +30,7 @@ GOLDEN_LOSS_STEP1 = 3.9008024
 
 
 def test_golden_one_step_regression():
-  cfg = tiny_cfg(warmup_steps=0)
+  cfg = tiny_config(warmup_steps=0)
   model = Model(cfg.model)
   # jitted init, as train() initialises (one compile instead of ~80 eager op compiles)
   params = jax.jit(model.init, static_argnums=(1, 2))(jax.random.key(cfg.train.seed), 1,
@@ -56,7 +46,7 @@ def test_golden_one_step_regression():
 
 
 def test_gradient_accumulation_equals_full_batch():
-  cfg = tiny_cfg()
+  cfg = tiny_config()
   model = Model(cfg.model)
   params = model.init(jax.random.key(0), 1, cfg.train.seq_len)
   batch = jnp.asarray(np.random.default_rng(0).integers(0, 64, (8, 33)), jnp.int32)
@@ -80,7 +70,7 @@ def _losses(workdir):
 
 
 def test_stop_and_resume_equals_uninterrupted_run_bitwise(tmp_path, tiny_ds, tiny_run):
-  cfg = tiny_cfg(steps=24, log_every=1, eval_every=12, ckpt_every=12)
+  cfg = tiny_config(steps=24, log_every=1, eval_every=12, ckpt_every=12)
   full = tiny_run  # the session's shared uninterrupted run of this config (tests/conftest.py)
   assert ckpt.load_config(full) == cfg
   part = train(cfg, tmp_path / "part", dataset=tiny_ds, stop_after=10, quiet=True)
@@ -112,7 +102,7 @@ def test_nan_loss_stops_with_step_and_keeps_last_good_checkpoint(tmp_path, tiny_
 
 def test_skip_nonfinite_steps_skips_and_finishes(tmp_path, tiny_ds):
   # checkpoints only at 0 and the end (ckpt_log_spaced, a loop-only field): the skip is the point
-  cfg = tiny_cfg(steps=10, log_every=1, skip_nonfinite_steps=2, ckpt_log_spaced=False)
+  cfg = tiny_config(steps=10, log_every=1, skip_nonfinite_steps=2, ckpt_log_spaced=False)
   out = train(cfg, tmp_path, dataset=tiny_ds, quiet=True, nan_at_step=5)
   assert out["skipped_steps"] == 1 and out["step"] == 10
   assert np.isfinite(out["eval_loss"])

@@ -24,18 +24,6 @@ ETF_C = ETF - 0.25
 N_PERP = np.full(4, 0.5)  # unit vector orthogonal to every μ̃_c (<μ̃_c, 1> = 3/4 − 3/4 = 0)
 
 
-def test_etf_aligned_and_anti_aligned_classifier():
-  al = metrics(ETF, 2.0 * ETF_C)  # w_c = 2 μ̃_c: cos_c = 1 for every c
-  assert al["nc3_cos_mean"] == pytest.approx(1.0, abs=TOL)
-  assert al["unc3_cos_cov"] == pytest.approx(0.0, abs=TOL)  # std 0
-  assert al["dual_error"] == pytest.approx(0.0, abs=1e-3)  # W M̃ᵀ ∝ I − 11ᵀ/K exactly
-  anti = metrics(ETF, -ETF_C)  # w_c = −μ̃_c: cos_c = −1
-  assert anti["nc3_cos_mean"] == pytest.approx(-1.0, abs=TOL)
-  assert anti["unc3_cos_cov"] == pytest.approx(0.0, abs=TOL)
-  # W M̃ᵀ = −(I − 11ᵀ/4), ‖·‖_F = √3: ‖−P/√3 − P/√3‖_F = 2‖P‖_F/√3 = 2
-  assert anti["dual_error"] == pytest.approx(2.0, abs=1e-3)
-
-
 def test_non_uniform_duality_sign_of_unc3_follows_nc3():
   # w_c = μ̃_c + s_c n with n ⟂ μ̃_c: cos_c = ‖μ̃_c‖ / sqrt(‖μ̃_c‖² + s_c²) = (√3/2)/sqrt(3/4 + s_c²);
   # s = (0, 3/2, 0, 3/2) gives cos = (1, 1/2, 1, 1/2): mean 3/4, std (ddof 1) = sqrt((4/16)/3)

@@ -155,10 +155,3 @@ def test_frozen_trunk_trains_exactly_the_head_keys():
     assert trained == set(heads.get(k).param_keys) == ({"embed"} if k == "tied" else {"head"})
     assert all(x == "train" for x in jax.tree.leaves(trainable_labels(abstract, c, False)))
 
-
-def test_hf_mapping():
-  assert heads.for_hf(True).name == "tied" and heads.for_hf(False).name == "dense"
-  assert heads.get("mos").hf_problem(CFGS["mos"]) == (
-      "model.head='mos': a mixture-of-softmaxes head has no Hugging Face GPT-NeoX/GPT-Neo "
-      "equivalent (only dense, tied and lowrank heads export)")
-  assert all(heads.get(k).hf_problem(CFGS[k]) is None for k in ("dense", "tied", "lowrank"))

@@ -6,6 +6,7 @@ import pytest
 
 from sbjax.analysis import layerwise as lw
 from sbjax.config import ModelConfig
+from tests._metrics_reference import ref_erank
 
 MC = ModelConfig(vocab_size=16, d_model=12, n_layers=2, n_heads=3, rotary_pct=0.5)  # F=48, Dh=4
 SHAPES = {"mlp": {"fc_out_kernel": (48, 12)},
@@ -16,13 +17,6 @@ def _rand(rng):
   return {f"block_{i}": jax.tree.map(lambda s: rng.normal(size=s).astype(np.float32), SHAPES,
                                      is_leaf=lambda x: isinstance(x, tuple))
           for i in range(MC.n_layers)}
-
-
-def _np_per(s, r):
-  s = np.sort(np.asarray(s, np.float64))[::-1][:r]
-  p = s / s.sum()
-  p = p[p > 0]
-  return float(np.exp(-(p * np.log(p)).sum()) / r)
 
 
 def test_device_float32_and_host_float64_paths_agree():
@@ -54,13 +48,13 @@ def test_host_path_equals_numpy_svd_of_the_explicit_matrices():
     b, g = params[f"block_{i}"], grads[f"block_{i}"]
     wv, wo = np.float64(b["attn"]["v_kernel"]), np.float64(b["attn"]["o_kernel"])
     gv, go = np.float64(g["attn"]["v_kernel"]), np.float64(g["attn"]["o_kernel"])
-    heads = [_np_per(svd(wv[:, h] @ wo[h]), 4) for h in range(3)]
+    heads = [ref_erank(svd(wv[:, h] @ wo[h])[:4]) / 4 for h in range(3)]
     np.testing.assert_allclose(got["ov_heads"][i], heads, rtol=1e-5)
     assert got["ov"][i] == pytest.approx(np.mean(heads), rel=1e-5)
-    assert got["mlp"][i] == pytest.approx(_np_per(svd(b["mlp"]["fc_out_kernel"]), 12), rel=1e-5)
+    assert got["mlp"][i] == pytest.approx(ref_erank(svd(b["mlp"]["fc_out_kernel"])[:12]) / 12, rel=1e-5)
     np.testing.assert_allclose(got_g["ov_heads"][i], [
-        _np_per(svd(gv[:, h] @ wo[h] + wv[:, h] @ go[h]), 8) for h in range(3)], rtol=1e-5)
-    assert got_g["mlp"][i] == pytest.approx(_np_per(svd(g["mlp"]["fc_out_kernel"]), 12),
+        ref_erank(svd(gv[:, h] @ wo[h] + wv[:, h] @ go[h])[:8]) / 8 for h in range(3)], rtol=1e-5)
+    assert got_g["mlp"][i] == pytest.approx(ref_erank(svd(g["mlp"]["fc_out_kernel"])[:12]) / 12,
                                             rel=1e-5)
 
 

@@ -24,14 +24,6 @@ def test_matches_reference_low_precision(dtype):
   assert float(anisotropy(h)) == pytest.approx(ref, abs=1e-5)  # stated f32 tolerance
 
 
-def test_analytic_cases():
-  v = np.random.default_rng(1).normal(size=(7,))
-  h = np.tile(v, (10, 1)) * np.arange(1, 11)[:, None]  # same direction, different lengths
-  assert float(anisotropy(h)) == pytest.approx(1.0, abs=1e-6)
-  eye = np.eye(4)
-  assert float(anisotropy(np.concatenate([eye, -eye]))) == pytest.approx(-1.0 / 7.0, abs=1e-6)  # +-e_i
-
-
 def test_zero_vectors_excluded_and_mask():
   f = jax.jit(anisotropy)
   h = np.random.default_rng(2).normal(size=(12, 6))

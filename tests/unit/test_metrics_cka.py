@@ -33,14 +33,6 @@ def test_matches_reference_low_precision(dtype):
   assert float(linear_cka(x, y, debiased=True)) == pytest.approx(ref_cka_debiased(xf, yf), abs=1e-4)
 
 
-def test_debiased_less_than_biased_for_independent_wide_features():
-  rng = np.random.default_rng(1)
-  x, y = rng.normal(size=(24, 200)), rng.normal(size=(24, 200))
-  b, u = float(linear_cka(x, y)), float(linear_cka(x, y, debiased=True))
-  assert b > 0.5  # the biased estimator is strongly biased upward when d >> n
-  assert abs(u) < 0.2
-
-
 def test_to_reference_and_by_layer_match_pairwise_calls():
   rng = np.random.default_rng(2)
   acts = rng.normal(size=(5, 3, 10, 7)).astype(np.float32)

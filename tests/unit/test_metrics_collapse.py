@@ -123,22 +123,6 @@ def test_nc4_search_all_and_unweighted():
   assert int(np.asarray(st_small.counts).sum()) == 120
 
 
-@pytest.mark.parametrize("block", [5, 8, 64])  # K = 21: 5 and 8 do not divide K; 64 -> one block
-def test_block_sizes_match_full_matrix_reference(block):
-  rng = np.random.default_rng(5)
-  v, d = 21, 4  # 21 is not divisible by 3 * 8 etc.
-  means = rng.normal(size=(v, d))
-  var = rng.uniform(0.1, 2.0, size=v)
-  counts = rng.integers(1, 10, size=v)
-  w = rng.normal(size=(v, d))
-  with jax.enable_x64(True):
-    got = from_stats(means, var, counts, w, block_size=block, per_class=True)
-  want = ref_from_stats(means, var, counts, w)
-  assert_close(got, want, rtol=1e-5, atol=1e-9)
-  np.testing.assert_allclose(per_class(got, "per_class_cdnv"), want["per_class_cdnv"], rtol=1e-5)
-  np.testing.assert_allclose(per_class(got, "per_class_interference"), want["per_class_interference"], atol=1e-9)
-
-
 # ---------------------------------------------------------------- robustness
 def test_input_errors():
   feats, labels, w = make_data(6, v=10, d=4, n=50)
