@@ -3,8 +3,7 @@
 numpy/scipy: the OV-circuit activation per head, CKA-to-final (1 at the final step; biased,
 debiased, last and all tokens at a middle step), PER from numpy SVDs of the explicit matrices;
 every summary CSV re-read from checkpoints.csv (stabilisation steps, bands, the within-stratum
-Spearman, both probe batches at every level); the presets' configs (schedules, Γ, a text
-corpus) without training; test-e4's pre-registered decision."""
+Spearman, both probe batches at every level); test-e4's pre-registered decision."""
 
 import dataclasses
 import json
@@ -24,7 +23,6 @@ from sbjax.analysis import layerwise
 from sbjax.data import make_dataset
 from sbjax.experiment.runner import run
 from sbjax.model import Model
-from tests._corpus import generated_docs, write_corpus
 from tests._metrics_reference import ref_cka_biased, ref_cka_debiased, ref_erank
 
 TEST = exp.PRESETS["test"]
@@ -157,28 +155,6 @@ def test_gradient_per_of_the_fixed_batch(out):
     for kind in ("mlp", "ov"):
       np.testing.assert_allclose([row[f"per_gradients_{kind}_{i}"] for i in range(mc.n_layers)],
                                  want[kind], rtol=1e-4)
-
-
-def test_presets_without_training(tmp_path):
-  from sbjax.checkpoint import checkpoint_steps, log_spaced_steps
-
-  for preset, widths in (("cpu", (32, 64, 128)), ("tpu", (512, 768, 1024))):
-    cfgs = exp.configs(exp.PRESETS[preset])
-    assert tuple(c.model.d_model for _, c in cfgs) == widths
-    for _, c in cfgs:
-      even = [s for s in checkpoint_steps(c.train) if s and s % c.train.ckpt_every == 0]
-      assert len(even) >= 20 and log_spaced_steps(c.train)[-1] == 512
-  assert cfgs[0][1].data.source == "tfds" and cfgs[-1][1].model.n_layers == 24
-  corpus = write_corpus(tmp_path / "c", generated_docs(1, 6))
-  for preset, gamma in (("depth-text", 2.4), ("cpu-e4", 2.4), ("depth-planted-g2.4", 2.4),
-                        ("depth-planted-g7.9", 7.9)):
-    for _, c in exp.configs(exp.PRESETS[preset], None if "planted" in preset else str(corpus)):
-      assert c.model.n_layers == 4 and c.train.weight_decay == 0.1
-      assert abs(optim.gamma_total(c.train) - gamma) < 1e-3
-      if "planted" in preset:
-        assert (c.data.options.context, c.data.options.vocab, c.data.options.rank) == (2, 64, 8)
-      else:
-        assert c.data.source == "text" and c.data.options.path == str(corpus)
 
 
 def test_width_order_and_its_preregistered_decision(tmp_path):

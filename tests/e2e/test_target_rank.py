@@ -46,13 +46,3 @@ def test_summary_and_report_read_the_csv(done):
   cells = next(x for x in text.splitlines() if x.startswith(f"| {P.knobs.vocab_sizes[0]} | 2 |"))
   assert float(cells.strip("|").split("|")[4]) == pytest.approx(
       raw[(P.knobs.vocab_sizes[0], 2, P.knobs.d_ref)], abs=5e-5)
-
-
-def test_tpu_preset_data_configs(tmp_path):
-  p = tr.PRESETS["tpu"]
-  for v in p.knobs.vocab_sizes:
-    dc = tr.data_config(p, v)
-    assert dc.source == "tfds" and dc.options.vocab_size == v and dc.options.name == "lm1b"
-  assert tr.data_config(p, 8192, "other_ds").options.name == "other_ds"
-  with pytest.raises(FileNotFoundError, match="--data=DIR"):
-    tr.data_config(tr.PRESETS["cpu"], 512, str(tmp_path / "missing"))
