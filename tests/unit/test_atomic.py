@@ -1,14 +1,13 @@
-"""sbjax.atomic: the one atomic writer (local rename, one object on gs://, umask modes)."""
+"""sbjax.atomic: the one atomic writer on local disk (rename, umask modes);
+gs:// in tests/integration/test_remote_paths.py."""
 
 import os
 import stat
 
 import numpy as np
 import pytest
-from etils import epath
 
 from sbjax import atomic
-from tests._fake_gcs import fake_gcs
 
 
 def test_local_write_replaces_and_leaves_no_temporary(tmp_path):
@@ -41,15 +40,3 @@ def test_a_failed_write_keeps_the_old_file(tmp_path):
   assert p.read_text() == "old"
   assert os.listdir(tmp_path) == ["x.txt"]
 
-
-def test_gs_path_is_written_as_one_object():
-  with fake_gcs() as store:
-    p = epath.Path("gs://bucket/run/plan.json")
-    atomic.atomic_write_json(p, {"r": [4, 8]})
-    with atomic.atomic_path("gs://bucket/run/w.npy") as tmp, open(tmp, "wb") as f:
-      np.save(f, np.arange(3))
-    assert sorted(store) == ["gs://bucket/run/plan.json", "gs://bucket/run/w.npy"]
-    assert p.read_text() == '{\n "r": [\n  4,\n  8\n ]\n}\n'
-    with epath.Path("gs://bucket/run/w.npy").open("rb") as f:
-      np.testing.assert_array_equal(np.load(f), np.arange(3))
-  assert not atomic.is_local("gs://bucket/x") and atomic.is_local("runs/x")
