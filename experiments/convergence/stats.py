@@ -18,6 +18,8 @@ import math
 import numpy as np
 from scipy import stats
 
+from sbjax.studies.stats import spearman_test
+
 
 def stays_from(steps, values, level: float) -> int | None:
   """min{s_k : v_j ≥ level for all j ≥ k}; None if v at the last checkpoint is < level."""
@@ -90,16 +92,12 @@ def stratified_spearman_test(x, y, strata, *, n_perm: int = 10_000, exact_max: i
 
 def decide(rule, levels) -> dict:
   """``rule`` (``presets.Rule``) on stab_levels.csv rows: its primary cell (ρ, p NaN when a side
-  is constant or a fraction undefined) and the verdict with its reason."""
+  is constant, a fraction undefined or fewer than 3 runs) and the verdict with its reason."""
   runs = {}
   for r in (r for r in levels if (r["level"], r["probe"]) == (rule.level, rule.probe)):
     runs.setdefault((r["model"], r["width"]), []).append(r["stabilisation_frac"])
   w, f = np.array([k[1] for k in runs], float), np.array([np.median(v) for v in runs.values()])
-  rho = p = math.nan
-  if len(set(w)) > 1 and len(set(f)) > 1 and np.isfinite(f).all():
-    res = stats.permutation_test((f,), lambda a: stats.spearmanr(w, a)[0],
-                                 permutation_type="pairings", n_resamples=np.inf)
-    rho, p = float(res.statistic), float(res.pvalue)
+  rho, p = spearman_test(w, f)  # exact over the pairings
   v = ("supported" if rho < 0 else "refuted") if p < rule.alpha else "undecided at this size"
   return {"n_runs": len(w), "rho": rho, "p": p, "verdict": f"larger models stabilise earlier: {v}",
           "reason": f"Spearman(width, median stabilisation fraction at level {rule.level:g}, probe "

@@ -9,8 +9,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
-import numpy as np
-from scipy import stats
+
+from sbjax.studies.stats import spearman_test
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,25 +23,6 @@ class RiseRule:
   min_widths: int = 3  # the order needs at least this many widths
   order_perms: int = 50_000  # pairings for that p (exact for n ≤ 8)
   kl_jump: float = 1.0  # coincide: centred KL, peak − start of the rise, in nats
-
-
-def spearman(x, y, n_resamples: int) -> tuple[float, float]:
-  """(ρ, two-sided permutation p) of the pairs (x_i, y_i); NaN for fewer than 3 pairs."""
-  x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
-  if x.size < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
-    return math.nan, math.nan
-
-  rx = stats.rankdata(x)
-  rx -= rx.mean()
-
-  def rho(b, axis=-1):  # y's order against x's: one sample, its n! pairings
-    rb = stats.rankdata(b, axis=axis)
-    rb = rb - rb.mean(axis, keepdims=True)
-    return (rx * rb).sum(axis) / np.sqrt((rx ** 2).sum() * (rb ** 2).sum(axis))
-
-  res = stats.permutation_test((y,), rho, permutation_type="pairings", vectorized=True,
-                               n_resamples=n_resamples, alternative="two-sided", rng=0)
-  return float(res.statistic), float(res.pvalue)
 
 
 def _cells(arms: list[dict]) -> dict:
@@ -59,7 +40,7 @@ def decide(arms: list[dict], rule: RiseRule, ref_weight_decay: float) -> dict:
   cells = _cells(arms)
   rises = {k: sum(v) > len(v) / 2 for k, v in cells.items()}
   widths = sorted({int(a["d"]) for a in ref})
-  rho, p = (spearman([a["d"] for a in ref], [a["rise"] for a in ref], rule.order_perms)
+  rho, p = (spearman_test([a["d"] for a in ref], [a["rise"] for a in ref], rule.order_perms)
             if len(widths) >= rule.min_widths else (math.nan, math.nan))
   ordered = math.isfinite(p) and p <= rule.alpha
   falls, grows = ordered and rho < 0, ordered and rho > 0

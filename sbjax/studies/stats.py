@@ -9,6 +9,9 @@ metric x to the validation loss y over models (the collapse and convergence expe
 * ``partial_summary(x, y, z)``: r_xy·z = (r_xy − r_xz r_yz) / sqrt((1 − r_xz²)(1 − r_yz²)),
   the Pearson r of the residuals of x and y after their least-squares lines on z.
 * ``ci_sign(lo, hi)``: +1 above 0, −1 below, 0 when the interval contains 0, NaN undefined.
+* ``spearman_test(x, y, n_resamples)``: (ρ, two-sided permutation p) over the pairings of y
+  with x (``scipy.stats.permutation_test``; exact when n! ≤ ``n_resamples``, else seeded
+  draws); NaN for fewer than 3 pairs, a constant side or any non-finite value.
 * ``permutation_pvalue(x, y, n_perm)``: r_j = pearson(x, y[π_j]) for ``n_perm`` uniform
   random permutations π_j, p = (1 + #{j : |r_j| ≥ |r_obs|}) / (n_perm + 1) (Phipson & Smyth
   2010: never 0, exactly valid under exchangeability).
@@ -20,6 +23,7 @@ side, a statistic is NaN (never an exception mid-report).
 from __future__ import annotations
 
 import numpy as np
+from scipy import stats
 from scipy.special import ndtri
 from scipy.stats import rankdata
 
@@ -59,6 +63,25 @@ def spearman(x, y) -> float:
   """Spearman's rho of the finite pairs: Pearson r of their average ranks (ties averaged)."""
   x, y = finite_pairs(x, y)
   return float(pearson(rankdata(x), rankdata(y)))
+
+
+def spearman_test(x, y, n_resamples: float = np.inf) -> tuple[float, float]:
+  """(ρ, two-sided permutation p) of the pairs (x_i, y_i) (module doc)."""
+  x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+  if x.size < 3 or not (np.isfinite(x).all() and np.isfinite(y).all()) or np.ptp(x) == 0 \
+      or np.ptp(y) == 0:
+    return float("nan"), float("nan")
+  rx = rankdata(x)
+  rx -= rx.mean()
+
+  def rho(b, axis=-1):  # y's order against x's: one sample, its n! pairings
+    rb = rankdata(b, axis=axis)
+    rb = rb - rb.mean(axis, keepdims=True)
+    return (rx * rb).sum(axis) / np.sqrt((rx ** 2).sum() * (rb ** 2).sum(axis))
+
+  res = stats.permutation_test((y,), rho, permutation_type="pairings", vectorized=True,
+                               n_resamples=n_resamples, alternative="two-sided", rng=0)
+  return float(res.statistic), float(res.pvalue)
 
 
 def fisher_ci(r, n, level: float = 0.95, n_controls: int = 0) -> tuple[float, float]:

@@ -11,7 +11,7 @@ from experiments.common import read_rows, write_rows
 from experiments.saturation import planted
 from experiments.saturation import rise as R
 from experiments.saturation.planted_measure import null_and_peak, svd_bounds
-from experiments.saturation.rise_rule import RiseRule, decide, spearman
+from experiments.saturation.rise_rule import RiseRule, decide
 from experiments.saturation.summary import (fit_power_law, fit_rows, gap_cis, loo_rows,
                                             scaling_verdict)
 from sbjax.data.planted_tail import PlantedTail
@@ -192,15 +192,6 @@ def test_a_rise_against_its_null_level(tmp_path):
   assert decide(arms, k.rule, 0.1)["verdict"] == "refutes"
   climb = null_and_peak(_arm_rows(0.02, 0), STEPS, TOTAL, k)
   assert climb["rise_above_null"] and climb["rise_p"] < 0.01
-
-
-def test_spearman_against_every_pairing():
-  x, y = [8, 8, 8, 32, 32, 64], [0.03, 0.01, 0.02, 0.015, 0.012, 0.004]
-  rho, p = spearman(x, y, 50_000)
-  assert rho == pytest.approx(stats.spearmanr(x, y).statistic)
-  null = [stats.spearmanr(x, [y[i] for i in o]).statistic
-          for o in itertools.permutations(range(6))]
-  assert p == pytest.approx(np.mean(np.abs(null) >= abs(rho) - 1e-12))
 
 
 def _e1(rises: dict, above=lambda d, lam: True, jump: float = 1.5) -> list[dict]:

@@ -105,3 +105,12 @@ def test_permutation_pvalue_exact_small_n():
   n = 10_000
   p = stats.permutation_pvalue(x, y, n, seed=3)
   assert abs(p - p_exact) < 4 * math.sqrt(p_exact * (1 - p_exact) / n) + 2 / n
+
+
+def test_spearman_test_against_every_pairing():
+  x, y = [8, 8, 8, 32, 32, 64], [0.03, 0.01, 0.02, 0.015, 0.012, 0.004]
+  rho, p = stats.spearman_test(x, y, 50_000)
+  assert rho == pytest.approx(sps.spearmanr(x, y).statistic)
+  null = [sps.spearmanr(x, [y[i] for i in o]).statistic for o in itertools.permutations(range(6))]
+  assert p == pytest.approx(np.mean(np.abs(null) >= abs(rho) - 1e-12))
+  assert all(math.isnan(v) for v in stats.spearman_test([1, 2, 3], [1, 1, 1]))
