@@ -22,6 +22,11 @@ if _asked and {"gpu": "cuda"}.get(_asked.split(",")[0], _asked.split(",")[0]) !=
 os.environ["JAX_PLATFORMS"] = _asked or PLATFORM
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("NO_GCE_CHECK", "true")  # no gs:// client waits ~15 s for a GCE server
+# A test worker has one core: numpy's, scipy's and torch's BLAS and OpenMP pools get one thread
+# each (two workers' multi-threaded OpenBLAS on 2 cores spin against each other: the 50,000²
+# sparse W-error test took 7.4 s of CPU with two copies running, 0.3 s with one thread each).
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+  os.environ.setdefault(_var, "1")
 if PLATFORM == "cuda":  # xdist workers share one GPU: no process may take 75% of it up front
   os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
