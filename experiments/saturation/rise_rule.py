@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import math
 
-
 from sbjax.studies.stats import spearman_test
 
 

@@ -23,9 +23,8 @@ side, a statistic is NaN (never an exception mid-report).
 from __future__ import annotations
 
 import numpy as np
-from scipy import stats
 from scipy.special import ndtri
-from scipy.stats import rankdata
+from scipy.stats import permutation_test, rankdata
 
 
 def finite_pairs(x, y) -> tuple[np.ndarray, np.ndarray]:
@@ -79,7 +78,7 @@ def spearman_test(x, y, n_resamples: float = np.inf) -> tuple[float, float]:
     rb = rb - rb.mean(axis, keepdims=True)
     return (rx * rb).sum(axis) / np.sqrt((rx ** 2).sum() * (rb ** 2).sum(axis))
 
-  res = stats.permutation_test((y,), rho, permutation_type="pairings", vectorized=True,
+  res = permutation_test((y,), rho, permutation_type="pairings", vectorized=True,
                                n_resamples=n_resamples, alternative="two-sided", rng=0)
   return float(res.statistic), float(res.pvalue)
 
