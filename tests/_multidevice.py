@@ -18,8 +18,9 @@ TEST_OVERRIDES = {
 }
 
 
-def env(n_devices: int = 8, cache_dir: str | os.PathLike | None = None) -> dict:
-  """Environment for a JAX subprocess with ``n_devices`` fake CPU devices."""
+def env(n_devices: int = 8) -> dict:
+  """Environment for a JAX subprocess with ``n_devices`` fake CPU devices (and the session's
+  compilation cache, tests/conftest.py)."""
   e = dict(os.environ)
   e.update({
       "JAX_PLATFORMS": "cpu",
@@ -29,18 +30,7 @@ def env(n_devices: int = 8, cache_dir: str | os.PathLike | None = None) -> dict:
       "TF_CPP_MIN_LOG_LEVEL": "3",
       "PYTHONPATH": str(ROOT) + os.pathsep + e.get("PYTHONPATH", ""),
   })
-  if cache_dir is not None:
-    e.update({"JAX_COMPILATION_CACHE_DIR": str(cache_dir),
-              "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
-              "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"})
   return e
-
-
-def cache_dir(tmp_path_factory) -> Path:
-  """A persistent XLA compilation cache shared by this test session's subprocesses."""
-  p = Path(tmp_path_factory.getbasetemp()) / "jax_compile_cache"
-  p.mkdir(exist_ok=True)
-  return p
 
 
 def free_port() -> int:

@@ -19,18 +19,18 @@ def _losses(wd):
   return [r["loss"] for r in read_metrics(wd) if "loss" in r]
 
 
-def test_two_processes_on_8_devices_equal_one_device(tmp_path, tmp_path_factory):
+def test_two_processes_on_8_devices_equal_one_device(tmp_path):
   cfg = md.test_config()
   data = cfg.data.replace_options(data_dir=str(tmp_path / "tfds"))
   train(cfg.replace(data=data), tmp_path / "one", quiet=True)  # writes the data they read
   flags = ["--config=tiny", f"--config.data.options.data_dir={tmp_path / 'tfds'}",
            *[f"--config.{s}.{k}={v}" for s, kv in md.TEST_OVERRIDES.items() for k, v in kv.items()],
            *[f"--config.mesh.{a}=2" for a in ("data", "fsdp", "tensor")]]
-  port, cache = md.free_port(), md.cache_dir(tmp_path_factory)
+  port = md.free_port()
   procs = [subprocess.Popen(
       [sys.executable, "-m", "experiments.train", *flags, f"--workdir={tmp_path / 'two'}",
        f"--coordinator_address=localhost:{port}", "--num_processes=2", f"--process_id={i}"],
-      env=md.env(4, cache), cwd=md.ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+      env=md.env(4), cwd=md.ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
       text=True) for i in range(2)]
   try:
     outs = [p.communicate(timeout=240) for p in procs]  # a hang fails instead of blocking

@@ -38,25 +38,24 @@ def test_expand_names_and_configs():
     sweep.expand({"base": "tiny", "grid": {"train.lr": ["bad"]}})
 
 
-def _sweep(grid_file, out, cache, *flags):
+def _sweep(grid_file, out, *flags):
   return subprocess.run(
       [sys.executable, "-m", "experiments.sweep", f"--grid={grid_file}", f"--sweep_dir={out}",
-       *flags], env=md.env(1, cache), cwd=md.ROOT, capture_output=True, text=True, timeout=300)
+       *flags], env=md.env(1), cwd=md.ROOT, capture_output=True, text=True, timeout=300)
 
 
-def test_sweep_resumes_and_skips(tmp_path, tmp_path_factory):
-  cache = md.cache_dir(tmp_path_factory)
+def test_sweep_resumes_and_skips(tmp_path):
   grid_file = tmp_path / "grid.json"
   grid_file.write_text(json.dumps(GRID))
   out = tmp_path / "sweep"
   run1 = sweep.expand(GRID)[1]
   train_lib.train(run1.config, out / "runs" / NAMES[1], stop_after=3, quiet=True)
-  dry = _sweep(grid_file, out, cache, "--dry_run", "--num_hosts=2", "--host_index=1")
+  dry = _sweep(grid_file, out, "--dry_run", "--num_hosts=2", "--host_index=1")
   assert dry.returncode == 0, dry.stderr[-3000:]
   listed = [ln.split() for ln in dry.stdout.splitlines() if "host" in ln]
   assert [(int(c[2]), c[3]) for c in listed] == [(0, "new"), (1, "partial"), (0, "new"),
                                                  (1, "new")]
-  second = _sweep(grid_file, out, cache)
+  second = _sweep(grid_file, out)
   assert second.returncode == 0, second.stderr[-3000:]
   assert "4 done" in second.stdout and "resuming" in second.stderr
   rows = {r["name"]: r for r in json.loads((out / "index.json").read_text())["runs"]}
