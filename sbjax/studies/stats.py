@@ -79,7 +79,7 @@ def spearman_test(x, y, n_resamples: float = np.inf) -> tuple[float, float]:
     return (rx * rb).sum(axis) / np.sqrt((rx ** 2).sum() * (rb ** 2).sum(axis))
 
   res = permutation_test((y,), rho, permutation_type="pairings", vectorized=True,
-                               n_resamples=n_resamples, alternative="two-sided", rng=0)
+                         n_resamples=n_resamples, alternative="two-sided", rng=0)
   return float(res.statistic), float(res.pvalue)
 
 

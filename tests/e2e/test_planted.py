@@ -27,8 +27,7 @@ def suite(tmp_path_factory):
   root = tmp_path_factory.mktemp("suite")
   cmd = [sys.executable, "-m", "experiments.reproduce", "--only=planted", "--preset=test",
          f"--out={root}", "--fig_format=pdf"]
-  r = subprocess.run(cmd, env=md.env(1), cwd=md.ROOT,
-                     capture_output=True, text=True, timeout=600)
+  r = subprocess.run(cmd, env=md.env(1), cwd=md.ROOT, capture_output=True, text=True, timeout=600)
   assert r.returncode == 0, r.stderr[-3000:]
   return root, json.loads(r.stdout)
 

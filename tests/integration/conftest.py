@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from sbjax import checkpoint as ckpt
-from tests._tiny import tiny_config, tiny_dataset
+from tests._tiny import tiny_dataset
+from tests.integration.test_bad_inputs import tiny_cfg
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +26,7 @@ def run_dir(tmp_path_factory):
 
   wd = tmp_path_factory.mktemp("bad_inputs") / "run"
   wd.mkdir()
-  cfg = tiny_config(steps=2)  # the 2-step config of the bad-input tables (their tiny_cfg)
+  cfg = tiny_cfg()
   (wd / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
   model = Model(cfg.model)
   mngr = ckpt.make_manager(wd, cfg.train)
