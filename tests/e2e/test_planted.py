@@ -2,8 +2,6 @@
 
 import json
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -13,23 +11,28 @@ from experiments import planted as exp
 from experiments.common import read_rows
 from experiments.planted import fig8, stats
 from experiments.planted.configs import mix_configs
+from experiments.reproduce import REGISTRY
 from sbjax import checkpoint as ckpt
 from sbjax.data import make_dataset
+from sbjax.experiment import figure
 from sbjax.experiment.runner import run
+from sbjax.experiment.suite import run_suite
 from sbjax.studies.head_flops import head_flops
-from tests import _multidevice as md
 
 P = exp.PRESETS["test"]
 
 
 @pytest.fixture(scope="module")
 def suite(tmp_path_factory):
+  """The test preset through the suite (report.md, PDF figures), in this process: the command
+  line itself runs in tests/e2e/test_wheel_clean_env.py."""
   root = tmp_path_factory.mktemp("suite")
-  cmd = [sys.executable, "-m", "experiments.reproduce", "--only=planted", "--preset=test",
-         f"--out={root}", "--fig_format=pdf"]
-  r = subprocess.run(cmd, env=md.env(1), cwd=md.ROOT, capture_output=True, text=True, timeout=600)
-  assert r.returncode == 0, r.stderr[-3000:]
-  return root, json.loads(r.stdout)
+  figure.set_format("pdf")
+  try:
+    timings = run_suite(REGISTRY, ["planted"], root, "test", verbose=False)
+  finally:
+    figure.set_format("png")
+  return root, timings
 
 
 def test_knee_and_mixture_csvs(suite):
@@ -53,11 +56,10 @@ def test_knee_and_mixture_csvs(suite):
 
 
 def test_report_header_tables_and_figures(suite):
-  root, result = suite
+  root, timings = suite
   md_text = (root / "report.md").read_text()
-  assert result == {"report": str(root / "report.md"), "failed": []}
+  assert timings["planted"]["status"] == "ok" and "| planted | test | ok |" in md_text
   assert re.search(r"sbjax \S+, commit \S+, jax \S+, device cpu x1, \d{4}-\d\d-\d\d", md_text)
-  assert "Command: `python -m experiments.reproduce --only=planted --preset=test" in md_text
   rows = read_rows(root / "planted" / exp.CSV_KNEE)
   for r in rows:  # the knee table's row equals the CSV at the printed precision
     assert f"| {int(r['rank'])} | {r['eval_loss']:.4f} | {r['eval_acc']:.4f} |" in md_text

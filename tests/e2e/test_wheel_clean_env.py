@@ -106,6 +106,8 @@ def test_sbjax_reproduce_target_rank_at_the_test_preset(venv):
   assert res["failed"] == [] and res["report"] == str(out / "report.md")
   md = (out / "report.md").read_text()
   assert "| target_rank | test | ok |" in md and "## target_rank" in md
+  assert re.search(r"^Command: `python \S*sbjax-reproduce --preset=test --only=target_rank --out=",
+                   md, re.M), md[:600]
   figures = re.findall(r"!\[[^\]]*\]\((target_rank/[^)]+\.png)\)", md)
   assert figures and all((out / f).is_file() for f in figures), figures
   assert (out / "target_rank" / "target_rank.csv").is_file()
