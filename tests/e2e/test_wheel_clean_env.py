@@ -100,16 +100,16 @@ def test_wheel_installs_sbjax_and_no_experiments_module(venv):
 def test_sbjax_reproduce_target_rank_at_the_test_preset(venv):
   _, bin_, env, cwd = venv
   out = cwd / "out"
-  r = _run([bin_ / "sbjax-reproduce", "--preset=test", "--only=target_rank", f"--out={out}"],
-           cwd, env, timeout=600)
+  r = _run([bin_ / "sbjax-reproduce", "--preset=test", "--only=target_rank", f"--out={out}",
+            "--fig_format=pdf"], cwd, env, timeout=600)
   res = json.loads(r.stdout.strip().splitlines()[-1])
   assert res["failed"] == [] and res["report"] == str(out / "report.md")
   md = (out / "report.md").read_text()
   assert "| target_rank | test | ok |" in md and "## target_rank" in md
   assert re.search(r"^Command: `python \S*sbjax-reproduce --preset=test --only=target_rank --out=",
                    md, re.M), md[:600]
-  figures = re.findall(r"!\[[^\]]*\]\((target_rank/[^)]+\.png)\)", md)
-  assert figures and all((out / f).is_file() for f in figures), figures
+  figures = re.findall(r"!\[[^\]]*\]\((target_rank/[^)]+\.pdf)\)", md)
+  assert figures and all((out / f).read_bytes()[:4] == b"%PDF" for f in figures), figures
   assert (out / "target_rank" / "target_rank.csv").is_file()
 
 
