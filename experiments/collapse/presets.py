@@ -70,7 +70,7 @@ PRESETS: dict[str, Preset[Knobs]] = {
                    Knobs(depths=(1,), widths=(8,), weight_decays=(0.0, 0.05, 0.1), seeds=3,
                          seed_arch=(1, 8), extra_seed_archs=((1, 16),), epoch_tokens=1024,
                          val_tokens=512, chunk=16, n_perm=2000, ceiling=(64, 7),
-                         ceiling_arch=(1, 8), ceiling_steps=(8, 24), ceiling_tokens=2048)),
+                         ceiling_arch=(1, 8), ceiling_steps=(12, 24), ceiling_tokens=2048)),
     "quick": Preset("neo", overrides(128, 32, 8, 3e-3, 5),
                     Knobs(depths=(1, 2), widths=(16,), weight_decays=(0.0, 0.05, 0.1), seeds=3,
                           seed_arch=(1, 16), epoch_tokens=4096, val_tokens=2048,
@@ -86,12 +86,12 @@ PRESETS: dict[str, Preset[Knobs]] = {
                         ceiling_steps=(50, 100, 200, 400, 800, 1600), ceiling_tokens=262_144)),
     # many classes per dimension: the cpu grid at V = 1024 (C/d 8-32), snapshots after 1 and 4
     # epochs (2048 steps), no seed group or ceiling; the rule pre-registered; test-e2: the same
-    # design at V = 128, one layer, d {8, 16} (C/d 8-16), 8 steps per epoch
+    # design at test's V = 64, λ and epochs, d {8, 16}: its L1-d8 reuses test's built programs
     "cpu-e2": Preset("neo", overrides(1024, 64, 8, 3e-3, 100),
                      Knobs(depths=(1, 2), widths=(32, 64, 128), epochs=(1, 4), seeds=0,
                            epoch_tokens=262_144, val_tokens=32_768, rule=Rule())),
-    "test-e2": Preset("neo", overrides(128, 16, 8, 3e-3, 2),
-                      Knobs(depths=(1,), widths=(8, 16), epochs=(1, 4), seeds=0,
+    "test-e2": Preset("neo", overrides(64, 16, 8, 3e-3, 2),
+                      Knobs(depths=(1,), widths=(8, 16), weight_decays=(0.0, 0.05, 0.1), seeds=0,
                             epoch_tokens=1024, val_tokens=512, chunk=16, rule=Rule())),
     # the paper's grid (TinyStories, GPT-Neo tokenizer of 50257 ids) on token files:
     # --data=TRAIN.bin[,VAL.bin] (nothing is downloaded)

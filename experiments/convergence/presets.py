@@ -136,10 +136,10 @@ PRESETS.update({
     "depth-planted-g7.9": Preset("tiny", gamma_overrides({**_CTX2, "train.ckpt_every": 250},
                                                          target=7.9),
                                  Knobs(widths=(32,), **_DEPTH_KNOBS)),
-    # cpu-e4 at test size (seconds): 2 layers, 48 steps, a 64-piece tokenizer, checkpoints 0, 16,
-    # 32, 48
+    # cpu-e4 at test size (seconds): 2 layers, 32 steps, a 64-piece tokenizer, checkpoints 0, 20,
+    # 32; test's shapes (its d16 programs serve d16s0 and d16s1)
     "test-e4": Preset("tiny", overrides({
-        "model.n_layers": 2, "model.n_heads": 2, "train.steps": 48, "train.ckpt_every": 16,
+        "model.n_layers": 2, "model.n_heads": 2, "train.steps": 32, "train.ckpt_every": 20,
         "train.ckpt_log_spaced": False, "train.batch_size": 8, "train.seq_len": 16,
         "train.lr": 3e-3, "train.warmup_steps": 4, "data.options.vocab_size": 64}),
         Knobs(widths=(16, 32, 48), seeds=(0, 1), rule=Rule(), **_TINY_KNOBS)),

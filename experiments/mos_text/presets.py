@@ -74,10 +74,10 @@ PRESETS: dict[str, Preset[Knobs]] = {
     "cpu": Preset(BASE, _text({"name": "mos_text-cpu", **CPU, "train.steps": 2000,
                                "train.eval_batches": 16}),
                   Knobs(arms=_arms(2, 16))),
-    # the pre-registered text test (Rule) at test size: 2 lrs x 2 seeds per arm, the last
-    # fifth of the training split held out for the lr choice
+    # the pre-registered text test (Rule) at test size: its primary arms (mos, lowrank; the
+    # test preset has dense), 2 lrs x 2 seeds per arm, the training split's last fifth held out
     "test-e3": Preset(BASE, _text({"name": "mos_text-test-e3", **TEST}),
-                      Knobs(arms=_arms(2, 4), seeds=(0, 1), lrs=(1e-2, 3e-2),
+                      Knobs(arms=_arms(2, 4)[1:], seeds=(0, 1), lrs=(1e-2, 3e-2),
                             select_fraction=0.2, select_batches=2, rule=Rule())),
     # the pre-registered text test (Rule): the cpu preset's arms, 4000 steps, lr {3e-3, 1e-2,
     # 3e-2} x seeds 0-2 per arm, each lr chosen on 64 batches of the held-out last 5%; a

@@ -92,13 +92,14 @@ MOS_DATA = {k: v for k, v in MOS_LANGUAGE.items() if k.startswith("data.")}
 SEEDS_RUNS = (("mos", "mos", 16, 16), ("lowrank", "lowrank", 16, 0), ("mos-flops", "mos", 16, 2))
 
 PRESETS: dict[str, Preset[Knobs]] = {
-    # the suite: V=32, k=3, d=16, 30 steps, 2 knee runs, 2 mixture populations of 2 seeds
+    # the suite: V=32, k=3, d=16, 30 steps, 2 knee runs, 2 mixture populations of 2 seeds,
+    # single-start floors (the multi-start fit: tests/unit/test_floor.py)
     "test": Preset(BASE, part1({"model.vocab_size": 32, "data.options.rank": 3,
                                 "model.d_model": 16, "model.n_heads": 2, "train.steps": 30,
                                 "train.batch_size": 8, "train.seq_len": 16,
                                 "train.warmup_steps": 5, "data.options.train_tokens": 20_000,
                                 "data.options.val_tokens": 4096}),
-                   Knobs(ranks=(1, 16), measure_batches=2,
+                   Knobs(ranks=(1, 16), measure_batches=2, floor_random=0, floor_wide=0,
                          mix={**MIX, "data.options.mix": 2, "train.steps": 30,
                               "train.objective": "expected"},
                          mix_runs=(("mos", "mos", 16, 2), ("lowrank", "lowrank", 16, 0)),

@@ -133,11 +133,14 @@ GPU_KNOBS = dict(head_dim=32, streaming=True, val_windows=64, floor_mode="svd", 
 TINY = {"train.steps": 20, "train.batch_size": 4, "train.seq_len": 16, "train.log_every": 2,
         "data.options.vocab": 32, "data.options.rank": 2, "data.options.mix": 2}
 TINY_KNOBS = dict(val_windows=8, n_boot=200, floor_gtol=1e-4, floor_max_iter=300)
-TEST = preset({**TINY, "train.ckpt_every": 5, "train.ckpt_log_spaced": False},
-              Knobs(arms=(Arm(8, 0.03),), **TINY_KNOBS))
+TINY_E1 = {**TINY, "data.options.vocab": 64, "data.options.zipf": 1.5, "train.lr": 0.1,
+           "train.ckpt_log_spaced": False}  # test-e1's language and lr
 
 PRESETS: dict[str, Preset[Knobs]] = {
-    "test": TEST, "quick": TEST,  # one arm: no smaller size than cpu's (832 s of CPU)
+    # one arm, test-e1's d8 (one program serves both); quick: no smaller size than cpu's (832 s)
+    "test": preset({**TINY_E1, "train.ckpt_every": 5}, Knobs(arms=(Arm(8, 0.1),), **TINY_KNOBS)),
+    "quick": preset({**TINY, "train.ckpt_every": 5, "train.ckpt_log_spaced": False},
+                    Knobs(arms=(Arm(8, 0.03),), **TINY_KNOBS)),
     "cpu": preset({}, Knobs(arms=PYTHIA_ARMS, floor_gtol=1e-4, floor_max_iter=1000)),
     "tpu": preset({"train.lr": 1e-3, "train.batch_size": 32, "model.n_layers": 2,
                    "train.ckpt_every": 1000, "train.log_every": 100,
@@ -148,13 +151,12 @@ PRESETS: dict[str, Preset[Knobs]] = {
     # the tail language's replicated width order and its pre-registered rule (rise_rule)
     "cpu-e1": preset(E1_LANG, Knobs(arms=E1_ARMS, floor_gtol=1e-4, floor_max_iter=1000,
                                     population=True)),
-    "test-e1": preset({**TINY, "data.options.vocab": 64, "data.options.zipf": 1.5,
-                       "train.lr": 0.1, "train.ckpt_every": 4, "train.ckpt_log_spaced": False},
+    "test-e1": preset({**TINY_E1, "train.ckpt_every": 4},
                       Knobs(arms=tuple(Arm(d, wd, seed=s) for d, wd, seeds in (
-                          (8, 0.1, (0, 1)), (16, 0.1, (0,)), (32, 0.1, (0,)),
+                          (8, 0.1, (0,)), (16, 0.1, (0,)), (32, 0.1, (0, 1)),
                           (16, 0.03, (0,))) for s in seeds), population=True,
                             rule=RiseRule(n_perm=200, block=2, order_perms=2000),
-                            **{**TINY_KNOBS, "floor_max_iter": 100})),
+                            **{**TINY_KNOBS, "floor_mode": "svd"})),
     "gpu": preset(GPU, Knobs(arms=gpu_arms("bfloat16"), **GPU_KNOBS)),
     "gpu-fp32": preset(GPU, Knobs(arms=gpu_arms("float32"), **GPU_KNOBS)),
     "gpu-test": preset({**GPU, **TINY, "model.n_layers": 1, "train.ckpt_every": 10},

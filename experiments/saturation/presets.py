@@ -40,11 +40,12 @@ def overrides(o: dict) -> dict:
 
 
 PRESETS: dict[str, Preset[Knobs]] = {
-    # one width, 4 steps (checkpoints 0, 1, 2, 4): too few widths for the fit (NaN)
+    # one width, 20 steps (checkpoints 0, 1, 2, 4, 8, 16, 20): too few widths for the fit (NaN);
+    # the step of saturation_planted's test and test-e1 d8 (one program serves all three)
     "test": Preset("planted", overrides({"model.n_layers": 1, "data.options.vocab_size": 64,
-                                         "train.seq_len": 16, "train.batch_size": 4,
-                                         "train.steps": 4, "train.warmup_steps": 1,
-                                         "train.ckpt_every": 4, "train.eval_batches": 1}),
+                                         "train.seq_len": 16, "train.steps": 20, "train.lr": 0.1,
+                                         "train.batch_size": 4, "train.warmup_steps": 0,
+                                         "train.ckpt_every": 20, "train.eval_batches": 1}),
                    Knobs(widths=(8,), fit_min_width=8, eval_sequences=8,
                          anisotropy_tokens=64, smooth=1, n_boot=100)),
     # three widths, all in the fit (three parameters), so no gap is measured

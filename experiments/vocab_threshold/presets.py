@@ -65,11 +65,13 @@ PRESETS: dict[str, Preset[Knobs]] = {
                                          head_lrs=(3e-3, 1e-2, 3e-2), head_steps=300,
                                          protocols=("a",)))),
     # its test-size twin: the test trunk (d = 4) at V = 128 with a second trunk seed, heads of
-    # rank 2 and 4 at two head lrs; blocks of 32 tokens (2 of the 16-token windows)
+    # rank 2 and 4 at two head lrs as one padded population (gpu-test's programs); blocks of
+    # 32 tokens (2 of the 16-token windows)
     "test-e5": Preset(hr.BASE, {**TEST, "train.eval_batches": 4},
                       Knobs(vocabs=(128,), reseed=(128,), rule=Rule(block_tokens=32),
                             plan=hr.Knobs(ranks=(2, 4), lrs=(3e-3,), head_lrs=(1e-2, 3e-2),
-                                          head_steps=4, protocols=("a",)))),
+                                          head_steps=4, protocols=("a",),
+                                          head_population=True))),
     "tpu": Preset(hr.BASE, hr.overrides({"name": "vocab_threshold-tpu",
                                          "data.options.vocab_size": 8192,
                                          "model.d_model": 512, "model.n_layers": 6,

@@ -16,6 +16,7 @@ the evaluation's own windows).
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -108,9 +109,15 @@ def window_losses(workdir, ds, eval_batches: int) -> list[float]:
   """The validation loss of each evaluation window (``ds.eval_batches``' windows, in stream
   order) of the newest checkpoint of ``workdir``: their mean is its eval_loss."""
   cfg, params, _ = ckpt.load_params(workdir)
-  model = Model(cfg.model)
-  f = jax.jit(lambda p, b: jax.vmap(lambda w: model.loss(p, w[None])[0])(b))
+  f = _window_loss_fn(cfg.model)
   return [float(x) for b in ds.eval_batches(eval_batches) for x in np.asarray(f(params, b))]
+
+
+@functools.lru_cache(maxsize=8)
+def _window_loss_fn(mc):
+  """jit: (params, windows [n, T+1]) -> each window's loss, one program per model config."""
+  model = Model(mc)
+  return jax.jit(lambda p, b: jax.vmap(lambda w: model.loss(p, w[None])[0])(b))
 
 
 def excesses(rows: list, row: dict) -> dict:
